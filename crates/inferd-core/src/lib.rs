@@ -1,0 +1,1 @@
+//! Engine logic with no tensors and no IO.

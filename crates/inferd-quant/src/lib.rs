@@ -1,0 +1,1 @@
+//! CPU weight kernels (see Cargo.toml description).

@@ -1,0 +1,1 @@
+//! Backend boundary, CPU backend, KV layout and model architectures.

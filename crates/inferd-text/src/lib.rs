@@ -1,0 +1,1 @@
+//! Tokenizers, incremental detokenization and chat templates.
