@@ -1,1 +1,25 @@
-//! Backend boundary, CPU backend, KV layout and model architectures.
+//! inferd-runtime: everything that turns weights and token ids into logits.
+//!
+//! - [`backend`]: the `Backend` boundary (ops that model code is written against once)
+//!   and the CPU implementation. The CUDA backend will sit beside `backend::cpu`.
+//! - [`kv`]: the paged KV-cache layout (blocks of tokens addressed through block tables).
+//! - [`batch`]: the typed description of one forward pass over many sequences.
+//! - [`model`]: model configs, weight loading with validation, and the decoder
+//!   architectures (Llama, Qwen2, Qwen3).
+//! - [`generate`]: a small single-sequence driver used by the CLI and tests.
+
+pub mod backend;
+pub mod batch;
+pub mod error;
+pub mod generate;
+pub mod kv;
+pub mod model;
+
+pub use backend::cpu::CpuBackend;
+pub use backend::Backend;
+pub use batch::{ForwardBatch, SeqChunk};
+pub use error::RuntimeError;
+pub use kv::{BlockAllocator, KvDtype, KvLayout};
+pub use model::{Arch, Model, ModelConfig};
+
+pub type Result<T> = std::result::Result<T, RuntimeError>;

@@ -1,1 +1,45 @@
-fn main() {}
+//! The `inferd` command line.
+
+mod cmd;
+mod loaded;
+mod pull;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "inferd", version, about = "A native LLM inference server for fleets of AI agents")]
+struct Cli {
+    /// Worker threads for compute (default: all cores).
+    #[arg(long, global = true, env = "INFERD_THREADS")]
+    threads: Option<usize>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text from a prompt, streaming it to stdout.
+    Generate(cmd::generate::Args),
+    /// Fetch a built-in model into the cache (checksum-verified).
+    Pull(cmd::pull::Args),
+    /// Measure prefill and decode speed of a model on this machine.
+    Speed(cmd::speed::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Some(n) = cli.threads {
+        if let Err(e) = rayon::ThreadPoolBuilder::new().num_threads(n).build_global() {
+            eprintln!("warning: could not set {n} threads: {e}");
+        }
+    }
+    let r = match cli.command {
+        Command::Generate(a) => cmd::generate::run(a),
+        Command::Pull(a) => cmd::pull::run(a),
+        Command::Speed(a) => cmd::speed::run(a),
+    };
+    if let Err(e) = r {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,174 @@
+//! The CPU backend: f32 activations, weights in their stored type (SIMD
+//! quantized dot products from `inferd-quant`), paged f32 KV, all cores via rayon.
+
+mod attention;
+mod batch;
+mod norm;
+mod rope;
+pub mod simd;
+mod tensor;
+mod weight;
+
+use rayon::prelude::*;
+
+pub use batch::CpuBatch;
+pub use tensor::{CpuTensor, CpuWeight, WeightBytes};
+
+use super::{AttnConfig, Backend, RopeConfig, SharedSource};
+use crate::batch::ForwardBatch;
+use crate::kv::{KvDtype, KvLayout};
+use crate::{Result, RuntimeError};
+
+/// Element-wise work below this many elements stays on the calling thread.
+const PAR_MIN_ELEMS: usize = 1 << 15;
+
+#[derive(Clone, Debug, Default)]
+pub struct CpuBackend;
+
+impl CpuBackend {
+    pub fn new() -> Self {
+        CpuBackend
+    }
+}
+
+/// The paged KV pool: per layer, K and V as `[num_blocks, n_kv_heads, block_size, head_dim]`.
+pub struct CpuKv {
+    pub layout: KvLayout,
+    pub k: Vec<Vec<f32>>, // [n_layers][layer_elems]
+    pub v: Vec<Vec<f32>>, // [n_layers][layer_elems]
+}
+
+impl Backend for CpuBackend {
+    type Tensor = CpuTensor;
+    type Weight = CpuWeight;
+    type Kv = CpuKv;
+    type Batch = CpuBatch;
+
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn load_weight(&self, src: &SharedSource, names: &[&str]) -> Result<CpuWeight> {
+        weight::load(src, names)
+    }
+
+    fn alloc_kv(&self, layout: &KvLayout) -> Result<CpuKv> {
+        if layout.dtype != KvDtype::F32 {
+            return Err(RuntimeError::Kv(format!("the CPU backend stores KV as f32, not {:?}", layout.dtype)));
+        }
+        let n = layout.layer_elems();
+        // vec![0.0; n] maps zeroed pages lazily: untouched blocks cost no RAM.
+        let k = (0..layout.n_layers).map(|_| vec![0.0f32; n]).collect();
+        let v = (0..layout.n_layers).map(|_| vec![0.0f32; n]).collect();
+        Ok(CpuKv { layout: *layout, k, v })
+    }
+
+    fn prepare_batch(&self, batch: &ForwardBatch, rope: &RopeConfig, kv: &KvLayout) -> Result<CpuBatch> {
+        CpuBatch::new(batch, rope, kv)
+    }
+
+    fn embed(&self, table: &CpuWeight, batch: &CpuBatch) -> CpuTensor {
+        let m = table.matrix();
+        let mut out = CpuTensor::zeros(batch.tokens.len(), m.cols); // [n_tokens, hidden]
+        let row_bytes = m.row_bytes();
+        out.data.par_chunks_mut(m.cols).zip(batch.tokens.par_iter()).for_each(|(dst, &t)| {
+            let t = t as usize;
+            inferd_quant::dequantize_row(m.dtype, &m.data[t * row_bytes..(t + 1) * row_bytes], dst);
+        });
+        out
+    }
+
+    fn rms_norm(&self, x: &CpuTensor, w: &CpuWeight, eps: f32) -> CpuTensor {
+        let mut out = x.clone();
+        norm::rms_norm_rows(&mut out.data, x.cols, w.vector(), eps);
+        out
+    }
+
+    fn head_rms_norm(&self, x: &mut CpuTensor, w: &CpuWeight, head_dim: usize, eps: f32) {
+        norm::rms_norm_rows(&mut x.data, head_dim, w.vector(), eps);
+    }
+
+    fn linear(&self, x: &CpuTensor, w: &CpuWeight, bias: Option<&CpuWeight>) -> CpuTensor {
+        let m = w.matrix();
+        debug_assert_eq!(x.cols, m.cols);
+        let mut out = CpuTensor::zeros(x.rows, m.rows); // [n, out]
+        inferd_quant::linear(&m, &x.data, x.rows, &mut out.data);
+        if let Some(b) = bias {
+            let b = b.vector();
+            for row in out.data.chunks_mut(m.rows) {
+                for (y, bi) in row.iter_mut().zip(b) {
+                    *y += bi;
+                }
+            }
+        }
+        out
+    }
+
+    fn split_cols(&self, x: &CpuTensor, widths: &[usize]) -> Vec<CpuTensor> {
+        debug_assert_eq!(widths.iter().sum::<usize>(), x.cols);
+        let mut outs: Vec<CpuTensor> = widths.iter().map(|&w| CpuTensor::zeros(x.rows, w)).collect();
+        for r in 0..x.rows {
+            let mut c = 0;
+            for o in outs.iter_mut() {
+                let w = o.cols;
+                o.data[r * w..(r + 1) * w].copy_from_slice(&x.data[r * x.cols + c..r * x.cols + c + w]);
+                c += w;
+            }
+        }
+        outs
+    }
+
+    fn rope(&self, x: &mut CpuTensor, head_dim: usize, batch: &CpuBatch) {
+        rope::apply(x, head_dim, batch);
+    }
+
+    fn attention(
+        &self,
+        q: &CpuTensor,
+        k: &CpuTensor,
+        v: &CpuTensor,
+        kv: &mut CpuKv,
+        layer: usize,
+        batch: &CpuBatch,
+        cfg: &AttnConfig,
+    ) -> CpuTensor {
+        attention::store_kv(kv, layer, k, v, batch);
+        attention::attend(q, kv, layer, batch, cfg)
+    }
+
+    fn silu_mul(&self, gate: &CpuTensor, up: &CpuTensor) -> CpuTensor {
+        debug_assert_eq!(gate.data.len(), up.data.len());
+        let mut out = CpuTensor::zeros(gate.rows, gate.cols); // [n, ffn]
+        let body = |((o, g), u): ((&mut [f32], &[f32]), &[f32])| {
+            for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
+                *o = g / (1.0 + (-g).exp()) * u;
+            }
+        };
+        const CHUNK: usize = 4096;
+        if out.data.len() >= PAR_MIN_ELEMS {
+            out.data.par_chunks_mut(CHUNK).zip(gate.data.par_chunks(CHUNK)).zip(up.data.par_chunks(CHUNK)).for_each(body);
+        } else {
+            body(((&mut out.data[..], &gate.data[..]), &up.data[..]));
+        }
+        out
+    }
+
+    fn add_assign(&self, x: &mut CpuTensor, y: &CpuTensor) {
+        debug_assert_eq!(x.data.len(), y.data.len());
+        for (a, b) in x.data.iter_mut().zip(&y.data) {
+            *a += b;
+        }
+    }
+
+    fn gather_logit_rows(&self, x: &CpuTensor, batch: &CpuBatch) -> CpuTensor {
+        let mut out = CpuTensor::zeros(batch.logits_rows.len(), x.cols);
+        for (i, &r) in batch.logits_rows.iter().enumerate() {
+            out.data[i * x.cols..(i + 1) * x.cols].copy_from_slice(x.row(r));
+        }
+        out
+    }
+
+    fn to_host(&self, x: &CpuTensor) -> Vec<f32> {
+        x.data.clone()
+    }
+}

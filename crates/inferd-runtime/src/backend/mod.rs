@@ -1,0 +1,110 @@
+//! The backend boundary: the ops a decoder layer needs, written once in model
+//! code and implemented per device. Activations are `[rows, cols]` matrices
+//! (one row per token); weights stay in their stored type (quantized or float);
+//! the KV cache is the paged layout of [`crate::kv`].
+//!
+//! Contract for implementors:
+//! - `prepare_batch` is called once per forward pass and carries everything
+//!   per-pass (positions, rope tables, block tables) to the device, so per-layer
+//!   ops take no host-side metadata.
+//! - `attention` first writes the pass's K/V rows into the cache slots given by
+//!   the block tables, then computes causal attention of each token over its
+//!   sequence's positions `0..=pos`.
+//! - Ops are deterministic for the same inputs and batch composition.
+
+pub mod cpu;
+
+use std::sync::Arc;
+
+use inferd_formats::TensorSource;
+
+use crate::batch::ForwardBatch;
+use crate::kv::KvLayout;
+use crate::Result;
+
+/// How rotary embedding pairs dimensions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Pairs `(2i, 2i+1)` (GGML's "normal" rope; GGUF Llama files are converted for it).
+    Interleaved,
+    /// Pairs `(i, i + rotary_dim/2)` (HF `rotate_half`; GGML "neox"; Qwen2/3 GGUF).
+    Neox,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeConfig {
+    pub theta: f32,
+    /// Leading dimensions of each head that rotate (`head_dim` unless partial rotary).
+    pub rotary_dim: usize,
+    pub style: RopeStyle,
+}
+
+impl RopeConfig {
+    /// Inverse frequency of rotation pair `i` (`0 <= i < rotary_dim / 2`).
+    pub fn inv_freq(&self, i: usize) -> f32 {
+        1.0 / self.theta.powf(2.0 * i as f32 / self.rotary_dim as f32)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttnConfig {
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// Multiplier of q·k (normally `1/sqrt(head_dim)`).
+    pub scale: f32,
+}
+
+/// Where weights come from: a memory-mapped GGUF or safetensors model.
+pub type SharedSource = Arc<dyn TensorSource>;
+
+pub trait Backend: Send + Sync {
+    /// Activations: `[rows, cols]`, f32 semantics.
+    type Tensor: Send + Sync;
+    /// A weight matrix (linear, embedding table) or vector (norm, bias).
+    type Weight: Send + Sync;
+    /// The paged KV pool of all layers.
+    type Kv: Send + Sync;
+    /// Per-pass metadata on the device.
+    type Batch: Send + Sync;
+
+    fn name(&self) -> &'static str;
+
+    /// Loads a weight. Several names are concatenated along rows (fused
+    /// projections, e.g. Q|K|V); they must share dtype and trailing dimensions.
+    fn load_weight(&self, src: &SharedSource, names: &[&str]) -> Result<Self::Weight>;
+    fn alloc_kv(&self, layout: &KvLayout) -> Result<Self::Kv>;
+    fn prepare_batch(&self, batch: &ForwardBatch, rope: &RopeConfig, kv: &KvLayout) -> Result<Self::Batch>;
+
+    /// Rows of `table` for the batch's tokens.  -> [n_tokens, hidden]
+    fn embed(&self, table: &Self::Weight, batch: &Self::Batch) -> Self::Tensor;
+    /// `x / rms(x) * w` per row.
+    fn rms_norm(&self, x: &Self::Tensor, w: &Self::Weight, eps: f32) -> Self::Tensor;
+    /// RMSNorm of every `head_dim` slice of each row, with one shared `w` of `[head_dim]` (Qwen3 QK-norm).
+    fn head_rms_norm(&self, x: &mut Self::Tensor, w: &Self::Weight, head_dim: usize, eps: f32);
+    /// `x · wᵀ (+ bias)`.  [n, in] -> [n, out]
+    fn linear(&self, x: &Self::Tensor, w: &Self::Weight, bias: Option<&Self::Weight>) -> Self::Tensor;
+    /// Splits columns into consecutive pieces of the given widths.
+    fn split_cols(&self, x: &Self::Tensor, widths: &[usize]) -> Vec<Self::Tensor>;
+    /// Rotates the first `rotary_dim` of every `head_dim` slice by each token's position.
+    fn rope(&self, x: &mut Self::Tensor, head_dim: usize, batch: &Self::Batch);
+    /// Stores K/V of this pass in layer `layer` of `kv`, then causal GQA attention.
+    /// q: [n, n_heads*head_dim], k, v: [n, n_kv_heads*head_dim] -> [n, n_heads*head_dim]
+    fn attention(
+        &self,
+        q: &Self::Tensor,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        kv: &mut Self::Kv,
+        layer: usize,
+        batch: &Self::Batch,
+        cfg: &AttnConfig,
+    ) -> Self::Tensor;
+    /// SwiGLU's gating: `silu(gate) * up`.  [n, ffn], [n, ffn] -> [n, ffn]
+    fn silu_mul(&self, gate: &Self::Tensor, up: &Self::Tensor) -> Self::Tensor;
+    fn add_assign(&self, x: &mut Self::Tensor, y: &Self::Tensor);
+    /// The rows named by the batch's `logits_rows`.  -> [n_logits, cols]
+    fn gather_logit_rows(&self, x: &Self::Tensor, batch: &Self::Batch) -> Self::Tensor;
+    /// Copies to host memory, row-major.
+    fn to_host(&self, x: &Self::Tensor) -> Vec<f32>;
+}

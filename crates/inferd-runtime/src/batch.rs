@@ -1,0 +1,107 @@
+//! The typed contract between whoever schedules work (the CLI driver now, the
+//! engine's scheduler later) and the model runner: one forward pass over the
+//! tokens of many sequences, laid end to end without padding.
+
+/// A contiguous run of one sequence's tokens inside a [`ForwardBatch`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeqChunk {
+    /// Index of this chunk's first token in `ForwardBatch::tokens`.
+    pub token_start: usize,
+    /// Number of tokens this chunk adds (a prefill slice, or 1 for a decode step).
+    pub n_tokens: usize,
+    /// Position of the chunk's first token in its sequence (= tokens already in the KV cache).
+    pub start_pos: usize,
+    /// KV blocks of this sequence in order; must cover positions `0..start_pos + n_tokens`.
+    pub block_table: Vec<u32>,
+}
+
+impl SeqChunk {
+    /// Length of the sequence's KV after this pass.
+    pub fn kv_len(&self) -> usize {
+        self.start_pos + self.n_tokens
+    }
+}
+
+/// One forward pass.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ForwardBatch {
+    /// Token ids of all chunks, end to end.  // [n_tokens]
+    pub tokens: Vec<u32>,
+    /// Chunks in token order; they tile `tokens` exactly.
+    pub seqs: Vec<SeqChunk>,
+    /// Indices into `tokens` whose logits are wanted (usually each chunk's last token).
+    pub logits_rows: Vec<usize>,
+}
+
+impl ForwardBatch {
+    pub fn n_tokens(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Append one sequence's chunk; `want_logits` asks for the logits of its last token.
+    pub fn push(&mut self, tokens: &[u32], start_pos: usize, block_table: Vec<u32>, want_logits: bool) {
+        let token_start = self.tokens.len();
+        self.tokens.extend_from_slice(tokens);
+        self.seqs.push(SeqChunk { token_start, n_tokens: tokens.len(), start_pos, block_table });
+        if want_logits && !tokens.is_empty() {
+            self.logits_rows.push(token_start + tokens.len() - 1);
+        }
+    }
+
+    /// Position of every token in its own sequence.  // [n_tokens]
+    pub fn positions(&self) -> Vec<u32> {
+        let mut pos = vec![0u32; self.tokens.len()];
+        for s in &self.seqs {
+            for i in 0..s.n_tokens {
+                pos[s.token_start + i] = (s.start_pos + i) as u32;
+            }
+        }
+        pos
+    }
+
+    /// Checks that chunks tile the tokens, block tables cover the KV, and rows are in range.
+    pub fn validate(&self, block_size: usize, num_blocks: usize) -> Result<(), String> {
+        let mut next = 0;
+        for (i, s) in self.seqs.iter().enumerate() {
+            if s.token_start != next || s.n_tokens == 0 {
+                return Err(format!("chunk {i} does not follow the previous one or is empty"));
+            }
+            next += s.n_tokens;
+            let need = s.kv_len().div_ceil(block_size);
+            if s.block_table.len() < need {
+                return Err(format!(
+                    "chunk {i}: block table has {} blocks, {need} needed for {} tokens",
+                    s.block_table.len(),
+                    s.kv_len()
+                ));
+            }
+            if let Some(b) = s.block_table.iter().find(|&&b| b as usize >= num_blocks) {
+                return Err(format!("chunk {i}: block {b} out of range (pool has {num_blocks})"));
+            }
+        }
+        if next != self.tokens.len() {
+            return Err(format!("chunks cover {next} of {} tokens", self.tokens.len()));
+        }
+        if let Some(r) = self.logits_rows.iter().find(|&&r| r >= self.tokens.len()) {
+            return Err(format!("logits row {r} out of range"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_and_validation() {
+        let mut b = ForwardBatch::default();
+        b.push(&[1, 2, 3], 0, vec![0], true);
+        b.push(&[9], 17, vec![1, 2], true);
+        assert_eq!(b.positions(), vec![0, 1, 2, 17]);
+        assert_eq!(b.logits_rows, vec![2, 3]);
+        assert!(b.validate(16, 3).is_ok());
+        assert!(b.validate(8, 3).unwrap_err().contains("block table"));
+        assert!(b.validate(16, 2).unwrap_err().contains("out of range"));
+    }
+}

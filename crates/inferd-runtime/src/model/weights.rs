@@ -1,0 +1,116 @@
+//! The decoder's weights: every tensor checked against the config's shapes
+//! (errors name the file and tensor), then handed to the backend. Projections
+//! that read the same input (Q|K|V, gate|up) are fused into one matrix when
+//! their stored types agree, so one pass over the activations serves them all.
+
+use super::config::ModelConfig;
+use super::names::{Global, Layer, Naming};
+use crate::backend::{Backend, SharedSource};
+use crate::Result;
+
+/// Several output projections of one input, evaluated as few matmuls as the
+/// stored types allow. Outputs come back in declaration order.
+pub struct Projection<W> {
+    /// Each group is one matmul: (weight, optional bias, widths of its outputs).
+    pub groups: Vec<(W, Option<W>, Vec<usize>)>,
+}
+
+pub struct LayerWeights<W> {
+    pub attn_norm: W,
+    pub qkv: Projection<W>,
+    pub q_norm: Option<W>,
+    pub k_norm: Option<W>,
+    pub o: W,
+    pub ffn_norm: W,
+    pub gate_up: Projection<W>,
+    pub down: W,
+}
+
+pub struct Weights<W> {
+    pub embed: W,
+    pub layers: Vec<LayerWeights<W>>,
+    pub final_norm: W,
+    /// `None` when tied to `embed`.
+    pub lm_head: Option<W>,
+}
+
+struct Loader<'a, B: Backend> {
+    backend: &'a B,
+    src: &'a SharedSource,
+    naming: Naming,
+}
+
+impl<B: Backend> Loader<'_, B> {
+    /// Checks the shape of `name`, then loads it.
+    fn one(&self, name: &str, shape: &[usize]) -> Result<B::Weight> {
+        self.src.tensor(name)?.expect_shape(shape)?;
+        self.backend.load_weight(self.src, &[name])
+    }
+
+    /// Loads projections (name, bias name, output width) sharing `in_dim`, fusing runs of equal dtype.
+    fn projection(&self, parts: &[(String, Option<String>, usize)], in_dim: usize) -> Result<Projection<B::Weight>> {
+        let mut dtypes = Vec::new();
+        for (name, bias, width) in parts {
+            let t = self.src.tensor(name)?;
+            t.expect_shape(&[*width, in_dim])?;
+            dtypes.push(t.dtype);
+            if let Some(b) = bias {
+                self.src.tensor(b)?.expect_shape(&[*width])?;
+            }
+        }
+        let mut groups = Vec::new();
+        let mut i = 0;
+        while i < parts.len() {
+            let mut j = i + 1;
+            while j < parts.len() && dtypes[j] == dtypes[i] {
+                j += 1;
+            }
+            let names: Vec<&str> = parts[i..j].iter().map(|p| p.0.as_str()).collect();
+            let w = self.backend.load_weight(self.src, &names)?;
+            let bias_names: Vec<&str> = parts[i..j].iter().filter_map(|p| p.1.as_deref()).collect();
+            let bias = if bias_names.is_empty() { None } else { Some(self.backend.load_weight(self.src, &bias_names)?) };
+            groups.push((w, bias, parts[i..j].iter().map(|p| p.2).collect()));
+            i = j;
+        }
+        Ok(Projection { groups })
+    }
+
+    fn layer(&self, i: usize, c: &ModelConfig) -> Result<LayerWeights<B::Weight>> {
+        let n = |t: Layer| self.naming.layer(i, t);
+        let bias = |t: Layer| if c.qkv_bias { Some(n(t)) } else { None };
+        Ok(LayerWeights {
+            attn_norm: self.one(&n(Layer::AttnNorm), &[c.hidden])?,
+            qkv: self.projection(
+                &[
+                    (n(Layer::Q), bias(Layer::QBias), c.q_dim()),
+                    (n(Layer::K), bias(Layer::KBias), c.kv_dim()),
+                    (n(Layer::V), bias(Layer::VBias), c.kv_dim()),
+                ],
+                c.hidden,
+            )?,
+            q_norm: if c.qk_norm { Some(self.one(&n(Layer::QNorm), &[c.head_dim])?) } else { None },
+            k_norm: if c.qk_norm { Some(self.one(&n(Layer::KNorm), &[c.head_dim])?) } else { None },
+            o: self.one(&n(Layer::O), &[c.hidden, c.q_dim()])?,
+            ffn_norm: self.one(&n(Layer::FfnNorm), &[c.hidden])?,
+            gate_up: self.projection(&[(n(Layer::Gate), None, c.ffn_dim), (n(Layer::Up), None, c.ffn_dim)], c.hidden)?,
+            down: self.one(&n(Layer::Down), &[c.hidden, c.ffn_dim])?,
+        })
+    }
+}
+
+impl<W> Weights<W> {
+    pub fn load<B: Backend<Weight = W>>(backend: &B, src: &SharedSource, naming: Naming, c: &ModelConfig) -> Result<Self> {
+        let l = Loader { backend, src, naming };
+        let layers = (0..c.n_layers).map(|i| l.layer(i, c)).collect::<Result<Vec<_>>>()?;
+        Ok(Weights {
+            embed: l.one(&naming.global(Global::Embed), &[c.vocab_size, c.hidden])?,
+            layers,
+            final_norm: l.one(&naming.global(Global::FinalNorm), &[c.hidden])?,
+            lm_head: if c.tied_embeddings {
+                None
+            } else {
+                Some(l.one(&naming.global(Global::LmHead), &[c.vocab_size, c.hidden])?)
+            },
+        })
+    }
+}

@@ -1,0 +1,3 @@
+pub mod generate;
+pub mod pull;
+pub mod speed;

@@ -1,0 +1,125 @@
+//! `inferd speed`: prefill and decode throughput of one model, optionally side
+//! by side with llama.cpp's `llama-bench` on the same file and thread count.
+//! Mirrors llama-bench's tests: `pp P` (one P-token prompt from an empty cache)
+//! and `tg N` (N single-token decode steps from an empty cache).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use inferd_runtime::{BlockAllocator, ForwardBatch, KvDtype};
+
+use crate::loaded::Loaded;
+use crate::pull::DEFAULT_MODEL;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, short, default_value = DEFAULT_MODEL)]
+    model: String,
+    /// Prompt tokens for the prefill test.
+    #[arg(short = 'p', long, default_value_t = 512)]
+    prompt_tokens: usize,
+    /// Tokens for the decode test.
+    #[arg(short = 'n', long, default_value_t = 128)]
+    gen_tokens: usize,
+    /// Prompt tokens per forward pass during prefill.
+    #[arg(long, default_value_t = 512)]
+    chunk: usize,
+    /// Repetitions (the best and mean are reported).
+    #[arg(short = 'r', long, default_value_t = 3)]
+    reps: usize,
+    /// Path to llama.cpp's llama-bench: also run it on the same file and threads.
+    #[arg(long)]
+    llama_bench: Option<PathBuf>,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let m = Loaded::open(&a.model)?;
+    let threads = rayon::current_num_threads();
+    let model = &m.model;
+    let bs = 16;
+    let total = a.prompt_tokens.max(a.gen_tokens) + 1;
+    let layout = model.kv_layout(total.div_ceil(bs), bs, KvDtype::F32);
+    let mut kv = model.alloc_kv(&layout)?;
+    let mut alloc = BlockAllocator::new(layout.num_blocks, bs);
+    let mut table = Vec::new();
+    alloc.ensure(&mut table, total);
+    // Deterministic pseudo-random prompt over the vocabulary (llama-bench uses random tokens too).
+    let vocab = model.cfg.vocab_size as u64;
+    let prompt: Vec<u32> = (0..a.prompt_tokens as u64).map(|i| ((i * 2654435761 + 12345) % vocab) as u32).collect();
+
+    // warm-up: one short pass touches every weight page
+    let mut b = ForwardBatch::default();
+    b.push(&prompt[..prompt.len().min(8)], 0, table.clone(), true);
+    model.forward(&mut kv, &layout, &b)?;
+
+    let mut pp = Vec::new();
+    let mut tg = Vec::new();
+    for _ in 0..a.reps {
+        let t = Instant::now();
+        for (i, c) in prompt.chunks(a.chunk.max(1)).enumerate() {
+            let mut b = ForwardBatch::default();
+            b.push(c, i * a.chunk, table.clone(), true);
+            model.forward(&mut kv, &layout, &b)?;
+        }
+        pp.push(a.prompt_tokens as f64 / t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let mut tok = prompt[0];
+        for pos in 0..a.gen_tokens {
+            let mut b = ForwardBatch::default();
+            b.push(&[tok], pos, table.clone(), true);
+            let logits = model.forward(&mut kv, &layout, &b)?;
+            tok = argmax(&logits);
+        }
+        tg.push(a.gen_tokens as f64 / t.elapsed().as_secs_f64());
+    }
+    let name = model.path.file_name().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+    println!("| engine | model | threads | test | tok/s (mean) | tok/s (best) |");
+    println!("|---|---|---|---|---|---|");
+    let row = |engine: &str, test: String, v: &[f64]| {
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        let best = v.iter().cloned().fold(0.0, f64::max);
+        println!("| {engine} | {name} | {threads} | {test} | {mean:.1} | {best:.1} |");
+    };
+    row("inferd", format!("pp{}", a.prompt_tokens), &pp);
+    row("inferd", format!("tg{}", a.gen_tokens), &tg);
+    if let Some(lb) = &a.llama_bench {
+        for (test, ts) in llama_bench(lb, &model.path, threads, &a)? {
+            row("llama.cpp", test, &ts);
+        }
+    }
+    Ok(())
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Runs llama-bench with JSON output; returns (test name, per-rep tok/s).
+fn llama_bench(bin: &PathBuf, model: &PathBuf, threads: usize, a: &Args) -> Result<Vec<(String, Vec<f64>)>> {
+    let out = Command::new(bin)
+        .args(["-m", &model.display().to_string(), "-t", &threads.to_string()])
+        .args(["-p", &a.prompt_tokens.to_string(), "-n", &a.gen_tokens.to_string(), "-r", &a.reps.to_string()])
+        .args(["-o", "json"])
+        .output()
+        .with_context(|| format!("running {}", bin.display()))?;
+    if !out.status.success() {
+        bail!("llama-bench failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("parsing llama-bench JSON")?;
+    let mut rows = Vec::new();
+    for t in v.as_array().into_iter().flatten() {
+        let (np, ng) = (t["n_prompt"].as_u64().unwrap_or(0), t["n_gen"].as_u64().unwrap_or(0));
+        let name = if ng == 0 { format!("pp{np}") } else { format!("tg{ng}") };
+        let samples: Vec<f64> = t["samples_ts"].as_array().into_iter().flatten().filter_map(|x| x.as_f64()).collect();
+        rows.push((name, samples));
+    }
+    Ok(rows)
+}
