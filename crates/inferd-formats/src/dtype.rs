@@ -63,12 +63,12 @@ impl DType {
         match self {
             DType::F32 => 4,
             DType::F16 | DType::BF16 => 2,
-            DType::Q8_0 => 34,  // f16 d + 32 x i8
-            DType::Q4_0 => 18,  // f16 d + 16 bytes of nibbles
-            DType::Q4_1 => 20,  // f16 d + f16 m + 16 bytes of nibbles
-            DType::Q4K => 144,  // f16 d, f16 dmin, 12 bytes scales, 128 bytes nibbles
-            DType::Q5K => 176,  // f16 d, f16 dmin, 12 scales, 32 high bits, 128 nibbles
-            DType::Q6K => 210,  // 128 low nibbles, 64 high 2-bits, 16 i8 scales, f16 d
+            DType::Q8_0 => 34, // f16 d + 32 x i8
+            DType::Q4_0 => 18, // f16 d + 16 bytes of nibbles
+            DType::Q4_1 => 20, // f16 d + f16 m + 16 bytes of nibbles
+            DType::Q4K => 144, // f16 d, f16 dmin, 12 bytes scales, 128 bytes nibbles
+            DType::Q5K => 176, // f16 d, f16 dmin, 12 scales, 32 high bits, 128 nibbles
+            DType::Q6K => 210, // 128 low nibbles, 64 high 2-bits, 16 i8 scales, f16 d
         }
     }
 
