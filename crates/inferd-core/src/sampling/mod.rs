@@ -1,0 +1,21 @@
+//! Token sampling: from one position's raw logits to one chosen token.
+//!
+//! Pipeline of [`Sampler::sample`], in order:
+//! 1. sanitise (`NaN` → `-inf`, `+inf` → `f32::MAX`) and copy into scratch,
+//! 2. penalties ([`penalties`]): repetition (HF, over prompt + generated), then presence and
+//!    frequency (OpenAI, over generated),
+//! 3. logprobs, if asked, from the penalised logits (before temperature and truncation),
+//! 4. greedy argmax when `temperature == 0` or `top_k == 1`, otherwise temperature, then top-k,
+//!    top-p and min-p truncation ([`truncate`]) and one draw from a seeded PRNG ([`rng`]).
+
+mod detexp;
+mod logprobs;
+mod params;
+mod penalties;
+mod rng;
+mod sampler;
+mod truncate;
+
+pub use params::{SamplingError, SamplingParams};
+pub use rng::Xoshiro256;
+pub use sampler::{Sampled, Sampler};

@@ -1,0 +1,211 @@
+//! [`Sampler`]: penalties, logprobs, greedy or truncated random choice, with reused scratch.
+
+use super::detexp::exp_nonpos;
+use super::logprobs::{log_sum_exp, top_logprobs};
+use super::params::SamplingParams;
+use super::penalties::{Penalties, PenaltyScratch};
+use super::rng::Xoshiro256;
+use super::truncate::{truncate, Kept, TruncScratch, Truncation};
+
+/// The outcome of one sampling step.
+///
+/// Logprob semantics (OpenAI-compatible): log-softmax of the logits *after* penalties and
+/// *before* temperature and top-k/top-p/min-p truncation, so they do not depend on the
+/// randomness knobs and a greedy and a sampled request report the same numbers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sampled {
+    /// The chosen token id.
+    pub token: u32,
+    /// The chosen token's logprob; `Some` iff `params.logprobs` is `Some`.
+    pub logprob: Option<f32>,
+    /// The `k` most likely tokens and their logprobs, most likely first (`k = params.logprobs`).
+    pub top_logprobs: Vec<(u32, f32)>,
+}
+
+/// A stateful sampler for one sequence: owns its PRNG and its scratch buffers.
+///
+/// Determinism: the drawn token depends only on the seed, the call history and the inputs,
+/// bit for bit on every platform (own PRNG, own `exp`, f64 sums in a fixed order).
+#[derive(Debug)]
+pub struct Sampler {
+    params: SamplingParams,
+    rng: Xoshiro256,
+    /// [vocab] sanitised, penalised logits.
+    logits: Vec<f32>,
+    /// [vocab] unnormalised probabilities `exp((l - max) / T)`, max exactly 1.
+    weights: Vec<f32>,
+    /// Token-id and histogram scratch for truncation and top logprobs.
+    trunc: TruncScratch,
+    penalties: PenaltyScratch,
+}
+
+impl Sampler {
+    /// A sampler seeded from `params.seed`, or from OS entropy when it is `None`.
+    /// Parameters are used as given; call [`SamplingParams::validate`] first to reject bad ones
+    /// (out-of-range values never panic here: they are clamped to "off" or greedy).
+    pub fn new(params: SamplingParams) -> Self {
+        let rng = match params.seed {
+            Some(s) => Xoshiro256::from_seed(s),
+            None => Xoshiro256::from_entropy(),
+        };
+        Self {
+            params,
+            rng,
+            logits: Vec::new(),
+            weights: Vec::new(),
+            trunc: TruncScratch::default(),
+            penalties: PenaltyScratch::default(),
+        }
+    }
+
+    /// The parameters this sampler uses.
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// Picks one token.
+    ///
+    /// `logits`: [vocab] raw logits for one position (not modified); `prompt`: the prompt ids;
+    /// `generated`: ids generated so far. `NaN` logits count as `-inf`, `+inf` as `f32::MAX`; if
+    /// every logit is `-inf`/`NaN` the distribution is taken as uniform. An empty `logits`
+    /// returns token 0 with no logprobs.
+    pub fn sample(&mut self, logits: &[f32], prompt: &[u32], generated: &[u32]) -> Sampled {
+        if logits.is_empty() {
+            return Sampled {
+                token: 0,
+                logprob: None,
+                top_logprobs: Vec::new(),
+            };
+        }
+        self.prepare_logits(logits, prompt, generated);
+        let token = if self.params.is_greedy() {
+            argmax(&self.logits)
+        } else {
+            self.draw()
+        };
+        let (logprob, top) = match self.params.logprobs {
+            None => (None, Vec::new()),
+            Some(k) => {
+                let lse = log_sum_exp(&self.logits);
+                let lp = (self.logits[token as usize] as f64 - lse) as f32;
+                (
+                    Some(lp),
+                    top_logprobs(&self.logits, lse, k, &mut self.trunc.idx),
+                )
+            }
+        };
+        Sampled {
+            token,
+            logprob,
+            top_logprobs: top,
+        }
+    }
+
+    /// Copies `raw` into scratch, applies penalties, then sanitises non-finite values.
+    fn prepare_logits(&mut self, raw: &[f32], prompt: &[u32], generated: &[u32]) {
+        self.logits.clear();
+        self.logits.extend_from_slice(raw);
+        let p = &self.params;
+        let pen = Penalties {
+            repetition: if p.repetition_penalty > 0.0 {
+                p.repetition_penalty
+            } else {
+                1.0
+            },
+            presence: if p.presence_penalty.is_finite() {
+                p.presence_penalty
+            } else {
+                0.0
+            },
+            frequency: if p.frequency_penalty.is_finite() {
+                p.frequency_penalty
+            } else {
+                0.0
+            },
+        };
+        self.penalties
+            .apply(&mut self.logits, prompt, generated, pen);
+        let mut any_finite = false;
+        for l in self.logits.iter_mut() {
+            if l.is_nan() {
+                *l = f32::NEG_INFINITY;
+            } else if *l == f32::INFINITY {
+                *l = f32::MAX;
+            }
+            any_finite |= *l > f32::NEG_INFINITY;
+        }
+        if !any_finite {
+            self.logits.fill(0.0);
+        }
+    }
+
+    /// Temperature, truncation and one draw from the PRNG.
+    fn draw(&mut self) -> u32 {
+        let p = &self.params;
+        let inv_temp = 1.0 / p.temperature;
+        let max = self.logits.iter().fold(f32::NEG_INFINITY, |m, &l| m.max(l));
+        self.weights.clear();
+        // (l - max) in f64 cannot overflow; -inf logits give weight 0, the max gives exactly 1.
+        self.weights.extend(
+            self.logits
+                .iter()
+                .map(|&l| exp_nonpos(((l as f64 - max as f64) as f32) * inv_temp)),
+        );
+        let t = Truncation {
+            top_k: p.top_k,
+            top_p: if p.top_p > 0.0 { p.top_p as f64 } else { 1.0 },
+            min_p: if p.min_p > 0.0 {
+                (p.min_p as f64).min(1.0)
+            } else {
+                0.0
+            },
+        };
+        let u = self.rng.next_f64();
+        match truncate(&self.weights, &mut self.trunc, t) {
+            Kept::AtLeast(min_w) => {
+                let w = &self.weights;
+                let kept = (0..w.len()).filter(|&i| w[i] >= min_w);
+                let total = kept.clone().map(|i| w[i] as f64).sum();
+                pick(total, u, kept.map(|i| (i as u32, w[i])))
+            }
+            Kept::Prefix(n) => {
+                let (w, ids) = (&self.weights, &self.trunc.idx[..n]);
+                let kept = ids.iter().map(|&i| (i, w[i as usize]));
+                pick(kept.clone().map(|(_, x)| x as f64).sum(), u, kept)
+            }
+        }
+    }
+}
+
+/// Index of the largest value; the lowest index wins ties. `logits` is non-empty, no NaN.
+fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Inverse-CDF draw: the first candidate at which the running sum exceeds `u * total`.
+/// Falls back to the last candidate with positive weight (rounding at the very end).
+fn pick(total: f64, u: f64, candidates: impl Iterator<Item = (u32, f32)>) -> u32 {
+    let target = u * total;
+    let mut acc = 0.0;
+    let mut last = None;
+    for (id, w) in candidates {
+        if w > 0.0 {
+            acc += w as f64;
+            last = Some(id);
+            if acc > target {
+                return id;
+            }
+        }
+    }
+    last.unwrap_or(0)
+}
+
+#[cfg(test)]
+#[path = "sampler_tests.rs"]
+mod tests;
