@@ -43,6 +43,9 @@ pub struct Args {
     /// Print timing to stderr at the end.
     #[arg(long)]
     stats: bool,
+    /// Print the rendered prompt and its token ids to stderr.
+    #[arg(long)]
+    verbose: bool,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -61,6 +64,9 @@ pub fn run(a: Args) -> Result<()> {
     };
     // A chat template writes its own special tokens; plain prompts get the tokenizer's (e.g. BOS).
     let prompt = m.tokenizer.encode(&text, !a.chat)?;
+    if a.verbose {
+        eprintln!("prompt text: {text:?}\nprompt ids: {prompt:?}");
+    }
     let params = SamplingParams {
         temperature: a.temperature,
         top_p: a.top_p,

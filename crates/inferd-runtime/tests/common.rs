@@ -1,0 +1,101 @@
+//! Helpers shared by the runtime's end-to-end tests. Every test body is generic
+//! over `Backend`, so each backend runs the same checks.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use inferd_runtime::{Backend, BlockAllocator, ForwardBatch, KvDtype, Model};
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+pub fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// A model plus its own KV pool and allocator: enough to run sequences by hand.
+pub struct Runner<'m, B: Backend> {
+    pub model: &'m Model<B>,
+    pub layout: inferd_runtime::KvLayout,
+    pub kv: B::Kv,
+    pub alloc: BlockAllocator,
+}
+
+impl<'m, B: Backend> Runner<'m, B> {
+    pub fn new(model: &'m Model<B>, tokens: usize) -> Self {
+        let bs = 4; // small blocks so every test crosses block boundaries
+        let layout = model.kv_layout(tokens.div_ceil(bs) + 8, bs, KvDtype::F32);
+        let kv = model.alloc_kv(&layout).unwrap();
+        Runner { model, layout, kv, alloc: BlockAllocator::new(layout.num_blocks, bs) }
+    }
+
+    /// Logits of every position of `ids`, prefilled in chunks of `chunk`.  -> [n][vocab]
+    pub fn prompt_logits(&mut self, ids: &[u32], chunk: usize) -> Vec<Vec<f32>> {
+        let mut table = Vec::new();
+        assert!(self.alloc.ensure(&mut table, ids.len()));
+        let vocab = self.model.cfg.vocab_size;
+        let mut out = Vec::new();
+        for (i, c) in ids.chunks(chunk).enumerate() {
+            let mut b = ForwardBatch::default();
+            b.push(c, i * chunk, table.clone(), false);
+            b.logits_rows = (0..c.len()).collect();
+            let l = self.model.forward(&mut self.kv, &self.layout, &b).unwrap();
+            out.extend(l.chunks(vocab).map(|r| r.to_vec()));
+        }
+        self.alloc.release(&mut table);
+        out
+    }
+
+    /// Greedy continuation of `n` tokens (prefill in one pass, then one token per pass).
+    pub fn greedy(&mut self, ids: &[u32], n: usize) -> Vec<u32> {
+        let mut table = Vec::new();
+        assert!(self.alloc.ensure(&mut table, ids.len() + n));
+        let mut b = ForwardBatch::default();
+        b.push(ids, 0, table.clone(), true);
+        let mut logits = self.model.forward(&mut self.kv, &self.layout, &b).unwrap();
+        let mut out = Vec::new();
+        for i in 0..n {
+            let t = argmax(&logits);
+            out.push(t);
+            if i + 1 == n {
+                break;
+            }
+            let mut b = ForwardBatch::default();
+            b.push(&[t], ids.len() + i, table.clone(), true);
+            logits = self.model.forward(&mut self.kv, &self.layout, &b).unwrap();
+        }
+        self.alloc.release(&mut table);
+        out
+    }
+}
+
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// A pulled real model in the cache (`$INFERD_CACHE_DIR` or `~/.cache/inferd`), or
+/// `None` (with a note) when absent; with `INFERD_REQUIRE_MODELS=1` absence fails.
+pub fn real_model(dir: &str, file: &str) -> Option<PathBuf> {
+    let base = std::env::var_os("INFERD_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/inferd")))
+        .unwrap_or_default();
+    let p = base.join("models").join(dir).join(file);
+    if p.exists() {
+        return Some(p);
+    }
+    if std::env::var("INFERD_REQUIRE_MODELS").is_ok_and(|v| v == "1") {
+        panic!("{} is missing: run `inferd pull {dir}`", p.display());
+    }
+    eprintln!("note: {} absent, skipping (run `inferd pull {dir}`)", p.display());
+    None
+}
