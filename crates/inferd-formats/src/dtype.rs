@@ -13,6 +13,7 @@ pub enum DType {
     Q8_0,
     Q4_0,
     Q4_1,
+    Q5_0,
     Q4K,
     Q5K,
     Q6K,
@@ -26,6 +27,7 @@ impl DType {
             1 => DType::F16,
             2 => DType::Q4_0,
             3 => DType::Q4_1,
+            6 => DType::Q5_0,
             8 => DType::Q8_0,
             12 => DType::Q4K,
             13 => DType::Q5K,
@@ -41,6 +43,7 @@ impl DType {
             DType::F16 => 1,
             DType::Q4_0 => 2,
             DType::Q4_1 => 3,
+            DType::Q5_0 => 6,
             DType::Q8_0 => 8,
             DType::Q4K => 12,
             DType::Q5K => 13,
@@ -53,7 +56,7 @@ impl DType {
     pub fn block_len(self) -> usize {
         match self {
             DType::F32 | DType::F16 | DType::BF16 => 1,
-            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 => 32,
+            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 => 32,
             DType::Q4K | DType::Q5K | DType::Q6K => 256,
         }
     }
@@ -66,6 +69,7 @@ impl DType {
             DType::Q8_0 => 34, // f16 d + 32 x i8
             DType::Q4_0 => 18, // f16 d + 16 bytes of nibbles
             DType::Q4_1 => 20, // f16 d + f16 m + 16 bytes of nibbles
+            DType::Q5_0 => 22, // f16 d + 4 bytes of 5th bits + 16 bytes of nibbles
             DType::Q4K => 144, // f16 d, f16 dmin, 12 bytes scales, 128 bytes nibbles
             DType::Q5K => 176, // f16 d, f16 dmin, 12 scales, 32 high bits, 128 nibbles
             DType::Q6K => 210, // 128 low nibbles, 64 high 2-bits, 16 i8 scales, f16 d
@@ -92,6 +96,7 @@ impl DType {
             DType::Q8_0 => "Q8_0",
             DType::Q4_0 => "Q4_0",
             DType::Q4_1 => "Q4_1",
+            DType::Q5_0 => "Q5_0",
             DType::Q4K => "Q4_K",
             DType::Q5K => "Q5_K",
             DType::Q6K => "Q6_K",
@@ -117,6 +122,7 @@ mod tests {
             }
         }
         assert_eq!(DType::from_ggml_id(7), None); // Q5_1 is not read
+        assert_eq!(DType::from_ggml_id(6), Some(DType::Q5_0));
     }
 
     #[test]

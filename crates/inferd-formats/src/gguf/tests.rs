@@ -357,13 +357,13 @@ fn unknown_and_unsupported_type_ids() {
     assert_names(&err, "mem.gguf", "tensor 'weird' has unknown type id 99");
 
     let mut w = GgufWriter::new();
-    w.add_raw_tensor("q5", 6, vec![32], vec![0u8; 22]);
+    w.add_raw_tensor("q5_1", 7, vec![32], vec![0u8; 24]);
     let err = parse_bytes(w.to_bytes().unwrap()).unwrap_err();
     assert!(matches!(err, FormatError::UnsupportedType { .. }), "{err}");
     assert_names(
         &err,
         "mem.gguf",
-        "tensor 'q5' has unsupported type Q5_0 (ggml type 6)",
+        "tensor 'q5_1' has unsupported type Q5_1 (ggml type 7)",
     );
 }
 

@@ -1,0 +1,105 @@
+//! Kernel selection: (weight type, SIMD level) -> dot-product function and the
+//! activation format it needs.
+
+use crate::activation::ActRow;
+use crate::blocks::{float, q4_0, q4_1, q4_k, q5_0, q5_k, q6_k, q8_0};
+use crate::{DType, SimdLevel};
+
+/// Dot of one weight row (raw blocks) with one activation row.
+pub type DotFn = unsafe fn(&[u8], &ActRow) -> f32;
+
+/// How activations are prepared for a weight type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActFormat {
+    /// Plain f32 rows (float weights).
+    Float,
+    /// [`crate::activation::Act32`].
+    Q8x32,
+    /// [`crate::activation::Act256`].
+    Q8x256,
+}
+
+pub fn act_format(dtype: DType) -> ActFormat {
+    match dtype {
+        DType::F32 | DType::F16 | DType::BF16 => ActFormat::Float,
+        DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 => ActFormat::Q8x32,
+        DType::Q4K | DType::Q5K | DType::Q6K => ActFormat::Q8x256,
+    }
+}
+
+fn f32_scalar(w: &[u8], a: &ActRow) -> f32 {
+    float::dot_f32(w, a.x)
+}
+fn f16_scalar(w: &[u8], a: &ActRow) -> f32 {
+    float::dot_f16(w, a.x)
+}
+fn bf16_scalar(w: &[u8], a: &ActRow) -> f32 {
+    float::dot_bf16(w, a.x)
+}
+
+fn scalar(dtype: DType) -> DotFn {
+    match dtype {
+        DType::F32 => f32_scalar,
+        DType::F16 => f16_scalar,
+        DType::BF16 => bf16_scalar,
+        DType::Q8_0 => q8_0::dot_scalar,
+        DType::Q4_0 => q4_0::dot_scalar,
+        DType::Q4_1 => q4_1::dot_scalar,
+        DType::Q5_0 => q5_0::dot_scalar,
+        DType::Q4K => q4_k::dot_scalar,
+        DType::Q5K => q5_k::dot_scalar,
+        DType::Q6K => q6_k::dot_scalar,
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn avx2(dtype: DType) -> DotFn {
+    use crate::simd::avx2 as k;
+    match dtype {
+        DType::F32 => k::dot_f32,
+        DType::F16 => k::dot_f16,
+        DType::BF16 => k::dot_bf16,
+        DType::Q8_0 => k::dot_q8_0,
+        DType::Q4_0 => k::dot_q4_0,
+        DType::Q4_1 => k::dot_q4_1,
+        DType::Q5_0 => k::dot_q5_0,
+        DType::Q4K => k::dot_q4_k,
+        DType::Q5K => k::dot_q5_k,
+        DType::Q6K => k::dot_q6_k,
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn avx512(dtype: DType) -> DotFn {
+    use crate::simd::avx512 as k;
+    match dtype {
+        // Float weights are bandwidth bound; the AVX2 kernels are used.
+        // Q5_0 has no 512-bit kernel yet; the AVX2 one runs at this level.
+        DType::F32 | DType::F16 | DType::BF16 | DType::Q5_0 => avx2(dtype),
+        DType::Q8_0 => k::dot_q8_0,
+        DType::Q4_0 => k::dot_q4_0,
+        DType::Q4_1 => k::dot_q4_1,
+        DType::Q4K => k::dot_q4_k,
+        DType::Q5K => k::dot_q5_k,
+        DType::Q6K => k::dot_q6_k,
+    }
+}
+
+/// The dot kernel for `dtype` at `level`. `level` must already be clamped to the
+/// detected level ([`crate::level::clamp_level`]); calling the returned function is
+/// then sound for rows of matching size.
+pub fn dot_fn(dtype: DType, level: SimdLevel) -> DotFn {
+    #[cfg(target_arch = "x86_64")]
+    {
+        match level {
+            SimdLevel::Scalar => scalar(dtype),
+            SimdLevel::Avx2 => avx2(dtype),
+            SimdLevel::Avx512 => avx512(dtype),
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = level;
+        scalar(dtype)
+    }
+}

@@ -1,0 +1,261 @@
+//! `y[n, rows] = x[n, cols] · Wᵀ` for every weight type, multi-threaded.
+//!
+//! Two paths, picked by the number of activation rows `n`:
+//!
+//! * **Dot path** (`n < gemm_min_n`, decode): activations are quantized once to 8 bits
+//!   ([`crate::activation`]) and every weight row is dotted with all `n` rows by the
+//!   integer SIMD kernels ([`crate::dispatch`]). Output rows are split into chunks
+//!   across the rayon pool; each task streams its weight rows exactly once, so the
+//!   path runs at memory bandwidth. Float weights use f32 FMA dots on the raw rows.
+//! * **GEMM path** (`n >= gemm_min_n`, prefill): each task dequantizes a tile of weight
+//!   rows into a per-thread f32 scratch ([tile_rows, cols]) and multiplies it with the
+//!   f32 activations through the `gemm` crate (single-threaded inside the task), so the
+//!   dequantization is amortised over `n`. Aligned F32 weights go to `gemm` directly.
+//!
+//! Threading: work goes to the global rayon pool. When `linear` is called from a
+//! thread outside the pool, that thread only waits while sleeping workers are woken
+//! (several µs per call, a large share of a 20 µs decode matmul). Running the whole
+//! forward pass inside the pool (`rayon::ThreadPool::install`, or one `rayon::join`)
+//! lets the caller take part: measured 26.5 -> 18.7 µs for a 576x576 Q4_1 decode on
+//! 2 threads.
+//!
+//! Results of the two paths differ by the activation quantization error of the dot
+//! path (bounded by `Σ|w| d/2`, see [`crate::activation`]).
+
+use crate::activation::{Act256, Act32, ActRow};
+use crate::blocks;
+use crate::dispatch::{act_format, dot_fn, ActFormat};
+use crate::level::{clamp_level, simd_level};
+use crate::parallel::{for_row_chunks, SharedOut};
+use crate::{DType, QuantError, SimdLevel, WeightMatrix};
+use std::cell::RefCell;
+
+/// Default `n` from which the GEMM path is used. The dot path costs ~n times its
+/// n = 1 time (weights are re-unpacked per activation row); measured crossover on
+/// 2 threads: n = 8..12 depending on the type (`benches/linear.rs --crossover`).
+pub const DEFAULT_GEMM_MIN_N: usize = 10;
+
+/// Knobs of [`linear_config`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinearConfig {
+    /// Kernel level; clamped to what the CPU supports.
+    pub level: SimdLevel,
+    /// Smallest `n` that takes the GEMM path (`usize::MAX`: never; 0 or 1: always).
+    pub gemm_min_n: usize,
+}
+
+impl Default for LinearConfig {
+    fn default() -> Self {
+        LinearConfig {
+            level: simd_level(),
+            gemm_min_n: DEFAULT_GEMM_MIN_N,
+        }
+    }
+}
+
+impl LinearConfig {
+    /// Default thresholds at an explicit level.
+    pub fn at_level(level: SimdLevel) -> Self {
+        LinearConfig {
+            level,
+            ..Default::default()
+        }
+    }
+}
+
+fn check(w: &WeightMatrix, x: &[f32], n: usize, y: &[f32]) -> Result<(), QuantError> {
+    w.validate()?;
+    let shape = |what, expected: Option<usize>, actual| match expected {
+        Some(e) if e == actual => Ok(()),
+        e => Err(QuantError::ShapeMismatch {
+            what,
+            expected: e.unwrap_or(usize::MAX),
+            actual,
+        }),
+    };
+    shape("x", n.checked_mul(w.cols), x.len())?;
+    shape("y", n.checked_mul(w.rows), y.len())
+}
+
+/// [`crate::linear`] with explicit configuration; returns an error on bad shapes.
+pub fn linear_config(
+    cfg: &LinearConfig,
+    w: &WeightMatrix,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+) -> Result<(), QuantError> {
+    check(w, x, n, y)?;
+    if n == 0 || w.rows == 0 {
+        return Ok(());
+    }
+    if w.cols == 0 {
+        y.fill(0.0);
+        return Ok(());
+    }
+    let level = clamp_level(cfg.level);
+    if n >= cfg.gemm_min_n {
+        linear_gemm(level, w, x, n, y);
+    } else {
+        linear_dot(level, w, x, n, y);
+    }
+    Ok(())
+}
+
+/// Quantized activations kept alive while their [`ActRow`] views are used.
+enum Acts {
+    Float,
+    Q8x32(Act32),
+    Q8x256(Act256),
+}
+
+/// Minimum weight bytes per task, so tiny matrices are not split.
+const MIN_TASK_BYTES: usize = 16 * 1024;
+
+fn linear_dot(level: SimdLevel, w: &WeightMatrix, x: &[f32], n: usize, y: &mut [f32]) {
+    let (rows, cols) = (w.rows, w.cols);
+    let dot = dot_fn(w.dtype, level);
+    let acts = match act_format(w.dtype) {
+        ActFormat::Float => Acts::Float,
+        ActFormat::Q8x32 => Acts::Q8x32(Act32::quantize(x, n, cols)),
+        ActFormat::Q8x256 => Acts::Q8x256(Act256::quantize(x, n, cols)),
+    };
+    let act_rows: Vec<ActRow> = (0..n) // [n]
+        .map(|i| match &acts {
+            Acts::Float => ActRow::float(&x[i * cols..(i + 1) * cols]),
+            Acts::Q8x32(a) => a.row(i),
+            Acts::Q8x256(a) => a.row(i),
+        })
+        .collect();
+    let rb = w.row_bytes();
+    let out = SharedOut::new(y);
+    let min_rows = MIN_TASK_BYTES.div_ceil(rb.max(1));
+    for_row_chunks(rows, min_rows, |r0, r1| {
+        for r in r0..r1 {
+            let wr = &w.data[r * rb..(r + 1) * rb];
+            for (i, a) in act_rows.iter().enumerate() {
+                // SAFETY: `level` is clamped to the detected level and the row sizes
+                // were validated; each (i, r) is written by exactly one task.
+                unsafe { *out.at(i * rows + r) = dot(wr, a) };
+            }
+        }
+    });
+}
+
+thread_local! {
+    /// Per-thread dequantized weight tile, [tile_rows, cols].
+    static TILE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Decode whole blocks at `level` (AVX2 builds of the same loops auto-vectorize).
+pub(crate) fn dequantize_at(level: SimdLevel, dtype: DType, src: &[u8], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if clamp_level(level) >= SimdLevel::Avx2 {
+        // SAFETY: AVX2/FMA/F16C are present (level clamped to the detected level).
+        unsafe { blocks::dequantize_avx2(dtype, src, dst) };
+        return;
+    }
+    let _ = level;
+    blocks::dequantize_unchecked(dtype, src, dst);
+}
+
+/// Rows per GEMM tile: about 4 tiles per thread, 16..=256 rows, multiple of 16.
+fn tile_rows(rows: usize) -> usize {
+    let threads = rayon::current_num_threads().max(1);
+    let t = rows.div_ceil(threads * 4).clamp(16, 256);
+    t.div_ceil(16) * 16
+}
+
+/// `y[n, rows] = x[n, cols] · tileᵀ` for a tile of `tr` rows written at column `r0`.
+///
+/// # Safety
+/// `tile` is [tr, cols]; columns `r0..r0+tr` of `y` ([n, rows] at `out`) belong to the caller.
+unsafe fn gemm_tile(
+    out: SharedOut,
+    rows: usize,
+    r0: usize,
+    x: &[f32],
+    n: usize,
+    cols: usize,
+    tile: *const f32,
+    tr: usize,
+    parallelism: gemm::Parallelism,
+) {
+    gemm::gemm(
+        n,
+        tr,
+        cols,
+        out.at(r0),
+        1,
+        rows as isize,
+        false,
+        x.as_ptr(),
+        1,
+        cols as isize,
+        tile,
+        cols as isize,
+        1,
+        0.0f32,
+        1.0f32,
+        false,
+        false,
+        false,
+        parallelism,
+    );
+}
+
+fn linear_gemm(level: SimdLevel, w: &WeightMatrix, x: &[f32], n: usize, y: &mut [f32]) {
+    let (rows, cols) = (w.rows, w.cols);
+    let out = SharedOut::new(y);
+    if w.dtype == DType::F32 && w.data.as_ptr().align_offset(4) == 0 {
+        let threads = rayon::current_num_threads().max(1);
+        let par = if threads > 1 {
+            gemm::Parallelism::Rayon(threads)
+        } else {
+            gemm::Parallelism::None
+        };
+        // SAFETY: data is aligned and holds [rows, cols] f32 (validated).
+        unsafe {
+            gemm_tile(
+                out,
+                rows,
+                0,
+                x,
+                n,
+                cols,
+                w.data.as_ptr() as *const f32,
+                rows,
+                par,
+            )
+        };
+        return;
+    }
+    let rb = w.row_bytes();
+    let tile = tile_rows(rows);
+    for_row_chunks(rows.div_ceil(tile), 1, |t0, t1| {
+        TILE.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            for t in t0..t1 {
+                let r0 = t * tile;
+                let tr = tile.min(rows - r0);
+                buf.resize(tr * cols, 0.0);
+                let scratch = &mut buf[..tr * cols]; // [tr, cols]
+                dequantize_at(level, w.dtype, &w.data[r0 * rb..(r0 + tr) * rb], scratch);
+                // SAFETY: this task owns output columns r0..r0+tr.
+                unsafe {
+                    gemm_tile(
+                        out,
+                        rows,
+                        r0,
+                        x,
+                        n,
+                        cols,
+                        scratch.as_ptr(),
+                        tr,
+                        gemm::Parallelism::None,
+                    )
+                };
+            }
+        })
+    });
+}

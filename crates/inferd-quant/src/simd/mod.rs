@@ -1,0 +1,8 @@
+//! Hand-written SIMD dot products (x86_64 only). Every function here is `unsafe`
+//! and requires the CPU features its module names; [`crate::dispatch`] only hands
+//! them out when [`crate::level::detected_level`] allows it.
+
+#[cfg(target_arch = "x86_64")]
+pub mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub mod avx512;
