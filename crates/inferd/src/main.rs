@@ -29,9 +29,8 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     if let Some(n) = cli.threads {
-        if let Err(e) = rayon::ThreadPoolBuilder::new().num_threads(n).build_global() {
-            eprintln!("warning: could not set {n} threads: {e}");
-        }
+        // Read by the CPU backend when it creates its worker pool.
+        std::env::set_var("INFERD_THREADS", n.to_string());
     }
     let r = match cli.command {
         Command::Generate(a) => cmd::generate::run(a),

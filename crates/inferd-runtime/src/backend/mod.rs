@@ -70,6 +70,13 @@ pub trait Backend: Send + Sync {
 
     fn name(&self) -> &'static str;
 
+    /// Runs one forward pass's host-side orchestration `f` in the backend's
+    /// execution context (the CPU backend: inside its worker pool, so nested
+    /// parallel ops start without waking threads from outside).
+    fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        f()
+    }
+
     /// Loads a weight. Several names are concatenated along rows (fused
     /// projections, e.g. Q|K|V); they must share dtype and trailing dimensions.
     fn load_weight(&self, src: &SharedSource, names: &[&str]) -> Result<Self::Weight>;

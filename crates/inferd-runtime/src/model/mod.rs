@@ -80,8 +80,7 @@ impl<B: Backend> Model<B> {
         }
         let b = self.backend.prepare_batch(batch, &self.cfg.rope, layout)?;
         let dec = Decoder { backend: &self.backend, cfg: &self.cfg, weights: &self.weights };
-        let logits = dec.forward(kv, &b);
-        Ok(self.backend.to_host(&logits))
+        Ok(self.backend.run(|| self.backend.to_host(&dec.forward(kv, &b))))
     }
 }
 

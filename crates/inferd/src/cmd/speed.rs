@@ -36,7 +36,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<()> {
     let m = Loaded::open(&a.model)?;
-    let threads = rayon::current_num_threads();
+    let threads = m.model.backend.threads();
     let model = &m.model;
     let bs = 16;
     let total = a.prompt_tokens.max(a.gen_tokens) + 1;

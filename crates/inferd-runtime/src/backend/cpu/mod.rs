@@ -9,6 +9,8 @@ pub mod simd;
 mod tensor;
 mod weight;
 
+use std::sync::Arc;
+
 use rayon::prelude::*;
 
 pub use batch::CpuBatch;
@@ -22,12 +24,37 @@ use crate::{Result, RuntimeError};
 /// Element-wise work below this many elements stays on the calling thread.
 const PAR_MIN_ELEMS: usize = 1 << 15;
 
-#[derive(Clone, Debug, Default)]
-pub struct CpuBackend;
+/// The CPU backend owns its worker pool (one thread per core unless configured).
+#[derive(Clone)]
+pub struct CpuBackend {
+    pool: Arc<rayon::ThreadPool>,
+}
 
 impl CpuBackend {
+    /// One worker per available core, or `INFERD_THREADS`.
     pub fn new() -> Self {
-        CpuBackend
+        let n = std::env::var("INFERD_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+        Self::with_threads(n)
+    }
+
+    /// `threads == 0` means one per available core.
+    pub fn with_threads(threads: usize) -> Self {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("inferd-cpu-{i}"))
+            .build()
+            .expect("creating the CPU worker pool");
+        CpuBackend { pool: Arc::new(pool) }
+    }
+
+    pub fn threads(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+}
+
+impl Default for CpuBackend {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -46,6 +73,10 @@ impl Backend for CpuBackend {
 
     fn name(&self) -> &'static str {
         "cpu"
+    }
+
+    fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        self.pool.install(f)
     }
 
     fn load_weight(&self, src: &SharedSource, names: &[&str]) -> Result<CpuWeight> {

@@ -1,0 +1,82 @@
+//! Streaming detokenization that only ever emits final, valid UTF-8 text.
+//!
+//! Ids are decoded over a sliding window: `prefix..read` is text already emitted (kept as context
+//! so decoders that look at neighbours, like SentencePiece's leading-space rule, decode the new
+//! ids the same way they would in the full sequence), `read..` is pending. New text is emitted
+//! once it extends the window's decoded prefix and does not end in U+FFFD (an incomplete UTF-8
+//! sequence split across byte-level or byte-fallback tokens).
+
+use crate::{TextError, Tokenizer};
+
+/// Push ids, get back only text that is complete UTF-8 and will not change.
+pub struct IncrementalDecoder<'t> {
+    tok: &'t Tokenizer,
+    skip_special_tokens: bool,
+    /// Ids from the start of the window on. // [window]
+    ids: Vec<u32>,
+    /// Window-relative index where already-emitted context begins (always 0 after compaction).
+    prefix: usize,
+    /// Window-relative index of the first id whose text has not been emitted yet.
+    read: usize,
+}
+
+impl<'t> IncrementalDecoder<'t> {
+    pub fn new(tok: &'t Tokenizer, skip_special_tokens: bool) -> Self {
+        IncrementalDecoder {
+            tok,
+            skip_special_tokens,
+            ids: Vec::new(),
+            prefix: 0,
+            read: 0,
+        }
+    }
+
+    /// Adds one id; returns the text that became final (often empty).
+    pub fn push(&mut self, id: u32) -> Result<String, TextError> {
+        let vocab_size = self.tok.vocab_size();
+        if id as usize >= vocab_size {
+            return Err(TextError::UnknownId { id, vocab_size });
+        }
+        self.ids.push(id);
+        let prefix_text = self.decode(self.prefix..self.read)?;
+        let full_text = self.decode(self.prefix..self.ids.len())?;
+        let Some(new_text) = full_text.strip_prefix(prefix_text.as_str()) else {
+            // The decoder rewrote already-emitted context; wait for more ids (finish flushes).
+            return Ok(String::new());
+        };
+        if new_text.is_empty() || new_text.ends_with('\u{FFFD}') {
+            return Ok(String::new());
+        }
+        let out = new_text.to_string();
+        // The ids just emitted become the context of the next window.
+        self.ids.drain(..self.read);
+        self.prefix = 0;
+        self.read = self.ids.len();
+        Ok(out)
+    }
+
+    /// Flushes whatever is pending (an incomplete UTF-8 tail comes out as U+FFFD, as in `decode`).
+    pub fn finish(&mut self) -> Result<String, TextError> {
+        let prefix_text = self.decode(self.prefix..self.read)?;
+        let full_text = self.decode(self.prefix..self.ids.len())?;
+        let out = match full_text.strip_prefix(prefix_text.as_str()) {
+            Some(rest) => rest.to_string(),
+            None => full_text,
+        };
+        self.ids.clear();
+        self.prefix = 0;
+        self.read = 0;
+        Ok(out)
+    }
+
+    fn decode(&self, range: std::ops::Range<usize>) -> Result<String, TextError> {
+        if range.is_empty() {
+            return Ok(String::new());
+        }
+        self.tok.decode(&self.ids[range], self.skip_special_tokens)
+    }
+}
+
+#[cfg(test)]
+#[path = "incremental_tests.rs"]
+mod tests;
