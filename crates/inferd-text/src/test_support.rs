@@ -166,18 +166,11 @@ impl Rng {
     }
 }
 
-/// Optional: a GGUF with Qwen2.5's tokenizer metadata (`INFERD_QWEN25_GGUF`; the fixture script
-/// can write a tokenizer-only one with `--write-qwen25-tokenizer-gguf`). Not required by
-/// `INFERD_REQUIRE_MODELS`.
+/// Qwen2.5-Coder-0.5B-Instruct GGUF (its tokenizer metadata; `INFERD_QWEN25_GGUF` overrides).
 pub fn qwen25_gguf() -> Option<PathBuf> {
-    let path = PathBuf::from(std::env::var_os("INFERD_QWEN25_GGUF")?);
-    if path.is_file() {
-        Some(path)
-    } else {
-        eprintln!(
-            "note: skipping, INFERD_QWEN25_GGUF={} not found",
-            path.display()
-        );
-        None
-    }
+    model_path(
+        "INFERD_QWEN25_GGUF",
+        "qwen2.5-coder-0.5b-instruct/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        false,
+    )
 }

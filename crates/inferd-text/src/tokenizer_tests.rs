@@ -221,7 +221,6 @@ fn qwen25_gguf_tokenizer_matches_qwen3_reference() {
     // Qwen2.5's GGUF vocabulary has the same BPE merges and first special tokens as Qwen3's
     // tokenizer.json, so the `qwen2` pre-tokenizer must reproduce the Qwen3 reference ids.
     let Some(path) = crate::test_support::qwen25_gguf() else {
-        eprintln!("note: skipping, set INFERD_QWEN25_GGUF to check the qwen2 pre-tokenizer");
         return;
     };
     let tok = Tokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
