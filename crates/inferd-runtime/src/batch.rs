@@ -39,10 +39,21 @@ impl ForwardBatch {
     }
 
     /// Append one sequence's chunk; `want_logits` asks for the logits of its last token.
-    pub fn push(&mut self, tokens: &[u32], start_pos: usize, block_table: Vec<u32>, want_logits: bool) {
+    pub fn push(
+        &mut self,
+        tokens: &[u32],
+        start_pos: usize,
+        block_table: Vec<u32>,
+        want_logits: bool,
+    ) {
         let token_start = self.tokens.len();
         self.tokens.extend_from_slice(tokens);
-        self.seqs.push(SeqChunk { token_start, n_tokens: tokens.len(), start_pos, block_table });
+        self.seqs.push(SeqChunk {
+            token_start,
+            n_tokens: tokens.len(),
+            start_pos,
+            block_table,
+        });
         if want_logits && !tokens.is_empty() {
             self.logits_rows.push(token_start + tokens.len() - 1);
         }
@@ -64,7 +75,9 @@ impl ForwardBatch {
         let mut next = 0;
         for (i, s) in self.seqs.iter().enumerate() {
             if s.token_start != next || s.n_tokens == 0 {
-                return Err(format!("chunk {i} does not follow the previous one or is empty"));
+                return Err(format!(
+                    "chunk {i} does not follow the previous one or is empty"
+                ));
             }
             next += s.n_tokens;
             let need = s.kv_len().div_ceil(block_size);
@@ -76,11 +89,16 @@ impl ForwardBatch {
                 ));
             }
             if let Some(b) = s.block_table.iter().find(|&&b| b as usize >= num_blocks) {
-                return Err(format!("chunk {i}: block {b} out of range (pool has {num_blocks})"));
+                return Err(format!(
+                    "chunk {i}: block {b} out of range (pool has {num_blocks})"
+                ));
             }
         }
         if next != self.tokens.len() {
-            return Err(format!("chunks cover {next} of {} tokens", self.tokens.len()));
+            return Err(format!(
+                "chunks cover {next} of {} tokens",
+                self.tokens.len()
+            ));
         }
         if let Some(r) = self.logits_rows.iter().find(|&&r| r >= self.tokens.len()) {
             return Err(format!("logits row {r} out of range"));

@@ -24,7 +24,12 @@ pub struct GenerateConfig {
 
 impl Default for GenerateConfig {
     fn default() -> Self {
-        GenerateConfig { max_new_tokens: 128, prefill_chunk: 512, block_size: 16, stop_ids: Vec::new() }
+        GenerateConfig {
+            max_new_tokens: 128,
+            prefill_chunk: 512,
+            block_size: 16,
+            stop_ids: Vec::new(),
+        }
     }
 }
 

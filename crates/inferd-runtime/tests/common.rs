@@ -34,7 +34,12 @@ impl<'m, B: Backend> Runner<'m, B> {
         let bs = 4; // small blocks so every test crosses block boundaries
         let layout = model.kv_layout(tokens.div_ceil(bs) + 8, bs, KvDtype::F32);
         let kv = model.alloc_kv(&layout).unwrap();
-        Runner { model, layout, kv, alloc: BlockAllocator::new(layout.num_blocks, bs) }
+        Runner {
+            model,
+            layout,
+            kv,
+            alloc: BlockAllocator::new(layout.num_blocks, bs),
+        }
     }
 
     /// Logits of every position of `ids`, prefilled in chunks of `chunk`.  -> [n][vocab]
@@ -79,7 +84,10 @@ impl<'m, B: Backend> Runner<'m, B> {
 
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 /// A pulled real model in the cache (`$INFERD_CACHE_DIR` or `~/.cache/inferd`), or
@@ -96,6 +104,9 @@ pub fn real_model(dir: &str, file: &str) -> Option<PathBuf> {
     if std::env::var("INFERD_REQUIRE_MODELS").is_ok_and(|v| v == "1") {
         panic!("{} is missing: run `inferd pull {dir}`", p.display());
     }
-    eprintln!("note: {} absent, skipping (run `inferd pull {dir}`)", p.display());
+    eprintln!(
+        "note: {} absent, skipping (run `inferd pull {dir}`)",
+        p.display()
+    );
     None
 }

@@ -73,28 +73,56 @@ struct Conversion {
     arch_override: Option<&'static str>,
 }
 
-const PLAIN: Conversion = Conversion { quant: None, drop: None, shrink: None, arch_override: None };
+const PLAIN: Conversion = Conversion {
+    quant: None,
+    drop: None,
+    shrink: None,
+    arch_override: None,
+};
 
 fn convert(name: &str, conv: &Conversion) -> PathBuf {
     let dir = repo_root().join("fixtures/models").join(name);
     let cfg = HfConfig::from_file(dir.join("config.json")).unwrap();
     let st = SafetensorsModel::open(&dir).unwrap();
-    let arch = conv.arch_override.unwrap_or(match cfg.model_type.as_deref().unwrap() {
-        "llama" => "llama",
-        "qwen2" => "qwen2",
-        "qwen3" => "qwen3",
-        other => panic!("{other}"),
-    });
+    let arch = conv
+        .arch_override
+        .unwrap_or(match cfg.model_type.as_deref().unwrap() {
+            "llama" => "llama",
+            "qwen2" => "qwen2",
+            "qwen3" => "qwen3",
+            other => panic!("{other}"),
+        });
     let mut w = GgufWriter::new();
     w.add_meta("general.architecture", arch);
     let k = |s: &str| format!("{arch}.{s}");
-    w.add_meta(k("embedding_length"), MetaValue::U32(cfg.hidden_size as u32));
-    w.add_meta(k("block_count"), MetaValue::U32(cfg.num_hidden_layers as u32));
-    w.add_meta(k("feed_forward_length"), MetaValue::U32(cfg.intermediate_size as u32));
-    w.add_meta(k("attention.head_count"), MetaValue::U32(cfg.num_attention_heads as u32));
-    w.add_meta(k("attention.head_count_kv"), MetaValue::U32(cfg.n_kv_heads() as u32));
-    w.add_meta(k("attention.key_length"), MetaValue::U32(cfg.head_dim() as u32));
-    w.add_meta(k("attention.layer_norm_rms_epsilon"), MetaValue::F32(cfg.rms_norm_eps));
+    w.add_meta(
+        k("embedding_length"),
+        MetaValue::U32(cfg.hidden_size as u32),
+    );
+    w.add_meta(
+        k("block_count"),
+        MetaValue::U32(cfg.num_hidden_layers as u32),
+    );
+    w.add_meta(
+        k("feed_forward_length"),
+        MetaValue::U32(cfg.intermediate_size as u32),
+    );
+    w.add_meta(
+        k("attention.head_count"),
+        MetaValue::U32(cfg.num_attention_heads as u32),
+    );
+    w.add_meta(
+        k("attention.head_count_kv"),
+        MetaValue::U32(cfg.n_kv_heads() as u32),
+    );
+    w.add_meta(
+        k("attention.key_length"),
+        MetaValue::U32(cfg.head_dim() as u32),
+    );
+    w.add_meta(
+        k("attention.layer_norm_rms_epsilon"),
+        MetaValue::F32(cfg.rms_norm_eps),
+    );
     w.add_meta(k("rope.freq_base"), MetaValue::F32(cfg.rope_theta));
     w.add_meta(k("context_length"), MetaValue::U32(256));
     let mut names: Vec<String> = st.tensor_names().iter().map(|s| s.to_string()).collect();
@@ -108,7 +136,11 @@ fn convert(name: &str, conv: &Conversion) -> PathBuf {
         let mut shape = t.shape.to_vec();
         let mut v = t.to_f32_vec().unwrap();
         if arch == "llama" && (hf.ends_with("q_proj.weight") || hf.ends_with("k_proj.weight")) {
-            let heads = if hf.contains("q_proj") { cfg.num_attention_heads } else { cfg.n_kv_heads() };
+            let heads = if hf.contains("q_proj") {
+                cfg.num_attention_heads
+            } else {
+                cfg.n_kv_heads()
+            };
             v = permute_for_interleaved(&v, heads, shape[1]);
         }
         if conv.shrink == Some(g.as_str()) {
@@ -117,7 +149,10 @@ fn convert(name: &str, conv: &Conversion) -> PathBuf {
         }
         match conv.quant {
             Some(q) if shape.len() == 2 && g != "token_embd.weight" => {
-                let data: Vec<u8> = v.chunks(shape[1]).flat_map(|r| inferd_quant::quantize_row(q, r)).collect();
+                let data: Vec<u8> = v
+                    .chunks(shape[1])
+                    .flat_map(|r| inferd_quant::quantize_row(q, r))
+                    .collect();
                 w.add_tensor(&g, q, &shape, data).unwrap();
             }
             _ => {
@@ -125,28 +160,56 @@ fn convert(name: &str, conv: &Conversion) -> PathBuf {
             }
         }
     }
-    let tag = format!("{name}-{:?}-{:?}-{:?}-{}", conv.quant, conv.drop, conv.shrink, std::process::id());
-    let path = std::env::temp_dir().join(format!("inferd-test-{}.gguf", tag.replace(['(', ')', '"', ' '], "")));
+    let tag = format!(
+        "{name}-{:?}-{:?}-{:?}-{}",
+        conv.quant,
+        conv.drop,
+        conv.shrink,
+        std::process::id()
+    );
+    let path = std::env::temp_dir().join(format!(
+        "inferd-test-{}.gguf",
+        tag.replace(['(', ')', '"', ' '], "")
+    ));
     w.write_to_file(&path).unwrap();
     path
 }
 
 fn reference_prompts(name: &str) -> Vec<(Vec<u32>, Vec<Vec<f32>>, Vec<f32>)> {
-    let p = repo_root().join("fixtures/models").join(name).join("reference.json");
+    let p = repo_root()
+        .join("fixtures/models")
+        .join(name)
+        .join("reference.json");
     let r: Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
     r["prompts"]
         .as_array()
         .unwrap()
         .iter()
         .map(|p| {
-            let ids = p["input_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+            let ids = p["input_ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as u32)
+                .collect();
             let logits = p["logits"]
                 .as_array()
                 .unwrap()
                 .iter()
-                .map(|row| row.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect())
+                .map(|row| {
+                    row.as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|x| x.as_f64().unwrap() as f32)
+                        .collect()
+                })
                 .collect();
-            let margin = p["margin"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+            let margin = p["margin"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect();
             (ids, logits, margin)
         })
         .collect()
@@ -174,8 +237,20 @@ fn quantized_close<B: Backend + Clone>(backend: B, name: &str) {
     // (std 0.2) so quantization error is amplified; measured 0.31 (Q8_0),
     // 4.0 (Q4_1), 4.7 (Q4_0). The stored weights are bf16, so F16/BF16 are lossless.
     // Kernel-level exactness is tested in inferd-quant; this checks the wiring.
-    for (q, tol) in [(DType::Q8_0, 0.5f32), (DType::Q4_1, 6.0), (DType::Q4_0, 7.0), (DType::F16, 1e-3), (DType::BF16, 1e-3)] {
-        let path = convert(name, &Conversion { quant: Some(q), ..PLAIN });
+    for (q, tol) in [
+        (DType::Q8_0, 0.5f32),
+        (DType::Q4_1, 6.0),
+        (DType::Q4_0, 7.0),
+        (DType::F16, 1e-3),
+        (DType::BF16, 1e-3),
+    ] {
+        let path = convert(
+            name,
+            &Conversion {
+                quant: Some(q),
+                ..PLAIN
+            },
+        );
         let model = Model::load(backend.clone(), &path).unwrap();
         let mut run = Runner::new(&model, 256);
         let mut agree = 0;
@@ -191,14 +266,20 @@ fn quantized_close<B: Backend + Clone>(backend: B, name: &str) {
                 }
             }
         }
-        assert_eq!(agree, total, "{name} {q}: top-1 agreement on clear positions");
+        assert_eq!(
+            agree, total,
+            "{name} {q}: top-1 agreement on clear positions"
+        );
         let _ = std::fs::remove_file(path);
     }
 }
 
 fn load_error<B: Backend>(backend: B, conv: Conversion) -> String {
     let path = convert("qwen2", &conv);
-    let err = Model::load(backend, &path).err().expect("load must fail").to_string();
+    let err = Model::load(backend, &path)
+        .err()
+        .expect("load must fail")
+        .to_string();
     let file = path.file_name().unwrap().to_string_lossy().to_string();
     assert!(err.contains(&file), "error does not name the file: {err}");
     let _ = std::fs::remove_file(path);
@@ -206,15 +287,48 @@ fn load_error<B: Backend>(backend: B, conv: Conversion) -> String {
 }
 
 fn validation_errors<B: Backend + Clone>(backend: B) {
-    let e = load_error(backend.clone(), Conversion { drop: Some("blk.1.ffn_up.weight"), ..PLAIN });
+    let e = load_error(
+        backend.clone(),
+        Conversion {
+            drop: Some("blk.1.ffn_up.weight"),
+            ..PLAIN
+        },
+    );
     assert!(e.contains("blk.1.ffn_up.weight"), "{e}");
-    let e = load_error(backend.clone(), Conversion { drop: Some("blk.0.attn_q.bias"), ..PLAIN });
+    let e = load_error(
+        backend.clone(),
+        Conversion {
+            drop: Some("blk.0.attn_q.bias"),
+            ..PLAIN
+        },
+    );
     assert!(e.contains("blk.0.attn_q.bias"), "{e}");
-    let e = load_error(backend.clone(), Conversion { shrink: Some("blk.2.attn_k.weight"), ..PLAIN });
-    assert!(e.contains("blk.2.attn_k.weight") && e.contains("shape"), "{e}");
-    let e = load_error(backend.clone(), Conversion { shrink: Some("output_norm.weight"), ..PLAIN });
+    let e = load_error(
+        backend.clone(),
+        Conversion {
+            shrink: Some("blk.2.attn_k.weight"),
+            ..PLAIN
+        },
+    );
+    assert!(
+        e.contains("blk.2.attn_k.weight") && e.contains("shape"),
+        "{e}"
+    );
+    let e = load_error(
+        backend.clone(),
+        Conversion {
+            shrink: Some("output_norm.weight"),
+            ..PLAIN
+        },
+    );
     assert!(e.contains("output_norm.weight"), "{e}");
-    let e = load_error(backend, Conversion { arch_override: Some("gpt-neox"), ..PLAIN });
+    let e = load_error(
+        backend,
+        Conversion {
+            arch_override: Some("gpt-neox"),
+            ..PLAIN
+        },
+    );
     assert!(e.contains("gpt-neox"), "{e}");
 }
 
@@ -226,7 +340,10 @@ fn bad_token_is_an_error<B: Backend>(backend: B) {
     let mut kv = run.kv;
     let mut b = inferd_runtime::ForwardBatch::default();
     b.push(&[1, 99999], 0, vec![0], true);
-    let e = model.forward(&mut kv, &run.layout, &b).unwrap_err().to_string();
+    let e = model
+        .forward(&mut kv, &run.layout, &b)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("99999"), "{e}");
     let _ = std::fs::remove_file(path);
 }

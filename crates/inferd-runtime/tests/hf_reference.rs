@@ -16,16 +16,30 @@ use serde_json::Value;
 const TOL: f32 = 2e-3;
 
 fn load_reference(name: &str) -> Value {
-    let p = repo_root().join("fixtures/models").join(name).join("reference.json");
-    serde_json::from_str(&std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap()
+    let p = repo_root()
+        .join("fixtures/models")
+        .join(name)
+        .join("reference.json");
+    serde_json::from_str(
+        &std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
+    )
+    .unwrap()
 }
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
 }
 
 fn floats(v: &Value) -> Vec<f32> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
 }
 
 /// Logits, top-1 and the greedy 64-token continuation of every prompt equal the reference.
@@ -38,19 +52,40 @@ fn matches_transformers<B: Backend>(backend: B, name: &str) {
         let logits = run.prompt_logits(&input, input.len());
         let margins = floats(&p["margin"]);
         let top1 = ids(&p["top1"]);
-        for (i, (row, want)) in logits.iter().zip(p["logits"].as_array().unwrap()).enumerate() {
+        for (i, (row, want)) in logits
+            .iter()
+            .zip(p["logits"].as_array().unwrap())
+            .enumerate()
+        {
             let d = max_abs_diff(row, &floats(want));
-            assert!(d <= TOL, "{name} {}: position {i}: max |Δlogit| {d} > {TOL}", p["name"]);
+            assert!(
+                d <= TOL,
+                "{name} {}: position {i}: max |Δlogit| {d} > {TOL}",
+                p["name"]
+            );
             if margins[i] > 2.0 * TOL {
-                assert_eq!(argmax(row), top1[i], "{name} {}: top-1 at position {i}", p["name"]);
+                assert_eq!(
+                    argmax(row),
+                    top1[i],
+                    "{name} {}: top-1 at position {i}",
+                    p["name"]
+                );
             }
         }
         let want = ids(&p["greedy"]);
         let got = run.greedy(&input, want.len());
         let gm = floats(&p["greedy_margin"]);
         // Equal up to the first reference near-tie (after which the two may legitimately diverge).
-        let n = gm.iter().position(|&m| m <= 2.0 * TOL).unwrap_or(want.len());
-        assert_eq!(got[..n], want[..n], "{name} {}: greedy continuation", p["name"]);
+        let n = gm
+            .iter()
+            .position(|&m| m <= 2.0 * TOL)
+            .unwrap_or(want.len());
+        assert_eq!(
+            got[..n],
+            want[..n],
+            "{name} {}: greedy continuation",
+            p["name"]
+        );
         if n == want.len() {
             assert_eq!(got, want);
         }
@@ -61,9 +96,17 @@ fn matches_transformers<B: Backend>(backend: B, name: &str) {
 fn batched_equals_single<B: Backend>(backend: B, name: &str) {
     let model = Model::load(backend, &repo_root().join("fixtures/models").join(name)).unwrap();
     let r = load_reference(name);
-    let prompts: Vec<Vec<u32>> = r["prompts"].as_array().unwrap().iter().map(|p| ids(&p["input_ids"])).collect();
+    let prompts: Vec<Vec<u32>> = r["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| ids(&p["input_ids"]))
+        .collect();
     let mut run = Runner::new(&model, 256);
-    let alone: Vec<Vec<Vec<f32>>> = prompts.iter().map(|p| run.prompt_logits(p, p.len())).collect();
+    let alone: Vec<Vec<Vec<f32>>> = prompts
+        .iter()
+        .map(|p| run.prompt_logits(p, p.len()))
+        .collect();
 
     let mut b = ForwardBatch::default();
     let mut tables = Vec::new();
@@ -80,7 +123,10 @@ fn batched_equals_single<B: Backend>(backend: B, name: &str) {
     for (pi, p) in prompts.iter().enumerate() {
         for i in 0..p.len() {
             let d = max_abs_diff(&all[row * vocab..(row + 1) * vocab], &alone[pi][i]);
-            assert!(d <= 1e-4, "{name}: prompt {pi} position {i}: batched differs by {d}");
+            assert!(
+                d <= 1e-4,
+                "{name}: prompt {pi} position {i}: batched differs by {d}"
+            );
             row += 1;
         }
     }
@@ -90,14 +136,23 @@ fn batched_equals_single<B: Backend>(backend: B, name: &str) {
 fn chunked_equals_whole<B: Backend>(backend: B, name: &str) {
     let model = Model::load(backend, &repo_root().join("fixtures/models").join(name)).unwrap();
     let r = load_reference(name);
-    let longest = r["prompts"].as_array().unwrap().iter().map(|p| ids(&p["input_ids"])).max_by_key(|p| p.len()).unwrap();
+    let longest = r["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| ids(&p["input_ids"]))
+        .max_by_key(|p| p.len())
+        .unwrap();
     let mut run = Runner::new(&model, 256);
     let whole = run.prompt_logits(&longest, longest.len());
     for chunk in [1, 3, 5, 16] {
         let parts = run.prompt_logits(&longest, chunk);
         for (i, (a, b)) in whole.iter().zip(&parts).enumerate() {
             let d = max_abs_diff(a, b);
-            assert!(d <= 1e-4, "{name}: chunk {chunk}, position {i}: differs by {d}");
+            assert!(
+                d <= 1e-4,
+                "{name}: chunk {chunk}, position {i}: differs by {d}"
+            );
         }
     }
 }

@@ -17,14 +17,22 @@ const LOGIT_TOL: f32 = 1.5;
 const MARGIN: f32 = 0.5;
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
 }
 
 fn check_against_llamacpp<B: Backend>(backend: B, fixture: &str, dir: &str, file: &str) {
-    let Some(path) = real_model(dir, file) else { return };
+    let Some(path) = real_model(dir, file) else {
+        return;
+    };
     let model = Model::load(backend, &path).unwrap();
-    let r: Value =
-        serde_json::from_str(&std::fs::read_to_string(repo_root().join("fixtures/reference").join(fixture)).unwrap()).unwrap();
+    let r: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_root().join("fixtures/reference").join(fixture)).unwrap(),
+    )
+    .unwrap();
     let mut run = Runner::new(&model, 1024);
     let mut worst = 0f32;
     for p in r["prompts"].as_array().unwrap() {
@@ -36,18 +44,38 @@ fn check_against_llamacpp<B: Backend>(backend: B, fixture: &str, dir: &str, file
             for (id, l) in want_ids.iter().zip(t5["logits"].as_array().unwrap()) {
                 let d = (row[*id as usize] - l.as_f64().unwrap() as f32).abs();
                 worst = worst.max(d);
-                assert!(d <= LOGIT_TOL, "{name} position {i} token {id}: |Δlogit| {d} > {LOGIT_TOL}");
+                assert!(
+                    d <= LOGIT_TOL,
+                    "{name} position {i} token {id}: |Δlogit| {d} > {LOGIT_TOL}"
+                );
             }
             if t5["margin"].as_f64().unwrap() as f32 > MARGIN {
                 assert_eq!(argmax(row), want_ids[0], "{name}: top-1 at position {i}");
             }
         }
         let want = ids(&p["greedy"]);
-        let margins: Vec<f32> = p["greedy_margin"].as_array().unwrap().iter().map(|m| m.as_f64().unwrap() as f32).collect();
-        let n = margins.iter().position(|&m| m <= MARGIN).unwrap_or(want.len());
+        let margins: Vec<f32> = p["greedy_margin"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m.as_f64().unwrap() as f32)
+            .collect();
+        let n = margins
+            .iter()
+            .position(|&m| m <= MARGIN)
+            .unwrap_or(want.len());
         let got = run.greedy(&input, n);
-        assert_eq!(got[..n], want[..n], "{name}: greedy continuation (first {n} of {} tokens)", want.len());
-        eprintln!("{name}: {} prompt positions, greedy equal for {n}/{} tokens", input.len(), want.len());
+        assert_eq!(
+            got[..n],
+            want[..n],
+            "{name}: greedy continuation (first {n} of {} tokens)",
+            want.len()
+        );
+        eprintln!(
+            "{name}: {} prompt positions, greedy equal for {n}/{} tokens",
+            input.len(),
+            want.len()
+        );
     }
     eprintln!("{fixture}: worst |Δlogit| over top-5 = {worst}");
 }

@@ -16,7 +16,8 @@ impl Loaded {
     /// `name_or_path`: a built-in model name (pulled on first use) or a path.
     pub fn open(name_or_path: &str) -> Result<Loaded> {
         let path = crate::pull::resolve(name_or_path)?;
-        let model = Model::load(CpuBackend::new(), &path).with_context(|| format!("loading {}", path.display()))?;
+        let model = Model::load(CpuBackend::new(), &path)
+            .with_context(|| format!("loading {}", path.display()))?;
         let (tokenizer, template) = match &model.gguf {
             Some(g) => {
                 let tok = Tokenizer::from_gguf(g)?;
@@ -26,12 +27,25 @@ impl Loaded {
             None => {
                 let dir: &Path = &model.path;
                 let tok = Tokenizer::from_tokenizer_json(&dir.join("tokenizer.json"))
-                    .with_context(|| format!("{}: a safetensors model needs tokenizer.json", dir.display()))?;
+                    .with_context(|| {
+                        format!(
+                            "{}: a safetensors model needs tokenizer.json",
+                            dir.display()
+                        )
+                    })?;
                 let cfg = dir.join("tokenizer_config.json");
-                let tpl = if cfg.exists() { Some(ChatTemplate::from_tokenizer_config(&cfg)?) } else { None };
+                let tpl = if cfg.exists() {
+                    Some(ChatTemplate::from_tokenizer_config(&cfg)?)
+                } else {
+                    None
+                };
                 (tok, tpl)
             }
         };
-        Ok(Loaded { model, tokenizer, template })
+        Ok(Loaded {
+            model,
+            tokenizer,
+            template,
+        })
     }
 }

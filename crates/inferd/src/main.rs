@@ -7,7 +7,11 @@ mod pull;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "inferd", version, about = "A native LLM inference server for fleets of AI agents")]
+#[command(
+    name = "inferd",
+    version,
+    about = "A native LLM inference server for fleets of AI agents"
+)]
 struct Cli {
     /// Worker threads for compute (default: all cores).
     #[arg(long, global = true, env = "INFERD_THREADS")]

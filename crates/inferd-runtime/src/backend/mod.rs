@@ -81,7 +81,12 @@ pub trait Backend: Send + Sync {
     /// projections, e.g. Q|K|V); they must share dtype and trailing dimensions.
     fn load_weight(&self, src: &SharedSource, names: &[&str]) -> Result<Self::Weight>;
     fn alloc_kv(&self, layout: &KvLayout) -> Result<Self::Kv>;
-    fn prepare_batch(&self, batch: &ForwardBatch, rope: &RopeConfig, kv: &KvLayout) -> Result<Self::Batch>;
+    fn prepare_batch(
+        &self,
+        batch: &ForwardBatch,
+        rope: &RopeConfig,
+        kv: &KvLayout,
+    ) -> Result<Self::Batch>;
 
     /// Rows of `table` for the batch's tokens.  -> [n_tokens, hidden]
     fn embed(&self, table: &Self::Weight, batch: &Self::Batch) -> Self::Tensor;
@@ -90,7 +95,12 @@ pub trait Backend: Send + Sync {
     /// RMSNorm of every `head_dim` slice of each row, with one shared `w` of `[head_dim]` (Qwen3 QK-norm).
     fn head_rms_norm(&self, x: &mut Self::Tensor, w: &Self::Weight, head_dim: usize, eps: f32);
     /// `x · wᵀ (+ bias)`.  [n, in] -> [n, out]
-    fn linear(&self, x: &Self::Tensor, w: &Self::Weight, bias: Option<&Self::Weight>) -> Self::Tensor;
+    fn linear(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Weight,
+        bias: Option<&Self::Weight>,
+    ) -> Self::Tensor;
     /// Splits columns into consecutive pieces of the given widths.
     fn split_cols(&self, x: &Self::Tensor, widths: &[usize]) -> Vec<Self::Tensor>;
     /// Rotates the first `rotary_dim` of every `head_dim` slice by each token's position.

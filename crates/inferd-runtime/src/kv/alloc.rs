@@ -10,7 +10,10 @@ pub struct BlockAllocator {
 
 impl BlockAllocator {
     pub fn new(num_blocks: usize, block_size: usize) -> Self {
-        BlockAllocator { free: (0..num_blocks as u32).rev().collect(), block_size }
+        BlockAllocator {
+            free: (0..num_blocks as u32).rev().collect(),
+            block_size,
+        }
     }
 
     pub fn free_blocks(&self) -> usize {
@@ -19,7 +22,9 @@ impl BlockAllocator {
 
     /// Grows `table` so it covers `n_tokens` positions; `false` (and no change) when the pool is short.
     pub fn ensure(&mut self, table: &mut Vec<u32>, n_tokens: usize) -> bool {
-        let need = n_tokens.div_ceil(self.block_size).saturating_sub(table.len());
+        let need = n_tokens
+            .div_ceil(self.block_size)
+            .saturating_sub(table.len());
         if need > self.free.len() {
             return false;
         }

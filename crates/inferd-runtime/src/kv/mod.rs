@@ -76,7 +76,14 @@ mod tests {
 
     #[test]
     fn offsets_are_dense_and_distinct() {
-        let l = KvLayout { n_layers: 2, n_kv_heads: 3, head_dim: 4, block_size: 5, num_blocks: 6, dtype: KvDtype::F32 };
+        let l = KvLayout {
+            n_layers: 2,
+            n_kv_heads: 3,
+            head_dim: 4,
+            block_size: 5,
+            num_blocks: 6,
+            dtype: KvDtype::F32,
+        };
         let mut seen = std::collections::HashSet::new();
         for b in 0..6 {
             for h in 0..3 {

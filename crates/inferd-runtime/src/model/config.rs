@@ -69,18 +69,26 @@ impl ModelConfig {
     pub fn from_gguf(g: &GgufFile, tied_embeddings: bool) -> Result<Self> {
         let path = g.path().display().to_string();
         let arch_name = g.meta_str("general.architecture")?;
-        let arch = Arch::parse(arch_name)
-            .ok_or_else(|| RuntimeError::UnsupportedArch { path: path.clone(), arch: arch_name.to_string() })?;
+        let arch = Arch::parse(arch_name).ok_or_else(|| RuntimeError::UnsupportedArch {
+            path: path.clone(),
+            arch: arch_name.to_string(),
+        })?;
         let k = |s: &str| format!("{arch_name}.{s}");
         let hidden = g.meta_u64(&k("embedding_length"))? as usize;
         let n_heads = g.meta_u64(&k("attention.head_count"))? as usize;
-        let n_kv_heads = g.opt_u64(&k("attention.head_count_kv"))?.map(|v| v as usize).unwrap_or(n_heads);
+        let n_kv_heads = g
+            .opt_u64(&k("attention.head_count_kv"))?
+            .map(|v| v as usize)
+            .unwrap_or(n_heads);
         let head_dim = match g.opt_u64(&k("attention.key_length"))? {
             Some(v) => v as usize,
             None if n_heads > 0 => hidden / n_heads,
             None => 0,
         };
-        let rotary_dim = g.opt_u64(&k("rope.dimension_count"))?.map(|v| v as usize).unwrap_or(head_dim);
+        let rotary_dim = g
+            .opt_u64(&k("rope.dimension_count"))?
+            .map(|v| v as usize)
+            .unwrap_or(head_dim);
         let vocab_size = match g.opt_u64(&k("vocab_size"))? {
             Some(v) => v as usize,
             None => g.tensor("token_embd.weight")?.shape[0],
@@ -99,16 +107,26 @@ impl ModelConfig {
                 theta: g.opt_f32(&k("rope.freq_base"))?.unwrap_or(10000.0),
                 rotary_dim,
                 // llama.cpp's converter permutes Llama Q/K rows for the interleaved style.
-                style: if arch == Arch::Llama { RopeStyle::Interleaved } else { RopeStyle::Neox },
+                style: if arch == Arch::Llama {
+                    RopeStyle::Interleaved
+                } else {
+                    RopeStyle::Neox
+                },
             },
             qkv_bias: arch.has_qkv_bias(),
             qk_norm: arch.has_qk_norm(),
             tied_embeddings,
-            max_context: g.opt_u64(&k("context_length"))?.map(|v| v as usize).unwrap_or(4096),
+            max_context: g
+                .opt_u64(&k("context_length"))?
+                .map(|v| v as usize)
+                .unwrap_or(4096),
         };
         if let Some(t) = g.opt_str(&k("rope.scaling.type"))? {
             if t != "none" {
-                return Err(RuntimeError::BadConfig { path, reason: format!("rope scaling '{t}' is not supported yet") });
+                return Err(RuntimeError::BadConfig {
+                    path,
+                    reason: format!("rope scaling '{t}' is not supported yet"),
+                });
             }
         }
         cfg.check(&path)?;
@@ -124,12 +142,18 @@ impl ModelConfig {
             .unwrap_or_default();
         let arch = Arch::parse(&arch_name)
             .or_else(|| c.model_type.as_deref().and_then(|m| Arch::parse(m)))
-            .ok_or_else(|| RuntimeError::UnsupportedArch { path: path.to_string(), arch: arch_name.clone() })?;
+            .ok_or_else(|| RuntimeError::UnsupportedArch {
+                path: path.to_string(),
+                arch: arch_name.clone(),
+            })?;
         let head_dim = c.head_dim();
         let rotary_dim = (head_dim as f32 * c.partial_rotary_factor.unwrap_or(1.0)) as usize;
         if let Some(s) = &c.rope_scaling {
             if !s.is_null() {
-                return Err(RuntimeError::BadConfig { path: path.into(), reason: format!("rope_scaling {s} is not supported yet") });
+                return Err(RuntimeError::BadConfig {
+                    path: path.into(),
+                    reason: format!("rope_scaling {s} is not supported yet"),
+                });
             }
         }
         let cfg = ModelConfig {
@@ -142,7 +166,11 @@ impl ModelConfig {
             head_dim,
             ffn_dim: c.intermediate_size,
             rms_eps: c.rms_norm_eps,
-            rope: RopeConfig { theta: c.rope_theta, rotary_dim, style: RopeStyle::Neox },
+            rope: RopeConfig {
+                theta: c.rope_theta,
+                rotary_dim,
+                style: RopeStyle::Neox,
+            },
             qkv_bias: c.attention_bias.unwrap_or(arch.has_qkv_bias()),
             qk_norm: arch.has_qk_norm(),
             tied_embeddings: c.tie_word_embeddings,
@@ -153,15 +181,31 @@ impl ModelConfig {
     }
 
     fn check(&self, path: &str) -> Result<()> {
-        let bad = |reason: String| Err(RuntimeError::BadConfig { path: path.to_string(), reason });
-        if self.hidden == 0 || self.n_layers == 0 || self.n_heads == 0 || self.n_kv_heads == 0 || self.head_dim == 0 {
+        let bad = |reason: String| {
+            Err(RuntimeError::BadConfig {
+                path: path.to_string(),
+                reason,
+            })
+        };
+        if self.hidden == 0
+            || self.n_layers == 0
+            || self.n_heads == 0
+            || self.n_kv_heads == 0
+            || self.head_dim == 0
+        {
             return bad(format!("zero-sized dimension in {self:?}"));
         }
         if self.n_heads % self.n_kv_heads != 0 {
-            return bad(format!("{} heads are not a multiple of {} KV heads", self.n_heads, self.n_kv_heads));
+            return bad(format!(
+                "{} heads are not a multiple of {} KV heads",
+                self.n_heads, self.n_kv_heads
+            ));
         }
         if self.rope.rotary_dim > self.head_dim || self.rope.rotary_dim % 2 != 0 {
-            return bad(format!("rotary dim {} does not fit head dim {}", self.rope.rotary_dim, self.head_dim));
+            return bad(format!(
+                "rotary dim {} does not fit head dim {}",
+                self.rope.rotary_dim, self.head_dim
+            ));
         }
         if self.vocab_size == 0 || self.ffn_dim == 0 {
             return bad("zero vocabulary or FFN size".into());

@@ -34,12 +34,23 @@ impl<B: Backend> Decoder<'_, B> {
         b.linear(&h, w.lm_head.as_ref().unwrap_or(&w.embed), None) // [n_logits, vocab]
     }
 
-    fn layer(&self, x: &mut B::Tensor, lw: &LayerWeights<B::Weight>, layer: usize, kv: &mut B::Kv, batch: &B::Batch) {
+    fn layer(
+        &self,
+        x: &mut B::Tensor,
+        lw: &LayerWeights<B::Weight>,
+        layer: usize,
+        kv: &mut B::Kv,
+        batch: &B::Batch,
+    ) {
         let (b, c) = (self.backend, self.cfg);
         // 1-2. attention input and projections
         let h = b.rms_norm(x, &lw.attn_norm, c.rms_eps);
         let mut qkv = self.project(&h, &lw.qkv).into_iter();
-        let (mut q, mut k, v) = (qkv.next().unwrap(), qkv.next().unwrap(), qkv.next().unwrap());
+        let (mut q, mut k, v) = (
+            qkv.next().unwrap(),
+            qkv.next().unwrap(),
+            qkv.next().unwrap(),
+        );
         // 3. QK-norm
         if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
             b.head_rms_norm(&mut q, qn, c.head_dim, c.rms_eps);
@@ -56,7 +67,7 @@ impl<B: Backend> Decoder<'_, B> {
             scale: 1.0 / (c.head_dim as f32).sqrt(),
         };
         let a = b.attention(&q, &k, &v, kv, layer, batch, &attn); // [n, q_dim]
-        // 6. output projection and residual
+                                                                  // 6. output projection and residual
         b.add_assign(x, &b.linear(&a, &lw.o, None));
         // 7-8. SwiGLU feed-forward and residual
         let h = b.rms_norm(x, &lw.ffn_norm, c.rms_eps);

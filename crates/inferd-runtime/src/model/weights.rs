@@ -48,7 +48,11 @@ impl<B: Backend> Loader<'_, B> {
     }
 
     /// Loads projections (name, bias name, output width) sharing `in_dim`, fusing runs of equal dtype.
-    fn projection(&self, parts: &[(String, Option<String>, usize)], in_dim: usize) -> Result<Projection<B::Weight>> {
+    fn projection(
+        &self,
+        parts: &[(String, Option<String>, usize)],
+        in_dim: usize,
+    ) -> Result<Projection<B::Weight>> {
         let mut dtypes = Vec::new();
         for (name, bias, width) in parts {
             let t = self.src.tensor(name)?;
@@ -68,7 +72,11 @@ impl<B: Backend> Loader<'_, B> {
             let names: Vec<&str> = parts[i..j].iter().map(|p| p.0.as_str()).collect();
             let w = self.backend.load_weight(self.src, &names)?;
             let bias_names: Vec<&str> = parts[i..j].iter().filter_map(|p| p.1.as_deref()).collect();
-            let bias = if bias_names.is_empty() { None } else { Some(self.backend.load_weight(self.src, &bias_names)?) };
+            let bias = if bias_names.is_empty() {
+                None
+            } else {
+                Some(self.backend.load_weight(self.src, &bias_names)?)
+            };
             groups.push((w, bias, parts[i..j].iter().map(|p| p.2).collect()));
             i = j;
         }
@@ -88,20 +96,45 @@ impl<B: Backend> Loader<'_, B> {
                 ],
                 c.hidden,
             )?,
-            q_norm: if c.qk_norm { Some(self.one(&n(Layer::QNorm), &[c.head_dim])?) } else { None },
-            k_norm: if c.qk_norm { Some(self.one(&n(Layer::KNorm), &[c.head_dim])?) } else { None },
+            q_norm: if c.qk_norm {
+                Some(self.one(&n(Layer::QNorm), &[c.head_dim])?)
+            } else {
+                None
+            },
+            k_norm: if c.qk_norm {
+                Some(self.one(&n(Layer::KNorm), &[c.head_dim])?)
+            } else {
+                None
+            },
             o: self.one(&n(Layer::O), &[c.hidden, c.q_dim()])?,
             ffn_norm: self.one(&n(Layer::FfnNorm), &[c.hidden])?,
-            gate_up: self.projection(&[(n(Layer::Gate), None, c.ffn_dim), (n(Layer::Up), None, c.ffn_dim)], c.hidden)?,
+            gate_up: self.projection(
+                &[
+                    (n(Layer::Gate), None, c.ffn_dim),
+                    (n(Layer::Up), None, c.ffn_dim),
+                ],
+                c.hidden,
+            )?,
             down: self.one(&n(Layer::Down), &[c.hidden, c.ffn_dim])?,
         })
     }
 }
 
 impl<W> Weights<W> {
-    pub fn load<B: Backend<Weight = W>>(backend: &B, src: &SharedSource, naming: Naming, c: &ModelConfig) -> Result<Self> {
-        let l = Loader { backend, src, naming };
-        let layers = (0..c.n_layers).map(|i| l.layer(i, c)).collect::<Result<Vec<_>>>()?;
+    pub fn load<B: Backend<Weight = W>>(
+        backend: &B,
+        src: &SharedSource,
+        naming: Naming,
+        c: &ModelConfig,
+    ) -> Result<Self> {
+        let l = Loader {
+            backend,
+            src,
+            naming,
+        };
+        let layers = (0..c.n_layers)
+            .map(|i| l.layer(i, c))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Weights {
             embed: l.one(&naming.global(Global::Embed), &[c.vocab_size, c.hidden])?,
             layers,

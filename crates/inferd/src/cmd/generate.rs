@@ -51,14 +51,21 @@ pub struct Args {
 pub fn run(a: Args) -> Result<()> {
     let m = Loaded::open(&a.model)?;
     let text = if a.chat {
-        let Some(tpl) = &m.template else { bail!("this model has no chat template; drop --chat") };
+        let Some(tpl) = &m.template else {
+            bail!("this model has no chat template; drop --chat")
+        };
         let mut msgs = Vec::new();
         if let Some(s) = &a.system {
             msgs.push(serde_json::json!({"role": "system", "content": s}));
         }
         msgs.push(serde_json::json!({"role": "user", "content": a.prompt}));
         let msgs = serde_json::Value::Array(msgs);
-        tpl.render(&ChatInput { messages: &msgs, tools: None, add_generation_prompt: true, extra: Default::default() })?
+        tpl.render(&ChatInput {
+            messages: &msgs,
+            tools: None,
+            add_generation_prompt: true,
+            extra: Default::default(),
+        })?
     } else {
         a.prompt.clone()
     };
@@ -86,15 +93,17 @@ pub fn run(a: Args) -> Result<()> {
     let mut dec = IncrementalDecoder::new(&m.tokenizer, true);
     let mut stdout = std::io::stdout();
     let mut err = None;
-    let out = generate(&m.model, &prompt, &mut sampler, &cfg, |t| match dec.push(t) {
-        Ok(s) => {
-            let _ = stdout.write_all(s.as_bytes());
-            let _ = stdout.flush();
-            true
-        }
-        Err(e) => {
-            err = Some(e);
-            false
+    let out = generate(&m.model, &prompt, &mut sampler, &cfg, |t| {
+        match dec.push(t) {
+            Ok(s) => {
+                let _ = stdout.write_all(s.as_bytes());
+                let _ = stdout.flush();
+                true
+            }
+            Err(e) => {
+                err = Some(e);
+                false
+            }
         }
     })?;
     if let Some(e) = err {
@@ -109,7 +118,11 @@ pub fn run(a: Args) -> Result<()> {
             "prompt {} tokens ({p:.1} tok/s), generated {} tokens ({d:.1} tok/s), {}",
             prompt.len(),
             out.tokens.len(),
-            if out.stopped { "stopped" } else { "length limit" }
+            if out.stopped {
+                "stopped"
+            } else {
+                "length limit"
+            }
         );
     }
     Ok(())

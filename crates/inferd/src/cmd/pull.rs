@@ -18,7 +18,11 @@ pub fn run(a: Args) -> Result<()> {
         }
         return Ok(());
     }
-    let names = if a.names.is_empty() { vec![crate::pull::DEFAULT_MODEL.to_string()] } else { a.names };
+    let names = if a.names.is_empty() {
+        vec![crate::pull::DEFAULT_MODEL.to_string()]
+    } else {
+        a.names
+    };
     for n in names {
         let p = crate::pull::pull(&n)?;
         println!("{n}: {}", p.display());

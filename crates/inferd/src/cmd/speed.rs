@@ -47,7 +47,9 @@ pub fn run(a: Args) -> Result<()> {
     alloc.ensure(&mut table, total);
     // Deterministic pseudo-random prompt over the vocabulary (llama-bench uses random tokens too).
     let vocab = model.cfg.vocab_size as u64;
-    let prompt: Vec<u32> = (0..a.prompt_tokens as u64).map(|i| ((i * 2654435761 + 12345) % vocab) as u32).collect();
+    let prompt: Vec<u32> = (0..a.prompt_tokens as u64)
+        .map(|i| ((i * 2654435761 + 12345) % vocab) as u32)
+        .collect();
 
     // warm-up: one short pass touches every weight page
     let mut b = ForwardBatch::default();
@@ -74,7 +76,11 @@ pub fn run(a: Args) -> Result<()> {
         }
         tg.push(a.gen_tokens as f64 / t.elapsed().as_secs_f64());
     }
-    let name = model.path.file_name().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+    let name = model
+        .path
+        .file_name()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_default();
     println!("| engine | model | threads | test | tok/s (mean) | tok/s (best) |");
     println!("|---|---|---|---|---|---|");
     let row = |engine: &str, test: String, v: &[f64]| {
@@ -103,22 +109,55 @@ fn argmax(v: &[f32]) -> u32 {
 }
 
 /// Runs llama-bench with JSON output; returns (test name, per-rep tok/s).
-fn llama_bench(bin: &PathBuf, model: &PathBuf, threads: usize, a: &Args) -> Result<Vec<(String, Vec<f64>)>> {
+fn llama_bench(
+    bin: &PathBuf,
+    model: &PathBuf,
+    threads: usize,
+    a: &Args,
+) -> Result<Vec<(String, Vec<f64>)>> {
     let out = Command::new(bin)
-        .args(["-m", &model.display().to_string(), "-t", &threads.to_string()])
-        .args(["-p", &a.prompt_tokens.to_string(), "-n", &a.gen_tokens.to_string(), "-r", &a.reps.to_string()])
+        .args([
+            "-m",
+            &model.display().to_string(),
+            "-t",
+            &threads.to_string(),
+        ])
+        .args([
+            "-p",
+            &a.prompt_tokens.to_string(),
+            "-n",
+            &a.gen_tokens.to_string(),
+            "-r",
+            &a.reps.to_string(),
+        ])
         .args(["-o", "json"])
         .output()
         .with_context(|| format!("running {}", bin.display()))?;
     if !out.status.success() {
-        bail!("llama-bench failed: {}", String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "llama-bench failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("parsing llama-bench JSON")?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("parsing llama-bench JSON")?;
     let mut rows = Vec::new();
     for t in v.as_array().into_iter().flatten() {
-        let (np, ng) = (t["n_prompt"].as_u64().unwrap_or(0), t["n_gen"].as_u64().unwrap_or(0));
-        let name = if ng == 0 { format!("pp{np}") } else { format!("tg{ng}") };
-        let samples: Vec<f64> = t["samples_ts"].as_array().into_iter().flatten().filter_map(|x| x.as_f64()).collect();
+        let (np, ng) = (
+            t["n_prompt"].as_u64().unwrap_or(0),
+            t["n_gen"].as_u64().unwrap_or(0),
+        );
+        let name = if ng == 0 {
+            format!("pp{np}")
+        } else {
+            format!("tg{ng}")
+        };
+        let samples: Vec<f64> = t["samples_ts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|x| x.as_f64())
+            .collect();
         rows.push((name, samples));
     }
     Ok(rows)

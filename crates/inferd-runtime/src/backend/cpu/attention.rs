@@ -29,24 +29,40 @@ pub fn store_kv(kv: &mut CpuKv, layer: usize, k: &CpuTensor, v: &CpuTensor, b: &
 }
 
 /// q: [n_tokens, n_heads * head_dim] -> [n_tokens, n_heads * head_dim]
-pub fn attend(q: &CpuTensor, kv: &CpuKv, layer: usize, b: &CpuBatch, cfg: &AttnConfig) -> CpuTensor {
+pub fn attend(
+    q: &CpuTensor,
+    kv: &CpuKv,
+    layer: usize,
+    b: &CpuBatch,
+    cfg: &AttnConfig,
+) -> CpuTensor {
     let d = cfg.head_dim;
     let group = cfg.n_heads / cfg.n_kv_heads;
     let mut out = CpuTensor::zeros(q.rows, q.cols);
     let (kc, vc) = (&kv.k[layer][..], &kv.v[layer][..]);
     // One output chunk per (token, kv head): the `group` query heads of that kv head are adjacent.
-    out.data.par_chunks_mut(group * d).enumerate().for_each_init(
-        Vec::new,
-        |scores: &mut Vec<f32>, (item, dst)| {
+    out.data
+        .par_chunks_mut(group * d)
+        .enumerate()
+        .for_each_init(Vec::new, |scores: &mut Vec<f32>, (item, dst)| {
             let t = item / cfg.n_kv_heads;
             let h = item % cfg.n_kv_heads;
             let seq = &b.seqs[b.seq_of_token[t] as usize];
             let ctx = b.positions[t] as usize + 1; // causal: positions 0..=pos
             let qs = &q.row(t)[h * group * d..(h + 1) * group * d]; // [group, head_dim]
-            let item = Item { kv, kc, vc, block_table: &seq.block_table, head: h, ctx, group, d, scale: cfg.scale };
+            let item = Item {
+                kv,
+                kc,
+                vc,
+                block_table: &seq.block_table,
+                head: h,
+                ctx,
+                group,
+                d,
+                scale: cfg.scale,
+            };
             simd::with_avx2(|| item.run(qs, scores, dst));
-        },
-    );
+        });
     out
 }
 
@@ -70,14 +86,15 @@ impl Item<'_> {
         let bs = self.kv.layout.block_size;
         scores.clear();
         scores.resize(g * ctx, 0.0); // [group, ctx]
-        // 1. scores = q·k * scale
+                                     // 1. scores = q·k * scale
         for (bi, &block) in self.block_table.iter().enumerate().take(ctx.div_ceil(bs)) {
             let base = self.kv.layout.offset(block as usize, self.head, 0);
             let n = bs.min(ctx - bi * bs);
             for s in 0..n {
                 let krow = &self.kc[base + s * d..base + (s + 1) * d];
                 for j in 0..g {
-                    scores[j * ctx + bi * bs + s] = simd::dot(&qs[j * d..(j + 1) * d], krow) * self.scale;
+                    scores[j * ctx + bi * bs + s] =
+                        simd::dot(&qs[j * d..(j + 1) * d], krow) * self.scale;
                 }
             }
         }
@@ -102,7 +119,11 @@ impl Item<'_> {
             for s in 0..n {
                 let vrow = &self.vc[base + s * d..base + (s + 1) * d];
                 for j in 0..g {
-                    simd::axpy(&mut dst[j * d..(j + 1) * d], scores[j * ctx + bi * bs + s], vrow);
+                    simd::axpy(
+                        &mut dst[j * d..(j + 1) * d],
+                        scores[j * ctx + bi * bs + s],
+                        vrow,
+                    );
                 }
             }
         }

@@ -6,8 +6,8 @@ use crate::kv::KvLayout;
 use crate::{Result, RuntimeError};
 
 pub struct CpuBatch {
-    pub tokens: Vec<u32>,              // [n_tokens]
-    pub positions: Vec<u32>,           // [n_tokens]
+    pub tokens: Vec<u32>,    // [n_tokens]
+    pub positions: Vec<u32>, // [n_tokens]
     /// KV pool slot of each token: (block, slot in block).  // [n_tokens]
     pub slots: Vec<(u32, u32)>,
     pub seqs: Vec<SeqChunk>,
@@ -16,13 +16,14 @@ pub struct CpuBatch {
     pub logits_rows: Vec<usize>,
     pub rope_style: RopeStyle,
     pub rotary_dim: usize,
-    pub cos: Vec<f32>,                 // [n_tokens, rotary_dim / 2]
-    pub sin: Vec<f32>,                 // [n_tokens, rotary_dim / 2]
+    pub cos: Vec<f32>, // [n_tokens, rotary_dim / 2]
+    pub sin: Vec<f32>, // [n_tokens, rotary_dim / 2]
 }
 
 impl CpuBatch {
     pub fn new(b: &ForwardBatch, rope: &RopeConfig, kv: &KvLayout) -> Result<Self> {
-        b.validate(kv.block_size, kv.num_blocks).map_err(RuntimeError::BadBatch)?;
+        b.validate(kv.block_size, kv.num_blocks)
+            .map_err(RuntimeError::BadBatch)?;
         let positions = b.positions();
         let mut slots = Vec::with_capacity(b.n_tokens());
         let mut seq_of_token = Vec::with_capacity(b.n_tokens());

@@ -33,7 +33,10 @@ pub struct CpuBackend {
 impl CpuBackend {
     /// One worker per available core, or `INFERD_THREADS`.
     pub fn new() -> Self {
-        let n = std::env::var("INFERD_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+        let n = std::env::var("INFERD_THREADS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
         Self::with_threads(n)
     }
 
@@ -44,7 +47,9 @@ impl CpuBackend {
             .thread_name(|i| format!("inferd-cpu-{i}"))
             .build()
             .expect("creating the CPU worker pool");
-        CpuBackend { pool: Arc::new(pool) }
+        CpuBackend {
+            pool: Arc::new(pool),
+        }
     }
 
     pub fn threads(&self) -> usize {
@@ -85,16 +90,28 @@ impl Backend for CpuBackend {
 
     fn alloc_kv(&self, layout: &KvLayout) -> Result<CpuKv> {
         if layout.dtype != KvDtype::F32 {
-            return Err(RuntimeError::Kv(format!("the CPU backend stores KV as f32, not {:?}", layout.dtype)));
+            return Err(RuntimeError::Kv(format!(
+                "the CPU backend stores KV as f32, not {:?}",
+                layout.dtype
+            )));
         }
         let n = layout.layer_elems();
         // vec![0.0; n] maps zeroed pages lazily: untouched blocks cost no RAM.
         let k = (0..layout.n_layers).map(|_| vec![0.0f32; n]).collect();
         let v = (0..layout.n_layers).map(|_| vec![0.0f32; n]).collect();
-        Ok(CpuKv { layout: *layout, k, v })
+        Ok(CpuKv {
+            layout: *layout,
+            k,
+            v,
+        })
     }
 
-    fn prepare_batch(&self, batch: &ForwardBatch, rope: &RopeConfig, kv: &KvLayout) -> Result<CpuBatch> {
+    fn prepare_batch(
+        &self,
+        batch: &ForwardBatch,
+        rope: &RopeConfig,
+        kv: &KvLayout,
+    ) -> Result<CpuBatch> {
         CpuBatch::new(batch, rope, kv)
     }
 
@@ -102,10 +119,17 @@ impl Backend for CpuBackend {
         let m = table.matrix();
         let mut out = CpuTensor::zeros(batch.tokens.len(), m.cols); // [n_tokens, hidden]
         let row_bytes = m.row_bytes();
-        out.data.par_chunks_mut(m.cols).zip(batch.tokens.par_iter()).for_each(|(dst, &t)| {
-            let t = t as usize;
-            inferd_quant::dequantize_row(m.dtype, &m.data[t * row_bytes..(t + 1) * row_bytes], dst);
-        });
+        out.data
+            .par_chunks_mut(m.cols)
+            .zip(batch.tokens.par_iter())
+            .for_each(|(dst, &t)| {
+                let t = t as usize;
+                inferd_quant::dequantize_row(
+                    m.dtype,
+                    &m.data[t * row_bytes..(t + 1) * row_bytes],
+                    dst,
+                );
+            });
         out
     }
 
@@ -137,12 +161,16 @@ impl Backend for CpuBackend {
 
     fn split_cols(&self, x: &CpuTensor, widths: &[usize]) -> Vec<CpuTensor> {
         debug_assert_eq!(widths.iter().sum::<usize>(), x.cols);
-        let mut outs: Vec<CpuTensor> = widths.iter().map(|&w| CpuTensor::zeros(x.rows, w)).collect();
+        let mut outs: Vec<CpuTensor> = widths
+            .iter()
+            .map(|&w| CpuTensor::zeros(x.rows, w))
+            .collect();
         for r in 0..x.rows {
             let mut c = 0;
             for o in outs.iter_mut() {
                 let w = o.cols;
-                o.data[r * w..(r + 1) * w].copy_from_slice(&x.data[r * x.cols + c..r * x.cols + c + w]);
+                o.data[r * w..(r + 1) * w]
+                    .copy_from_slice(&x.data[r * x.cols + c..r * x.cols + c + w]);
                 c += w;
             }
         }
@@ -177,7 +205,11 @@ impl Backend for CpuBackend {
         };
         const CHUNK: usize = 4096;
         if out.data.len() >= PAR_MIN_ELEMS {
-            out.data.par_chunks_mut(CHUNK).zip(gate.data.par_chunks(CHUNK)).zip(up.data.par_chunks(CHUNK)).for_each(body);
+            out.data
+                .par_chunks_mut(CHUNK)
+                .zip(gate.data.par_chunks(CHUNK))
+                .zip(up.data.par_chunks(CHUNK))
+                .for_each(body);
         } else {
             body(((&mut out.data[..], &gate.data[..]), &up.data[..]));
         }

@@ -15,7 +15,11 @@ pub struct CpuTensor {
 
 impl CpuTensor {
     pub fn zeros(rows: usize, cols: usize) -> Self {
-        CpuTensor { data: vec![0.0; rows * cols], rows, cols }
+        CpuTensor {
+            data: vec![0.0; rows * cols],
+            rows,
+            cols,
+        }
     }
 
     pub fn row(&self, r: usize) -> &[f32] {
@@ -27,7 +31,11 @@ impl CpuTensor {
 pub enum WeightBytes {
     Owned(Vec<u8>),
     /// A slice of a mapped file; `_owner` keeps the map alive.
-    Mapped { _owner: Arc<dyn TensorSource>, ptr: *const u8, len: usize },
+    Mapped {
+        _owner: Arc<dyn TensorSource>,
+        ptr: *const u8,
+        len: usize,
+    },
 }
 
 // SAFETY: the mapped bytes are immutable and live as long as `_owner`.
@@ -39,14 +47,21 @@ impl WeightBytes {
         match self {
             WeightBytes::Owned(v) => v,
             // SAFETY: ptr/len came from a slice of the map owned by `_owner`.
-            WeightBytes::Mapped { ptr, len, .. } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
+            WeightBytes::Mapped { ptr, len, .. } => unsafe {
+                std::slice::from_raw_parts(*ptr, *len)
+            },
         }
     }
 }
 
 pub enum CpuWeight {
     /// `[rows, cols]` in its stored type (linear weights, embedding tables).
-    Matrix { dtype: DType, rows: usize, cols: usize, bytes: WeightBytes },
+    Matrix {
+        dtype: DType,
+        rows: usize,
+        cols: usize,
+        bytes: WeightBytes,
+    },
     /// A vector in f32 (norm weights, biases).  // [len]
     Vector(Vec<f32>),
 }
@@ -54,9 +69,17 @@ pub enum CpuWeight {
 impl CpuWeight {
     pub fn matrix(&self) -> WeightMatrix<'_> {
         match self {
-            CpuWeight::Matrix { dtype, rows, cols, bytes } => {
-                WeightMatrix { dtype: *dtype, rows: *rows, cols: *cols, data: bytes.as_slice() }
-            }
+            CpuWeight::Matrix {
+                dtype,
+                rows,
+                cols,
+                bytes,
+            } => WeightMatrix {
+                dtype: *dtype,
+                rows: *rows,
+                cols: *cols,
+                data: bytes.as_slice(),
+            },
             CpuWeight::Vector(_) => panic!("a vector weight used as a matrix (model code bug)"),
         }
     }

@@ -8,8 +8,13 @@ use crate::backend::SharedSource;
 use crate::{Result, RuntimeError};
 
 pub fn load(src: &SharedSource, names: &[&str]) -> Result<CpuWeight> {
-    let views: Vec<TensorView<'_>> = names.iter().map(|n| src.tensor(n)).collect::<std::result::Result<_, _>>()?;
-    let first = views.first().ok_or_else(|| RuntimeError::Other("load_weight: no tensor names".into()))?;
+    let views: Vec<TensorView<'_>> = names
+        .iter()
+        .map(|n| src.tensor(n))
+        .collect::<std::result::Result<_, _>>()?;
+    let first = views
+        .first()
+        .ok_or_else(|| RuntimeError::Other("load_weight: no tensor names".into()))?;
     if first.shape.len() == 1 {
         let mut v = Vec::new();
         for view in &views {
@@ -43,7 +48,11 @@ pub fn load(src: &SharedSource, names: &[&str]) -> Result<CpuWeight> {
     }
     let rows: usize = views.iter().map(|v| v.shape[0]).sum();
     let bytes = if views.len() == 1 && first.data.as_ptr() as usize % align_of(first.dtype) == 0 {
-        WeightBytes::Mapped { _owner: src.clone(), ptr: first.data.as_ptr(), len: first.data.len() }
+        WeightBytes::Mapped {
+            _owner: src.clone(),
+            ptr: first.data.as_ptr(),
+            len: first.data.len(),
+        }
     } else {
         let mut v = Vec::with_capacity(views.iter().map(|v| v.data.len()).sum());
         for view in &views {
@@ -51,7 +60,12 @@ pub fn load(src: &SharedSource, names: &[&str]) -> Result<CpuWeight> {
         }
         WeightBytes::Owned(v)
     };
-    Ok(CpuWeight::Matrix { dtype: first.dtype, rows, cols, bytes })
+    Ok(CpuWeight::Matrix {
+        dtype: first.dtype,
+        rows,
+        cols,
+        bytes,
+    })
 }
 
 /// Alignment the kernels may assume for direct reads of a dtype.
