@@ -384,9 +384,8 @@ pub unsafe fn dot_q5_0(w: &[u8], a: &ActRow) -> f32 {
     );
     let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
     let sixteen = _mm256_set1_epi8(16);
-    let mut acc = _mm256_setzero_ps();
-    let mut offs = 0.0f32;
-    for b in 0..nb {
+    // One block: (acc + d_w d_a Σ q·a, d_w s_a). Two independent chains hide FMA latency.
+    let step = |acc: __m256, b: usize| {
         let blk = wp.add(22 * b);
         let qh = std::ptr::read_unaligned(blk.add(2) as *const i32);
         let hb = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), spread);
@@ -394,12 +393,24 @@ pub unsafe fn dot_q5_0(w: &[u8], a: &ActRow) -> f32 {
         let q = _mm256_or_si256(nibbles32(blk.add(6)), _mm256_and_si256(set, sixteen));
         let p = dot_u8i8(q, load256(ap.add(32 * b)));
         let dw = f16_at(blk);
-        acc = _mm256_fmadd_ps(
-            _mm256_set1_ps(dw * *a.d.get_unchecked(b)),
-            _mm256_cvtepi32_ps(p),
-            acc,
-        );
-        offs += dw * *a.s.get_unchecked(b);
+        let scale = _mm256_set1_ps(dw * *a.d.get_unchecked(b));
+        (_mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(p), acc), dw * *a.s.get_unchecked(b))
+    };
+    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let (mut offs0, mut offs1) = (0.0f32, 0.0f32);
+    let mut b = 0;
+    while b + 2 <= nb {
+        let (a0, o0) = step(acc0, b);
+        let (a1, o1) = step(acc1, b + 1);
+        (acc0, acc1) = (a0, a1);
+        offs0 += o0;
+        offs1 += o1;
+        b += 2;
     }
-    hsum_ps(acc) - 16.0 * offs
+    if b < nb {
+        let (a0, o0) = step(acc0, b);
+        acc0 = a0;
+        offs0 += o0;
+    }
+    hsum_ps(_mm256_add_ps(acc0, acc1)) - 16.0 * (offs0 + offs1)
 }
