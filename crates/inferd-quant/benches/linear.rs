@@ -23,7 +23,13 @@ const SHAPES: [(&str, usize, usize); 8] = [
     ("qwen2.5", 151936, 896),
 ];
 
-const TYPES: [DType; 5] = [DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q4K, DType::Q6K];
+const TYPES: [DType; 5] = [
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q8_0,
+    DType::Q4K,
+    DType::Q6K,
+];
 
 /// Random block bytes with small f16 scales (the kernels' speed does not depend on values).
 fn weights(dtype: DType, rows: usize, cols: usize) -> Vec<u8> {

@@ -15,7 +15,7 @@ pub mod generate;
 pub mod kv;
 pub mod model;
 
-pub use backend::cpu::CpuBackend;
+pub use backend::cpu::{CpuBackend, CpuConfig};
 pub use backend::Backend;
 pub use batch::{ForwardBatch, SeqChunk};
 pub use error::RuntimeError;

@@ -394,7 +394,10 @@ pub unsafe fn dot_q5_0(w: &[u8], a: &ActRow) -> f32 {
         let p = dot_u8i8(q, load256(ap.add(32 * b)));
         let dw = f16_at(blk);
         let scale = _mm256_set1_ps(dw * *a.d.get_unchecked(b));
-        (_mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(p), acc), dw * *a.s.get_unchecked(b))
+        (
+            _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(p), acc),
+            dw * *a.s.get_unchecked(b),
+        )
     };
     let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     let (mut offs0, mut offs1) = (0.0f32, 0.0f32);

@@ -24,31 +24,50 @@ use crate::{Result, RuntimeError};
 /// Element-wise work below this many elements stays on the calling thread.
 const PAR_MIN_ELEMS: usize = 1 << 15;
 
+/// Settings of the CPU backend.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuConfig {
+    /// Worker threads; 0 = one per available core.
+    pub threads: usize,
+    /// Keep activations in f32 for every matmul (dequantized weights × f32), instead of
+    /// rounding them to 8 bits on the small-batch (decode) path. Slower; matches an
+    /// f32 reference exactly. Used by accuracy tests.
+    pub f32_activations: bool,
+}
+
 /// The CPU backend owns its worker pool (one thread per core unless configured).
 #[derive(Clone)]
 pub struct CpuBackend {
     pool: Arc<rayon::ThreadPool>,
+    linear: inferd_quant::LinearConfig,
 }
 
 impl CpuBackend {
     /// One worker per available core, or `INFERD_THREADS`.
     pub fn new() -> Self {
-        let n = std::env::var("INFERD_THREADS")
+        let threads = std::env::var("INFERD_THREADS")
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
-        Self::with_threads(n)
+        Self::with_config(CpuConfig {
+            threads,
+            ..Default::default()
+        })
     }
 
-    /// `threads == 0` means one per available core.
-    pub fn with_threads(threads: usize) -> Self {
+    pub fn with_config(cfg: CpuConfig) -> Self {
         let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
+            .num_threads(cfg.threads)
             .thread_name(|i| format!("inferd-cpu-{i}"))
             .build()
             .expect("creating the CPU worker pool");
+        let mut linear = inferd_quant::LinearConfig::default();
+        if cfg.f32_activations {
+            linear.gemm_min_n = 1;
+        }
         CpuBackend {
             pool: Arc::new(pool),
+            linear,
         }
     }
 
@@ -147,7 +166,8 @@ impl Backend for CpuBackend {
         let m = w.matrix();
         debug_assert_eq!(x.cols, m.cols);
         let mut out = CpuTensor::zeros(x.rows, m.rows); // [n, out]
-        inferd_quant::linear(&m, &x.data, x.rows, &mut out.data);
+        inferd_quant::linear_config(&self.linear, &m, &x.data, x.rows, &mut out.data)
+            .expect("linear shapes are checked when weights load");
         if let Some(b) = bias {
             let b = b.vector();
             for row in out.data.chunks_mut(m.rows) {
