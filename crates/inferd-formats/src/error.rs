@@ -14,7 +14,7 @@ pub enum FormatError {
         source: std::io::Error,
     },
 
-    #[error("{}: not a GGUF file (first bytes {found:02x?}, expected \"GGUF\" = [47, 47, 55, 46])", path.display())]
+    #[error("{}: not a GGUF file (first bytes {found:#04x?}, expected \"GGUF\" = [0x47, 0x47, 0x55, 0x46])", path.display())]
     BadMagic { path: PathBuf, found: Vec<u8> },
 
     #[error("{}: unsupported GGUF version {version} (supported: 2 and 3)", path.display())]

@@ -122,6 +122,6 @@ pub trait Backend: Send + Sync {
     fn add_assign(&self, x: &mut Self::Tensor, y: &Self::Tensor);
     /// The rows named by the batch's `logits_rows`.  -> [n_logits, cols]
     fn gather_logit_rows(&self, x: &Self::Tensor, batch: &Self::Batch) -> Self::Tensor;
-    /// Copies to host memory, row-major.
-    fn to_host(&self, x: &Self::Tensor) -> Vec<f32>;
+    /// Moves (or copies) to host memory, row-major.
+    fn into_host(&self, x: Self::Tensor) -> Vec<f32>;
 }

@@ -115,7 +115,7 @@ impl<B: Backend> Model<B> {
         };
         Ok(self
             .backend
-            .run(|| self.backend.to_host(&dec.forward(kv, &b))))
+            .run(|| self.backend.into_host(dec.forward(kv, &b))))
     }
 }
 

@@ -251,7 +251,7 @@ impl Backend for CpuBackend {
         out
     }
 
-    fn to_host(&self, x: &CpuTensor) -> Vec<f32> {
-        x.data.clone()
+    fn into_host(&self, x: CpuTensor) -> Vec<f32> {
+        x.data
     }
 }
