@@ -8,6 +8,9 @@ use crate::{DType, SimdLevel};
 /// Dot of one weight row (raw blocks) with one activation row.
 pub type DotFn = unsafe fn(&[u8], &ActRow) -> f32;
 
+/// Dot of four consecutive weight rows (`row_bytes` apart) with one activation row.
+pub type Dot4Fn = unsafe fn(&[u8], usize, &ActRow) -> [f32; 4];
+
 /// How activations are prepared for a weight type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ActFormat {
@@ -83,6 +86,24 @@ fn avx512(dtype: DType) -> DotFn {
         DType::Q5K => k::dot_q5_k,
         DType::Q6K => k::dot_q6_k,
     }
+}
+
+/// The four-row dot kernel for `dtype` at `level`, where one exists (Q5_0, Q4_0, Q4_1
+/// and Q8_0 at the AVX2 and AVX-512 levels). Same contract as [`dot_fn`].
+pub fn dot4_fn(dtype: DType, level: SimdLevel) -> Option<Dot4Fn> {
+    #[cfg(target_arch = "x86_64")]
+    if level >= SimdLevel::Avx2 {
+        use crate::simd::avx2_dot4 as k;
+        return match dtype {
+            DType::Q5_0 => Some(k::dot4_q5_0),
+            DType::Q4_0 => Some(k::dot4_q4_0),
+            DType::Q4_1 => Some(k::dot4_q4_1),
+            DType::Q8_0 => Some(k::dot4_q8_0),
+            _ => None,
+        };
+    }
+    let _ = (dtype, level);
+    None
 }
 
 /// The dot kernel for `dtype` at `level`. `level` must already be clamped to the

@@ -7,6 +7,8 @@
 //!   integer SIMD kernels ([`crate::dispatch`]). Output rows are split into chunks
 //!   across the rayon pool; each task streams its weight rows exactly once, so the
 //!   path runs at memory bandwidth. Float weights use f32 FMA dots on the raw rows.
+//!   Q8_0/Q4_0/Q4_1/Q5_0 at AVX2+ dot four weight rows per activation row in one pass
+//!   ([`crate::dispatch::dot4_fn`]); leftover rows of a chunk use the one-row kernel.
 //! * **GEMM path** (`n >= gemm_min_n`, prefill): each task dequantizes a tile of weight
 //!   rows into a per-thread f32 scratch ([tile_rows, cols]) and multiplies it with the
 //!   f32 activations through the `gemm` crate (single-threaded inside the task), so the
@@ -24,7 +26,7 @@
 
 use crate::activation::{Act256, Act32, ActRow};
 use crate::blocks;
-use crate::dispatch::{act_format, dot_fn, ActFormat};
+use crate::dispatch::{act_format, dot4_fn, dot_fn, ActFormat};
 use crate::level::{clamp_level, simd_level};
 use crate::parallel::{for_row_chunks, SharedOut};
 use crate::{DType, QuantError, SimdLevel, WeightMatrix};
@@ -130,8 +132,24 @@ fn linear_dot(level: SimdLevel, w: &WeightMatrix, x: &[f32], n: usize, y: &mut [
     let rb = w.row_bytes();
     let out = SharedOut::new(y);
     let min_rows = MIN_TASK_BYTES.div_ceil(rb.max(1));
+    let dot4 = dot4_fn(w.dtype, level);
     for_row_chunks(rows, min_rows, |r0, r1| {
-        for r in r0..r1 {
+        let mut r = r0;
+        if let Some(dot4) = dot4 {
+            // Groups of four rows share each activation block load.
+            while r + 4 <= r1 {
+                let w4 = &w.data[r * rb..(r + 4) * rb]; // [4, rb]
+                for (i, a) in act_rows.iter().enumerate() {
+                    // SAFETY: as below; rows r..r+4 belong to this task.
+                    let v = unsafe { dot4(w4, rb, a) };
+                    for (k, &vk) in v.iter().enumerate() {
+                        unsafe { *out.at(i * rows + r + k) = vk };
+                    }
+                }
+                r += 4;
+            }
+        }
+        for r in r..r1 {
             let wr = &w.data[r * rb..(r + 1) * rb];
             for (i, a) in act_rows.iter().enumerate() {
                 // SAFETY: `level` is clamped to the detected level and the row sizes
