@@ -1,8 +1,11 @@
 //! Engine logic with no tensors and no IO.
 //!
-//! For now this crate holds the token sampler ([`sampling`]): sampling parameters, their
-//! validation, and a seeded, allocation-free-per-call [`Sampler`].
+//! - [`sampling`]: sampling parameters, their validation, and a seeded,
+//!   allocation-free-per-call [`Sampler`].
+//! - [`kv`]: the KV block pool (reference counts, O(1) LRU free list, content hashes
+//!   ready for the prefix cache) and the per-sequence block tables.
 
+pub mod kv;
 pub mod sampling;
 
 pub use sampling::{Sampled, Sampler, SamplingError, SamplingParams};

@@ -8,7 +8,9 @@ use inferd_core::sampling::{Sampled, Sampler};
 
 use crate::backend::Backend;
 use crate::batch::ForwardBatch;
-use crate::kv::{BlockAllocator, KvDtype};
+use inferd_core::kv::KvManager;
+
+use crate::kv::KvDtype;
 use crate::model::Model;
 use crate::{Result, RuntimeError};
 
@@ -65,9 +67,11 @@ pub fn generate<B: Backend>(
     }
     let layout = model.kv_layout(total.div_ceil(cfg.block_size), cfg.block_size, KvDtype::F32);
     let mut kv = model.alloc_kv(&layout)?;
-    let mut alloc = BlockAllocator::new(layout.num_blocks, layout.block_size);
-    let mut table = Vec::new();
-    alloc.ensure(&mut table, total);
+    let mut kvm = KvManager::new(layout.num_blocks, layout.block_size);
+    let table = kvm
+        .allocate_slots(0, total)
+        .ok_or_else(|| RuntimeError::Kv("pool too small for the sequence".into()))?
+        .to_vec();
 
     let mut out = GenerateOutput::default();
     let t0 = Instant::now();

@@ -19,7 +19,7 @@ pub use backend::cpu::{CpuBackend, CpuConfig};
 pub use backend::Backend;
 pub use batch::{ForwardBatch, SeqChunk};
 pub use error::RuntimeError;
-pub use kv::{BlockAllocator, KvDtype, KvLayout};
+pub use kv::{KvDtype, KvLayout};
 pub use model::{Arch, Model, ModelConfig};
 
 pub type Result<T> = std::result::Result<T, RuntimeError>;

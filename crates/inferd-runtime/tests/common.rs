@@ -5,7 +5,8 @@
 
 use std::path::PathBuf;
 
-use inferd_runtime::{Backend, BlockAllocator, ForwardBatch, KvDtype, Model};
+use inferd_core::kv::KvManager;
+use inferd_runtime::{Backend, ForwardBatch, KvDtype, Model};
 
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -21,12 +22,13 @@ pub fn argmax(v: &[f32]) -> u32 {
     best as u32
 }
 
-/// A model plus its own KV pool and allocator: enough to run sequences by hand.
+/// A model plus its own KV pool and KV manager: enough to run sequences by hand.
 pub struct Runner<'m, B: Backend> {
     pub model: &'m Model<B>,
     pub layout: inferd_runtime::KvLayout,
     pub kv: B::Kv,
-    pub alloc: BlockAllocator,
+    pub kvm: KvManager,
+    next_seq: u64,
 }
 
 impl<'m, B: Backend> Runner<'m, B> {
@@ -38,14 +40,25 @@ impl<'m, B: Backend> Runner<'m, B> {
             model,
             layout,
             kv,
-            alloc: BlockAllocator::new(layout.num_blocks, bs),
+            kvm: KvManager::new(layout.num_blocks, bs),
+            next_seq: 0,
         }
+    }
+
+    /// A fresh sequence id with blocks for `n_tokens`.
+    pub fn new_seq(&mut self, n_tokens: usize) -> (u64, Vec<u32>) {
+        self.next_seq += 1;
+        let table = self
+            .kvm
+            .allocate_slots(self.next_seq, n_tokens)
+            .expect("KV pool too small")
+            .to_vec();
+        (self.next_seq, table)
     }
 
     /// Logits of every position of `ids`, prefilled in chunks of `chunk`.  -> [n][vocab]
     pub fn prompt_logits(&mut self, ids: &[u32], chunk: usize) -> Vec<Vec<f32>> {
-        let mut table = Vec::new();
-        assert!(self.alloc.ensure(&mut table, ids.len()));
+        let (seq, table) = self.new_seq(ids.len());
         let vocab = self.model.cfg.vocab_size;
         let mut out = Vec::new();
         for (i, c) in ids.chunks(chunk).enumerate() {
@@ -55,14 +68,13 @@ impl<'m, B: Backend> Runner<'m, B> {
             let l = self.model.forward(&mut self.kv, &self.layout, &b).unwrap();
             out.extend(l.chunks(vocab).map(|r| r.to_vec()));
         }
-        self.alloc.release(&mut table);
+        self.kvm.free(seq);
         out
     }
 
     /// Greedy continuation of `n` tokens (prefill in one pass, then one token per pass).
     pub fn greedy(&mut self, ids: &[u32], n: usize) -> Vec<u32> {
-        let mut table = Vec::new();
-        assert!(self.alloc.ensure(&mut table, ids.len() + n));
+        let (seq, table) = self.new_seq(ids.len() + n);
         let mut b = ForwardBatch::default();
         b.push(ids, 0, table.clone(), true);
         let mut logits = self.model.forward(&mut self.kv, &self.layout, &b).unwrap();
@@ -77,7 +89,7 @@ impl<'m, B: Backend> Runner<'m, B> {
             b.push(&[t], ids.len() + i, table.clone(), true);
             logits = self.model.forward(&mut self.kv, &self.layout, &b).unwrap();
         }
-        self.alloc.release(&mut table);
+        self.kvm.free(seq);
         out
     }
 }

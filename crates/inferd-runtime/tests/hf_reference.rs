@@ -109,12 +109,9 @@ fn batched_equals_single<B: Backend>(backend: B, name: &str) {
         .collect();
 
     let mut b = ForwardBatch::default();
-    let mut tables = Vec::new();
     for p in &prompts {
-        let mut t = Vec::new();
-        assert!(run.alloc.ensure(&mut t, p.len()));
-        b.push(p, 0, t.clone(), false);
-        tables.push(t);
+        let (_, table) = run.new_seq(p.len());
+        b.push(p, 0, table, false);
     }
     b.logits_rows = (0..b.tokens.len()).collect();
     let all = model.forward(&mut run.kv, &run.layout, &b).unwrap();

@@ -10,11 +10,7 @@
 //! head's slots are contiguous, which is what a per-head attention loop streams,
 //! on CPU and GPU alike. Who owns which block (allocation, reference counts, LRU,
 //! prefix hashing) is not decided here: that is the engine's KV manager
-//! (`inferd-core`); the runtime only reads and writes through block tables.
-
-mod alloc;
-
-pub use alloc::BlockAllocator;
+//! (`inferd_core::kv`); the runtime only reads and writes through block tables.
 
 /// Element type of stored K/V.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,7 +8,8 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use inferd_runtime::{BlockAllocator, ForwardBatch, KvDtype};
+use inferd_core::kv::KvManager;
+use inferd_runtime::{ForwardBatch, KvDtype};
 
 use crate::loaded::Loaded;
 use crate::pull::DEFAULT_MODEL;
@@ -42,9 +43,11 @@ pub fn run(a: Args) -> Result<()> {
     let total = a.prompt_tokens.max(a.gen_tokens) + 1;
     let layout = model.kv_layout(total.div_ceil(bs), bs, KvDtype::F32);
     let mut kv = model.alloc_kv(&layout)?;
-    let mut alloc = BlockAllocator::new(layout.num_blocks, bs);
-    let mut table = Vec::new();
-    alloc.ensure(&mut table, total);
+    let mut kvm = KvManager::new(layout.num_blocks, bs);
+    let table = kvm
+        .allocate_slots(0, total)
+        .expect("pool sized for the test")
+        .to_vec();
     // Deterministic pseudo-random prompt over the vocabulary (llama-bench uses random tokens too).
     let vocab = model.cfg.vocab_size as u64;
     let prompt: Vec<u32> = (0..a.prompt_tokens as u64)

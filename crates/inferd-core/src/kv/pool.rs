@@ -1,0 +1,216 @@
+//! The KV block pool: the mechanism under the KV manager.
+//!
+//! Every block has a reference count. A block whose count drops to zero is not
+//! wiped: it goes to the tail of an intrusive doubly linked free list (least
+//! recently freed at the head), keeping its contents and its prefix hash, so a
+//! later request with the same prefix can take it back (`acquire`) in O(1).
+//! `allocate` takes the head of the list, the least recently used block, and
+//! forgets its hash. All operations are O(1).
+
+use std::collections::HashMap;
+
+/// Index of a block in the pool (the id the runtime's block tables hold).
+pub type BlockId = u32;
+
+const NIL: u32 = u32::MAX;
+
+#[derive(Clone, Debug)]
+struct Block {
+    ref_count: u32,
+    /// Prefix-cache key of the block's content, if it holds a full, hashed block.
+    hash: Option<u64>,
+    prev: u32,
+    next: u32,
+    in_free_list: bool,
+}
+
+#[derive(Debug)]
+pub struct BlockPool {
+    blocks: Vec<Block>,
+    head: u32, // least recently freed
+    tail: u32, // most recently freed
+    n_free: usize,
+    /// hash -> block holding that content (referenced or parked in the free list).
+    cached: HashMap<u64, BlockId>,
+}
+
+impl BlockPool {
+    pub fn new(num_blocks: usize) -> Self {
+        assert!(num_blocks < NIL as usize, "too many blocks");
+        let mut p = BlockPool {
+            blocks: vec![
+                Block {
+                    ref_count: 0,
+                    hash: None,
+                    prev: NIL,
+                    next: NIL,
+                    in_free_list: false
+                };
+                num_blocks
+            ],
+            head: NIL,
+            tail: NIL,
+            n_free: 0,
+            cached: HashMap::new(),
+        };
+        for id in 0..num_blocks as u32 {
+            p.push_tail(id);
+        }
+        p
+    }
+
+    pub fn num_blocks(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Blocks with no reference (free, possibly still holding cached content).
+    pub fn num_free(&self) -> usize {
+        self.n_free
+    }
+
+    pub fn ref_count(&self, id: BlockId) -> u32 {
+        self.blocks[id as usize].ref_count
+    }
+
+    /// Takes the least recently used free block (forgetting any cached content); `None` when all are referenced.
+    pub fn allocate(&mut self) -> Option<BlockId> {
+        let id = self.head;
+        if id == NIL {
+            return None;
+        }
+        self.unlink(id);
+        let b = &mut self.blocks[id as usize];
+        b.ref_count = 1;
+        if let Some(h) = b.hash.take() {
+            self.cached.remove(&h);
+        }
+        Some(id)
+    }
+
+    /// Adds a reference to `id`; a free block is taken off the free list with its content intact.
+    pub fn acquire(&mut self, id: BlockId) {
+        if self.blocks[id as usize].in_free_list {
+            self.unlink(id);
+        }
+        self.blocks[id as usize].ref_count += 1;
+    }
+
+    /// Drops a reference; at zero the block becomes the most recently freed.
+    pub fn release(&mut self, id: BlockId) {
+        let b = &mut self.blocks[id as usize];
+        assert!(b.ref_count > 0, "release of a free block {id}");
+        b.ref_count -= 1;
+        if b.ref_count == 0 {
+            self.push_tail(id);
+        }
+    }
+
+    /// Records that `id` holds the full block keyed by `hash` (first writer wins).
+    pub fn set_hash(&mut self, id: BlockId, hash: u64) {
+        if self.cached.contains_key(&hash) || self.blocks[id as usize].hash.is_some() {
+            return;
+        }
+        self.blocks[id as usize].hash = Some(hash);
+        self.cached.insert(hash, id);
+    }
+
+    /// The block holding content `hash`, referenced or free.
+    pub fn lookup(&self, hash: u64) -> Option<BlockId> {
+        self.cached.get(&hash).copied()
+    }
+
+    fn push_tail(&mut self, id: BlockId) {
+        let t = self.tail;
+        {
+            let b = &mut self.blocks[id as usize];
+            b.prev = t;
+            b.next = NIL;
+            b.in_free_list = true;
+        }
+        if t == NIL {
+            self.head = id;
+        } else {
+            self.blocks[t as usize].next = id;
+        }
+        self.tail = id;
+        self.n_free += 1;
+    }
+
+    fn unlink(&mut self, id: BlockId) {
+        let (p, n) = {
+            let b = &mut self.blocks[id as usize];
+            debug_assert!(b.in_free_list);
+            b.in_free_list = false;
+            (
+                std::mem::replace(&mut b.prev, NIL),
+                std::mem::replace(&mut b.next, NIL),
+            )
+        };
+        if p == NIL {
+            self.head = n;
+        } else {
+            self.blocks[p as usize].next = n;
+        }
+        if n == NIL {
+            self.tail = p;
+        } else {
+            self.blocks[n as usize].prev = p;
+        }
+        self.n_free -= 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocates_in_lru_order_and_refcounts() {
+        let mut p = BlockPool::new(4);
+        assert_eq!(p.num_free(), 4);
+        let a: Vec<_> = (0..4).map(|_| p.allocate().unwrap()).collect();
+        assert_eq!(a, vec![0, 1, 2, 3]);
+        assert_eq!(p.allocate(), None);
+        p.release(2);
+        p.release(0);
+        assert_eq!(p.num_free(), 2);
+        // least recently freed first
+        assert_eq!(p.allocate(), Some(2));
+        assert_eq!(p.allocate(), Some(0));
+        p.acquire(1);
+        assert_eq!(p.ref_count(1), 2);
+        p.release(1);
+        assert_eq!(p.num_free(), 0);
+        p.release(1);
+        assert_eq!(p.num_free(), 1);
+    }
+
+    #[test]
+    fn cached_blocks_survive_until_reused() {
+        let mut p = BlockPool::new(3);
+        let a = p.allocate().unwrap(); // 0
+        let b = p.allocate().unwrap(); // 1
+        p.set_hash(a, 111);
+        p.set_hash(b, 222);
+        p.release(a);
+        p.release(b);
+        // still findable while free
+        assert_eq!(p.lookup(111), Some(a));
+        // revive b without losing content: it leaves the free list
+        p.acquire(b);
+        assert_eq!(p.num_free(), 2);
+        // allocation takes the untouched block 2 first, then a (LRU), evicting its hash
+        assert_eq!(p.allocate(), Some(2));
+        assert_eq!(p.allocate(), Some(a));
+        assert_eq!(p.lookup(111), None);
+        assert_eq!(p.lookup(222), Some(b));
+        assert_eq!(p.allocate(), None);
+    }
+
+    #[test]
+    #[should_panic(expected = "release of a free block")]
+    fn double_release_is_caught() {
+        let mut p = BlockPool::new(1);
+        p.release(0);
+    }
+}
