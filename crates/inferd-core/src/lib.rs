@@ -4,8 +4,11 @@
 //!   allocation-free-per-call [`Sampler`].
 //! - [`kv`]: the KV block pool (reference counts, O(1) LRU free list, content hashes
 //!   ready for the prefix cache) and the per-sequence block tables.
+//! - [`sched`]: the token-counting scheduler (chunked prefill beside decodes, admission
+//!   by KV budget with lookahead and aging, priorities, preemption).
 
 pub mod kv;
 pub mod sampling;
+pub mod sched;
 
 pub use sampling::{Sampled, Sampler, SamplingError, SamplingParams};

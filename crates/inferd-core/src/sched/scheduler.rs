@@ -1,0 +1,292 @@
+//! See the module docs of [`crate::sched`].
+
+use std::collections::HashMap;
+
+use crate::kv::{KvManager, SeqId};
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SchedulerConfig {
+    /// Tokens per forward pass, decodes and prefill chunks together.
+    pub max_batch_tokens: usize,
+    /// Of those, at most this many prefill tokens per step.
+    pub max_prefill_tokens: usize,
+    /// Sequences running at once.
+    pub max_running: usize,
+    /// Waiting requests considered for admission each step.
+    pub lookahead: usize,
+    /// Effective-priority bonus per step waited.
+    pub aging_per_step: f64,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            max_batch_tokens: 512,
+            max_prefill_tokens: 256,
+            max_running: 64,
+            lookahead: 8,
+            aging_per_step: 0.01,
+        }
+    }
+}
+
+/// A request as the scheduler sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Request {
+    pub id: SeqId,
+    pub prompt_len: usize,
+    /// Higher runs first.
+    pub priority: i32,
+}
+
+/// One sequence's tokens in this step: positions `start_pos .. start_pos + n_tokens`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScheduledChunk {
+    pub seq: SeqId,
+    pub start_pos: usize,
+    pub n_tokens: usize,
+    pub block_table: Vec<u32>,
+    /// True when this chunk reaches the end of the known tokens, so its last
+    /// position's logits produce the next token.
+    pub samples: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SchedulerOutput {
+    pub chunks: Vec<ScheduledChunk>,
+    /// Sequences preempted in this step (their KV is gone; they will be recomputed).
+    pub preempted: Vec<SeqId>,
+}
+
+#[derive(Debug)]
+struct Seq {
+    priority: i32,
+    arrival: u64,
+    /// Step at which it started waiting (for aging).
+    waiting_since: u64,
+    /// Prompt plus generated tokens.
+    num_tokens: usize,
+    /// Tokens whose KV is in the cache.
+    num_computed: usize,
+}
+
+#[derive(Debug)]
+pub struct Scheduler {
+    cfg: SchedulerConfig,
+    seqs: HashMap<SeqId, Seq>,
+    waiting: Vec<SeqId>,
+    running: Vec<SeqId>,
+    step: u64,
+    arrivals: u64,
+    preemptions: u64,
+}
+
+impl Scheduler {
+    pub fn new(cfg: SchedulerConfig) -> Self {
+        Scheduler {
+            cfg,
+            seqs: HashMap::new(),
+            waiting: Vec::new(),
+            running: Vec::new(),
+            step: 0,
+            arrivals: 0,
+            preemptions: 0,
+        }
+    }
+
+    pub fn add(&mut self, r: Request) {
+        self.arrivals += 1;
+        let s = Seq {
+            priority: r.priority,
+            arrival: self.arrivals,
+            waiting_since: self.step,
+            num_tokens: r.prompt_len,
+            num_computed: 0,
+        };
+        self.seqs.insert(r.id, s);
+        self.waiting.push(r.id);
+    }
+
+    pub fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub fn num_running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Total preemptions so far.
+    pub fn preemptions(&self) -> u64 {
+        self.preemptions
+    }
+
+    /// Records the result of a step: every scheduled chunk is now computed, and
+    /// sampling chunks appended one token (unless the sequence then finished).
+    pub fn commit(&mut self, out: &SchedulerOutput) {
+        for c in &out.chunks {
+            if let Some(s) = self.seqs.get_mut(&c.seq) {
+                s.num_computed = c.start_pos + c.n_tokens;
+                if c.samples {
+                    s.num_tokens += 1;
+                }
+            }
+        }
+    }
+
+    /// Removes a sequence (finished, cancelled) and frees its blocks.
+    pub fn finish(&mut self, seq: SeqId, kv: &mut KvManager) {
+        self.seqs.remove(&seq);
+        self.running.retain(|&s| s != seq);
+        self.waiting.retain(|&s| s != seq);
+        kv.free(seq);
+    }
+
+    fn effective_priority(&self, id: SeqId) -> f64 {
+        let s = &self.seqs[&id];
+        s.priority as f64 + self.cfg.aging_per_step * (self.step - s.waiting_since) as f64
+    }
+
+    /// Running sequence to evict: lowest priority, then newest arrival.
+    fn victim(&self) -> Option<SeqId> {
+        self.running.iter().copied().min_by(|a, b| {
+            let (sa, sb) = (&self.seqs[a], &self.seqs[b]);
+            sa.priority
+                .cmp(&sb.priority)
+                .then(sb.arrival.cmp(&sa.arrival))
+        })
+    }
+
+    fn preempt(&mut self, id: SeqId, kv: &mut KvManager, out: &mut SchedulerOutput) {
+        kv.free(id);
+        self.running.retain(|&s| s != id);
+        let s = self.seqs.get_mut(&id).expect("running sequence");
+        s.num_computed = 0;
+        s.waiting_since = self.step;
+        self.waiting.insert(0, id);
+        out.preempted.push(id);
+        out.chunks.retain(|c| c.seq != id);
+        self.preemptions += 1;
+    }
+
+    /// Blocks for `seq` to reach `n_tokens`, preempting others (never `seq` itself
+    /// unless it is the only choice) until they fit. `false`: `seq` was preempted.
+    fn grow(
+        &mut self,
+        seq: SeqId,
+        n_tokens: usize,
+        kv: &mut KvManager,
+        out: &mut SchedulerOutput,
+    ) -> bool {
+        loop {
+            if kv.allocate_slots(seq, n_tokens).is_some() {
+                return true;
+            }
+            let victim = match self.victim() {
+                Some(v) if v != seq => v,
+                _ => {
+                    self.preempt(seq, kv, out);
+                    return false;
+                }
+            };
+            self.preempt(victim, kv, out);
+        }
+    }
+
+    /// Builds the next step's batch.
+    pub fn schedule(&mut self, kv: &mut KvManager) -> SchedulerOutput {
+        self.step += 1;
+        let mut out = SchedulerOutput::default();
+        let mut budget = self.cfg.max_batch_tokens;
+        let mut prefill_budget = self.cfg.max_prefill_tokens.min(budget);
+
+        // Highest priority first, oldest first among equals.
+        let mut order = self.running.clone();
+        order.sort_by_key(|id| (-self.seqs[id].priority, self.seqs[id].arrival));
+
+        // 1. decodes
+        for &id in &order {
+            if !self.running.contains(&id) || budget == 0 {
+                continue;
+            }
+            let s = &self.seqs[&id];
+            if s.num_tokens - s.num_computed != 1 {
+                continue;
+            }
+            let pos = s.num_computed;
+            if self.grow(id, pos + 1, kv, &mut out) {
+                budget -= 1;
+                let table = kv.table(id).unwrap_or_default().to_vec();
+                out.chunks.push(ScheduledChunk {
+                    seq: id,
+                    start_pos: pos,
+                    n_tokens: 1,
+                    block_table: table,
+                    samples: true,
+                });
+            }
+        }
+        prefill_budget = prefill_budget.min(budget);
+
+        // 2. running prefills
+        for &id in &order {
+            if !self.running.contains(&id) || prefill_budget == 0 {
+                continue;
+            }
+            let s = &self.seqs[&id];
+            let left = s.num_tokens - s.num_computed;
+            if left <= 1 {
+                continue; // one token left: a decode, handled above
+            }
+            let n = left.min(prefill_budget);
+            let start = s.num_computed;
+            if self.grow(id, start + n, kv, &mut out) {
+                prefill_budget -= n;
+                let table = kv.table(id).unwrap_or_default().to_vec();
+                out.chunks.push(ScheduledChunk {
+                    seq: id,
+                    start_pos: start,
+                    n_tokens: n,
+                    block_table: table,
+                    samples: n == left,
+                });
+            }
+        }
+
+        // 3. admission by KV budget with lookahead and aging
+        let mut candidates: Vec<SeqId> = self.waiting.clone();
+        candidates.sort_by(|a, b| {
+            self.effective_priority(*b)
+                .total_cmp(&self.effective_priority(*a))
+                .then(self.seqs[a].arrival.cmp(&self.seqs[b].arrival))
+        });
+        for id in candidates.into_iter().take(self.cfg.lookahead) {
+            if prefill_budget == 0 || self.running.len() >= self.cfg.max_running {
+                break;
+            }
+            let s = &self.seqs[&id];
+            // The whole known sequence must fit in free blocks, so admission never preempts.
+            if !kv.can_fit(id, s.num_tokens + 1) {
+                continue;
+            }
+            let n = s.num_tokens.min(prefill_budget);
+            let left = s.num_tokens;
+            kv.allocate_slots(id, n).expect("checked by can_fit");
+            self.waiting.retain(|&w| w != id);
+            self.running.push(id);
+            prefill_budget -= n;
+            let table = kv.table(id).unwrap_or_default().to_vec();
+            out.chunks.push(ScheduledChunk {
+                seq: id,
+                start_pos: 0,
+                n_tokens: n,
+                block_table: table,
+                samples: n == left,
+            });
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+#[path = "scheduler_tests.rs"]
+mod tests;

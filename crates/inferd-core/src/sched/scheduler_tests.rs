@@ -1,0 +1,195 @@
+use std::collections::HashMap;
+
+use super::*;
+use crate::kv::KvManager;
+
+/// Runs the scheduler like an engine would (no model: sampled tokens are just
+/// counted) until every request has generated `max_new` tokens. Returns, per
+/// sequence, the chunks it was given, and the number of steps.
+fn drive(
+    sched: &mut Scheduler,
+    kv: &mut KvManager,
+    max_new: &HashMap<SeqId, usize>,
+) -> (HashMap<SeqId, Vec<ScheduledChunk>>, usize) {
+    let mut log: HashMap<SeqId, Vec<ScheduledChunk>> = HashMap::new();
+    let mut generated: HashMap<SeqId, usize> = HashMap::new();
+    let mut steps = 0;
+    while sched.num_running() + sched.num_waiting() > 0 {
+        steps += 1;
+        assert!(steps < 10_000, "no progress");
+        let out = sched.schedule(kv);
+        for p in &out.preempted {
+            // a preempted sequence restarts from scratch
+            log.entry(*p).or_default().push(ScheduledChunk {
+                seq: *p,
+                start_pos: usize::MAX,
+                n_tokens: 0,
+                block_table: vec![],
+                samples: false,
+            });
+        }
+        let total: usize = out.chunks.iter().map(|c| c.n_tokens).sum();
+        assert!(total <= sched.cfg.max_batch_tokens);
+        sched.commit(&out);
+        for c in &out.chunks {
+            // block table covers the chunk
+            assert!(c.block_table.len() * kv.block_size() >= c.start_pos + c.n_tokens);
+            log.entry(c.seq).or_default().push(c.clone());
+            if c.samples {
+                let g = generated.entry(c.seq).or_default();
+                *g += 1;
+                if *g == max_new[&c.seq] {
+                    sched.finish(c.seq, kv);
+                }
+            }
+        }
+    }
+    assert_eq!(
+        kv.pool().num_free(),
+        kv.pool().num_blocks(),
+        "every block returned"
+    );
+    for (id, n) in max_new {
+        assert_eq!(generated.get(id), Some(n), "sequence {id} completed");
+    }
+    (log, steps)
+}
+
+/// Chunks of one sequence since its last preemption tile 0..end contiguously.
+fn assert_contiguous(chunks: &[ScheduledChunk]) {
+    let start = chunks
+        .iter()
+        .rposition(|c| c.start_pos == usize::MAX)
+        .map_or(0, |i| i + 1);
+    let mut pos = 0;
+    for c in &chunks[start..] {
+        assert_eq!(c.start_pos, pos, "{chunks:?}");
+        pos += c.n_tokens;
+    }
+}
+
+#[test]
+fn long_prompt_is_chunked_and_decodes_keep_going() {
+    let cfg = SchedulerConfig {
+        max_batch_tokens: 32,
+        max_prefill_tokens: 16,
+        ..Default::default()
+    };
+    let mut s = Scheduler::new(cfg);
+    let mut kv = KvManager::new(64, 16);
+    s.add(Request {
+        id: 1,
+        prompt_len: 4,
+        priority: 0,
+    });
+    let first = s.schedule(&mut kv);
+    s.commit(&first);
+    s.add(Request {
+        id: 2,
+        prompt_len: 100,
+        priority: 0,
+    });
+    let max_new = HashMap::from([(1, 20), (2, 3)]);
+    let (log, _) = drive(&mut s, &mut kv, &max_new);
+    let long = &log[&2];
+    assert_contiguous(long);
+    let prefill: Vec<usize> = long
+        .iter()
+        .take_while(|c| c.n_tokens > 1)
+        .map(|c| c.n_tokens)
+        .collect();
+    assert!(prefill.iter().all(|&n| n <= 16), "{prefill:?}");
+    assert_eq!(prefill.iter().sum::<usize>(), 100);
+    // while sequence 2 was prefilling, sequence 1 decoded every step
+    assert!(log[&1].len() >= prefill.len());
+    assert!(log[&1].iter().all(|c| c.n_tokens == 1));
+}
+
+#[test]
+fn small_request_passes_a_big_one_that_does_not_fit_and_aging_lets_the_big_one_in() {
+    let cfg = SchedulerConfig {
+        max_batch_tokens: 64,
+        max_prefill_tokens: 64,
+        aging_per_step: 0.5,
+        ..Default::default()
+    };
+    let mut s = Scheduler::new(cfg);
+    let mut kv = KvManager::new(8, 16); // 128 token slots
+    s.add(Request {
+        id: 1,
+        prompt_len: 60,
+        priority: 0,
+    });
+    let o = s.schedule(&mut kv);
+    s.commit(&o);
+    s.add(Request {
+        id: 2,
+        prompt_len: 100,
+        priority: 0,
+    }); // does not fit next to 1
+    s.add(Request {
+        id: 3,
+        prompt_len: 10,
+        priority: 0,
+    }); // fits
+    let o = s.schedule(&mut kv);
+    assert!(
+        o.chunks.iter().any(|c| c.seq == 3),
+        "small one admitted: {o:?}"
+    );
+    assert!(!o.chunks.iter().any(|c| c.seq == 2));
+    s.commit(&o);
+    let (log, _) = drive(&mut s, &mut kv, &HashMap::from([(1, 5), (2, 2), (3, 2)]));
+    assert_contiguous(&log[&2]);
+}
+
+#[test]
+fn higher_priority_is_admitted_first() {
+    let cfg = SchedulerConfig {
+        max_running: 1,
+        ..Default::default()
+    };
+    let mut s = Scheduler::new(cfg);
+    let mut kv = KvManager::new(64, 16);
+    s.add(Request {
+        id: 1,
+        prompt_len: 8,
+        priority: 0,
+    });
+    s.add(Request {
+        id: 2,
+        prompt_len: 8,
+        priority: 5,
+    });
+    let o = s.schedule(&mut kv);
+    assert_eq!(o.chunks.len(), 1);
+    assert_eq!(o.chunks[0].seq, 2);
+}
+
+#[test]
+fn tiny_kv_budget_preempts_and_still_completes_everything() {
+    let cfg = SchedulerConfig {
+        max_batch_tokens: 64,
+        max_prefill_tokens: 32,
+        ..Default::default()
+    };
+    let mut s = Scheduler::new(cfg);
+    let mut kv = KvManager::new(6, 4); // 24 token slots for 4 sequences of up to 18 tokens
+    let mut max_new = HashMap::new();
+    for id in 0..4u64 {
+        s.add(Request {
+            id,
+            prompt_len: 6,
+            priority: (id % 2) as i32,
+        });
+        max_new.insert(id, 12);
+    }
+    let (log, _) = drive(&mut s, &mut kv, &max_new);
+    assert!(
+        s.preemptions() > 0,
+        "the budget was meant to force preemption"
+    );
+    for chunks in log.values() {
+        assert_contiguous(chunks);
+    }
+}
