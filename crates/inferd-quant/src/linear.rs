@@ -23,6 +23,10 @@
 //!
 //! Results of the two paths differ by the activation quantization error of the dot
 //! path (bounded by `Σ|w| d/2`, see [`crate::activation`]).
+//!
+//! Batch invariance: on the dot path a row's output does not depend on the other
+//! rows in the call (bit-identical; `tests/batch_invariance.rs`); on the GEMM path
+//! it does, slightly, because the `gemm` crate's blocking depends on the row count.
 
 use crate::activation::{Act256, Act32, ActRow};
 use crate::blocks;
