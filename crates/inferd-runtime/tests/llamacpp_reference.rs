@@ -24,6 +24,26 @@ fn ids(v: &Value) -> Vec<u32> {
         .collect()
 }
 
+/// The greedy continuation equals the fixture's `greedy` up to the first step whose
+/// reference margin is `<= tie` (a near-tie, after which the two may part). Returns that length.
+fn check_greedy<B: Backend>(run: &mut Runner<'_, B>, p: &Value, tie: f32) -> usize {
+    let name = p["name"].as_str().unwrap();
+    let want = ids(&p["greedy"]);
+    let margins = p["greedy_margin"].as_array().unwrap();
+    let n = margins
+        .iter()
+        .position(|m| m.as_f64().unwrap() as f32 <= tie)
+        .unwrap_or(want.len());
+    let got = run.greedy(&ids(&p["input_ids"]), n);
+    assert_eq!(
+        got[..n],
+        want[..n],
+        "{name}: greedy continuation (first {n} of {} tokens)",
+        want.len()
+    );
+    n
+}
+
 fn check_against_llamacpp<B: Backend>(backend: B, fixture: &str, dir: &str, file: &str) {
     let Some(path) = real_model(dir, file) else {
         return;
@@ -53,28 +73,10 @@ fn check_against_llamacpp<B: Backend>(backend: B, fixture: &str, dir: &str, file
                 assert_eq!(argmax(row), want_ids[0], "{name}: top-1 at position {i}");
             }
         }
-        let want = ids(&p["greedy"]);
-        let margins: Vec<f32> = p["greedy_margin"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| m.as_f64().unwrap() as f32)
-            .collect();
-        let n = margins
-            .iter()
-            .position(|&m| m <= MARGIN)
-            .unwrap_or(want.len());
-        let got = run.greedy(&input, n);
-        assert_eq!(
-            got[..n],
-            want[..n],
-            "{name}: greedy continuation (first {n} of {} tokens)",
-            want.len()
-        );
+        let n = check_greedy(&mut run, p, MARGIN);
         eprintln!(
-            "{name}: {} prompt positions, greedy equal for {n}/{} tokens",
-            input.len(),
-            want.len()
+            "{name}: {} prompt positions, greedy equal for {n} tokens",
+            input.len()
         );
     }
     eprintln!("{fixture}: worst |Δlogit| over top-5 = {worst}");
@@ -158,25 +160,8 @@ fn smollm2_matches_transformers_gguf() {
                 checked += 1;
             }
         }
-        let want = ids(&p["greedy"]);
-        let margins: Vec<f32> = p["greedy_margin"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| m.as_f64().unwrap() as f32)
-            .collect();
-        let n = margins
-            .iter()
-            .position(|&m| m <= 2.0 * TOL)
-            .unwrap_or(want.len());
-        let got = run.greedy(&input, n);
-        assert_eq!(
-            got[..n],
-            want[..n],
-            "{name}: greedy continuation (first {n} of {} tokens)",
-            want.len()
-        );
-        eprintln!("{name}: greedy equal for {n}/{} tokens", want.len());
+        let n = check_greedy(&mut run, p, 2.0 * TOL);
+        eprintln!("{name}: greedy equal for {n} tokens");
     }
     assert!(checked > 0);
     eprintln!("prompt positions checked: {checked}, worst |Δlogit| over top-10 = {worst}");
