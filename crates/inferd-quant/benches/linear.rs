@@ -1,13 +1,16 @@
 //! Linear benchmark on the matmul shapes of SmolLM2-135M and Qwen2.5-0.5B.
 //!
 //! `cargo bench -p inferd-quant --bench linear [-- FILTER] [--crossover]`
-//! Reports decode (n = 1) in GB/s of weight bytes streamed and prefill (n = 128, 256)
+//! Reports decode (n = 1) in GB/s of weight bytes streamed and prefill (n = 128, 512)
 //! in GFLOP/s (2·rows·cols·n). Uses the global rayon pool (all cores) and
 //! `INFERD_SIMD` like the server. `--crossover` times the dot and GEMM paths for
-//! small n, to tune `DEFAULT_GEMM_MIN_N`. `--in-pool` runs everything on a rayon
+//! small n, to tune `DEFAULT_GEMM_MIN_N`. `--dot-n` times the dot path (all rows
+//! [`RowPath::Dot`]) at n = 1, 4, 8, 16 (concurrent decodes). `--in-pool` runs everything on a rayon
 //! worker (the calling thread joins each `linear`).
 
-use inferd_quant::{linear, linear_config, simd_level, DType, LinearConfig, WeightMatrix};
+use inferd_quant::{
+    linear, linear_config, linear_planned, simd_level, DType, LinearConfig, RowPath, WeightMatrix,
+};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -85,9 +88,12 @@ fn run(args: Vec<String>) {
     if crossover {
         return run_crossover();
     }
+    if args.iter().any(|a| a == "--dot-n") {
+        return run_dot_n(filter);
+    }
     println!(
         "{:<8} {:>14} {:<5} {:>10} {:>9} {:>12} {:>12}",
-        "model", "shape", "type", "decode us", "GB/s", "pf128 GF/s", "pf256 GF/s"
+        "model", "shape", "type", "decode us", "GB/s", "pf128 GF/s", "pf512 GF/s"
     );
     for (model, rows, cols) in SHAPES {
         for dtype in TYPES {
@@ -106,10 +112,10 @@ fn run(args: Vec<String>) {
             }
             let data = weights(dtype, rows, cols);
             let w = WeightMatrix::new(dtype, rows, cols, &data).unwrap();
-            let x: Vec<f32> = (0..256 * cols)
+            let x: Vec<f32> = (0..512 * cols)
                 .map(|i| ((i % 97) as f32 - 48.0) / 48.0)
                 .collect();
-            let mut y = vec![0f32; 256 * rows];
+            let mut y = vec![0f32; 512 * rows];
             let dec = time(
                 || linear(&w, black_box(&x[..cols]), 1, &mut y[..rows]),
                 Duration::from_millis(300),
@@ -117,7 +123,7 @@ fn run(args: Vec<String>) {
             );
             let gbs = data.len() as f64 / dec / 1e9;
             let mut pf = [0f64; 2];
-            for (k, n) in [128usize, 256].into_iter().enumerate() {
+            for (k, n) in [128usize, 512].into_iter().enumerate() {
                 let s = time(
                     || linear(&w, black_box(&x[..n * cols]), n, &mut y[..n * rows]),
                     Duration::from_millis(600),
@@ -171,6 +177,59 @@ fn run_crossover() {
                     t[1] * 1e6
                 );
             }
+        }
+    }
+}
+
+fn run_dot_n(filter: Option<&String>) {
+    const NS: [usize; 4] = [1, 4, 8, 16];
+    println!(
+        "{:<24} {:>10} {:>10} {:>10} {:>10}   (dot path, us per call)",
+        "shape", "n=1", "n=4", "n=8", "n=16"
+    );
+    let cfg = LinearConfig::default();
+    for (model, rows, cols) in SHAPES {
+        if rows > 8192 {
+            continue;
+        }
+        for dtype in TYPES {
+            let name = format!("{model} {rows}x{cols} {dtype}");
+            if filter.is_some_and(|f| !name.contains(f.as_str())) || cols % dtype.block_len() != 0 {
+                continue;
+            }
+            let data = weights(dtype, rows, cols);
+            let w = WeightMatrix::new(dtype, rows, cols, &data).unwrap();
+            let x: Vec<f32> = (0..16 * cols)
+                .map(|i| ((i % 97) as f32 - 48.0) / 48.0)
+                .collect();
+            let mut y = vec![0f32; 16 * rows];
+            let mut t = [0f64; NS.len()];
+            for (k, n) in NS.into_iter().enumerate() {
+                let paths = vec![RowPath::Dot; n];
+                t[k] = time(
+                    || {
+                        linear_planned(
+                            &cfg,
+                            &w,
+                            black_box(&x[..n * cols]),
+                            n,
+                            &paths,
+                            &mut y[..n * rows],
+                        )
+                        .unwrap()
+                    },
+                    Duration::from_millis(200),
+                    5,
+                );
+            }
+            println!(
+                "{:<24} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+                format!("{rows}x{cols} {dtype}"),
+                t[0] * 1e6,
+                t[1] * 1e6,
+                t[2] * 1e6,
+                t[3] * 1e6
+            );
         }
     }
 }

@@ -17,12 +17,13 @@ pub mod level;
 pub mod linear;
 mod parallel;
 pub mod simd;
+mod tile_gemm;
 pub mod weight;
 
 pub use error::QuantError;
 pub use inferd_formats::DType;
 pub use level::{detected_level, simd_level, supported_levels, SimdLevel};
-pub use linear::{linear_config, LinearConfig, DEFAULT_GEMM_MIN_N};
+pub use linear::{linear_config, linear_planned, LinearConfig, RowPath, DEFAULT_GEMM_MIN_N};
 pub use weight::WeightMatrix;
 
 /// `y[n, rows] = x[n, cols] · Wᵀ` (x and y row-major f32), multi-threaded on the

@@ -33,6 +33,7 @@ use crate::blocks;
 use crate::dispatch::{act_format, dot4_fn, dot_fn, ActFormat};
 use crate::level::{clamp_level, simd_level};
 use crate::parallel::{for_row_chunks, SharedOut};
+use crate::tile_gemm::{gemm_packed, pack_tile, TileSrc};
 use crate::{DType, QuantError, SimdLevel, WeightMatrix};
 use std::cell::RefCell;
 
@@ -108,6 +109,83 @@ pub fn linear_config(
     Ok(())
 }
 
+/// How one activation row's product is computed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowPath {
+    /// 8-bit activations, integer dot products (decode rows: tokens the model generated).
+    Dot,
+    /// f32 activations against dequantized weights (prompt rows).
+    Gemm,
+}
+
+/// `y[n, rows] = x[n, cols]·Wᵀ` where row `i` takes `paths[i]`. Each row's result is
+/// bit-identical to what it would be in any other call with the same path for that row
+/// (whatever `n`, the other rows, or the row's index).
+///
+/// Rows of each path are gathered into one contiguous batch (no copy when the whole
+/// call takes one path), computed, and scattered back. `paths.len() != n` is a
+/// [`QuantError::ShapeMismatch`]. `cfg.gemm_min_n` is ignored.
+pub fn linear_planned(
+    cfg: &LinearConfig,
+    w: &WeightMatrix,
+    x: &[f32],
+    n: usize,
+    paths: &[RowPath],
+    y: &mut [f32],
+) -> Result<(), QuantError> {
+    check(w, x, n, y)?;
+    if paths.len() != n {
+        return Err(QuantError::ShapeMismatch {
+            what: "paths",
+            expected: n,
+            actual: paths.len(),
+        });
+    }
+    if n == 0 || w.rows == 0 {
+        return Ok(());
+    }
+    if w.cols == 0 {
+        y.fill(0.0);
+        return Ok(());
+    }
+    let level = clamp_level(cfg.level);
+    let run = |path: RowPath, x: &[f32], n: usize, y: &mut [f32]| match path {
+        RowPath::Dot => linear_dot(level, w, x, n, y),
+        RowPath::Gemm => linear_gemm(level, w, x, n, y),
+    };
+    let n_dot = paths.iter().filter(|&&p| p == RowPath::Dot).count();
+    if n_dot == 0 || n_dot == n {
+        run(paths[0], x, n, y);
+        return Ok(());
+    }
+    let (rows, cols) = (w.rows, w.cols);
+    for path in [RowPath::Dot, RowPath::Gemm] {
+        let idx: Vec<usize> = (0..n).filter(|&i| paths[i] == path).collect();
+        let m = idx.len();
+        // Contiguous run of rows: compute in place.
+        if idx[m - 1] - idx[0] + 1 == m {
+            let i0 = idx[0];
+            run(
+                path,
+                &x[i0 * cols..(i0 + m) * cols],
+                m,
+                &mut y[i0 * rows..(i0 + m) * rows],
+            );
+            continue;
+        }
+        let mut xs = Vec::with_capacity(m * cols); // [m, cols]
+        for &i in &idx {
+            xs.extend_from_slice(&x[i * cols..(i + 1) * cols]);
+        }
+        let mut ys = vec![0f32; m * rows]; // [m, rows]
+        run(path, &xs, m, &mut ys);
+        for (k, &i) in idx.iter().enumerate() {
+            y[i * rows..(i + 1) * rows].copy_from_slice(&ys[k * rows..(k + 1) * rows]);
+        }
+    }
+    Ok(())
+}
+
 /// Quantized activations kept alive while their [`ActRow`] views are used.
 enum Acts {
     Float,
@@ -165,8 +243,8 @@ fn linear_dot(level: SimdLevel, w: &WeightMatrix, x: &[f32], n: usize, y: &mut [
 }
 
 thread_local! {
-    /// Per-thread dequantized weight tile, [tile_rows, cols].
-    static TILE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// Per-thread packed weight tile of the GEMM path ([`pack_tile`]).
+    static PACKED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Decode whole blocks at `level` (AVX2 builds of the same loops auto-vectorize).
@@ -188,95 +266,33 @@ fn tile_rows(rows: usize) -> usize {
     t.div_ceil(16) * 16
 }
 
-/// `y[n, rows] = x[n, cols] · tileᵀ` for a tile of `tr` rows written at column `r0`.
-///
-/// # Safety
-/// `tile` is [tr, cols]; columns `r0..r0+tr` of `y` ([n, rows] at `out`) belong to the caller.
-unsafe fn gemm_tile(
-    out: SharedOut,
-    rows: usize,
-    r0: usize,
-    x: &[f32],
-    n: usize,
-    cols: usize,
-    tile: *const f32,
-    tr: usize,
-    parallelism: gemm::Parallelism,
-) {
-    gemm::gemm(
-        n,
-        tr,
-        cols,
-        out.at(r0),
-        1,
-        rows as isize,
-        false,
-        x.as_ptr(),
-        1,
-        cols as isize,
-        tile,
-        cols as isize,
-        1,
-        0.0f32,
-        1.0f32,
-        false,
-        false,
-        false,
-        parallelism,
-    );
-}
-
 fn linear_gemm(level: SimdLevel, w: &WeightMatrix, x: &[f32], n: usize, y: &mut [f32]) {
     let (rows, cols) = (w.rows, w.cols);
     let out = SharedOut::new(y);
-    if w.dtype == DType::F32 && w.data.as_ptr().align_offset(4) == 0 {
-        let threads = rayon::current_num_threads().max(1);
-        let par = if threads > 1 {
-            gemm::Parallelism::Rayon(threads)
-        } else {
-            gemm::Parallelism::None
-        };
-        // SAFETY: data is aligned and holds [rows, cols] f32 (validated).
-        unsafe {
-            gemm_tile(
-                out,
-                rows,
-                0,
-                x,
-                n,
-                cols,
-                w.data.as_ptr() as *const f32,
-                rows,
-                par,
-            )
-        };
-        return;
-    }
-    let rb = w.row_bytes();
+    let src = match w.dtype {
+        DType::F32 if w.data.as_ptr().align_offset(4) == 0 => {
+            // SAFETY: aligned, and the data holds [rows, cols] f32 (validated).
+            TileSrc::F32(unsafe {
+                std::slice::from_raw_parts(w.data.as_ptr() as *const f32, rows * cols)
+            })
+        }
+        dtype => TileSrc::Blocks {
+            level,
+            dtype,
+            data: w.data,
+            row_bytes: w.row_bytes(),
+        },
+    };
     let tile = tile_rows(rows);
     for_row_chunks(rows.div_ceil(tile), 1, |t0, t1| {
-        TILE.with(|buf| {
-            let mut buf = buf.borrow_mut();
+        PACKED.with(|buf| {
+            let mut packed = buf.borrow_mut();
             for t in t0..t1 {
                 let r0 = t * tile;
                 let tr = tile.min(rows - r0);
-                buf.resize(tr * cols, 0.0);
-                let scratch = &mut buf[..tr * cols]; // [tr, cols]
-                dequantize_at(level, w.dtype, &w.data[r0 * rb..(r0 + tr) * rb], scratch);
-                // SAFETY: this task owns output columns r0..r0+tr.
-                unsafe {
-                    gemm_tile(
-                        out,
-                        rows,
-                        r0,
-                        x,
-                        n,
-                        cols,
-                        scratch.as_ptr(),
-                        tr,
-                        gemm::Parallelism::None,
-                    )
-                };
+                pack_tile(src, r0, tr, cols, &mut packed);
+                // SAFETY: y is [n, rows]; this task owns output columns r0..r0+tr.
+                unsafe { gemm_packed(x, n, cols, &packed, tr, out.at(0), rows, r0) };
             }
         })
     });

@@ -13,6 +13,11 @@ pub struct SeqChunk {
     pub start_pos: usize,
     /// KV blocks of this sequence in order; must cover positions `0..start_pos + n_tokens`.
     pub block_table: Vec<u32>,
+    /// Length of the sequence's prompt. Positions before it are prompt rows, positions at or
+    /// after it hold tokens the model generated. Backends compute each kind on a fixed path
+    /// (CPU: prompt rows in f32, generated rows with 8-bit activations), so a token's result
+    /// never depends on what else is in the batch or how the prompt was chunked.
+    pub prompt_len: usize,
 }
 
 impl SeqChunk {
@@ -38,11 +43,13 @@ impl ForwardBatch {
         self.tokens.len()
     }
 
-    /// Append one sequence's chunk; `want_logits` asks for the logits of its last token.
+    /// Append one sequence's chunk (positions `start_pos..`, see [`SeqChunk::prompt_len`]);
+    /// `want_logits` asks for the logits of its last token.
     pub fn push(
         &mut self,
         tokens: &[u32],
         start_pos: usize,
+        prompt_len: usize,
         block_table: Vec<u32>,
         want_logits: bool,
     ) {
@@ -53,6 +60,7 @@ impl ForwardBatch {
             n_tokens: tokens.len(),
             start_pos,
             block_table,
+            prompt_len,
         });
         if want_logits && !tokens.is_empty() {
             self.logits_rows.push(token_start + tokens.len() - 1);
@@ -68,6 +76,17 @@ impl ForwardBatch {
             }
         }
         pos
+    }
+
+    /// Whether each token is a generated (not prompt) row.  // [n_tokens]
+    pub fn generated_rows(&self) -> Vec<bool> {
+        let mut g = vec![false; self.tokens.len()];
+        for s in &self.seqs {
+            for i in 0..s.n_tokens {
+                g[s.token_start + i] = s.start_pos + i >= s.prompt_len;
+            }
+        }
+        g
     }
 
     /// Checks that chunks tile the tokens, block tables cover the KV, and rows are in range.
@@ -114,8 +133,8 @@ mod tests {
     #[test]
     fn positions_and_validation() {
         let mut b = ForwardBatch::default();
-        b.push(&[1, 2, 3], 0, vec![0], true);
-        b.push(&[9], 17, vec![1, 2], true);
+        b.push(&[1, 2, 3], 0, 3, vec![0], true);
+        b.push(&[9], 17, 17, vec![1, 2], true);
         assert_eq!(b.positions(), vec![0, 1, 2, 17]);
         assert_eq!(b.logits_rows, vec![2, 3]);
         assert!(b.validate(16, 3).is_ok());

@@ -79,7 +79,7 @@ pub fn generate<B: Backend>(
     for (i, chunk) in prompt.chunks(cfg.prefill_chunk.max(1)).enumerate() {
         let mut b = ForwardBatch::default();
         let last = (i + 1) * cfg.prefill_chunk >= prompt.len();
-        b.push(chunk, i * cfg.prefill_chunk, table.clone(), last);
+        b.push(chunk, i * cfg.prefill_chunk, prompt.len(), table.clone(), last);
         logits = model.forward(&mut kv, &layout, &b)?;
     }
     out.prefill_time = t0.elapsed();
@@ -99,7 +99,7 @@ pub fn generate<B: Backend>(
             break;
         }
         let mut b = ForwardBatch::default();
-        b.push(&[tok], pos, table.clone(), true);
+        b.push(&[tok], pos, prompt.len(), table.clone(), true);
         logits = model.forward(&mut kv, &layout, &b)?;
         pos += 1;
     }

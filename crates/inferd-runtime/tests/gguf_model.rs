@@ -339,7 +339,7 @@ fn bad_token_is_an_error<B: Backend>(backend: B) {
     let run = Runner::new(&model, 16);
     let mut kv = run.kv;
     let mut b = inferd_runtime::ForwardBatch::default();
-    b.push(&[1, 99999], 0, vec![0], true);
+    b.push(&[1, 99999], 0, 2, vec![0], true);
     let e = model
         .forward(&mut kv, &run.layout, &b)
         .unwrap_err()

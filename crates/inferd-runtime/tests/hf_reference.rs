@@ -111,7 +111,7 @@ fn batched_equals_single<B: Backend>(backend: B, name: &str) {
     let mut b = ForwardBatch::default();
     for p in &prompts {
         let (_, table) = run.new_seq(p.len());
-        b.push(p, 0, table, false);
+        b.push(p, 0, p.len(), table, false);
     }
     b.logits_rows = (0..b.tokens.len()).collect();
     let all = model.forward(&mut run.kv, &run.layout, &b).unwrap();

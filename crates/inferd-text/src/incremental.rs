@@ -9,8 +9,11 @@
 use crate::{TextError, Tokenizer};
 
 /// Push ids, get back only text that is complete UTF-8 and will not change.
-pub struct IncrementalDecoder<'t> {
-    tok: &'t Tokenizer,
+///
+/// `T` is how the tokenizer is held: `&Tokenizer` for a local loop, `Arc<Tokenizer>` when
+/// the decoder lives in long-lived state (the engine's sequences).
+pub struct IncrementalDecoder<T: AsRef<Tokenizer>> {
+    tok: T,
     skip_special_tokens: bool,
     /// Ids from the start of the window on. // [window]
     ids: Vec<u32>,
@@ -20,8 +23,8 @@ pub struct IncrementalDecoder<'t> {
     read: usize,
 }
 
-impl<'t> IncrementalDecoder<'t> {
-    pub fn new(tok: &'t Tokenizer, skip_special_tokens: bool) -> Self {
+impl<T: AsRef<Tokenizer>> IncrementalDecoder<T> {
+    pub fn new(tok: T, skip_special_tokens: bool) -> Self {
         IncrementalDecoder {
             tok,
             skip_special_tokens,
@@ -33,7 +36,7 @@ impl<'t> IncrementalDecoder<'t> {
 
     /// Adds one id; returns the text that became final (often empty).
     pub fn push(&mut self, id: u32) -> Result<String, TextError> {
-        let vocab_size = self.tok.vocab_size();
+        let vocab_size = self.tok.as_ref().vocab_size();
         if id as usize >= vocab_size {
             return Err(TextError::UnknownId { id, vocab_size });
         }
@@ -73,7 +76,9 @@ impl<'t> IncrementalDecoder<'t> {
         if range.is_empty() {
             return Ok(String::new());
         }
-        self.tok.decode(&self.ids[range], self.skip_special_tokens)
+        self.tok
+            .as_ref()
+            .decode(&self.ids[range], self.skip_special_tokens)
     }
 }
 

@@ -201,3 +201,9 @@ pub(crate) fn read_json(path: &Path) -> Result<Value, TextError> {
 #[cfg(test)]
 #[path = "tokenizer_tests.rs"]
 mod tests;
+
+impl AsRef<Tokenizer> for Tokenizer {
+    fn as_ref(&self) -> &Tokenizer {
+        self
+    }
+}

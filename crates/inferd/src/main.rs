@@ -28,6 +28,8 @@ enum Command {
     Pull(cmd::pull::Args),
     /// Measure prefill and decode speed of a model on this machine.
     Speed(cmd::speed::Args),
+    /// Run the OpenAI-compatible server in the foreground.
+    Serve(cmd::serve::Args),
 }
 
 /// Keeps freed activation buffers in the heap instead of returning them to the OS:
@@ -53,6 +55,7 @@ fn main() {
         Command::Generate(a) => cmd::generate::run(a),
         Command::Pull(a) => cmd::pull::run(a),
         Command::Speed(a) => cmd::speed::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
     };
     if let Err(e) = r {
         eprintln!("error: {e:#}");

@@ -58,6 +58,15 @@ pub struct AttnConfig {
 /// Where weights come from: a memory-mapped GGUF or safetensors model.
 pub type SharedSource = Arc<dyn TensorSource>;
 
+/// Which rows of a pass an activation matrix holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rows {
+    /// One row per token of the batch.
+    Tokens,
+    /// One row per entry of the batch's `logits_rows`.
+    Logits,
+}
+
 pub trait Backend: Send + Sync {
     /// Activations: `[rows, cols]`, f32 semantics.
     type Tensor: Send + Sync;
@@ -95,11 +104,17 @@ pub trait Backend: Send + Sync {
     /// RMSNorm of every `head_dim` slice of each row, with one shared `w` of `[head_dim]` (Qwen3 QK-norm).
     fn head_rms_norm(&self, x: &mut Self::Tensor, w: &Self::Weight, head_dim: usize, eps: f32);
     /// `x · wᵀ (+ bias)`.  [n, in] -> [n, out]
+    ///
+    /// `rows` says which rows of `batch` `x` holds, so the backend computes each row on
+    /// the fixed path of its kind (prompt or generated, see [`crate::SeqChunk::prompt_len`]):
+    /// a row's result never depends on the rest of the batch.
     fn linear(
         &self,
         x: &Self::Tensor,
         w: &Self::Weight,
         bias: Option<&Self::Weight>,
+        batch: &Self::Batch,
+        rows: Rows,
     ) -> Self::Tensor;
     /// Splits columns into consecutive pieces of the given widths.
     fn split_cols(&self, x: &Self::Tensor, widths: &[usize]) -> Vec<Self::Tensor>;

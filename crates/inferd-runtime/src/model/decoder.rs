@@ -13,7 +13,7 @@
 
 use super::config::ModelConfig;
 use super::weights::{LayerWeights, Projection, Weights};
-use crate::backend::{AttnConfig, Backend};
+use crate::backend::{AttnConfig, Backend, Rows};
 
 pub struct Decoder<'a, B: Backend> {
     pub backend: &'a B,
@@ -31,7 +31,13 @@ impl<B: Backend> Decoder<'_, B> {
         }
         let x = b.gather_logit_rows(&x, batch); // [n_logits, hidden]
         let h = b.rms_norm(&x, &w.final_norm, self.cfg.rms_eps);
-        b.linear(&h, w.lm_head.as_ref().unwrap_or(&w.embed), None) // [n_logits, vocab]
+        b.linear(
+            &h,
+            w.lm_head.as_ref().unwrap_or(&w.embed),
+            None,
+            batch,
+            Rows::Logits,
+        ) // [n_logits, vocab]
     }
 
     fn layer(
@@ -45,7 +51,7 @@ impl<B: Backend> Decoder<'_, B> {
         let (b, c) = (self.backend, self.cfg);
         // 1-2. attention input and projections
         let h = b.rms_norm(x, &lw.attn_norm, c.rms_eps);
-        let mut qkv = self.project(&h, &lw.qkv).into_iter();
+        let mut qkv = self.project(&h, &lw.qkv, batch).into_iter();
         let (mut q, mut k, v) = (
             qkv.next().unwrap(),
             qkv.next().unwrap(),
@@ -68,20 +74,27 @@ impl<B: Backend> Decoder<'_, B> {
         };
         let a = b.attention(&q, &k, &v, kv, layer, batch, &attn); // [n, q_dim]
                                                                   // 6. output projection and residual
-        b.add_assign(x, &b.linear(&a, &lw.o, None));
+        b.add_assign(x, &b.linear(&a, &lw.o, None, batch, Rows::Tokens));
         // 7-8. SwiGLU feed-forward and residual
         let h = b.rms_norm(x, &lw.ffn_norm, c.rms_eps);
-        let mut gu = self.project(&h, &lw.gate_up).into_iter();
+        let mut gu = self.project(&h, &lw.gate_up, batch).into_iter();
         let (gate, up) = (gu.next().unwrap(), gu.next().unwrap()); // [n, ffn] each
         let f = b.silu_mul(&gate, &up);
-        b.add_assign(x, &b.linear(&f, &lw.down, None));
+        b.add_assign(x, &b.linear(&f, &lw.down, None, batch, Rows::Tokens));
     }
 
     /// Evaluates a (possibly fused) projection; outputs in declaration order.
-    fn project(&self, h: &B::Tensor, p: &Projection<B::Weight>) -> Vec<B::Tensor> {
+    fn project(
+        &self,
+        h: &B::Tensor,
+        p: &Projection<B::Weight>,
+        batch: &B::Batch,
+    ) -> Vec<B::Tensor> {
         let mut outs = Vec::new();
         for (w, bias, widths) in &p.groups {
-            let y = self.backend.linear(h, w, bias.as_ref());
+            let y = self
+                .backend
+                .linear(h, w, bias.as_ref(), batch, Rows::Tokens);
             if widths.len() == 1 {
                 outs.push(y);
             } else {

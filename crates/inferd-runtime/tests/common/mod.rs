@@ -63,7 +63,7 @@ impl<'m, B: Backend> Runner<'m, B> {
         let mut out = Vec::new();
         for (i, c) in ids.chunks(chunk).enumerate() {
             let mut b = ForwardBatch::default();
-            b.push(c, i * chunk, table.clone(), false);
+            b.push(c, i * chunk, ids.len(), table.clone(), false);
             b.logits_rows = (0..c.len()).collect();
             let l = self.model.forward(&mut self.kv, &self.layout, &b).unwrap();
             out.extend(l.chunks(vocab).map(|r| r.to_vec()));
@@ -76,7 +76,7 @@ impl<'m, B: Backend> Runner<'m, B> {
     pub fn greedy(&mut self, ids: &[u32], n: usize) -> Vec<u32> {
         let (seq, table) = self.new_seq(ids.len() + n);
         let mut b = ForwardBatch::default();
-        b.push(ids, 0, table.clone(), true);
+        b.push(ids, 0, ids.len(), table.clone(), true);
         let mut logits = self.model.forward(&mut self.kv, &self.layout, &b).unwrap();
         let mut out = Vec::new();
         for i in 0..n {
@@ -86,7 +86,7 @@ impl<'m, B: Backend> Runner<'m, B> {
                 break;
             }
             let mut b = ForwardBatch::default();
-            b.push(&[t], ids.len() + i, table.clone(), true);
+            b.push(&[t], ids.len() + i, ids.len(), table.clone(), true);
             logits = self.model.forward(&mut self.kv, &self.layout, &b).unwrap();
         }
         self.kvm.free(seq);

@@ -1,3 +1,4 @@
 pub mod generate;
 pub mod pull;
+pub mod serve;
 pub mod speed;

@@ -56,7 +56,7 @@ pub fn run(a: Args) -> Result<()> {
 
     // warm-up: one short pass touches every weight page
     let mut b = ForwardBatch::default();
-    b.push(&prompt[..prompt.len().min(8)], 0, table.clone(), true);
+    b.push(&prompt[..prompt.len().min(8)], 0, 8, table.clone(), true);
     model.forward(&mut kv, &layout, &b)?;
 
     let mut pp = Vec::new();
@@ -65,7 +65,7 @@ pub fn run(a: Args) -> Result<()> {
         let t = Instant::now();
         for (i, c) in prompt.chunks(a.chunk.max(1)).enumerate() {
             let mut b = ForwardBatch::default();
-            b.push(c, i * a.chunk, table.clone(), true);
+            b.push(c, i * a.chunk, prompt.len(), table.clone(), true);
             model.forward(&mut kv, &layout, &b)?;
         }
         pp.push(a.prompt_tokens as f64 / t.elapsed().as_secs_f64());
@@ -73,7 +73,8 @@ pub fn run(a: Args) -> Result<()> {
         let mut tok = prompt[0];
         for pos in 0..a.gen_tokens {
             let mut b = ForwardBatch::default();
-            b.push(&[tok], pos, table.clone(), true);
+            // Decode rows are generated tokens (prompt length 0 here: no prompt kept).
+            b.push(&[tok], pos, 0, table.clone(), true);
             let logits = model.forward(&mut kv, &layout, &b)?;
             tok = argmax(&logits);
         }

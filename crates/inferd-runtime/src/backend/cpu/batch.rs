@@ -4,6 +4,7 @@ use crate::backend::{RopeConfig, RopeStyle};
 use crate::batch::{ForwardBatch, SeqChunk};
 use crate::kv::KvLayout;
 use crate::{Result, RuntimeError};
+use inferd_quant::RowPath;
 
 pub struct CpuBatch {
     pub tokens: Vec<u32>,    // [n_tokens]
@@ -14,6 +15,10 @@ pub struct CpuBatch {
     /// Which chunk each token belongs to.  // [n_tokens]
     pub seq_of_token: Vec<u32>,
     pub logits_rows: Vec<usize>,
+    /// Matmul path of each token row: prompt rows f32, generated rows 8-bit.  // [n_tokens]
+    pub token_paths: Vec<RowPath>,
+    /// Path of each logits row (that of the token row it comes from).  // [n_logits]
+    pub logit_paths: Vec<RowPath>,
     pub rope_style: RopeStyle,
     pub rotary_dim: usize,
     pub cos: Vec<f32>, // [n_tokens, rotary_dim / 2]
@@ -21,7 +26,13 @@ pub struct CpuBatch {
 }
 
 impl CpuBatch {
-    pub fn new(b: &ForwardBatch, rope: &RopeConfig, kv: &KvLayout) -> Result<Self> {
+    /// `f32_activations`: every row takes the f32 path.
+    pub fn new(
+        b: &ForwardBatch,
+        rope: &RopeConfig,
+        kv: &KvLayout,
+        f32_activations: bool,
+    ) -> Result<Self> {
         b.validate(kv.block_size, kv.num_blocks)
             .map_err(RuntimeError::BadBatch)?;
         let positions = b.positions();
@@ -46,7 +57,21 @@ impl CpuBatch {
                 sin.push(a.sin() as f32);
             }
         }
+        let token_paths: Vec<RowPath> = b
+            .generated_rows()
+            .into_iter()
+            .map(|g| {
+                if g && !f32_activations {
+                    RowPath::Dot
+                } else {
+                    RowPath::Gemm
+                }
+            })
+            .collect();
+        let logit_paths = b.logits_rows.iter().map(|&r| token_paths[r]).collect();
         Ok(CpuBatch {
+            token_paths,
+            logit_paths,
             tokens: b.tokens.clone(),
             positions,
             slots,

@@ -16,7 +16,7 @@ use rayon::prelude::*;
 pub use batch::CpuBatch;
 pub use tensor::{CpuTensor, CpuWeight, WeightBytes};
 
-use super::{AttnConfig, Backend, RopeConfig, SharedSource};
+use super::{AttnConfig, Backend, RopeConfig, Rows, SharedSource};
 use crate::batch::ForwardBatch;
 use crate::kv::{KvDtype, KvLayout};
 use crate::{Result, RuntimeError};
@@ -40,6 +40,7 @@ pub struct CpuConfig {
 pub struct CpuBackend {
     pool: Arc<rayon::ThreadPool>,
     linear: inferd_quant::LinearConfig,
+    f32_activations: bool,
 }
 
 impl CpuBackend {
@@ -61,13 +62,11 @@ impl CpuBackend {
             .thread_name(|i| format!("inferd-cpu-{i}"))
             .build()
             .expect("creating the CPU worker pool");
-        let mut linear = inferd_quant::LinearConfig::default();
-        if cfg.f32_activations {
-            linear.gemm_min_n = 1;
-        }
+        let linear = inferd_quant::LinearConfig::default();
         CpuBackend {
             pool: Arc::new(pool),
             linear,
+            f32_activations: cfg.f32_activations,
         }
     }
 
@@ -131,7 +130,7 @@ impl Backend for CpuBackend {
         rope: &RopeConfig,
         kv: &KvLayout,
     ) -> Result<CpuBatch> {
-        CpuBatch::new(batch, rope, kv)
+        CpuBatch::new(batch, rope, kv, self.f32_activations)
     }
 
     fn embed(&self, table: &CpuWeight, batch: &CpuBatch) -> CpuTensor {
@@ -162,11 +161,22 @@ impl Backend for CpuBackend {
         norm::rms_norm_rows(&mut x.data, head_dim, w.vector(), eps);
     }
 
-    fn linear(&self, x: &CpuTensor, w: &CpuWeight, bias: Option<&CpuWeight>) -> CpuTensor {
+    fn linear(
+        &self,
+        x: &CpuTensor,
+        w: &CpuWeight,
+        bias: Option<&CpuWeight>,
+        batch: &CpuBatch,
+        rows: Rows,
+    ) -> CpuTensor {
         let m = w.matrix();
         debug_assert_eq!(x.cols, m.cols);
+        let paths = match rows {
+            Rows::Tokens => &batch.token_paths,
+            Rows::Logits => &batch.logit_paths,
+        };
         let mut out = CpuTensor::zeros(x.rows, m.rows); // [n, out]
-        inferd_quant::linear_config(&self.linear, &m, &x.data, x.rows, &mut out.data)
+        inferd_quant::linear_planned(&self.linear, &m, &x.data, x.rows, paths, &mut out.data)
             .expect("linear shapes are checked when weights load");
         if let Some(b) = bias {
             let b = b.vector();

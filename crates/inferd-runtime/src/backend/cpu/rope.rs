@@ -43,9 +43,9 @@ mod tests {
         };
         let mut b = ForwardBatch::default();
         for &p in positions {
-            b.push(&[0], p, vec![0, 1, 2, 3], false);
+            b.push(&[0], p, p + 1, vec![0, 1, 2, 3], false);
         }
-        CpuBatch::new(&b, rope, &kv).unwrap()
+        CpuBatch::new(&b, rope, &kv, false).unwrap()
     }
 
     /// Direct formula: pair (a, b) with angle pos * theta^(-2i/rot).

@@ -1,0 +1,114 @@
+//! Engine configuration and KV memory sizing.
+
+use inferd_core::sched::SchedulerConfig;
+
+/// How much memory the KV pool may take.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum KvBudget {
+    Bytes(u64),
+    /// A fraction of the memory available when the engine starts.
+    FractionOfFree(f64),
+}
+
+impl Default for KvBudget {
+    fn default() -> Self {
+        KvBudget::FractionOfFree(0.25)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub sched: SchedulerConfig,
+    /// Tokens per KV block.
+    pub block_size: usize,
+    pub kv_budget: KvBudget,
+    /// Requests waiting for admission before new ones get `QueueFull`.
+    pub max_queue: usize,
+    /// Longest sequence (prompt + generated) accepted; capped at the model's context.
+    pub max_context: Option<usize>,
+    /// Run one short request before serving, so the first user does not pay for cold caches.
+    pub warmup: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            sched: SchedulerConfig::default(),
+            block_size: 16,
+            kv_budget: KvBudget::default(),
+            max_queue: 256,
+            max_context: None,
+            warmup: true,
+        }
+    }
+}
+
+/// Memory the OS reports as available (Linux `MemAvailable`), in bytes.
+pub fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Number of KV blocks the budget allows, given the bytes of one block (all layers, K and V).
+/// Falls back to 4 GiB when free memory cannot be read.
+pub fn kv_blocks_for(budget: KvBudget, bytes_per_block: u64) -> usize {
+    let bytes = match budget {
+        KvBudget::Bytes(b) => b,
+        KvBudget::FractionOfFree(f) => {
+            let free = available_memory().unwrap_or(4 << 30);
+            (free as f64 * f.clamp(0.0, 1.0)) as u64
+        }
+    };
+    (bytes / bytes_per_block.max(1)) as usize
+}
+
+/// Parses sizes like `512M`, `2G`, `1.5GiB`, `3000000` (bytes), or `30%` (of free memory).
+pub fn parse_kv_budget(s: &str) -> Result<KvBudget, String> {
+    let t = s.trim();
+    if let Some(p) = t.strip_suffix('%') {
+        let f: f64 = p.trim().parse().map_err(|_| format!("bad percentage `{s}`"))?;
+        if !(f > 0.0 && f <= 100.0) {
+            return Err(format!("percentage `{s}` must be in (0, 100]"));
+        }
+        return Ok(KvBudget::FractionOfFree(f / 100.0));
+    }
+    let lower = t.to_ascii_lowercase();
+    let lower = lower
+        .trim_end_matches("ib")
+        .trim_end_matches('b')
+        .to_string();
+    let (num, mult) = match lower.chars().last() {
+        Some('k') => (&lower[..lower.len() - 1], 1u64 << 10),
+        Some('m') => (&lower[..lower.len() - 1], 1 << 20),
+        Some('g') => (&lower[..lower.len() - 1], 1 << 30),
+        Some('t') => (&lower[..lower.len() - 1], 1 << 40),
+        _ => (&lower[..], 1),
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad size `{s}` (examples: 512M, 2G, 25%)"))?;
+    if !(v > 0.0) {
+        return Err(format!("size `{s}` must be positive"));
+    }
+    Ok(KvBudget::Bytes((v * mult as f64) as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budgets_parse() {
+        assert_eq!(parse_kv_budget("2G"), Ok(KvBudget::Bytes(2 << 30)));
+        assert_eq!(parse_kv_budget("512MiB"), Ok(KvBudget::Bytes(512 << 20)));
+        assert_eq!(parse_kv_budget("1000"), Ok(KvBudget::Bytes(1000)));
+        assert_eq!(parse_kv_budget("25%"), Ok(KvBudget::FractionOfFree(0.25)));
+        assert!(parse_kv_budget("abc").is_err());
+        assert!(parse_kv_budget("0").is_err());
+        assert!(parse_kv_budget("150%").is_err());
+        assert_eq!(kv_blocks_for(KvBudget::Bytes(10_000), 1000), 10);
+    }
+}

@@ -1,0 +1,300 @@
+//! The engine thread: inbox -> scheduler -> one forward pass -> sampling -> streams.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use inferd_core::kv::KvManager;
+use inferd_core::sched::{Request, Scheduler, SchedulerOutput};
+use inferd_runtime::{Backend, ForwardBatch, KvDtype, KvLayout, Model, RuntimeError};
+use inferd_text::Tokenizer;
+
+use crate::config::{kv_blocks_for, EngineConfig};
+use crate::handle::{EngineHandle, ModelInfo, Msg, Shared};
+use crate::request::Event;
+use crate::seq::{Outcome, Seq};
+use crate::stats::{names, EngineStats};
+
+/// Loads nothing: takes a loaded model, sizes and allocates the KV pool, optionally
+/// warms up, and starts the engine thread.
+pub fn start<B: Backend + 'static>(
+    model: Model<B>,
+    tokenizer: Arc<Tokenizer>,
+    name: String,
+    cfg: EngineConfig,
+) -> Result<EngineHandle, RuntimeError> {
+    let bs = cfg.block_size.max(1);
+    let one = model.kv_layout(1, bs, KvDtype::F32);
+    let bytes_per_block = one.layer_elems() as u64 * 2 * one.n_layers as u64 * 4;
+    let num_blocks = kv_blocks_for(cfg.kv_budget, bytes_per_block);
+    if num_blocks < 2 {
+        return Err(RuntimeError::Kv(format!(
+            "the KV budget holds {num_blocks} blocks of {bs} tokens ({bytes_per_block} bytes each); \
+             at least 2 are needed"
+        )));
+    }
+    let layout = model.kv_layout(num_blocks, bs, KvDtype::F32);
+    let kv = model.alloc_kv(&layout)?;
+    // Longest sequence: model context, the configured cap, and what the pool holds.
+    let pool_tokens = num_blocks * bs;
+    let max_context = [
+        model.cfg.max_context,
+        cfg.max_context.unwrap_or(usize::MAX),
+        pool_tokens,
+    ]
+    .into_iter()
+    .min()
+    .unwrap_or(pool_tokens);
+    let info = ModelInfo {
+        name,
+        max_context,
+        vocab_size: model.cfg.vocab_size,
+    };
+    let (tx, rx) = mpsc::channel();
+    let shared = Arc::new(Shared {
+        inbox: Mutex::new(tx),
+        stats: Mutex::new(EngineStats {
+            kv_blocks_total: num_blocks,
+            kv_blocks_free: num_blocks,
+            kv_block_size: bs,
+            kv_bytes_per_block: bytes_per_block,
+            ..Default::default()
+        }),
+        next_id: AtomicU64::new(1),
+        accepting: AtomicBool::new(true),
+        thread: Mutex::new(None),
+        started: Instant::now(),
+        max_queue: cfg.max_queue,
+        queued: AtomicU64::new(0),
+    });
+    let mut engine = Engine {
+        kvm: KvManager::new(num_blocks, bs),
+        sched: Scheduler::new(cfg.sched.clone()),
+        model,
+        kv,
+        layout,
+        seqs: HashMap::new(),
+        inbox: rx,
+        shared: shared.clone(),
+        tokenizer: tokenizer.clone(),
+        max_context,
+        draining: false,
+    };
+    if cfg.warmup {
+        engine.warmup()?;
+    }
+    let thread = std::thread::Builder::new()
+        .name("inferd-engine".into())
+        .spawn(move || engine.run())
+        .map_err(|e| RuntimeError::Kv(format!("starting the engine thread: {e}")))?;
+    *shared.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(thread);
+    Ok(EngineHandle {
+        shared,
+        info: Arc::new(info),
+        tokenizer,
+    })
+}
+
+struct Engine<B: Backend> {
+    model: Model<B>,
+    kv: B::Kv,
+    layout: KvLayout,
+    kvm: KvManager,
+    sched: Scheduler,
+    seqs: HashMap<u64, Seq>,
+    inbox: mpsc::Receiver<Msg>,
+    shared: Arc<Shared>,
+    tokenizer: Arc<Tokenizer>,
+    max_context: usize,
+    draining: bool,
+}
+
+/// Marks the engine as stopped however the thread ends (a panic included).
+struct StopGuard(Arc<Shared>);
+
+impl Drop for StopGuard {
+    fn drop(&mut self) {
+        self.0.accepting.store(false, Ordering::SeqCst);
+    }
+}
+
+impl<B: Backend> Engine<B> {
+    fn run(mut self) {
+        let _guard = StopGuard(self.shared.clone());
+        loop {
+            // Idle: block until a message arrives.
+            if self.seqs.is_empty() {
+                if self.draining {
+                    return;
+                }
+                match self.inbox.recv() {
+                    Ok(m) => self.handle(m),
+                    Err(_) => return,
+                }
+            }
+            while let Ok(m) = self.inbox.try_recv() {
+                self.handle(m);
+            }
+            if self.seqs.is_empty() {
+                self.publish();
+                continue;
+            }
+            if !self.step() {
+                // Nothing could be scheduled this step: wait briefly for news.
+                if let Ok(m) = self.inbox.recv_timeout(Duration::from_millis(2)) {
+                    self.handle(m);
+                }
+            }
+            self.publish();
+        }
+    }
+
+    fn handle(&mut self, m: Msg) {
+        match m {
+            Msg::Submit { id, req, tx } => {
+                let priority = req.priority;
+                metrics::counter!(names::PROMPT_TOKENS).increment(req.prompt.len() as u64);
+                let seq = Seq::new(req, self.tokenizer.clone(), self.max_context, tx);
+                self.sched.add(Request {
+                    id,
+                    prompt_len: seq.tokens.len(),
+                    priority,
+                });
+                let mut st = self.stats();
+                st.prompt_tokens_total += seq.tokens.len() as u64;
+                drop(st);
+                self.seqs.insert(id, seq);
+            }
+            Msg::Cancel(id) => self.remove(id),
+            Msg::Drain => self.draining = true,
+        }
+    }
+
+    fn stats(&self) -> std::sync::MutexGuard<'_, EngineStats> {
+        self.shared
+            .stats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Frees a sequence's blocks and forgets it.
+    fn remove(&mut self, id: u64) {
+        if self.seqs.remove(&id).is_some() {
+            self.sched.finish(id, &mut self.kvm);
+        }
+    }
+
+    /// One scheduling step and forward pass. `false` when nothing was scheduled.
+    fn step(&mut self) -> bool {
+        let out = self.sched.schedule(&mut self.kvm);
+        if !out.preempted.is_empty() {
+            metrics::counter!(names::PREEMPTIONS).increment(out.preempted.len() as u64);
+        }
+        if out.chunks.is_empty() {
+            return false;
+        }
+        let batch = self.build_batch(&out);
+        metrics::histogram!(names::STEP_TOKENS).record(batch.n_tokens() as f64);
+        let logits = match self.model.forward(&mut self.kv, &self.layout, &batch) {
+            Ok(l) => l,
+            Err(e) => {
+                self.fail(&out, &e.to_string());
+                return true;
+            }
+        };
+        self.sched.commit(&out);
+        let vocab = self.model.cfg.vocab_size;
+        let sampling = out.chunks.iter().filter(|c| c.samples);
+        let mut finished = Vec::new();
+        let mut completed = 0;
+        for (row, c) in sampling.enumerate() {
+            let Some(seq) = self.seqs.get_mut(&c.seq) else {
+                continue;
+            };
+            let l = &logits[row * vocab..(row + 1) * vocab];
+            match seq.step(l) {
+                Outcome::Continue => {}
+                Outcome::Finished => {
+                    finished.push(c.seq);
+                    completed += 1;
+                    metrics::counter!(names::REQUESTS_FINISHED).increment(1);
+                }
+                Outcome::Disconnected => finished.push(c.seq),
+            }
+        }
+        let generated = out.chunks.iter().filter(|c| c.samples).count() as u64;
+        for id in finished {
+            self.remove(id);
+        }
+        let mut st = self.stats();
+        st.generated_tokens_total += generated;
+        st.steps += 1;
+        st.requests_finished += completed;
+        true
+    }
+
+    /// The scheduled chunks as one forward pass (logits rows in chunk order).
+    fn build_batch(&self, out: &SchedulerOutput) -> ForwardBatch {
+        let mut batch = ForwardBatch::default();
+        for c in &out.chunks {
+            let seq = &self.seqs[&c.seq];
+            batch.push(
+                &seq.tokens[c.start_pos..c.start_pos + c.n_tokens],
+                c.start_pos,
+                seq.prompt_len,
+                c.block_table.clone(),
+                c.samples,
+            );
+        }
+        batch
+    }
+
+    /// A forward pass failed: every sequence in it gets the error and is dropped.
+    fn fail(&mut self, out: &SchedulerOutput, msg: &str) {
+        for c in &out.chunks {
+            if let Some(seq) = self.seqs.get(&c.seq) {
+                seq.send(Event::Error(format!("model forward pass failed: {msg}")));
+            }
+            self.remove(c.seq);
+        }
+    }
+
+    fn publish(&self) {
+        let waiting = self.sched.num_waiting();
+        let running = self.sched.num_running();
+        let free = self.kvm.pool().num_free();
+        self.shared.queued.store(waiting as u64, Ordering::SeqCst);
+        let total = self.kvm.pool().num_blocks();
+        metrics::gauge!(names::WAITING).set(waiting as f64);
+        metrics::gauge!(names::RUNNING).set(running as f64);
+        metrics::gauge!(names::KV_BLOCKS_FREE).set(free as f64);
+        metrics::gauge!(names::KV_BLOCKS_USED).set((total - free) as f64);
+        let mut st = self.stats();
+        st.waiting = waiting;
+        st.running = running;
+        st.kv_blocks_free = free;
+        st.preemptions = self.sched.preemptions();
+    }
+
+    /// Runs a short prefill and one decode step through the whole model, so weights are
+    /// paged in and thread pools started before the first request.
+    fn warmup(&mut self) -> Result<(), RuntimeError> {
+        let vocab = self.model.cfg.vocab_size as u32;
+        let n = 16.min(self.max_context - 1);
+        let prompt: Vec<u32> = (0..n as u32).map(|i| (i * 7919 + 13) % vocab).collect();
+        let table = self
+            .kvm
+            .allocate_slots(u64::MAX, n + 1)
+            .ok_or_else(|| RuntimeError::Kv("KV pool too small to warm up".into()))?
+            .to_vec();
+        let mut b = ForwardBatch::default();
+        b.push(&prompt, 0, n, table.clone(), true);
+        self.model.forward(&mut self.kv, &self.layout, &b)?;
+        let mut b = ForwardBatch::default();
+        b.push(&[prompt[0]], n, n, table, true);
+        self.model.forward(&mut self.kv, &self.layout, &b)?;
+        self.kvm.free(u64::MAX);
+        Ok(())
+    }
+}

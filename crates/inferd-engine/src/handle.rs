@@ -1,0 +1,217 @@
+//! The engine's public face: submit requests, read their streams, observe, shut down.
+//! Cheap to clone; every clone talks to the same engine thread.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use inferd_text::Tokenizer;
+use tokio::sync::mpsc as tmpsc;
+
+use crate::request::{Event, GenRequest, SubmitError};
+use crate::stats::EngineStats;
+
+pub(crate) enum Msg {
+    Submit {
+        id: u64,
+        req: GenRequest,
+        tx: tmpsc::UnboundedSender<Event>,
+    },
+    Cancel(u64),
+    /// Stop admitting; exit once every running request finished.
+    Drain,
+}
+
+/// Facts about the loaded model the server needs.
+#[derive(Clone, Debug)]
+pub struct ModelInfo {
+    /// Name clients use in `model`.
+    pub name: String,
+    /// Longest sequence (prompt + generated) the engine accepts.
+    pub max_context: usize,
+    pub vocab_size: usize,
+}
+
+pub(crate) struct Shared {
+    pub inbox: Mutex<mpsc::Sender<Msg>>,
+    pub stats: Mutex<EngineStats>,
+    pub next_id: AtomicU64,
+    pub accepting: AtomicBool,
+    pub thread: Mutex<Option<JoinHandle<()>>>,
+    pub started: Instant,
+    pub max_queue: usize,
+    /// Requests sent to the engine and not yet admitted (inbox + waiting).
+    pub queued: AtomicU64,
+}
+
+#[derive(Clone)]
+pub struct EngineHandle {
+    pub(crate) shared: Arc<Shared>,
+    pub info: Arc<ModelInfo>,
+    pub tokenizer: Arc<Tokenizer>,
+}
+
+impl EngineHandle {
+    /// Queues a request. The stream yields its events; dropping the stream cancels it.
+    pub fn submit(&self, req: GenRequest) -> Result<RequestStream, SubmitError> {
+        if !self.shared.accepting.load(Ordering::SeqCst) {
+            return Err(SubmitError::ShuttingDown);
+        }
+        if req.prompt.is_empty() {
+            return Err(SubmitError::Invalid("the prompt is empty".into()));
+        }
+        if let Some(&t) = req
+            .prompt
+            .iter()
+            .find(|&&t| t as usize >= self.info.vocab_size)
+        {
+            return Err(SubmitError::Invalid(format!(
+                "token id {t} is outside the vocabulary ({})",
+                self.info.vocab_size
+            )));
+        }
+        if req.max_tokens == 0 {
+            return Err(SubmitError::Invalid("max_tokens must be at least 1".into()));
+        }
+        let limit = self.info.max_context;
+        if req.prompt.len() >= limit {
+            return Err(SubmitError::TooLong {
+                what: "the prompt",
+                tokens: req.prompt.len(),
+                limit: limit - 1,
+            });
+        }
+        if let Err(e) = req.sampling.validate() {
+            return Err(SubmitError::Invalid(e.to_string()));
+        }
+        let queued = self.shared.queued.load(Ordering::SeqCst) as usize;
+        if queued >= self.shared.max_queue {
+            return Err(SubmitError::QueueFull {
+                queued,
+                retry_after_s: 1,
+            });
+        }
+        let id = self.shared.next_id.fetch_add(1, Ordering::SeqCst);
+        let (tx, rx) = tmpsc::unbounded_channel();
+        self.shared.queued.fetch_add(1, Ordering::SeqCst);
+        let sent = self
+            .shared
+            .inbox
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(Msg::Submit { id, req, tx });
+        if sent.is_err() {
+            self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+            return Err(SubmitError::Stopped);
+        }
+        Ok(RequestStream {
+            id,
+            rx,
+            shared: self.shared.clone(),
+            done: false,
+        })
+    }
+
+    /// A snapshot of queue, running and KV figures (updated every engine step).
+    pub fn stats(&self) -> EngineStats {
+        let mut s = self
+            .shared
+            .stats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        s.uptime_s = self.shared.started.elapsed().as_secs_f64();
+        s
+    }
+
+    /// Whether the engine thread is alive.
+    pub fn is_running(&self) -> bool {
+        self.shared
+            .thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|t| !t.is_finished())
+    }
+
+    /// Whether new requests are accepted.
+    pub fn is_accepting(&self) -> bool {
+        self.shared.accepting.load(Ordering::SeqCst)
+    }
+
+    /// Stops accepting requests; running and queued ones finish, then the engine exits.
+    pub fn drain(&self) {
+        self.shared.accepting.store(false, Ordering::SeqCst);
+        let _ = self
+            .shared
+            .inbox
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(Msg::Drain);
+    }
+
+    /// Drains and waits for the engine thread to exit.
+    pub fn shutdown(&self) {
+        self.drain();
+        let t = self
+            .shared
+            .thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(t) = t {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The events of one request. Dropping it before `Done` cancels the request and
+/// frees its KV blocks at the engine's next step.
+pub struct RequestStream {
+    pub id: u64,
+    rx: tmpsc::UnboundedReceiver<Event>,
+    shared: Arc<Shared>,
+    done: bool,
+}
+
+impl RequestStream {
+    /// The next event; `None` after the final one (or if the engine died).
+    pub async fn next(&mut self) -> Option<Event> {
+        let ev = self.rx.recv().await;
+        self.note(&ev);
+        ev
+    }
+
+    /// Blocking variant for non-async callers (tests, CLI).
+    pub fn next_blocking(&mut self) -> Option<Event> {
+        let ev = self.rx.blocking_recv();
+        self.note(&ev);
+        ev
+    }
+
+    fn note(&mut self, ev: &Option<Event>) {
+        if matches!(ev, None | Some(Event::Done { .. }) | Some(Event::Error(_))) {
+            self.done = true;
+        }
+    }
+
+    /// Cancels now (same as dropping).
+    pub fn cancel(&mut self) {
+        if !self.done {
+            self.done = true;
+            let _ = self
+                .shared
+                .inbox
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .send(Msg::Cancel(self.id));
+        }
+    }
+}
+
+impl Drop for RequestStream {
+    fn drop(&mut self) {
+        self.cancel();
+    }
+}

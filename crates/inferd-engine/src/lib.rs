@@ -1,0 +1,21 @@
+//! The serving engine: one thread owns the model, the paged KV cache and the scheduler,
+//! and runs steps. Each step the scheduler picks the running decodes and prefill
+//! chunks that fit the token budgets (continuous batching, chunked prefill), the model
+//! runs them as one forward pass, each sampling sequence gets its next token, and the
+//! token's text goes out on the request's stream. Callers talk to it through an
+//! [`EngineHandle`]; dropping a request's stream cancels it.
+
+mod config;
+mod engine;
+mod handle;
+mod request;
+mod seq;
+mod stats;
+mod stop;
+
+pub use config::{available_memory, kv_blocks_for, parse_kv_budget, EngineConfig, KvBudget};
+pub use engine::start;
+pub use handle::{EngineHandle, ModelInfo, RequestStream};
+pub use request::{Delta, Event, FinishReason, GenRequest, SubmitError, TokenOut, Usage};
+pub use stats::{names as metric_names, EngineStats};
+pub use stop::{StopMatcher, StopStep};

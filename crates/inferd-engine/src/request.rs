@@ -1,0 +1,109 @@
+//! The typed contract between the engine and its callers (the HTTP server, tests):
+//! what a request asks for, and the events its stream yields.
+
+use inferd_core::sampling::SamplingParams;
+
+/// One generation request, already tokenized.
+#[derive(Clone, Debug)]
+pub struct GenRequest {
+    /// Prompt token ids (chat template already applied).  // [prompt_len]
+    pub prompt: Vec<u32>,
+    pub sampling: SamplingParams,
+    /// Most tokens to generate; generation also ends at the model context.
+    pub max_tokens: usize,
+    /// Stop strings: matched on the detokenized text, across token boundaries; the
+    /// matched string and anything after it are never emitted.
+    pub stop: Vec<String>,
+    /// Keep generating past the tokenizer's end-of-sequence ids.
+    pub ignore_eos: bool,
+    /// Higher runs first; ties go to the oldest.
+    pub priority: i32,
+}
+
+impl GenRequest {
+    /// A greedy request with defaults (used by tests and warm-up).
+    pub fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Self {
+        GenRequest {
+            prompt,
+            sampling: SamplingParams::greedy(),
+            max_tokens,
+            stop: Vec::new(),
+            ignore_eos: false,
+            priority: 0,
+        }
+    }
+}
+
+/// A generated token with the logprobs asked for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenOut {
+    pub id: u32,
+    /// Log-probability of `id`; `Some` iff the request asked for logprobs.
+    pub logprob: Option<f32>,
+    /// The most likely alternatives, most likely first.
+    pub top_logprobs: Vec<(u32, f32)>,
+}
+
+/// Text that became final, with the tokens that produced it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Delta {
+    /// Valid UTF-8, never part of a stop string.
+    pub text: String,
+    pub tokens: Vec<TokenOut>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-sequence token or a stop string.
+    Stop,
+    /// `max_tokens` or the context limit.
+    Length,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    /// Prompt tokens whose KV came from the cache instead of being computed.
+    pub cached_tokens: usize,
+}
+
+/// What a request's stream yields: deltas, then exactly one `Done` or `Error`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    Delta(Delta),
+    Done {
+        finish_reason: FinishReason,
+        usage: Usage,
+    },
+    /// The request failed inside the engine (not the caller's fault).
+    Error(String),
+}
+
+/// Why a request was not accepted.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum SubmitError {
+    #[error("the request queue is full ({queued} waiting); retry later")]
+    QueueFull { queued: usize, retry_after_s: u32 },
+    #[error("{what} ({tokens} tokens) exceeds the limit of {limit} tokens")]
+    TooLong {
+        what: &'static str,
+        tokens: usize,
+        limit: usize,
+    },
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    #[error("the server is shutting down")]
+    ShuttingDown,
+    #[error("the engine has stopped")]
+    Stopped,
+}

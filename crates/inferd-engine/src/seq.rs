@@ -1,0 +1,168 @@
+//! One request's state inside the engine: its tokens, sampler, detokenizer, stop
+//! matcher and the stream its events go to.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use inferd_core::sampling::{Sampled, Sampler};
+use inferd_text::{IncrementalDecoder, Tokenizer};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::request::{Delta, Event, FinishReason, GenRequest, TokenOut, Usage};
+use crate::stats::names;
+use crate::stop::{StopMatcher, StopStep};
+
+pub(crate) struct Seq {
+    /// Prompt then generated tokens.  // [prompt_len + generated]
+    pub tokens: Vec<u32>,
+    pub prompt_len: usize,
+    max_tokens: usize,
+    /// Longest the sequence may get (prompt + generated).
+    max_len: usize,
+    stop_ids: Vec<u32>,
+    sampler: Sampler,
+    detok: IncrementalDecoder<Arc<Tokenizer>>,
+    stop: StopMatcher,
+    /// Tokens whose text is still held back (incomplete UTF-8 or a possible stop string).
+    pending: Vec<TokenOut>,
+    tx: UnboundedSender<Event>,
+    arrived: Instant,
+    last_token: Option<Instant>,
+}
+
+/// What happened to a sequence after a token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Continue,
+    Finished,
+    /// The client is gone (its stream was dropped).
+    Disconnected,
+}
+
+impl Seq {
+    pub fn new(
+        req: GenRequest,
+        tokenizer: Arc<Tokenizer>,
+        max_context: usize,
+        tx: UnboundedSender<Event>,
+    ) -> Self {
+        let stop_ids = if req.ignore_eos {
+            Vec::new()
+        } else {
+            tokenizer.stop_ids().to_vec()
+        };
+        Seq {
+            prompt_len: req.prompt.len(),
+            tokens: req.prompt,
+            max_tokens: req.max_tokens,
+            max_len: max_context,
+            stop_ids,
+            sampler: Sampler::new(req.sampling),
+            detok: IncrementalDecoder::new(tokenizer, true),
+            stop: StopMatcher::new(&req.stop),
+            pending: Vec::new(),
+            tx,
+            arrived: Instant::now(),
+            last_token: None,
+        }
+    }
+
+    pub fn generated(&self) -> usize {
+        self.tokens.len() - self.prompt_len
+    }
+
+    fn usage(&self) -> Usage {
+        Usage {
+            prompt_tokens: self.prompt_len,
+            completion_tokens: self.generated(),
+            cached_tokens: 0,
+        }
+    }
+
+    /// Samples from this sequence's logits row and handles the token.
+    pub fn step(&mut self, logits: &[f32]) -> Outcome {
+        let (prompt, generated) = self.tokens.split_at(self.prompt_len);
+        let s = self.sampler.sample(logits, prompt, generated);
+        self.accept(s)
+    }
+
+    fn accept(&mut self, s: Sampled) -> Outcome {
+        let now = Instant::now();
+        match self.last_token {
+            None => metrics::histogram!(names::TTFT).record((now - self.arrived).as_secs_f64()),
+            Some(t) => metrics::histogram!(names::ITL).record((now - t).as_secs_f64()),
+        }
+        self.last_token = Some(now);
+        metrics::counter!(names::GENERATED_TOKENS).increment(1);
+        self.tokens.push(s.token);
+        self.pending.push(TokenOut {
+            id: s.token,
+            logprob: s.logprob,
+            top_logprobs: s.top_logprobs,
+        });
+        if self.stop_ids.contains(&s.token) {
+            // End of sequence: its own text is not shown.
+            let tail = self.detok_finish();
+            return self.finish(tail, FinishReason::Stop);
+        }
+        let text = self.detok.push(s.token).unwrap_or_default();
+        match self.stop.push(&text) {
+            StopStep::Stopped(t) => return self.finish_stopped(t),
+            StopStep::Emit(t) if !t.is_empty() => {
+                let tokens = std::mem::take(&mut self.pending);
+                if !self.send(Event::Delta(Delta { text: t, tokens })) {
+                    return Outcome::Disconnected;
+                }
+            }
+            StopStep::Emit(_) => {}
+        }
+        if self.generated() >= self.max_tokens || self.tokens.len() >= self.max_len {
+            let tail = self.detok.finish().unwrap_or_default();
+            return match self.stop.push(&tail) {
+                StopStep::Stopped(t) => self.finish_stopped(t),
+                StopStep::Emit(t) => {
+                    let mut t = t;
+                    t.push_str(&self.stop.flush());
+                    self.finish(t, FinishReason::Length)
+                }
+            };
+        }
+        if self.tx.is_closed() {
+            return Outcome::Disconnected;
+        }
+        Outcome::Continue
+    }
+
+    /// Text still held by the detokenizer and the stop matcher, when generation ends at EOS.
+    fn detok_finish(&mut self) -> String {
+        let tail = self.detok.finish().unwrap_or_default();
+        match self.stop.push(&tail) {
+            StopStep::Stopped(t) => t,
+            StopStep::Emit(mut t) => {
+                t.push_str(&self.stop.flush());
+                t
+            }
+        }
+    }
+
+    fn finish_stopped(&mut self, text: String) -> Outcome {
+        self.finish(text, FinishReason::Stop)
+    }
+
+    fn finish(&mut self, text: String, reason: FinishReason) -> Outcome {
+        let tokens = std::mem::take(&mut self.pending);
+        if !text.is_empty() || tokens.iter().any(|t| t.logprob.is_some()) {
+            self.send(Event::Delta(Delta { text, tokens }));
+        }
+        self.send(Event::Done {
+            finish_reason: reason,
+            usage: self.usage(),
+        });
+        Outcome::Finished
+    }
+
+    /// Sends an event; `false` when the client is gone.
+    pub fn send(&self, ev: Event) -> bool {
+        self.tx.send(ev).is_ok()
+    }
+}

@@ -1,0 +1,43 @@
+//! Figures the engine publishes every step (for `/health`, `/metrics`, `inferd status`).
+//!
+//! Counters and histograms also go to the `metrics` facade under the names below; the
+//! server installs the Prometheus recorder that renders them.
+
+/// A snapshot of the engine's state.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EngineStats {
+    /// Requests not yet admitted (including those still in the inbox).
+    pub waiting: usize,
+    pub running: usize,
+    pub kv_blocks_total: usize,
+    pub kv_blocks_free: usize,
+    pub kv_block_size: usize,
+    pub kv_bytes_per_block: u64,
+    pub preemptions: u64,
+    pub prompt_tokens_total: u64,
+    pub generated_tokens_total: u64,
+    pub requests_finished: u64,
+    pub steps: u64,
+    pub uptime_s: f64,
+}
+
+impl EngineStats {
+    pub fn kv_blocks_used(&self) -> usize {
+        self.kv_blocks_total - self.kv_blocks_free
+    }
+}
+
+/// Metric names (Prometheus).
+pub mod names {
+    pub const WAITING: &str = "inferd_requests_waiting";
+    pub const RUNNING: &str = "inferd_requests_running";
+    pub const KV_BLOCKS_USED: &str = "inferd_kv_blocks_used";
+    pub const KV_BLOCKS_FREE: &str = "inferd_kv_blocks_free";
+    pub const PROMPT_TOKENS: &str = "inferd_prompt_tokens_total";
+    pub const GENERATED_TOKENS: &str = "inferd_generated_tokens_total";
+    pub const PREEMPTIONS: &str = "inferd_preemptions_total";
+    pub const REQUESTS_FINISHED: &str = "inferd_requests_finished_total";
+    pub const TTFT: &str = "inferd_time_to_first_token_seconds";
+    pub const ITL: &str = "inferd_inter_token_latency_seconds";
+    pub const STEP_TOKENS: &str = "inferd_step_tokens";
+}
