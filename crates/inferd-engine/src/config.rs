@@ -68,7 +68,10 @@ pub fn kv_blocks_for(budget: KvBudget, bytes_per_block: u64) -> usize {
 pub fn parse_kv_budget(s: &str) -> Result<KvBudget, String> {
     let t = s.trim();
     if let Some(p) = t.strip_suffix('%') {
-        let f: f64 = p.trim().parse().map_err(|_| format!("bad percentage `{s}`"))?;
+        let f: f64 = p
+            .trim()
+            .parse()
+            .map_err(|_| format!("bad percentage `{s}`"))?;
         if !(f > 0.0 && f <= 100.0) {
             return Err(format!("percentage `{s}` must be in (0, 100]"));
         }

@@ -172,10 +172,7 @@ impl<B: Backend> Engine<B> {
     }
 
     fn stats(&self) -> std::sync::MutexGuard<'_, EngineStats> {
-        self.shared
-            .stats
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        self.shared.stats.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Frees a sequence's blocks and forgets it.

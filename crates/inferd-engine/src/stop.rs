@@ -90,7 +90,10 @@ mod tests {
 
     #[test]
     fn stop_split_across_pieces_is_not_emitted() {
-        assert_eq!(run(&["END"], &["abc E", "N", "D tail"]), ("abc ".into(), true));
+        assert_eq!(
+            run(&["END"], &["abc E", "N", "D tail"]),
+            ("abc ".into(), true)
+        );
         assert_eq!(run(&["\n\n"], &["a\n", "\nb"]), ("a".into(), true));
     }
 

@@ -30,6 +30,8 @@ enum Command {
     Speed(cmd::speed::Args),
     /// Run the OpenAI-compatible server in the foreground.
     Serve(cmd::serve::Args),
+    /// Run an agent-fleet workload against any OpenAI-compatible server.
+    Bench(cmd::bench::Args),
 }
 
 /// Keeps freed activation buffers in the heap instead of returning them to the OS:
@@ -56,6 +58,7 @@ fn main() {
         Command::Pull(a) => cmd::pull::run(a),
         Command::Speed(a) => cmd::speed::run(a),
         Command::Serve(a) => cmd::serve::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
     };
     if let Err(e) = r {
         eprintln!("error: {e:#}");

@@ -1,3 +1,4 @@
+pub mod bench;
 pub mod generate;
 pub mod pull;
 pub mod serve;

@@ -1,0 +1,134 @@
+//! Shared helpers for the engine tests: the real SmolLM2-135M model and a collector.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use inferd_engine::{EngineConfig, EngineHandle, Event, FinishReason, GenRequest, KvBudget};
+use inferd_runtime::{CpuBackend, CpuConfig, Model};
+use inferd_text::Tokenizer;
+
+/// The pulled SmolLM2-135M-Instruct GGUF, or `None` (with a note) when absent; with
+/// `INFERD_REQUIRE_MODELS=1` absence fails.
+pub fn smollm2() -> Option<PathBuf> {
+    let base = std::env::var_os("INFERD_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/inferd")))
+        .unwrap_or_default();
+    let dir = base.join("models/smollm2-135m-instruct");
+    let found = std::fs::read_dir(&dir).ok().and_then(|rd| {
+        rd.filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.extension().is_some_and(|x| x == "gguf"))
+    });
+    if found.is_none() {
+        if std::env::var("INFERD_REQUIRE_MODELS").is_ok_and(|v| v == "1") {
+            panic!(
+                "{} has no GGUF: run `inferd pull smollm2-135m-instruct`",
+                dir.display()
+            );
+        }
+        eprintln!("note: {} absent, skipping", dir.display());
+    }
+    found
+}
+
+/// Starts an engine on SmolLM2 with `cfg`; `None` when the model is absent.
+pub fn engine(cfg: EngineConfig) -> Option<EngineHandle> {
+    let path = smollm2()?;
+    let backend = CpuBackend::with_config(CpuConfig {
+        threads: 2,
+        ..Default::default()
+    });
+    let model = Model::load(backend, &path).expect("load SmolLM2");
+    let tok = Tokenizer::from_gguf(model.gguf.as_ref().unwrap()).expect("tokenizer");
+    Some(inferd_engine::start(model, Arc::new(tok), "smollm2".into(), cfg).expect("start"))
+}
+
+/// A config with a generous KV budget and no warm-up (tests are short).
+pub fn config() -> EngineConfig {
+    EngineConfig {
+        kv_budget: KvBudget::Bytes(256 << 20),
+        warmup: false,
+        ..Default::default()
+    }
+}
+
+/// Everything a request produced.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Output {
+    pub text: String,
+    pub tokens: Vec<u32>,
+    pub finish: Option<FinishReason>,
+    pub completion_tokens: usize,
+}
+
+pub fn collect(stream: &mut inferd_engine::RequestStream) -> Output {
+    let mut o = Output {
+        text: String::new(),
+        tokens: Vec::new(),
+        finish: None,
+        completion_tokens: 0,
+    };
+    while let Some(ev) = stream.next_blocking() {
+        match ev {
+            Event::Delta(d) => {
+                o.text.push_str(&d.text);
+                o.tokens.extend(d.tokens.iter().map(|t| t.id));
+            }
+            Event::Done {
+                finish_reason,
+                usage,
+            } => {
+                o.finish = Some(finish_reason);
+                o.completion_tokens = usage.completion_tokens;
+                break;
+            }
+            Event::Error(e) => panic!("engine error: {e}"),
+        }
+    }
+    o
+}
+
+/// Runs one request alone to completion.
+pub fn run_one(e: &EngineHandle, req: GenRequest) -> Output {
+    let mut s = e.submit(req).expect("submit");
+    collect(&mut s)
+}
+
+/// Distinct prompts of varied lengths: chat-like English text.
+pub fn prompts(tok: &Tokenizer, n: usize) -> Vec<Vec<u32>> {
+    let topics = [
+        "the history of the printing press",
+        "how bees communicate",
+        "why the sky is blue",
+        "the rules of chess",
+        "how a compiler works",
+        "the water cycle",
+        "the life of a star",
+        "how vaccines train the immune system",
+    ];
+    (0..n)
+        .map(|i| {
+            let t = topics[i % topics.len()];
+            let extra = " Please be precise and give one example.".repeat(i % 5);
+            let text = format!(
+                "<|im_start|>user\nExplain {t} in a few sentences (question {i}).{extra}<|im_end|>\n<|im_start|>assistant\n"
+            );
+            tok.encode(&text, false).unwrap()
+        })
+        .collect()
+}
+
+/// Waits until `f` holds (engine stats update once per step).
+pub fn wait_for(mut f: impl FnMut() -> bool, what: &str) {
+    let t = Instant::now();
+    while !f() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

@@ -1,0 +1,246 @@
+//! The engine end to end on the real SmolLM2-135M: batching, chunking and preemption
+//! never change a request's output; cancellation frees blocks; stop strings hold.
+
+mod common;
+
+use std::thread;
+
+use common::*;
+use inferd_core::sched::SchedulerConfig;
+use inferd_engine::{EngineConfig, EngineHandle, FinishReason, GenRequest, KvBudget, SubmitError};
+
+const MAX_TOKENS: usize = 24;
+
+/// Every prompt run alone, one at a time.
+fn alone(cfg: EngineConfig, prompts: &[Vec<u32>]) -> Vec<Output> {
+    let e = engine(cfg).unwrap();
+    prompts
+        .iter()
+        .map(|p| run_one(&e, GenRequest::greedy(p.clone(), MAX_TOKENS)))
+        .collect()
+}
+
+/// All prompts submitted at once.
+fn together(cfg: EngineConfig, prompts: &[Vec<u32>]) -> (Vec<Output>, EngineHandle) {
+    let e = engine(cfg).unwrap();
+    let mut streams: Vec<_> = prompts
+        .iter()
+        .map(|p| e.submit(GenRequest::greedy(p.clone(), MAX_TOKENS)).unwrap())
+        .collect();
+    let outs = thread::scope(|s| {
+        let hs: Vec<_> = streams
+            .iter_mut()
+            .map(|st| s.spawn(move || collect(st)))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    (outs, e)
+}
+
+/// Every block is back in the pool (stats are published after each step).
+fn all_freed(e: &EngineHandle) {
+    wait_for(
+        || {
+            let st = e.stats();
+            st.running == 0 && st.kv_blocks_free == st.kv_blocks_total
+        },
+        "all blocks to be freed",
+    );
+}
+
+fn assert_same(a: &[Output], b: &[Output], what: &str) {
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert_eq!(x.tokens, y.tokens, "{what}: request {i} differs");
+        assert_eq!(x.text, y.text, "{what}: request {i} text differs");
+        assert_eq!(x.finish, y.finish, "{what}: request {i} finish differs");
+    }
+}
+
+#[test]
+fn sixteen_concurrent_greedy_requests_match_their_solo_runs() {
+    let Some(e) = engine(config()) else { return };
+    let prompts = prompts(&e.tokenizer, 16);
+    drop(e);
+    let solo = alone(config(), &prompts);
+    // Small prefill budget: prompts are sliced and mixed with other requests' decodes.
+    let cfg = EngineConfig {
+        sched: SchedulerConfig {
+            max_prefill_tokens: 48,
+            ..Default::default()
+        },
+        ..config()
+    };
+    let (batched, e) = together(cfg, &prompts);
+    assert_same(&solo, &batched, "16 concurrent");
+    assert!(solo.iter().all(|o| !o.tokens.is_empty()));
+    all_freed(&e);
+    assert_eq!(e.stats().requests_finished, 16);
+}
+
+#[test]
+fn tiny_prefill_chunks_equal_one_pass() {
+    let Some(e) = engine(config()) else { return };
+    let prompts = prompts(&e.tokenizer, 3);
+    let whole: Vec<Output> = prompts
+        .iter()
+        .map(|p| run_one(&e, GenRequest::greedy(p.clone(), MAX_TOKENS)))
+        .collect();
+    drop(e);
+    for chunk in [1, 3, 7] {
+        let cfg = EngineConfig {
+            sched: SchedulerConfig {
+                max_prefill_tokens: chunk,
+                ..Default::default()
+            },
+            ..config()
+        };
+        let chunked = alone(cfg, &prompts);
+        assert_same(&whole, &chunked, &format!("prefill chunks of {chunk}"));
+    }
+}
+
+#[test]
+fn preemption_under_a_tiny_kv_budget_still_gives_the_right_outputs() {
+    let Some(e) = engine(config()) else { return };
+    let prompts = prompts(&e.tokenizer, 6);
+    let solo: Vec<Output> = prompts
+        .iter()
+        .map(|p| run_one(&e, GenRequest::greedy(p.clone(), MAX_TOKENS)))
+        .collect();
+    let bytes_per_block = e.stats().kv_bytes_per_block;
+    drop(e);
+    // Room for about two sequences at once: the others wait, and growing ones preempt.
+    let longest = prompts.iter().map(Vec::len).max().unwrap() + MAX_TOKENS;
+    let blocks = (2 * longest).div_ceil(16) as u64 + 1;
+    let cfg = EngineConfig {
+        kv_budget: KvBudget::Bytes(blocks * bytes_per_block),
+        ..config()
+    };
+    let (batched, e) = together(cfg, &prompts);
+    assert_same(&solo, &batched, "tiny KV budget");
+    all_freed(&e);
+    let stats = e.stats();
+    assert!(
+        stats.preemptions > 0,
+        "expected preemptions, stats {stats:?}"
+    );
+}
+
+#[test]
+fn dropping_a_stream_cancels_and_frees_its_blocks() {
+    let Some(e) = engine(config()) else { return };
+    let p = prompts(&e.tokenizer, 1).remove(0);
+    let mut req = GenRequest::greedy(p, 10_000);
+    req.ignore_eos = true;
+    let mut s = e.submit(req).unwrap();
+    // Wait for the first text, then walk away.
+    loop {
+        match s.next_blocking() {
+            Some(inferd_engine::Event::Delta(d)) if !d.text.is_empty() => break,
+            Some(inferd_engine::Event::Delta(_)) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(e.stats().kv_blocks_used() > 0);
+    drop(s);
+    wait_for(
+        || {
+            let st = e.stats();
+            st.running == 0 && st.kv_blocks_used() == 0
+        },
+        "blocks to be freed",
+    );
+}
+
+#[test]
+fn stop_strings_split_across_tokens_are_never_emitted() {
+    let Some(e) = engine(config()) else { return };
+    let p = prompts(&e.tokenizer, 1).remove(0);
+    let full = run_one(&e, GenRequest::greedy(p.clone(), MAX_TOKENS));
+    // A stop string that spans a token boundary: the end of one token's text and the
+    // start of the next.
+    let texts: Vec<String> = full
+        .tokens
+        .iter()
+        .map(|&t| e.tokenizer.decode(&[t], true).unwrap())
+        .collect();
+    let k = (2..texts.len())
+        .find(|&k| texts[k - 1].chars().count() >= 2 && !texts[k].is_empty())
+        .expect("a token boundary to split");
+    let a = &texts[k - 1];
+    let tail: String = a.chars().skip(a.chars().count() - 2).collect();
+    let head: String = texts[k].chars().take(2).collect();
+    let stop = format!("{tail}{head}");
+    let at = full.text.find(&stop).expect("stop string in the output");
+    let mut req = GenRequest::greedy(p, MAX_TOKENS);
+    req.stop = vec!["never-appears".into(), stop.clone()];
+    let out = run_one(&e, req);
+    assert_eq!(out.text, full.text[..at], "stop {stop:?}");
+    assert_eq!(out.finish, Some(FinishReason::Stop));
+    assert!(!out.text.contains(&stop));
+}
+
+#[test]
+fn length_limit_and_usage() {
+    let Some(e) = engine(config()) else { return };
+    let p = prompts(&e.tokenizer, 1).remove(0);
+    let mut req = GenRequest::greedy(p, 5);
+    req.ignore_eos = true;
+    let out = run_one(&e, req);
+    assert_eq!(out.finish, Some(FinishReason::Length));
+    assert_eq!(out.completion_tokens, 5);
+    assert_eq!(out.tokens.len(), 5);
+}
+
+#[test]
+fn bad_requests_are_refused_at_submit() {
+    let Some(e) = engine(EngineConfig {
+        max_queue: 0,
+        ..config()
+    }) else {
+        return;
+    };
+    let too_long = vec![1u32; e.info.max_context];
+    assert!(matches!(
+        e.submit(GenRequest::greedy(too_long, 1)),
+        Err(SubmitError::TooLong { .. })
+    ));
+    assert!(matches!(
+        e.submit(GenRequest::greedy(vec![], 1)),
+        Err(SubmitError::Invalid(_))
+    ));
+    assert!(matches!(
+        e.submit(GenRequest::greedy(vec![u32::MAX], 1)),
+        Err(SubmitError::Invalid(_))
+    ));
+    assert!(matches!(
+        e.submit(GenRequest::greedy(vec![1, 2, 3], 1)),
+        Err(SubmitError::QueueFull { .. })
+    ));
+    e.shutdown();
+    assert!(matches!(
+        e.submit(GenRequest::greedy(vec![1, 2, 3], 1)),
+        Err(SubmitError::ShuttingDown)
+    ));
+}
+
+#[test]
+fn shutdown_drains_running_requests() {
+    let Some(e) = engine(config()) else { return };
+    let ps = prompts(&e.tokenizer, 3);
+    let mut streams: Vec<_> = ps
+        .iter()
+        .map(|p| {
+            let mut r = GenRequest::greedy(p.clone(), 8);
+            r.ignore_eos = true;
+            e.submit(r).unwrap()
+        })
+        .collect();
+    e.shutdown();
+    for s in &mut streams {
+        let o = collect(s);
+        assert_eq!(o.finish, Some(FinishReason::Length));
+        assert_eq!(o.completion_tokens, 8);
+    }
+    assert!(!e.is_running());
+}
