@@ -30,6 +30,12 @@ enum Command {
     Speed(cmd::speed::Args),
     /// Run the OpenAI-compatible server in the foreground.
     Serve(cmd::serve::Args),
+    /// Start the server in the background (arguments as for `serve`).
+    Start(cmd::daemon::StartArgs),
+    /// Report whether the background server runs, its address, model, uptime, queue and KV use.
+    Status(cmd::daemon::StatusArgs),
+    /// Stop the background server gracefully (running requests finish first).
+    Stop(cmd::daemon::StopArgs),
     /// Run an agent-fleet workload against any OpenAI-compatible server.
     Bench(cmd::bench::Args),
 }
@@ -59,6 +65,9 @@ fn main() {
         Command::Speed(a) => cmd::speed::run(a),
         Command::Serve(a) => cmd::serve::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Start(a) => cmd::daemon::start(a),
+        Command::Status(a) => cmd::daemon::status(a),
+        Command::Stop(a) => cmd::daemon::stop(a),
     };
     if let Err(e) = r {
         eprintln!("error: {e:#}");

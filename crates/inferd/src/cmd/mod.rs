@@ -1,4 +1,5 @@
 pub mod bench;
+pub mod daemon;
 pub mod generate;
 pub mod pull;
 pub mod serve;

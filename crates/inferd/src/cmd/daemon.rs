@@ -1,0 +1,349 @@
+//! `inferd start | status | stop`: the server in the background.
+//!
+//! `start` runs `inferd serve ARGS` as a detached process (its own session, output to
+//! `<state>/inferd.log`), records its pid in `<state>/inferd.pid`, and waits until it
+//! answers `/health`. The server itself writes `<state>/server.json` (pid, address,
+//! model) once it listens, through `INFERD_STATE_FILE`. `status` reads that file and asks
+//! the server for its live figures; `stop` sends SIGTERM (the server drains running
+//! requests) and waits for the process to exit.
+//!
+//! The state folder is `$INFERD_STATE_DIR`, else `$XDG_STATE_HOME/inferd`
+//! (`~/.local/state/inferd`).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+#[derive(clap::Args)]
+pub struct StartArgs {
+    /// Seconds to wait for the server to answer (first use pulls the model).
+    #[arg(long, default_value_t = 600)]
+    wait: u64,
+    /// Arguments for `inferd serve` (e.g. `--port 8081 -m qwen2.5-coder-0.5b-instruct`).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    serve_args: Vec<String>,
+}
+
+#[derive(clap::Args)]
+pub struct StopArgs {
+    /// Seconds to wait for running requests to drain before giving up.
+    #[arg(long, default_value_t = 120)]
+    wait: u64,
+    /// After the wait, kill the server (SIGKILL) instead of failing.
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    /// Print the server's /health JSON as is.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn state_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("INFERD_STATE_DIR") {
+        return PathBuf::from(d);
+    }
+    dirs::state_dir()
+        .or_else(|| dirs::home_dir().map(|h| h.join(".local/state")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("inferd")
+}
+
+struct Paths {
+    pid: PathBuf,
+    log: PathBuf,
+    server: PathBuf,
+}
+
+fn paths() -> Paths {
+    let d = state_dir();
+    Paths {
+        pid: d.join("inferd.pid"),
+        log: d.join("inferd.log"),
+        server: d.join("server.json"),
+    }
+}
+
+fn read_pid(p: &Paths) -> Option<i32> {
+    std::fs::read_to_string(&p.pid).ok()?.trim().parse().ok()
+}
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists and may be signalled.
+    pid > 0 && unsafe { libc::kill(pid, 0) } == 0
+}
+
+/// The pid of a running background server, cleaning up stale files.
+fn running_pid(p: &Paths) -> Option<i32> {
+    match read_pid(p) {
+        Some(pid) if alive(pid) => Some(pid),
+        Some(_) => {
+            let _ = std::fs::remove_file(&p.pid);
+            let _ = std::fs::remove_file(&p.server);
+            None
+        }
+        None => None,
+    }
+}
+
+fn server_info(p: &Paths) -> Option<Value> {
+    serde_json::from_str(&std::fs::read_to_string(&p.server).ok()?).ok()
+}
+
+/// `GET path` over plain HTTP/1.1; returns (status, body).
+pub fn http_get(addr: &str, path: &str, timeout: Duration) -> Result<(u16, String)> {
+    let mut s = TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf)?;
+    let text = String::from_utf8_lossy(&buf);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .context("malformed HTTP response")?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .context("malformed HTTP status line")?;
+    // Chunked bodies (axum streams JSON with a length, but be tolerant).
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Ok((status, body))
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+pub fn start(a: StartArgs) -> Result<()> {
+    let p = paths();
+    if let Some(pid) = running_pid(&p) {
+        let addr = server_info(&p)
+            .and_then(|v| v["addr"].as_str().map(String::from))
+            .unwrap_or_else(|| "?".into());
+        bail!("inferd is already running (pid {pid}, http://{addr}); `inferd stop` first");
+    }
+    std::fs::create_dir_all(state_dir())
+        .with_context(|| format!("creating {}", state_dir().display()))?;
+    let _ = std::fs::remove_file(&p.server);
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&p.log)
+        .with_context(|| format!("opening {}", p.log.display()))?;
+    let exe = std::env::current_exe().context("locating the inferd binary")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("serve")
+        .args(&a.serve_args)
+        .env("INFERD_STATE_FILE", &p.server)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        // Own session: the server outlives this terminal and its signals.
+        // SAFETY: setsid is async-signal-safe and touches no parent state.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+    }
+    let mut child = cmd.spawn().context("starting `inferd serve`")?;
+    let pid = child.id() as i32;
+    std::fs::write(&p.pid, format!("{pid}\n"))?;
+    eprintln!("starting inferd (pid {pid}); log: {}", p.log.display());
+    let t0 = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            let _ = std::fs::remove_file(&p.pid);
+            bail!(
+                "the server exited ({status}) before it was ready; see {}:\n{}",
+                p.log.display(),
+                log_tail(&p, 20)
+            );
+        }
+        if let Some(addr) = server_info(&p).and_then(|v| v["addr"].as_str().map(String::from)) {
+            if matches!(
+                http_get(&addr, "/health", Duration::from_secs(2)),
+                Ok((200, _))
+            ) {
+                println!("inferd is running: http://{addr} (pid {pid})");
+                return Ok(());
+            }
+        }
+        if t0.elapsed() > Duration::from_secs(a.wait) {
+            bail!(
+                "the server did not become ready within {} s (pid {pid} still starting); see {}",
+                a.wait,
+                p.log.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn log_tail(p: &Paths, lines: usize) -> String {
+    let text = std::fs::read_to_string(&p.log).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+pub fn status(a: StatusArgs) -> Result<()> {
+    let p = paths();
+    let Some(pid) = running_pid(&p) else {
+        println!("inferd is not running");
+        std::process::exit(3);
+    };
+    let info = server_info(&p);
+    let Some(addr) = info
+        .as_ref()
+        .and_then(|v| v["addr"].as_str().map(String::from))
+    else {
+        println!("inferd (pid {pid}) is starting; log: {}", p.log.display());
+        return Ok(());
+    };
+    let (code, body) = http_get(&addr, "/health", Duration::from_secs(5))
+        .with_context(|| format!("asking the server at {addr} (pid {pid})"))?;
+    if a.json {
+        println!("{body}");
+        return Ok(());
+    }
+    let h: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let state = if code == 200 { "running" } else { "unhealthy" };
+    println!("inferd is {state} (pid {pid})");
+    println!("  address   http://{addr}");
+    println!("  model     {}", h["model"].as_str().unwrap_or("?"));
+    if let Some(up) = h["uptime_s"].as_f64() {
+        println!("  uptime    {}", fmt_duration(up));
+    }
+    println!(
+        "  requests  {} running, {} queued",
+        h["running"], h["queue"]
+    );
+    let kv = &h["kv"];
+    if let (Some(used), Some(total)) = (kv["blocks_used"].as_u64(), kv["blocks_total"].as_u64()) {
+        let bs = kv["block_size"].as_u64().unwrap_or(0);
+        let bpb = kv["bytes_per_block"].as_u64().unwrap_or(0);
+        println!(
+            "  KV cache  {used}/{total} blocks of {bs} tokens ({:.1}% used, {} of {})",
+            100.0 * used as f64 / total.max(1) as f64,
+            fmt_bytes(used * bpb),
+            fmt_bytes(total * bpb)
+        );
+    }
+    if let Some(n) = h["preemptions"].as_u64() {
+        println!("  preemptions {n}");
+    }
+    Ok(())
+}
+
+pub fn stop(a: StopArgs) -> Result<()> {
+    let p = paths();
+    let Some(pid) = running_pid(&p) else {
+        println!("inferd is not running");
+        return Ok(());
+    };
+    // SAFETY: plain signal to a pid we started (checked alive just above).
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    eprintln!("stopping inferd (pid {pid}): draining running requests");
+    let t0 = Instant::now();
+    while alive(pid) && !is_zombie(pid) {
+        if t0.elapsed() > Duration::from_secs(a.wait) {
+            if a.force {
+                // SAFETY: as above.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                std::thread::sleep(Duration::from_millis(200));
+                break;
+            }
+            bail!(
+                "inferd (pid {pid}) is still draining after {} s; `inferd stop --force` kills it",
+                a.wait
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = std::fs::remove_file(&p.pid);
+    let _ = std::fs::remove_file(&p.server);
+    println!("inferd stopped");
+    Ok(())
+}
+
+/// A process that exited but was not reaped by its parent (not ours to reap) is done.
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| r.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+fn fmt_duration(s: f64) -> String {
+    let s = s as u64;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m {}s", s / 60, s % 60),
+        _ => format!("{}h {}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+fn fmt_bytes(b: u64) -> String {
+    let b = b as f64;
+    if b >= (1u64 << 30) as f64 {
+        format!("{:.2} GiB", b / (1u64 << 30) as f64)
+    } else {
+        format!("{:.1} MiB", b / (1u64 << 20) as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunked_bodies_are_joined() {
+        assert_eq!(
+            dechunk("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"),
+            "hello world"
+        );
+    }
+
+    #[test]
+    fn durations_and_sizes_read_well() {
+        assert_eq!(fmt_duration(42.0), "42s");
+        assert_eq!(fmt_duration(125.0), "2m 5s");
+        assert_eq!(fmt_duration(7300.0), "2h 1m");
+        assert_eq!(fmt_bytes(3 << 20), "3.0 MiB");
+    }
+}
