@@ -5,7 +5,11 @@
 //! in GFLOP/s (2·rows·cols·n). Uses the global rayon pool (all cores) and
 //! `INFERD_SIMD` like the server. `--crossover` times the dot and GEMM paths for
 //! small n, to tune `DEFAULT_GEMM_MIN_N`. `--dot-n` times the dot path (all rows
-//! [`RowPath::Dot`]) at n = 1, 4, 8, 16 (concurrent decodes). `--in-pool` runs everything on a rayon
+//! [`RowPath::Dot`]) at n = 1, 4, 8, 16 (concurrent decodes). `--vs-gemm` times the
+//! GEMM path against the previous one (dequantized tiles multiplied by the `gemm`
+//! crate, not batch-invariant), interleaved in one run, at n = 16, 128, 512; on a
+//! busy machine run it as `RAYON_NUM_THREADS=1 ... --in-pool --vs-gemm --cpu-time`
+//! to time the CPU time of the (single) worker thread instead of wall time. `--in-pool` runs everything on a rayon
 //! worker (the calling thread joins each `linear`).
 
 use inferd_quant::{
@@ -87,6 +91,9 @@ fn run(args: Vec<String>) {
     );
     if crossover {
         return run_crossover();
+    }
+    if args.iter().any(|a| a == "--vs-gemm") {
+        return run_vs_gemm(filter, args.iter().any(|a| a == "--cpu-time"));
     }
     if args.iter().any(|a| a == "--dot-n") {
         return run_dot_n(filter);
@@ -230,6 +237,145 @@ fn run_dot_n(filter: Option<&String>) {
                 t[2] * 1e6,
                 t[3] * 1e6
             );
+        }
+    }
+}
+
+static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+thread_local! {
+    static OLD_TILE: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The GEMM path before batch invariance: per task, dequantize a tile of weight
+/// rows and multiply it with the `gemm` crate (single-threaded inside the task).
+fn old_gemm_path(w: &WeightMatrix, x: &[f32], n: usize, y: &mut [f32]) {
+    use rayon::prelude::*;
+    let (rows, cols) = (w.rows, w.cols);
+    let rb = w.data.len() / rows;
+    let threads = rayon::current_num_threads().max(1);
+    let tile = rows.div_ceil(threads * 4).clamp(16, 256).div_ceil(16) * 16;
+    let yp = y.as_mut_ptr() as usize;
+    (0..rows.div_ceil(tile)).into_par_iter().for_each(|t| {
+        OLD_TILE.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            let r0 = t * tile;
+            let tr = tile.min(rows - r0);
+            buf.resize(tr * cols, 0.0);
+            inferd_quant::dequantize_row(w.dtype, &w.data[r0 * rb..(r0 + tr) * rb], &mut buf[..]);
+            // SAFETY: tasks write disjoint output columns r0..r0+tr of y [n, rows].
+            unsafe {
+                gemm::gemm(
+                    n,
+                    tr,
+                    cols,
+                    (yp as *mut f32).add(r0),
+                    1,
+                    rows as isize,
+                    false,
+                    x.as_ptr(),
+                    1,
+                    cols as isize,
+                    buf.as_ptr(),
+                    cols as isize,
+                    1,
+                    0.0f32,
+                    1.0f32,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                )
+            };
+        })
+    });
+}
+
+/// CPU time of the calling thread in seconds (`CLOCK_THREAD_CPUTIME_ID`, Linux).
+fn thread_cpu_time() -> f64 {
+    #[repr(C)]
+    struct Timespec {
+        sec: i64,
+        nsec: i64,
+    }
+    extern "C" {
+        fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
+    }
+    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+    let mut ts = Timespec { sec: 0, nsec: 0 };
+    // SAFETY: libc's clock_gettime with a valid out pointer.
+    let rc = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0);
+    ts.sec as f64 + ts.nsec as f64 * 1e-9
+}
+
+fn run_vs_gemm(filter: Option<&String>, cpu_time: bool) {
+    if cpu_time {
+        assert_eq!(
+            rayon::current_num_threads(),
+            1,
+            "--cpu-time needs RAYON_NUM_THREADS=1"
+        );
+        assert!(
+            rayon::current_thread_index().is_some(),
+            "--cpu-time needs --in-pool"
+        );
+    }
+    let clock = || {
+        if cpu_time {
+            thread_cpu_time()
+        } else {
+            Instant::now()
+                .duration_since(*EPOCH.get_or_init(Instant::now))
+                .as_secs_f64()
+        }
+    };
+    const NS: [usize; 3] = [16, 128, 512];
+    println!("GFLOP/s, old path (gemm crate) / new (batch-invariant); interleaved, best of each");
+    print!("{:<24}", "shape");
+    for n in NS {
+        print!(" {:>16}", format!("n={n} old/new"));
+    }
+    println!();
+    for (model, rows, cols) in SHAPES {
+        if rows > 8192 {
+            continue;
+        }
+        for dtype in TYPES {
+            let name = format!("{model} {rows}x{cols} {dtype}");
+            if filter.is_some_and(|f| !name.contains(f.as_str())) || cols % dtype.block_len() != 0 {
+                continue;
+            }
+            let data = weights(dtype, rows, cols);
+            let w = WeightMatrix::new(dtype, rows, cols, &data).unwrap();
+            let x: Vec<f32> = (0..512 * cols)
+                .map(|i| ((i % 97) as f32 - 48.0) / 48.0)
+                .collect();
+            let mut y = vec![0f32; 512 * rows];
+            let cfg = LinearConfig::default();
+            print!("{:<24}", format!("{rows}x{cols} {dtype}"));
+            for n in NS {
+                let paths = vec![RowPath::Gemm; n];
+                let (xs, ys) = (&x[..n * cols], &mut y[..n * rows]);
+                let mut best = [f64::MAX; 2];
+                let start = Instant::now();
+                let mut iters = 0;
+                while iters < 6 || (start.elapsed() < Duration::from_millis(1500) && iters < 2000) {
+                    for (k, b) in best.iter_mut().enumerate() {
+                        let t = clock();
+                        if k == 0 {
+                            old_gemm_path(&w, black_box(xs), n, ys);
+                        } else {
+                            linear_planned(&cfg, &w, black_box(xs), n, &paths, ys).unwrap();
+                        }
+                        *b = b.min(clock() - t);
+                    }
+                    iters += 1;
+                }
+                let gf = |s: f64| 2.0 * (rows * cols * n) as f64 / s / 1e9;
+                print!(" {:>16}", format!("{:.0}/{:.0}", gf(best[0]), gf(best[1])));
+            }
+            println!();
         }
     }
 }

@@ -6,7 +6,7 @@
 //! * [`blocks`]: one file per weight type (layout, dequant, quantize, scalar dot).
 //! * [`activation`]: 8-bit activation blocks for the integer dot path.
 //! * [`simd`]: AVX2 and AVX-512 dot kernels; [`dispatch`] picks one per (type, level).
-//! * [`linear`](mod@linear): decode (integer dots) and prefill (dequantized tiles + `gemm`) paths.
+//! * [`linear`](mod@linear): decode (integer dots) and prefill (packed dequantized tiles, FMA micro-kernels) paths.
 //! * [`level`]: runtime SIMD detection, capped by `INFERD_SIMD=scalar|avx2|avx512`.
 
 pub mod activation;
@@ -102,7 +102,7 @@ pub fn quantize_row(dtype: DType, src: &[f32]) -> Vec<u8> {
 
 /// [`quantize_row`] returning an error for a ragged row.
 pub fn try_quantize_row(dtype: DType, src: &[f32]) -> Result<Vec<u8>, QuantError> {
-    if src.len() % dtype.block_len() != 0 {
+    if !src.len().is_multiple_of(dtype.block_len()) {
         return Err(QuantError::RaggedRow {
             dtype,
             cols: src.len(),

@@ -1,6 +1,8 @@
 //! `y[n, rows] = x[n, cols] · Wᵀ` for every weight type, multi-threaded.
 //!
-//! Two paths, picked by the number of activation rows `n`:
+//! Two paths: [`linear_config`] picks one for the whole call by the number of
+//! activation rows `n`; [`linear_planned`] takes one per row ([`RowPath`]), gathering
+//! the rows of each path into one batch.
 //!
 //! * **Dot path** (`n < gemm_min_n`, decode): activations are quantized once to 8 bits
 //!   ([`crate::activation`]) and every weight row is dotted with all `n` rows by the
@@ -8,11 +10,11 @@
 //!   across the rayon pool; each task streams its weight rows exactly once, so the
 //!   path runs at memory bandwidth. Float weights use f32 FMA dots on the raw rows.
 //!   Q8_0/Q4_0/Q4_1/Q5_0 at AVX2+ dot four weight rows per activation row in one pass
-//!   ([`crate::dispatch::dot4_fn`]); leftover rows of a chunk use the one-row kernel.
-//! * **GEMM path** (`n >= gemm_min_n`, prefill): each task dequantizes a tile of weight
-//!   rows into a per-thread f32 scratch ([tile_rows, cols]) and multiplies it with the
-//!   f32 activations through the `gemm` crate (single-threaded inside the task), so the
-//!   dequantization is amortised over `n`. Aligned F32 weights go to `gemm` directly.
+//!   ([`crate::dispatch::dot4_fn`]); the last `rows % 4` rows use the one-row kernel.
+//! * **GEMM path** (`n >= gemm_min_n`, prefill): each task decodes a tile of weight
+//!   rows into packed f32 panels (per-thread scratch) and multiplies them with the
+//!   f32 activations by the micro-kernels of `tile_gemm` (an FMA chain per output),
+//!   so the dequantization is amortised over `n`. F32 weights are packed in place.
 //!
 //! Threading: work goes to the global rayon pool. When `linear` is called from a
 //! thread outside the pool, that thread only waits while sleeping workers are woken
@@ -24,9 +26,21 @@
 //! Results of the two paths differ by the activation quantization error of the dot
 //! path (bounded by `Σ|w| d/2`, see [`crate::activation`]).
 //!
-//! Batch invariance: on the dot path a row's output does not depend on the other
-//! rows in the call (bit-identical; `tests/batch_invariance.rs`); on the GEMM path
-//! it does, slightly, because the `gemm` crate's blocking depends on the row count.
+//! Batch invariance: every output element's bits depend only on its activation
+//! row, its weight row and the path of that row, not on `n`, the row's index, the
+//! other rows of the call or the rayon thread count (`tests/batch_invariance.rs`):
+//! * dot path: each activation row is quantized on its own and each (weight row,
+//!   activation row) pair is one kernel call; whether a weight row takes the
+//!   four-row or the one-row kernel depends only on its index (tasks get whole
+//!   groups of four rows), as the two round differently.
+//! * GEMM path: each output is one f32 FMA chain over `k` in increasing order,
+//!   whatever the tiling and blocking (the `gemm` crate used before picked its
+//!   k-blocking and kernels by the row count; see `tile_gemm`).
+//!
+//! So a serving engine gets "batched output equals alone" by keeping each row's
+//! path fixed (e.g. decode rows [`RowPath::Dot`], prompt rows [`RowPath::Gemm`]),
+//! independent of what else is batched. Results can differ across SIMD levels
+//! (dot path) and machines.
 
 use crate::activation::{Act256, Act32, ActRow};
 use crate::blocks;
@@ -215,7 +229,11 @@ fn linear_dot(level: SimdLevel, w: &WeightMatrix, x: &[f32], n: usize, y: &mut [
     let out = SharedOut::new(y);
     let min_rows = MIN_TASK_BYTES.div_ceil(rb.max(1));
     let dot4 = dot4_fn(w.dtype, level);
-    for_row_chunks(rows, min_rows, |r0, r1| {
+    // Tasks get whole groups of four rows, so whether a row is computed by the
+    // four-row or the one-row kernel (whose roundings differ) depends only on its
+    // index, not on the thread count: rows below `rows / 4 * 4` always take `dot4`.
+    for_row_chunks(rows.div_ceil(4), min_rows.div_ceil(4), |g0, g1| {
+        let (r0, r1) = (g0 * 4, (g1 * 4).min(rows));
         let mut r = r0;
         if let Some(dot4) = dot4 {
             // Groups of four rows share each activation block load.
@@ -292,7 +310,7 @@ fn linear_gemm(level: SimdLevel, w: &WeightMatrix, x: &[f32], n: usize, y: &mut 
                 let tr = tile.min(rows - r0);
                 pack_tile(src, r0, tr, cols, &mut packed);
                 // SAFETY: y is [n, rows]; this task owns output columns r0..r0+tr.
-                unsafe { gemm_packed(x, n, cols, &packed, tr, out.at(0), rows, r0) };
+                unsafe { gemm_packed(x, n, cols, &packed, tr, out.at(r0), rows) };
             }
         })
     });

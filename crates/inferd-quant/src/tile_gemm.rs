@@ -81,6 +81,14 @@ pub(crate) fn pack_tile(src: TileSrc, r0: usize, tr: usize, cols: usize, dst: &m
                 }
             }
             let out = &mut panel[k0 * NR..(k0 + ch) * NR]; // [ch, NR]
+            #[cfg(target_arch = "x86_64")]
+            if jn == NR && ch.is_multiple_of(8) && detected_level() >= SimdLevel::Avx2 {
+                // SAFETY: AVX2 detected; tmp is [NR, CHUNK] with ch <= CHUNK, out [ch, NR].
+                unsafe {
+                    crate::simd::avx2_gemm::transpose16(tmp.as_ptr(), CHUNK, ch, out.as_mut_ptr())
+                };
+                continue;
+            }
             for (kk, o) in out.chunks_exact_mut(NR).enumerate() {
                 for (j, v) in o[..jn].iter_mut().enumerate() {
                     *v = tmp[j * CHUNK + kk];
@@ -153,12 +161,12 @@ fn micro_fn(m: usize) -> MicroFn {
     }
 }
 
-/// `y[i, r0 + j] = Σ_k x[i, k] · tile[j, k]` for `i < n`, `j < tr`, with `packed` from
-/// [`pack_tile`] (`tr` rows).
+/// `y[i * ldy + j] = Σ_k x[i, k] · tile[j, k]` for `i < n`, `j < tr`, with `packed`
+/// from [`pack_tile`] (`tr` rows).
 ///
 /// # Safety
-/// `y` points to `[n, ldy]` f32 and columns `r0..r0 + tr` of it belong to the caller
-/// (`r0 + tr <= ldy`); `x` is `[n, cols]`.
+/// `y` points to column `r0` of an `[n, ldy]` f32 matrix whose columns
+/// `r0..r0 + tr` belong to the caller (`r0 + tr <= ldy`); `x` is `[n, cols]`.
 pub(crate) unsafe fn gemm_packed(
     x: &[f32],
     n: usize,
@@ -167,7 +175,6 @@ pub(crate) unsafe fn gemm_packed(
     tr: usize,
     y: *mut f32,
     ldy: usize,
-    r0: usize,
 ) {
     debug_assert!(x.len() >= n * cols);
     debug_assert!(packed.len() >= tr.div_ceil(NR) * cols * NR);
@@ -188,7 +195,7 @@ pub(crate) unsafe fn gemm_packed(
                     let m = MR.min(i1 - i);
                     let f = if m == MR { full } else { micro_fn(m) };
                     let a = x.as_ptr().add(i * cols + k0);
-                    let c = y.add(i * ldy + r0 + p * NR);
+                    let c = y.add(i * ldy + p * NR);
                     if jn == NR {
                         f(kl, a, cols, b, c, ldy, first);
                     } else {

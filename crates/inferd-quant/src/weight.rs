@@ -21,7 +21,7 @@ impl<'a> WeightMatrix<'a> {
             cols,
             block_len: dtype.block_len(),
         })?;
-        let expected = row_bytes.checked_mul(rows).unwrap_or(usize::MAX);
+        let expected = row_bytes.saturating_mul(rows);
         if expected != data.len() {
             return Err(QuantError::WeightSize {
                 dtype,

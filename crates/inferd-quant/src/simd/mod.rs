@@ -1,6 +1,7 @@
-//! Hand-written SIMD dot products (x86_64 only). Every function here is `unsafe`
-//! and requires the CPU features its module names; [`crate::dispatch`] only hands
-//! them out when [`crate::level::detected_level`] allows it.
+//! Hand-written SIMD dot products and the f32 GEMM micro-kernel (x86_64 only).
+//! Every function here is `unsafe` and requires the CPU features its module names;
+//! [`crate::dispatch`] and the GEMM path only call them when
+//! [`crate::level::detected_level`] allows it.
 
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
