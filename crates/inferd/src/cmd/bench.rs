@@ -1,10 +1,236 @@
 //! `inferd bench`: the fleet benchmark client (drives any OpenAI-compatible server).
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use inferd_bench::{
+    markdown_tables, run_fleet, run_stall, BenchReport, Client, ClientConfig, FleetConfig,
+    StallConfig,
+};
+use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    #[command(subcommand)]
+    workload: Workload,
+}
 
-pub fn run(_a: Args) -> Result<()> {
-    bail!("bench: under construction")
+#[derive(clap::Subcommand)]
+enum Workload {
+    /// N agents released together, each with its own context, each running T turns of R-token
+    /// replies; reports tok/s, TTFT per agent and inter-token gaps.
+    Fleet(FleetArgs),
+    /// Agents decode long replies; once all stream, one long prompt arrives. Reports their
+    /// worst inter-token gap during its prefill vs their median gap before, and its TTFT.
+    Stall(StallArgs),
+    /// Markdown comparison tables from JSON reports (rows of one model and workload shape are
+    /// compared with the baseline engine's row).
+    Table(TableArgs),
+}
+
+#[derive(clap::Args)]
+struct TableArgs {
+    /// Reports written by `--out`.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Engine (meta engine=..., else label) the ratios divide by.
+    #[arg(long, default_value = "llama.cpp")]
+    baseline: String,
+}
+
+#[derive(clap::Args)]
+struct Common {
+    /// Server base URL.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// The `model` field of requests (default: the first model of GET /v1/models, if any).
+    #[arg(long)]
+    model: Option<String>,
+    /// Bearer token.
+    #[arg(long, env = "INFERD_API_KEY")]
+    api_key: Option<String>,
+    /// Per-request time limit in seconds (a request past it counts as a timeout error).
+    #[arg(long, default_value_t = 600.0)]
+    timeout: f64,
+    /// Use /v1/completions with token-id prompts (exact sizes, no calibration).
+    #[arg(long)]
+    token_prompts: bool,
+    /// Do not send "ignore_eos": true.
+    #[arg(long)]
+    no_ignore_eos: bool,
+    /// Sampling temperature sent with every request.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Corpus seed (same seed, same prompts).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Wait up to this many seconds for GET /health to answer 2xx before starting (0: don't).
+    #[arg(long, default_value_t = 0.0)]
+    wait_health: f64,
+    /// Label stored in the JSON report (e.g. the engine's name).
+    #[arg(long)]
+    label: Option<String>,
+    /// KEY=VALUE notes stored in the report (`table` uses model=... and engine=...).
+    #[arg(long, value_parser = parse_meta)]
+    meta: Vec<(String, String)>,
+    /// Write the JSON report (config, summary, every request's timings) here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(clap::Args)]
+struct FleetArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Agents released together.
+    #[arg(long, short = 'n', default_value_t = 4)]
+    agents: usize,
+    /// Each agent's turn-0 prompt, in the server's tokens.
+    #[arg(long, short = 'c', default_value_t = 512)]
+    context: usize,
+    /// Turns per agent (turn k+1 appends the reply and a short user message).
+    #[arg(long, short = 't', default_value_t = 1)]
+    turns: usize,
+    /// Tokens per reply (max_tokens).
+    #[arg(long, short = 'r', default_value_t = 64)]
+    reply: u32,
+}
+
+#[derive(clap::Args)]
+struct StallArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Decoding agents.
+    #[arg(long, short = 'n', default_value_t = 8)]
+    agents: usize,
+    /// Each decoding agent's prompt, in tokens.
+    #[arg(long, short = 'c', default_value_t = 128)]
+    context: usize,
+    /// Decoding agents' reply length (long enough to outlast the long prompt's prefill).
+    #[arg(long, short = 'r', default_value_t = 256)]
+    reply: u32,
+    /// The long prompt, in tokens.
+    #[arg(long, default_value_t = 2048)]
+    long_prompt: usize,
+    /// The long prompt's max_tokens.
+    #[arg(long, default_value_t = 4)]
+    long_reply: u32,
+    /// Chunks every agent must have received before the long prompt is sent.
+    #[arg(long, default_value_t = 16)]
+    warmup: u64,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    inferd_bench::block_on(async {
+        match a.workload {
+            Workload::Fleet(f) => {
+                let cfg = FleetConfig {
+                    agents: f.agents,
+                    context_tokens: f.context,
+                    turns: f.turns,
+                    reply_tokens: f.reply,
+                    token_prompts: f.common.token_prompts,
+                    seed: f.common.seed,
+                };
+                let (client, pb) = connect(&f.common).await?;
+                let report = run_fleet(&client, &cfg, &pb).await;
+                finish(&f.common, pb, report)
+            }
+            Workload::Stall(s) => {
+                let cfg = StallConfig {
+                    agents: s.agents,
+                    context_tokens: s.context,
+                    reply_tokens: s.reply,
+                    long_prompt_tokens: s.long_prompt,
+                    long_reply_tokens: s.long_reply,
+                    warmup_chunks: s.warmup,
+                    token_prompts: s.common.token_prompts,
+                    seed: s.common.seed,
+                };
+                let (client, pb) = connect(&s.common).await?;
+                let report = run_stall(&client, &cfg, &pb).await;
+                finish(&s.common, pb, report)
+            }
+            Workload::Table(t) => {
+                let mut reports = Vec::new();
+                for f in &t.files {
+                    let text = std::fs::read_to_string(f)
+                        .with_context(|| format!("reading {}", f.display()))?;
+                    reports.push(
+                        BenchReport::from_json(&text)
+                            .with_context(|| format!("parsing {}", f.display()))?,
+                    );
+                }
+                print!("{}", markdown_tables(&reports, &t.baseline));
+                Ok(())
+            }
+        }
+    })?
+}
+
+async fn connect(c: &Common) -> Result<(Client, ProgressBar)> {
+    if !(c.timeout > 0.0 && c.timeout.is_finite()) {
+        bail!("--timeout must be a positive number of seconds");
+    }
+    let mut cfg = ClientConfig::new(&c.url);
+    cfg.model = c.model.clone();
+    cfg.api_key = c.api_key.clone();
+    cfg.timeout = Duration::from_secs_f64(c.timeout);
+    cfg.ignore_eos = !c.no_ignore_eos;
+    cfg.temperature = Some(c.temperature);
+    let mut client = Client::new(cfg)?;
+    if c.wait_health > 0.0
+        && !client
+            .wait_healthy(Duration::from_secs_f64(c.wait_health))
+            .await
+    {
+        bail!(
+            "{}/health did not answer within {} s",
+            client.base_url(),
+            c.wait_health
+        );
+    }
+    client.resolve_model().await?;
+    let pb = if c.quiet {
+        ProgressBar::hidden()
+    } else {
+        let pb = ProgressBar::new(0);
+        pb.set_style(
+            ProgressStyle::with_template(
+                "{elapsed_precise} [{bar:30}] {pos}/{len} requests  {msg}",
+            )
+            .expect("valid template")
+            .progress_chars("=> "),
+        );
+        pb.enable_steady_tick(Duration::from_millis(200));
+        pb
+    };
+    Ok((client, pb))
+}
+
+fn finish(c: &Common, pb: ProgressBar, report: Result<BenchReport>) -> Result<()> {
+    pb.finish_and_clear();
+    let mut report = report?;
+    report.label = c.label.clone();
+    report.meta = c.meta.iter().cloned().collect();
+    print!("{}", report.table());
+    if let Some(out) = &c.out {
+        report.write(out)?;
+        println!("  report written to {}", out.display());
+    }
+    let e = report.errors().total;
+    if e > 0 {
+        bail!("{e} of {} requests failed", report.requests.len());
+    }
+    Ok(())
+}
+
+fn parse_meta(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
+    }
 }

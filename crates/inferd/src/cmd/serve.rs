@@ -1,10 +1,196 @@
 //! `inferd serve`: the OpenAI-compatible server in the foreground.
+//!
+//! Loads the model (pulling the default one on first use), starts the engine (with a
+//! warm-up pass), binds, and serves until SIGINT/SIGTERM; then it stops accepting
+//! connections and requests, lets running requests finish, and exits.
 
-use anyhow::{bail, Result};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context, Result};
+use inferd_engine::{parse_kv_budget, EngineConfig};
+use inferd_server::{check_bind, AppState, ServerConfig};
+
+use crate::loaded::Loaded;
+use crate::pull::DEFAULT_MODEL;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Built-in model name or a path (.gguf file, or a directory with config.json + safetensors).
+    #[arg(long, short, default_value = DEFAULT_MODEL)]
+    model: String,
+    /// Address to listen on. Anything but loopback needs --api-key.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: IpAddr,
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Require `Authorization: Bearer KEY` on /v1 routes.
+    #[arg(long, env = "INFERD_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// KV cache memory: a size (512M, 2G) or a share of free memory (25%).
+    #[arg(long, default_value = "25%")]
+    kv_memory: String,
+    /// Longest sequence (prompt + generated) in tokens; default: the model's context.
+    #[arg(long)]
+    max_context: Option<usize>,
+    /// Requests waiting for admission before new ones get 429.
+    #[arg(long)]
+    max_queue: Option<usize>,
+    /// Tokens per forward pass (decodes and prefill chunks together).
+    #[arg(long)]
+    max_batch_tokens: Option<usize>,
+    /// Prefill tokens per forward pass.
+    #[arg(long)]
+    max_prefill_tokens: Option<usize>,
+    /// Sequences generating at once.
+    #[arg(long)]
+    max_running: Option<usize>,
+    /// Tokens per KV block.
+    #[arg(long)]
+    block_size: Option<usize>,
+    /// Largest request body, e.g. 4M (default 4 MiB).
+    #[arg(long)]
+    max_body: Option<String>,
+    /// Largest max_tokens a request may get (larger asks are clamped).
+    #[arg(long)]
+    max_tokens_cap: Option<usize>,
+    /// Skip the warm-up pass at start.
+    #[arg(long)]
+    no_warmup: bool,
+    /// Name clients use in `model` (default: the model name or file stem); repeat for aliases.
+    #[arg(long)]
+    served_model_name: Vec<String>,
+}
 
-pub fn run(_a: Args) -> Result<()> {
-    bail!("serve: under construction")
+/// `2G`, `512k`, `1000` -> bytes.
+fn parse_size(s: &str) -> Result<usize> {
+    match parse_kv_budget(s).map_err(|e| anyhow!(e))? {
+        inferd_engine::KvBudget::Bytes(b) => Ok(b as usize),
+        inferd_engine::KvBudget::FractionOfFree(_) => bail!("`{s}`: give a size, not a percentage"),
+    }
+}
+
+/// The name clients use: the built-in name, or a file's stem.
+fn default_name(model: &str) -> String {
+    let p = std::path::Path::new(model);
+    if p.exists() {
+        let stem = if p.is_dir() {
+            p.file_name()
+        } else {
+            p.file_stem()
+        };
+        if let Some(s) = stem.and_then(|s| s.to_str()) {
+            return s.to_string();
+        }
+    }
+    model.to_string()
+}
+
+pub fn run(a: Args) -> Result<()> {
+    check_bind(a.host, a.api_key.as_deref()).map_err(|e| anyhow!(e))?;
+    let addr = SocketAddr::new(a.host, a.port);
+    let mut engine_cfg = EngineConfig {
+        kv_budget: parse_kv_budget(&a.kv_memory)
+            .map_err(|e| anyhow!(e))
+            .context("--kv-memory")?,
+        max_context: a.max_context,
+        warmup: !a.no_warmup,
+        ..Default::default()
+    };
+    if let Some(v) = a.max_queue {
+        engine_cfg.max_queue = v;
+    }
+    if let Some(v) = a.block_size {
+        engine_cfg.block_size = v;
+    }
+    if let Some(v) = a.max_batch_tokens {
+        engine_cfg.sched.max_batch_tokens = v;
+    }
+    if let Some(v) = a.max_prefill_tokens {
+        engine_cfg.sched.max_prefill_tokens = v;
+    }
+    if let Some(v) = a.max_running {
+        engine_cfg.sched.max_running = v;
+    }
+    let max_body = match &a.max_body {
+        Some(s) => parse_size(s).context("--max-body")?,
+        None => inferd_server::DEFAULT_MAX_BODY_BYTES,
+    };
+    let mut names = a.served_model_name.clone();
+    let name = if names.is_empty() {
+        default_name(&a.model)
+    } else {
+        names.remove(0)
+    };
+
+    // Metrics recorded during warm-up and later need the recorder first.
+    inferd_server::metrics::install();
+    let m = Loaded::open(&a.model)?;
+    let tokenizer = Arc::new(m.tokenizer);
+    let template = m.template.map(Arc::new);
+    eprintln!("starting the engine for {name}...");
+    let engine = inferd_engine::start(m.model, tokenizer, name.clone(), engine_cfg)
+        .context("starting the engine")?;
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("inferd-http")
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let result = rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding {addr}"))?;
+        let bound = listener.local_addr()?;
+        let cfg = ServerConfig {
+            api_key: a.api_key.clone().filter(|k| !k.is_empty()),
+            max_body_bytes: max_body,
+            max_tokens_cap: a.max_tokens_cap,
+            aliases: names,
+            address: Some(bound),
+            ..Default::default()
+        };
+        let state = AppState::new(engine.clone(), template, cfg);
+        write_state_file(bound, &name)?;
+        println!("inferd listening on http://{bound} (model {name})");
+        let shutdown = async {
+            inferd_server::shutdown_signal().await;
+            eprintln!("inferd: stopping: finishing running requests (signal again to exit now)");
+            tokio::spawn(async {
+                inferd_server::shutdown_signal().await;
+                eprintln!("inferd: exiting without waiting");
+                std::process::exit(130);
+            });
+        };
+        inferd_server::serve(listener, state, shutdown)
+            .await
+            .context("serving")?;
+        anyhow::Ok(())
+    });
+    engine.shutdown();
+    remove_state_file();
+    result?;
+    eprintln!("inferd: stopped");
+    Ok(())
+}
+
+/// `INFERD_STATE_FILE`: where `inferd start` expects `{"pid", "addr", "model"}`.
+fn write_state_file(addr: SocketAddr, model: &str) -> Result<()> {
+    let Some(path) = std::env::var_os("INFERD_STATE_FILE") else {
+        return Ok(());
+    };
+    let line = serde_json::json!({
+        "pid": std::process::id(),
+        "addr": addr.to_string(),
+        "model": model,
+    });
+    std::fs::write(&path, format!("{line}\n"))
+        .with_context(|| format!("writing {}", std::path::Path::new(&path).display()))
+}
+
+fn remove_state_file() {
+    if let Some(path) = std::env::var_os("INFERD_STATE_FILE") {
+        let _ = std::fs::remove_file(path);
+    }
 }

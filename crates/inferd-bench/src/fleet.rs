@@ -1,0 +1,224 @@
+//! The fleet workload: N agents released together, each with its own context, each running T
+//! turns of R-token replies.
+
+use crate::agent::{Conversation, PromptMode};
+use crate::client::{Client, RequestMeta};
+use crate::corpus::Corpus;
+use crate::record::{Clock, Dist, ErrorCounts, RequestRecord};
+use crate::report::{BenchReport, Workload};
+use anyhow::{bail, Result};
+use indicatif::ProgressBar;
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::sync::Barrier;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetConfig {
+    pub agents: usize,
+    /// Turn-0 prompt size in the server's tokens (chat: calibrated, approximate).
+    pub context_tokens: usize,
+    pub turns: usize,
+    /// `max_tokens` of every reply.
+    pub reply_tokens: u32,
+    /// `/v1/completions` with token-id prompts instead of chat messages.
+    pub token_prompts: bool,
+    /// Corpus seed (the same seed gives the same prompts).
+    pub seed: u64,
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        FleetConfig {
+            agents: 4,
+            context_tokens: 512,
+            turns: 1,
+            reply_tokens: 64,
+            token_prompts: false,
+            seed: 1,
+        }
+    }
+}
+
+/// Per-agent totals.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentSummary {
+    pub agent: usize,
+    /// Turn-0 time to first token.
+    pub ttft_ms: Option<f64>,
+    /// When the agent's first token (of any turn) arrived, since release.
+    pub first_token_s: Option<f64>,
+    /// When its last request ended.
+    pub done_s: f64,
+    pub tokens: u64,
+    pub errors: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetSummary {
+    pub requests: usize,
+    pub ok_requests: usize,
+    pub errors: ErrorCounts,
+    /// Successful replies with fewer than `reply_tokens` tokens (the server stopped at EOS).
+    pub short_replies: usize,
+    /// All agents' generated tokens (failed requests count the chunks they got).
+    pub generated_tokens: u64,
+    /// Release to the end of the last request.
+    pub wall_s: f64,
+    /// generated_tokens / wall_s.
+    pub tok_per_s: f64,
+    /// usage.prompt_tokens of turn-0 requests (plain token counts).
+    pub prompt_tokens_turn0: Dist,
+    /// Turn-0 TTFT of each agent.
+    pub ttft_turn0_ms: Dist,
+    pub ttft_all_ms: Dist,
+    /// Gaps between consecutive text chunks of every request.
+    pub gap_ms: Dist,
+    pub worst_gap_ms: f64,
+    /// When the last agent (of those that got one) received its first token.
+    pub last_first_token_s: Option<f64>,
+    pub agents_without_token: usize,
+    pub agents: Vec<AgentSummary>,
+}
+
+impl FleetSummary {
+    pub fn from_records(records: &[RequestRecord], n_agents: usize, wall_us: u64) -> Self {
+        let generated_tokens: u64 = records.iter().map(|r| r.completion_tokens).sum();
+        let wall_s = wall_us as f64 / 1e6;
+        let agents: Vec<AgentSummary> = (0..n_agents)
+            .map(|a| {
+                let mine: Vec<&RequestRecord> = records.iter().filter(|r| r.agent == a).collect();
+                AgentSummary {
+                    agent: a,
+                    ttft_ms: mine
+                        .iter()
+                        .find(|r| r.turn == 0)
+                        .and_then(|r| r.ttft_us())
+                        .map(|t| t as f64 / 1000.0),
+                    first_token_s: mine
+                        .iter()
+                        .filter_map(|r| r.first_token_us)
+                        .min()
+                        .map(|t| t as f64 / 1e6),
+                    done_s: mine.iter().map(|r| r.end_us).max().unwrap_or(0) as f64 / 1e6,
+                    tokens: mine.iter().map(|r| r.completion_tokens).sum(),
+                    errors: mine.iter().filter(|r| !r.ok()).count(),
+                }
+            })
+            .collect();
+        let gaps: Vec<u64> = records.iter().flat_map(|r| r.gaps_us()).collect();
+        let gap_ms = Dist::from_us(gaps.iter().copied());
+        FleetSummary {
+            requests: records.len(),
+            ok_requests: records.iter().filter(|r| r.ok()).count(),
+            errors: ErrorCounts::of(records),
+            short_replies: records.iter().filter(|r| r.short()).count(),
+            generated_tokens,
+            wall_s,
+            tok_per_s: if wall_s > 0.0 {
+                generated_tokens as f64 / wall_s
+            } else {
+                0.0
+            },
+            prompt_tokens_turn0: Dist::from_values(
+                records
+                    .iter()
+                    .filter(|r| r.turn == 0)
+                    .filter_map(|r| r.prompt_tokens)
+                    .map(|p| p as f64),
+            ),
+            ttft_turn0_ms: Dist::from_us(
+                records
+                    .iter()
+                    .filter(|r| r.turn == 0)
+                    .filter_map(|r| r.ttft_us()),
+            ),
+            ttft_all_ms: Dist::from_us(records.iter().filter_map(|r| r.ttft_us())),
+            worst_gap_ms: gap_ms.max,
+            gap_ms,
+            last_first_token_s: agents
+                .iter()
+                .filter_map(|a| a.first_token_s)
+                .max_by(|a, b| a.total_cmp(b)),
+            agents_without_token: agents.iter().filter(|a| a.first_token_s.is_none()).count(),
+            agents,
+        }
+    }
+}
+
+/// Runs the fleet workload. `client.config.model` should already be resolved.
+pub async fn run_fleet(
+    client: &Client,
+    cfg: &FleetConfig,
+    pb: &ProgressBar,
+) -> Result<BenchReport> {
+    if cfg.agents == 0 || cfg.turns == 0 || cfg.reply_tokens == 0 {
+        bail!("fleet: agents, turns and reply must be at least 1");
+    }
+    let corpus = Corpus::new(cfg.seed);
+    pb.set_message("calibrating");
+    let mode = PromptMode::prepare(client, &corpus, cfg.token_prompts).await?;
+    let n = cfg.agents;
+    pb.set_length((n * cfg.turns) as u64);
+    pb.set_position(0);
+    pb.set_message("0 tokens");
+    pb.reset_elapsed();
+
+    let tokens = Arc::new(AtomicU64::new(0));
+    let barrier = Arc::new(Barrier::new(n));
+    let clock = Clock::start();
+    let mut handles = Vec::with_capacity(n);
+    for agent in 0..n {
+        let mut conv = Conversation::new(&corpus, agent, cfg.context_tokens, &mode);
+        let (client, corpus, cfg) = (client.clone(), corpus.clone(), cfg.clone());
+        let (tokens, barrier, pb) = (tokens.clone(), barrier.clone(), pb.clone());
+        handles.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let mut records = Vec::with_capacity(cfg.turns);
+            for turn in 0..cfg.turns {
+                let meta = RequestMeta {
+                    agent,
+                    turn,
+                    role: "agent",
+                };
+                let mut on_chunk = |_| {
+                    let t = tokens.fetch_add(1, Ordering::Relaxed) + 1;
+                    if t % 16 == 0 {
+                        pb.set_message(format!("{t} tokens"));
+                    }
+                };
+                let reply = client
+                    .stream(
+                        &conv.prompt(),
+                        cfg.reply_tokens,
+                        &clock,
+                        meta,
+                        &mut on_chunk,
+                    )
+                    .await;
+                pb.inc(1);
+                // A failed turn still advances (its partial reply, if any, and the next user
+                // message), so the agent keeps its place in the load.
+                conv.advance(&corpus, agent, turn, &reply);
+                records.push(reply.record);
+            }
+            records
+        }));
+    }
+    let mut records = Vec::with_capacity(n * cfg.turns);
+    for h in handles {
+        records.extend(h.await?);
+    }
+    let wall_us = records.iter().map(|r| r.end_us).max().unwrap_or(0);
+    pb.set_message(format!("{} tokens", tokens.load(Ordering::Relaxed)));
+    let summary = FleetSummary::from_records(&records, n, wall_us);
+    Ok(BenchReport::new(
+        client.config.clone(),
+        mode.calibration().cloned(),
+        Workload::Fleet {
+            config: cfg.clone(),
+            summary,
+        },
+        records,
+    ))
+}

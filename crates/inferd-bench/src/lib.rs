@@ -1,0 +1,35 @@
+//! Benchmark client for OpenAI-compatible servers (inferd, llama.cpp's `llama-server`, ...).
+//!
+//! Workloads model fleets of agents: [`fleet`] (N agents with private contexts, T turns each)
+//! and [`stall`] (decoding agents disturbed by one long prompt). Every streamed chunk is timed
+//! on one run clock ([`record`]); a run yields a [`report::BenchReport`] holding its config,
+//! summary and every request's timings, written as JSON and rendered as a table.
+//!
+//! Adding a workload: build prompts with [`agent::Conversation`], send them with
+//! [`client::Client::stream`], summarise the records, and add a [`report::Workload`] variant.
+
+pub mod agent;
+pub mod calibrate;
+pub mod client;
+pub mod corpus;
+pub mod fleet;
+pub mod record;
+pub mod report;
+pub mod sse;
+pub mod stall;
+
+pub use client::{Client, ClientConfig};
+pub use fleet::{run_fleet, FleetConfig, FleetSummary};
+pub use record::{Dist, ErrorKind, RequestRecord};
+pub use report::{markdown_tables, BenchReport, Workload};
+pub use stall::{run_stall, StallConfig, StallSummary};
+
+/// Runs a future on a single-threaded runtime (the client does little work per chunk, and
+/// one thread keeps it from competing with a server on the same cores).
+pub fn block_on<F: std::future::Future>(f: F) -> anyhow::Result<F::Output> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| anyhow::anyhow!("starting the async runtime: {e}"))?;
+    Ok(rt.block_on(f))
+}

@@ -1,0 +1,409 @@
+//! The JSON report of a run (config, summary, every request) and its text rendering.
+
+use crate::calibrate::Calibration;
+use crate::client::ClientConfig;
+use crate::fleet::{FleetConfig, FleetSummary};
+use crate::record::{Dist, ErrorCounts, RequestRecord};
+use crate::stall::{StallConfig, StallSummary};
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Bumped when the report's shape changes incompatibly.
+pub const REPORT_FORMAT: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Workload {
+    Fleet {
+        config: FleetConfig,
+        summary: FleetSummary,
+    },
+    Stall {
+        config: StallConfig,
+        summary: StallSummary,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchReport {
+    pub format: u32,
+    /// Version of the tool that wrote the report.
+    pub tool: String,
+    /// Free label (e.g. the engine's name) to tell reports apart.
+    pub label: Option<String>,
+    /// Free key/value notes (`--meta model=NAME --meta engine=NAME`); `table` groups by
+    /// `model` and names rows by `engine` (falling back to the server's model id and `label`).
+    #[serde(default)]
+    pub meta: BTreeMap<String, String>,
+    /// Unix time the run started, seconds.
+    pub started_unix_s: u64,
+    pub server: ClientConfig,
+    pub calibration: Option<Calibration>,
+    pub workload: Workload,
+    /// Every request of the run (calibration probes excluded), in completion order per agent.
+    pub requests: Vec<RequestRecord>,
+}
+
+impl BenchReport {
+    pub fn new(
+        server: ClientConfig,
+        calibration: Option<Calibration>,
+        workload: Workload,
+        requests: Vec<RequestRecord>,
+    ) -> Self {
+        BenchReport {
+            format: REPORT_FORMAT,
+            tool: format!("inferd-bench {}", env!("CARGO_PKG_VERSION")),
+            label: None,
+            meta: BTreeMap::new(),
+            started_unix_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            server,
+            calibration,
+            workload,
+            requests,
+        }
+    }
+
+    pub fn errors(&self) -> &ErrorCounts {
+        match &self.workload {
+            Workload::Fleet { summary, .. } => &summary.errors,
+            Workload::Stall { summary, .. } => &summary.errors,
+        }
+    }
+
+    pub fn to_json(&self) -> Result<String> {
+        Ok(serde_json::to_string_pretty(self)?)
+    }
+
+    pub fn from_json(s: &str) -> Result<Self> {
+        Ok(serde_json::from_str(s)?)
+    }
+
+    pub fn write(&self, path: &Path) -> Result<()> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        std::fs::write(path, self.to_json()?).with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// A human-readable summary table.
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let model = self.server.model.as_deref().unwrap_or("(server default)");
+        let _ = writeln!(s, "server  {}  model {}", self.server.url, model);
+        if let Some(c) = &self.calibration {
+            let _ = writeln!(
+                s,
+                "calibration  {:.3} tokens/word, {:.1} tokens of overhead",
+                c.tokens_per_word, c.overhead_tokens
+            );
+        }
+        match &self.workload {
+            Workload::Fleet { config, summary } => fleet_table(&mut s, config, summary),
+            Workload::Stall { config, summary } => stall_table(&mut s, config, summary),
+        }
+        errors_table(&mut s, self.errors());
+        s
+    }
+}
+
+fn dist_row(s: &mut String, name: &str, d: &Dist, unit: &str) {
+    if d.n == 0 {
+        let _ = writeln!(s, "  {name:<26} (none)");
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "  {name:<26} mean {:>9.1}  p50 {:>9.1}  p90 {:>9.1}  max {:>9.1} {unit}  (n={})",
+        d.mean, d.p50, d.p90, d.max, d.n
+    );
+}
+
+fn fleet_table(s: &mut String, c: &FleetConfig, m: &FleetSummary) {
+    let _ = writeln!(
+        s,
+        "fleet  {} agents x {} turns, context {} tokens{}, reply {} tokens",
+        c.agents,
+        c.turns,
+        c.context_tokens,
+        if c.token_prompts { " (token ids)" } else { "" },
+        c.reply_tokens
+    );
+    let _ = writeln!(
+        s,
+        "  {:<26} {} sent, {} ok, {} errors, {} short replies",
+        "requests", m.requests, m.ok_requests, m.errors.total, m.short_replies
+    );
+    let _ = writeln!(
+        s,
+        "  {:<26} {} tokens in {:.3} s = {:.2} tok/s",
+        "generated", m.generated_tokens, m.wall_s, m.tok_per_s
+    );
+    dist_row(s, "prompt tokens (turn 0)", &m.prompt_tokens_turn0, "tok");
+    dist_row(s, "TTFT per agent (turn 0)", &m.ttft_turn0_ms, "ms");
+    if c.turns > 1 {
+        dist_row(s, "TTFT all turns", &m.ttft_all_ms, "ms");
+    }
+    dist_row(s, "inter-token gap", &m.gap_ms, "ms");
+    let _ = writeln!(
+        s,
+        "  {:<26} {}",
+        "last agent's first token",
+        match m.last_first_token_s {
+            Some(t) => format!("{t:.3} s"),
+            None => "never".into(),
+        }
+    );
+    if m.agents_without_token > 0 {
+        let _ = writeln!(
+            s,
+            "  {:<26} {}",
+            "agents with no token", m.agents_without_token
+        );
+    }
+    let _ = writeln!(s, "  {:<26} {:.3} s", "all done", m.wall_s);
+    let _ = writeln!(
+        s,
+        "  {:<26} {:.1} ms",
+        "worst inter-token gap", m.worst_gap_ms
+    );
+}
+
+fn stall_table(s: &mut String, c: &StallConfig, m: &StallSummary) {
+    let _ = writeln!(
+        s,
+        "stall  {} decoding agents (context {}, reply {} tokens), then one {}-token prompt",
+        c.agents, c.context_tokens, c.reply_tokens, c.long_prompt_tokens
+    );
+    let opt = |v: Option<f64>, unit: &str| match v {
+        Some(x) => format!("{x:.1} {unit}"),
+        None => "n/a".to_string(),
+    };
+    let _ = writeln!(
+        s,
+        "  {:<36} {} (usage)",
+        "long prompt tokens",
+        m.long_prompt_tokens
+            .map(|t| t.to_string())
+            .unwrap_or_else(|| "?".into())
+    );
+    let _ = writeln!(
+        s,
+        "  {:<36} {:.3} s",
+        "long prompt sent at", m.long_arrival_s
+    );
+    let _ = writeln!(
+        s,
+        "  {:<36} {}",
+        "long prompt TTFT",
+        opt(m.long_ttft_ms, "ms")
+    );
+    let _ = writeln!(
+        s,
+        "  {:<36} {}",
+        "decode gap before it (median)",
+        opt(m.baseline_gap_p50_ms, "ms")
+    );
+    let _ = writeln!(
+        s,
+        "  {:<36} {}",
+        "worst decode gap during its prefill",
+        opt(m.worst_gap_during_prefill_ms, "ms")
+    );
+    let _ = writeln!(
+        s,
+        "  {:<36} {}",
+        "stall ratio (worst / median)",
+        m.stall_ratio
+            .map(|r| format!("{r:.1}x"))
+            .unwrap_or_else(|| "n/a".into())
+    );
+    let _ = writeln!(
+        s,
+        "  {:<36} {} of {}",
+        "agents decoding through prefill", m.agents_decoding_through_prefill, c.agents
+    );
+    let _ = writeln!(
+        s,
+        "  {:<36} {} tokens in {:.3} s = {:.2} tok/s",
+        "generated", m.generated_tokens, m.wall_s, m.tok_per_s
+    );
+    for w in &m.warnings {
+        let _ = writeln!(s, "  WARNING: {w}");
+    }
+}
+
+fn errors_table(s: &mut String, e: &ErrorCounts) {
+    if e.total == 0 {
+        let _ = writeln!(s, "  no errors");
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "  THIS RUN HAD {} FAILED REQUEST(S): connect {}, http {}, timeout {}, stream {}, protocol {}",
+        e.total, e.connect, e.http, e.timeout, e.stream, e.protocol
+    );
+    for x in &e.examples {
+        let _ = writeln!(s, "    {x}");
+    }
+}
+
+impl BenchReport {
+    /// `meta.model`, else the server's model id.
+    pub fn model_name(&self) -> String {
+        self.meta
+            .get("model")
+            .cloned()
+            .or_else(|| self.server.model.clone())
+            .unwrap_or_else(|| "?".into())
+    }
+
+    /// `meta.engine`, else the label, else the URL.
+    pub fn engine_name(&self) -> String {
+        self.meta
+            .get("engine")
+            .cloned()
+            .or_else(|| self.label.clone())
+            .unwrap_or_else(|| self.server.url.clone())
+    }
+}
+
+fn ratio(x: f64, base: Option<f64>) -> String {
+    match base {
+        Some(b) if b > 0.0 && x.is_finite() => format!("{:.2}", x / b),
+        _ => "-".into(),
+    }
+}
+
+fn ms(x: Option<f64>) -> String {
+    x.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into())
+}
+
+/// Markdown tables comparing reports: one for fleet runs, one for stall runs. Rows with the
+/// same model and workload shape are compared to the row whose engine is `baseline`
+/// (ratios: engine / baseline; tok/s higher is better, TTFT lower is better).
+pub fn markdown_tables(reports: &[BenchReport], baseline: &str) -> String {
+    let mut s = String::new();
+    let mut fleet: Vec<(&BenchReport, &FleetConfig, &FleetSummary)> = reports
+        .iter()
+        .filter_map(|r| match &r.workload {
+            Workload::Fleet { config, summary } => Some((r, config, summary)),
+            _ => None,
+        })
+        .collect();
+    fleet.sort_by_key(|(r, c, _)| {
+        (
+            r.model_name(),
+            c.context_tokens,
+            c.reply_tokens,
+            c.turns,
+            c.agents,
+            r.engine_name() != baseline,
+            r.engine_name(),
+        )
+    });
+    if !fleet.is_empty() {
+        let _ = writeln!(
+            s,
+            "| model | agents | ctx/reply/turns | engine | tok/s | TTFT p50 ms | TTFT max ms | \
+             last first token s | worst gap ms | errors | tok/s ratio vs {baseline} | \
+             TTFT p50 ratio |"
+        );
+        let _ = writeln!(
+            s,
+            "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        for (r, c, m) in &fleet {
+            let base = fleet.iter().find(|(b, bc, _)| {
+                b.engine_name() == baseline
+                    && b.model_name() == r.model_name()
+                    && (bc.agents, bc.context_tokens, bc.reply_tokens, bc.turns)
+                        == (c.agents, c.context_tokens, c.reply_tokens, c.turns)
+            });
+            let (tok_ratio, ttft_ratio) = if r.engine_name() == baseline {
+                ("-".to_string(), "-".to_string())
+            } else {
+                (
+                    ratio(m.tok_per_s, base.map(|b| b.2.tok_per_s)),
+                    ratio(m.ttft_turn0_ms.p50, base.map(|b| b.2.ttft_turn0_ms.p50)),
+                )
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} | {}/{}/{} | {} | {:.1} | {:.0} | {:.0} | {} | {:.0} | {} | {} | {} |",
+                r.model_name(),
+                c.agents,
+                c.context_tokens,
+                c.reply_tokens,
+                c.turns,
+                r.engine_name(),
+                m.tok_per_s,
+                m.ttft_turn0_ms.p50,
+                m.ttft_turn0_ms.max,
+                m.last_first_token_s
+                    .map(|t| format!("{t:.2}"))
+                    .unwrap_or_else(|| "-".into()),
+                m.worst_gap_ms,
+                m.errors.total,
+                tok_ratio,
+                ttft_ratio
+            );
+        }
+    }
+    let mut stall: Vec<(&BenchReport, &StallConfig, &StallSummary)> = reports
+        .iter()
+        .filter_map(|r| match &r.workload {
+            Workload::Stall { config, summary } => Some((r, config, summary)),
+            _ => None,
+        })
+        .collect();
+    stall.sort_by_key(|(r, c, _)| {
+        (
+            r.model_name(),
+            c.agents,
+            c.long_prompt_tokens,
+            r.engine_name() != baseline,
+            r.engine_name(),
+        )
+    });
+    if !stall.is_empty() {
+        if !s.is_empty() {
+            s.push('\n');
+        }
+        let _ = writeln!(
+            s,
+            "| model | agents | long prompt | engine | long TTFT ms | median gap ms | \
+             worst gap in prefill ms | stall ratio | decoding through | tok/s | errors |"
+        );
+        let _ = writeln!(s, "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+        for (r, c, m) in &stall {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {}/{} | {:.1} | {} |",
+                r.model_name(),
+                c.agents,
+                m.long_prompt_tokens.unwrap_or(c.long_prompt_tokens as u64),
+                r.engine_name(),
+                ms(m.long_ttft_ms),
+                m.baseline_gap_p50_ms
+                    .map(|v| format!("{v:.1}"))
+                    .unwrap_or_else(|| "-".into()),
+                ms(m.worst_gap_during_prefill_ms),
+                m.stall_ratio
+                    .map(|v| format!("{v:.1}x"))
+                    .unwrap_or_else(|| "-".into()),
+                m.agents_decoding_through_prefill,
+                c.agents,
+                m.tok_per_s,
+                m.errors.total
+            );
+        }
+    }
+    s
+}

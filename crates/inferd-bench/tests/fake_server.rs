@@ -1,0 +1,438 @@
+//! The workloads against a scripted fake OpenAI-compatible streaming server: measured TTFT,
+//! gaps and tok/s must match the script; errors and timeouts must be counted; the JSON
+//! report must read back equal.
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use indicatif::ProgressBar;
+use inferd_bench::{
+    run_fleet, run_stall, BenchReport, Client, ClientConfig, FleetConfig, StallConfig, Workload,
+};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Timing tests must not overlap on a small machine.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[derive(Clone, Default)]
+struct Script {
+    ttft: Duration,
+    gap: Duration,
+    /// Fail the n-th (1-based) generation request (max_tokens > 1) with HTTP 500.
+    fail_nth: Option<usize>,
+    /// Prompts of at least this many tokens "prefill" for `prefill` and stall every stream.
+    long_threshold: Option<u64>,
+    prefill: Duration,
+    /// End streams without `data: [DONE]`.
+    no_done: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    script: Script,
+    generations: AtomicUsize,
+    /// Streams may not emit a token before this instant (a long prefill is running).
+    blocked_until: Mutex<Option<Instant>>,
+    /// The system message of every generation request (to check agents' prompts differ).
+    systems: Mutex<Vec<String>>,
+}
+
+/// Prompt tokens as a fake tokenizer counts them: one per word, 4 per message, 3 fixed.
+fn prompt_tokens(body: &Value) -> u64 {
+    if let Some(ids) = body["prompt"].as_array() {
+        return ids.len() as u64;
+    }
+    if let Some(t) = body["prompt"].as_str() {
+        return t.split_whitespace().count() as u64;
+    }
+    let msgs = body["messages"].as_array().cloned().unwrap_or_default();
+    3 + msgs
+        .iter()
+        .map(|m| {
+            4 + m["content"]
+                .as_str()
+                .unwrap_or("")
+                .split_whitespace()
+                .count() as u64
+        })
+        .sum::<u64>()
+}
+
+fn chunk(chat: bool, text: &str, finish: Option<&str>) -> String {
+    let choice = if chat {
+        json!({"index": 0, "delta": {"content": text}, "finish_reason": finish})
+    } else {
+        json!({"index": 0, "text": text, "finish_reason": finish})
+    };
+    format!(
+        "data: {}\n\n",
+        json!({"object": "chunk", "choices": [choice]})
+    )
+}
+
+async fn completions(State(s): State<Arc<Shared>>, Json(body): Json<Value>) -> Response {
+    let chat = body.get("messages").is_some();
+    let max_tokens = body["max_tokens"].as_u64().unwrap_or(16);
+    let prompt = prompt_tokens(&body);
+    let sc = s.script.clone();
+    let (ttft, gap) = if max_tokens > 1 {
+        let n = s.generations.fetch_add(1, Ordering::SeqCst) + 1;
+        if sc.fail_nth == Some(n) {
+            return (StatusCode::INTERNAL_SERVER_ERROR, "scripted failure").into_response();
+        }
+        if let Some(sys) = body["messages"][0]["content"].as_str() {
+            s.systems.lock().unwrap().push(sys.to_string());
+        }
+        (sc.ttft, sc.gap)
+    } else {
+        (Duration::ZERO, Duration::ZERO) // calibration probes answer at once
+    };
+    let start = Instant::now();
+    let first_at = if sc.long_threshold.is_some_and(|t| prompt >= t) {
+        let until = start + sc.prefill;
+        *s.blocked_until.lock().unwrap() = Some(until);
+        until
+    } else {
+        start + ttft
+    };
+    // One event per step: tokens 0..max_tokens, then usage, then [DONE].
+    // One event per step: tokens 0..max_tokens, then usage, then [DONE]. A token is due
+    // `gap` after the previous one, but not while a long prefill blocks the server.
+    let stream = futures_util::stream::unfold((0u64, first_at), move |(i, due)| {
+        let s = s.clone();
+        async move {
+            if i < max_tokens {
+                let mut at = due;
+                let blocked = *s.blocked_until.lock().unwrap();
+                if let Some(b) = blocked {
+                    if at < b && Instant::now() < b {
+                        at = b;
+                    }
+                }
+                tokio::time::sleep_until(at).await;
+                let finish = (i + 1 == max_tokens).then_some("length");
+                let data = chunk(chat, &format!(" w{i}"), finish);
+                Some((Ok::<_, std::io::Error>(data), (i + 1, at + gap)))
+            } else if i == max_tokens {
+                let usage = json!({"choices": [], "usage": {
+                    "prompt_tokens": prompt, "completion_tokens": max_tokens,
+                    "total_tokens": prompt + max_tokens}});
+                Some((Ok(format!("data: {usage}\n\n")), (i + 1, due)))
+            } else if i == max_tokens + 1 && !sc.no_done {
+                Some((Ok("data: [DONE]\n\n".to_string()), (i + 1, due)))
+            } else {
+                None
+            }
+        }
+    });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .body(Body::from_stream(stream))
+        .unwrap()
+}
+
+async fn start(script: Script) -> (String, Arc<Shared>) {
+    let shared = Arc::new(Shared {
+        script,
+        ..Default::default()
+    });
+    let app = Router::new()
+        .route("/health", get(|| async { "ok" }))
+        .route(
+            "/v1/models",
+            get(|| async { Json(json!({"data": [{"id": "fake-model"}]})) }),
+        )
+        .route("/v1/chat/completions", post(completions))
+        .route("/v1/completions", post(completions))
+        .with_state(shared.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), shared)
+}
+
+async fn client(url: &str) -> Client {
+    let mut c = Client::new(ClientConfig::new(url)).unwrap();
+    assert!(c.wait_healthy(Duration::from_secs(5)).await);
+    c.resolve_model().await.unwrap();
+    c
+}
+
+fn fleet_summary(r: &BenchReport) -> &inferd_bench::FleetSummary {
+    match &r.workload {
+        Workload::Fleet { summary, .. } => summary,
+        _ => panic!("not a fleet report"),
+    }
+}
+
+fn within(x: f64, want: f64, tol: f64, what: &str) {
+    assert!(
+        (x - want).abs() <= tol,
+        "{what}: measured {x:.2}, scripted {want:.2} (tolerance {tol})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_measures_scripted_latencies() {
+    let _g = SERIAL.lock().await;
+    let script = Script {
+        ttft: Duration::from_millis(50),
+        gap: Duration::from_millis(10),
+        ..Default::default()
+    };
+    let (url, shared) = start(script).await;
+    let c = client(&url).await;
+    assert_eq!(c.config.model.as_deref(), Some("fake-model"));
+    let cfg = FleetConfig {
+        agents: 4,
+        context_tokens: 300,
+        turns: 2,
+        reply_tokens: 20,
+        token_prompts: false,
+        seed: 5,
+    };
+    let report = run_fleet(&c, &cfg, &ProgressBar::hidden()).await.unwrap();
+    let s = fleet_summary(&report);
+    println!("{}", report.table());
+
+    assert_eq!(s.requests, 8);
+    assert_eq!(s.errors.total, 0);
+    assert_eq!(s.short_replies, 0);
+    assert_eq!(s.generated_tokens, 4 * 2 * 20);
+    assert_eq!(report.requests.len(), 8);
+    assert!(report.requests.iter().all(|r| r.chunk_us.len() == 20));
+    // Calibrated contexts hit the target (the fake tokenizer is exactly linear in words).
+    within(
+        s.prompt_tokens_turn0.mean,
+        300.0,
+        3.0,
+        "turn-0 prompt tokens",
+    );
+    // Each agent's system prompt is its own.
+    let systems = shared.systems.lock().unwrap().clone();
+    let mut firsts: Vec<&String> = systems.iter().collect();
+    firsts.sort();
+    firsts.dedup();
+    assert_eq!(firsts.len(), 4, "agents must have distinct contexts");
+
+    // TTFT 50 ms, gaps 10 ms (scheduling noise: a few ms).
+    within(s.ttft_turn0_ms.p50, 50.0, 20.0, "TTFT p50");
+    assert!(s.ttft_turn0_ms.min >= 49.0, "TTFT below the script");
+    within(s.gap_ms.p50, 10.0, 3.0, "gap p50");
+    assert!(s.gap_ms.min >= 5.0);
+    // A request lasts 50 + 19*10 = 240 ms; two turns back to back: 480 ms for 40 tokens per
+    // agent, 160 tokens in all: 333 tok/s.
+    let want_wall = 0.480;
+    assert!(s.wall_s >= want_wall, "wall {} s", s.wall_s);
+    within(s.wall_s, want_wall, 0.12, "wall time");
+    within(
+        s.tok_per_s,
+        160.0 / want_wall,
+        160.0 / want_wall * 0.2,
+        "tok/s",
+    );
+    // All agents got their first token at about 50 ms.
+    within(
+        s.last_first_token_s.unwrap(),
+        0.050,
+        0.03,
+        "last first token",
+    );
+    assert_eq!(s.agents_without_token, 0);
+    // Turn 1 of each agent starts after its turn 0 ended and carries more prompt tokens.
+    for a in 0..4 {
+        let t: Vec<_> = report.requests.iter().filter(|r| r.agent == a).collect();
+        assert_eq!(t.len(), 2);
+        assert!(t[1].start_us >= t[0].end_us);
+        assert!(t[1].prompt_tokens.unwrap() > t[0].prompt_tokens.unwrap() + 20);
+    }
+
+    // The JSON report reads back equal.
+    let json = report.to_json().unwrap();
+    let back = BenchReport::from_json(&json).unwrap();
+    assert_eq!(back, report);
+    let path = std::env::temp_dir().join(format!("inferd-bench-test-{}.json", std::process::id()));
+    report.write(&path).unwrap();
+    let back = BenchReport::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(back, report);
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_prompts_are_exact() {
+    let _g = SERIAL.lock().await;
+    let (url, _) = start(Script {
+        ttft: Duration::from_millis(5),
+        gap: Duration::from_millis(1),
+        ..Default::default()
+    })
+    .await;
+    let c = client(&url).await;
+    let cfg = FleetConfig {
+        agents: 3,
+        context_tokens: 257,
+        turns: 2,
+        reply_tokens: 8,
+        token_prompts: true,
+        seed: 1,
+    };
+    let report = run_fleet(&c, &cfg, &ProgressBar::hidden()).await.unwrap();
+    let s = fleet_summary(&report);
+    assert_eq!(s.errors.total, 0);
+    assert!(report.calibration.is_none());
+    assert_eq!(s.prompt_tokens_turn0.min, 257.0);
+    assert_eq!(s.prompt_tokens_turn0.max, 257.0);
+    // Turn 1: context + 8 reply stand-ins + 16 follow-up ids.
+    for r in report.requests.iter().filter(|r| r.turn == 1) {
+        assert_eq!(r.prompt_tokens, Some(257 + 8 + 16));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_error_is_counted() {
+    let _g = SERIAL.lock().await;
+    let (url, _) = start(Script {
+        ttft: Duration::from_millis(5),
+        gap: Duration::from_millis(2),
+        fail_nth: Some(3),
+        ..Default::default()
+    })
+    .await;
+    let c = client(&url).await;
+    let cfg = FleetConfig {
+        agents: 4,
+        context_tokens: 64,
+        turns: 2,
+        reply_tokens: 8,
+        ..Default::default()
+    };
+    let report = run_fleet(&c, &cfg, &ProgressBar::hidden()).await.unwrap();
+    let s = fleet_summary(&report);
+    assert_eq!(
+        s.requests, 8,
+        "a failed turn is still recorded, and the agent goes on"
+    );
+    assert_eq!(s.ok_requests, 7);
+    assert_eq!(s.errors.total, 1);
+    assert_eq!(s.errors.http, 1);
+    let bad = report.requests.iter().find(|r| !r.ok()).unwrap();
+    assert_eq!(bad.error.as_ref().unwrap().status, Some(500));
+    assert!(bad
+        .error
+        .as_ref()
+        .unwrap()
+        .message
+        .contains("scripted failure"));
+    assert_eq!(s.generated_tokens, 7 * 8);
+    assert!(report.table().contains("1 FAILED REQUEST"));
+    assert_eq!(report.errors().total, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeouts_and_broken_streams_are_counted() {
+    let _g = SERIAL.lock().await;
+    // Timeouts: first token after 2 s, limit 300 ms.
+    let (url, _) = start(Script {
+        ttft: Duration::from_secs(2),
+        gap: Duration::from_millis(1),
+        ..Default::default()
+    })
+    .await;
+    let mut c = client(&url).await;
+    c.config.timeout = Duration::from_millis(300);
+    let cfg = FleetConfig {
+        agents: 2,
+        context_tokens: 64,
+        turns: 1,
+        reply_tokens: 8,
+        ..Default::default()
+    };
+    let t0 = std::time::Instant::now();
+    let report = run_fleet(&c, &cfg, &ProgressBar::hidden()).await.unwrap();
+    assert!(t0.elapsed() < Duration::from_millis(1500));
+    let s = fleet_summary(&report);
+    assert_eq!(s.errors.total, 2);
+    assert_eq!(s.errors.timeout, 2);
+    assert_eq!(s.agents_without_token, 2);
+    assert_eq!(s.last_first_token_s, None);
+
+    // A stream that ends without [DONE] is a protocol error.
+    let (url, _) = start(Script {
+        ttft: Duration::from_millis(2),
+        gap: Duration::from_millis(1),
+        no_done: true,
+        ..Default::default()
+    })
+    .await;
+    let c = client(&url).await;
+    let report = run_fleet(&c, &cfg, &ProgressBar::hidden()).await;
+    // Calibration probes fail first: the run reports why instead of measuring garbage.
+    assert!(report.is_err());
+    let mut c = c;
+    c.config.timeout = Duration::from_secs(5);
+    let cfg = FleetConfig {
+        token_prompts: true,
+        ..cfg
+    };
+    let report = run_fleet(&c, &cfg, &ProgressBar::hidden()).await.unwrap();
+    let s = fleet_summary(&report);
+    assert_eq!(s.errors.protocol, 2);
+    assert_eq!(s.generated_tokens, 16, "tokens that arrived still count");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stall_measures_the_prefill_stall() {
+    let _g = SERIAL.lock().await;
+    let (url, _) = start(Script {
+        ttft: Duration::from_millis(20),
+        gap: Duration::from_millis(10),
+        long_threshold: Some(1000),
+        prefill: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .await;
+    let c = client(&url).await;
+    let cfg = StallConfig {
+        agents: 8,
+        context_tokens: 64,
+        reply_tokens: 80,
+        long_prompt_tokens: 1500,
+        long_reply_tokens: 2,
+        warmup_chunks: 10,
+        token_prompts: false,
+        seed: 3,
+    };
+    let report = run_stall(&c, &cfg, &ProgressBar::hidden()).await.unwrap();
+    println!("{}", report.table());
+    let Workload::Stall { summary: s, .. } = &report.workload else {
+        panic!("not a stall report")
+    };
+    assert_eq!(s.errors.total, 0);
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    assert_eq!(s.agents_decoding_through_prefill, 8);
+    within(
+        s.long_prompt_tokens.unwrap() as f64,
+        1500.0,
+        10.0,
+        "long prompt tokens",
+    );
+    within(s.long_ttft_ms.unwrap(), 300.0, 40.0, "long prompt TTFT");
+    within(s.baseline_gap_p50_ms.unwrap(), 10.0, 3.0, "baseline gap");
+    // Streams are blocked for the 300 ms prefill: the worst gap spans it.
+    let worst = s.worst_gap_during_prefill_ms.unwrap();
+    assert!((290.0..360.0).contains(&worst), "worst gap {worst}");
+    assert!(s.stall_ratio.unwrap() > 20.0);
+    assert!(s
+        .agent_worst_gap_during_prefill_ms
+        .iter()
+        .all(|g| g.is_some()));
+    let back = BenchReport::from_json(&report.to_json().unwrap()).unwrap();
+    assert_eq!(back, report);
+}

@@ -1,0 +1,84 @@
+//! Request bodies: size limit, UTF-8 and JSON parsing with OpenAI-style 400s.
+//!
+//! axum's own `Json` answers 415 without a JSON content type and 422 for data errors; the
+//! OpenAI API answers 400 for both, so bodies are parsed here: syntax errors, invalid
+//! UTF-8 and wrong types are all 400 (`param` names the offending field when known), and a
+//! body over the limit is 413. The content type is not required (curl users forget it).
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::{header, StatusCode};
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// A JSON body parsed into `T`.
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let limit = state.config.max_body_bytes;
+        // Refuse early when the declared length is too large, without reading the body.
+        let declared = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limit as u64) {
+            return Err(ApiError::body_too_large(limit));
+        }
+        // The router's `DefaultBodyLimit` caps bodies without a declared length.
+        let body = Bytes::from_request(req, state).await.map_err(|r| {
+            if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::body_too_large(limit)
+            } else {
+                ApiError::bad_request(format!(
+                    "failed to read the request body: {}",
+                    r.body_text()
+                ))
+            }
+        })?;
+        parse(&body).map(JsonBody)
+    }
+}
+
+/// Parses a JSON body; every failure is a 400 with a message saying what is wrong.
+pub fn parse<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+    let text = std::str::from_utf8(body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "the request body is not valid UTF-8 (at byte {})",
+            e.valid_up_to()
+        ))
+    })?;
+    if text.trim().is_empty() {
+        return Err(ApiError::bad_request(
+            "the request body is empty; expected a JSON object",
+        ));
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        use serde_json::error::Category;
+        match inner.classify() {
+            Category::Syntax | Category::Eof | Category::Io => {
+                ApiError::bad_request(format!("malformed JSON in the request body: {inner}"))
+            }
+            Category::Data => {
+                let param = if path == "." { String::new() } else { path };
+                let msg = if param.is_empty() {
+                    format!("invalid request body: {inner}")
+                } else {
+                    format!("invalid value for `{param}`: {inner}")
+                };
+                ApiError::bad_request(msg).with_param(param)
+            }
+        }
+    })?;
+    de.end()
+        .map_err(|e| ApiError::bad_request(format!("malformed JSON in the request body: {e}")))?;
+    Ok(value)
+}

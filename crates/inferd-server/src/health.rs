@@ -1,0 +1,45 @@
+//! `GET /health`: liveness plus the figures `inferd status` shows. 200 while serving,
+//! 503 when the engine is draining or stopped (same body, another `status`).
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::state::AppState;
+
+pub async fn health(State(state): State<AppState>) -> Response {
+    let e = &state.engine;
+    let (code, status) = if !e.is_running() {
+        (StatusCode::SERVICE_UNAVAILABLE, "stopped")
+    } else if !e.is_accepting() {
+        (StatusCode::SERVICE_UNAVAILABLE, "draining")
+    } else {
+        (StatusCode::OK, "ok")
+    };
+    let s = e.stats();
+    let mut body = json!({
+        "status": status,
+        "model": e.info.name,
+        "uptime_s": s.uptime_s,
+        "queue": s.waiting,
+        "running": s.running,
+        "kv": {
+            "blocks_total": s.kv_blocks_total,
+            "blocks_used": s.kv_blocks_used(),
+            "blocks_free": s.kv_blocks_free,
+            "block_size": s.kv_block_size,
+            "bytes_per_block": s.kv_bytes_per_block,
+        },
+        "preemptions": s.preemptions,
+        "max_context": e.info.max_context,
+        "prompt_tokens_total": s.prompt_tokens_total,
+        "generated_tokens_total": s.generated_tokens_total,
+        "requests_finished": s.requests_finished,
+    });
+    if let Some(a) = state.config.address {
+        body["address"] = json!(a.to_string());
+    }
+    (code, Json(body)).into_response()
+}

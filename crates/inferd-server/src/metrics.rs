@@ -1,0 +1,77 @@
+//! `GET /metrics`: the Prometheus text format. The engine records counters and
+//! histograms through the `metrics` facade; this module installs the recorder (once per
+//! process) and sets the gauges from the engine's stats when scraped.
+
+use std::sync::OnceLock;
+
+use axum::extract::State;
+use axum::http::{header, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use inferd_engine::metric_names as names;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::state::AppState;
+
+/// Latency buckets in seconds (TTFT and inter-token latency).
+const LATENCY_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+/// Tokens per engine step.
+const STEP_BUCKETS: &[f64] = &[1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0];
+
+/// Installs the Prometheus recorder the first time; later calls return the same handle.
+/// `None` when another recorder was installed first (metrics are then not rendered).
+pub fn install() -> Option<&'static PrometheusHandle> {
+    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Full(names::TTFT.into()), LATENCY_BUCKETS)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(names::ITL.into()), LATENCY_BUCKETS)
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(names::STEP_TOKENS.into()), STEP_BUCKETS)
+                })
+                .ok()?;
+            let handle = builder.install_recorder().ok()?;
+            describe();
+            Some(handle)
+        })
+        .as_ref()
+}
+
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_gauge!(names::WAITING, "Requests waiting for admission");
+    describe_gauge!(names::RUNNING, "Requests being generated");
+    describe_gauge!(names::KV_BLOCKS_USED, "KV cache blocks in use");
+    describe_gauge!(names::KV_BLOCKS_FREE, "KV cache blocks free");
+    describe_counter!(names::PROMPT_TOKENS, "Prompt tokens received");
+    describe_counter!(names::GENERATED_TOKENS, "Tokens generated");
+    describe_counter!(names::PREEMPTIONS, "Sequences preempted for KV memory");
+    describe_counter!(names::REQUESTS_FINISHED, "Requests that finished");
+    describe_histogram!(names::TTFT, Unit::Seconds, "Time to first token");
+    describe_histogram!(names::ITL, Unit::Seconds, "Time between tokens");
+    describe_histogram!(names::STEP_TOKENS, "Tokens per engine step");
+}
+
+pub async fn render(State(state): State<AppState>) -> Response {
+    let s = state.engine.stats();
+    metrics::gauge!(names::WAITING).set(s.waiting as f64);
+    metrics::gauge!(names::RUNNING).set(s.running as f64);
+    metrics::gauge!(names::KV_BLOCKS_USED).set(s.kv_blocks_used() as f64);
+    metrics::gauge!(names::KV_BLOCKS_FREE).set(s.kv_blocks_free as f64);
+    // Counters the engine may not have touched yet still appear (at 0).
+    metrics::counter!(names::PROMPT_TOKENS).increment(0);
+    metrics::counter!(names::GENERATED_TOKENS).increment(0);
+    metrics::counter!(names::PREEMPTIONS).increment(0);
+    metrics::counter!(names::REQUESTS_FINISHED).increment(0);
+    let body = install().map(|h| h.render()).unwrap_or_default();
+    let mut res = body.into_response();
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    res
+}

@@ -1,0 +1,313 @@
+//! `POST /v1/chat/completions`.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use inferd_engine::{Delta, FinishReason, Usage};
+use inferd_text::{ChatInput, Tokenizer};
+use serde_json::{Map, Value};
+
+use super::logprobs::chat_logprobs;
+use super::sse::{self, data, ChunkFormat};
+use super::types::{
+    ChatChoice, ChatChunk, ChatChunkChoice, ChatCompletion, ChatMessageOut, ChatParams, ChunkDelta,
+    CommonParams,
+};
+use super::{collect, fingerprint, new_id, now_secs, require_object, submit};
+use crate::error::ApiError;
+use crate::extract::JsonBody;
+use crate::params::{self, check, gen_request, read};
+use crate::state::AppState;
+
+pub async fn handler(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<Value>,
+) -> Result<Response, ApiError> {
+    require_object(&body)?;
+    let common: CommonParams = read(&body)?;
+    let chat: ChatParams = read(&body)?;
+    if let Some(m) = &common.model {
+        state.check_model(m)?;
+    }
+    state.check_available()?;
+    let lp = params::chat_logprobs(chat.logprobs, chat.top_logprobs)?;
+    let max = match (chat.max_completion_tokens, common.max_tokens) {
+        (Some(n), _) => Some((n, "max_completion_tokens")),
+        (None, Some(n)) => Some((n, "max_tokens")),
+        (None, None) => None,
+    };
+    let checked = check(&common, max, lp)?;
+    let st = state.clone();
+    let prompt = tokio::task::spawn_blocking(move || render(&st, &chat))
+        .await
+        .map_err(|e| ApiError::internal(format!("rendering the prompt failed: {e}")))??;
+    let req = gen_request(&state, &checked, prompt);
+    let rs = submit(&state, req, "messages")?;
+    let mut fmt = ChatFormat {
+        id: new_id("chatcmpl"),
+        created: now_secs(),
+        model: state.model_name().to_string(),
+        fingerprint: fingerprint(),
+        tokenizer: state.engine.tokenizer.clone(),
+        logprobs: lp.is_some(),
+        include_usage: checked.include_usage,
+    };
+    if checked.stream {
+        return Ok(sse::response(rs, fmt, checked.include_usage));
+    }
+    let c = collect(rs).await?;
+    let logprobs = fmt
+        .logprobs
+        .then(|| chat_logprobs(&fmt.tokenizer, &c.tokens));
+    let out = ChatCompletion {
+        id: std::mem::take(&mut fmt.id),
+        object: "chat.completion",
+        created: fmt.created,
+        model: std::mem::take(&mut fmt.model),
+        system_fingerprint: std::mem::take(&mut fmt.fingerprint),
+        choices: vec![ChatChoice {
+            index: 0,
+            message: ChatMessageOut {
+                role: "assistant",
+                content: c.text,
+            },
+            logprobs,
+            finish_reason: c.finish_reason.as_str(),
+        }],
+        usage: c.usage.into(),
+    };
+    Ok(Json(out).into_response())
+}
+
+/// Messages -> template -> token ids.
+fn render(state: &AppState, chat: &ChatParams) -> Result<Vec<u32>, ApiError> {
+    let messages = prepare_messages(chat.messages.as_ref())?;
+    let tools = match &chat.tools {
+        None | Some(Value::Null) => None,
+        Some(t @ Value::Array(_)) => Some(t),
+        Some(_) => {
+            return Err(ApiError::invalid_param(
+                "tools",
+                "`tools` must be an array of tool definitions",
+            ))
+        }
+    };
+    // `tool_choice: "none"`: the model must not call tools, so it is not shown them.
+    let tools = tools.filter(|_| chat.tool_choice.as_ref().and_then(Value::as_str) != Some("none"));
+    let Some(template) = &state.template else {
+        return Err(ApiError::bad_request(
+            "this model has no chat template; use /v1/completions with a plain prompt",
+        ));
+    };
+    let input = ChatInput {
+        messages: &messages,
+        tools,
+        add_generation_prompt: true,
+        extra: chat.chat_template_kwargs.clone().unwrap_or_default(),
+    };
+    let text = template
+        .render(&input)
+        .map_err(|e| ApiError::invalid_param("messages", format!("chat template: {e}")))?;
+    // The template writes its own special tokens (BOS included), as HF's apply_chat_template.
+    state
+        .engine
+        .tokenizer
+        .encode(&text, false)
+        .map_err(|e| ApiError::internal(format!("tokenizing the prompt failed: {e}")))
+}
+
+/// Checks the OpenAI message list and rewrites it into what chat templates expect:
+/// text-part arrays become one string, `developer` becomes `system`, and tool-call
+/// arguments given as JSON strings become objects.
+pub fn prepare_messages(messages: Option<&Value>) -> Result<Value, ApiError> {
+    let bad = |param: String, msg: String| ApiError::invalid_param(&param, msg);
+    let list = match messages {
+        None | Some(Value::Null) => {
+            return Err(bad("messages".into(), "`messages` is required".into()))
+        }
+        Some(Value::Array(a)) => a,
+        Some(_) => {
+            return Err(bad(
+                "messages".into(),
+                "`messages` must be an array of message objects".into(),
+            ))
+        }
+    };
+    if list.is_empty() {
+        return Err(bad(
+            "messages".into(),
+            "`messages` must hold at least one message".into(),
+        ));
+    }
+    let mut out = Vec::with_capacity(list.len());
+    for (i, m) in list.iter().enumerate() {
+        let at = |f: &str| format!("messages[{i}]{f}");
+        let Some(obj) = m.as_object() else {
+            return Err(bad(at(""), format!("{} must be an object", at(""))));
+        };
+        let mut obj: Map<String, Value> = obj.clone();
+        match obj.get("role") {
+            Some(Value::String(r)) if r == "developer" => {
+                obj.insert("role".into(), Value::from("system"));
+            }
+            Some(Value::String(_)) => {}
+            _ => {
+                return Err(bad(
+                    at(".role"),
+                    format!("{} must be a string", at(".role")),
+                ))
+            }
+        }
+        match obj.get("content") {
+            None | Some(Value::Null) | Some(Value::String(_)) => {}
+            Some(Value::Array(parts)) => {
+                let mut texts = Vec::with_capacity(parts.len());
+                for (j, p) in parts.iter().enumerate() {
+                    let kind = p.get("type").and_then(Value::as_str);
+                    match (kind, p.get("text").and_then(Value::as_str)) {
+                        (Some("text"), Some(t)) => texts.push(t),
+                        _ => {
+                            return Err(bad(
+                                at(&format!(".content[{j}]")),
+                                format!(
+                                "{} must be a text part ({{\"type\": \"text\", \"text\": ...}}); \
+                                     other content types are not supported",
+                                at(&format!(".content[{j}]"))
+                            ),
+                            ))
+                        }
+                    }
+                }
+                obj.insert("content".into(), Value::from(texts.join("\n")));
+            }
+            Some(_) => {
+                return Err(bad(
+                    at(".content"),
+                    format!(
+                        "{} must be a string or an array of text parts",
+                        at(".content")
+                    ),
+                ))
+            }
+        }
+        if let Some(Value::Array(calls)) = obj.get_mut("tool_calls") {
+            for call in calls {
+                if let Some(f) = call.get_mut("function") {
+                    let parsed = f
+                        .get("arguments")
+                        .and_then(Value::as_str)
+                        .and_then(|s| serde_json::from_str::<Value>(s).ok())
+                        .filter(Value::is_object);
+                    if let Some(args) = parsed {
+                        f["arguments"] = args;
+                    }
+                }
+            }
+        }
+        out.push(Value::Object(obj));
+    }
+    Ok(Value::Array(out))
+}
+
+/// Streamed `chat.completion.chunk`s.
+struct ChatFormat {
+    id: String,
+    created: u64,
+    model: String,
+    fingerprint: String,
+    tokenizer: Arc<Tokenizer>,
+    logprobs: bool,
+    include_usage: bool,
+}
+
+impl ChatFormat {
+    fn chunk(&self, choices: Vec<ChatChunkChoice>) -> ChatChunk {
+        ChatChunk {
+            id: self.id.clone(),
+            object: "chat.completion.chunk",
+            created: self.created,
+            model: self.model.clone(),
+            system_fingerprint: self.fingerprint.clone(),
+            choices,
+            usage: self.include_usage.then_some(None),
+        }
+    }
+}
+
+impl ChunkFormat for ChatFormat {
+    fn opening(&mut self) -> Vec<Bytes> {
+        vec![data(&self.chunk(vec![ChatChunkChoice {
+            index: 0,
+            delta: ChunkDelta {
+                role: Some("assistant"),
+                content: Some(String::new()),
+            },
+            logprobs: None,
+            finish_reason: None,
+        }]))]
+    }
+
+    fn delta(&mut self, d: &Delta) -> Bytes {
+        let logprobs = self
+            .logprobs
+            .then(|| chat_logprobs(&self.tokenizer, &d.tokens));
+        data(&self.chunk(vec![ChatChunkChoice {
+            index: 0,
+            delta: ChunkDelta {
+                role: None,
+                content: Some(d.text.clone()),
+            },
+            logprobs,
+            finish_reason: None,
+        }]))
+    }
+
+    fn finish(&mut self, reason: FinishReason) -> Bytes {
+        data(&self.chunk(vec![ChatChunkChoice {
+            index: 0,
+            delta: ChunkDelta::default(),
+            logprobs: None,
+            finish_reason: Some(reason.as_str()),
+        }]))
+    }
+
+    fn usage(&mut self, u: Usage) -> Bytes {
+        let mut c = self.chunk(Vec::new());
+        c.usage = Some(Some(u.into()));
+        data(&c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn messages_are_checked_and_normalized() {
+        assert!(prepare_messages(None).is_err());
+        assert!(prepare_messages(Some(&json!([]))).is_err());
+        assert!(prepare_messages(Some(&json!("hi"))).is_err());
+        let e = prepare_messages(Some(&json!([{"content": "x"}]))).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages[0].role"));
+        let e = prepare_messages(Some(&json!([
+            {"role": "user", "content": [{"type": "image_url", "image_url": {}}]}
+        ])))
+        .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages[0].content[0]"));
+        let m = prepare_messages(Some(&json!([
+            {"role": "developer", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}}
+            ]}
+        ])))
+        .unwrap();
+        assert_eq!(m[0]["role"], "system");
+        assert_eq!(m[1]["content"], "a\nb");
+        assert_eq!(m[2]["tool_calls"][0]["function"]["arguments"]["x"], 1);
+    }
+}

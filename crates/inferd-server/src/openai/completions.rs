@@ -1,0 +1,180 @@
+//! `POST /v1/completions` (the legacy text completion API).
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use inferd_engine::{Delta, FinishReason, Usage};
+use inferd_text::Tokenizer;
+use serde_json::Value;
+
+use super::logprobs::CompletionLogprobBuilder;
+use super::sse::{self, data, ChunkFormat};
+use super::types::{CommonParams, Completion, CompletionChoice, CompletionParams};
+use super::{collect, fingerprint, new_id, now_secs, require_object, submit};
+use crate::error::ApiError;
+use crate::extract::JsonBody;
+use crate::params::{self, check, gen_request, read};
+use crate::state::AppState;
+
+pub async fn handler(
+    State(state): State<AppState>,
+    JsonBody(body): JsonBody<Value>,
+) -> Result<Response, ApiError> {
+    require_object(&body)?;
+    let common: CommonParams = read(&body)?;
+    let cp: CompletionParams = read(&body)?;
+    if let Some(m) = &common.model {
+        state.check_model(m)?;
+    }
+    state.check_available()?;
+    if cp.echo == Some(true) {
+        return Err(ApiError::invalid_param("echo", "echo is not supported"));
+    }
+    if cp.best_of.is_some_and(|b| b != 1) {
+        return Err(ApiError::invalid_param("best_of", "best_of must be 1"));
+    }
+    if cp.suffix.as_ref().is_some_and(|s| !s.is_null()) {
+        return Err(ApiError::invalid_param("suffix", "suffix is not supported"));
+    }
+    let lp = params::completion_logprobs(cp.logprobs)?;
+    let checked = check(&common, common.max_tokens.map(|n| (n, "max_tokens")), lp)?;
+    let st = state.clone();
+    let prompt = cp.prompt;
+    let prompt = tokio::task::spawn_blocking(move || tokenize_prompt(&st, prompt.as_ref()))
+        .await
+        .map_err(|e| ApiError::internal(format!("tokenizing the prompt failed: {e}")))??;
+    let req = gen_request(&state, &checked, prompt);
+    let rs = submit(&state, req, "prompt")?;
+    let mut fmt = CompletionFormat {
+        id: new_id("cmpl"),
+        created: now_secs(),
+        model: state.model_name().to_string(),
+        fingerprint: fingerprint(),
+        tokenizer: state.engine.tokenizer.clone(),
+        logprobs: CompletionLogprobBuilder::default(),
+        want_logprobs: lp.is_some(),
+        include_usage: checked.include_usage,
+    };
+    if checked.stream {
+        return Ok(sse::response(rs, fmt, checked.include_usage));
+    }
+    let c = collect(rs).await?;
+    let logprobs = fmt
+        .want_logprobs
+        .then(|| fmt.logprobs.build(&fmt.tokenizer, &c.tokens));
+    let mut out = fmt.body(CompletionChoice {
+        text: c.text,
+        index: 0,
+        logprobs,
+        finish_reason: Some(c.finish_reason.as_str()),
+    });
+    out.usage = Some(Some(c.usage.into()));
+    Ok(Json(out).into_response())
+}
+
+/// `prompt`: a string, an array of one string, an array of token ids, or an array of one
+/// array of token ids.
+fn tokenize_prompt(state: &AppState, prompt: Option<&Value>) -> Result<Vec<u32>, ApiError> {
+    let bad = |m: &str| ApiError::invalid_param("prompt", m);
+    let tok = &state.engine.tokenizer;
+    let encode = |s: &str| {
+        tok.encode(s, true)
+            .map_err(|e| ApiError::internal(format!("tokenizing the prompt failed: {e}")))
+    };
+    let ids = |a: &[Value]| -> Result<Vec<u32>, ApiError> {
+        a.iter()
+            .map(|v| {
+                v.as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| bad("token ids must be non-negative integers"))
+            })
+            .collect()
+    };
+    match prompt {
+        None | Some(Value::Null) => Err(bad("`prompt` is required")),
+        Some(Value::String(s)) => encode(s),
+        Some(Value::Array(a)) => match a.as_slice() {
+            [] => Err(bad("`prompt` must not be empty")),
+            [Value::String(s)] => encode(s),
+            [Value::Array(inner)] => ids(inner),
+            [Value::Number(_), ..] => ids(a),
+            [_] => Err(bad(
+                "`prompt` must be a string, an array of token ids, or an array of one of those",
+            )),
+            _ => Err(bad(
+                "batched prompts are not supported: send one prompt per request",
+            )),
+        },
+        Some(_) => Err(bad(
+            "`prompt` must be a string, an array of token ids, or an array of one of those",
+        )),
+    }
+}
+
+/// Streamed `text_completion` chunks.
+struct CompletionFormat {
+    id: String,
+    created: u64,
+    model: String,
+    fingerprint: String,
+    tokenizer: Arc<Tokenizer>,
+    logprobs: CompletionLogprobBuilder,
+    want_logprobs: bool,
+    include_usage: bool,
+}
+
+impl CompletionFormat {
+    fn body(&self, choice: CompletionChoice) -> Completion {
+        Completion {
+            id: self.id.clone(),
+            object: "text_completion",
+            created: self.created,
+            model: self.model.clone(),
+            system_fingerprint: self.fingerprint.clone(),
+            choices: vec![choice],
+            usage: self.include_usage.then_some(None),
+        }
+    }
+}
+
+impl ChunkFormat for CompletionFormat {
+    fn opening(&mut self) -> Vec<Bytes> {
+        Vec::new()
+    }
+
+    fn delta(&mut self, d: &Delta) -> Bytes {
+        let logprobs = self
+            .want_logprobs
+            .then(|| self.logprobs.build(&self.tokenizer, &d.tokens));
+        data(&self.body(CompletionChoice {
+            text: d.text.clone(),
+            index: 0,
+            logprobs,
+            finish_reason: None,
+        }))
+    }
+
+    fn finish(&mut self, reason: FinishReason) -> Bytes {
+        data(&self.body(CompletionChoice {
+            text: String::new(),
+            index: 0,
+            logprobs: None,
+            finish_reason: Some(reason.as_str()),
+        }))
+    }
+
+    fn usage(&mut self, u: Usage) -> Bytes {
+        let mut c = self.body(CompletionChoice {
+            text: String::new(),
+            index: 0,
+            logprobs: None,
+            finish_reason: None,
+        });
+        c.choices.clear();
+        c.usage = Some(Some(u.into()));
+        data(&c)
+    }
+}

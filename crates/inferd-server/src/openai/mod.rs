@@ -1,0 +1,98 @@
+//! The OpenAI-compatible endpoints.
+
+pub mod chat;
+pub mod completions;
+pub mod logprobs;
+pub mod models;
+pub mod sse;
+pub mod types;
+
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use inferd_engine::{Event, FinishReason, GenRequest, RequestStream, TokenOut, Usage};
+use serde_json::Value;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// A response id such as `chatcmpl-5f0c…`: random per process, then a counter.
+pub fn new_id(prefix: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(n);
+    format!("{prefix}-{:016x}{n:06x}", h.finish())
+}
+
+/// Unix seconds, for `created`.
+pub fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+pub fn fingerprint() -> String {
+    format!("inferd-{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// The body must be a JSON object.
+pub fn require_object(body: &Value) -> Result<(), ApiError> {
+    if body.is_object() {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        ))
+    }
+}
+
+/// Submits to the engine; refusals become HTTP errors (`param` names the prompt field).
+pub fn submit(state: &AppState, req: GenRequest, param: &str) -> Result<RequestStream, ApiError> {
+    state
+        .engine
+        .submit(req)
+        .map_err(|e| ApiError::from_submit(e, param))
+}
+
+/// A whole (non-streamed) generation.
+pub struct Collected {
+    pub text: String,
+    pub tokens: Vec<TokenOut>,
+    pub finish_reason: FinishReason,
+    pub usage: Usage,
+}
+
+/// Reads a request's stream to the end. If the client disconnects, this future is dropped
+/// with the stream, which cancels the request.
+pub async fn collect(mut rs: RequestStream) -> Result<Collected, ApiError> {
+    let mut text = String::new();
+    let mut tokens = Vec::new();
+    loop {
+        match rs.next().await {
+            Some(Event::Delta(d)) => {
+                text.push_str(&d.text);
+                tokens.extend(d.tokens);
+            }
+            Some(Event::Done {
+                finish_reason,
+                usage,
+            }) => {
+                return Ok(Collected {
+                    text,
+                    tokens,
+                    finish_reason,
+                    usage,
+                })
+            }
+            Some(Event::Error(m)) => return Err(ApiError::internal(m)),
+            None => {
+                return Err(ApiError::internal(
+                    "the engine stopped before the request finished",
+                ))
+            }
+        }
+    }
+}

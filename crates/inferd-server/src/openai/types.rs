@@ -1,0 +1,235 @@
+//! OpenAI request and response shapes.
+//!
+//! A request body is parsed once into a JSON value, then read through several structs
+//! (the fields every generation endpoint shares, then the endpoint's own), each with the
+//! path of a bad field kept for the error's `param`. Unknown top-level fields are
+//! ignored, as OpenAI-compatible servers usually do; unknown fields inside the `inferd`
+//! extension object are an error.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// `stop`: one string or a list.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: Option<bool>,
+}
+
+/// The `inferd` extension object.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InferdExt {
+    /// Higher runs first (default 0).
+    #[serde(default)]
+    pub priority: Option<i32>,
+    /// Keep generating past end-of-sequence tokens (benchmarks).
+    #[serde(default)]
+    pub ignore_eos: Option<bool>,
+}
+
+/// Fields `/v1/chat/completions` and `/v1/completions` share.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct CommonParams {
+    /// Optional here: a missing model means the served one.
+    pub model: Option<String>,
+    pub max_tokens: Option<u64>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    /// Extension (vLLM-style): `<= 0` is off.
+    pub top_k: Option<i64>,
+    /// Extension.
+    pub min_p: Option<f32>,
+    /// Extension.
+    pub repetition_penalty: Option<f32>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    pub seed: Option<i64>,
+    pub stop: Option<Stop>,
+    pub n: Option<u64>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub inferd: Option<InferdExt>,
+}
+
+/// `/v1/chat/completions` fields beyond the shared ones.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct ChatParams {
+    pub messages: Option<Value>,
+    pub max_completion_tokens: Option<u64>,
+    pub logprobs: Option<bool>,
+    pub top_logprobs: Option<u64>,
+    pub tools: Option<Value>,
+    pub tool_choice: Option<Value>,
+    /// Extra chat-template variables (vLLM-style), e.g. `{"enable_thinking": false}`.
+    pub chat_template_kwargs: Option<Map<String, Value>>,
+}
+
+/// `/v1/completions` fields beyond the shared ones.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct CompletionParams {
+    pub prompt: Option<Value>,
+    pub logprobs: Option<u64>,
+    pub echo: Option<bool>,
+    pub best_of: Option<u64>,
+    pub suffix: Option<Value>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PromptTokensDetails {
+    pub cached_tokens: usize,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct UsageOut {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub total_tokens: usize,
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+impl From<inferd_engine::Usage> for UsageOut {
+    fn from(u: inferd_engine::Usage) -> Self {
+        UsageOut {
+            prompt_tokens: u.prompt_tokens,
+            completion_tokens: u.completion_tokens,
+            total_tokens: u.prompt_tokens + u.completion_tokens,
+            prompt_tokens_details: PromptTokensDetails {
+                cached_tokens: u.cached_tokens,
+            },
+        }
+    }
+}
+
+// ---- chat ----
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TopLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ChatTokenLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+    pub top_logprobs: Vec<TopLogprob>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ChatLogprobs {
+    pub content: Vec<ChatTokenLogprob>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ChatMessageOut {
+    pub role: &'static str,
+    pub content: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ChatChoice {
+    pub index: u32,
+    pub message: ChatMessageOut,
+    pub logprobs: Option<ChatLogprobs>,
+    pub finish_reason: &'static str,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ChatCompletion {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+    pub system_fingerprint: String,
+    pub choices: Vec<ChatChoice>,
+    pub usage: UsageOut,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ChunkDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ChatChunkChoice {
+    pub index: u32,
+    pub delta: ChunkDelta,
+    pub logprobs: Option<ChatLogprobs>,
+    pub finish_reason: Option<&'static str>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ChatChunk {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+    pub system_fingerprint: String,
+    pub choices: Vec<ChatChunkChoice>,
+    /// Absent unless `stream_options.include_usage`; then `null` except in the last chunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Option<UsageOut>>,
+}
+
+// ---- completions ----
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CompletionLogprobs {
+    pub tokens: Vec<String>,
+    pub token_logprobs: Vec<f32>,
+    pub top_logprobs: Vec<Map<String, Value>>,
+    pub text_offset: Vec<usize>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CompletionChoice {
+    pub text: String,
+    pub index: u32,
+    pub logprobs: Option<CompletionLogprobs>,
+    pub finish_reason: Option<&'static str>,
+}
+
+/// A `text_completion` response, or one chunk of a streamed one.
+#[derive(Clone, Debug, Serialize)]
+pub struct Completion {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+    pub system_fingerprint: String,
+    pub choices: Vec<CompletionChoice>,
+    /// Always present in a full response; in chunks as for [`ChatChunk::usage`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Option<UsageOut>>,
+}
+
+// ---- models ----
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ModelCard {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub owned_by: &'static str,
+    /// Extension: the longest sequence (prompt + generated) accepted.
+    pub max_model_len: usize,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ModelList {
+    pub object: &'static str,
+    pub data: Vec<ModelCard>,
+}

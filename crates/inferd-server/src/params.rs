@@ -1,0 +1,208 @@
+//! Request parameters -> a validated [`GenRequest`]. Every check here answers 400 and
+//! names the parameter.
+
+use inferd_core::sampling::SamplingParams;
+use inferd_engine::GenRequest;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::error::ApiError;
+use crate::openai::types::{CommonParams, Stop};
+use crate::state::AppState;
+
+/// Most logprob alternatives per token (`inferd_core`'s limit, which `validate` also checks).
+pub const MAX_LOGPROBS: usize = 20;
+
+/// Most stop strings a request may give (as OpenAI).
+pub const MAX_STOP: usize = 4;
+
+/// Reads `T` out of a parsed body; a wrong type answers 400 naming the field.
+pub fn read<T: DeserializeOwned>(body: &Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(body).map_err(|e| {
+        let path = e.path().to_string();
+        let param = if path == "." { String::new() } else { path };
+        let msg = if param.is_empty() {
+            format!("invalid request body: {}", e.inner())
+        } else {
+            format!("invalid value for `{param}`: {}", e.inner())
+        };
+        ApiError::bad_request(msg).with_param(param)
+    })
+}
+
+/// Everything about a request except its prompt, checked.
+#[derive(Clone, Debug)]
+pub struct Checked {
+    pub sampling: SamplingParams,
+    /// As asked (already checked positive), before capping by the context.
+    pub max_tokens: Option<usize>,
+    pub stop: Vec<String>,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub priority: i32,
+    pub ignore_eos: bool,
+}
+
+/// Checks the shared parameters. `max_tokens` is the endpoint's field (chat prefers
+/// `max_completion_tokens`), `logprobs` the number of alternatives asked for, if any.
+pub fn check(
+    p: &CommonParams,
+    max_tokens: Option<(u64, &str)>,
+    logprobs: Option<usize>,
+) -> Result<Checked, ApiError> {
+    if let Some(n) = p.n {
+        if n != 1 {
+            return Err(ApiError::invalid_param(
+                "n",
+                format!("n must be 1 (inferd returns one choice per request), got {n}"),
+            ));
+        }
+    }
+    let max_tokens = match max_tokens {
+        Some((0, field)) => {
+            return Err(ApiError::invalid_param(
+                field,
+                format!("{field} must be at least 1"),
+            ))
+        }
+        Some((n, _)) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+        None => None,
+    };
+    let stop = match &p.stop {
+        None => Vec::new(),
+        Some(Stop::One(s)) => vec![s.clone()],
+        Some(Stop::Many(v)) => v.clone(),
+    };
+    if stop.len() > MAX_STOP {
+        return Err(ApiError::invalid_param(
+            "stop",
+            format!(
+                "stop may hold at most {MAX_STOP} strings, got {}",
+                stop.len()
+            ),
+        ));
+    }
+    let defaults = SamplingParams::default();
+    let sampling = SamplingParams {
+        temperature: p.temperature.unwrap_or(defaults.temperature),
+        top_p: p.top_p.unwrap_or(defaults.top_p),
+        top_k: p.top_k.map_or(0, |k| k.max(0) as usize),
+        min_p: p.min_p.unwrap_or(defaults.min_p),
+        repetition_penalty: p.repetition_penalty.unwrap_or(defaults.repetition_penalty),
+        presence_penalty: p.presence_penalty.unwrap_or(defaults.presence_penalty),
+        frequency_penalty: p.frequency_penalty.unwrap_or(defaults.frequency_penalty),
+        seed: p.seed.map(|s| s as u64),
+        logprobs,
+    };
+    if let Err(e) = sampling.validate() {
+        let msg = e.to_string();
+        let param = msg.split_whitespace().next().unwrap_or("").to_string();
+        return Err(ApiError::invalid_param(&param, msg));
+    }
+    let ext = p.inferd.clone().unwrap_or_default();
+    Ok(Checked {
+        sampling,
+        max_tokens,
+        stop,
+        stream: p.stream.unwrap_or(false),
+        include_usage: p
+            .stream_options
+            .as_ref()
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false),
+        priority: ext.priority.unwrap_or(0),
+        ignore_eos: ext.ignore_eos.unwrap_or(false),
+    })
+}
+
+/// Chat's `logprobs` + `top_logprobs` -> alternatives per token.
+pub fn chat_logprobs(
+    logprobs: Option<bool>,
+    top_logprobs: Option<u64>,
+) -> Result<Option<usize>, ApiError> {
+    let top = top_logprobs.unwrap_or(0);
+    if top > MAX_LOGPROBS as u64 {
+        return Err(ApiError::invalid_param(
+            "top_logprobs",
+            format!("top_logprobs must be in [0, {MAX_LOGPROBS}], got {top}"),
+        ));
+    }
+    match logprobs {
+        Some(true) => Ok(Some(top as usize)),
+        _ if top > 0 => Err(ApiError::invalid_param(
+            "top_logprobs",
+            "top_logprobs needs logprobs: true",
+        )),
+        _ => Ok(None),
+    }
+}
+
+/// Completions' integer `logprobs`.
+pub fn completion_logprobs(logprobs: Option<u64>) -> Result<Option<usize>, ApiError> {
+    match logprobs {
+        Some(k) if k > MAX_LOGPROBS as u64 => Err(ApiError::invalid_param(
+            "logprobs",
+            format!("logprobs must be in [0, {MAX_LOGPROBS}], got {k}"),
+        )),
+        Some(k) => Ok(Some(k as usize)),
+        None => Ok(None),
+    }
+}
+
+/// The engine request for a tokenized prompt: `max_tokens` defaults to the context left
+/// (or the configured default) and is capped by the configured cap; generation also ends
+/// at the context limit, so a larger ask is not an error.
+pub fn gen_request(state: &AppState, c: &Checked, prompt: Vec<u32>) -> GenRequest {
+    let cfg = &state.config;
+    let left = state.engine.info.max_context.saturating_sub(prompt.len());
+    let mut max_tokens = c
+        .max_tokens
+        .or(cfg.default_max_tokens)
+        .unwrap_or(left)
+        .min(cfg.max_tokens_cap.unwrap_or(usize::MAX));
+    // Never 0: a prompt that fills the context is reported as too long by the engine.
+    max_tokens = max_tokens.max(1);
+    GenRequest {
+        prompt,
+        sampling: c.sampling.clone(),
+        max_tokens,
+        stop: c.stop.clone(),
+        ignore_eos: c.ignore_eos,
+        priority: c.priority,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn common(v: Value) -> Result<Checked, ApiError> {
+        let p: CommonParams = read(&v)?;
+        check(&p, p.max_tokens.map(|n| (n, "max_tokens")), None)
+    }
+
+    #[test]
+    fn checks_name_the_parameter() {
+        let e = common(json!({"temperature": 3.0})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("temperature"));
+        let e = common(json!({"temperature": "hot"})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("temperature"));
+        let e = common(json!({"stop": ["a", "b", "c", "d", "e"]})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("stop"));
+        let e = common(json!({"n": 2})).unwrap_err();
+        assert!(e.message.contains("n must be 1"));
+        let e = common(json!({"max_tokens": 0})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("max_tokens"));
+        let e = common(json!({"max_tokens": -3})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("max_tokens"));
+        let e = common(json!({"inferd": {"priority": 1, "bogus": true}})).unwrap_err();
+        assert!(e.message.contains("bogus"), "{}", e.message);
+        let c = common(json!({"stop": "x", "inferd": {"priority": 3}, "user": "u"})).unwrap();
+        assert_eq!((c.stop, c.priority), (vec!["x".to_string()], 3));
+        assert!(chat_logprobs(None, Some(3)).is_err());
+        assert!(chat_logprobs(Some(true), Some(21)).is_err());
+        assert_eq!(chat_logprobs(Some(true), Some(2)).unwrap(), Some(2));
+        assert!(completion_logprobs(Some(21)).is_err());
+    }
+}

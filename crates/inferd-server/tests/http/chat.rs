@@ -1,0 +1,241 @@
+//! `/v1/chat/completions`: responses, stream chunks, logprobs, stop strings.
+
+use inferd_engine::{Event, GenRequest};
+use inferd_text::ChatInput;
+use serde_json::{json, Value};
+
+use crate::common::{post, server, ALIAS, MODEL};
+
+const QUESTION: &str = "What is the capital of France?";
+
+fn chat_body(extra: Value) -> Value {
+    let mut b = json!({
+        "model": MODEL,
+        "messages": [{"role": "user", "content": QUESTION}],
+        "max_tokens": 12,
+        "temperature": 0,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        b[k] = v.clone();
+    }
+    b
+}
+
+/// Concatenated `delta.content` of a chat stream.
+fn streamed_text(chunks: &[Value]) -> String {
+    chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect()
+}
+
+fn chunks(events: &[String]) -> Vec<Value> {
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect()
+}
+
+#[test]
+fn chat_non_streaming_has_openai_shape() {
+    let Some(s) = server() else { return };
+    let r = post(
+        s.addr,
+        "/v1/chat/completions",
+        &chat_body(json!({"user": "u1", "unknown_field": 1})),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r
+        .header("content-type")
+        .unwrap()
+        .starts_with("application/json"));
+    let v = r.json();
+    assert!(v["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["model"], MODEL);
+    assert!(v["created"].as_u64().unwrap() > 1_600_000_000);
+    let c = &v["choices"][0];
+    assert_eq!(c["index"], 0);
+    assert_eq!(c["message"]["role"], "assistant");
+    assert!(!c["message"]["content"].as_str().unwrap().is_empty());
+    assert!(c["logprobs"].is_null());
+    assert!(["stop", "length"].contains(&c["finish_reason"].as_str().unwrap()));
+    let u = &v["usage"];
+    let (p, g) = (
+        u["prompt_tokens"].as_u64().unwrap(),
+        u["completion_tokens"].as_u64().unwrap(),
+    );
+    assert!(p > 5 && (1..=12).contains(&g), "{u}");
+    assert_eq!(u["total_tokens"].as_u64().unwrap(), p + g);
+    assert!(u["prompt_tokens_details"]["cached_tokens"].is_u64());
+}
+
+#[test]
+fn chat_streaming_chunks_match_openai() {
+    let Some(s) = server() else { return };
+    let full = post(s.addr, "/v1/chat/completions", &chat_body(json!({})));
+    let full = full.json();
+    let r = post(
+        s.addr,
+        "/v1/chat/completions",
+        &chat_body(json!({"stream": true, "stream_options": {"include_usage": true}})),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    let cs = chunks(&r.events());
+    assert!(cs.len() >= 4, "{cs:?}");
+    let id = cs[0]["id"].as_str().unwrap();
+    assert!(id.starts_with("chatcmpl-"));
+    for c in &cs {
+        assert_eq!(c["id"], id);
+        assert_eq!(c["object"], "chat.completion.chunk");
+        assert_eq!(c["model"], MODEL);
+        assert!(c["created"].is_u64());
+    }
+    // First: the role with empty content; usage null until the last chunk.
+    assert_eq!(
+        cs[0]["choices"][0]["delta"],
+        json!({"role": "assistant", "content": ""})
+    );
+    assert!(cs[0]["choices"][0]["finish_reason"].is_null());
+    assert!(cs[0].get("usage").unwrap().is_null());
+    let n = cs.len();
+    for c in &cs[1..n - 2] {
+        assert!(c["choices"][0]["delta"]["content"].is_string(), "{c}");
+        assert!(c["choices"][0]["delta"].get("role").is_none());
+        assert!(c["choices"][0]["finish_reason"].is_null());
+        assert!(c["usage"].is_null());
+    }
+    let fin = &cs[n - 2];
+    assert_eq!(fin["choices"][0]["delta"], json!({}));
+    assert_eq!(
+        fin["choices"][0]["finish_reason"],
+        full["choices"][0]["finish_reason"]
+    );
+    let last = &cs[n - 1];
+    assert_eq!(last["choices"], json!([]));
+    assert_eq!(last["usage"], full["usage"]);
+    assert_eq!(
+        streamed_text(&cs),
+        full["choices"][0]["message"]["content"].as_str().unwrap()
+    );
+
+    // Without include_usage there is no usage key at all.
+    let r = post(
+        s.addr,
+        "/v1/chat/completions",
+        &chat_body(json!({"stream": true})),
+    );
+    let cs = chunks(&r.events());
+    assert!(cs.iter().all(|c| c.get("usage").is_none()));
+    assert!(cs.last().unwrap()["choices"][0]["finish_reason"].is_string());
+}
+
+#[test]
+fn chat_greedy_output_equals_the_engines() {
+    let Some(s) = server() else { return };
+    let r = post(
+        s.addr,
+        "/v1/chat/completions",
+        &chat_body(json!({"model": ALIAS})),
+    );
+    let v = r.json();
+    assert_eq!(v["model"], MODEL, "an alias answers with the served name");
+    let messages = json!([{"role": "user", "content": QUESTION}]);
+    let text = s.template.render(&ChatInput::new(&messages)).unwrap();
+    let prompt = s.tokenizer.encode(&text, false).unwrap();
+    assert_eq!(
+        v["usage"]["prompt_tokens"].as_u64().unwrap() as usize,
+        prompt.len()
+    );
+    let mut rs = s.engine.submit(GenRequest::greedy(prompt, 12)).unwrap();
+    let mut out = String::new();
+    while let Some(ev) = rs.next_blocking() {
+        match ev {
+            Event::Delta(d) => out.push_str(&d.text),
+            Event::Done { finish_reason, .. } => {
+                assert_eq!(v["choices"][0]["finish_reason"], finish_reason.as_str());
+                break;
+            }
+            Event::Error(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(v["choices"][0]["message"]["content"], out);
+}
+
+#[test]
+fn chat_logprobs_streamed_and_not() {
+    let Some(s) = server() else { return };
+    let body = chat_body(json!({"logprobs": true, "top_logprobs": 2, "max_tokens": 6}));
+    let v = post(s.addr, "/v1/chat/completions", &body).json();
+    let content = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    assert_eq!(
+        content.len() as u64,
+        v["usage"]["completion_tokens"].as_u64().unwrap()
+    );
+    for t in content {
+        assert!(t["token"].is_string() && t["bytes"].is_array());
+        let lp = t["logprob"].as_f64().unwrap();
+        assert!(lp <= 0.0);
+        let top = t["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 2);
+        // Greedy: the chosen token is the most likely one.
+        assert!(
+            (top[0]["logprob"].as_f64().unwrap() - lp).abs() < 1e-4,
+            "{t}"
+        );
+    }
+    let mut sb = body.clone();
+    sb["stream"] = json!(true);
+    let r = post(s.addr, "/v1/chat/completions", &sb);
+    let cs = chunks(&r.events());
+    let streamed: Vec<Value> = cs
+        .iter()
+        .filter_map(|c| c["choices"][0]["logprobs"]["content"].as_array())
+        .flatten()
+        .cloned()
+        .collect();
+    assert_eq!(&streamed, content);
+}
+
+#[test]
+fn stop_string_split_across_tokens_is_never_emitted() {
+    let Some(s) = server() else { return };
+    let base = chat_body(json!({"max_tokens": 16, "logprobs": true}));
+    let v = post(s.addr, "/v1/chat/completions", &base).json();
+    let full = v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let toks: Vec<String> = v["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["token"].as_str().unwrap().to_string())
+        .collect();
+    let ok = |t: &str| t.chars().count() >= 2 && t.is_ascii() && !t.contains("<|");
+    let i = (1..toks.len().saturating_sub(1))
+        .find(|&i| ok(&toks[i]) && ok(&toks[i + 1]))
+        .unwrap_or_else(|| panic!("no two adjacent plain tokens in {toks:?}"));
+    let a = &toks[i];
+    let stop = format!("{}{}", &a[a.len() - 2..], &toks[i + 1][..2]);
+    let at = full.find(&stop).unwrap();
+    let expected = &full[..at];
+    eprintln!("stop {stop:?} in {full:?}");
+
+    let mut b = chat_body(json!({"max_tokens": 16, "stop": [stop.clone(), "zzzz-never"]}));
+    let v = post(s.addr, "/v1/chat/completions", &b).json();
+    assert_eq!(
+        v["choices"][0]["message"]["content"], expected,
+        "stop {stop:?} in {full:?}"
+    );
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+
+    b["stream"] = json!(true);
+    let r = post(s.addr, "/v1/chat/completions", &b);
+    let cs = chunks(&r.events());
+    assert_eq!(streamed_text(&cs), expected);
+    assert_eq!(cs.last().unwrap()["choices"][0]["finish_reason"], "stop");
+    assert!(!r.text().contains(&stop));
+}

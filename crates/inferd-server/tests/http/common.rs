@@ -1,0 +1,295 @@
+//! A real server on a loopback port over SmolLM2-135M-Instruct, and a small raw HTTP/1.1
+//! client (raw so malformed bodies and disconnects can be sent exactly).
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use inferd_engine::{EngineConfig, EngineHandle, KvBudget};
+use inferd_runtime::{CpuBackend, Model};
+use inferd_server::{AppState, ServerConfig};
+use inferd_text::{ChatTemplate, Tokenizer};
+use serde_json::Value;
+
+pub const MODEL: &str = "smollm2-135m-instruct";
+pub const ALIAS: &str = "smol";
+pub const KEY: &str = "test-key-123";
+
+/// The GGUF file, or `None` (skip) when it is not pulled; with `INFERD_REQUIRE_MODELS=1`
+/// a missing model fails the test instead.
+pub fn model_path() -> Option<PathBuf> {
+    let base = std::env::var_os("INFERD_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/inferd")))
+        .unwrap_or_default();
+    let dir = base.join("models").join(MODEL);
+    let found = std::fs::read_dir(&dir).ok().and_then(|rd| {
+        rd.filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.extension().is_some_and(|x| x == "gguf"))
+    });
+    if found.is_none() {
+        if std::env::var("INFERD_REQUIRE_MODELS").is_ok_and(|v| v == "1") {
+            panic!("{} has no .gguf: run `inferd pull {MODEL}`", dir.display());
+        }
+        eprintln!(
+            "note: {} absent, skipping (run `inferd pull {MODEL}`)",
+            dir.display()
+        );
+    }
+    found
+}
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    })
+}
+
+pub struct Server {
+    pub addr: SocketAddr,
+    pub engine: EngineHandle,
+    pub tokenizer: Arc<Tokenizer>,
+    pub template: Arc<ChatTemplate>,
+}
+
+/// Loads the model and starts an engine.
+pub fn engine(cfg: EngineConfig) -> (EngineHandle, Arc<ChatTemplate>) {
+    let path = model_path().expect("model present");
+    inferd_server::metrics::install();
+    let model = Model::load(CpuBackend::new(), &path).unwrap();
+    let g = model.gguf.clone().unwrap();
+    let tok = Tokenizer::from_gguf(&g).unwrap();
+    let tpl = ChatTemplate::from_gguf(&g, &tok).unwrap().unwrap();
+    let engine = inferd_engine::start(model, Arc::new(tok), MODEL.into(), cfg).unwrap();
+    (engine, Arc::new(tpl))
+}
+
+/// Serves `engine` on a fresh loopback port.
+pub fn serve(engine: EngineHandle, tpl: Arc<ChatTemplate>, cfg: ServerConfig) -> SocketAddr {
+    let rt = runtime();
+    let _g = rt.enter();
+    let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    std_listener.set_nonblocking(true).unwrap();
+    let addr = std_listener.local_addr().unwrap();
+    let listener = tokio::net::TcpListener::from_std(std_listener).unwrap();
+    let state = AppState::new(engine, Some(tpl), cfg);
+    rt.spawn(inferd_server::serve(
+        listener,
+        state,
+        std::future::pending::<()>(),
+    ));
+    addr
+}
+
+pub fn small_engine_config() -> EngineConfig {
+    EngineConfig {
+        kv_budget: KvBudget::Bytes(64 << 20),
+        warmup: false,
+        ..Default::default()
+    }
+}
+
+/// The shared server (one engine per test binary), or `None` when the model is absent.
+pub fn server() -> Option<&'static Server> {
+    static S: OnceLock<Option<Server>> = OnceLock::new();
+    S.get_or_init(|| {
+        model_path()?;
+        let (engine, template) = engine(small_engine_config());
+        let cfg = ServerConfig {
+            aliases: vec![ALIAS.into()],
+            max_tokens_cap: Some(64),
+            ..Default::default()
+        };
+        let addr = serve(engine.clone(), template.clone(), cfg);
+        Some(Server {
+            addr,
+            tokenizer: engine.tokenizer.clone(),
+            engine,
+            template,
+        })
+    })
+    .as_ref()
+}
+
+/// The shared engine behind a second port that requires an API key.
+pub fn keyed_server() -> Option<SocketAddr> {
+    static S: OnceLock<Option<SocketAddr>> = OnceLock::new();
+    *S.get_or_init(|| {
+        let s = server()?;
+        let cfg = ServerConfig {
+            api_key: Some(KEY.into()),
+            ..Default::default()
+        };
+        Some(serve(s.engine.clone(), s.template.clone(), cfg))
+    })
+}
+
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+
+    /// The `data:` payloads of an SSE body.
+    pub fn events(&self) -> Vec<String> {
+        self.text()
+            .split("\n\n")
+            .filter(|e| !e.is_empty())
+            .map(|e| {
+                e.strip_prefix("data: ")
+                    .unwrap_or_else(|| panic!("not an SSE data event: {e:?}"))
+                    .to_string()
+            })
+            .collect()
+    }
+
+    /// Asserts the status and OpenAI's error shape; returns the `error` object.
+    pub fn error(&self, status: u16) -> Value {
+        assert_eq!(self.status, status, "body: {}", self.text());
+        let v = self.json();
+        let e = v["error"].clone();
+        assert!(e["message"].is_string(), "{v}");
+        assert!(e["type"].is_string(), "{v}");
+        assert!(e.get("param").is_some() && e.get("code").is_some(), "{v}");
+        e
+    }
+}
+
+/// Writes the request head and body; the connection is closed by the server after it.
+pub fn send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    if !headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+    {
+        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    s
+}
+
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Resp {
+    let mut s = send(addr, method, path, headers, body);
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    parse(&raw)
+}
+
+pub fn get(addr: SocketAddr, path: &str) -> Resp {
+    request(addr, "GET", path, &[], b"")
+}
+
+pub fn post(addr: SocketAddr, path: &str, body: &Value) -> Resp {
+    request(
+        addr,
+        "POST",
+        path,
+        &[("Content-Type", "application/json")],
+        body.to_string().as_bytes(),
+    )
+}
+
+fn parse(raw: &[u8]) -> Resp {
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no header end in {:?}", String::from_utf8_lossy(raw)));
+    let head = std::str::from_utf8(&raw[..split]).unwrap();
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    if chunked {
+        body = dechunk(&body);
+    }
+    Resp {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
+        let size = std::str::from_utf8(&b[..eol]).unwrap();
+        let n = usize::from_str_radix(size.split(';').next().unwrap().trim(), 16).unwrap();
+        b = &b[eol + 2..];
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&b[..n]);
+        b = &b[n + 2..];
+    }
+    out
+}
+
+/// Polls until `f` holds (at most `secs` seconds).
+pub fn wait_for(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + Duration::from_secs(secs);
+    while std::time::Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f()
+}

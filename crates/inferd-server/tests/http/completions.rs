@@ -1,0 +1,99 @@
+//! `/v1/completions`: prompt forms, streaming, logprobs.
+
+use serde_json::{json, Value};
+
+use crate::common::{post, server, MODEL};
+
+const PROMPT: &str = "The three primary colors are";
+
+fn body(prompt: Value, extra: Value) -> Value {
+    let mut b = json!({"model": MODEL, "prompt": prompt, "max_tokens": 8, "temperature": 0});
+    for (k, v) in extra.as_object().unwrap() {
+        b[k] = v.clone();
+    }
+    b
+}
+
+#[test]
+fn completion_prompt_forms_agree() {
+    let Some(s) = server() else { return };
+    let r = post(s.addr, "/v1/completions", &body(json!(PROMPT), json!({})));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert!(v["id"].as_str().unwrap().starts_with("cmpl-"));
+    assert_eq!(v["object"], "text_completion");
+    assert_eq!(v["model"], MODEL);
+    let c = &v["choices"][0];
+    assert_eq!(c["index"], 0);
+    assert!(c["logprobs"].is_null());
+    let text = c["text"].as_str().unwrap();
+    assert!(!text.is_empty());
+    assert!(["stop", "length"].contains(&c["finish_reason"].as_str().unwrap()));
+    let u = &v["usage"];
+    assert_eq!(
+        u["total_tokens"].as_u64().unwrap(),
+        u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap()
+    );
+    let ids = s.tokenizer.encode(PROMPT, true).unwrap();
+    assert_eq!(u["prompt_tokens"].as_u64().unwrap() as usize, ids.len());
+    for p in [json!([PROMPT]), json!(ids), json!([ids])] {
+        let v = post(s.addr, "/v1/completions", &body(p.clone(), json!({}))).json();
+        assert_eq!(v["choices"][0]["text"], text, "prompt {p}");
+    }
+}
+
+#[test]
+fn completion_streaming_with_usage_and_logprobs() {
+    let Some(s) = server() else { return };
+    let full = post(
+        s.addr,
+        "/v1/completions",
+        &body(json!(PROMPT), json!({"logprobs": 1})),
+    )
+    .json();
+    let lp = &full["choices"][0]["logprobs"];
+    let n = full["usage"]["completion_tokens"].as_u64().unwrap() as usize;
+    assert_eq!(lp["tokens"].as_array().unwrap().len(), n);
+    assert_eq!(lp["token_logprobs"].as_array().unwrap().len(), n);
+    assert_eq!(lp["text_offset"][0], 0);
+    assert_eq!(lp["top_logprobs"][0].as_object().unwrap().len(), 1);
+
+    let r = post(
+        s.addr,
+        "/v1/completions",
+        &body(
+            json!(PROMPT),
+            json!({"stream": true, "stream_options": {"include_usage": true}, "logprobs": 1}),
+        ),
+    );
+    assert_eq!(r.status, 200);
+    let ev = r.events();
+    assert_eq!(ev.last().unwrap(), "[DONE]");
+    let cs: Vec<Value> = ev[..ev.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    for c in &cs {
+        assert_eq!(c["object"], "text_completion");
+        assert_eq!(c["id"], cs[0]["id"]);
+    }
+    let k = cs.len();
+    let text: String = cs[..k - 1]
+        .iter()
+        .map(|c| c["choices"][0]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, full["choices"][0]["text"].as_str().unwrap());
+    assert_eq!(
+        cs[k - 2]["choices"][0]["finish_reason"],
+        full["choices"][0]["finish_reason"]
+    );
+    assert_eq!(cs[k - 1]["choices"], json!([]));
+    assert_eq!(cs[k - 1]["usage"], full["usage"]);
+    let tokens: Vec<Value> = cs
+        .iter()
+        .filter_map(|c| c["choices"][0]["logprobs"]["tokens"].as_array())
+        .flatten()
+        .cloned()
+        .collect();
+    assert_eq!(&tokens, lp["tokens"].as_array().unwrap());
+}

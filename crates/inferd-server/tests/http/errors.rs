@@ -1,0 +1,180 @@
+//! Every bad input gets its status and OpenAI's error body, never a hang or a panic.
+
+use serde_json::{json, Value};
+
+use crate::common::{get, post, request, server, MODEL};
+
+const CHAT: &str = "/v1/chat/completions";
+
+fn chat(extra: Value) -> Value {
+    let mut b = json!({
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 2,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        if v.is_null() {
+            b.as_object_mut().unwrap().remove(k);
+        } else {
+            b[k] = v.clone();
+        }
+    }
+    b
+}
+
+fn raw(body: &[u8]) -> crate::common::Resp {
+    let s = server().unwrap();
+    request(
+        s.addr,
+        "POST",
+        CHAT,
+        &[("Content-Type", "application/json")],
+        body,
+    )
+}
+
+#[test]
+fn malformed_bodies_are_400() {
+    let Some(_) = server() else { return };
+    let e = raw(b"{\"model\": ").error(400);
+    assert!(
+        e["message"].as_str().unwrap().contains("malformed JSON"),
+        "{e}"
+    );
+    raw(b"{not json}").error(400);
+    raw(b"").error(400);
+    raw(b"[1, 2]").error(400);
+    raw(b"{\"messages\": []} trailing").error(400);
+    let e = raw(b"{\"model\": \"\xff\xfe\"}").error(400);
+    assert!(e["message"].as_str().unwrap().contains("UTF-8"), "{e}");
+}
+
+#[test]
+fn bad_parameters_are_400_naming_the_param() {
+    let Some(s) = server() else { return };
+    let cases: Vec<(Value, &str)> = vec![
+        (json!({"messages": null}), "messages"),
+        (json!({"messages": []}), "messages"),
+        (json!({"messages": "hi"}), "messages"),
+        (
+            json!({"messages": [{"role": "user", "content": 5}]}),
+            "messages[0].content",
+        ),
+        (json!({"messages": [{"content": "x"}]}), "messages[0].role"),
+        (json!({"temperature": "hot"}), "temperature"),
+        (json!({"temperature": 2.5}), "temperature"),
+        (json!({"top_p": 0}), "top_p"),
+        (json!({"presence_penalty": 3}), "presence_penalty"),
+        (json!({"max_tokens": 0}), "max_tokens"),
+        (json!({"max_tokens": -1}), "max_tokens"),
+        (
+            json!({"max_completion_tokens": "x"}),
+            "max_completion_tokens",
+        ),
+        (json!({"stop": ["a", "b", "c", "d", "e"]}), "stop"),
+        (json!({"stop": 7}), "stop"),
+        (json!({"n": 2}), "n"),
+        (
+            json!({"logprobs": true, "top_logprobs": 21}),
+            "top_logprobs",
+        ),
+        (json!({"stream": "yes"}), "stream"),
+        (json!({"tools": {"type": "function"}}), "tools"),
+    ];
+    for (extra, param) in cases {
+        let r = post(s.addr, CHAT, &chat(extra.clone()));
+        let e = r.error(400);
+        assert_eq!(e["param"], param, "{extra}: {e}");
+        assert_eq!(e["type"], "invalid_request_error");
+    }
+    // Unknown keys inside the `inferd` extension are an error; unknown top-level ones are not.
+    let e = post(
+        s.addr,
+        CHAT,
+        &chat(json!({"inferd": {"priority": 1, "bogus": 1}})),
+    )
+    .error(400);
+    assert!(e["message"].as_str().unwrap().contains("bogus"), "{e}");
+    let r = post(
+        s.addr,
+        CHAT,
+        &chat(json!({"inferd": {"priority": 2}, "whatever": [1]})),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    // Completions: a missing or batched prompt.
+    let e = post(s.addr, "/v1/completions", &json!({"model": MODEL})).error(400);
+    assert_eq!(e["param"], "prompt");
+    let e = post(s.addr, "/v1/completions", &json!({"prompt": ["a", "b"]})).error(400);
+    assert_eq!(e["param"], "prompt");
+    let e = post(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt": "a", "logprobs": 50}),
+    )
+    .error(400);
+    assert_eq!(e["param"], "logprobs");
+}
+
+#[test]
+fn unknown_model_is_404() {
+    let Some(s) = server() else { return };
+    let e = post(s.addr, CHAT, &chat(json!({"model": "gpt-4o"}))).error(404);
+    assert_eq!(e["code"], "model_not_found");
+    assert_eq!(e["param"], "model");
+    let e = post(
+        s.addr,
+        "/v1/completions",
+        &json!({"model": "nope", "prompt": "x"}),
+    )
+    .error(404);
+    assert_eq!(e["code"], "model_not_found");
+}
+
+#[test]
+fn prompt_longer_than_the_context_is_400() {
+    let Some(s) = server() else { return };
+    let n = s.engine.info.max_context + 10;
+    let ids: Vec<u32> = (0..n as u32).map(|i| 100 + i % 1000).collect();
+    let r = post(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt": ids, "max_tokens": 1}),
+    );
+    let e = r.error(400);
+    assert_eq!(e["code"], "context_length_exceeded");
+    assert_eq!(e["param"], "prompt");
+    // Token ids outside the vocabulary.
+    let r = post(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt": [1, 99999999], "max_tokens": 1}),
+    );
+    r.error(400);
+}
+
+#[test]
+fn body_over_the_limit_is_413() {
+    let Some(s) = server() else { return };
+    let declared = (inferd_server::DEFAULT_MAX_BODY_BYTES + 1).to_string();
+    let r = request(
+        s.addr,
+        "POST",
+        CHAT,
+        &[("Content-Length", declared.as_str())],
+        b"{}",
+    );
+    let e = r.error(413);
+    assert_eq!(e["code"], "request_too_large");
+}
+
+#[test]
+fn unknown_route_404_and_wrong_method_405() {
+    let Some(s) = server() else { return };
+    let e = get(s.addr, "/v1/nothing").error(404);
+    assert_eq!(e["code"], "not_found");
+    get(s.addr, "/").error(404);
+    let e = get(s.addr, CHAT).error(405);
+    assert_eq!(e["code"], "method_not_allowed");
+    request(s.addr, "DELETE", "/v1/models", &[], b"").error(405);
+    request(s.addr, "POST", "/health", &[], b"").error(405);
+}

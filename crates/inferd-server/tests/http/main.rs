@@ -1,0 +1,8 @@
+//! End-to-end tests of the HTTP API: a real server on a loopback port over
+//! SmolLM2-135M-Instruct (skipped when the model is not pulled).
+
+mod chat;
+mod common;
+mod completions;
+mod errors;
+mod ops;

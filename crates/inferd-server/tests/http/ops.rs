@@ -1,0 +1,216 @@
+//! Models, health, metrics, auth, the full queue, draining, and client disconnects.
+
+use std::io::Read;
+use std::time::Duration;
+
+use inferd_engine::{EngineConfig, KvBudget};
+use inferd_server::ServerConfig;
+use serde_json::json;
+
+use crate::common::{
+    engine, get, keyed_server, post, request, send, serve, server, small_engine_config, wait_for,
+    ALIAS, KEY, MODEL,
+};
+
+#[test]
+fn models_list_and_get() {
+    let Some(s) = server() else { return };
+    let v = get(s.addr, "/v1/models").json();
+    assert_eq!(v["object"], "list");
+    let m = &v["data"][0];
+    assert_eq!(m["id"], MODEL);
+    assert_eq!(m["object"], "model");
+    assert_eq!(m["owned_by"], "inferd");
+    assert!(m["created"].is_u64());
+    let r = get(s.addr, &format!("/v1/models/{MODEL}"));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["id"], MODEL);
+    assert_eq!(
+        get(s.addr, &format!("/v1/models/{ALIAS}")).json()["id"],
+        MODEL
+    );
+    let e = get(s.addr, "/v1/models/gpt-4").error(404);
+    assert_eq!(e["code"], "model_not_found");
+}
+
+#[test]
+fn health_reports_engine_figures() {
+    let Some(s) = server() else { return };
+    let r = get(s.addr, "/health");
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v["status"], "ok");
+    assert_eq!(v["model"], MODEL);
+    assert!(v["uptime_s"].as_f64().unwrap() >= 0.0);
+    assert!(v["queue"].is_u64() && v["running"].is_u64() && v["preemptions"].is_u64());
+    let kv = &v["kv"];
+    let total = kv["blocks_total"].as_u64().unwrap();
+    assert!(total >= 2);
+    assert_eq!(
+        kv["blocks_used"].as_u64().unwrap() + kv["blocks_free"].as_u64().unwrap(),
+        total
+    );
+    assert_eq!(kv["block_size"], 16);
+    assert!(kv["bytes_per_block"].as_u64().unwrap() > 0);
+    assert_eq!(v["address"], s.addr.to_string());
+}
+
+#[test]
+fn metrics_expose_engine_series() {
+    let Some(s) = server() else { return };
+    let r = post(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt": "Hello", "max_tokens": 3, "temperature": 0, "inferd": {"ignore_eos": true}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = get(s.addr, "/metrics");
+    assert_eq!(r.status, 200);
+    assert!(r.header("content-type").unwrap().starts_with("text/plain"));
+    let t = r.text();
+    for name in [
+        "inferd_requests_waiting",
+        "inferd_requests_running",
+        "inferd_kv_blocks_used",
+        "inferd_kv_blocks_free",
+        "inferd_prompt_tokens_total",
+        "inferd_generated_tokens_total",
+        "inferd_preemptions_total",
+        "inferd_time_to_first_token_seconds_bucket",
+        "inferd_inter_token_latency_seconds_bucket",
+    ] {
+        assert!(t.contains(name), "{name} missing from:\n{t}");
+    }
+}
+
+#[test]
+fn api_key_is_required_on_v1_only() {
+    let Some(addr) = keyed_server() else { return };
+    let r = get(addr, "/v1/models");
+    let e = r.error(401);
+    assert_eq!(e["code"], "invalid_api_key");
+    assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+    let wrong = "Bearer not-the-key";
+    request(addr, "GET", "/v1/models", &[("Authorization", wrong)], b"").error(401);
+    let body = json!({"prompt": "x", "max_tokens": 1}).to_string();
+    request(addr, "POST", "/v1/completions", &[], body.as_bytes()).error(401);
+    let right = format!("Bearer {KEY}");
+    let r = request(addr, "GET", "/v1/models", &[("Authorization", &right)], b"");
+    assert_eq!(r.status, 200);
+    let r = request(
+        addr,
+        "POST",
+        "/v1/completions",
+        &[("Authorization", &right)],
+        body.as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(get(addr, "/health").status, 200);
+    assert_eq!(get(addr, "/metrics").status, 200);
+}
+
+#[test]
+fn full_queue_is_429_and_draining_is_503() {
+    if crate::common::model_path().is_none() {
+        return;
+    }
+    let cfg = EngineConfig {
+        kv_budget: KvBudget::Bytes(4 << 20),
+        max_queue: 0,
+        warmup: false,
+        ..Default::default()
+    };
+    let (eng, tpl) = engine(cfg);
+    let addr = serve(eng.clone(), tpl, ServerConfig::default());
+    let body = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
+    let r = post(addr, "/v1/chat/completions", &body);
+    let e = r.error(429);
+    assert_eq!(e["code"], "queue_full");
+    assert_eq!(r.header("retry-after"), Some("1"));
+    eng.drain();
+    let r = post(addr, "/v1/chat/completions", &body);
+    r.error(503);
+    assert!(r.header("retry-after").is_some());
+    let h = get(addr, "/health");
+    assert_eq!(h.status, 503);
+    assert!(["draining", "stopped"].contains(&h.json()["status"].as_str().unwrap()));
+    eng.shutdown();
+    assert!(!eng.is_running());
+}
+
+/// Reads until `n` SSE events arrived.
+fn read_events(s: &mut std::net::TcpStream, n: usize) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while buf.windows(6).filter(|w| w == b"data: ").count() < n {
+        let k = s.read(&mut chunk).unwrap();
+        assert!(
+            k > 0,
+            "stream ended early: {}",
+            String::from_utf8_lossy(&buf)
+        );
+        buf.extend_from_slice(&chunk[..k]);
+    }
+}
+
+#[test]
+fn client_disconnect_cancels_and_frees_blocks() {
+    if crate::common::model_path().is_none() {
+        return;
+    }
+    let (eng, tpl) = engine(small_engine_config());
+    let addr = serve(eng.clone(), tpl, ServerConfig::default());
+    let used = || {
+        get(addr, "/health").json()["kv"]["blocks_used"]
+            .as_u64()
+            .unwrap()
+    };
+    let long = |stream: bool| {
+        json!({
+            "messages": [{"role": "user", "content": "Count from one to one thousand."}],
+            "max_tokens": 1000, "temperature": 0, "stream": stream,
+            "inferd": {"ignore_eos": true},
+        })
+        .to_string()
+    };
+    // Streaming: close the socket after a few chunks.
+    let mut s = send(
+        addr,
+        "POST",
+        "/v1/chat/completions",
+        &[],
+        long(true).as_bytes(),
+    );
+    read_events(&mut s, 4);
+    assert!(used() > 0);
+    assert_eq!(eng.stats().running, 1);
+    drop(s);
+    assert!(
+        wait_for(10, || used() == 0 && eng.stats().running == 0),
+        "blocks not freed"
+    );
+    let generated = eng.stats().generated_tokens_total;
+    assert!(
+        generated < 1000,
+        "generated {generated}: the request ran to the end"
+    );
+
+    // Not streaming: close while the engine is generating.
+    let s = send(
+        addr,
+        "POST",
+        "/v1/chat/completions",
+        &[],
+        long(false).as_bytes(),
+    );
+    assert!(wait_for(10, || eng.stats().running == 1 && used() > 0));
+    std::thread::sleep(Duration::from_millis(100));
+    drop(s);
+    assert!(
+        wait_for(10, || used() == 0 && eng.stats().running == 0),
+        "blocks not freed"
+    );
+    let more = eng.stats().generated_tokens_total - generated;
+    assert!(more < 1000, "generated {more}: the request ran to the end");
+    eng.shutdown();
+}
