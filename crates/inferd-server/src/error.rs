@@ -52,6 +52,15 @@ impl ApiError {
         Self::bad_request(message).with_param(param)
     }
 
+    /// 422: well-formed and well-typed, but this model cannot process it.
+    pub fn unprocessable(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request_error",
+            message,
+        )
+    }
+
     /// 401: no or a wrong API key.
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(StatusCode::UNAUTHORIZED, "authentication_error", message)

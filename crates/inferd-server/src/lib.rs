@@ -37,6 +37,7 @@
 //! | 401    | missing or wrong API key (code `invalid_api_key`, `WWW-Authenticate: Bearer`) |
 //! | 404    | unknown `model` (code `model_not_found`); unknown path (code `not_found`)    |
 //! | 405    | wrong method on a known path (code `method_not_allowed`)                    |
+//! | 422    | the model's chat template rejects well-formed messages (code `chat_template_error`) |
 //! | 413    | body over the limit (default 4 MiB; code `request_too_large`)               |
 //! | 429    | the engine's queue is full (code `queue_full`, with `Retry-After`)         |
 //! | 500    | the engine failed during generation (in a stream: an error event, then `[DONE]`) |

@@ -10,8 +10,8 @@ use crate::error::ApiError;
 use crate::openai::types::{CommonParams, Stop};
 use crate::state::AppState;
 
-/// Most logprob alternatives per token (`inferd_core`'s limit, which `validate` also checks).
-pub const MAX_LOGPROBS: usize = 20;
+/// Most logprob alternatives per token (the sampler's limit, which `validate` also checks).
+pub use inferd_core::sampling::MAX_LOGPROBS;
 
 /// Most stop strings a request may give (as OpenAI).
 pub const MAX_STOP: usize = 4;

@@ -16,6 +16,6 @@ mod rng;
 mod sampler;
 mod truncate;
 
-pub use params::{SamplingError, SamplingParams};
+pub use params::{SamplingError, SamplingParams, MAX_LOGPROBS};
 pub use rng::Xoshiro256;
 pub use sampler::{Sampled, Sampler};

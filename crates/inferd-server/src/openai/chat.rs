@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use inferd_engine::{Delta, FinishReason, Usage};
-use inferd_text::{ChatInput, Tokenizer};
+use inferd_text::{ChatInput, ChatTemplate, Tokenizer};
 use serde_json::{Map, Value};
 
 use super::logprobs::chat_logprobs;
@@ -108,15 +108,26 @@ fn render(state: &AppState, chat: &ChatParams) -> Result<Vec<u32>, ApiError> {
         add_generation_prompt: true,
         extra: chat.chat_template_kwargs.clone().unwrap_or_default(),
     };
-    let text = template
-        .render(&input)
-        .map_err(|e| ApiError::invalid_param("messages", format!("chat template: {e}")))?;
+    let text = render_template(template, &input)?;
     // The template writes its own special tokens (BOS included), as HF's apply_chat_template.
     state
         .engine
         .tokenizer
         .encode(&text, false)
         .map_err(|e| ApiError::internal(format!("tokenizing the prompt failed: {e}")))
+}
+
+/// Renders the chat template. A template that rejects well-formed messages (Jinja
+/// `raise_exception`, e.g. "roles must alternate") is a 422: the request is valid JSON
+/// with the right types, but this model cannot process it.
+fn render_template(template: &ChatTemplate, input: &ChatInput) -> Result<String, ApiError> {
+    template.render(input).map_err(|e| {
+        ApiError::unprocessable(format!(
+            "the model's chat template rejected the messages: {e}"
+        ))
+        .with_param("messages")
+        .with_code("chat_template_error")
+    })
 }
 
 /// Checks the OpenAI message list and rewrites it into what chat templates expect:
@@ -285,6 +296,22 @@ impl ChunkFormat for ChatFormat {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_template_rejection_is_422() {
+        let t = ChatTemplate::new(
+            "{% if messages[0].role != 'system' %}{{ raise_exception('system first') }}{% endif %}ok",
+            None,
+            None,
+        )
+        .unwrap();
+        let msgs = json!([{"role": "user", "content": "hi"}]);
+        let e = render_template(&t, &ChatInput::new(&msgs)).unwrap_err();
+        assert_eq!(e.status.as_u16(), 422);
+        assert!(e.message.contains("system first"), "{}", e.message);
+        let msgs = json!([{"role": "system", "content": "hi"}]);
+        assert_eq!(render_template(&t, &ChatInput::new(&msgs)).unwrap(), "ok");
+    }
 
     #[test]
     fn messages_are_checked_and_normalized() {
