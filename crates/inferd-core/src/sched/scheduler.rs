@@ -8,8 +8,11 @@ use crate::kv::{KvManager, SeqId};
 pub struct SchedulerConfig {
     /// Tokens per forward pass, decodes and prefill chunks together.
     pub max_batch_tokens: usize,
-    /// Of those, at most this many prefill tokens per step.
+    /// Of those, at most this many prefill tokens per step when no sequence is decoding.
     pub max_prefill_tokens: usize,
+    /// Prefill tokens per step while sequences are decoding (at most `max_prefill_tokens`):
+    /// smaller, so a long prompt arriving adds little to the running agents' inter-token time.
+    pub max_prefill_tokens_decoding: usize,
     /// Sequences running at once.
     pub max_running: usize,
     /// Waiting requests considered for admission each step.
@@ -23,6 +26,7 @@ impl Default for SchedulerConfig {
         SchedulerConfig {
             max_batch_tokens: 512,
             max_prefill_tokens: 256,
+            max_prefill_tokens_decoding: 128,
             max_running: 64,
             lookahead: 8,
             aging_per_step: 0.01,
@@ -197,7 +201,6 @@ impl Scheduler {
         self.step += 1;
         let mut out = SchedulerOutput::default();
         let mut budget = self.cfg.max_batch_tokens;
-        let mut prefill_budget = self.cfg.max_prefill_tokens.min(budget);
 
         // Highest priority first, oldest first among equals.
         let mut order = self.running.clone();
@@ -225,7 +228,15 @@ impl Scheduler {
                 });
             }
         }
-        prefill_budget = prefill_budget.min(budget);
+        let decoding = !out.chunks.is_empty();
+        let mut prefill_budget = if decoding {
+            self.cfg
+                .max_prefill_tokens_decoding
+                .min(self.cfg.max_prefill_tokens)
+        } else {
+            self.cfg.max_prefill_tokens
+        }
+        .min(budget);
 
         // 2. running prefills
         for &id in &order {

@@ -193,3 +193,35 @@ fn tiny_kv_budget_preempts_and_still_completes_everything() {
         assert_contiguous(chunks);
     }
 }
+
+#[test]
+fn prefill_slices_are_smaller_while_others_decode() {
+    let cfg = SchedulerConfig {
+        max_prefill_tokens: 64,
+        max_prefill_tokens_decoding: 16,
+        ..Default::default()
+    };
+    let mut kv = KvManager::new(64, 16);
+    let mut s = Scheduler::new(cfg);
+    // Alone, a long prompt gets the full prefill budget.
+    s.add(Request {
+        id: 1,
+        prompt_len: 100,
+        priority: 0,
+    });
+    let out = s.schedule(&mut kv);
+    assert_eq!(out.chunks[0].n_tokens, 64);
+    s.commit(&out);
+    let out = s.schedule(&mut kv);
+    assert_eq!(out.chunks[0].n_tokens, 36);
+    s.commit(&out);
+    // Sequence 1 now decodes: a new long prompt is read in slices of 16 beside it.
+    s.add(Request {
+        id: 2,
+        prompt_len: 100,
+        priority: 0,
+    });
+    let out = s.schedule(&mut kv);
+    let sizes: Vec<(u64, usize)> = out.chunks.iter().map(|c| (c.seq, c.n_tokens)).collect();
+    assert_eq!(sizes, vec![(1, 1), (2, 16)]);
+}

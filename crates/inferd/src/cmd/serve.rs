@@ -39,9 +39,13 @@ pub struct Args {
     /// Tokens per forward pass (decodes and prefill chunks together).
     #[arg(long)]
     max_batch_tokens: Option<usize>,
-    /// Prefill tokens per forward pass.
+    /// Prefill tokens per forward pass when nothing is decoding (default 256).
     #[arg(long)]
     max_prefill_tokens: Option<usize>,
+    /// Prefill tokens per forward pass while other requests decode (default 128): a long
+    /// prompt is read in slices this size between their tokens.
+    #[arg(long)]
+    max_prefill_tokens_decoding: Option<usize>,
     /// Sequences generating at once.
     #[arg(long)]
     max_running: Option<usize>,
@@ -108,6 +112,9 @@ pub fn run(a: Args) -> Result<()> {
     }
     if let Some(v) = a.max_prefill_tokens {
         engine_cfg.sched.max_prefill_tokens = v;
+    }
+    if let Some(v) = a.max_prefill_tokens_decoding {
+        engine_cfg.sched.max_prefill_tokens_decoding = v;
     }
     if let Some(v) = a.max_running {
         engine_cfg.sched.max_running = v;
