@@ -5,7 +5,10 @@
 //! in GFLOP/s (2·rows·cols·n). Uses the global rayon pool (all cores) and
 //! `INFERD_SIMD` like the server. `--crossover` times the dot and GEMM paths for
 //! small n, to tune `DEFAULT_GEMM_MIN_N`. `--dot-n` times the dot path (all rows
-//! [`RowPath::Dot`]) at n = 1, 4, 8, 16 (concurrent decodes). `--vs-gemm` times the
+//! [`RowPath::Dot`]) at n = 1, 4, 8, 16 (concurrent decodes); with `--vs-old`
+//! interleaved against one kernel call per activation row (the path before the
+//! several-activation kernels), on every shape, lm_heads included
+//! (`RAYON_NUM_THREADS=1 ... --in-pool --dot-n --vs-old --cpu-time` on a busy machine). `--vs-gemm` times the
 //! GEMM path against the previous one (dequantized tiles multiplied by the `gemm`
 //! crate, not batch-invariant), interleaved in one run, at n = 16, 128, 512; on a
 //! busy machine run it as `RAYON_NUM_THREADS=1 ... --in-pool --vs-gemm --cpu-time`
@@ -96,6 +99,9 @@ fn run(args: Vec<String>) {
         return run_vs_gemm(filter, args.iter().any(|a| a == "--cpu-time"));
     }
     if args.iter().any(|a| a == "--dot-n") {
+        if args.iter().any(|a| a == "--vs-old") {
+            return run_dot_vs_old(filter, args.iter().any(|a| a == "--cpu-time"));
+        }
         return run_dot_n(filter);
     }
     println!(
@@ -241,6 +247,92 @@ fn run_dot_n(filter: Option<&String>) {
     }
 }
 
+/// `--dot-n --vs-old`: the dot path with one kernel call per activation row (as
+/// before the several-activation kernels, `linear_dot_per_row`) against the current
+/// one, interleaved call by call, best of each; all shapes including the lm_heads.
+fn run_dot_vs_old(filter: Option<&String>, cpu_time: bool) {
+    use inferd_quant::linear::linear_dot_per_row;
+    const NS: [usize; 4] = [1, 4, 8, 16];
+    let clock = clock_fn(cpu_time);
+    println!(
+        "dot path, {} per call, old (per activation row) / new; interleaved, best of each",
+        if cpu_time { "thread CPU us" } else { "wall us" }
+    );
+    print!("{:<24}", "shape");
+    for n in NS {
+        print!(" {:>17}", format!("n={n} old/new"));
+    }
+    println!("  n=16 new/old");
+    let cfg = LinearConfig::default();
+    for (model, rows, cols) in SHAPES {
+        for dtype in TYPES {
+            let name = format!("{model} {rows}x{cols} {dtype}");
+            if filter.is_some_and(|f| !name.contains(f.as_str())) || cols % dtype.block_len() != 0 {
+                continue;
+            }
+            let data = weights(dtype, rows, cols);
+            let w = WeightMatrix::new(dtype, rows, cols, &data).unwrap();
+            let x: Vec<f32> = (0..16 * cols)
+                .map(|i| ((i % 97) as f32 - 48.0) / 48.0)
+                .collect();
+            let mut y = vec![0f32; 16 * rows];
+            print!("{:<24}", format!("{rows}x{cols} {dtype}"));
+            let mut ratio = 0.0;
+            // Fewer iterations for the big matrices.
+            let budget = Duration::from_millis(if rows > 8192 { 1500 } else { 600 });
+            for n in NS {
+                let paths = vec![RowPath::Dot; n];
+                let (xs, ys) = (&x[..n * cols], &mut y[..n * rows]);
+                let mut best = [f64::MAX; 2];
+                let start = Instant::now();
+                let mut iters = 0;
+                while iters < 4 || (start.elapsed() < budget && iters < 2000) {
+                    for (k, b) in best.iter_mut().enumerate() {
+                        let t = clock();
+                        if k == 0 {
+                            linear_dot_per_row(&cfg, &w, black_box(xs), n, ys).unwrap();
+                        } else {
+                            linear_planned(&cfg, &w, black_box(xs), n, &paths, ys).unwrap();
+                        }
+                        *b = b.min(clock() - t);
+                    }
+                    iters += 1;
+                }
+                ratio = best[1] / best[0];
+                print!(
+                    " {:>17}",
+                    format!("{:.1}/{:.1}", best[0] * 1e6, best[1] * 1e6)
+                );
+            }
+            println!("  {ratio:>12.2}");
+        }
+    }
+}
+
+/// Seconds: thread CPU time (`--cpu-time`, needs one thread in the pool) or wall time.
+fn clock_fn(cpu_time: bool) -> impl Fn() -> f64 {
+    if cpu_time {
+        assert_eq!(
+            rayon::current_num_threads(),
+            1,
+            "--cpu-time needs RAYON_NUM_THREADS=1"
+        );
+        assert!(
+            rayon::current_thread_index().is_some(),
+            "--cpu-time needs --in-pool"
+        );
+    }
+    move || {
+        if cpu_time {
+            thread_cpu_time()
+        } else {
+            Instant::now()
+                .duration_since(*EPOCH.get_or_init(Instant::now))
+                .as_secs_f64()
+        }
+    }
+}
+
 static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 
 thread_local! {
@@ -310,26 +402,7 @@ fn thread_cpu_time() -> f64 {
 }
 
 fn run_vs_gemm(filter: Option<&String>, cpu_time: bool) {
-    if cpu_time {
-        assert_eq!(
-            rayon::current_num_threads(),
-            1,
-            "--cpu-time needs RAYON_NUM_THREADS=1"
-        );
-        assert!(
-            rayon::current_thread_index().is_some(),
-            "--cpu-time needs --in-pool"
-        );
-    }
-    let clock = || {
-        if cpu_time {
-            thread_cpu_time()
-        } else {
-            Instant::now()
-                .duration_since(*EPOCH.get_or_init(Instant::now))
-                .as_secs_f64()
-        }
-    };
+    let clock = clock_fn(cpu_time);
     const NS: [usize; 3] = [16, 128, 512];
     println!("GFLOP/s, old path (gemm crate) / new (batch-invariant); interleaved, best of each");
     print!("{:<24}", "shape");

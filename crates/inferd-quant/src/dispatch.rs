@@ -11,6 +11,18 @@ pub type DotFn = unsafe fn(&[u8], &ActRow) -> f32;
 /// Dot of four consecutive weight rows (`row_bytes` apart) with one activation row.
 pub type Dot4Fn = unsafe fn(&[u8], usize, &ActRow) -> [f32; 4];
 
+/// Four consecutive weight rows (`row_bytes` apart) with several activation rows
+/// (at most [`MAX_ACTS`]): `out[i]` is bit-identical to the [`Dot4Fn`] of the same
+/// type and level for `acts[i]`. Only `out[..acts.len()]` is written.
+pub type Dot4ManyFn = unsafe fn(&[u8], usize, &[ActRow], &mut [[f32; 4]]);
+
+/// One weight row with several activation rows (at most [`MAX_ACTS`]): `out[i]` is
+/// bit-identical to the [`DotFn`] of the same type and level for `acts[i]`.
+pub type DotManyFn = unsafe fn(&[u8], &[ActRow], &mut [f32]);
+
+/// Most activation rows per call of a [`Dot4ManyFn`] / [`DotManyFn`].
+pub const MAX_ACTS: usize = 16;
+
 /// How activations are prepared for a weight type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ActFormat {
@@ -99,6 +111,42 @@ pub fn dot4_fn(dtype: DType, level: SimdLevel) -> Option<Dot4Fn> {
             DType::Q4_0 => Some(k::dot4_q4_0),
             DType::Q4_1 => Some(k::dot4_q4_1),
             DType::Q8_0 => Some(k::dot4_q8_0),
+            _ => None,
+        };
+    }
+    let _ = (dtype, level);
+    None
+}
+
+/// The several-activation-rows version of [`dot4_fn`] (same types and levels): the
+/// four rows' blocks are unpacked once per call instead of once per activation row.
+pub fn dot4_many_fn(dtype: DType, level: SimdLevel) -> Option<Dot4ManyFn> {
+    #[cfg(target_arch = "x86_64")]
+    if level >= SimdLevel::Avx2 {
+        use crate::simd::avx2_many as k;
+        const _: () = assert!(k::MAX_ACTS == MAX_ACTS);
+        return match dtype {
+            DType::Q5_0 => Some(k::dot4_many_q5_0),
+            DType::Q4_0 => Some(k::dot4_many_q4_0),
+            DType::Q4_1 => Some(k::dot4_many_q4_1),
+            DType::Q8_0 => Some(k::dot4_many_q8_0),
+            _ => None,
+        };
+    }
+    let _ = (dtype, level);
+    None
+}
+
+/// The several-activation-rows version of [`dot_fn`], where one exists: Q4_K and
+/// Q6_K at the AVX2 level (their AVX-512 one-row kernels sum in another order, so
+/// that level keeps one call per activation row).
+pub fn dot_many_fn(dtype: DType, level: SimdLevel) -> Option<DotManyFn> {
+    #[cfg(target_arch = "x86_64")]
+    if level == SimdLevel::Avx2 {
+        use crate::simd::avx2_many as k;
+        return match dtype {
+            DType::Q4K => Some(k::dot_many_q4_k),
+            DType::Q6K => Some(k::dot_many_q6_k),
             _ => None,
         };
     }

@@ -11,6 +11,11 @@
 //!   path runs at memory bandwidth. Float weights use f32 FMA dots on the raw rows.
 //!   Q8_0/Q4_0/Q4_1/Q5_0 at AVX2+ dot four weight rows per activation row in one pass
 //!   ([`crate::dispatch::dot4_fn`]); the last `rows % 4` rows use the one-row kernel.
+//!   For n >= 2 (concurrent decodes), the several-activation kernels
+//!   ([`crate::dispatch::dot4_many_fn`], and [`crate::dispatch::dot_many_fn`] for
+//!   Q4_K/Q6_K at AVX2) unpack each weight block once for up to 16 activation rows
+//!   instead of once per row, with the same integer lanes and float ops per output,
+//!   so every output is bit-identical to the n = 1 kernels (`src/simd/avx2_many.rs`).
 //! * **GEMM path** (`n >= gemm_min_n`, prefill): each task decodes a tile of weight
 //!   rows into packed f32 panels (per-thread scratch) and multiplies them with the
 //!   f32 activations by the micro-kernels of `tile_gemm` (an FMA chain per output),
@@ -30,7 +35,8 @@
 //! row, its weight row and the path of that row, not on `n`, the row's index, the
 //! other rows of the call or the rayon thread count (`tests/batch_invariance.rs`):
 //! * dot path: each activation row is quantized on its own and each (weight row,
-//!   activation row) pair is one kernel call; whether a weight row takes the
+//!   activation row) pair gets the float ops of one kernel call (the several-row
+//!   kernels replay them per activation row); whether a weight row takes the
 //!   four-row or the one-row kernel depends only on its index (tasks get whole
 //!   groups of four rows), as the two round differently.
 //! * GEMM path: each output is one f32 FMA chain over `k` in increasing order,
@@ -44,17 +50,21 @@
 
 use crate::activation::{Act256, Act32, ActRow};
 use crate::blocks;
-use crate::dispatch::{act_format, dot4_fn, dot_fn, ActFormat};
+use crate::dispatch::{
+    act_format, dot4_fn, dot4_many_fn, dot_fn, dot_many_fn, ActFormat, MAX_ACTS,
+};
 use crate::level::{clamp_level, simd_level};
 use crate::parallel::{for_row_chunks, SharedOut};
 use crate::tile_gemm::{gemm_packed, pack_tile, TileSrc};
 use crate::{DType, QuantError, SimdLevel, WeightMatrix};
 use std::cell::RefCell;
 
-/// Default `n` from which the GEMM path is used. The dot path costs ~n times its
-/// n = 1 time (weights are re-unpacked per activation row); measured crossover on
-/// 2 threads: n = 8..12 depending on the type (`benches/linear.rs --crossover`).
-pub const DEFAULT_GEMM_MIN_N: usize = 10;
+/// Default `n` from which the GEMM path is used. With the several-activation dot
+/// kernels the dot path costs ~0.4..0.75 x n times its n = 1 time; measured on 2
+/// threads (`benches/linear.rs --crossover`, 1536x768 and 896x4864, all five types):
+/// the dot path is still faster than GEMM at n = 24 and about even at n = 32
+/// (before those kernels the crossover was n = 8..12 and this was 10).
+pub const DEFAULT_GEMM_MIN_N: usize = 32;
 
 /// Knobs of [`linear_config`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -210,13 +220,50 @@ enum Acts {
 /// Minimum weight bytes per task, so tiny matrices are not split.
 const MIN_TASK_BYTES: usize = 16 * 1024;
 
+/// The dot path computing every (weight rows, activation row) pair by its own
+/// kernel call, with the scalar activation quantizer, as before the
+/// several-activation kernels: the reference those must match bit for bit, for tests and benchmarks (`benches/linear.rs --dot-n
+/// --vs-old`). Same contract as [`linear_planned`] with every row [`RowPath::Dot`].
+#[doc(hidden)]
+pub fn linear_dot_per_row(
+    cfg: &LinearConfig,
+    w: &WeightMatrix,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+) -> Result<(), QuantError> {
+    check(w, x, n, y)?;
+    if n == 0 || w.rows == 0 {
+        return Ok(());
+    }
+    if w.cols == 0 {
+        y.fill(0.0);
+        return Ok(());
+    }
+    linear_dot_with(clamp_level(cfg.level), w, x, n, y, false);
+    Ok(())
+}
+
 fn linear_dot(level: SimdLevel, w: &WeightMatrix, x: &[f32], n: usize, y: &mut [f32]) {
+    linear_dot_with(level, w, x, n, y, true)
+}
+
+/// The dot path; `many`: use the several-activation-rows kernels where they exist
+/// and the SIMD activation quantizer (both bit-identical to the per-row path).
+fn linear_dot_with(
+    level: SimdLevel,
+    w: &WeightMatrix,
+    x: &[f32],
+    n: usize,
+    y: &mut [f32],
+    many: bool,
+) {
     let (rows, cols) = (w.rows, w.cols);
     let dot = dot_fn(w.dtype, level);
     let acts = match act_format(w.dtype) {
         ActFormat::Float => Acts::Float,
-        ActFormat::Q8x32 => Acts::Q8x32(Act32::quantize(x, n, cols)),
-        ActFormat::Q8x256 => Acts::Q8x256(Act256::quantize(x, n, cols)),
+        ActFormat::Q8x32 => Acts::Q8x32(Act32::quantize_with(x, n, cols, many)),
+        ActFormat::Q8x256 => Acts::Q8x256(Act256::quantize_with(x, n, cols, many)),
     };
     let act_rows: Vec<ActRow> = (0..n) // [n]
         .map(|i| match &acts {
@@ -229,9 +276,16 @@ fn linear_dot(level: SimdLevel, w: &WeightMatrix, x: &[f32], n: usize, y: &mut [
     let out = SharedOut::new(y);
     let min_rows = MIN_TASK_BYTES.div_ceil(rb.max(1));
     let dot4 = dot4_fn(w.dtype, level);
+    // Several activation rows per call (n >= 2): each weight block is unpacked once
+    // per MAX_ACTS activation rows instead of once per row; same bits.
+    let many = many && n >= 2;
+    let dot4_many = dot4_many_fn(w.dtype, level).filter(|_| many);
+    let dot_many = dot_many_fn(w.dtype, level).filter(|_| many);
     // Tasks get whole groups of four rows, so whether a row is computed by the
     // four-row or the one-row kernel (whose roundings differ) depends only on its
     // index, not on the thread count: rows below `rows / 4 * 4` always take `dot4`.
+    // Within a task, weight rows are the outer loop and activation rows the inner
+    // one, so each weight row streams from memory once per call.
     for_row_chunks(rows.div_ceil(4), min_rows.div_ceil(4), |g0, g1| {
         let (r0, r1) = (g0 * 4, (g1 * 4).min(rows));
         let mut r = r0;
@@ -239,11 +293,25 @@ fn linear_dot(level: SimdLevel, w: &WeightMatrix, x: &[f32], n: usize, y: &mut [
             // Groups of four rows share each activation block load.
             while r + 4 <= r1 {
                 let w4 = &w.data[r * rb..(r + 4) * rb]; // [4, rb]
-                for (i, a) in act_rows.iter().enumerate() {
-                    // SAFETY: as below; rows r..r+4 belong to this task.
-                    let v = unsafe { dot4(w4, rb, a) };
-                    for (k, &vk) in v.iter().enumerate() {
-                        unsafe { *out.at(i * rows + r + k) = vk };
+                if let Some(dot4_many) = dot4_many {
+                    let mut v = [[0f32; 4]; MAX_ACTS];
+                    for (c, chunk) in act_rows.chunks(MAX_ACTS).enumerate() {
+                        // SAFETY: as below; `chunk.len() <= MAX_ACTS`.
+                        unsafe { dot4_many(w4, rb, chunk, &mut v) };
+                        for (j, vj) in v[..chunk.len()].iter().enumerate() {
+                            let i = c * MAX_ACTS + j;
+                            for (k, &vk) in vj.iter().enumerate() {
+                                unsafe { *out.at(i * rows + r + k) = vk };
+                            }
+                        }
+                    }
+                } else {
+                    for (i, a) in act_rows.iter().enumerate() {
+                        // SAFETY: as below; rows r..r+4 belong to this task.
+                        let v = unsafe { dot4(w4, rb, a) };
+                        for (k, &vk) in v.iter().enumerate() {
+                            unsafe { *out.at(i * rows + r + k) = vk };
+                        }
                     }
                 }
                 r += 4;
@@ -251,6 +319,17 @@ fn linear_dot(level: SimdLevel, w: &WeightMatrix, x: &[f32], n: usize, y: &mut [
         }
         for r in r..r1 {
             let wr = &w.data[r * rb..(r + 1) * rb];
+            if let Some(dot_many) = dot_many {
+                let mut v = [0f32; MAX_ACTS];
+                for (c, chunk) in act_rows.chunks(MAX_ACTS).enumerate() {
+                    // SAFETY: as below; `chunk.len() <= MAX_ACTS`.
+                    unsafe { dot_many(wr, chunk, &mut v) };
+                    for (j, &vj) in v[..chunk.len()].iter().enumerate() {
+                        unsafe { *out.at((c * MAX_ACTS + j) * rows + r) = vj };
+                    }
+                }
+                continue;
+            }
             for (i, a) in act_rows.iter().enumerate() {
                 // SAFETY: `level` is clamped to the detected level and the row sizes
                 // were validated; each (i, r) is written by exactly one task.

@@ -392,3 +392,84 @@ fn planned_shape_errors() {
     // n = 0 is fine.
     linear_planned(&cfg, &c.w(), &[], 0, &[], &mut []).unwrap();
 }
+
+/// The several-activation-rows kernels (`dispatch::dot4_many_fn` / `dot_many_fn`,
+/// used for n >= 2): every row of an all-Dot batch of n = 2, 3, 4, 5, 8, 16, 17
+/// (one and two kernel chunks of 16 activation rows) is bit-identical to that row
+/// alone (n = 1), and the whole batch to the per-row path (`linear_dot_per_row`),
+/// on 1, 2 and 3 threads. Row counts not a multiple of 4 exercise the one-row tail.
+fn many_kernels_invariance(dtype: DType) {
+    let cols = if dtype.block_len() == 256 { 768 } else { 576 };
+    for rows in [64usize, 203] {
+        let c = Case::new(dtype, rows, cols, 21 + rows as u64);
+        let cfg = LinearConfig::default();
+        let n_max = 17;
+        let x = &c.fill[..n_max * cols];
+        // Each row alone, on one thread.
+        let alone: Vec<Vec<f32>> = pool(1).install(|| {
+            (0..n_max)
+                .map(|i| planned(&c, &x[i * cols..(i + 1) * cols], &[RowPath::Dot]))
+                .collect()
+        });
+        for threads in [1, 2, 3] {
+            pool(threads).install(|| {
+                for n in [2, 3, 4, 5, 8, 16, 17] {
+                    let y = planned(&c, &x[..n * cols], &vec![RowPath::Dot; n]);
+                    for (i, want) in alone.iter().take(n).enumerate() {
+                        assert_eq!(
+                            bits(&y[i * rows..(i + 1) * rows]),
+                            bits(want),
+                            "{dtype} [{rows}x{cols}] threads={threads}: row {i} of n={n} differs from alone"
+                        );
+                    }
+                    let mut per_row = vec![f32::NAN; n * rows];
+                    inferd_quant::linear::linear_dot_per_row(
+                        &cfg,
+                        &c.w(),
+                        &x[..n * cols],
+                        n,
+                        &mut per_row,
+                    )
+                    .unwrap();
+                    assert_eq!(bits(&y), bits(&per_row), "{dtype} n={n} vs per-row path");
+                }
+            })
+        }
+    }
+}
+
+#[test]
+fn many_kernels_invariant_q4_0() {
+    many_kernels_invariance(DType::Q4_0);
+}
+
+#[test]
+fn many_kernels_invariant_q4_1() {
+    many_kernels_invariance(DType::Q4_1);
+}
+
+#[test]
+fn many_kernels_invariant_q5_0() {
+    many_kernels_invariance(DType::Q5_0);
+}
+
+#[test]
+fn many_kernels_invariant_q8_0() {
+    many_kernels_invariance(DType::Q8_0);
+}
+
+#[test]
+fn many_kernels_invariant_q4_k() {
+    many_kernels_invariance(DType::Q4K);
+}
+
+#[test]
+fn many_kernels_invariant_q6_k() {
+    many_kernels_invariance(DType::Q6K);
+}
+
+#[test]
+fn many_kernels_invariant_q5_k() {
+    // No several-row kernel (per-row calls); checked for completeness.
+    many_kernels_invariance(DType::Q5K);
+}

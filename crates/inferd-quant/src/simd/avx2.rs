@@ -14,14 +14,14 @@ use std::arch::x86_64::*;
 /// f16 bits at `p` (unaligned) as f32.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16_at(p: *const u8) -> f32 {
+pub(crate) unsafe fn f16_at(p: *const u8) -> f32 {
     let bits = u16::from_le_bytes([*p, *p.add(1)]);
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn hsum_ps(v: __m256) -> f32 {
+pub(crate) unsafe fn hsum_ps(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
@@ -30,7 +30,7 @@ unsafe fn hsum_ps(v: __m256) -> f32 {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn load256(p: *const u8) -> __m256i {
+pub(crate) unsafe fn load256(p: *const u8) -> __m256i {
     _mm256_loadu_si256(p as *const __m256i)
 }
 

@@ -29,7 +29,7 @@ unsafe fn f16_bits(p: *const u8) -> u64 {
 /// The f16 at byte `off` of block `blk` of each of the four rows (`rb` bytes
 /// apart), as 8 f32 lanes `[r0, r1, r2, r3, r0, r1, r2, r3]`.
 #[inline(always)]
-unsafe fn f16x4(p: *const u8, rb: usize) -> __m256 {
+pub(crate) unsafe fn f16x4(p: *const u8, rb: usize) -> __m256 {
     let bits = f16_bits(p)
         | f16_bits(p.add(rb)) << 16
         | f16_bits(p.add(2 * rb)) << 32
@@ -40,7 +40,7 @@ unsafe fn f16x4(p: *const u8, rb: usize) -> __m256 {
 /// 16 packed bytes -> 32 nibbles (low nibbles in the low 128 bits, high above),
 /// from a broadcast load, without a cross-lane shuffle.
 #[inline(always)]
-unsafe fn nibbles32(p: *const u8) -> __m256i {
+pub(crate) unsafe fn nibbles32(p: *const u8) -> __m256i {
     let q = _mm256_broadcastsi128_si256(_mm_loadu_si128(p as *const __m128i));
     let both = _mm256_blend_epi32(q, _mm256_srli_epi16(q, 4), 0xF0);
     _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
@@ -52,7 +52,7 @@ unsafe fn nibbles32(p: *const u8) -> __m256i {
 /// Interleaved reads of four rows defeat the hardware prefetcher when weights stream
 /// from DRAM (measured: Q5_0 151936x896 at 8 GB/s without this, 20 GB/s with it).
 #[inline(always)]
-unsafe fn prefetch_ahead(wp: *const u8, rb: usize, step: usize, b: usize) {
+pub(crate) unsafe fn prefetch_ahead(wp: *const u8, rb: usize, step: usize, b: usize) {
     // Prefetches never fault; wrapping_add keeps the pointer math defined.
     let p = wp.wrapping_add(8 * rb + step * b);
     _mm_prefetch(p as *const i8, _MM_HINT_T0);
@@ -64,7 +64,7 @@ unsafe fn prefetch_ahead(wp: *const u8, rb: usize, step: usize, b: usize) {
 
 /// Σ u_r·a for four unsigned weight vectors, as i32 lanes `[r0..r3, r0..r3]`.
 #[inline(always)]
-unsafe fn dot4_u8i8(u: [__m256i; 4], a: __m256i) -> __m256i {
+pub(crate) unsafe fn dot4_u8i8(u: [__m256i; 4], a: __m256i) -> __m256i {
     let p0 = _mm256_maddubs_epi16(u[0], a);
     let p1 = _mm256_maddubs_epi16(u[1], a);
     let p2 = _mm256_maddubs_epi16(u[2], a);
@@ -89,7 +89,7 @@ unsafe fn dot4_i8i8(w: [__m256i; 4], a: __m256i) -> __m256i {
 
 /// `acc[r] + acc[r + 4] + k * side[r]` for r in 0..4.
 #[inline(always)]
-unsafe fn finish(acc: __m256, side: __m256, k: f32) -> [f32; 4] {
+pub(crate) unsafe fn finish(acc: __m256, side: __m256, k: f32) -> [f32; 4] {
     let sum = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
     let res = _mm_fmadd_ps(_mm_set1_ps(k), _mm256_castps256_ps128(side), sum);
     let mut out = [0f32; 4];

@@ -10,4 +10,6 @@ pub mod avx2_dot4;
 #[cfg(target_arch = "x86_64")]
 pub mod avx2_gemm;
 #[cfg(target_arch = "x86_64")]
+pub mod avx2_many;
+#[cfg(target_arch = "x86_64")]
 pub mod avx512;
