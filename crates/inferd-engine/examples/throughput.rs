@@ -10,9 +10,15 @@ use inferd_text::Tokenizer;
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let path = args.next().expect("usage: throughput MODEL.gguf [agents...]");
+    let path = args
+        .next()
+        .expect("usage: throughput MODEL.gguf [agents...]");
     let agents: Vec<usize> = args.map(|a| a.parse().unwrap()).collect();
-    let agents = if agents.is_empty() { vec![1, 2, 4, 8, 16] } else { agents };
+    let agents = if agents.is_empty() {
+        vec![1, 2, 4, 8, 16]
+    } else {
+        agents
+    };
     let model = Model::load(CpuBackend::new(), path.as_ref()).unwrap();
     let tok = Tokenizer::from_gguf(model.gguf.as_ref().unwrap()).unwrap();
     let e = inferd_engine::start(
@@ -30,7 +36,9 @@ fn main() {
         let t0 = Instant::now();
         let mut streams: Vec<_> = (0..n)
             .map(|i| {
-                let prompt: Vec<u32> = (0..ctx as u32).map(|j| 1000 + (j * 31 + i as u32 * 7) % 20000).collect();
+                let prompt: Vec<u32> = (0..ctx as u32)
+                    .map(|j| 1000 + (j * 31 + i as u32 * 7) % 20000)
+                    .collect();
                 let mut r = GenRequest::greedy(prompt, reply);
                 r.ignore_eos = true;
                 e.submit(r).unwrap()
