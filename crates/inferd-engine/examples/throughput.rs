@@ -31,7 +31,14 @@ fn main() {
         },
     )
     .unwrap();
-    let (ctx, reply) = (128usize, 64usize);
+    let ctx: usize = std::env::var("CTX")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(128);
+    let reply: usize = std::env::var("REPLY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
     for &n in &agents {
         let t0 = Instant::now();
         let mut streams: Vec<_> = (0..n)
