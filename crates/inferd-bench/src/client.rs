@@ -26,7 +26,8 @@ pub struct ClientConfig {
     pub model: Option<String>,
     /// Whole-request time limit (send to last byte).
     pub timeout: Duration,
-    /// Send `"ignore_eos": true` (llama.cpp honours it; servers that do not know it ignore it).
+    /// Send `"ignore_eos": true` (llama.cpp) and `"inferd": {"ignore_eos": true}` (inferd's
+    /// extension object); servers that know neither ignore them.
     pub ignore_eos: bool,
     /// Sent as `temperature` when set.
     pub temperature: Option<f32>,
@@ -190,6 +191,7 @@ impl Client {
         }
         if self.config.ignore_eos {
             b["ignore_eos"] = json!(true);
+            b["inferd"] = json!({"ignore_eos": true});
         }
         if let Some(t) = self.config.temperature {
             b["temperature"] = json!(t);
@@ -222,6 +224,8 @@ impl Client {
             usage_reported: false,
             finish_reason: None,
             error: None,
+            ttft_us: None,
+            max_gap_us: None,
         };
         let deadline = Instant::now() + self.config.timeout;
         let mut text = String::new();
@@ -235,6 +239,7 @@ impl Client {
         if !rec.usage_reported {
             rec.completion_tokens = rec.chunk_us.len() as u64;
         }
+        rec.derive();
         Reply { record: rec, text }
     }
 

@@ -93,7 +93,7 @@ impl FleetSummary {
                     ttft_ms: mine
                         .iter()
                         .find(|r| r.turn == 0)
-                        .and_then(|r| r.ttft_us())
+                        .and_then(|r| r.ttft())
                         .map(|t| t as f64 / 1000.0),
                     first_token_s: mine
                         .iter()
@@ -131,9 +131,9 @@ impl FleetSummary {
                 records
                     .iter()
                     .filter(|r| r.turn == 0)
-                    .filter_map(|r| r.ttft_us()),
+                    .filter_map(|r| r.ttft()),
             ),
-            ttft_all_ms: Dist::from_us(records.iter().filter_map(|r| r.ttft_us())),
+            ttft_all_ms: Dist::from_us(records.iter().filter_map(|r| r.ttft())),
             worst_gap_ms: gap_ms.max,
             gap_ms,
             last_first_token_s: agents

@@ -84,6 +84,10 @@ pub struct RequestRecord {
     pub usage_reported: bool,
     pub finish_reason: Option<String>,
     pub error: Option<RequestError>,
+    /// Derived on completion, for readers of the JSON: time to first token, and the largest
+    /// gap between consecutive text chunks (µs).
+    pub ttft_us: Option<u64>,
+    pub max_gap_us: Option<u64>,
 }
 
 impl RequestRecord {
@@ -92,8 +96,14 @@ impl RequestRecord {
     }
 
     /// Time to first token, µs.
-    pub fn ttft_us(&self) -> Option<u64> {
+    pub fn ttft(&self) -> Option<u64> {
         self.first_token_us.map(|t| t.saturating_sub(self.start_us))
+    }
+
+    /// Fills the derived fields (`ttft_us`, `max_gap_us`).
+    pub fn derive(&mut self) {
+        self.ttft_us = self.ttft();
+        self.max_gap_us = self.max_gap();
     }
 
     /// Gaps between consecutive text chunks, µs.
@@ -101,7 +111,7 @@ impl RequestRecord {
         self.chunk_us.windows(2).map(|w| w[1].saturating_sub(w[0]))
     }
 
-    pub fn max_gap_us(&self) -> Option<u64> {
+    pub fn max_gap(&self) -> Option<u64> {
         self.gaps_us().max()
     }
 

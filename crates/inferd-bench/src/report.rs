@@ -145,6 +145,14 @@ fn fleet_table(s: &mut String, c: &FleetConfig, m: &FleetSummary) {
         "  {:<26} {} tokens in {:.3} s = {:.2} tok/s",
         "generated", m.generated_tokens, m.wall_s, m.tok_per_s
     );
+    if m.short_replies > 0 {
+        let _ = writeln!(
+            s,
+            "  NOTE: {} replies ended before {} tokens (the server did not ignore EOS): \
+             not a like-for-like comparison",
+            m.short_replies, c.reply_tokens
+        );
+    }
     dist_row(s, "prompt tokens (turn 0)", &m.prompt_tokens_turn0, "tok");
     dist_row(s, "TTFT per agent (turn 0)", &m.ttft_turn0_ms, "ms");
     if c.turns > 1 {
@@ -312,12 +320,12 @@ pub fn markdown_tables(reports: &[BenchReport], baseline: &str) -> String {
         let _ = writeln!(
             s,
             "| model | agents | ctx/reply/turns | engine | tok/s | TTFT p50 ms | TTFT max ms | \
-             last first token s | worst gap ms | errors | tok/s ratio vs {baseline} | \
+             last first token s | worst gap ms | errors | short replies | tok/s ratio vs {baseline} | \
              TTFT p50 ratio |"
         );
         let _ = writeln!(
             s,
-            "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+            "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
         for (r, c, m) in &fleet {
             let base = fleet.iter().find(|(b, bc, _)| {
@@ -336,7 +344,7 @@ pub fn markdown_tables(reports: &[BenchReport], baseline: &str) -> String {
             };
             let _ = writeln!(
                 s,
-                "| {} | {} | {}/{}/{} | {} | {:.1} | {:.0} | {:.0} | {} | {:.0} | {} | {} | {} |",
+                "| {} | {} | {}/{}/{} | {} | {:.1} | {:.0} | {:.0} | {} | {:.0} | {} | {} | {} | {} |",
                 r.model_name(),
                 c.agents,
                 c.context_tokens,
@@ -351,6 +359,7 @@ pub fn markdown_tables(reports: &[BenchReport], baseline: &str) -> String {
                     .unwrap_or_else(|| "-".into()),
                 m.worst_gap_ms,
                 m.errors.total,
+                m.short_replies,
                 tok_ratio,
                 ttft_ratio
             );
@@ -406,4 +415,80 @@ pub fn markdown_tables(reports: &[BenchReport], baseline: &str) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(agent: usize, tokens: u64, end_us: u64) -> RequestRecord {
+        RequestRecord {
+            agent,
+            turn: 0,
+            role: "agent".into(),
+            start_us: 0,
+            first_token_us: Some(100_000),
+            end_us,
+            chunk_us: (0..tokens).map(|i| 100_000 + i * 10_000).collect(),
+            max_tokens: tokens as u32,
+            completion_tokens: tokens,
+            prompt_tokens: Some(512),
+            usage_reported: true,
+            finish_reason: Some("length".into()),
+            error: None,
+            ttft_us: None,
+            max_gap_us: None,
+        }
+    }
+
+    fn fleet(engine: &str, end_us: u64) -> BenchReport {
+        let recs = vec![record(0, 64, end_us), record(1, 64, end_us)];
+        let config = FleetConfig {
+            agents: 2,
+            ..Default::default()
+        };
+        let summary = FleetSummary::from_records(&recs, 2, end_us);
+        let mut r = BenchReport::new(
+            ClientConfig::new("http://x"),
+            None,
+            Workload::Fleet { config, summary },
+            recs,
+        );
+        r.meta.insert("engine".into(), engine.into());
+        r.meta.insert("model".into(), "m".into());
+        r
+    }
+
+    #[test]
+    fn markdown_rows_are_well_formed_and_ratios_pair_up() {
+        let stall_recs = vec![record(0, 64, 800_000)];
+        let stall = BenchReport::new(
+            ClientConfig::new("http://x"),
+            None,
+            Workload::Stall {
+                config: StallConfig::default(),
+                summary: StallSummary::from_records(&stall_recs, 1, 800_000),
+            },
+            stall_recs,
+        );
+        let reports = [
+            fleet("inferd", 1_000_000),
+            fleet("llama.cpp", 2_000_000),
+            stall,
+        ];
+        let t = markdown_tables(&reports, "llama.cpp");
+        for table in t.split("\n\n") {
+            let cols: Vec<usize> = table.lines().map(|l| l.matches('|').count()).collect();
+            assert!(cols.len() >= 3, "{table}");
+            assert!(cols.iter().all(|&c| c == cols[0]), "{table}");
+        }
+        // inferd did 128 tokens in 1 s, llama.cpp in 2 s: ratio 2.00; baseline row first.
+        let rows: Vec<&str> = t.lines().filter(|l| l.starts_with("| m |")).collect();
+        assert!(rows[0].contains("llama.cpp"));
+        assert!(
+            rows[1].contains("inferd") && rows[1].contains("| 2.00 |"),
+            "{}",
+            rows[1]
+        );
+    }
 }

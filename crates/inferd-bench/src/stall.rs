@@ -126,7 +126,7 @@ impl StallSummary {
             long_prompt_tokens: long.and_then(|l| l.prompt_tokens),
             long_arrival_s: arrival as f64 / 1e6,
             long_first_token_s: long.and_then(|l| l.first_token_us).map(|t| t as f64 / 1e6),
-            long_ttft_ms: long.and_then(|l| l.ttft_us()).map(|t| t as f64 / 1000.0),
+            long_ttft_ms: long.and_then(|l| l.ttft()).map(|t| t as f64 / 1000.0),
             baseline_gap_p50_ms: baseline,
             worst_gap_during_prefill_ms: worst,
             agent_worst_gap_during_prefill_ms: per_agent,

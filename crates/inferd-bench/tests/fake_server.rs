@@ -208,6 +208,10 @@ async fn fleet_measures_scripted_latencies() {
     assert_eq!(s.generated_tokens, 4 * 2 * 20);
     assert_eq!(report.requests.len(), 8);
     assert!(report.requests.iter().all(|r| r.chunk_us.len() == 20));
+    assert!(report
+        .requests
+        .iter()
+        .all(|r| r.ttft_us.is_some() && r.ttft_us == r.ttft() && r.max_gap_us == r.max_gap()));
     // Calibrated contexts hit the target (the fake tokenizer is exactly linear in words).
     within(
         s.prompt_tokens_turn0.mean,

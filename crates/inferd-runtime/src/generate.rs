@@ -79,7 +79,13 @@ pub fn generate<B: Backend>(
     for (i, chunk) in prompt.chunks(cfg.prefill_chunk.max(1)).enumerate() {
         let mut b = ForwardBatch::default();
         let last = (i + 1) * cfg.prefill_chunk >= prompt.len();
-        b.push(chunk, i * cfg.prefill_chunk, prompt.len(), table.clone(), last);
+        b.push(
+            chunk,
+            i * cfg.prefill_chunk,
+            prompt.len(),
+            table.clone(),
+            last,
+        );
         logits = model.forward(&mut kv, &layout, &b)?;
     }
     out.prefill_time = t0.elapsed();
