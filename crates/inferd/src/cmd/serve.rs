@@ -192,8 +192,12 @@ fn write_state_file(addr: SocketAddr, model: &str) -> Result<()> {
         "addr": addr.to_string(),
         "model": model,
     });
-    std::fs::write(&path, format!("{line}\n"))
-        .with_context(|| format!("writing {}", std::path::Path::new(&path).display()))
+    // Written whole then renamed, so a reader never sees half a file.
+    let path = std::path::PathBuf::from(path);
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, format!("{line}\n"))
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 fn remove_state_file() {
