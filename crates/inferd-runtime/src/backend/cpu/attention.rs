@@ -1,9 +1,28 @@
 //! Causal grouped-query attention over the paged KV cache.
 //!
-//! Work is split into (token, kv-head) items; each item handles the `group`
-//! query heads that share one KV head, so every K/V row read from the cache
-//! serves all of them. Scores are computed block by block through the
-//! sequence's block table, then a softmax, then the weighted sum of V.
+//! Work is split into items of (chunk, kv head, tile of up to [`MAX_TILE`]
+//! consecutive query tokens of that chunk). An item handles, for every token
+//! of its tile, the `group` query heads that share its kv head: its rows are
+//! (token, query head) pairs. For each KV block of the sequence's block table
+//! it computes the scores of all its rows against that block while the block
+//! is in cache (each token only up to its causal limit pos + 1), then a softmax
+//! per row, then the weighted sums of V, again block by block for all rows. A
+//! prefill chunk thus reads each K/V block once per tile instead of once per
+//! token; a decode step is a tile of one token.
+//!
+//! Batch invariance (bit for bit): tiling only changes which rows are computed
+//! while a block is hot, never a row's own operation sequence, which is always
+//! `score[p] = dot(q, k[p]) * scale` for p = 0..=pos, the max, `exp(score - max)`
+//! summed in increasing p, a multiply by `1 / sum`, then `dst += w[p] · v[p]` for
+//! p in increasing order. A row's output is thus the same whatever its tile,
+//! its place in it, the chunking of the prompt, the batch or the thread count.
+//! The kernels keep it: [`simd::dot_rows`] interleaves 8 K rows' dots and
+//! [`simd::axpy_rows`] keeps an output row in registers across V rows, each
+//! bit-identical to [`simd::dot`] / [`simd::axpy`] one row at a time; `exp` is
+//! std's f32 `exp`; nothing is fused (no FMA contraction).
+//!
+//! Items run in a named `#[target_feature(enable = "avx2,fma")]` function (a
+//! closure given to [`simd::with_avx2`] was not inlined into it and ran as SSE).
 
 use rayon::prelude::*;
 
@@ -12,6 +31,11 @@ use super::simd;
 use super::tensor::CpuTensor;
 use super::CpuKv;
 use crate::backend::AttnConfig;
+
+/// Most query tokens per work item (the K/V reuse factor of a prefill).
+const MAX_TILE: usize = 32;
+/// Tiles shrink (down to one token) to give each thread at least this many items.
+const MIN_ITEMS_PER_THREAD: usize = 4;
 
 /// Writes this pass's K/V rows into their cache slots of `layer`.
 /// k, v: [n_tokens, n_kv_heads * head_dim]
@@ -28,6 +52,11 @@ pub fn store_kv(kv: &mut CpuKv, layer: usize, k: &CpuTensor, v: &CpuTensor, b: &
     }
 }
 
+/// Query tokens per tile for a pass of `n_tokens` over `n_kv_heads` on `threads` workers.
+fn tile_size(n_tokens: usize, n_kv_heads: usize, threads: usize) -> usize {
+    (n_tokens * n_kv_heads / (MIN_ITEMS_PER_THREAD * threads.max(1))).clamp(1, MAX_TILE)
+}
+
 /// q: [n_tokens, n_heads * head_dim] -> [n_tokens, n_heads * head_dim]
 pub fn attend(
     q: &CpuTensor,
@@ -37,93 +66,157 @@ pub fn attend(
     cfg: &AttnConfig,
 ) -> CpuTensor {
     let d = cfg.head_dim;
-    let group = cfg.n_heads / cfg.n_kv_heads;
+    let n_kv = cfg.n_kv_heads;
+    let group = cfg.n_heads / n_kv;
+    let tile = tile_size(q.rows, n_kv, rayon::current_num_threads());
     let mut out = CpuTensor::zeros(q.rows, q.cols);
     let (kc, vc) = (&kv.k[layer][..], &kv.v[layer][..]);
-    // One output chunk per (token, kv head): the `group` query heads of that kv head are adjacent.
-    out.data
-        .par_chunks_mut(group * d)
-        .enumerate()
+
+    // The output of one (token, kv head) is `group` adjacent query heads: [group, head_dim].
+    let mut cells: Vec<Option<&mut [f32]>> = out.data.chunks_mut(group * d).map(Some).collect(); // [n_tokens * n_kv_heads]
+                                                                                                 // Those cells reordered by (chunk, kv head, token), so that each tile's are adjacent.
+    let mut ordered: Vec<&mut [f32]> = Vec::with_capacity(cells.len()); // [n_tokens * n_kv_heads]
+    let mut tiles: Vec<(usize, usize, usize, usize)> = Vec::new(); // (chunk, kv head, first token, n tokens)
+    for (ci, s) in b.seqs.iter().enumerate() {
+        let end = s.token_start + s.n_tokens;
+        for h in 0..n_kv {
+            for t0 in (s.token_start..end).step_by(tile) {
+                let nt = tile.min(end - t0);
+                tiles.push((ci, h, t0, nt));
+                ordered.extend((t0..t0 + nt).map(|t| cells[t * n_kv + h].take().unwrap()));
+            }
+        }
+    }
+    let mut rest = &mut ordered[..];
+    let mut items = Vec::with_capacity(tiles.len()); // [n_tiles]
+    for &(ci, h, t0, nt) in &tiles {
+        let (dst, tail) = std::mem::take(&mut rest).split_at_mut(nt); // [nt] of [group, head_dim]
+        rest = tail;
+        let item = Item {
+            kv,
+            kc,
+            vc,
+            q,
+            positions: &b.positions[t0..t0 + nt],
+            block_table: &b.seqs[ci].block_table,
+            head: h,
+            t0,
+            group,
+            d,
+            scale: cfg.scale,
+        };
+        items.push((item, dst));
+    }
+    items
+        .into_par_iter()
         .for_each_init(Vec::new, |scores: &mut Vec<f32>, (item, dst)| {
-            let t = item / cfg.n_kv_heads;
-            let h = item % cfg.n_kv_heads;
-            let seq = &b.seqs[b.seq_of_token[t] as usize];
-            let ctx = b.positions[t] as usize + 1; // causal: positions 0..=pos
-            let qs = &q.row(t)[h * group * d..(h + 1) * group * d]; // [group, head_dim]
-            let item = Item {
-                kv,
-                kc,
-                vc,
-                block_table: &seq.block_table,
-                head: h,
-                ctx,
-                group,
-                d,
-                scale: cfg.scale,
-            };
-            simd::with_avx2(|| item.run(qs, scores, dst));
+            item.run(scores, dst);
         });
     out
 }
 
+/// One tile: `positions.len()` consecutive query tokens of a chunk × one kv head.
 struct Item<'a> {
     kv: &'a CpuKv,
     kc: &'a [f32],
     vc: &'a [f32],
+    /// [n_tokens, n_heads * head_dim]
+    q: &'a CpuTensor,
+    /// Position of each tile token in its sequence.  // [nt]
+    positions: &'a [u32],
     block_table: &'a [u32],
     head: usize,
-    ctx: usize,
+    /// Batch row of the tile's first token.
+    t0: usize,
     group: usize,
     d: usize,
     scale: f32,
 }
 
 impl Item<'_> {
-    /// qs: [group, d], scores: scratch, dst: [group, d]
+    /// scores: scratch, dst: [nt] of [group, d]
+    fn run(&self, scores: &mut Vec<f32>, dst: &mut [&mut [f32]]) {
+        #[cfg(target_arch = "x86_64")]
+        if simd::has_avx2() {
+            // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
+            return unsafe { self.run_avx2(scores, dst) };
+        }
+        self.body(scores, dst)
+    }
+
+    /// [`Self::body`] compiled with AVX2 (a named `target_feature` function: a closure
+    /// passed to [`simd::with_avx2`] is not reliably inlined into it, so would stay SSE).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn run_avx2(&self, scores: &mut Vec<f32>, dst: &mut [&mut [f32]]) {
+        self.body(scores, dst)
+    }
+
+    /// scores: scratch, dst: [nt] of [group, d]
     #[inline(always)]
-    fn run(&self, qs: &[f32], scores: &mut Vec<f32>, dst: &mut [f32]) {
-        let (ctx, d, g) = (self.ctx, self.d, self.group);
+    fn body(&self, scores: &mut Vec<f32>, dst: &mut [&mut [f32]]) {
+        let (d, g, h) = (self.d, self.group, self.head);
         let bs = self.kv.layout.block_size;
+        let nt = dst.len();
+        let ctx = |i: usize| self.positions[i] as usize + 1; // causal: positions 0..=pos
+        let cmax = (0..nt).map(ctx).max().unwrap_or(0);
+        let qs = |i: usize| &self.q.row(self.t0 + i)[h * g * d..(h + 1) * g * d]; // [group, d]
         scores.clear();
-        scores.resize(g * ctx, 0.0); // [group, ctx]
-                                     // 1. scores = q·k * scale
-        for (bi, &block) in self.block_table.iter().enumerate().take(ctx.div_ceil(bs)) {
-            let base = self.kv.layout.offset(block as usize, self.head, 0);
-            let n = bs.min(ctx - bi * bs);
-            for s in 0..n {
-                let krow = &self.kc[base + s * d..base + (s + 1) * d];
+        scores.resize(nt * g * cmax, 0.0); // [nt, group, cmax]; row (i, j) uses [..ctx(i)]
+        let blocks = self.block_table.iter().enumerate().take(cmax.div_ceil(bs));
+
+        // 1. scores = q·k * scale, every row against each block while it is hot
+        for (bi, &block) in blocks.clone() {
+            let base = self.kv.layout.offset(block as usize, h, 0);
+            let kb = &self.kc[base..base + bs * d]; // [block_size, d]
+            let p0 = bi * bs;
+            for i in 0..nt {
+                let n = bs.min(ctx(i).saturating_sub(p0)); // this block's rows in i's window
+                let q = qs(i);
                 for j in 0..g {
-                    scores[j * ctx + bi * bs + s] =
-                        simd::dot(&qs[j * d..(j + 1) * d], krow) * self.scale;
+                    let qj = &q[j * d..(j + 1) * d];
+                    let row = &mut scores[(i * g + j) * cmax + p0..][..n];
+                    let mut s = 0;
+                    while s + 8 <= n {
+                        let k = &kb[s * d..(s + 8) * d]; // [8, d]
+                        for (x, dot) in row[s..s + 8].iter_mut().zip(simd::dot_rows::<8>(qj, k)) {
+                            *x = dot * self.scale;
+                        }
+                        s += 8;
+                    }
+                    for (s, x) in row.iter_mut().enumerate().skip(s) {
+                        *x = simd::dot(qj, &kb[s * d..(s + 1) * d]) * self.scale;
+                    }
                 }
             }
         }
-        // 2. softmax per query head
-        for j in 0..g {
-            let row = &mut scores[j * ctx..(j + 1) * ctx];
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0.0;
-            for x in row.iter_mut() {
-                *x = (*x - max).exp();
-                sum += *x;
-            }
-            let inv = 1.0 / sum;
-            for x in row.iter_mut() {
-                *x *= inv;
+        // 2. softmax per row
+        for i in 0..nt {
+            for j in 0..g {
+                let row = &mut scores[(i * g + j) * cmax..][..ctx(i)];
+                let max = simd::max(row);
+                let mut sum = 0.0;
+                for x in row.iter_mut() {
+                    *x = (*x - max).exp();
+                    sum += *x;
+                }
+                let inv = 1.0 / sum;
+                for x in row.iter_mut() {
+                    *x *= inv;
+                }
             }
         }
-        // 3. out = Σ p · v
-        for (bi, &block) in self.block_table.iter().enumerate().take(ctx.div_ceil(bs)) {
-            let base = self.kv.layout.offset(block as usize, self.head, 0);
-            let n = bs.min(ctx - bi * bs);
-            for s in 0..n {
-                let vrow = &self.vc[base + s * d..base + (s + 1) * d];
+        // 3. out = Σ p · v, every row against each block while it is hot
+        for (bi, &block) in blocks {
+            let base = self.kv.layout.offset(block as usize, h, 0);
+            let vb = &self.vc[base..base + bs * d]; // [block_size, d]
+            let p0 = bi * bs;
+            for (i, out) in dst.iter_mut().enumerate() {
+                let n = bs.min(ctx(i).saturating_sub(p0));
                 for j in 0..g {
-                    simd::axpy(
-                        &mut dst[j * d..(j + 1) * d],
-                        scores[j * ctx + bi * bs + s],
-                        vrow,
-                    );
+                    let w = &scores[(i * g + j) * cmax + p0..][..n];
+                    let o = &mut out[j * d..(j + 1) * d];
+                    simd::axpy_rows(o, w, vb); // = axpy(o, w[s], v[s]) for s in order
                 }
             }
         }
