@@ -13,7 +13,7 @@
 # Prints markdown tables (`inferd bench table`) and leaves every run's JSON report and server
 # log in $OUT (default target/bench/serving-<time>, git-ignored).
 #
-# llama-server flags: -t/-tb THREADS; -np N (one slot per agent) and -c N*(CONTEXT +
+# llama-server flags: -t/-tb THREADS; -np N (one slot per agent) and -c N*max(640, CONTEXT +
 # TURNS*(REPLY+64)) (with -np given, the KV cache is split evenly between slots, so each agent
 # owns its context, its replies and some slack); --cache-ram 0 (turns off the host-memory
 # prompt cache that can hand one request's cached prompt to another; agents' contexts are
@@ -154,7 +154,10 @@ for model in $MODELS; do
   for n in $AGENTS; do
     engines_in_turn
     for engine in "${TURN_ENGINES[@]}"; do
-      run_one "$engine" "$model" "$path" "$n" $((CONTEXT + TURNS * (REPLY + 64))) \
+      # Each slot also fits the client's ~500-token calibration probe.
+      slot_ctx=$((CONTEXT + TURNS * (REPLY + 64)))
+      ((slot_ctx < 640)) && slot_ctx=640
+      run_one "$engine" "$model" "$path" "$n" "$slot_ctx" \
         "fleet-n$n" -- fleet --agents "$n" --context "$CONTEXT" --turns "$TURNS" --reply "$REPLY"
     done
   done
