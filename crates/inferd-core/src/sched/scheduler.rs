@@ -13,6 +13,10 @@ pub struct SchedulerConfig {
     /// Prefill tokens per step while sequences are decoding (at most `max_prefill_tokens`):
     /// smaller, so a long prompt arriving adds little to the running agents' inter-token time.
     pub max_prefill_tokens_decoding: usize,
+    /// While sequences are decoding, a prefill slice of `n` tokens starting at position `p`
+    /// is kept to `n · (p + n) <=` this (at least 16 tokens): attention makes late slices of a
+    /// long prompt cost more per token, so they are made shorter.
+    pub max_prefill_area_decoding: usize,
     /// Sequences running at once.
     pub max_running: usize,
     /// Waiting requests considered for admission each step.
@@ -27,6 +31,7 @@ impl Default for SchedulerConfig {
             max_batch_tokens: 512,
             max_prefill_tokens: 256,
             max_prefill_tokens_decoding: 128,
+            max_prefill_area_decoding: 128 * 1024,
             max_running: 64,
             lookahead: 8,
             aging_per_step: 0.01,
@@ -248,8 +253,11 @@ impl Scheduler {
             if left <= 1 {
                 continue; // one token left: a decode, handled above
             }
-            let n = left.min(prefill_budget);
             let start = s.num_computed;
+            let mut n = left.min(prefill_budget);
+            if decoding {
+                n = area_capped(n, start, self.cfg.max_prefill_area_decoding);
+            }
             if self.grow(id, start + n, kv, &mut out) {
                 prefill_budget -= n;
                 let table = kv.table(id).unwrap_or_default().to_vec();
@@ -296,6 +304,16 @@ impl Scheduler {
         }
         out
     }
+}
+
+/// The largest `m <= n` with `m · (start + m) <= area`, but at least `min(n, 16)`.
+fn area_capped(n: usize, start: usize, area: usize) -> usize {
+    let floor = n.min(16);
+    let mut m = n;
+    while m > floor && m.saturating_mul(start + m) > area {
+        m -= 1;
+    }
+    m
 }
 
 #[cfg(test)]

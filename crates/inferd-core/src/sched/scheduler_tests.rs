@@ -225,3 +225,52 @@ fn prefill_slices_are_smaller_while_others_decode() {
     let sizes: Vec<(u64, usize)> = out.chunks.iter().map(|c| (c.seq, c.n_tokens)).collect();
     assert_eq!(sizes, vec![(1, 1), (2, 16)]);
 }
+
+#[test]
+fn late_slices_of_a_long_prompt_are_shorter_while_others_decode() {
+    assert_eq!(area_capped(128, 0, 128 * 1024), 128);
+    assert_eq!(area_capped(128, 896, 128 * 1024), 128);
+    let m = area_capped(128, 2000, 128 * 1024);
+    assert!(
+        m * (2000 + m) <= 128 * 1024 && (m + 1) * (2001 + m) > 128 * 1024,
+        "{m}"
+    );
+    assert_eq!(
+        area_capped(128, 100_000, 128 * 1024),
+        16,
+        "never below 16 tokens"
+    );
+    assert_eq!(area_capped(5, 100_000, 1), 5);
+
+    let cfg = SchedulerConfig {
+        max_prefill_tokens: 2048,
+        max_prefill_tokens_decoding: 128,
+        max_prefill_area_decoding: 128 * 1024,
+        ..Default::default()
+    };
+    let mut kv = KvManager::new(512, 16);
+    let mut s = Scheduler::new(cfg);
+    s.add(Request {
+        id: 1,
+        prompt_len: 8,
+        priority: 0,
+    });
+    let out = s.schedule(&mut kv);
+    s.commit(&out);
+    s.add(Request {
+        id: 2,
+        prompt_len: 3000,
+        priority: 0,
+    });
+    let mut sizes = Vec::new();
+    for _ in 0..40 {
+        let out = s.schedule(&mut kv);
+        s.commit(&out);
+        if let Some(c) = out.chunks.iter().find(|c| c.seq == 2) {
+            sizes.push((c.start_pos, c.n_tokens));
+        }
+    }
+    assert_eq!(sizes[0], (0, 128));
+    let late = sizes.iter().find(|(p, _)| *p > 2000).unwrap();
+    assert!(late.1 < 64, "{sizes:?}");
+}
