@@ -221,6 +221,7 @@ impl Client {
             max_tokens,
             completion_tokens: 0,
             prompt_tokens: None,
+            cached_tokens: None,
             usage_reported: false,
             finish_reason: None,
             error: None,
@@ -319,6 +320,9 @@ impl Client {
                         rec.usage_reported = true;
                     }
                     rec.prompt_tokens = u["prompt_tokens"].as_u64().or(rec.prompt_tokens);
+                    rec.cached_tokens = u["prompt_tokens_details"]["cached_tokens"]
+                        .as_u64()
+                        .or(rec.cached_tokens);
                 }
                 let Some(choice) = v["choices"].get(0) else {
                     continue;

@@ -1,7 +1,9 @@
 //! Benchmark client for OpenAI-compatible servers (inferd, llama.cpp's `llama-server`, ...).
 //!
-//! Workloads model fleets of agents: [`fleet`] (N agents with private contexts, T turns each)
-//! and [`stall`] (decoding agents disturbed by one long prompt). Every streamed chunk is timed
+//! Workloads model fleets of agents: [`fleet`] (N agents with private contexts, T turns each),
+//! [`stall`] (decoding agents disturbed by one long prompt), [`arrivals`] (agents arriving at
+//! Poisson-distributed times) and [`multi_turn`] (one conversation growing turn by turn, with
+//! the server's prefix-cache hits). [`compare`] sets two reports side by side. Every streamed chunk is timed
 //! on one run clock ([`record`]); a run yields a [`report::BenchReport`] holding its config,
 //! summary and every request's timings, written as JSON and rendered as a table.
 //!
@@ -9,17 +11,23 @@
 //! [`client::Client::stream`], summarise the records, and add a [`report::Workload`] variant.
 
 pub mod agent;
+pub mod arrivals;
 pub mod calibrate;
 pub mod client;
+pub mod compare;
 pub mod corpus;
 pub mod fleet;
+pub mod multi_turn;
 pub mod record;
 pub mod report;
 pub mod sse;
 pub mod stall;
 
+pub use arrivals::{run_arrivals, ArrivalsConfig, ArrivalsSummary};
 pub use client::{Client, ClientConfig};
+pub use compare::compare_table;
 pub use fleet::{run_fleet, FleetConfig, FleetSummary};
+pub use multi_turn::{run_multi_turn, MultiTurnConfig, MultiTurnSummary, TurnSummary};
 pub use record::{Dist, ErrorKind, RequestRecord};
 pub use report::{markdown_tables, BenchReport, Workload};
 pub use stall::{run_stall, StallConfig, StallSummary};

@@ -80,6 +80,10 @@ pub struct RequestRecord {
     pub completion_tokens: u64,
     /// `usage.prompt_tokens`, when sent.
     pub prompt_tokens: Option<u64>,
+    /// `usage.prompt_tokens_details.cached_tokens` (prompt tokens served from the server's
+    /// prefix cache), when sent.
+    #[serde(default)]
+    pub cached_tokens: Option<u64>,
     /// Whether the server reported usage.
     pub usage_reported: bool,
     pub finish_reason: Option<String>,

@@ -1,8 +1,10 @@
 //! The JSON report of a run (config, summary, every request) and its text rendering.
 
+use crate::arrivals::{ArrivalsConfig, ArrivalsSummary};
 use crate::calibrate::Calibration;
 use crate::client::ClientConfig;
 use crate::fleet::{FleetConfig, FleetSummary};
+use crate::multi_turn::{MultiTurnConfig, MultiTurnSummary};
 use crate::record::{Dist, ErrorCounts, RequestRecord};
 use crate::stall::{StallConfig, StallSummary};
 use anyhow::{Context, Result};
@@ -24,6 +26,14 @@ pub enum Workload {
     Stall {
         config: StallConfig,
         summary: StallSummary,
+    },
+    Arrivals {
+        config: ArrivalsConfig,
+        summary: ArrivalsSummary,
+    },
+    MultiTurn {
+        config: MultiTurnConfig,
+        summary: MultiTurnSummary,
     },
 }
 
@@ -74,6 +84,8 @@ impl BenchReport {
         match &self.workload {
             Workload::Fleet { summary, .. } => &summary.errors,
             Workload::Stall { summary, .. } => &summary.errors,
+            Workload::Arrivals { summary, .. } => &summary.errors,
+            Workload::MultiTurn { summary, .. } => &summary.errors,
         }
     }
 
@@ -107,13 +119,19 @@ impl BenchReport {
         match &self.workload {
             Workload::Fleet { config, summary } => fleet_table(&mut s, config, summary),
             Workload::Stall { config, summary } => stall_table(&mut s, config, summary),
+            Workload::Arrivals { config, summary } => {
+                crate::arrivals::table(&mut s, config, summary)
+            }
+            Workload::MultiTurn { config, summary } => {
+                crate::multi_turn::table(&mut s, config, summary)
+            }
         }
         errors_table(&mut s, self.errors());
         s
     }
 }
 
-fn dist_row(s: &mut String, name: &str, d: &Dist, unit: &str) {
+pub(crate) fn dist_row(s: &mut String, name: &str, d: &Dist, unit: &str) {
     if d.n == 0 {
         let _ = writeln!(s, "  {name:<26} (none)");
         return;
@@ -433,6 +451,7 @@ mod tests {
             max_tokens: tokens as u32,
             completion_tokens: tokens,
             prompt_tokens: Some(512),
+            cached_tokens: None,
             usage_reported: true,
             finish_reason: Some("length".into()),
             error: None,

@@ -9,8 +9,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use indicatif::ProgressBar;
+use inferd_bench::arrivals::arrival_schedule;
 use inferd_bench::{
-    run_fleet, run_stall, BenchReport, Client, ClientConfig, FleetConfig, StallConfig, Workload,
+    run_arrivals, run_fleet, run_multi_turn, run_stall, ArrivalsConfig, BenchReport, Client,
+    ClientConfig, FleetConfig, MultiTurnConfig, StallConfig, Workload,
 };
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -32,6 +34,9 @@ struct Script {
     prefill: Duration,
     /// End streams without `data: [DONE]`.
     no_done: bool,
+    /// `usage.prompt_tokens_details.cached_tokens` of the n-th (1-based) generation request:
+    /// entry n-1 (no details when there is none).
+    cached: Vec<u64>,
 }
 
 #[derive(Default)]
@@ -82,8 +87,10 @@ async fn completions(State(s): State<Arc<Shared>>, Json(body): Json<Value>) -> R
     let max_tokens = body["max_tokens"].as_u64().unwrap_or(16);
     let prompt = prompt_tokens(&body);
     let sc = s.script.clone();
+    let mut cached = None;
     let (ttft, gap) = if max_tokens > 1 {
         let n = s.generations.fetch_add(1, Ordering::SeqCst) + 1;
+        cached = sc.cached.get(n - 1).copied();
         if sc.fail_nth == Some(n) {
             return (StatusCode::INTERNAL_SERVER_ERROR, "scripted failure").into_response();
         }
@@ -121,9 +128,12 @@ async fn completions(State(s): State<Arc<Shared>>, Json(body): Json<Value>) -> R
                 let data = chunk(chat, &format!(" w{i}"), finish);
                 Some((Ok::<_, std::io::Error>(data), (i + 1, at + gap)))
             } else if i == max_tokens {
-                let usage = json!({"choices": [], "usage": {
+                let mut usage = json!({"choices": [], "usage": {
                     "prompt_tokens": prompt, "completion_tokens": max_tokens,
                     "total_tokens": prompt + max_tokens}});
+                if let Some(c) = cached {
+                    usage["usage"]["prompt_tokens_details"] = json!({"cached_tokens": c});
+                }
                 Some((Ok(format!("data: {usage}\n\n")), (i + 1, due)))
             } else if i == max_tokens + 1 && !sc.no_done {
                 Some((Ok("data: [DONE]\n\n".to_string()), (i + 1, due)))
@@ -437,6 +447,108 @@ async fn stall_measures_the_prefill_stall() {
         .agent_worst_gap_during_prefill_ms
         .iter()
         .all(|g| g.is_some()));
+    let back = BenchReport::from_json(&report.to_json().unwrap()).unwrap();
+    assert_eq!(back, report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arrivals_follow_the_seeded_schedule() {
+    let _g = SERIAL.lock().await;
+    let (url, _) = start(Script {
+        ttft: Duration::from_millis(50),
+        gap: Duration::from_millis(5),
+        ..Default::default()
+    })
+    .await;
+    let c = client(&url).await;
+    let cfg = ArrivalsConfig {
+        agents: 8,
+        rate_per_s: 20.0,
+        context_tokens: 64,
+        reply_tokens: 10,
+        token_prompts: false,
+        seed: 9,
+    };
+    let report = run_arrivals(&c, &cfg, &ProgressBar::hidden())
+        .await
+        .unwrap();
+    println!("{}", report.table());
+    let Workload::Arrivals { summary: s, .. } = &report.workload else {
+        panic!("not an arrivals report")
+    };
+    let schedule = arrival_schedule(9, 8, 20.0);
+    assert_eq!(s.scheduled_s, schedule);
+    assert!(
+        schedule[7] > 0.05,
+        "a schedule of real spread: {schedule:?}"
+    );
+    assert_eq!(s.errors.total, 0);
+    assert_eq!(s.requests, 8);
+    assert_eq!(s.generated_tokens, 80);
+    // Each agent was sent at its scheduled offset (a few ms of scheduling noise).
+    for r in &report.requests {
+        let at_ms = schedule[r.agent] * 1000.0;
+        let sent_ms = r.start_us as f64 / 1000.0;
+        assert!(sent_ms >= at_ms - 1.0, "agent {} sent early", r.agent);
+        within(sent_ms, at_ms, 15.0, "arrival offset");
+    }
+    assert!(s.send_lag_ms.max < 15.0);
+    // Every agent sees the scripted 50 ms TTFT; the last finishes 50 + 9*5 ms after arriving.
+    assert_eq!(s.ttft_ms.n, 8);
+    assert!(s.ttft_ms.min >= 49.0, "TTFT below the script");
+    within(s.ttft_ms.p50, 50.0, 20.0, "TTFT p50");
+    within(s.all_done_s, schedule[7] + 0.095, 0.04, "all done");
+    let back = BenchReport::from_json(&report.to_json().unwrap()).unwrap();
+    assert_eq!(back, report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_turn_reports_cached_fraction_per_turn() {
+    let _g = SERIAL.lock().await;
+    // Turn 0: nothing cached; turns 1 and 2: scripted hits; turn 3: no details at all.
+    // (TTFTs under ~40 ms would meet the fake server's Nagle + delayed-ACK stall.)
+    let (url, _) = start(Script {
+        ttft: Duration::from_millis(50),
+        gap: Duration::from_millis(2),
+        cached: vec![0, 150, 240],
+        ..Default::default()
+    })
+    .await;
+    let c = client(&url).await;
+    let cfg = MultiTurnConfig {
+        turns: 4,
+        context_tokens: 200,
+        reply_tokens: 8,
+        token_prompts: true,
+        seed: 2,
+    };
+    let report = run_multi_turn(&c, &cfg, &ProgressBar::hidden())
+        .await
+        .unwrap();
+    println!("{}", report.table());
+    let Workload::MultiTurn { summary: s, .. } = &report.workload else {
+        panic!("not a multi-turn report")
+    };
+    assert_eq!(s.errors.total, 0);
+    assert_eq!(s.turns.len(), 4);
+    // Token prompts grow by 8 reply stand-ins + 16 follow-up ids per turn.
+    let prompts: Vec<Option<u64>> = s.turns.iter().map(|t| t.prompt_tokens).collect();
+    assert_eq!(prompts, [Some(200), Some(224), Some(248), Some(272)]);
+    let cached: Vec<Option<u64>> = s.turns.iter().map(|t| t.cached_tokens).collect();
+    assert_eq!(cached, [Some(0), Some(150), Some(240), None]);
+    let frac: Vec<f64> = s.turns.iter().map(|t| t.cached_fraction).collect();
+    assert_eq!(frac, [0.0, 150.0 / 224.0, 240.0 / 248.0, 0.0]);
+    for t in &s.turns {
+        assert!(t.ok);
+        let ttft = t.ttft_ms.unwrap();
+        assert!(ttft >= 49.0, "turn {} TTFT {ttft} below the script", t.turn);
+        within(ttft, 50.0, 20.0, "TTFT per turn");
+    }
+    // Turns run back to back.
+    for w in report.requests.windows(2) {
+        assert!(w[1].start_us >= w[0].end_us);
+    }
+    assert!(report.table().contains("67.0%"));
     let back = BenchReport::from_json(&report.to_json().unwrap()).unwrap();
     assert_eq!(back, report);
 }

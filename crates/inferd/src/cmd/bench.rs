@@ -3,9 +3,10 @@
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use inferd_bench::{
-    markdown_tables, run_fleet, run_stall, BenchReport, Client, ClientConfig, FleetConfig,
-    StallConfig,
+    compare_table, markdown_tables, run_arrivals, run_fleet, run_multi_turn, run_stall,
+    ArrivalsConfig, BenchReport, Client, ClientConfig, FleetConfig, MultiTurnConfig, StallConfig,
 };
+use std::path::Path;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -26,6 +27,55 @@ enum Workload {
     /// Markdown comparison tables from JSON reports (rows of one model and workload shape are
     /// compared with the baseline engine's row).
     Table(TableArgs),
+    /// Agents arriving at Poisson-distributed times (seeded), one request each; reports TTFT
+    /// under the load of earlier arrivals and when all are done.
+    Arrivals(ArrivalsArgs),
+    /// One conversation growing turn by turn; reports TTFT and the prefix-cache hit
+    /// (usage.prompt_tokens_details.cached_tokens / prompt_tokens) of every turn.
+    MultiTurn(MultiTurnArgs),
+    /// Two JSON reports side by side (tok/s, TTFT, worst gap, errors) with B/A ratios.
+    Compare(CompareArgs),
+}
+
+#[derive(clap::Args)]
+struct CompareArgs {
+    /// The reference report (the ratios divide by it).
+    a: PathBuf,
+    /// The report compared with it.
+    b: PathBuf,
+}
+
+#[derive(clap::Args)]
+struct ArrivalsArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Agents (requests) in all.
+    #[arg(long, short = 'n', default_value_t = 16)]
+    agents: usize,
+    /// Mean arrivals per second (exponential gaps, seeded by --seed).
+    #[arg(long, default_value_t = 2.0)]
+    rate: f64,
+    /// Each agent's prompt, in tokens.
+    #[arg(long, short = 'c', default_value_t = 512)]
+    context: usize,
+    /// Tokens per reply (max_tokens).
+    #[arg(long, short = 'r', default_value_t = 64)]
+    reply: u32,
+}
+
+#[derive(clap::Args)]
+struct MultiTurnArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Turns of the conversation.
+    #[arg(long, short = 't', default_value_t = 8)]
+    turns: usize,
+    /// The turn-0 prompt, in tokens.
+    #[arg(long, short = 'c', default_value_t = 2048)]
+    context: usize,
+    /// Tokens per reply (max_tokens).
+    #[arg(long, short = 'r', default_value_t = 64)]
+    reply: u32,
 }
 
 #[derive(clap::Args)]
@@ -154,17 +204,45 @@ pub fn run(a: Args) -> Result<()> {
                 let report = run_stall(&client, &cfg, &pb).await;
                 finish(&s.common, pb, report)
             }
+            Workload::Arrivals(x) => {
+                let cfg = ArrivalsConfig {
+                    agents: x.agents,
+                    rate_per_s: x.rate,
+                    context_tokens: x.context,
+                    reply_tokens: x.reply,
+                    token_prompts: x.common.token_prompts,
+                    seed: x.common.seed,
+                };
+                let (client, pb) = connect(&x.common).await?;
+                let report = run_arrivals(&client, &cfg, &pb).await;
+                finish(&x.common, pb, report)
+            }
+            Workload::MultiTurn(m) => {
+                let cfg = MultiTurnConfig {
+                    turns: m.turns,
+                    context_tokens: m.context,
+                    reply_tokens: m.reply,
+                    token_prompts: m.common.token_prompts,
+                    seed: m.common.seed,
+                };
+                let (client, pb) = connect(&m.common).await?;
+                let report = run_multi_turn(&client, &cfg, &pb).await;
+                finish(&m.common, pb, report)
+            }
             Workload::Table(t) => {
-                let mut reports = Vec::new();
-                for f in &t.files {
-                    let text = std::fs::read_to_string(f)
-                        .with_context(|| format!("reading {}", f.display()))?;
-                    reports.push(
-                        BenchReport::from_json(&text)
-                            .with_context(|| format!("parsing {}", f.display()))?,
-                    );
-                }
+                let reports = t
+                    .files
+                    .iter()
+                    .map(|f| read_report(f))
+                    .collect::<Result<Vec<_>>>()?;
                 print!("{}", markdown_tables(&reports, &t.baseline));
+                Ok(())
+            }
+            Workload::Compare(c) => {
+                print!(
+                    "{}",
+                    compare_table(&read_report(&c.a)?, &read_report(&c.b)?)
+                );
                 Ok(())
             }
         }
@@ -226,6 +304,11 @@ fn finish(c: &Common, pb: ProgressBar, report: Result<BenchReport>) -> Result<()
         bail!("{e} of {} requests failed", report.requests.len());
     }
     Ok(())
+}
+
+fn read_report(f: &Path) -> Result<BenchReport> {
+    let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+    BenchReport::from_json(&text).with_context(|| format!("parsing {}", f.display()))
 }
 
 fn parse_meta(s: &str) -> Result<(String, String), String> {
