@@ -9,7 +9,8 @@ use std::fmt::Write as _;
 pub struct Headline {
     pub tok_per_s: f64,
     /// The workload's main TTFT sample (fleet: turn 0 per agent; stall: the long prompt;
-    /// arrivals: every agent; multi-turn: every turn), ms.
+    /// arrivals: every agent; multi-turn: every turn; forked: every agent; resume: the
+    /// agents' return), ms.
     pub ttft_ms: Dist,
     /// Worst inter-token gap (stall: during the long prompt's prefill), ms.
     pub worst_gap_ms: Option<f64>,
@@ -44,6 +45,18 @@ impl Headline {
                 worst_gap_ms: (m.gap_ms.n > 0).then_some(m.gap_ms.max),
                 errors,
             },
+            Workload::Forked { summary: m, .. } => Headline {
+                tok_per_s: m.tok_per_s,
+                ttft_ms: m.ttft_ms.clone(),
+                worst_gap_ms: (m.gap_ms.n > 0).then_some(m.gap_ms.max),
+                errors,
+            },
+            Workload::Resume { summary: m, .. } => Headline {
+                tok_per_s: m.tok_per_s,
+                ttft_ms: m.ttft_return_ms.clone(),
+                worst_gap_ms: (m.gap_ms.n > 0).then_some(m.gap_ms.max),
+                errors,
+            },
         }
     }
 }
@@ -74,6 +87,8 @@ pub fn compare_table(a: &BenchReport, b: &BenchReport) -> String {
         Workload::Stall { .. } => "stall",
         Workload::Arrivals { .. } => "arrivals",
         Workload::MultiTurn { .. } => "multi-turn",
+        Workload::Forked { .. } => "forked",
+        Workload::Resume { .. } => "resume",
     };
     let _ = writeln!(
         s,

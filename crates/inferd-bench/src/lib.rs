@@ -3,7 +3,8 @@
 //! Workloads model fleets of agents: [`fleet`] (N agents with private contexts, T turns each),
 //! [`stall`] (decoding agents disturbed by one long prompt), [`arrivals`] (agents arriving at
 //! Poisson-distributed times) and [`multi_turn`] (one conversation growing turn by turn, with
-//! the server's prefix-cache hits). [`compare`] sets two reports side by side. Every streamed chunk is timed
+//! the server's prefix-cache hits), [`forked`] (N agents forked off one shared brief) and
+//! [`resume`] (agents returning after unrelated traffic has filled the cache). [`compare`] sets two reports side by side. Every streamed chunk is timed
 //! on one run clock ([`record`]); a run yields a [`report::BenchReport`] holding its config,
 //! summary and every request's timings, written as JSON and rendered as a table.
 //!
@@ -17,9 +18,11 @@ pub mod client;
 pub mod compare;
 pub mod corpus;
 pub mod fleet;
+pub mod forked;
 pub mod multi_turn;
 pub mod record;
 pub mod report;
+pub mod resume;
 pub mod sse;
 pub mod stall;
 
@@ -27,9 +30,11 @@ pub use arrivals::{run_arrivals, ArrivalsConfig, ArrivalsSummary};
 pub use client::{Client, ClientConfig};
 pub use compare::compare_table;
 pub use fleet::{run_fleet, FleetConfig, FleetSummary};
+pub use forked::{run_forked, AgentCache, ForkedConfig, ForkedSummary};
 pub use multi_turn::{run_multi_turn, MultiTurnConfig, MultiTurnSummary, TurnSummary};
 pub use record::{Dist, ErrorKind, RequestRecord};
 pub use report::{markdown_tables, BenchReport, Workload};
+pub use resume::{run_resume, ResumeConfig, ResumeSummary};
 pub use stall::{run_stall, StallConfig, StallSummary};
 
 /// Runs a future on a single-threaded runtime (the client does little work per chunk, and

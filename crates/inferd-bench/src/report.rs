@@ -4,8 +4,10 @@ use crate::arrivals::{ArrivalsConfig, ArrivalsSummary};
 use crate::calibrate::Calibration;
 use crate::client::ClientConfig;
 use crate::fleet::{FleetConfig, FleetSummary};
+use crate::forked::{ForkedConfig, ForkedSummary};
 use crate::multi_turn::{MultiTurnConfig, MultiTurnSummary};
 use crate::record::{Dist, ErrorCounts, RequestRecord};
+use crate::resume::{ResumeConfig, ResumeSummary};
 use crate::stall::{StallConfig, StallSummary};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -34,6 +36,14 @@ pub enum Workload {
     MultiTurn {
         config: MultiTurnConfig,
         summary: MultiTurnSummary,
+    },
+    Forked {
+        config: ForkedConfig,
+        summary: ForkedSummary,
+    },
+    Resume {
+        config: ResumeConfig,
+        summary: ResumeSummary,
     },
 }
 
@@ -86,6 +96,8 @@ impl BenchReport {
             Workload::Stall { summary, .. } => &summary.errors,
             Workload::Arrivals { summary, .. } => &summary.errors,
             Workload::MultiTurn { summary, .. } => &summary.errors,
+            Workload::Forked { summary, .. } => &summary.errors,
+            Workload::Resume { summary, .. } => &summary.errors,
         }
     }
 
@@ -125,6 +137,8 @@ impl BenchReport {
             Workload::MultiTurn { config, summary } => {
                 crate::multi_turn::table(&mut s, config, summary)
             }
+            Workload::Forked { config, summary } => crate::forked::table(&mut s, config, summary),
+            Workload::Resume { config, summary } => crate::resume::table(&mut s, config, summary),
         }
         errors_table(&mut s, self.errors());
         s

@@ -11,8 +11,9 @@ use axum::{Json, Router};
 use indicatif::ProgressBar;
 use inferd_bench::arrivals::arrival_schedule;
 use inferd_bench::{
-    run_arrivals, run_fleet, run_multi_turn, run_stall, ArrivalsConfig, BenchReport, Client,
-    ClientConfig, FleetConfig, MultiTurnConfig, StallConfig, Workload,
+    run_arrivals, run_fleet, run_forked, run_multi_turn, run_resume, run_stall, ArrivalsConfig,
+    BenchReport, Client, ClientConfig, FleetConfig, ForkedConfig, MultiTurnConfig, ResumeConfig,
+    StallConfig, Workload,
 };
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -549,6 +550,241 @@ async fn multi_turn_reports_cached_fraction_per_turn() {
         assert!(w[1].start_us >= w[0].end_us);
     }
     assert!(report.table().contains("67.0%"));
+    let back = BenchReport::from_json(&report.to_json().unwrap()).unwrap();
+    assert_eq!(back, report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forked_agents_share_the_brief_and_report_cache_hits() {
+    let _g = SERIAL.lock().await;
+    // The brief's warm-up (max_tokens 1) is answered at once; the 4 agents are the 4
+    // generations, each scripted to hit the 300-token brief in the cache.
+    let (url, _) = start(Script {
+        ttft: Duration::from_millis(50),
+        gap: Duration::from_millis(2),
+        cached: vec![300; 4],
+        ..Default::default()
+    })
+    .await;
+    let c = client(&url).await;
+    let cfg = ForkedConfig {
+        agents: 4,
+        brief_tokens: 300,
+        suffix_tokens: 20,
+        reply_tokens: 8,
+        token_prompts: true,
+        seed: 4,
+    };
+    let report = run_forked(&c, &cfg, &ProgressBar::hidden()).await.unwrap();
+    println!("{}", report.table());
+    let Workload::Forked { summary: s, .. } = &report.workload else {
+        panic!("not a forked report")
+    };
+    assert_eq!(s.errors.total, 0);
+    assert_eq!(s.requests, 5);
+    assert_eq!(s.generated_tokens, 1 + 4 * 8);
+    // The brief went first, alone, with max_tokens 1.
+    let brief = &report.requests[0];
+    assert_eq!(brief.role, "brief");
+    assert_eq!(brief.max_tokens, 1);
+    assert_eq!(s.brief_prompt_tokens, Some(300));
+    // The fake answers max_tokens-1 requests at once (plus, at worst, its Nagle stall).
+    let brief_ttft = s.brief_ttft_ms.unwrap();
+    assert!(brief_ttft < 100.0, "brief TTFT {brief_ttft}");
+    // Agents were released after it, together.
+    let agents: Vec<_> = report
+        .requests
+        .iter()
+        .filter(|r| r.role == "agent")
+        .collect();
+    assert_eq!(agents.len(), 4);
+    for r in &agents {
+        assert!(r.start_us >= brief.end_us);
+        within(r.start_us as f64 / 1e3, s.release_s * 1e3, 15.0, "release");
+    }
+    assert_eq!(s.agents.len(), 4);
+    for a in &s.agents {
+        assert!(a.ok);
+        assert_eq!(a.prompt_tokens, Some(320));
+        assert_eq!(a.cached_tokens, Some(300));
+        assert_eq!(a.cached_fraction, 300.0 / 320.0);
+    }
+    let mut ids: Vec<usize> = s.agents.iter().map(|a| a.agent).collect();
+    ids.sort();
+    assert_eq!(ids, [0, 1, 2, 3]);
+    within(
+        s.mean_cached_fraction,
+        300.0 / 320.0,
+        1e-9,
+        "mean cached fraction",
+    );
+    // Each agent sees the scripted 50 ms; the last first token comes ~50 ms after release.
+    assert_eq!(s.ttft_ms.n, 4);
+    assert!(s.ttft_ms.min >= 49.0, "TTFT below the script");
+    within(s.ttft_ms.p50, 50.0, 20.0, "TTFT p50");
+    let relaunch = s.relaunch_ms.unwrap();
+    assert!(relaunch >= 49.0, "relaunch {relaunch}");
+    within(relaunch, 50.0, 25.0, "relaunch");
+    assert!(report.table().contains("93.8%"));
+    let back = BenchReport::from_json(&report.to_json().unwrap()).unwrap();
+    assert_eq!(back, report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forked_chat_prompts_share_one_system_message() {
+    let _g = SERIAL.lock().await;
+    let (url, shared) = start(Script {
+        ttft: Duration::from_millis(50),
+        gap: Duration::from_millis(2),
+        ..Default::default()
+    })
+    .await;
+    let c = client(&url).await;
+    let cfg = ForkedConfig {
+        agents: 3,
+        brief_tokens: 400,
+        suffix_tokens: 40,
+        reply_tokens: 4,
+        token_prompts: false,
+        seed: 6,
+    };
+    let report = run_forked(&c, &cfg, &ProgressBar::hidden()).await.unwrap();
+    let Workload::Forked { summary: s, .. } = &report.workload else {
+        panic!("not a forked report")
+    };
+    assert_eq!(s.errors.total, 0);
+    // Every agent's system message is the brief.
+    let systems = shared.systems.lock().unwrap().clone();
+    assert_eq!(systems.len(), 3);
+    assert!(systems.iter().all(|x| *x == systems[0]));
+    // The brief is sized near its target; each agent adds about the suffix.
+    within(
+        s.brief_prompt_tokens.unwrap() as f64,
+        400.0,
+        10.0,
+        "brief tokens",
+    );
+    for a in &s.agents {
+        let extra = a.prompt_tokens.unwrap() as f64 - s.brief_prompt_tokens.unwrap() as f64;
+        within(extra, 40.0, 10.0, "suffix tokens");
+        // No cached_tokens from the server: 0.
+        assert_eq!(a.cached_fraction, 0.0);
+    }
+    let back = BenchReport::from_json(&report.to_json().unwrap()).unwrap();
+    assert_eq!(back, report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_returns_after_filler_and_reports_cache_on_return() {
+    let _g = SERIAL.lock().await;
+    // 3 turn-0 generations, 5 filler (3 then 2 at a time), then 3 returns with hits.
+    let mut cached = vec![0; 8];
+    cached.extend([100, 100, 100]);
+    let (url, _) = start(Script {
+        ttft: Duration::from_millis(50),
+        gap: Duration::from_millis(2),
+        cached,
+        ..Default::default()
+    })
+    .await;
+    let c = client(&url).await;
+    let cfg = ResumeConfig {
+        agents: 3,
+        context_tokens: 100,
+        reply_tokens: 8,
+        filler_requests: 5,
+        token_prompts: true,
+        seed: 3,
+    };
+    let report = run_resume(&c, &cfg, &ProgressBar::hidden()).await.unwrap();
+    println!("{}", report.table());
+    let Workload::Resume { summary: s, .. } = &report.workload else {
+        panic!("not a resume report")
+    };
+    assert_eq!(s.errors.total, 0);
+    assert_eq!(s.requests, 11);
+    assert_eq!(s.generated_tokens, 11 * 8);
+    let role = |r: &str, t: usize| {
+        report
+            .requests
+            .iter()
+            .filter(|x| x.role == r && x.turn == t)
+            .collect::<Vec<_>>()
+    };
+    let (t0, filler, t1) = (role("agent", 0), role("filler", 0), role("agent", 1));
+    assert_eq!((t0.len(), filler.len(), t1.len()), (3, 5, 3));
+    let mut fa: Vec<usize> = filler.iter().map(|r| r.agent).collect();
+    fa.sort();
+    assert_eq!(fa, [3, 4, 5, 6, 7], "filler contexts are not the agents'");
+    // Phases do not overlap.
+    let end = |v: &[&inferd_bench::RequestRecord]| v.iter().map(|r| r.end_us).max().unwrap();
+    let begin = |v: &[&inferd_bench::RequestRecord]| v.iter().map(|r| r.start_us).min().unwrap();
+    assert!(begin(&filler) >= end(&t0));
+    assert!(begin(&t1) >= end(&filler));
+    // Return prompt: context + 8 reply stand-ins + 16 follow-up ids.
+    assert_eq!(s.turn0.len(), 3);
+    assert_eq!(s.returns.len(), 3);
+    for (i, a) in s.returns.iter().enumerate() {
+        assert_eq!(a.agent, i);
+        assert_eq!(a.prompt_tokens, Some(124));
+        assert_eq!(a.cached_tokens, Some(100));
+        assert_eq!(a.cached_fraction, 100.0 / 124.0);
+    }
+    assert!(s.turn0.iter().all(|a| a.prompt_tokens == Some(100)));
+    within(
+        s.mean_cached_fraction_return,
+        100.0 / 124.0,
+        1e-9,
+        "mean cached fraction",
+    );
+    assert_eq!(
+        (s.ttft_turn0_ms.n, s.ttft_filler_ms.n, s.ttft_return_ms.n),
+        (3, 5, 3)
+    );
+    assert!(s.ttft_return_ms.min >= 49.0, "TTFT below the script");
+    within(s.ttft_return_ms.p50, 50.0, 20.0, "return TTFT p50");
+    within(s.ttft_turn0_ms.p50, 50.0, 20.0, "turn-0 TTFT p50");
+    within(s.return_vs_turn0_p50.unwrap(), 1.0, 0.5, "return / turn 0");
+    assert!(report.table().contains("80.6%"));
+    let back = BenchReport::from_json(&report.to_json().unwrap()).unwrap();
+    assert_eq!(back, report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_chat_agents_come_back_with_their_own_conversation() {
+    let _g = SERIAL.lock().await;
+    let (url, shared) = start(Script {
+        ttft: Duration::from_millis(50),
+        gap: Duration::from_millis(2),
+        ..Default::default()
+    })
+    .await;
+    let c = client(&url).await;
+    let cfg = ResumeConfig {
+        agents: 2,
+        context_tokens: 120,
+        reply_tokens: 4,
+        filler_requests: 3,
+        token_prompts: false,
+        seed: 8,
+    };
+    let report = run_resume(&c, &cfg, &ProgressBar::hidden()).await.unwrap();
+    let Workload::Resume { summary: s, .. } = &report.workload else {
+        panic!("not a resume report")
+    };
+    assert_eq!(s.errors.total, 0);
+    let systems = shared.systems.lock().unwrap().clone();
+    assert_eq!(systems.len(), 2 + 3 + 2);
+    let mut first: Vec<&String> = systems[..2].iter().collect();
+    let mut back: Vec<&String> = systems[5..].iter().collect();
+    first.sort();
+    back.sort();
+    assert_eq!(first, back, "agents return with their own context");
+    assert!(systems[2..5].iter().all(|f| !first.contains(&f)));
+    for (a, b) in s.turn0.iter().zip(&s.returns) {
+        assert!(b.prompt_tokens.unwrap() > a.prompt_tokens.unwrap() + 4);
+        assert_eq!(b.cached_fraction, 0.0);
+    }
     let back = BenchReport::from_json(&report.to_json().unwrap()).unwrap();
     assert_eq!(back, report);
 }

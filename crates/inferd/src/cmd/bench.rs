@@ -3,8 +3,9 @@
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use inferd_bench::{
-    compare_table, markdown_tables, run_arrivals, run_fleet, run_multi_turn, run_stall,
-    ArrivalsConfig, BenchReport, Client, ClientConfig, FleetConfig, MultiTurnConfig, StallConfig,
+    compare_table, markdown_tables, run_arrivals, run_fleet, run_forked, run_multi_turn,
+    run_resume, run_stall, ArrivalsConfig, BenchReport, Client, ClientConfig, FleetConfig,
+    ForkedConfig, MultiTurnConfig, ResumeConfig, StallConfig,
 };
 use std::path::Path;
 use std::path::PathBuf;
@@ -33,6 +34,13 @@ enum Workload {
     /// One conversation growing turn by turn; reports TTFT and the prefix-cache hit
     /// (usage.prompt_tokens_details.cached_tokens / prompt_tokens) of every turn.
     MultiTurn(MultiTurnArgs),
+    /// One shared brief sent once (a timed max_tokens-1 warm-up), then N agents released
+    /// together on brief + their own suffix; reports the brief's TTFT, the relaunch time (to
+    /// the last agent's first token), TTFTs and each agent's cached_tokens / prompt_tokens.
+    Forked(ForkedArgs),
+    /// N agents send turn 0, unrelated filler traffic runs, then the agents come back with
+    /// turn 1; reports TTFT on return vs turn 0 and the cached fraction on return.
+    Resume(ResumeArgs),
     /// Two JSON reports side by side (tok/s, TTFT, worst gap, errors) with B/A ratios.
     Compare(CompareArgs),
 }
@@ -76,6 +84,42 @@ struct MultiTurnArgs {
     /// Tokens per reply (max_tokens).
     #[arg(long, short = 'r', default_value_t = 64)]
     reply: u32,
+}
+
+#[derive(clap::Args)]
+struct ForkedArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The shared brief, in tokens.
+    #[arg(long, short = 'b', default_value_t = 4096)]
+    brief: usize,
+    /// Agents released together after the brief.
+    #[arg(long, short = 'n', default_value_t = 8)]
+    agents: usize,
+    /// Each agent's own suffix after the brief, in tokens.
+    #[arg(long, short = 's', default_value_t = 64)]
+    suffix: usize,
+    /// Tokens per agent reply (max_tokens).
+    #[arg(long, short = 'r', default_value_t = 64)]
+    reply: u32,
+}
+
+#[derive(clap::Args)]
+struct ResumeArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Agents (each sends turn 0, then returns with turn 1).
+    #[arg(long, short = 'n', default_value_t = 4)]
+    agents: usize,
+    /// Each agent's (and filler request's) turn-0 prompt, in tokens.
+    #[arg(long, short = 'c', default_value_t = 2048)]
+    context: usize,
+    /// Tokens per reply (max_tokens), the filler's included.
+    #[arg(long, short = 'r', default_value_t = 64)]
+    reply: u32,
+    /// Unrelated requests (distinct contexts, N at a time) between turn 0 and the return.
+    #[arg(long, short = 'f', default_value_t = 16)]
+    filler: usize,
 }
 
 #[derive(clap::Args)]
@@ -228,6 +272,32 @@ pub fn run(a: Args) -> Result<()> {
                 let (client, pb) = connect(&m.common).await?;
                 let report = run_multi_turn(&client, &cfg, &pb).await;
                 finish(&m.common, pb, report)
+            }
+            Workload::Forked(f) => {
+                let cfg = ForkedConfig {
+                    agents: f.agents,
+                    brief_tokens: f.brief,
+                    suffix_tokens: f.suffix,
+                    reply_tokens: f.reply,
+                    token_prompts: f.common.token_prompts,
+                    seed: f.common.seed,
+                };
+                let (client, pb) = connect(&f.common).await?;
+                let report = run_forked(&client, &cfg, &pb).await;
+                finish(&f.common, pb, report)
+            }
+            Workload::Resume(r) => {
+                let cfg = ResumeConfig {
+                    agents: r.agents,
+                    context_tokens: r.context,
+                    reply_tokens: r.reply,
+                    filler_requests: r.filler,
+                    token_prompts: r.common.token_prompts,
+                    seed: r.common.seed,
+                };
+                let (client, pb) = connect(&r.common).await?;
+                let report = run_resume(&client, &cfg, &pb).await;
+                finish(&r.common, pb, report)
             }
             Workload::Table(t) => {
                 let reports = t
