@@ -73,13 +73,18 @@ impl AgentCache {
             ttft_ms: r.ttft().map(|t| t as f64 / 1000.0),
             prompt_tokens: r.prompt_tokens,
             cached_tokens: r.cached_tokens,
-            cached_fraction: match (r.cached_tokens, r.prompt_tokens) {
-                (Some(c), Some(p)) if p > 0 => c as f64 / p as f64,
-                _ => 0.0,
-            },
+            cached_fraction: r.cached_fraction(),
             ok: r.ok(),
         }
     }
+}
+
+/// Mean of the agents' cached fractions (0 for none).
+pub(crate) fn mean_cached_fraction(rows: &[AgentCache]) -> f64 {
+    if rows.is_empty() {
+        return 0.0;
+    }
+    rows.iter().map(|a| a.cached_fraction).sum::<f64>() / rows.len() as f64
 }
 
 /// Rows of [`AgentCache`]s.
@@ -162,11 +167,7 @@ impl ForkedSummary {
                 .map(|t| t.saturating_sub(release_us) as f64 / 1000.0),
             ttft_ms: Dist::from_us(agents.iter().filter_map(|r| r.ttft())),
             gap_ms: Dist::from_us(agents.iter().flat_map(|r| r.gaps_us())),
-            mean_cached_fraction: if rows.is_empty() {
-                0.0
-            } else {
-                rows.iter().map(|a| a.cached_fraction).sum::<f64>() / rows.len() as f64
-            },
+            mean_cached_fraction: mean_cached_fraction(&rows),
             agents: rows,
         }
     }

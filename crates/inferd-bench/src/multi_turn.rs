@@ -57,10 +57,7 @@ impl TurnSummary {
             ttft_ms: r.ttft().map(|t| t as f64 / 1000.0),
             prompt_tokens: r.prompt_tokens,
             cached_tokens: r.cached_tokens,
-            cached_fraction: match (r.cached_tokens, r.prompt_tokens) {
-                (Some(c), Some(p)) if p > 0 => c as f64 / p as f64,
-                _ => 0.0,
-            },
+            cached_fraction: r.cached_fraction(),
             completion_tokens: r.completion_tokens,
             ok: r.ok(),
         }

@@ -95,6 +95,14 @@ pub struct RequestRecord {
 }
 
 impl RequestRecord {
+    /// `cached_tokens / prompt_tokens` from the server's usage (0 when either is missing).
+    pub fn cached_fraction(&self) -> f64 {
+        match (self.cached_tokens, self.prompt_tokens) {
+            (Some(c), Some(p)) if p > 0 => c as f64 / p as f64,
+            _ => 0.0,
+        }
+    }
+
     pub fn ok(&self) -> bool {
         self.error.is_none()
     }

@@ -7,7 +7,7 @@
 use crate::agent::{Conversation, PromptMode};
 use crate::client::{Client, RequestMeta};
 use crate::corpus::Corpus;
-use crate::forked::{agent_cache_rows, AgentCache};
+use crate::forked::{agent_cache_rows, mean_cached_fraction, AgentCache};
 use crate::record::{Clock, Dist, ErrorCounts, RequestRecord};
 use crate::report::{dist_row, BenchReport, Workload};
 use anyhow::{bail, Result};
@@ -109,11 +109,7 @@ impl ResumeSummary {
                 .then(|| ttft_return_ms.p50 / ttft_turn0_ms.p50),
             ttft_turn0_ms,
             ttft_return_ms,
-            mean_cached_fraction_return: if returns.is_empty() {
-                0.0
-            } else {
-                returns.iter().map(|a| a.cached_fraction).sum::<f64>() / returns.len() as f64
-            },
+            mean_cached_fraction_return: mean_cached_fraction(&returns),
             gap_ms: Dist::from_us(records.iter().flat_map(|r| r.gaps_us())),
             turn0: t0.iter().map(|r| AgentCache::of(r)).collect(),
             returns,

@@ -184,14 +184,14 @@ impl<B: Backend> Engine<B> {
 
     /// One scheduling step and forward pass. `false` when nothing was scheduled.
     fn step(&mut self) -> bool {
-        let out = self.sched.schedule(&mut self.kvm);
+        let mut out = self.sched.schedule(&mut self.kvm);
         if !out.preempted.is_empty() {
             metrics::counter!(names::PREEMPTIONS).increment(out.preempted.len() as u64);
         }
         if out.chunks.is_empty() {
             return false;
         }
-        let batch = self.build_batch(&out);
+        let batch = self.build_batch(&mut out);
         metrics::histogram!(names::STEP_TOKENS).record(batch.n_tokens() as f64);
         let logits = match self.model.forward(&mut self.kv, &self.layout, &batch) {
             Ok(l) => l,
@@ -231,16 +231,17 @@ impl<B: Backend> Engine<B> {
         true
     }
 
-    /// The scheduled chunks as one forward pass (logits rows in chunk order).
-    fn build_batch(&self, out: &SchedulerOutput) -> ForwardBatch {
+    /// The scheduled chunks as one forward pass (logits rows in chunk order). The block
+    /// tables move into the batch (`commit` does not read them).
+    fn build_batch(&self, out: &mut SchedulerOutput) -> ForwardBatch {
         let mut batch = ForwardBatch::default();
-        for c in &out.chunks {
+        for c in &mut out.chunks {
             let seq = &self.seqs[&c.seq];
             batch.push(
                 &seq.tokens[c.start_pos..c.start_pos + c.n_tokens],
                 c.start_pos,
                 seq.prompt_len,
-                c.block_table.clone(),
+                std::mem::take(&mut c.block_table),
                 c.samples,
             );
         }

@@ -102,12 +102,12 @@ impl Seq {
         });
         if self.stop_ids.contains(&s.token) {
             // End of sequence: its own text is not shown.
-            let tail = self.detok_finish();
+            let (tail, _) = self.flush_tail();
             return self.finish(tail, FinishReason::Stop);
         }
         let text = self.detok.push(s.token).unwrap_or_default();
         match self.stop.push(&text) {
-            StopStep::Stopped(t) => return self.finish_stopped(t),
+            StopStep::Stopped(t) => return self.finish(t, FinishReason::Stop),
             StopStep::Emit(t) if !t.is_empty() => {
                 let tokens = std::mem::take(&mut self.pending);
                 if !self.send(Event::Delta(Delta { text: t, tokens })) {
@@ -117,15 +117,13 @@ impl Seq {
             StopStep::Emit(_) => {}
         }
         if self.generated() >= self.max_tokens || self.tokens.len() >= self.max_len {
-            let tail = self.detok.finish().unwrap_or_default();
-            return match self.stop.push(&tail) {
-                StopStep::Stopped(t) => self.finish_stopped(t),
-                StopStep::Emit(t) => {
-                    let mut t = t;
-                    t.push_str(&self.stop.flush());
-                    self.finish(t, FinishReason::Length)
-                }
+            let (tail, stopped) = self.flush_tail();
+            let reason = if stopped {
+                FinishReason::Stop
+            } else {
+                FinishReason::Length
             };
+            return self.finish(tail, reason);
         }
         if self.tx.is_closed() {
             return Outcome::Disconnected;
@@ -133,20 +131,17 @@ impl Seq {
         Outcome::Continue
     }
 
-    /// Text still held by the detokenizer and the stop matcher, when generation ends at EOS.
-    fn detok_finish(&mut self) -> String {
+    /// Text still held by the detokenizer and the stop matcher when generation ends, and
+    /// whether that last text completed a stop string.
+    fn flush_tail(&mut self) -> (String, bool) {
         let tail = self.detok.finish().unwrap_or_default();
         match self.stop.push(&tail) {
-            StopStep::Stopped(t) => t,
+            StopStep::Stopped(t) => (t, true),
             StopStep::Emit(mut t) => {
                 t.push_str(&self.stop.flush());
-                t
+                (t, false)
             }
         }
-    }
-
-    fn finish_stopped(&mut self, text: String) -> Outcome {
-        self.finish(text, FinishReason::Stop)
     }
 
     fn finish(&mut self, text: String, reason: FinishReason) -> Outcome {
