@@ -1,30 +1,86 @@
 //! KV accounting per sequence on top of the [`BlockPool`]: which blocks each
-//! sequence owns, in position order (its block table). `allocate_slots`
-//! returning `None` is the scheduler's signal that memory is short (preempt or
-//! wait); it never allocates partially.
+//! sequence owns, in position order (its block table), and the prefix cache.
+//! `allocate_slots` returning `None` is the scheduler's signal that memory is
+//! short (preempt or wait); it never allocates partially.
+//!
+//! Prefix cache: once every position of a sequence's block is computed,
+//! [`KvManager::register`] keys it by the hash chain of [`super::key`]; a new
+//! sequence takes the longest chain of keyed blocks matching its tokens
+//! ([`KvManager::share_prefix`]) and computes only the rest. Shared blocks are
+//! always full and never written again: a sequence writes only positions at or
+//! after its own computed count, which lie in blocks it allocated (or copied).
+//!
+//! Owners: a pinned context or a parked session is an id like a sequence's that
+//! holds references on its blocks (so they are never evicted) together with the
+//! tokens they hold ([`KvManager::park`]). A sequence naming an owner as its
+//! source also shares the owner's blocks past the hash chain, and copies the
+//! owner's partly matching block (a [`BlockCopy`] the runner executes before the
+//! next forward pass), so a context that ends mid-block is still reused whole.
 
 use std::collections::HashMap;
 
+use super::key::block_key;
 use super::pool::{BlockId, BlockPool};
 
-/// Identifies a sequence for the KV manager.
+/// Identifies a sequence (or an owner) for the KV manager.
 pub type SeqId = u64;
+
+/// Copy block `src` into block `dst` (every layer) before the next forward pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockCopy {
+    pub src: BlockId,
+    pub dst: BlockId,
+}
+
+#[derive(Debug)]
+struct Table {
+    blocks: Vec<BlockId>,
+    /// Keys of the leading blocks registered so far (a prefix of `blocks`).
+    keys: Vec<u64>,
+}
+
+impl Table {
+    fn new() -> Self {
+        Table {
+            blocks: Vec::new(),
+            keys: Vec::new(),
+        }
+    }
+}
 
 #[derive(Debug)]
 pub struct KvManager {
     pool: BlockPool,
     block_size: usize,
-    tables: HashMap<SeqId, Vec<BlockId>>,
+    /// Root of every key chain (what the KV depends on besides tokens).
+    root: u64,
+    tables: HashMap<SeqId, Table>,
+    /// The tokens whose KV each owner's blocks hold.
+    owners: HashMap<SeqId, Vec<u32>>,
+    copies: Vec<BlockCopy>,
 }
 
 impl KvManager {
     pub fn new(num_blocks: usize, block_size: usize) -> Self {
         assert!(block_size > 0);
         KvManager {
-            pool: BlockPool::new(num_blocks),
+            pool: BlockPool::new(num_blocks, block_size),
             block_size,
+            root: 0,
             tables: HashMap::new(),
+            owners: HashMap::new(),
+            copies: Vec::new(),
         }
+    }
+
+    /// Sets the root key of the prefix cache (see [`super::key::root_key`]).
+    pub fn with_root_key(mut self, root: u64) -> Self {
+        self.root = root;
+        self
+    }
+
+    pub fn root_key(&self) -> u64 {
+        self.root
     }
 
     pub fn block_size(&self) -> usize {
@@ -42,7 +98,7 @@ impl KvManager {
 
     /// Whether `seq` could grow to `n_tokens` right now.
     pub fn can_fit(&self, seq: SeqId, n_tokens: usize) -> bool {
-        let have = self.tables.get(&seq).map_or(0, |t| t.len());
+        let have = self.tables.get(&seq).map_or(0, |t| t.blocks.len());
         self.blocks_for(n_tokens).saturating_sub(have) <= self.pool.num_free()
     }
 
@@ -53,45 +109,185 @@ impl KvManager {
             return None;
         }
         let need = self.blocks_for(n_tokens);
-        let table = self.tables.entry(seq).or_default();
-        while table.len() < need {
-            table.push(self.pool.allocate().expect("checked by can_fit"));
+        let table = self.tables.entry(seq).or_insert_with(Table::new);
+        while table.blocks.len() < need {
+            table
+                .blocks
+                .push(self.pool.allocate().expect("checked by can_fit"));
         }
-        Some(table)
+        Some(&table.blocks)
     }
 
     pub fn table(&self, seq: SeqId) -> Option<&[BlockId]> {
-        self.tables.get(&seq).map(|t| t.as_slice())
+        self.tables.get(&seq).map(|t| t.blocks.as_slice())
+    }
+
+    /// Shares into `seq`'s empty table the longest cached prefix of `tokens[..limit]`:
+    /// keyed blocks along the hash chain, then (with `source`, an owner) the owner's
+    /// blocks that still match, the last one copied if it matches only in part.
+    /// Returns how many leading tokens are covered (their KV need not be computed).
+    pub fn share_prefix(
+        &mut self,
+        seq: SeqId,
+        tokens: &[u32],
+        limit: usize,
+        source: Option<SeqId>,
+    ) -> usize {
+        let bs = self.block_size;
+        let limit = limit.min(tokens.len());
+        let table = self.tables.entry(seq).or_insert_with(Table::new);
+        if !table.blocks.is_empty() {
+            return 0; // already holds blocks: nothing to share into
+        }
+        let mut parent = self.root;
+        for block in tokens[..limit].chunks_exact(bs) {
+            let key = block_key(parent, block);
+            let Some(id) = self.pool.lookup(key, parent, block) else {
+                break;
+            };
+            self.pool.acquire(id);
+            table.blocks.push(id);
+            table.keys.push(key);
+            parent = key;
+        }
+        let mut covered = table.blocks.len() * bs;
+        let Some(src) = source else {
+            return covered;
+        };
+        let (Some(src_table), Some(src_tokens)) = (self.tables.get(&src), self.owners.get(&src))
+        else {
+            return covered;
+        };
+        if src_tokens.len() < covered || src_tokens[..covered] != tokens[..covered] {
+            return covered;
+        }
+        let src_blocks = src_table.blocks.clone();
+        let src_tokens = src_tokens.clone();
+        let table = self.tables.get_mut(&seq).expect("created above");
+        while let Some(&src_block) = src_blocks.get(table.blocks.len()) {
+            let end = (covered + bs).min(limit).min(src_tokens.len());
+            let common = tokens[covered..end]
+                .iter()
+                .zip(&src_tokens[covered..end])
+                .take_while(|(a, b)| a == b)
+                .count();
+            if common == bs {
+                self.pool.acquire(src_block);
+                table.blocks.push(src_block);
+                covered += bs;
+                continue;
+            }
+            if common > 0 {
+                if let Some(dst) = self.pool.allocate() {
+                    table.blocks.push(dst);
+                    self.copies.push(BlockCopy { src: src_block, dst });
+                    covered += common;
+                }
+            }
+            break;
+        }
+        covered
+    }
+
+    /// Block copies queued by [`Self::share_prefix`], to run before the next forward pass.
+    pub fn take_copies(&mut self) -> Vec<BlockCopy> {
+        std::mem::take(&mut self.copies)
+    }
+
+    /// Keys `seq`'s blocks that `computed` (its tokens whose KV is in the cache) fills,
+    /// so later sequences can share them. A sequence never registered (e.g. one that
+    /// asked to leave no trace) leaves nothing in the cache once freed.
+    pub fn register(&mut self, seq: SeqId, computed: &[u32]) {
+        let bs = self.block_size;
+        let Some(t) = self.tables.get_mut(&seq) else {
+            return;
+        };
+        let full = (computed.len() / bs).min(t.blocks.len());
+        while t.keys.len() < full {
+            let j = t.keys.len();
+            let parent = t.keys.last().copied().unwrap_or(self.root);
+            let block = &computed[j * bs..(j + 1) * bs];
+            let key = block_key(parent, block);
+            self.pool.set_hash(t.blocks[j], key, parent, block);
+            t.keys.push(key);
+        }
+    }
+
+    /// Keys of `seq`'s registered (full, computed) blocks, in order.
+    pub fn keys(&self, seq: SeqId) -> &[u64] {
+        self.tables.get(&seq).map_or(&[], |t| t.keys.as_slice())
     }
 
     /// Releases every block of `seq` (e.g. on finish, cancellation or preemption).
     pub fn free(&mut self, seq: SeqId) {
+        self.owners.remove(&seq);
         if let Some(t) = self.tables.remove(&seq) {
+            self.copies.retain(|c| !t.blocks.contains(&c.dst));
             // Last block first, so a sequence's tail is reused before its prefix.
-            for &b in t.iter().rev() {
+            for &b in t.blocks.iter().rev() {
                 self.pool.release(b);
             }
         }
     }
+
+    /// Moves `seq`'s blocks to `owner`, which then holds the KV of `tokens` (a prefix
+    /// of what `seq` computed); blocks past them are released, and so is whatever
+    /// `owner` held before.
+    pub fn park(&mut self, seq: SeqId, owner: SeqId, tokens: Vec<u32>) {
+        let Some(mut t) = self.tables.remove(&seq) else {
+            return;
+        };
+        let keep = self.blocks_for(tokens.len());
+        for b in t.blocks.drain(keep.min(t.blocks.len())..).rev() {
+            self.pool.release(b);
+        }
+        t.keys.truncate(t.blocks.len());
+        self.free(owner);
+        self.tables.insert(owner, t);
+        self.owners.insert(owner, tokens);
+    }
+
+    /// Makes `owner` hold `blocks` (references already taken, e.g. by
+    /// [`Self::claim_cached`] / [`Self::fresh_block`]) for the KV of `tokens`.
+    pub fn install(&mut self, owner: SeqId, blocks: Vec<BlockId>, keys: Vec<u64>, tokens: Vec<u32>) {
+        self.free(owner);
+        self.tables.insert(
+            owner,
+            Table { blocks, keys },
+        );
+        self.owners.insert(owner, tokens);
+    }
+
+    /// The tokens `owner`'s blocks hold.
+    pub fn owner_tokens(&self, owner: SeqId) -> Option<&[u32]> {
+        self.owners.get(&owner).map(|t| t.as_slice())
+    }
+
+    /// Takes a reference on the cached block keyed `key` (checked against `parent` and
+    /// `tokens`), if resident.
+    pub fn claim_cached(&mut self, key: u64, parent: u64, tokens: &[u32]) -> Option<BlockId> {
+        let id = self.pool.lookup(key, parent, tokens)?;
+        self.pool.acquire(id);
+        Some(id)
+    }
+
+    /// A free block with one reference (its old cached content evicted), for KV loaded
+    /// from elsewhere (the SSD tier).
+    pub fn fresh_block(&mut self) -> Option<BlockId> {
+        self.pool.allocate()
+    }
+
+    /// Keys a block whose full content was loaded from elsewhere.
+    pub fn mark_cached(&mut self, id: BlockId, key: u64, parent: u64, tokens: &[u32]) {
+        self.pool.set_hash(id, key, parent, tokens);
+    }
+
+    /// Drops a reference taken by [`Self::claim_cached`] / [`Self::fresh_block`].
+    pub fn release_block(&mut self, id: BlockId) {
+        self.pool.release(id);
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn allocation_is_all_or_nothing() {
-        let mut m = KvManager::new(4, 16);
-        assert_eq!(m.allocate_slots(1, 17).unwrap(), &[0, 1]);
-        assert_eq!(m.allocate_slots(1, 32).unwrap(), &[0, 1]);
-        assert_eq!(m.allocate_slots(2, 16).unwrap(), &[2]);
-        // 3 more blocks needed, 1 free: nothing allocated
-        assert!(m.allocate_slots(1, 80).is_none());
-        assert_eq!(m.table(1).unwrap(), &[0, 1]);
-        assert_eq!(m.pool().num_free(), 1);
-        m.free(1);
-        assert_eq!(m.pool().num_free(), 3);
-        assert!(m.table(1).is_none());
-        assert_eq!(m.allocate_slots(3, 48).unwrap().len(), 3);
-    }
-}
+#[path = "manager_tests.rs"]
+mod tests;

@@ -40,12 +40,16 @@ impl Default for SchedulerConfig {
 }
 
 /// A request as the scheduler sees it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Request {
     pub id: SeqId,
     pub prompt_len: usize,
     /// Higher runs first.
     pub priority: i32,
+    /// At admission, start from the longest cached prefix (see [`KvManager::share_prefix`]).
+    pub reuse_prefix: bool,
+    /// An owner (pinned context, parked session) whose blocks this request continues.
+    pub prefix_source: Option<SeqId>,
 }
 
 /// One sequence's tokens in this step: positions `start_pos .. start_pos + n_tokens`.
@@ -65,6 +69,11 @@ pub struct SchedulerOutput {
     pub chunks: Vec<ScheduledChunk>,
     /// Sequences preempted in this step (their KV is gone; they will be recomputed).
     pub preempted: Vec<SeqId>,
+    /// Sequences admitted in this step, with how many leading tokens came from the cache.
+    pub admitted: Vec<(SeqId, usize)>,
+    /// A waiting request did not fit in free KV blocks, or a sequence was preempted:
+    /// the caller may free memory it holds for later use (parked sessions).
+    pub kv_short: bool,
 }
 
 #[derive(Debug)]
@@ -77,6 +86,8 @@ struct Seq {
     num_tokens: usize,
     /// Tokens whose KV is in the cache.
     num_computed: usize,
+    reuse_prefix: bool,
+    prefix_source: Option<SeqId>,
 }
 
 #[derive(Debug)]
@@ -111,6 +122,8 @@ impl Scheduler {
             waiting_since: self.step,
             num_tokens: r.prompt_len,
             num_computed: 0,
+            reuse_prefix: r.reuse_prefix,
+            prefix_source: r.prefix_source,
         };
         self.seqs.insert(r.id, s);
         self.waiting.push(r.id);
@@ -174,6 +187,7 @@ impl Scheduler {
         self.waiting.insert(0, id);
         out.preempted.push(id);
         out.chunks.retain(|c| c.seq != id);
+        out.kv_short = true;
         self.preemptions += 1;
     }
 
@@ -201,8 +215,18 @@ impl Scheduler {
         }
     }
 
-    /// Builds the next step's batch.
+    /// Builds the next step's batch, without prefix sharing.
     pub fn schedule(&mut self, kv: &mut KvManager) -> SchedulerOutput {
+        self.schedule_with(kv, &|_| &[])
+    }
+
+    /// Builds the next step's batch; `tokens(seq)` gives a waiting sequence's known
+    /// tokens, so its admission can start from the longest cached prefix.
+    pub fn schedule_with<'t>(
+        &mut self,
+        kv: &mut KvManager,
+        tokens: &dyn Fn(SeqId) -> &'t [u32],
+    ) -> SchedulerOutput {
         self.step += 1;
         let mut out = SchedulerOutput::default();
         let mut budget = self.cfg.max_batch_tokens;
@@ -283,23 +307,35 @@ impl Scheduler {
                 break;
             }
             let s = &self.seqs[&id];
+            let (num_tokens, source) = (s.num_tokens, s.prefix_source);
+            let mut cached = 0;
+            if s.reuse_prefix {
+                let t = tokens(id);
+                if t.len() >= num_tokens {
+                    cached = kv.share_prefix(id, &t[..num_tokens], num_tokens - 1, source);
+                }
+            }
             // The whole known sequence must fit in free blocks, so admission never preempts.
-            if !kv.can_fit(id, s.num_tokens + 1) {
+            if !kv.can_fit(id, num_tokens + 1) {
+                kv.free(id); // returns any shared prefix
+                out.kv_short = true;
                 continue;
             }
-            let n = s.num_tokens.min(prefill_budget);
-            let left = s.num_tokens;
-            kv.allocate_slots(id, n).expect("checked by can_fit");
+            let n = (num_tokens - cached).min(prefill_budget);
+            kv.allocate_slots(id, cached + n)
+                .expect("checked by can_fit");
             self.waiting.retain(|&w| w != id);
             self.running.push(id);
+            self.seqs.get_mut(&id).expect("waiting").num_computed = cached;
             prefill_budget -= n;
             let table = kv.table(id).unwrap_or_default().to_vec();
+            out.admitted.push((id, cached));
             out.chunks.push(ScheduledChunk {
                 seq: id,
-                start_pos: 0,
+                start_pos: cached,
                 n_tokens: n,
                 block_table: table,
-                samples: n == left,
+                samples: cached + n == num_tokens,
             });
         }
         out

@@ -81,6 +81,7 @@ fn long_prompt_is_chunked_and_decodes_keep_going() {
         id: 1,
         prompt_len: 4,
         priority: 0,
+        ..Default::default()
     });
     let first = s.schedule(&mut kv);
     s.commit(&first);
@@ -88,6 +89,7 @@ fn long_prompt_is_chunked_and_decodes_keep_going() {
         id: 2,
         prompt_len: 100,
         priority: 0,
+        ..Default::default()
     });
     let max_new = HashMap::from([(1, 20), (2, 3)]);
     let (log, _) = drive(&mut s, &mut kv, &max_new);
@@ -119,6 +121,7 @@ fn small_request_passes_a_big_one_that_does_not_fit_and_aging_lets_the_big_one_i
         id: 1,
         prompt_len: 60,
         priority: 0,
+        ..Default::default()
     });
     let o = s.schedule(&mut kv);
     s.commit(&o);
@@ -126,11 +129,13 @@ fn small_request_passes_a_big_one_that_does_not_fit_and_aging_lets_the_big_one_i
         id: 2,
         prompt_len: 100,
         priority: 0,
+        ..Default::default()
     }); // does not fit next to 1
     s.add(Request {
         id: 3,
         prompt_len: 10,
         priority: 0,
+        ..Default::default()
     }); // fits
     let o = s.schedule(&mut kv);
     assert!(
@@ -155,11 +160,13 @@ fn higher_priority_is_admitted_first() {
         id: 1,
         prompt_len: 8,
         priority: 0,
+        ..Default::default()
     });
     s.add(Request {
         id: 2,
         prompt_len: 8,
         priority: 5,
+        ..Default::default()
     });
     let o = s.schedule(&mut kv);
     assert_eq!(o.chunks.len(), 1);
@@ -181,6 +188,7 @@ fn tiny_kv_budget_preempts_and_still_completes_everything() {
             id,
             prompt_len: 6,
             priority: (id % 2) as i32,
+            ..Default::default()
         });
         max_new.insert(id, 12);
     }
@@ -208,6 +216,7 @@ fn prefill_slices_are_smaller_while_others_decode() {
         id: 1,
         prompt_len: 100,
         priority: 0,
+        ..Default::default()
     });
     let out = s.schedule(&mut kv);
     assert_eq!(out.chunks[0].n_tokens, 64);
@@ -220,6 +229,7 @@ fn prefill_slices_are_smaller_while_others_decode() {
         id: 2,
         prompt_len: 100,
         priority: 0,
+        ..Default::default()
     });
     let out = s.schedule(&mut kv);
     let sizes: Vec<(u64, usize)> = out.chunks.iter().map(|c| (c.seq, c.n_tokens)).collect();
@@ -254,6 +264,7 @@ fn late_slices_of_a_long_prompt_are_shorter_while_others_decode() {
         id: 1,
         prompt_len: 8,
         priority: 0,
+        ..Default::default()
     });
     let out = s.schedule(&mut kv);
     s.commit(&out);
@@ -261,6 +272,7 @@ fn late_slices_of_a_long_prompt_are_shorter_while_others_decode() {
         id: 2,
         prompt_len: 3000,
         priority: 0,
+        ..Default::default()
     });
     let mut sizes = Vec::new();
     for _ in 0..40 {
@@ -273,4 +285,43 @@ fn late_slices_of_a_long_prompt_are_shorter_while_others_decode() {
     assert_eq!(sizes[0], (0, 128));
     let late = sizes.iter().find(|(p, _)| *p > 2000).unwrap();
     assert!(late.1 < 64, "{sizes:?}");
+}
+
+#[test]
+fn admission_starts_from_the_cached_prefix() {
+    let mut s = Scheduler::new(SchedulerConfig::default());
+    let mut kv = KvManager::new(16, 4);
+    let prompt: Vec<u32> = (0..10).collect();
+    s.add(Request {
+        id: 1,
+        prompt_len: 10,
+        reuse_prefix: true,
+        ..Default::default()
+    });
+    let out = s.schedule_with(&mut kv, &|_| &prompt);
+    assert_eq!(out.admitted, vec![(1, 0)]);
+    s.commit(&out);
+    kv.register(1, &prompt);
+    s.finish(1, &mut kv);
+    // the same prompt again: two full blocks cached, the rest computed
+    s.add(Request {
+        id: 2,
+        prompt_len: 10,
+        reuse_prefix: true,
+        ..Default::default()
+    });
+    let out = s.schedule_with(&mut kv, &|_| &prompt);
+    assert_eq!(out.admitted, vec![(2, 8)]);
+    assert_eq!(out.chunks[0].start_pos, 8);
+    assert_eq!(out.chunks[0].n_tokens, 2);
+    assert!(out.chunks[0].samples);
+    s.commit(&out);
+    // without reuse_prefix nothing is shared
+    s.add(Request {
+        id: 3,
+        prompt_len: 10,
+        ..Default::default()
+    });
+    let out = s.schedule_with(&mut kv, &|_| &prompt);
+    assert_eq!(out.admitted, vec![(3, 0)]);
 }
