@@ -1,6 +1,7 @@
 //! Engine configuration and KV memory sizing.
 
 use inferd_core::sched::SchedulerConfig;
+use inferd_runtime::KvDtype;
 
 /// How much memory the KV pool may take.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -28,6 +29,12 @@ pub struct EngineConfig {
     pub max_context: Option<usize>,
     /// Run one short request before serving, so the first user does not pay for cold caches.
     pub warmup: bool,
+    /// Element type of the KV cache (`Q8`: 8-bit values with a scale per token and head).
+    pub kv_dtype: KvDtype,
+    /// Fraction of the KV pool parked sessions may hold; past it (or when requests wait
+    /// for memory) the least recently used session is released (spilled when an SSD
+    /// tier is configured).
+    pub park_fraction: f64,
 }
 
 impl Default for EngineConfig {
@@ -39,6 +46,8 @@ impl Default for EngineConfig {
             max_queue: 256,
             max_context: None,
             warmup: true,
+            kv_dtype: KvDtype::F32,
+            park_fraction: 0.5,
         }
     }
 }

@@ -5,13 +5,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use inferd_core::kv::KvManager;
+use inferd_core::kv::{root_key, KvManager};
 use inferd_core::sched::{Request, Scheduler, SchedulerOutput};
 use inferd_runtime::{Backend, ForwardBatch, KvDtype, KvLayout, Model, RuntimeError};
 use inferd_text::Tokenizer;
 
 use crate::config::{kv_blocks_for, EngineConfig};
 use crate::handle::{EngineHandle, ModelInfo, Msg, Shared};
+use crate::memory::Registry;
 use crate::request::Event;
 use crate::seq::{Outcome, Seq};
 use crate::stats::{names, EngineStats};
@@ -25,8 +26,9 @@ pub fn start<B: Backend + 'static>(
     cfg: EngineConfig,
 ) -> Result<EngineHandle, RuntimeError> {
     let bs = cfg.block_size.max(1);
-    let one = model.kv_layout(1, bs, KvDtype::F32);
-    let bytes_per_block = one.layer_elems() as u64 * 2 * one.n_layers as u64 * 4;
+    let dtype = cfg.kv_dtype;
+    let one = model.kv_layout(1, bs, dtype);
+    let bytes_per_block = one.block_bytes() as u64;
     let num_blocks = kv_blocks_for(cfg.kv_budget, bytes_per_block);
     if num_blocks < 2 {
         return Err(RuntimeError::Kv(format!(
@@ -34,7 +36,7 @@ pub fn start<B: Backend + 'static>(
              at least 2 are needed"
         )));
     }
-    let layout = model.kv_layout(num_blocks, bs, KvDtype::F32);
+    let layout = model.kv_layout(num_blocks, bs, dtype);
     let kv = model.alloc_kv(&layout)?;
     // Longest sequence: model context, the configured cap, and what the pool holds.
     let pool_tokens = num_blocks * bs;
@@ -68,8 +70,15 @@ pub fn start<B: Backend + 'static>(
         max_queue: cfg.max_queue,
         queued: AtomicU64::new(0),
     });
+    // Every prefix key is rooted in what the KV depends on besides the tokens.
+    let identity = format!("{} {:?} bs{bs}", model.identity(), dtype);
     let mut engine = Engine {
-        kvm: KvManager::new(num_blocks, bs),
+        kvm: KvManager::new(num_blocks, bs).with_root_key(root_key(&identity)),
+        memory: Registry::default(),
+        tick: 0,
+        park_budget_blocks: ((num_blocks as f64) * cfg.park_fraction.clamp(0.0, 1.0)) as usize,
+        bytes_per_block,
+        kv_dtype_name: kv_dtype_name(dtype),
         sched: Scheduler::new(cfg.sched.clone()),
         model,
         kv,
@@ -96,18 +105,35 @@ pub fn start<B: Backend + 'static>(
     })
 }
 
-struct Engine<B: Backend> {
-    model: Model<B>,
-    kv: B::Kv,
+/// "f32" / "q8": the KV element type as reports name it.
+fn kv_dtype_name(d: KvDtype) -> &'static str {
+    match d {
+        KvDtype::F32 => "f32",
+        KvDtype::F16 => "f16",
+        KvDtype::Q8 => "q8",
+    }
+}
+
+pub(crate) struct Engine<B: Backend> {
+    pub(crate) model: Model<B>,
+    pub(crate) kv: B::Kv,
     layout: KvLayout,
-    kvm: KvManager,
-    sched: Scheduler,
-    seqs: HashMap<u64, Seq>,
+    pub(crate) kvm: KvManager,
+    pub(crate) sched: Scheduler,
+    pub(crate) seqs: HashMap<u64, Seq>,
     inbox: mpsc::Receiver<Msg>,
     shared: Arc<Shared>,
-    tokenizer: Arc<Tokenizer>,
-    max_context: usize,
+    pub(crate) tokenizer: Arc<Tokenizer>,
+    pub(crate) max_context: usize,
     draining: bool,
+    /// Named contexts and sessions.
+    pub(crate) memory: Registry,
+    /// Use order for LRU decisions.
+    pub(crate) tick: u64,
+    /// Most blocks parked sessions may hold.
+    pub(crate) park_budget_blocks: usize,
+    pub(crate) bytes_per_block: u64,
+    pub(crate) kv_dtype_name: &'static str,
 }
 
 /// Marks the engine as stopped however the thread ends (a panic included).
@@ -155,11 +181,14 @@ impl<B: Backend> Engine<B> {
             Msg::Submit { id, req, tx } => {
                 let priority = req.priority;
                 metrics::counter!(names::PROMPT_TOKENS).increment(req.prompt.len() as u64);
+                let prefix_source = self.prefix_source(&req);
                 let seq = Seq::new(req, self.tokenizer.clone(), self.max_context, tx);
                 self.sched.add(Request {
                     id,
                     prompt_len: seq.tokens.len(),
                     priority,
+                    reuse_prefix: true,
+                    prefix_source,
                 });
                 let mut st = self.stats();
                 st.prompt_tokens_total += seq.tokens.len() as u64;
@@ -168,6 +197,22 @@ impl<B: Backend> Engine<B> {
             }
             Msg::Cancel(id) => self.remove(id),
             Msg::Drain => self.draining = true,
+            Msg::CreateContext(spec, reply) => self.create_context(spec, reply),
+            Msg::GetContext(id, reply) => {
+                let r = self.context_info(&id).ok_or_else(|| {
+                    crate::memory::MemoryError::NotFound(format!("no context with id '{id}'"))
+                });
+                let _ = reply.send(r);
+            }
+            Msg::DeleteContext(id, reply) => {
+                let _ = reply.send(self.delete_context(&id));
+            }
+            Msg::DeleteSession(id, reply) => {
+                let _ = reply.send(self.delete_session(&id));
+            }
+            Msg::Report(reply) => {
+                let _ = reply.send(Ok(self.cache_report()));
+            }
         }
     }
 
@@ -177,19 +222,43 @@ impl<B: Backend> Engine<B> {
 
     /// Frees a sequence's blocks and forgets it.
     fn remove(&mut self, id: u64) {
-        if self.seqs.remove(&id).is_some() {
+        if let Some(seq) = self.seqs.remove(&id) {
             self.sched.finish(id, &mut self.kvm);
+            if let Some(b) = seq.build {
+                let _ = b.reply.send(Err(crate::memory::MemoryError::Failed(
+                    "the context's prefill was cancelled".into(),
+                )));
+            }
         }
     }
 
     /// One scheduling step and forward pass. `false` when nothing was scheduled.
     fn step(&mut self) -> bool {
-        let mut out = self.sched.schedule(&mut self.kvm);
+        let seqs = &self.seqs;
+        let mut out = self.sched.schedule_with(&mut self.kvm, &|id| {
+            seqs.get(&id).map_or(&[][..], |s| s.tokens.as_slice())
+        });
         if !out.preempted.is_empty() {
             metrics::counter!(names::PREEMPTIONS).increment(out.preempted.len() as u64);
         }
+        for &(id, cached) in &out.admitted {
+            if let Some(s) = self.seqs.get_mut(&id) {
+                s.cached = cached;
+                metrics::counter!(names::CACHED_TOKENS).increment(cached as u64);
+            }
+        }
+        if out.kv_short {
+            // A parked session gives way to work that is waiting.
+            self.release_lru_session();
+        }
         if out.chunks.is_empty() {
             return false;
+        }
+        for c in self.kvm.take_copies() {
+            if let Err(e) = self.model.copy_block(&mut self.kv, c.src, c.dst) {
+                self.fail(&out, &e.to_string());
+                return true;
+            }
         }
         let batch = self.build_batch(&mut out);
         metrics::histogram!(names::STEP_TOKENS).record(batch.n_tokens() as f64);
@@ -201,14 +270,25 @@ impl<B: Backend> Engine<B> {
             }
         };
         self.sched.commit(&out);
+        for c in &out.chunks {
+            if let Some(seq) = self.seqs.get(&c.seq).filter(|s| !s.no_trace) {
+                self.kvm
+                    .register(c.seq, &seq.tokens[..c.start_pos + c.n_tokens]);
+            }
+        }
         let vocab = self.model.cfg.vocab_size;
         let sampling = out.chunks.iter().filter(|c| c.samples);
         let mut finished = Vec::new();
+        let mut builds = Vec::new();
         let mut completed = 0;
         for (row, c) in sampling.enumerate() {
             let Some(seq) = self.seqs.get_mut(&c.seq) else {
                 continue;
             };
+            if seq.build.is_some() {
+                builds.push(c.seq);
+                continue;
+            }
             let l = &logits[row * vocab..(row + 1) * vocab];
             match seq.step(l) {
                 Outcome::Continue => {}
@@ -220,9 +300,13 @@ impl<B: Backend> Engine<B> {
                 Outcome::Disconnected => finished.push(c.seq),
             }
         }
-        let generated = out.chunks.iter().filter(|c| c.samples).count() as u64;
+        let generated = (out.chunks.iter().filter(|c| c.samples).count() - builds.len()) as u64;
         for id in finished {
+            self.park_session(id);
             self.remove(id);
+        }
+        for id in builds {
+            self.finish_build(id);
         }
         let mut st = self.stats();
         st.generated_tokens_total += generated;

@@ -8,9 +8,13 @@ use std::time::Instant;
 
 use inferd_text::Tokenizer;
 use tokio::sync::mpsc as tmpsc;
+use tokio::sync::oneshot;
 
+use crate::memory::{CacheReport, ContextInfo, ContextSpec, MemoryError};
 use crate::request::{Event, GenRequest, SubmitError};
 use crate::stats::EngineStats;
+
+pub(crate) type Reply<T> = oneshot::Sender<Result<T, MemoryError>>;
 
 pub(crate) enum Msg {
     Submit {
@@ -21,6 +25,11 @@ pub(crate) enum Msg {
     Cancel(u64),
     /// Stop admitting; exit once every running request finished.
     Drain,
+    CreateContext(ContextSpec, Reply<ContextInfo>),
+    GetContext(String, Reply<ContextInfo>),
+    DeleteContext(String, Reply<()>),
+    DeleteSession(String, Reply<()>),
+    Report(Reply<CacheReport>),
 }
 
 /// Facts about the loaded model the server needs.
@@ -71,10 +80,15 @@ impl EngineHandle {
                 self.info.vocab_size
             )));
         }
+        if req.context.as_deref() == Some("") || req.session.as_deref() == Some("") {
+            return Err(SubmitError::Invalid(
+                "context and session ids must not be empty".into(),
+            ));
+        }
         if req.max_tokens == 0 {
             return Err(SubmitError::Invalid("max_tokens must be at least 1".into()));
         }
-        let limit = self.info.max_context;
+        let limit = self.info.max_context.min(req.max_context.unwrap_or(usize::MAX));
         if req.prompt.len() >= limit {
             return Err(SubmitError::TooLong {
                 what: "the prompt",
@@ -111,6 +125,46 @@ impl EngineHandle {
             shared: self.shared.clone(),
             done: false,
         })
+    }
+
+    /// Sends `msg` (built around a reply channel) and waits for the engine's answer.
+    async fn ask<T>(&self, msg: impl FnOnce(Reply<T>) -> Msg) -> Result<T, MemoryError> {
+        let (tx, rx) = oneshot::channel();
+        self.shared
+            .inbox
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(msg(tx))
+            .map_err(|_| MemoryError::Stopped)?;
+        rx.await.map_err(|_| MemoryError::Stopped)?
+    }
+
+    /// Prefills a context once and keeps it (pinned: never evicted). An existing id is
+    /// replaced. Returns when the context's KV is computed.
+    pub async fn create_context(&self, spec: ContextSpec) -> Result<ContextInfo, MemoryError> {
+        if !self.is_accepting() {
+            return Err(MemoryError::Stopped);
+        }
+        self.ask(|r| Msg::CreateContext(spec, r)).await
+    }
+
+    pub async fn context(&self, id: &str) -> Result<ContextInfo, MemoryError> {
+        self.ask(|r| Msg::GetContext(id.to_string(), r)).await
+    }
+
+    /// Forgets a context and unpins its blocks (they stay in the prefix cache until reused).
+    pub async fn delete_context(&self, id: &str) -> Result<(), MemoryError> {
+        self.ask(|r| Msg::DeleteContext(id.to_string(), r)).await
+    }
+
+    /// Forgets a parked session (memory and SSD tier).
+    pub async fn delete_session(&self, id: &str) -> Result<(), MemoryError> {
+        self.ask(|r| Msg::DeleteSession(id.to_string(), r)).await
+    }
+
+    /// Cached, pinned, parked, spilled and free KV, in total and per context and session.
+    pub async fn cache_report(&self) -> Result<CacheReport, MemoryError> {
+        self.ask(Msg::Report).await
     }
 
     /// A snapshot of queue, running and KV figures (updated every engine step).

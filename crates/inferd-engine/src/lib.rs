@@ -8,6 +8,8 @@
 mod config;
 mod engine;
 mod handle;
+mod memory;
+mod agent;
 mod request;
 mod seq;
 mod stats;
@@ -16,6 +18,9 @@ mod stop;
 pub use config::{available_memory, kv_blocks_for, parse_kv_budget, EngineConfig, KvBudget};
 pub use engine::start;
 pub use handle::{EngineHandle, ModelInfo, RequestStream};
-pub use request::{Delta, Event, FinishReason, GenRequest, SubmitError, TokenOut, Usage};
+pub use memory::{CacheReport, ContextInfo, ContextSpec, MemoryError, SessionInfo};
+pub use request::{
+    CacheMode, Delta, Event, FinishReason, GenRequest, SubmitError, TokenOut, Usage,
+};
 pub use stats::{names as metric_names, EngineStats};
 pub use stop::{StopMatcher, StopStep};

@@ -18,6 +18,27 @@ pub struct GenRequest {
     pub ignore_eos: bool,
     /// Higher runs first; ties go to the oldest.
     pub priority: i32,
+    /// Whether this request's KV may stay behind for others (the prefix cache).
+    pub cache: CacheMode,
+    /// A context (see [`crate::ContextSpec`]) this prompt continues: its blocks are
+    /// shared, its partly filled last block copied.
+    pub context: Option<String>,
+    /// After this turn the sequence's KV (prompt and reply) is parked under this id,
+    /// and the next turn with the same id starts from it.
+    pub session: Option<String>,
+    /// Longest this sequence may get (prompt + generated), below the model's limit.
+    pub max_context: Option<usize>,
+}
+
+/// What a request leaves in the KV cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CacheMode {
+    /// Its full blocks enter the prefix cache; with a session its KV is parked.
+    #[default]
+    Default,
+    /// No trace: it may read cached prefixes, but its own blocks are freed at the
+    /// end and never enter the prefix cache (nor a session).
+    Drop,
 }
 
 impl GenRequest {
@@ -30,6 +51,10 @@ impl GenRequest {
             stop: Vec::new(),
             ignore_eos: false,
             priority: 0,
+            cache: CacheMode::Default,
+            context: None,
+            session: None,
+            max_context: None,
         }
     }
 }
@@ -102,6 +127,8 @@ pub enum SubmitError {
     },
     #[error("invalid request: {0}")]
     Invalid(String),
+    #[error("{0}")]
+    NotFound(String),
     #[error("the server is shutting down")]
     ShuttingDown,
     #[error("the engine has stopped")]

@@ -8,7 +8,9 @@ use inferd_core::sampling::{Sampled, Sampler};
 use inferd_text::{IncrementalDecoder, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::request::{Delta, Event, FinishReason, GenRequest, TokenOut, Usage};
+use crate::handle::Reply;
+use crate::memory::ContextInfo;
+use crate::request::{CacheMode, Delta, Event, FinishReason, GenRequest, TokenOut, Usage};
 use crate::stats::names;
 use crate::stop::{StopMatcher, StopStep};
 
@@ -28,6 +30,22 @@ pub(crate) struct Seq {
     tx: UnboundedSender<Event>,
     arrived: Instant,
     last_token: Option<Instant>,
+    /// Leading prompt tokens whose KV came from the cache at (the last) admission.
+    pub cached: usize,
+    /// Park the KV under this session when the turn ends.
+    pub session: Option<String>,
+    /// `cache: drop`: never registered in the prefix cache, never parked.
+    pub no_trace: bool,
+    /// Set when this sequence only prefills a context.
+    pub build: Option<Build>,
+}
+
+/// A context being prefilled: where it goes when its KV is computed.
+pub(crate) struct Build {
+    pub id: String,
+    pub pin: bool,
+    pub meta: String,
+    pub reply: Reply<ContextInfo>,
 }
 
 /// What happened to a sequence after a token.
@@ -53,9 +71,13 @@ impl Seq {
         };
         Seq {
             prompt_len: req.prompt.len(),
-            tokens: req.prompt,
             max_tokens: req.max_tokens,
-            max_len: max_context,
+            max_len: max_context.min(req.max_context.unwrap_or(usize::MAX)),
+            cached: 0,
+            session: req.session,
+            no_trace: req.cache == CacheMode::Drop,
+            build: None,
+            tokens: req.prompt,
             stop_ids,
             sampler: Sampler::new(req.sampling),
             detok: IncrementalDecoder::new(tokenizer, true),
@@ -75,7 +97,7 @@ impl Seq {
         Usage {
             prompt_tokens: self.prompt_len,
             completion_tokens: self.generated(),
-            cached_tokens: 0,
+            cached_tokens: self.cached.min(self.prompt_len),
         }
     }
 

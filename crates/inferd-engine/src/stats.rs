@@ -34,6 +34,8 @@ pub mod names {
     pub const KV_BLOCKS_USED: &str = "inferd_kv_blocks_used";
     pub const KV_BLOCKS_FREE: &str = "inferd_kv_blocks_free";
     pub const PROMPT_TOKENS: &str = "inferd_prompt_tokens_total";
+    /// Prompt tokens whose KV came from the prefix cache (not computed).
+    pub const CACHED_TOKENS: &str = "inferd_cached_prompt_tokens_total";
     pub const GENERATED_TOKENS: &str = "inferd_generated_tokens_total";
     pub const PREEMPTIONS: &str = "inferd_preemptions_total";
     pub const REQUESTS_FINISHED: &str = "inferd_requests_finished_total";

@@ -62,6 +62,7 @@ pub struct Output {
     pub tokens: Vec<u32>,
     pub finish: Option<FinishReason>,
     pub completion_tokens: usize,
+    pub cached_tokens: usize,
 }
 
 pub fn collect(stream: &mut inferd_engine::RequestStream) -> Output {
@@ -70,6 +71,7 @@ pub fn collect(stream: &mut inferd_engine::RequestStream) -> Output {
         tokens: Vec::new(),
         finish: None,
         completion_tokens: 0,
+        cached_tokens: 0,
     };
     while let Some(ev) = stream.next_blocking() {
         match ev {
@@ -83,6 +85,7 @@ pub fn collect(stream: &mut inferd_engine::RequestStream) -> Output {
             } => {
                 o.finish = Some(finish_reason);
                 o.completion_tokens = usage.completion_tokens;
+                o.cached_tokens = usage.cached_tokens;
                 break;
             }
             Event::Error(e) => panic!("engine error: {e}"),

@@ -1,0 +1,277 @@
+//! The engine's agent-memory operations: creating, finding and dropping contexts,
+//! parking sessions after a turn, choosing a request's prefix source, relieving
+//! memory pressure by releasing the least recently used parked session, and the
+//! cache report. Policy lives in [`crate::memory`]; block mechanics in
+//! `inferd_core::kv::KvManager`.
+
+use inferd_core::kv::SeqId;
+use inferd_core::sched::Request;
+use inferd_runtime::Backend;
+use tokio::sync::mpsc as tmpsc;
+
+use crate::engine::Engine;
+use crate::handle::Reply;
+use crate::memory::{
+    unix_now, CacheReport, ContextInfo, ContextSpec, Entry, MemoryError, SessionInfo,
+};
+use crate::request::GenRequest;
+use crate::seq::{Build, Seq};
+
+impl<B: Backend> Engine<B> {
+    /// The owner a new request continues: its session if parked, else its context.
+    pub(crate) fn prefix_source(&mut self, req: &GenRequest) -> Option<SeqId> {
+        self.tick += 1;
+        if let Some(e) = req.session.as_ref().and_then(|s| self.memory.sessions.get_mut(s)) {
+            e.last_used = unix_now();
+            e.tick = self.tick;
+            if self.kvm.owner_tokens(e.owner).is_some() {
+                return Some(e.owner);
+            }
+        }
+        let e = req.context.as_ref().and_then(|c| self.memory.contexts.get(c))?;
+        self.kvm.owner_tokens(e.owner).is_some().then_some(e.owner)
+    }
+
+    pub(crate) fn create_context(&mut self, spec: ContextSpec, reply: Reply<ContextInfo>) {
+        let n = spec.tokens.len();
+        if n == 0 {
+            let _ = reply.send(Err(MemoryError::Invalid("the context is empty".into())));
+            return;
+        }
+        if n >= self.max_context {
+            let _ = reply.send(Err(MemoryError::TooLarge(format!(
+                "the context has {n} tokens; the longest sequence this server holds is {} tokens",
+                self.max_context - 1
+            ))));
+            return;
+        }
+        // Pinned blocks never come back, so a context must leave room to run requests.
+        let pinned: usize = self.pinned_blocks();
+        let total = self.kvm.pool().num_blocks();
+        let need = self.kvm.blocks_for(n + 1);
+        if spec.pin && pinned + need > total / 2 {
+            let _ = reply.send(Err(MemoryError::TooLarge(format!(
+                "pinning {n} more tokens ({need} KV blocks) would pin {} of the {total} blocks of \
+                 the KV budget; at most half may be pinned (raise --kv-memory or unpin contexts)",
+                pinned + need
+            ))));
+            return;
+        }
+        if let Some(id) = &spec.id {
+            if id.is_empty() || id.len() > 256 {
+                let _ = reply.send(Err(MemoryError::Invalid(
+                    "a context id has 1 to 256 characters".into(),
+                )));
+                return;
+            }
+        }
+        let id = spec.id.clone().unwrap_or_else(|| self.memory.fresh_context_id());
+        let seq_id = self.memory.new_owner();
+        let (tx, _rx) = tmpsc::unbounded_channel();
+        let mut seq = Seq::new(
+            GenRequest::greedy(spec.tokens.clone(), 1),
+            self.tokenizer.clone(),
+            self.max_context,
+            tx,
+        );
+        seq.build = Some(Build {
+            id,
+            pin: spec.pin,
+            meta: spec.meta,
+            reply,
+        });
+        self.sched.add(Request {
+            id: seq_id,
+            prompt_len: n,
+            priority: i32::MAX / 2,
+            reuse_prefix: true,
+            prefix_source: None,
+        });
+        self.seqs.insert(seq_id, seq);
+    }
+
+    /// A context's prefill is done: keep its KV under the context's owner (pinned) or
+    /// leave it in the prefix cache (unpinned), and answer the caller.
+    pub(crate) fn finish_build(&mut self, seq_id: SeqId) {
+        let Some(mut seq) = self.seqs.remove(&seq_id) else {
+            return;
+        };
+        let Some(b) = seq.build.take() else {
+            return;
+        };
+        let tokens = seq.tokens[..seq.prompt_len].to_vec();
+        if let Some(old) = self.memory.contexts.remove(&b.id) {
+            self.kvm.free(old.owner);
+        }
+        let owner = self.memory.new_owner();
+        if b.pin {
+            self.kvm.park(seq_id, owner, tokens.clone());
+        }
+        self.sched.finish(seq_id, &mut self.kvm);
+        let now = unix_now();
+        self.tick += 1;
+        self.memory.contexts.insert(
+            b.id.clone(),
+            Entry {
+                owner,
+                tokens,
+                pinned: b.pin,
+                created: now,
+                last_used: now,
+                tick: self.tick,
+                meta: b.meta,
+            },
+        );
+        let _ = b.reply.send(Ok(self.context_info(&b.id).expect("just inserted")));
+    }
+
+    pub(crate) fn context_info(&self, id: &str) -> Option<ContextInfo> {
+        let e = self.memory.contexts.get(id)?;
+        Some(ContextInfo {
+            id: id.to_string(),
+            tokens: e.tokens.clone(),
+            pinned: e.pinned,
+            created: e.created,
+            meta: e.meta.clone(),
+            resident_tokens: self.kvm.owner_tokens(e.owner).map_or(0, |t| t.len()),
+            resident_blocks: self.kvm.table(e.owner).map_or(0, |t| t.len()),
+            spilled_blocks: 0,
+        })
+    }
+
+    pub(crate) fn delete_context(&mut self, id: &str) -> Result<(), MemoryError> {
+        let e = self
+            .memory
+            .contexts
+            .remove(id)
+            .ok_or_else(|| MemoryError::NotFound(format!("no context with id '{id}'")))?;
+        self.kvm.free(e.owner);
+        Ok(())
+    }
+
+    pub(crate) fn delete_session(&mut self, id: &str) -> Result<(), MemoryError> {
+        let e = self
+            .memory
+            .sessions
+            .remove(id)
+            .ok_or_else(|| MemoryError::NotFound(format!("no session with id '{id}'")))?;
+        self.kvm.free(e.owner);
+        Ok(())
+    }
+
+    /// A turn with a session ended: park its computed KV (prompt and reply) under the
+    /// session, replacing the previous turn's.
+    pub(crate) fn park_session(&mut self, seq_id: SeqId) {
+        let Some(seq) = self.seqs.get(&seq_id) else {
+            return;
+        };
+        let Some(sid) = seq.session.clone().filter(|_| !seq.no_trace) else {
+            return;
+        };
+        // The last sampled token was never fed back: its KV does not exist.
+        let computed = seq.tokens.len().saturating_sub(1);
+        let tokens = seq.tokens[..computed].to_vec();
+        let owner = match self.memory.sessions.get(&sid) {
+            Some(e) => e.owner,
+            None => self.memory.new_owner(),
+        };
+        self.kvm.park(seq_id, owner, tokens.clone());
+        self.tick += 1;
+        let now = unix_now();
+        let e = self.memory.sessions.entry(sid).or_insert_with(|| Entry {
+            owner,
+            tokens: Vec::new(),
+            pinned: false,
+            created: now,
+            last_used: now,
+            tick: 0,
+            meta: String::new(),
+        });
+        e.tokens = tokens;
+        e.last_used = now;
+        e.tick = self.tick;
+        self.enforce_park_budget();
+    }
+
+    /// Blocks held by pinned contexts.
+    pub(crate) fn pinned_blocks(&self) -> usize {
+        self.memory
+            .contexts
+            .values()
+            .filter_map(|e| self.kvm.table(e.owner))
+            .map(|t| t.len())
+            .sum()
+    }
+
+    /// Blocks held by parked sessions.
+    pub(crate) fn parked_blocks(&self) -> usize {
+        self.memory
+            .sessions
+            .values()
+            .filter_map(|e| self.kvm.table(e.owner))
+            .map(|t| t.len())
+            .sum()
+    }
+
+    /// Releases the least recently used parked session's blocks (they stay in the prefix
+    /// cache until reused). `false` when none is parked.
+    pub(crate) fn release_lru_session(&mut self) -> bool {
+        let kvm = &self.kvm;
+        let Some(id) = self.memory.lru_session(|o| kvm.table(o).is_some()) else {
+            return false;
+        };
+        let owner = self.memory.sessions[&id].owner;
+        self.kvm.free(owner);
+        true
+    }
+
+    /// Parked sessions hold at most the park budget.
+    pub(crate) fn enforce_park_budget(&mut self) {
+        while self.parked_blocks() > self.park_budget_blocks {
+            if !self.release_lru_session() {
+                break;
+            }
+        }
+    }
+
+    pub(crate) fn cache_report(&self) -> CacheReport {
+        let pool = self.kvm.pool();
+        let contexts: Vec<ContextInfo> = {
+            let mut ids: Vec<&String> = self.memory.contexts.keys().collect();
+            ids.sort();
+            ids.into_iter().filter_map(|id| self.context_info(id)).collect()
+        };
+        let mut sessions: Vec<SessionInfo> = self
+            .memory
+            .sessions
+            .iter()
+            .map(|(id, e)| SessionInfo {
+                id: id.clone(),
+                tokens: e.tokens.len(),
+                resident_tokens: self.kvm.owner_tokens(e.owner).map_or(0, |t| t.len()),
+                resident_blocks: self.kvm.table(e.owner).map_or(0, |t| t.len()),
+                spilled_blocks: 0,
+                last_used: e.last_used,
+            })
+            .collect();
+        sessions.sort_by(|a, b| a.id.cmp(&b.id));
+        let blocks_pinned = self.pinned_blocks();
+        let blocks_parked = self.parked_blocks();
+        let used = pool.num_blocks() - pool.num_free();
+        CacheReport {
+            block_size: self.kvm.block_size(),
+            bytes_per_block: self.bytes_per_block,
+            kv_dtype: self.kv_dtype_name.to_string(),
+            blocks_total: pool.num_blocks(),
+            blocks_free: pool.num_free(),
+            blocks_cached: pool.num_cached(),
+            blocks_pinned,
+            blocks_parked,
+            blocks_running: used.saturating_sub(blocks_pinned + blocks_parked),
+            blocks_spilled: 0,
+            bytes_spilled: 0,
+            contexts,
+            sessions,
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! Agent memory end to end on the real SmolLM2-135M: the prefix cache, pinned
+//! contexts, parked sessions and `cache: drop`, with `cached_tokens` as the proof.
+
+mod common;
+
+use common::*;
+use inferd_engine::{CacheMode, ContextSpec, EngineConfig, GenRequest, KvBudget, MemoryError};
+
+const MAX_TOKENS: usize = 12;
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+/// A long shared brief (several KV blocks, not a multiple of the block size).
+fn brief(e: &inferd_engine::EngineHandle) -> Vec<u32> {
+    let text = "<|im_start|>system\nYou are a careful assistant for a team that maintains a \
+        large Rust code base. Answer briefly, cite file names, and never invent APIs. The \
+        repository has crates for formats, kernels, text, scheduling, runtime and serving.\
+        <|im_end|>\n";
+    e.tokenizer.encode(text, false).unwrap()
+}
+
+fn ask(e: &inferd_engine::EngineHandle, prefix: &[u32], q: &str) -> Vec<u32> {
+    let mut p = prefix.to_vec();
+    let text = format!("<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n");
+    p.extend(e.tokenizer.encode(&text, false).unwrap());
+    p
+}
+
+#[test]
+fn prefix_reuse_gives_the_same_greedy_output_and_reports_cached_tokens() {
+    let Some(e) = engine(config()) else { return };
+    let prompt = ask(&e, &brief(&e), "Which crate owns the scheduler?");
+    let first = run_one(&e, GenRequest::greedy(prompt.clone(), MAX_TOKENS));
+    assert_eq!(first.cached_tokens, 0);
+    let again = run_one(&e, GenRequest::greedy(prompt.clone(), MAX_TOKENS));
+    // every full block but the one holding the last prompt token comes from the cache
+    assert_eq!(again.cached_tokens, (prompt.len() - 1) / 16 * 16);
+    assert_eq!(first.tokens, again.tokens);
+    assert_eq!(first.text, again.text);
+    // a different question after the same brief shares the brief's full blocks
+    let other = ask(&e, &brief(&e), "What does the runtime do?");
+    let o = run_one(&e, GenRequest::greedy(other.clone(), MAX_TOKENS));
+    assert_eq!(o.cached_tokens, brief(&e).len() / 16 * 16);
+    // and gives what a cold engine gives
+    drop(e);
+    let cold = engine(config()).unwrap();
+    let c = run_one(&cold, GenRequest::greedy(other, MAX_TOKENS));
+    assert_eq!(c.cached_tokens, 0);
+    assert_eq!(c.tokens, o.tokens);
+}
+
+#[test]
+fn pinned_context_survives_cache_pressure_and_is_reused_whole() {
+    // A small pool: the unrelated traffic below cycles through every free block.
+    let cfg = EngineConfig {
+        kv_budget: KvBudget::Bytes(64 * 16 * 30 * 3 * 64 * 2 * 4),
+        ..config()
+    };
+    let Some(e) = engine(cfg) else { return };
+    let ctx = brief(&e);
+    assert_ne!(ctx.len() % 16, 0, "the test wants a partly filled last block");
+    let info = block_on(e.create_context(ContextSpec {
+        id: Some("brief".into()),
+        tokens: ctx.clone(),
+        pin: true,
+        meta: "m".into(),
+    }))
+    .unwrap();
+    assert_eq!((info.id.as_str(), info.tokens.len()), ("brief", ctx.len()));
+    assert!(info.pinned);
+    for p in prompts(&e.tokenizer, 12) {
+        run_one(&e, GenRequest::greedy(p, 24));
+    }
+    let report = block_on(e.cache_report()).unwrap();
+    assert_eq!(report.blocks_pinned, ctx.len().div_ceil(16));
+    assert_eq!(report.contexts[0].resident_tokens, ctx.len());
+    let prompt = ask(&e, &ctx, "Which crate owns the scheduler?");
+    let mut req = GenRequest::greedy(prompt.clone(), MAX_TOKENS);
+    req.context = Some("brief".into());
+    let hit = run_one(&e, req);
+    // the whole context, its partly filled last block included (copied)
+    assert_eq!(hit.cached_tokens, ctx.len());
+    let cold = engine(config()).unwrap();
+    let c = run_one(&cold, GenRequest::greedy(prompt, MAX_TOKENS));
+    assert_eq!(c.tokens, hit.tokens, "reuse changes nothing");
+    // unknown ids and deletion
+    assert!(matches!(
+        block_on(e.context("nope")),
+        Err(MemoryError::NotFound(_))
+    ));
+    block_on(e.delete_context("brief")).unwrap();
+    assert!(matches!(
+        block_on(e.delete_context("brief")),
+        Err(MemoryError::NotFound(_))
+    ));
+    assert_eq!(block_on(e.cache_report()).unwrap().blocks_pinned, 0);
+}
+
+#[test]
+fn context_larger_than_the_budget_is_refused() {
+    let cfg = EngineConfig {
+        kv_budget: KvBudget::Bytes(16 * 16 * 30 * 3 * 64 * 2 * 4),
+        ..config()
+    };
+    let Some(e) = engine(cfg) else { return };
+    let big: Vec<u32> = (0..200).map(|i| 100 + i).collect();
+    let r = block_on(e.create_context(ContextSpec {
+        id: None,
+        tokens: big,
+        pin: true,
+        meta: String::new(),
+    }));
+    assert!(matches!(r, Err(MemoryError::TooLarge(_))), "{r:?}");
+}
+
+#[test]
+fn session_resumes_after_fifty_unrelated_requests_with_all_its_kv() {
+    let cfg = EngineConfig {
+        kv_budget: KvBudget::Bytes(96 * 16 * 30 * 3 * 64 * 2 * 4),
+        ..config()
+    };
+    let Some(e) = engine(cfg) else { return };
+    let turn1 = ask(&e, &brief(&e), "Name one crate.");
+    let mut req = GenRequest::greedy(turn1.clone(), MAX_TOKENS);
+    req.session = Some("agent-7".into());
+    req.ignore_eos = true;
+    let r1 = run_one(&e, req);
+    assert_eq!(r1.tokens.len(), MAX_TOKENS);
+    // 50 unrelated requests cycle the prefix cache
+    for (i, p) in prompts(&e.tokenizer, 50).into_iter().enumerate() {
+        run_one(&e, GenRequest::greedy(p, 4 + i % 3));
+    }
+    let report = block_on(e.cache_report()).unwrap();
+    let s = &report.sessions[0];
+    assert_eq!(s.id, "agent-7");
+    let parked = turn1.len() + MAX_TOKENS - 1; // the last token's KV is never computed
+    assert_eq!((s.tokens, s.resident_tokens), (parked, parked));
+    // turn 2: the conversation so far, then a new question
+    let mut so_far = turn1.clone();
+    so_far.extend(&r1.tokens);
+    let turn2 = ask(&e, &so_far, "And another?");
+    let mut req = GenRequest::greedy(turn2.clone(), MAX_TOKENS);
+    req.session = Some("agent-7".into());
+    let r2 = run_one(&e, req);
+    assert_eq!(r2.cached_tokens, parked, "100% of the parked prefix is reused");
+    block_on(e.delete_session("agent-7")).unwrap();
+    assert!(block_on(e.cache_report()).unwrap().sessions.is_empty());
+}
+
+#[test]
+fn cache_drop_leaves_nothing_behind() {
+    let Some(e) = engine(config()) else { return };
+    let before = block_on(e.cache_report()).unwrap();
+    let prompt = ask(&e, &brief(&e), "Leave no trace.");
+    let mut req = GenRequest::greedy(prompt.clone(), MAX_TOKENS);
+    req.cache = CacheMode::Drop;
+    req.session = Some("ghost".into());
+    run_one(&e, req);
+    wait_for(|| e.stats().running == 0, "the request to end");
+    let after = block_on(e.cache_report()).unwrap();
+    assert_eq!(after.blocks_cached, before.blocks_cached);
+    assert!(after.sessions.is_empty());
+    // and nothing of it is found again
+    let again = run_one(&e, GenRequest::greedy(prompt, MAX_TOKENS));
+    assert_eq!(again.cached_tokens, 0);
+}
