@@ -1,0 +1,103 @@
+//! Injected IO failures (ENOSPC) at each step of an atomic write: `put` and
+//! `put_record` return an out-of-space error and leave no temp file; a failed
+//! `put` leaves no block file and the index as it was; the next write succeeds.
+
+use std::fs;
+use std::path::PathBuf;
+
+use super::SpillStore;
+use crate::atomic::{fail_next, Step};
+use crate::{BlockMeta, StoreIdentity};
+
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn temp_dir(tag: &str) -> TempDir {
+    let p = std::env::temp_dir().join(format!("inferd-kvstore-unit-{tag}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&p);
+    TempDir(p)
+}
+
+fn open(dir: &TempDir) -> SpillStore {
+    let id = StoreIdentity {
+        model: "m".into(),
+        layout: "l".into(),
+        block_bytes: 64,
+    };
+    SpillStore::open(&dir.0, id, 1 << 20).unwrap()
+}
+
+fn meta(key: u64) -> BlockMeta {
+    BlockMeta {
+        key,
+        parent: 0,
+        tokens: vec![1, 2, 3],
+    }
+}
+
+fn file_names(s: &SpillStore) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(s.dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+const STEPS: [Step; 5] = [
+    Step::Create,
+    Step::Write,
+    Step::SyncFile,
+    Step::Rename,
+    Step::SyncDir,
+];
+
+#[test]
+fn a_failed_put_leaves_nothing_behind() {
+    let dir = temp_dir("fault-put");
+    let mut s = open(&dir);
+    s.put(&meta(1), &[1; 64]).unwrap();
+    let before = file_names(&s);
+    let used = s.bytes_used();
+    for step in STEPS {
+        fail_next(step);
+        let err = s.put(&meta(2), &[2; 64]).unwrap_err();
+        assert!(err.is_out_of_space(), "{step:?}: {err}");
+        assert!(!s.contains(2), "{step:?}");
+        assert_eq!(s.bytes_used(), used, "{step:?}");
+        assert_eq!(file_names(&s), before, "{step:?}");
+    }
+    s.put(&meta(2), &[2; 64]).unwrap();
+    assert_eq!(s.get(2, 0, &[1, 2, 3]), Some(vec![2; 64]));
+    assert_eq!(s.get(1, 0, &[1, 2, 3]), Some(vec![1; 64]));
+}
+
+#[test]
+fn a_failed_record_write_leaves_one_complete_version() {
+    let dir = temp_dir("fault-record");
+    let mut s = open(&dir);
+    s.put_record("session", "a", b"old").unwrap();
+    let before = file_names(&s);
+    for step in STEPS {
+        fail_next(step);
+        let err = s.put_record("session", "a", b"new").unwrap_err();
+        assert!(err.is_out_of_space(), "{step:?}: {err}");
+        assert!(!err.to_string().is_empty());
+        // Before the rename the old record stays; after it (only the
+        // directory fsync failed) the new, complete one is in place.
+        let files = file_names(&s);
+        assert_eq!(files, before, "{step:?}");
+        let want: &[u8] = if step == Step::SyncDir {
+            b"new"
+        } else {
+            b"old"
+        };
+        assert_eq!(s.record("session", "a").as_deref(), Some(want), "{step:?}");
+    }
+    assert!(s.take_warnings().is_empty());
+}

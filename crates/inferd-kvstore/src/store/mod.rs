@@ -1,0 +1,289 @@
+//! [`SpillStore`]: KV blocks on disk under a byte budget. This file holds the
+//! block operations; `open.rs` rebuilds the index at open, `records.rs` holds
+//! the named records.
+
+#[cfg(test)]
+mod fault_tests;
+mod open;
+mod records;
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::atomic;
+use crate::block_file::{self, BlockMeta, Expected, MAX_BLOCK_TOKENS};
+use crate::codec::{self, CRC_LEN};
+use crate::error::StoreError;
+use crate::identity::StoreIdentity;
+use crate::index::Index;
+use crate::names;
+use crate::warnings::Warnings;
+
+/// The SSD tier for KV blocks of one model and KV layout.
+///
+/// Owned by one thread of one process (the engine thread); two processes must
+/// not open the same identity directory at once (each removes the other's
+/// temp files at open). All state besides the files (LRU order, pins) is in
+/// memory: after a restart the LRU order is the files' modification times and
+/// nothing is pinned.
+#[derive(Debug)]
+pub struct SpillStore {
+    /// The identity directory: `<store dir>/<identity hash>`.
+    dir: PathBuf,
+    id: StoreIdentity,
+    budget: u64,
+    index: Index,
+    warnings: Warnings,
+}
+
+impl SpillStore {
+    /// True if block `key` is indexed (its header was valid when indexed; the
+    /// payload is only verified by [`get`](Self::get)).
+    pub fn contains(&self, key: u64) -> bool {
+        self.index.contains(key)
+    }
+
+    /// The metadata of block `key` as its header records it: parent and tokens,
+    /// so the caller can walk chains after a restart.
+    pub fn meta(&self, key: u64) -> Option<&BlockMeta> {
+        self.index.meta(key)
+    }
+
+    /// The keys of all indexed blocks, in no particular order.
+    pub fn keys(&self) -> impl Iterator<Item = u64> + '_ {
+        self.index.keys()
+    }
+
+    /// Stores a block atomically (temp file, fsync, rename, fsync of the
+    /// directory). `data` must be exactly `block_bytes` long. If the key is
+    /// already stored, only its LRU position is refreshed (keys name contents).
+    /// Least recently used unpinned blocks are evicted first to stay within the
+    /// budget. On `Err` nothing was stored and no temp file is left; evictions
+    /// made to free room stay done.
+    pub fn put(&mut self, meta: &BlockMeta, data: &[u8]) -> Result<(), StoreError> {
+        if data.len() != self.id.block_bytes {
+            return Err(StoreError::WrongLength {
+                key: meta.key,
+                got: data.len(),
+                expected: self.id.block_bytes,
+            });
+        }
+        if meta.tokens.len() > MAX_BLOCK_TOKENS {
+            return Err(StoreError::InvalidMeta {
+                key: meta.key,
+                reason: format!("{} tokens, at most {MAX_BLOCK_TOKENS}", meta.tokens.len()),
+            });
+        }
+        if self.index.contains(meta.key) {
+            self.index.touch(meta.key);
+            return Ok(());
+        }
+        let header = block_file::encode_header(&self.id, meta, data.len());
+        let file_len = (header.len() + data.len() + CRC_LEN) as u64;
+        self.make_room(meta.key, file_len)?;
+        let crc = codec::crc32(&[&header, data]).to_le_bytes();
+        let name = names::block_name(meta.key);
+        if let Err(e) = atomic::write_atomic(&self.dir, &name, &[&header, data, &crc]) {
+            // A failure after the rename leaves the file; unindexed, it must go.
+            let _ = fs::remove_file(self.dir.join(&name));
+            return Err(e);
+        }
+        self.index.insert(meta.clone(), file_len);
+        Ok(())
+    }
+
+    /// Reads block `key` and verifies everything (magic, format version,
+    /// identity, key, parent == `expect_parent`, tokens == `expect_tokens`,
+    /// lengths, checksum). Returns `None` if the key is not stored or anything
+    /// fails to verify or read; in the latter case the file is removed from disk
+    /// and index and a warning is recorded, and the caller recomputes. Never
+    /// returns unverified bytes. A hit refreshes the block's LRU position.
+    pub fn get(&mut self, key: u64, expect_parent: u64, expect_tokens: &[u32]) -> Option<Vec<u8>> {
+        if !self.index.contains(key) {
+            return None;
+        }
+        let mut buf = vec![0u8; self.id.block_bytes];
+        match self.get_into(key, expect_parent, expect_tokens, &mut buf) {
+            Ok(true) => Some(buf),
+            _ => None,
+        }
+    }
+
+    /// [`get`](Self::get) into the caller's buffer (e.g. a staging buffer for
+    /// the KV pool), which must be `block_bytes` long. `Ok(true)`: `out` holds
+    /// the verified payload. `Ok(false)`: a miss, `out` is zeroed. `Err` only
+    /// for a buffer of the wrong length.
+    pub fn get_into(
+        &mut self,
+        key: u64,
+        expect_parent: u64,
+        expect_tokens: &[u32],
+        out: &mut [u8],
+    ) -> Result<bool, StoreError> {
+        if out.len() != self.id.block_bytes {
+            return Err(StoreError::WrongLength {
+                key,
+                got: out.len(),
+                expected: self.id.block_bytes,
+            });
+        }
+        if !self.index.contains(key) {
+            out.fill(0);
+            return Ok(false);
+        }
+        let path = self.block_path(key);
+        let expected = Expected {
+            key,
+            parent: expect_parent,
+            tokens: expect_tokens,
+        };
+        match block_file::read_verified(&path, &self.id, &expected, out) {
+            Ok(()) => {
+                self.index.touch(key);
+                Ok(true)
+            }
+            Err(why) => {
+                out.fill(0);
+                self.index.remove(key);
+                self.discard(&path, &why);
+                Ok(false)
+            }
+        }
+    }
+
+    /// Pins or unpins block `key` (unknown keys are ignored). Pinned blocks are
+    /// never evicted for the budget. In memory only: re-apply after a restart.
+    pub fn set_pinned(&mut self, key: u64, pinned: bool) {
+        self.index.set_pinned(key, pinned);
+    }
+
+    /// True if block `key` is stored and pinned.
+    pub fn is_pinned(&self, key: u64) -> bool {
+        self.index.is_pinned(key)
+    }
+
+    /// Removes block `key` from index and disk (pinned or not). Problems
+    /// removing the file become warnings.
+    pub fn remove(&mut self, key: u64) {
+        if self.index.remove(key).is_some() {
+            let path = self.block_path(key);
+            self.remove_file(&path);
+        }
+    }
+
+    /// Bytes of the indexed block files (headers and checksums included).
+    pub fn bytes_used(&self) -> u64 {
+        self.index.used()
+    }
+
+    /// Bytes of the pinned block files.
+    pub fn bytes_pinned(&self) -> u64 {
+        self.index.pinned_bytes()
+    }
+
+    /// Number of indexed blocks.
+    pub fn num_blocks(&self) -> usize {
+        self.index.len()
+    }
+
+    /// The budget for block files in bytes (records are not counted).
+    pub fn budget(&self) -> u64 {
+        self.budget
+    }
+
+    /// Changes the budget, evicting least recently used unpinned blocks until
+    /// the store fits (pinned blocks may keep it above a lowered budget).
+    pub fn set_budget(&mut self, budget_bytes: u64) {
+        self.budget = budget_bytes;
+        self.enforce_budget();
+    }
+
+    /// The file size of a block with `n_tokens` tokens: what it counts against
+    /// the budget.
+    pub fn file_bytes(&self, n_tokens: usize) -> u64 {
+        let meta = BlockMeta {
+            key: 0,
+            parent: 0,
+            tokens: vec![0; n_tokens],
+        };
+        (block_file::encode_header(&self.id, &meta, self.id.block_bytes).len()
+            + self.id.block_bytes
+            + CRC_LEN) as u64
+    }
+
+    /// The identity the store was opened with.
+    pub fn identity(&self) -> &StoreIdentity {
+        &self.id
+    }
+
+    /// The identity directory the files live in (`<dir>/<identity hash>`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Warnings (corrupt or mismatching files removed, IO problems) since the
+    /// last call, for the caller to log.
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        self.warnings.take()
+    }
+
+    fn block_path(&self, key: u64) -> PathBuf {
+        self.dir.join(names::block_name(key))
+    }
+
+    /// Evicts unpinned blocks, oldest first, until a file of `file_len` bytes fits.
+    fn make_room(&mut self, key: u64, file_len: u64) -> Result<(), StoreError> {
+        if file_len > self.budget {
+            return Err(StoreError::TooLarge {
+                key,
+                file_bytes: file_len,
+                budget: self.budget,
+            });
+        }
+        let no_room = |s: &Self| StoreError::NoRoom {
+            key,
+            file_bytes: file_len,
+            pinned_bytes: s.index.pinned_bytes(),
+            budget: s.budget,
+        };
+        if self.index.pinned_bytes() + file_len > self.budget {
+            return Err(no_room(self));
+        }
+        while self.index.used() + file_len > self.budget {
+            let Some(victim) = self.index.oldest_unpinned() else {
+                return Err(no_room(self));
+            };
+            self.remove(victim);
+        }
+        Ok(())
+    }
+
+    /// Evicts unpinned blocks, oldest first, while over budget.
+    fn enforce_budget(&mut self) {
+        while self.index.used() > self.budget {
+            let Some(victim) = self.index.oldest_unpinned() else {
+                break;
+            };
+            self.remove(victim);
+        }
+    }
+
+    /// Removes a file found corrupt or mismatching, with a warning saying why.
+    fn discard(&mut self, path: &Path, why: &str) {
+        self.warnings
+            .push(format!("removed {}: {why}", path.display()));
+        self.remove_file(path);
+    }
+
+    /// Removes a file; a file already gone is fine, other failures are warnings.
+    fn remove_file(&mut self, path: &Path) {
+        match fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => self
+                .warnings
+                .push(format!("could not remove {}: {e}", path.display())),
+        }
+    }
+}

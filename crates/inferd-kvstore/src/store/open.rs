@@ -1,0 +1,154 @@
+//! Opening a store: create the directories, check they are usable, delete temp
+//! files left by a crash, rebuild the index from block headers (headers only;
+//! payloads are verified on `get`), and trim to the budget.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::path::Path;
+use std::time::SystemTime;
+
+use super::SpillStore;
+use crate::atomic;
+use crate::block_file::{self, BlockMeta};
+use crate::error::StoreError;
+use crate::identity::StoreIdentity;
+use crate::index::Index;
+use crate::names;
+use crate::warnings::Warnings;
+
+impl SpillStore {
+    /// Opens (creating) the store in `dir` for identity `id` with a budget of
+    /// `budget_bytes` for block files. Files live in `dir/<identity hash>/`
+    /// (see [`StoreIdentity::dir_name`]); other identities' directories are
+    /// left alone. Leftover temp files are deleted; the index is rebuilt from
+    /// the block files' headers; a file whose header is unreadable, whose
+    /// identity differs, or whose size disagrees with its header is removed
+    /// (with a warning). If the files exceed the budget, the oldest (by
+    /// modification time) are evicted.
+    ///
+    /// `Err` if `dir` (or a parent) is not a directory, cannot be created,
+    /// listed or written to, or the identity cannot be stored.
+    pub fn open(dir: &Path, id: StoreIdentity, budget_bytes: u64) -> Result<Self, StoreError> {
+        id.validate()?;
+        ensure_dir(dir)?;
+        let sub = dir.join(id.dir_name());
+        ensure_dir(&sub)?;
+        probe_writable(&sub)?;
+        let mut store = SpillStore {
+            dir: sub,
+            id,
+            budget: budget_bytes,
+            index: Index::default(),
+            warnings: Warnings::default(),
+        };
+        store.rebuild_index()?;
+        store.enforce_budget();
+        Ok(store)
+    }
+
+    /// Scans the identity directory: removes temp files, indexes valid block
+    /// files in modification-time order (oldest first), removes invalid ones.
+    fn rebuild_index(&mut self) -> Result<(), StoreError> {
+        let entries =
+            fs::read_dir(&self.dir).map_err(|e| StoreError::io("list directory", &self.dir, e))?;
+        let mut found: Vec<(SystemTime, BlockMeta, u64)> = Vec::new();
+        let mut temps = 0usize;
+        let mut removed_any = false;
+        for entry in entries {
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(e) => {
+                    self.warnings
+                        .push(format!("listing {}: {e}", self.dir.display()));
+                    continue;
+                }
+            };
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else {
+                continue;
+            };
+            let path = entry.path();
+            if names::is_temp(name) {
+                self.remove_file(&path);
+                temps += 1;
+                removed_any = true;
+                continue;
+            }
+            let Some(key) = names::parse_block_name(name) else {
+                continue;
+            };
+            match read_block_header(&path, &self.id, key) {
+                Ok(found_block) => found.push(found_block),
+                Err(why) => {
+                    self.discard(&path, &why);
+                    removed_any = true;
+                }
+            }
+        }
+        if temps > 0 {
+            self.warnings.push(format!(
+                "removed {temps} leftover temp file(s) in {} (interrupted writes)",
+                self.dir.display()
+            ));
+        }
+        if removed_any {
+            if let Err(e) = atomic::sync_dir(&self.dir) {
+                self.warnings
+                    .push(format!("fsync {}: {e}", self.dir.display()));
+            }
+        }
+        found.sort_by_key(|(mtime, meta, _)| (*mtime, meta.key));
+        for (_, meta, file_len) in found {
+            self.index.insert(meta, file_len);
+        }
+        Ok(())
+    }
+}
+
+/// Reads the header of the block file at `path`, named for `key`; returns its
+/// modification time, metadata and size.
+fn read_block_header(
+    path: &Path,
+    id: &StoreIdentity,
+    key: u64,
+) -> Result<(SystemTime, BlockMeta, u64), String> {
+    let mut file = File::open(path).map_err(|e| format!("open failed: {e}"))?;
+    let header = block_file::read_header(&mut file, id)?;
+    if header.meta.key != key {
+        return Err(format!(
+            "header key {:016x} differs from the file name",
+            header.meta.key
+        ));
+    }
+    let mtime = file
+        .metadata()
+        .and_then(|m| m.modified())
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+    Ok((mtime, header.meta, header.file_len))
+}
+
+/// Creates `path` as a directory if missing; `Err` if it is something else.
+fn ensure_dir(path: &Path) -> Result<(), StoreError> {
+    match fs::metadata(path) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(StoreError::NotADirectory {
+            path: path.to_path_buf(),
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            fs::create_dir_all(path).map_err(|e| StoreError::io("create directory", path, e))
+        }
+        Err(e) => Err(StoreError::io("stat", path, e)),
+    }
+}
+
+/// Creates and deletes a temp file, so an unwritable directory fails at open
+/// rather than at the first spill.
+fn probe_writable(dir: &Path) -> Result<(), StoreError> {
+    let probe = dir.join(names::temp_name("probe"));
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .map_err(|e| StoreError::io("create probe file in", dir, e))?;
+    fs::remove_file(&probe).map_err(|e| StoreError::io("remove probe file", &probe, e))
+}
