@@ -21,14 +21,21 @@ impl<B: Backend> Engine<B> {
     /// The owner a new request continues: its session if parked, else its context.
     pub(crate) fn prefix_source(&mut self, req: &GenRequest) -> Option<SeqId> {
         self.tick += 1;
-        if let Some(e) = req.session.as_ref().and_then(|s| self.memory.sessions.get_mut(s)) {
+        if let Some(e) = req
+            .session
+            .as_ref()
+            .and_then(|s| self.memory.sessions.get_mut(s))
+        {
             e.last_used = unix_now();
             e.tick = self.tick;
             if self.kvm.owner_tokens(e.owner).is_some() {
                 return Some(e.owner);
             }
         }
-        let e = req.context.as_ref().and_then(|c| self.memory.contexts.get(c))?;
+        let e = req
+            .context
+            .as_ref()
+            .and_then(|c| self.memory.contexts.get(c))?;
         self.kvm.owner_tokens(e.owner).is_some().then_some(e.owner)
     }
 
@@ -65,7 +72,10 @@ impl<B: Backend> Engine<B> {
                 return;
             }
         }
-        let id = spec.id.clone().unwrap_or_else(|| self.memory.fresh_context_id());
+        let id = spec
+            .id
+            .clone()
+            .unwrap_or_else(|| self.memory.fresh_context_id());
         let seq_id = self.memory.new_owner();
         let (tx, _rx) = tmpsc::unbounded_channel();
         let mut seq = Seq::new(
@@ -122,7 +132,9 @@ impl<B: Backend> Engine<B> {
                 meta: b.meta,
             },
         );
-        let _ = b.reply.send(Ok(self.context_info(&b.id).expect("just inserted")));
+        let _ = b
+            .reply
+            .send(Ok(self.context_info(&b.id).expect("just inserted")));
     }
 
     pub(crate) fn context_info(&self, id: &str) -> Option<ContextInfo> {
@@ -239,7 +251,9 @@ impl<B: Backend> Engine<B> {
         let contexts: Vec<ContextInfo> = {
             let mut ids: Vec<&String> = self.memory.contexts.keys().collect();
             ids.sort();
-            ids.into_iter().filter_map(|id| self.context_info(id)).collect()
+            ids.into_iter()
+                .filter_map(|id| self.context_info(id))
+                .collect()
         };
         let mut sessions: Vec<SessionInfo> = self
             .memory

@@ -5,11 +5,11 @@
 //! token's text goes out on the request's stream. Callers talk to it through an
 //! [`EngineHandle`]; dropping a request's stream cancels it.
 
+mod agent;
 mod config;
 mod engine;
 mod handle;
 mod memory;
-mod agent;
 mod request;
 mod seq;
 mod stats;

@@ -63,7 +63,11 @@ fn pinned_context_survives_cache_pressure_and_is_reused_whole() {
     };
     let Some(e) = engine(cfg) else { return };
     let ctx = brief(&e);
-    assert_ne!(ctx.len() % 16, 0, "the test wants a partly filled last block");
+    assert_ne!(
+        ctx.len() % 16,
+        0,
+        "the test wants a partly filled last block"
+    );
     let info = block_on(e.create_context(ContextSpec {
         id: Some("brief".into()),
         tokens: ctx.clone(),
@@ -147,7 +151,10 @@ fn session_resumes_after_fifty_unrelated_requests_with_all_its_kv() {
     let mut req = GenRequest::greedy(turn2.clone(), MAX_TOKENS);
     req.session = Some("agent-7".into());
     let r2 = run_one(&e, req);
-    assert_eq!(r2.cached_tokens, parked, "100% of the parked prefix is reused");
+    assert_eq!(
+        r2.cached_tokens, parked,
+        "100% of the parked prefix is reused"
+    );
     block_on(e.delete_session("agent-7")).unwrap();
     assert!(block_on(e.cache_report()).unwrap().sessions.is_empty());
 }

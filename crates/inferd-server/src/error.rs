@@ -102,6 +102,16 @@ impl ApiError {
         .with_code("request_too_large")
     }
 
+    /// 413: what the request asks to keep does not fit (e.g. a context larger than the
+    /// KV budget allows).
+    pub fn too_large(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            message,
+        )
+    }
+
     /// 503: the engine is draining or stopped.
     pub fn unavailable(message: impl Into<String>) -> Self {
         let mut e = Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message)
@@ -148,6 +158,7 @@ impl ApiError {
             .with_param(param)
             .with_code("context_length_exceeded"),
             SubmitError::Invalid(m) => Self::bad_request(m),
+            SubmitError::NotFound(m) => Self::not_found(m),
             SubmitError::ShuttingDown => {
                 Self::unavailable("the server is shutting down").with_code("shutting_down")
             }

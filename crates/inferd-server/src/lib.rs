@@ -10,6 +10,11 @@
 //! | `POST /v1/completions`        | plain prompt (string, `[string]`, token ids or `[[ids]]`), streamed or not |
 //! | `GET /v1/models`              | the loaded model (`owned_by: "inferd"`)                |
 //! | `GET /v1/models/{id}`         | that model, or 404 for any other id                    |
+//! | `POST /v1/contexts`           | `{id?, messages | prompt, pin = true}`: prefill once, keep (pinned: never evicted) -> `{id, object: "context", tokens, pinned, created}` |
+//! | `GET /v1/contexts[/{id}]`     | contexts (tokens, pinned, resident tokens); 404 for an unknown id |
+//! | `DELETE /v1/contexts/{id}`    | unpin and forget                                       |
+//! | `GET /v1/sessions`, `DELETE /v1/sessions/{id}` | parked sessions                    |
+//! | `GET /v1/cache`               | KV blocks/tokens/bytes free, cached, pinned, parked, running, spilled; per context and session |
 //! | `GET /health`                 | status, model, uptime, queue, running, KV blocks, preemptions (open, no key) |
 //! | `GET /metrics`                | Prometheus text format (open, no key)                  |
 //!
@@ -23,8 +28,10 @@
 //! `stream_options.include_usage`, chat `logprobs` + `top_logprobs` (0..=20), completions
 //! `logprobs` (0..=20), `tools` / `tool_choice` (given to the chat template; `"none"`
 //! hides them), `chat_template_kwargs`, extensions `top_k`, `min_p`,
-//! `repetition_penalty`, and `inferd: {priority, ignore_eos}` (unknown keys there are
-//! an error). Other unknown top-level fields (`user`, ...) are ignored.
+//! `repetition_penalty`, and `inferd: {priority, ignore_eos, context, session, cache,
+//! max_context, effort}` (unknown keys there are an error; see README "Agent memory").
+//! Other unknown top-level fields (`user`, ...) are ignored. Every usage object carries
+//! `prompt_tokens_details.cached_tokens`: prompt tokens whose KV came from the cache.
 //!
 //! # Errors
 //!
@@ -35,10 +42,10 @@
 //! | 400    | malformed JSON, invalid UTF-8, empty body, a body that is not an object, a wrong type (OpenAI answers 400, not axum's 422; `param` names the field), missing or empty `messages`/`prompt`, a value out of range, more than 4 stop strings, `n` ≠ 1, unsupported content parts |
 //! | 400    | a prompt that does not fit the context: code `context_length_exceeded` (as OpenAI) |
 //! | 401    | missing or wrong API key (code `invalid_api_key`, `WWW-Authenticate: Bearer`) |
-//! | 404    | unknown `model` (code `model_not_found`); unknown path (code `not_found`)    |
+//! | 404    | unknown `model` (code `model_not_found`); unknown path (code `not_found`); unknown context or session id |
 //! | 405    | wrong method on a known path (code `method_not_allowed`)                    |
 //! | 422    | the model's chat template rejects well-formed messages (code `chat_template_error`) |
-//! | 413    | body over the limit (default 4 MiB; code `request_too_large`)               |
+//! | 413    | body over the limit (default 4 MiB; code `request_too_large`); a context too large for the KV budget (code `context_too_large`) |
 //! | 429    | the engine's queue is full (code `queue_full`, with `Retry-After`)         |
 //! | 500    | the engine failed during generation (in a stream: an error event, then `[DONE]`) |
 //! | 503    | the engine is draining or stopped (`Retry-After`)                          |
@@ -51,6 +58,7 @@ pub mod config;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod memory;
 pub mod metrics;
 pub mod openai;
 pub mod params;
@@ -59,7 +67,7 @@ pub mod state;
 use std::future::Future;
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::Router;
 
 pub use config::{check_bind, ServerConfig, DEFAULT_MAX_BODY_BYTES};
@@ -75,6 +83,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/completions", post(openai::completions::handler))
         .route("/v1/models", get(openai::models::list))
         .route("/v1/models/{*id}", get(openai::models::get))
+        .route("/v1/contexts", post(memory::create).get(memory::list))
+        .route("/v1/contexts/{id}", get(memory::get).delete(memory::delete))
+        .route("/v1/sessions", get(memory::list_sessions))
+        .route("/v1/sessions/{id}", delete(memory::delete_session))
+        .route("/v1/cache", get(memory::cache))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_key,

@@ -2,12 +2,12 @@
 //! names the parameter.
 
 use inferd_core::sampling::SamplingParams;
-use inferd_engine::GenRequest;
+use inferd_engine::{CacheMode, GenRequest};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::openai::types::{CommonParams, Stop};
+use crate::openai::types::{CacheField, CommonParams, Effort, Stop};
 use crate::state::AppState;
 
 /// Most logprob alternatives per token (the sampler's limit, which `validate` also checks).
@@ -41,6 +41,11 @@ pub struct Checked {
     pub include_usage: bool,
     pub priority: i32,
     pub ignore_eos: bool,
+    pub context: Option<String>,
+    pub session: Option<String>,
+    pub cache: CacheMode,
+    pub max_context: Option<usize>,
+    pub effort: Option<Effort>,
 }
 
 /// Checks the shared parameters. `max_tokens` is the endpoint's field (chat prefers
@@ -100,6 +105,23 @@ pub fn check(
         return Err(ApiError::invalid_param(&param, msg));
     }
     let ext = p.inferd.clone().unwrap_or_default();
+    for (name, v) in [
+        ("inferd.context", &ext.context),
+        ("inferd.session", &ext.session),
+    ] {
+        if v.as_ref().is_some_and(|s| s.is_empty() || s.len() > 256) {
+            return Err(ApiError::invalid_param(
+                name,
+                format!("{name} must have 1 to 256 characters"),
+            ));
+        }
+    }
+    if ext.max_context == Some(0) {
+        return Err(ApiError::invalid_param(
+            "inferd.max_context",
+            "inferd.max_context must be at least 2",
+        ));
+    }
     Ok(Checked {
         sampling,
         max_tokens,
@@ -112,6 +134,16 @@ pub fn check(
             .unwrap_or(false),
         priority: ext.priority.unwrap_or(0),
         ignore_eos: ext.ignore_eos.unwrap_or(false),
+        context: ext.context,
+        session: ext.session,
+        cache: match ext.cache {
+            Some(CacheField::Drop) => CacheMode::Drop,
+            _ => CacheMode::Default,
+        },
+        max_context: ext
+            .max_context
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        effort: ext.effort,
     })
 }
 
@@ -154,9 +186,15 @@ pub fn completion_logprobs(logprobs: Option<u64>) -> Result<Option<usize>, ApiEr
 /// at the context limit, so a larger ask is not an error.
 pub fn gen_request(state: &AppState, c: &Checked, prompt: Vec<u32>) -> GenRequest {
     let cfg = &state.config;
-    let left = state.engine.info.max_context.saturating_sub(prompt.len());
+    let limit = state
+        .engine
+        .info
+        .max_context
+        .min(c.max_context.unwrap_or(usize::MAX));
+    let left = limit.saturating_sub(prompt.len());
     let mut max_tokens = c
         .max_tokens
+        .or(c.effort.map(Effort::default_max_tokens))
         .or(cfg.default_max_tokens)
         .unwrap_or(left)
         .min(cfg.max_tokens_cap.unwrap_or(usize::MAX));
@@ -169,6 +207,10 @@ pub fn gen_request(state: &AppState, c: &Checked, prompt: Vec<u32>) -> GenReques
         stop: c.stop.clone(),
         ignore_eos: c.ignore_eos,
         priority: c.priority,
+        cache: c.cache,
+        context: c.context.clone(),
+        session: c.session.clone(),
+        max_context: c.max_context,
     }
 }
 

@@ -32,6 +32,14 @@ impl AppState {
         }
     }
 
+    /// Tokenizes text (`special`: add the tokenizer's BOS/EOS as configured).
+    pub fn encode(&self, text: &str, special: bool) -> Result<Vec<u32>, ApiError> {
+        self.engine
+            .tokenizer
+            .encode(text, special)
+            .map_err(|e| ApiError::internal(format!("tokenizing failed: {e}")))
+    }
+
     /// The served model's name.
     pub fn model_name(&self) -> &str {
         &self.engine.info.name

@@ -6,7 +6,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use inferd_engine::{Delta, FinishReason, Usage};
+use inferd_engine::{ContextInfo, Delta, FinishReason, Usage};
 use inferd_text::{ChatInput, ChatTemplate, Tokenizer};
 use serde_json::{Map, Value};
 
@@ -14,11 +14,12 @@ use super::logprobs::chat_logprobs;
 use super::sse::{self, data, ChunkFormat};
 use super::types::{
     ChatChoice, ChatChunk, ChatChunkChoice, ChatCompletion, ChatMessageOut, ChatParams, ChunkDelta,
-    CommonParams,
+    CommonParams, Effort,
 };
 use super::{collect, fingerprint, new_id, now_secs, require_object, submit};
 use crate::error::ApiError;
 use crate::extract::JsonBody;
+use crate::memory::{self, ContextMeta};
 use crate::params::{self, check, gen_request, read};
 use crate::state::AppState;
 
@@ -40,8 +41,13 @@ pub async fn handler(
         (None, None) => None,
     };
     let checked = check(&common, max, lp)?;
+    let ctx = match &checked.context {
+        Some(id) => Some(state.engine.context(id).await.map_err(memory::api_error)?),
+        None => None,
+    };
     let st = state.clone();
-    let prompt = tokio::task::spawn_blocking(move || render(&st, &chat))
+    let effort = checked.effort;
+    let prompt = tokio::task::spawn_blocking(move || render(&st, &chat, ctx.as_ref(), effort))
         .await
         .map_err(|e| ApiError::internal(format!("rendering the prompt failed: {e}")))??;
     let req = gen_request(&state, &checked, prompt);
@@ -82,9 +88,21 @@ pub async fn handler(
     Ok(Json(out).into_response())
 }
 
-/// Messages -> template -> token ids.
-fn render(state: &AppState, chat: &ChatParams) -> Result<Vec<u32>, ApiError> {
-    let messages = prepare_messages(chat.messages.as_ref())?;
+/// Messages -> template -> token ids. With a context, the context's messages come
+/// first and its tokens are kept as prefilled.
+fn render(
+    state: &AppState,
+    chat: &ChatParams,
+    ctx: Option<&ContextInfo>,
+    effort: Option<Effort>,
+) -> Result<Vec<u32>, ApiError> {
+    let mut messages = prepare_messages(chat.messages.as_ref())?;
+    let ctx_meta = ctx.map(ContextMeta::of);
+    if let Some(Value::Array(before)) = ctx_meta.as_ref().and_then(|m| m.messages.clone()) {
+        let mut all = before;
+        all.extend(messages.as_array().cloned().unwrap_or_default());
+        messages = Value::Array(all);
+    }
     let tools = match &chat.tools {
         None | Some(Value::Null) => None,
         Some(t @ Value::Array(_)) => Some(t),
@@ -97,24 +115,40 @@ fn render(state: &AppState, chat: &ChatParams) -> Result<Vec<u32>, ApiError> {
     };
     // `tool_choice: "none"`: the model must not call tools, so it is not shown them.
     let tools = tools.filter(|_| chat.tool_choice.as_ref().and_then(Value::as_str) != Some("none"));
+    let mut extra = chat.chat_template_kwargs.clone().unwrap_or_default();
+    if let (Some(e), Some(t)) = (effort, &state.template) {
+        if t.has_thinking_switch() && !extra.contains_key("enable_thinking") {
+            extra.insert("enable_thinking".into(), Value::Bool(e.thinking()));
+        }
+    }
+    let text = render_text(state, &messages, tools, true, extra)?;
+    match ctx {
+        Some(c) => memory::continue_context(state, c, &text),
+        // The template writes its own special tokens (BOS included), as HF's apply_chat_template.
+        None => state.encode(&text, false),
+    }
+}
+
+/// Prepared messages -> the chat template's text.
+pub fn render_text(
+    state: &AppState,
+    messages: &Value,
+    tools: Option<&Value>,
+    add_generation_prompt: bool,
+    extra: Map<String, Value>,
+) -> Result<String, ApiError> {
     let Some(template) = &state.template else {
         return Err(ApiError::bad_request(
             "this model has no chat template; use /v1/completions with a plain prompt",
         ));
     };
     let input = ChatInput {
-        messages: &messages,
+        messages,
         tools,
-        add_generation_prompt: true,
-        extra: chat.chat_template_kwargs.clone().unwrap_or_default(),
+        add_generation_prompt,
+        extra,
     };
-    let text = render_template(template, &input)?;
-    // The template writes its own special tokens (BOS included), as HF's apply_chat_template.
-    state
-        .engine
-        .tokenizer
-        .encode(&text, false)
-        .map_err(|e| ApiError::internal(format!("tokenizing the prompt failed: {e}")))
+    render_template(template, &input)
 }
 
 /// Renders the chat template. A template that rejects well-formed messages (Jinja

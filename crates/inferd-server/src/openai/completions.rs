@@ -41,11 +41,35 @@ pub async fn handler(
     }
     let lp = params::completion_logprobs(cp.logprobs)?;
     let checked = check(&common, common.max_tokens.map(|n| (n, "max_tokens")), lp)?;
+    let ctx = match &checked.context {
+        Some(id) => Some(
+            state
+                .engine
+                .context(id)
+                .await
+                .map_err(crate::memory::api_error)?,
+        ),
+        None => None,
+    };
     let st = state.clone();
     let prompt = cp.prompt;
-    let prompt = tokio::task::spawn_blocking(move || tokenize_prompt(&st, prompt.as_ref()))
-        .await
-        .map_err(|e| ApiError::internal(format!("tokenizing the prompt failed: {e}")))??;
+    let prompt = tokio::task::spawn_blocking(move || match ctx {
+        // A context's tokens, then the prompt's text (no BOS in the middle).
+        Some(c) => match prompt.as_ref() {
+            Some(Value::String(s)) => {
+                let mut t = c.tokens.clone();
+                t.extend(st.encode(s, false)?);
+                Ok(t)
+            }
+            _ => Err(ApiError::invalid_param(
+                "prompt",
+                "with inferd.context, `prompt` must be a string",
+            )),
+        },
+        None => tokenize_prompt(&st, prompt.as_ref()),
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("tokenizing the prompt failed: {e}")))??;
     let req = gen_request(&state, &checked, prompt);
     let rs = submit(&state, req, "prompt")?;
     let mut fmt = CompletionFormat {

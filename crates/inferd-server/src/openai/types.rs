@@ -33,6 +33,53 @@ pub struct InferdExt {
     /// Keep generating past end-of-sequence tokens (benchmarks).
     #[serde(default)]
     pub ignore_eos: Option<bool>,
+    /// A context (`POST /v1/contexts`) this request continues.
+    #[serde(default)]
+    pub context: Option<String>,
+    /// Park this turn's KV under this id; the next turn with the id starts from it.
+    #[serde(default)]
+    pub session: Option<String>,
+    /// `"drop"`: leave no trace in the KV cache; `"default"`: normal caching.
+    #[serde(default)]
+    pub cache: Option<CacheField>,
+    /// A per-request cap on prompt + generated tokens.
+    #[serde(default)]
+    pub max_context: Option<u64>,
+    /// Reasoning switch and default reply budget.
+    #[serde(default)]
+    pub effort: Option<Effort>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheField {
+    Default,
+    Drop,
+}
+
+/// `inferd.effort`: low thinks less and answers shorter (see README for the mapping).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Effort {
+    Low,
+    Medium,
+    High,
+}
+
+impl Effort {
+    /// Default `max_tokens` when the request gives none.
+    pub fn default_max_tokens(self) -> usize {
+        match self {
+            Effort::Low => 256,
+            Effort::Medium => 1024,
+            Effort::High => 4096,
+        }
+    }
+
+    /// The chat template's reasoning switch (`enable_thinking`, where a template has one).
+    pub fn thinking(self) -> bool {
+        self != Effort::Low
+    }
 }
 
 /// Fields `/v1/chat/completions` and `/v1/completions` share.

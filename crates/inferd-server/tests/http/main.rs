@@ -5,4 +5,5 @@ mod chat;
 mod common;
 mod completions;
 mod errors;
+mod memory;
 mod ops;

@@ -54,6 +54,7 @@ impl<'a> ChatInput<'a> {
 pub struct ChatTemplate {
     env: Environment<'static>,
     has_tool_use: bool,
+    has_thinking_switch: bool,
     bos_token: Option<String>,
     eos_token: Option<String>,
 }
@@ -107,6 +108,7 @@ impl ChatTemplate {
         }
         Ok(ChatTemplate {
             env,
+            has_thinking_switch: templates.iter().any(|(_, s)| s.contains("enable_thinking")),
             has_tool_use: tool_use.is_some(),
             bos_token: bos_token.map(str::to_string),
             eos_token: eos_token.map(str::to_string),
@@ -185,6 +187,11 @@ impl ChatTemplate {
         template
             .render(minijinja::Value::from_serialize(&ctx))
             .map_err(|e| TextError::TemplateRender(describe(&e)))
+    }
+
+    /// Whether the template reads `enable_thinking` (Qwen3's reasoning switch).
+    pub fn has_thinking_switch(&self) -> bool {
+        self.has_thinking_switch
     }
 
     pub fn bos_token(&self) -> Option<&str> {
