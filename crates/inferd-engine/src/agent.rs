@@ -16,27 +16,36 @@ use crate::memory::{
 };
 use crate::request::GenRequest;
 use crate::seq::{Build, Seq};
+use crate::spill;
 
 impl<B: Backend> Engine<B> {
     /// The owner a new request continues: its session if parked, else its context.
     pub(crate) fn prefix_source(&mut self, req: &GenRequest) -> Option<SeqId> {
         self.tick += 1;
-        if let Some(e) = req
+        let tick = self.tick;
+        let session = req
             .session
             .as_ref()
             .and_then(|s| self.memory.sessions.get_mut(s))
-        {
-            e.last_used = unix_now();
-            e.tick = self.tick;
-            if self.kvm.owner_tokens(e.owner).is_some() {
-                return Some(e.owner);
+            .map(|e| {
+                e.last_used = unix_now();
+                e.tick = tick;
+                (e.owner, e.tokens.clone())
+            });
+        if let Some((owner, tokens)) = session {
+            // Released under memory pressure, or from before a restart: read it back.
+            self.revive(owner, &tokens, true);
+            if self.kvm.owner_tokens(owner).is_some() {
+                return Some(owner);
             }
         }
-        let e = req
+        let (owner, tokens, pinned) = req
             .context
             .as_ref()
-            .and_then(|c| self.memory.contexts.get(c))?;
-        self.kvm.owner_tokens(e.owner).is_some().then_some(e.owner)
+            .and_then(|c| self.memory.contexts.get(c))
+            .map(|e| (e.owner, e.tokens.clone(), e.pinned))?;
+        self.revive(owner, &tokens, pinned);
+        self.kvm.owner_tokens(owner).is_some().then_some(owner)
     }
 
     pub(crate) fn create_context(&mut self, spec: ContextSpec, reply: Reply<ContextInfo>) {
@@ -114,27 +123,27 @@ impl<B: Backend> Engine<B> {
             self.kvm.free(old.owner);
         }
         let owner = self.memory.new_owner();
-        if b.pin {
-            self.kvm.park(seq_id, owner, tokens.clone());
-        }
+        self.kvm.park(seq_id, owner, tokens.clone());
         self.sched.finish(seq_id, &mut self.kvm);
         let now = unix_now();
         self.tick += 1;
-        self.memory.contexts.insert(
-            b.id.clone(),
-            Entry {
-                owner,
-                tokens,
-                pinned: b.pin,
-                created: now,
-                last_used: now,
-                tick: self.tick,
-                meta: b.meta,
-            },
-        );
-        let _ = b
-            .reply
-            .send(Ok(self.context_info(&b.id).expect("just inserted")));
+        let e = Entry {
+            owner,
+            tokens,
+            pinned: b.pin,
+            created: now,
+            last_used: now,
+            tick: self.tick,
+            meta: b.meta,
+        };
+        self.persist(spill::CONTEXT, &b.id, owner, &e);
+        if !b.pin {
+            // Unpinned: its blocks go back to the prefix cache.
+            self.kvm.free(owner);
+        }
+        self.memory.contexts.insert(b.id.clone(), e);
+        let info = self.context_info(&b.id).expect("just inserted");
+        let _ = b.reply.send(Ok(info));
     }
 
     pub(crate) fn context_info(&self, id: &str) -> Option<ContextInfo> {
@@ -147,7 +156,14 @@ impl<B: Backend> Engine<B> {
             meta: e.meta.clone(),
             resident_tokens: self.kvm.owner_tokens(e.owner).map_or(0, |t| t.len()),
             resident_blocks: self.kvm.table(e.owner).map_or(0, |t| t.len()),
-            spilled_blocks: 0,
+            spilled_blocks: self.spilled_blocks(&e.tokens),
+        })
+    }
+
+    /// Blocks of `tokens` in the SSD tier.
+    fn spilled_blocks(&self, tokens: &[u32]) -> usize {
+        self.spill.as_ref().map_or(0, |t| {
+            t.count_blocks(self.kvm.root_key(), tokens, self.kvm.block_size())
         })
     }
 
@@ -158,6 +174,9 @@ impl<B: Backend> Engine<B> {
             .remove(id)
             .ok_or_else(|| MemoryError::NotFound(format!("no context with id '{id}'")))?;
         self.kvm.free(e.owner);
+        if let Some(t) = self.spill.as_mut() {
+            t.remove_record(spill::CONTEXT, id);
+        }
         Ok(())
     }
 
@@ -168,6 +187,9 @@ impl<B: Backend> Engine<B> {
             .remove(id)
             .ok_or_else(|| MemoryError::NotFound(format!("no session with id '{id}'")))?;
         self.kvm.free(e.owner);
+        if let Some(t) = self.spill.as_mut() {
+            t.remove_record(spill::SESSION, id);
+        }
         Ok(())
     }
 
@@ -190,18 +212,24 @@ impl<B: Backend> Engine<B> {
         self.kvm.park(seq_id, owner, tokens.clone());
         self.tick += 1;
         let now = unix_now();
-        let e = self.memory.sessions.entry(sid).or_insert_with(|| Entry {
-            owner,
-            tokens: Vec::new(),
-            pinned: false,
-            created: now,
-            last_used: now,
-            tick: 0,
-            meta: String::new(),
-        });
+        let e = self
+            .memory
+            .sessions
+            .entry(sid.clone())
+            .or_insert_with(|| Entry {
+                owner,
+                tokens: Vec::new(),
+                pinned: false,
+                created: now,
+                last_used: now,
+                tick: 0,
+                meta: String::new(),
+            });
         e.tokens = tokens;
         e.last_used = now;
         e.tick = self.tick;
+        let e = e.clone();
+        self.persist(spill::SESSION, &sid, owner, &e);
         self.enforce_park_budget();
     }
 
@@ -264,7 +292,7 @@ impl<B: Backend> Engine<B> {
                 tokens: e.tokens.len(),
                 resident_tokens: self.kvm.owner_tokens(e.owner).map_or(0, |t| t.len()),
                 resident_blocks: self.kvm.table(e.owner).map_or(0, |t| t.len()),
-                spilled_blocks: 0,
+                spilled_blocks: self.spilled_blocks(&e.tokens),
                 last_used: e.last_used,
             })
             .collect();
@@ -282,8 +310,18 @@ impl<B: Backend> Engine<B> {
             blocks_pinned,
             blocks_parked,
             blocks_running: used.saturating_sub(blocks_pinned + blocks_parked),
-            blocks_spilled: 0,
-            bytes_spilled: 0,
+            blocks_spilled: self.spill.as_ref().map_or(0, |t| {
+                t.store
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .num_blocks()
+            }),
+            bytes_spilled: self.spill.as_ref().map_or(0, |t| {
+                t.store
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .bytes_used()
+            }),
             contexts,
             sessions,
         }

@@ -35,6 +35,8 @@ pub struct EngineConfig {
     /// for memory) the least recently used session is released (spilled when an SSD
     /// tier is configured).
     pub park_fraction: f64,
+    /// The SSD tier for contexts and sessions (`None`: memory only).
+    pub spill: Option<crate::spill::SpillConfig>,
 }
 
 impl Default for EngineConfig {
@@ -48,6 +50,7 @@ impl Default for EngineConfig {
             warmup: true,
             kv_dtype: KvDtype::F32,
             park_fraction: 0.5,
+            spill: None,
         }
     }
 }

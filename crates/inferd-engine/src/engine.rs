@@ -15,7 +15,9 @@ use crate::handle::{EngineHandle, ModelInfo, Msg, Shared};
 use crate::memory::Registry;
 use crate::request::Event;
 use crate::seq::{Outcome, Seq};
+use crate::spill::SpillTier;
 use crate::stats::{names, EngineStats};
+use inferd_kvstore::StoreIdentity;
 
 /// Loads nothing: takes a loaded model, sizes and allocates the KV pool, optionally
 /// warms up, and starts the engine thread.
@@ -72,6 +74,27 @@ pub fn start<B: Backend + 'static>(
     });
     // Every prefix key is rooted in what the KV depends on besides the tokens.
     let identity = format!("{} {:?} bs{bs}", model.identity(), dtype);
+    let spill = cfg.spill.as_ref().and_then(|sc| {
+        let id = StoreIdentity {
+            model: model.identity(),
+            layout: format!(
+                "{} l{} kvh{} d{} bs{bs}",
+                kv_dtype_name(dtype),
+                layout.n_layers,
+                layout.n_kv_heads,
+                layout.head_dim
+            ),
+            block_bytes: bytes_per_block as usize,
+        };
+        SpillTier::open(sc, id)
+            .map_err(|e| {
+                eprintln!(
+                    "inferd: warning: the KV spill tier at {} is unusable ({e}); running without it",
+                    sc.dir.display()
+                )
+            })
+            .ok()
+    });
     let mut engine = Engine {
         kvm: KvManager::new(num_blocks, bs).with_root_key(root_key(&identity)),
         memory: Registry::default(),
@@ -79,6 +102,7 @@ pub fn start<B: Backend + 'static>(
         park_budget_blocks: ((num_blocks as f64) * cfg.park_fraction.clamp(0.0, 1.0)) as usize,
         bytes_per_block,
         kv_dtype_name: kv_dtype_name(dtype),
+        spill,
         sched: Scheduler::new(cfg.sched.clone()),
         model,
         kv,
@@ -93,6 +117,7 @@ pub fn start<B: Backend + 'static>(
     if cfg.warmup {
         engine.warmup()?;
     }
+    engine.load_records();
     let thread = std::thread::Builder::new()
         .name("inferd-engine".into())
         .spawn(move || engine.run())
@@ -134,6 +159,8 @@ pub(crate) struct Engine<B: Backend> {
     pub(crate) park_budget_blocks: usize,
     pub(crate) bytes_per_block: u64,
     pub(crate) kv_dtype_name: &'static str,
+    /// The SSD tier, when configured and usable.
+    pub(crate) spill: Option<SpillTier>,
 }
 
 /// Marks the engine as stopped however the thread ends (a panic included).

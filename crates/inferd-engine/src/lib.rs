@@ -12,6 +12,7 @@ mod handle;
 mod memory;
 mod request;
 mod seq;
+mod spill;
 mod stats;
 mod stop;
 
@@ -22,5 +23,6 @@ pub use memory::{CacheReport, ContextInfo, ContextSpec, MemoryError, SessionInfo
 pub use request::{
     CacheMode, Delta, Event, FinishReason, GenRequest, SubmitError, TokenOut, Usage,
 };
+pub use spill::SpillConfig;
 pub use stats::{names as metric_names, EngineStats};
 pub use stop::{StopMatcher, StopStep};

@@ -1,0 +1,254 @@
+//! The SSD tier end to end on SmolLM2-135M: contexts and sessions survive a restart,
+//! a session released under memory pressure comes back from disk, and damaged files
+//! are never used (the KV is recomputed and the output is unchanged).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use inferd_engine::{ContextSpec, EngineConfig, EngineHandle, GenRequest, SpillConfig};
+
+const MAX_TOKENS: usize = 10;
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("inferd-spill-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn spill_config(dir: &Path) -> EngineConfig {
+    EngineConfig {
+        spill: Some(SpillConfig {
+            dir: dir.to_path_buf(),
+            budget_bytes: 1 << 30,
+        }),
+        ..config()
+    }
+}
+
+fn text(e: &EngineHandle, s: &str) -> Vec<u32> {
+    e.tokenizer.encode(s, false).unwrap()
+}
+
+const BRIEF: &str = "<|im_start|>system\nYou review pull requests for a Rust inference server. \
+    Point out missing tests, unclear names and unchecked errors. Be short.<|im_end|>\n";
+const QUESTION: &str =
+    "<|im_start|>user\nIs an unwrap on user input fine?<|im_end|>\n<|im_start|>assistant\n";
+
+/// Every block file under `dir`.
+fn block_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for sub in std::fs::read_dir(dir).unwrap().flatten() {
+        if let Ok(rd) = std::fs::read_dir(sub.path()) {
+            for f in rd.flatten() {
+                if f.path().extension().is_some_and(|x| x == "kvb") {
+                    out.push(f.path());
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn contexts_and_sessions_survive_a_restart() {
+    let dir = temp_dir("restart");
+    let Some(e) = engine(spill_config(&dir)) else {
+        return;
+    };
+    let brief = text(&e, BRIEF);
+    block_on(e.create_context(ContextSpec {
+        id: Some("review".into()),
+        tokens: brief.clone(),
+        pin: true,
+        meta: "how it was made".into(),
+    }))
+    .unwrap();
+    let turn1 = text(
+        &e,
+        "<|im_start|>user\nHello, who are you?<|im_end|>\n<|im_start|>assistant\n",
+    );
+    let mut req = GenRequest::greedy(turn1.clone(), MAX_TOKENS);
+    req.session = Some("agent-1".into());
+    req.ignore_eos = true;
+    let r1 = run_one(&e, req);
+    e.shutdown(); // finishes queued writes
+    drop(e);
+
+    let e = engine(spill_config(&dir)).unwrap();
+    let report = block_on(e.cache_report()).unwrap();
+    assert_eq!(report.contexts.len(), 1);
+    let c = &report.contexts[0];
+    assert_eq!(
+        (c.id.as_str(), c.meta.as_str()),
+        ("review", "how it was made")
+    );
+    assert_eq!(
+        c.resident_tokens,
+        brief.len(),
+        "pinned contexts are read back at startup"
+    );
+    assert_eq!(report.sessions.len(), 1);
+    assert!(report.blocks_spilled > 0);
+    // the context: every token reused, same output as a cold engine
+    let mut prompt = brief.clone();
+    prompt.extend(text(&e, QUESTION));
+    let mut req = GenRequest::greedy(prompt.clone(), MAX_TOKENS);
+    req.context = Some("review".into());
+    let hit = run_one(&e, req);
+    assert_eq!(hit.cached_tokens, brief.len());
+    // the session: all of its KV comes back from disk
+    let mut turn2 = turn1.clone();
+    turn2.extend(&r1.tokens);
+    turn2.extend(text(
+        &e,
+        "<|im_end|>\n<|im_start|>user\nThanks.<|im_end|>\n<|im_start|>assistant\n",
+    ));
+    let mut req = GenRequest::greedy(turn2, MAX_TOKENS);
+    req.session = Some("agent-1".into());
+    let r2 = run_one(&e, req);
+    assert_eq!(r2.cached_tokens, turn1.len() + MAX_TOKENS - 1);
+    drop(e);
+    let cold = engine(config()).unwrap();
+    assert_eq!(
+        run_one(&cold, GenRequest::greedy(prompt, MAX_TOKENS)).tokens,
+        hit.tokens
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_session_released_under_pressure_comes_back_from_disk() {
+    let dir = temp_dir("pressure");
+    // No room to park: every session is released (to disk) right after its turn.
+    let cfg = EngineConfig {
+        park_fraction: 0.0,
+        ..spill_config(&dir)
+    };
+    let Some(e) = engine(cfg) else { return };
+    let mut turn1 = text(&e, BRIEF);
+    turn1.extend(text(&e, QUESTION));
+    let mut req = GenRequest::greedy(turn1.clone(), MAX_TOKENS);
+    req.session = Some("agent-2".into());
+    req.ignore_eos = true;
+    let r1 = run_one(&e, req);
+    let report = block_on(e.cache_report()).unwrap();
+    assert_eq!(report.sessions[0].resident_tokens, 0, "released");
+    // unrelated traffic evicts its blocks from the prefix cache too
+    for p in prompts(&e.tokenizer, 8) {
+        run_one(&e, GenRequest::greedy(p, 8));
+    }
+    let mut turn2 = turn1.clone();
+    turn2.extend(&r1.tokens);
+    turn2.extend(text(
+        &e,
+        "<|im_end|>\n<|im_start|>user\nWhy?<|im_end|>\n<|im_start|>assistant\n",
+    ));
+    let mut req = GenRequest::greedy(turn2, MAX_TOKENS);
+    req.session = Some("agent-2".into());
+    let r2 = run_one(&e, req);
+    assert_eq!(r2.cached_tokens, turn1.len() + MAX_TOKENS - 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn damaged_block_files_are_never_used() {
+    let dir = temp_dir("damage");
+    let Some(e) = engine(spill_config(&dir)) else {
+        return;
+    };
+    let brief = text(&e, BRIEF);
+    block_on(e.create_context(ContextSpec {
+        id: Some("review".into()),
+        tokens: brief.clone(),
+        pin: true,
+        meta: String::new(),
+    }))
+    .unwrap();
+    e.shutdown();
+    drop(e);
+    // flip one byte in the middle of every block file's payload
+    let files = block_files(&dir);
+    assert_eq!(files.len(), brief.len().div_ceil(16));
+    for f in &files {
+        let mut b = std::fs::read(f).unwrap();
+        let i = b.len() / 2;
+        b[i] ^= 0x10;
+        std::fs::write(f, b).unwrap();
+    }
+    let e = engine(spill_config(&dir)).unwrap();
+    let report = block_on(e.cache_report()).unwrap();
+    assert_eq!(
+        report.contexts[0].resident_tokens, 0,
+        "nothing damaged was loaded"
+    );
+    // the first damaged block was read, detected and removed (the rest wait their turn)
+    assert!(
+        report.blocks_spilled < files.len(),
+        "damaged files are removed"
+    );
+    let mut prompt = brief.clone();
+    prompt.extend(text(&e, QUESTION));
+    let mut req = GenRequest::greedy(prompt.clone(), MAX_TOKENS);
+    req.context = Some("review".into());
+    let r = run_one(&e, req);
+    assert_eq!(r.cached_tokens, 0, "recomputed");
+    drop(e);
+    let cold = engine(config()).unwrap();
+    assert_eq!(
+        run_one(&cold, GenRequest::greedy(prompt, MAX_TOKENS)).tokens,
+        r.tokens
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn another_kv_layout_never_reads_these_files() {
+    let dir = temp_dir("layout");
+    let Some(e) = engine(spill_config(&dir)) else {
+        return;
+    };
+    block_on(e.create_context(ContextSpec {
+        id: Some("review".into()),
+        tokens: text(&e, BRIEF),
+        pin: true,
+        meta: String::new(),
+    }))
+    .unwrap();
+    e.shutdown();
+    drop(e);
+    // same model, 8-bit KV: another identity, so another directory and no records
+    let cfg = EngineConfig {
+        kv_dtype: inferd_runtime::KvDtype::Q8,
+        ..spill_config(&dir)
+    };
+    let e = engine(cfg).unwrap();
+    let report = block_on(e.cache_report()).unwrap();
+    assert!(report.contexts.is_empty());
+    assert_eq!(report.blocks_spilled, 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_unusable_spill_dir_degrades_to_memory_only() {
+    let file = temp_dir("file");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let Some(e) = engine(spill_config(&file)) else {
+        return;
+    };
+    let p = prompts(&e.tokenizer, 1).remove(0);
+    let mut req = GenRequest::greedy(p, 4);
+    req.session = Some("s".into());
+    assert_eq!(run_one(&e, req).completion_tokens, 4);
+    assert_eq!(block_on(e.cache_report()).unwrap().blocks_spilled, 0);
+    let _ = std::fs::remove_file(&file);
+}
