@@ -4,6 +4,7 @@
 //! `/v1/completions`; both with `stream: true` and `stream_options.include_usage`, so generated
 //! and prompt token counts come from the server's own `usage`.
 
+use crate::extensions::Ext;
 use crate::record::{Clock, ErrorKind, RequestError, RequestRecord};
 use crate::sse::SseParser;
 use anyhow::{Context, Result};
@@ -114,7 +115,12 @@ impl Client {
     }
 
     fn get(&self, path: &str) -> reqwest::RequestBuilder {
-        let mut rb = self.http.get(format!("{}{}", self.base, path));
+        self.request(reqwest::Method::GET, path)
+    }
+
+    /// A request to `path` (under the base URL), with the bearer token when set.
+    pub(crate) fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let mut rb = self.http.request(method, format!("{}{}", self.base, path));
         if let Some(k) = &self.config.api_key {
             rb = rb.bearer_auth(k);
         }
@@ -166,7 +172,7 @@ impl Client {
         Ok(())
     }
 
-    fn body(&self, prompt: &Prompt, max_tokens: u32) -> (String, Value) {
+    fn body(&self, prompt: &Prompt, max_tokens: u32, ext: &Ext) -> (String, Value) {
         let mut b = json!({
             "max_tokens": max_tokens,
             "stream": true,
@@ -189,9 +195,15 @@ impl Client {
         if let Some(m) = &self.config.model {
             b["model"] = json!(m);
         }
+        // inferd's extension object: ignore_eos, then the request's session / context.
+        let mut inferd = serde_json::Map::new();
         if self.config.ignore_eos {
             b["ignore_eos"] = json!(true);
-            b["inferd"] = json!({"ignore_eos": true});
+            inferd.insert("ignore_eos".into(), json!(true));
+        }
+        ext.add_to(&mut inferd);
+        if !inferd.is_empty() {
+            b["inferd"] = Value::Object(inferd);
         }
         if let Some(t) = self.config.temperature {
             b["temperature"] = json!(t);
@@ -209,7 +221,21 @@ impl Client {
         meta: RequestMeta,
         on_chunk: &mut (dyn FnMut(u64) + Send),
     ) -> Reply {
-        let (url, body) = self.body(prompt, max_tokens);
+        self.stream_ext(prompt, max_tokens, &Ext::default(), clock, meta, on_chunk)
+            .await
+    }
+
+    /// [`Client::stream`] with inferd extension fields (`inferd.session`, `inferd.context`).
+    pub async fn stream_ext(
+        &self,
+        prompt: &Prompt,
+        max_tokens: u32,
+        ext: &Ext,
+        clock: &Clock,
+        meta: RequestMeta,
+        on_chunk: &mut (dyn FnMut(u64) + Send),
+    ) -> Reply {
+        let (url, body) = self.body(prompt, max_tokens, ext);
         let mut rec = RequestRecord {
             agent: meta.agent,
             turn: meta.turn,
@@ -368,7 +394,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-fn truncate(s: &str, n: usize) -> String {
+pub(crate) fn truncate(s: &str, n: usize) -> String {
     if s.len() <= n {
         return s.to_string();
     }

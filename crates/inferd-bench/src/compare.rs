@@ -15,47 +15,57 @@ pub struct Headline {
     /// Worst inter-token gap (stall: during the long prompt's prefill), ms.
     pub worst_gap_ms: Option<f64>,
     pub errors: usize,
+    /// Mean cached fraction of the measured requests ([`crate::sample`]), % (none when the
+    /// server reported no cached tokens).
+    pub cached_pct: Option<f64>,
 }
 
 impl Headline {
     pub fn of(r: &BenchReport) -> Self {
         let errors = r.errors().total;
+        let cached_pct = crate::sample::mean_cached_fraction(r).map(|f| f * 100.0);
         match &r.workload {
             Workload::Fleet { summary: m, .. } => Headline {
                 tok_per_s: m.tok_per_s,
                 ttft_ms: m.ttft_turn0_ms.clone(),
                 worst_gap_ms: (m.gap_ms.n > 0).then_some(m.worst_gap_ms),
                 errors,
+                cached_pct,
             },
             Workload::Stall { summary: m, .. } => Headline {
                 tok_per_s: m.tok_per_s,
                 ttft_ms: Dist::from_values(m.long_ttft_ms),
                 worst_gap_ms: m.worst_gap_during_prefill_ms,
                 errors,
+                cached_pct,
             },
             Workload::Arrivals { summary: m, .. } => Headline {
                 tok_per_s: m.tok_per_s,
                 ttft_ms: m.ttft_ms.clone(),
                 worst_gap_ms: (m.gap_ms.n > 0).then_some(m.gap_ms.max),
                 errors,
+                cached_pct,
             },
             Workload::MultiTurn { summary: m, .. } => Headline {
                 tok_per_s: m.tok_per_s,
                 ttft_ms: m.ttft_ms.clone(),
                 worst_gap_ms: (m.gap_ms.n > 0).then_some(m.gap_ms.max),
                 errors,
+                cached_pct,
             },
             Workload::Forked { summary: m, .. } => Headline {
                 tok_per_s: m.tok_per_s,
                 ttft_ms: m.ttft_ms.clone(),
                 worst_gap_ms: (m.gap_ms.n > 0).then_some(m.gap_ms.max),
                 errors,
+                cached_pct,
             },
             Workload::Resume { summary: m, .. } => Headline {
                 tok_per_s: m.tok_per_s,
                 ttft_ms: m.ttft_return_ms.clone(),
                 worst_gap_ms: (m.gap_ms.n > 0).then_some(m.gap_ms.max),
                 errors,
+                cached_pct,
             },
         }
     }
@@ -82,25 +92,18 @@ fn num(x: Option<f64>, prec: usize) -> String {
 pub fn compare_table(a: &BenchReport, b: &BenchReport) -> String {
     let (ha, hb) = (Headline::of(a), Headline::of(b));
     let mut s = String::new();
-    let kind = |r: &BenchReport| match &r.workload {
-        Workload::Fleet { .. } => "fleet",
-        Workload::Stall { .. } => "stall",
-        Workload::Arrivals { .. } => "arrivals",
-        Workload::MultiTurn { .. } => "multi-turn",
-        Workload::Forked { .. } => "forked",
-        Workload::Resume { .. } => "resume",
-    };
+    let kind = |r: &BenchReport| r.workload_name();
     let _ = writeln!(
         s,
         "A: {} ({}, {})",
-        a.engine_name(),
+        a.engine_label(),
         kind(a),
         a.model_name()
     );
     let _ = writeln!(
         s,
         "B: {} ({}, {})",
-        b.engine_name(),
+        b.engine_label(),
         kind(b),
         b.model_name()
     );
@@ -112,7 +115,7 @@ pub fn compare_table(a: &BenchReport, b: &BenchReport) -> String {
     }
     let _ = writeln!(s, "  {:<16} {:>12} {:>12} {:>9}", "", "A", "B", "B/A");
     let ttft = |d: &Dist, f: fn(&Dist) -> f64| (d.n > 0).then(|| f(d));
-    let rows: [(&str, Option<f64>, Option<f64>, usize); 7] = [
+    let rows: [(&str, Option<f64>, Option<f64>, usize); 8] = [
         ("tok/s", Some(ha.tok_per_s), Some(hb.tok_per_s), 2),
         (
             "TTFT mean ms",
@@ -139,6 +142,7 @@ pub fn compare_table(a: &BenchReport, b: &BenchReport) -> String {
             1,
         ),
         ("worst gap ms", ha.worst_gap_ms, hb.worst_gap_ms, 1),
+        ("cached %", ha.cached_pct, hb.cached_pct, 1),
         ("errors", Some(ha.errors as f64), Some(hb.errors as f64), 0),
     ];
     for (name, x, y, prec) in rows {

@@ -4,6 +4,7 @@
 use crate::agent::{Conversation, PromptMode};
 use crate::client::{Client, RequestMeta};
 use crate::corpus::Corpus;
+use crate::extensions::{check_refusals, run_id, Ext};
 use crate::record::{Clock, Dist, ErrorCounts, RequestRecord};
 use crate::report::{BenchReport, Workload};
 use anyhow::{bail, Result};
@@ -25,6 +26,9 @@ pub struct FleetConfig {
     pub token_prompts: bool,
     /// Corpus seed (the same seed gives the same prompts).
     pub seed: u64,
+    /// Each agent's requests carry `inferd.session` (an id unique to the run and the agent).
+    #[serde(default)]
+    pub sessions: bool,
 }
 
 impl Default for FleetConfig {
@@ -36,6 +40,7 @@ impl Default for FleetConfig {
             reply_tokens: 64,
             token_prompts: false,
             seed: 1,
+            sessions: false,
         }
     }
 }
@@ -155,6 +160,11 @@ pub async fn run_fleet(
     if cfg.agents == 0 || cfg.turns == 0 || cfg.reply_tokens == 0 {
         bail!("fleet: agents, turns and reply must be at least 1");
     }
+    let run = run_id();
+    if cfg.sessions {
+        pb.set_message("checking inferd extensions");
+        client.check_extensions(&run).await?;
+    }
     let corpus = Corpus::new(cfg.seed);
     pb.set_message("calibrating");
     let mode = PromptMode::prepare(client, &corpus, cfg.token_prompts).await?;
@@ -170,6 +180,11 @@ pub async fn run_fleet(
     let mut handles = Vec::with_capacity(n);
     for agent in 0..n {
         let mut conv = Conversation::new(&corpus, agent, cfg.context_tokens, &mode);
+        let ext = if cfg.sessions {
+            Ext::session(&run, agent)
+        } else {
+            Ext::default()
+        };
         let (client, corpus, cfg) = (client.clone(), corpus.clone(), cfg.clone());
         let (tokens, barrier, pb) = (tokens.clone(), barrier.clone(), pb.clone());
         handles.push(tokio::spawn(async move {
@@ -188,9 +203,10 @@ pub async fn run_fleet(
                     }
                 };
                 let reply = client
-                    .stream(
+                    .stream_ext(
                         &conv.prompt(),
                         cfg.reply_tokens,
+                        &ext,
                         &clock,
                         meta,
                         &mut on_chunk,
@@ -208,6 +224,9 @@ pub async fn run_fleet(
     let mut records = Vec::with_capacity(n * cfg.turns);
     for h in handles {
         records.extend(h.await?);
+    }
+    if cfg.sessions {
+        check_refusals(&records, "inferd.session")?;
     }
     let wall_us = records.iter().map(|r| r.end_us).max().unwrap_or(0);
     pb.set_message(format!("{} tokens", tokens.load(Ordering::Relaxed)));

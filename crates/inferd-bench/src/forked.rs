@@ -3,11 +3,16 @@
 //! S-token suffix. Measures the brief's TTFT, the relaunch time (release to the last agent's
 //! first token), the agents' TTFTs and how much of each agent's prompt the server served from
 //! its prefix cache (`usage.prompt_tokens_details.cached_tokens`).
+//!
+//! With `pin_brief` (inferd only) the brief is not sent as a warm-up request: it is created as a
+//! pinned context (`POST /v1/contexts`, timed on its own), each agent sends only its suffix with
+//! `"inferd": {"context": ID}`, and the context is deleted at the end.
 
 use crate::agent::{PromptMode, TOKEN_ID_RANGE};
 use crate::calibrate::{first_turn_messages, FIRST_QUESTION};
 use crate::client::{Client, Message, Prompt, RequestMeta};
 use crate::corpus::{Corpus, Rng};
+use crate::extensions::{check_refusals, run_id, Ext, PinnedContext};
 use crate::record::{Clock, Dist, ErrorCounts, RequestRecord};
 use crate::report::{dist_row, BenchReport, Workload};
 use anyhow::{bail, Result};
@@ -37,6 +42,10 @@ pub struct ForkedConfig {
     pub reply_tokens: u32,
     pub token_prompts: bool,
     pub seed: u64,
+    /// The brief is a pinned inferd context (`POST /v1/contexts`) that agents' requests
+    /// continue with `inferd.context`, instead of a warm-up request and a repeated prefix.
+    #[serde(default)]
+    pub pin_brief: bool,
 }
 
 impl Default for ForkedConfig {
@@ -48,6 +57,7 @@ impl Default for ForkedConfig {
             reply_tokens: 64,
             token_prompts: false,
             seed: 1,
+            pin_brief: false,
         }
     }
 }
@@ -136,6 +146,10 @@ pub struct ForkedSummary {
     /// Mean of the agents' cached fractions.
     pub mean_cached_fraction: f64,
     pub agents: Vec<AgentCache>,
+    /// The brief's pinned context (`pin_brief`): its creation time and length, apart from the
+    /// agents' requests.
+    #[serde(default)]
+    pub pinned: Option<PinnedContext>,
 }
 
 impl ForkedSummary {
@@ -169,6 +183,7 @@ impl ForkedSummary {
             gap_ms: Dist::from_us(agents.iter().flat_map(|r| r.gaps_us())),
             mean_cached_fraction: mean_cached_fraction(&rows),
             agents: rows,
+            pinned: None,
         }
     }
 }
@@ -187,15 +202,30 @@ pub(crate) fn table(s: &mut String, c: &ForkedConfig, m: &ForkedSummary) {
         Some(x) => format!("{x:.1} ms"),
         None => "n/a".into(),
     };
-    let _ = writeln!(
-        s,
-        "  {:<26} {} ({} prompt tokens)",
-        "brief TTFT (first prefill)",
-        opt_ms(m.brief_ttft_ms),
-        m.brief_prompt_tokens
-            .map(|t| t.to_string())
-            .unwrap_or_else(|| "?".into())
-    );
+    let tokens = |t: Option<u64>| t.map(|t| t.to_string()).unwrap_or_else(|| "?".into());
+    match &m.pinned {
+        None => {
+            let _ = writeln!(
+                s,
+                "  {:<26} {} ({} prompt tokens)",
+                "brief TTFT (first prefill)",
+                opt_ms(m.brief_ttft_ms),
+                tokens(m.brief_prompt_tokens)
+            );
+        }
+        Some(p) => {
+            let _ = writeln!(
+                s,
+                "  {:<26} {:.1} ms ({} tokens, POST /v1/contexts)",
+                "brief pinned in",
+                p.create_ms,
+                tokens(p.tokens)
+            );
+            if let Some(e) = &p.delete_error {
+                let _ = writeln!(s, "  WARNING: DELETE /v1/contexts/{} failed: {e}", p.id);
+            }
+        }
+    }
     let _ = writeln!(
         s,
         "  {:<26} {}",
@@ -278,6 +308,14 @@ pub(crate) fn forked_prompts(
     }
 }
 
+/// An agent's chat prompt without its first `brief_len` messages (the pinned brief).
+fn continuation(prompt: &Prompt, brief_len: usize) -> Prompt {
+    match prompt {
+        Prompt::Chat(m) => Prompt::Chat(m[brief_len.min(m.len())..].to_vec()),
+        other => other.clone(),
+    }
+}
+
 /// Runs the forked workload. `client.config.model` should already be resolved.
 pub async fn run_forked(
     client: &Client,
@@ -287,10 +325,13 @@ pub async fn run_forked(
     if cfg.agents == 0 || cfg.reply_tokens == 0 || cfg.brief_tokens == 0 {
         bail!("forked: agents, brief and reply must be at least 1");
     }
+    if cfg.pin_brief && cfg.token_prompts {
+        bail!("forked: --pin-brief needs chat prompts (a context is made of messages), not --token-prompts");
+    }
     let corpus = Corpus::new(cfg.seed);
     pb.set_message("calibrating");
     let mode = PromptMode::prepare(client, &corpus, cfg.token_prompts).await?;
-    let (brief, prompts) = forked_prompts(
+    let (brief, mut prompts) = forked_prompts(
         &corpus,
         &mode,
         cfg.brief_tokens,
@@ -303,20 +344,37 @@ pub async fn run_forked(
     pb.reset_elapsed();
 
     let clock = Clock::start();
-    let meta = RequestMeta {
-        agent: 0,
-        turn: 0,
-        role: "brief",
-    };
-    let warm = client.stream(&brief, 1, &clock, meta, &mut |_| {}).await;
+    let mut records = Vec::with_capacity(cfg.agents + 1);
+    let mut pinned = None;
+    let mut ext = Ext::default();
+    match &brief {
+        Prompt::Chat(brief_messages) if cfg.pin_brief => {
+            let ctx = client
+                .create_context(&format!("{}-brief", run_id()), brief_messages, true)
+                .await?;
+            ext = Ext::context(&ctx.id);
+            for p in &mut prompts {
+                *p = continuation(p, brief_messages.len());
+            }
+            pinned = Some(ctx);
+        }
+        _ => {
+            let meta = RequestMeta {
+                agent: 0,
+                turn: 0,
+                role: "brief",
+            };
+            let warm = client.stream(&brief, 1, &clock, meta, &mut |_| {}).await;
+            records.push(warm.record);
+        }
+    }
     pb.inc(1);
     pb.set_message("agents");
-    let mut records = vec![warm.record];
 
     let release_us = clock.now_us();
     let mut handles = Vec::with_capacity(cfg.agents);
     for (agent, prompt) in prompts.into_iter().enumerate() {
-        let (client, pb) = (client.clone(), pb.clone());
+        let (client, pb, ext) = (client.clone(), pb.clone(), ext.clone());
         let reply_tokens = cfg.reply_tokens;
         handles.push(tokio::spawn(async move {
             let meta = RequestMeta {
@@ -325,7 +383,7 @@ pub async fn run_forked(
                 role: "agent",
             };
             let reply = client
-                .stream(&prompt, reply_tokens, &clock, meta, &mut |_| {})
+                .stream_ext(&prompt, reply_tokens, &ext, &clock, meta, &mut |_| {})
                 .await;
             pb.inc(1);
             reply.record
@@ -334,8 +392,13 @@ pub async fn run_forked(
     for h in handles {
         records.push(h.await?);
     }
+    if let Some(ctx) = &mut pinned {
+        client.delete_context(ctx).await;
+        check_refusals(&records, "inferd.context")?;
+    }
     let wall_us = records.iter().map(|r| r.end_us).max().unwrap_or(0);
-    let summary = ForkedSummary::from_records(&records, release_us, wall_us);
+    let mut summary = ForkedSummary::from_records(&records, release_us, wall_us);
+    summary.pinned = pinned;
     Ok(BenchReport::new(
         client.config.clone(),
         mode.calibration().cloned(),

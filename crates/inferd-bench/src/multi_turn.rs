@@ -5,6 +5,7 @@
 use crate::agent::{Conversation, PromptMode};
 use crate::client::{Client, RequestMeta};
 use crate::corpus::Corpus;
+use crate::extensions::{check_refusals, run_id, Ext};
 use crate::record::{Clock, Dist, ErrorCounts, RequestRecord};
 use crate::report::{dist_row, BenchReport, Workload};
 use anyhow::{bail, Result};
@@ -21,6 +22,9 @@ pub struct MultiTurnConfig {
     pub reply_tokens: u32,
     pub token_prompts: bool,
     pub seed: u64,
+    /// Every turn carries `inferd.session` (an id unique to the run).
+    #[serde(default)]
+    pub sessions: bool,
 }
 
 impl Default for MultiTurnConfig {
@@ -31,6 +35,7 @@ impl Default for MultiTurnConfig {
             reply_tokens: 64,
             token_prompts: false,
             seed: 1,
+            sessions: false,
         }
     }
 }
@@ -149,6 +154,14 @@ pub async fn run_multi_turn(
     if cfg.turns == 0 || cfg.reply_tokens == 0 {
         bail!("multi-turn: turns and reply must be at least 1");
     }
+    let run = run_id();
+    let ext = if cfg.sessions {
+        pb.set_message("checking inferd extensions");
+        client.check_extensions(&run).await?;
+        Ext::session(&run, 0)
+    } else {
+        Ext::default()
+    };
     let corpus = Corpus::new(cfg.seed);
     pb.set_message("calibrating");
     let mode = PromptMode::prepare(client, &corpus, cfg.token_prompts).await?;
@@ -167,13 +180,23 @@ pub async fn run_multi_turn(
             role: "agent",
         };
         let reply = client
-            .stream(&conv.prompt(), cfg.reply_tokens, &clock, meta, &mut |_| {})
+            .stream_ext(
+                &conv.prompt(),
+                cfg.reply_tokens,
+                &ext,
+                &clock,
+                meta,
+                &mut |_| {},
+            )
             .await;
         pb.inc(1);
         pb.set_message(format!("turn {}", turn + 1));
         // A failed turn still advances, as in the fleet workload.
         conv.advance(&corpus, 0, turn, &reply);
         records.push(reply.record);
+    }
+    if cfg.sessions {
+        check_refusals(&records, "inferd.session")?;
     }
     let wall_us = records.iter().map(|r| r.end_us).max().unwrap_or(0);
     let summary = MultiTurnSummary::from_records(&records, wall_us);

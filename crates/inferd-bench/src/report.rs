@@ -121,6 +121,9 @@ impl BenchReport {
         let mut s = String::new();
         let model = self.server.model.as_deref().unwrap_or("(server default)");
         let _ = writeln!(s, "server  {}  model {}", self.server.url, model);
+        if let Some(x) = self.extensions() {
+            let _ = writeln!(s, "inferd extensions  {}", x.describe());
+        }
         if let Some(c) = &self.calibration {
             let _ = writeln!(
                 s,
@@ -312,9 +315,70 @@ impl BenchReport {
             .or_else(|| self.label.clone())
             .unwrap_or_else(|| self.server.url.clone())
     }
+
+    /// The inferd extensions the run used (from its config), if any.
+    pub fn extensions(&self) -> Option<ExtensionsUsed> {
+        match &self.workload {
+            Workload::Fleet { config, .. } if config.sessions => Some(ExtensionsUsed::Sessions),
+            Workload::MultiTurn { config, .. } if config.sessions => Some(ExtensionsUsed::Sessions),
+            Workload::Resume { config, .. } if config.sessions => Some(ExtensionsUsed::Sessions),
+            Workload::Forked { config, .. } if config.pin_brief => {
+                Some(ExtensionsUsed::PinnedBrief)
+            }
+            _ => None,
+        }
+    }
+
+    /// The engine's name with the extensions it used: `inferd +sessions`.
+    pub fn engine_label(&self) -> String {
+        match self.extensions() {
+            Some(x) => format!("{} +{}", self.engine_name(), x.flag()),
+            None => self.engine_name(),
+        }
+    }
+
+    /// The workload's name as the command line spells it.
+    pub fn workload_name(&self) -> &'static str {
+        match &self.workload {
+            Workload::Fleet { .. } => "fleet",
+            Workload::Stall { .. } => "stall",
+            Workload::Arrivals { .. } => "arrivals",
+            Workload::MultiTurn { .. } => "multi-turn",
+            Workload::Forked { .. } => "forked",
+            Workload::Resume { .. } => "resume",
+        }
+    }
 }
 
-fn ratio(x: f64, base: Option<f64>) -> String {
+/// Which inferd extensions a run used (recorded in its config: `sessions`, `pin_brief`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtensionsUsed {
+    /// `--sessions`: every agent's requests carried `inferd.session`.
+    Sessions,
+    /// `--pin-brief`: the brief was a pinned context the agents continued (`inferd.context`).
+    PinnedBrief,
+}
+
+impl ExtensionsUsed {
+    /// The command-line flag (without dashes).
+    pub fn flag(self) -> &'static str {
+        match self {
+            ExtensionsUsed::Sessions => "sessions",
+            ExtensionsUsed::PinnedBrief => "pin-brief",
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            ExtensionsUsed::Sessions => "sessions (inferd.session on every agent request)",
+            ExtensionsUsed::PinnedBrief => {
+                "pinned brief (POST /v1/contexts; agents send inferd.context and their suffix)"
+            }
+        }
+    }
+}
+
+pub(crate) fn ratio(x: f64, base: Option<f64>) -> String {
     match base {
         Some(b) if b > 0.0 && x.is_finite() => format!("{:.2}", x / b),
         _ => "-".into(),
@@ -325,9 +389,11 @@ fn ms(x: Option<f64>) -> String {
     x.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into())
 }
 
-/// Markdown tables comparing reports: one for fleet runs, one for stall runs. Rows with the
-/// same model and workload shape are compared to the row whose engine is `baseline`
-/// (ratios: engine / baseline; tok/s higher is better, TTFT lower is better).
+/// Markdown tables comparing reports: one for fleet runs, one for stall runs, then one per
+/// other workload ([`crate::workload_tables`]). Rows with the same model and workload shape
+/// are compared to the row whose engine is `baseline` (ratios: engine / baseline; tok/s higher
+/// is better, TTFT lower is better). Engines are named with the inferd extensions they used
+/// (`inferd +sessions`).
 pub fn markdown_tables(reports: &[BenchReport], baseline: &str) -> String {
     let mut s = String::new();
     let mut fleet: Vec<(&BenchReport, &FleetConfig, &FleetSummary)> = reports
@@ -345,7 +411,7 @@ pub fn markdown_tables(reports: &[BenchReport], baseline: &str) -> String {
             c.turns,
             c.agents,
             r.engine_name() != baseline,
-            r.engine_name(),
+            r.engine_label(),
         )
     });
     if !fleet.is_empty() {
@@ -382,7 +448,7 @@ pub fn markdown_tables(reports: &[BenchReport], baseline: &str) -> String {
                 c.context_tokens,
                 c.reply_tokens,
                 c.turns,
-                r.engine_name(),
+                r.engine_label(),
                 m.tok_per_s,
                 m.ttft_turn0_ms.p50,
                 m.ttft_turn0_ms.max,
@@ -445,6 +511,13 @@ pub fn markdown_tables(reports: &[BenchReport], baseline: &str) -> String {
                 m.errors.total
             );
         }
+    }
+    let rest = crate::workload_tables::workload_tables(reports, baseline);
+    if !rest.is_empty() {
+        if !s.is_empty() {
+            s.push('\n');
+        }
+        s.push_str(&rest);
     }
     s
 }

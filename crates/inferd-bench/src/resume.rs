@@ -7,6 +7,7 @@
 use crate::agent::{Conversation, PromptMode};
 use crate::client::{Client, RequestMeta};
 use crate::corpus::Corpus;
+use crate::extensions::{check_refusals, run_id, Ext};
 use crate::forked::{agent_cache_rows, mean_cached_fraction, AgentCache};
 use crate::record::{Clock, Dist, ErrorCounts, RequestRecord};
 use crate::report::{dist_row, BenchReport, Workload};
@@ -26,6 +27,10 @@ pub struct ResumeConfig {
     pub filler_requests: usize,
     pub token_prompts: bool,
     pub seed: u64,
+    /// The agents' requests carry `inferd.session` (an id unique to the run and the agent);
+    /// the filler's do not (one-off requests that never come back).
+    #[serde(default)]
+    pub sessions: bool,
 }
 
 impl Default for ResumeConfig {
@@ -37,6 +42,7 @@ impl Default for ResumeConfig {
             filler_requests: 16,
             token_prompts: false,
             seed: 1,
+            sessions: false,
         }
     }
 }
@@ -154,10 +160,11 @@ pub(crate) fn table(s: &mut String, c: &ResumeConfig, m: &ResumeSummary) {
     );
 }
 
-/// Sends `convs` (agent index, conversation) together; the replies in the same order.
+/// Sends `convs` (agent index, conversation, extensions) together; the replies in the same
+/// order.
 async fn together(
     client: &Client,
-    convs: Vec<(usize, Conversation)>,
+    convs: Vec<(usize, Conversation, Ext)>,
     turn: usize,
     role: &'static str,
     reply_tokens: u32,
@@ -165,12 +172,19 @@ async fn together(
     pb: &ProgressBar,
 ) -> Result<Vec<crate::client::Reply>> {
     let mut handles = Vec::with_capacity(convs.len());
-    for (agent, conv) in convs {
+    for (agent, conv, ext) in convs {
         let (client, pb, clock) = (client.clone(), pb.clone(), *clock);
         handles.push(tokio::spawn(async move {
             let meta = RequestMeta { agent, turn, role };
             let reply = client
-                .stream(&conv.prompt(), reply_tokens, &clock, meta, &mut |_| {})
+                .stream_ext(
+                    &conv.prompt(),
+                    reply_tokens,
+                    &ext,
+                    &clock,
+                    meta,
+                    &mut |_| {},
+                )
                 .await;
             pb.inc(1);
             reply
@@ -192,6 +206,18 @@ pub async fn run_resume(
     if cfg.agents == 0 || cfg.reply_tokens == 0 {
         bail!("resume: agents and reply must be at least 1");
     }
+    let run = run_id();
+    if cfg.sessions {
+        pb.set_message("checking inferd extensions");
+        client.check_extensions(&run).await?;
+    }
+    let ext = |a: usize| {
+        if cfg.sessions {
+            Ext::session(&run, a)
+        } else {
+            Ext::default()
+        }
+    };
     let corpus = Corpus::new(cfg.seed);
     pb.set_message("calibrating");
     let mode = PromptMode::prepare(client, &corpus, cfg.token_prompts).await?;
@@ -208,7 +234,11 @@ pub async fn run_resume(
 
     let first = together(
         client,
-        convs.iter().cloned().enumerate().collect(),
+        convs
+            .iter()
+            .enumerate()
+            .map(|(a, c)| (a, c.clone(), ext(a)))
+            .collect(),
         0,
         "agent",
         cfg.reply_tokens,
@@ -228,7 +258,10 @@ pub async fn run_resume(
     for batch in filler.chunks(cfg.agents) {
         let convs = batch
             .iter()
-            .map(|&a| (a, Conversation::new(&corpus, a, cfg.context_tokens, &mode)))
+            .map(|&a| {
+                let conv = Conversation::new(&corpus, a, cfg.context_tokens, &mode);
+                (a, conv, Ext::default())
+            })
             .collect();
         let replies = together(client, convs, 0, "filler", cfg.reply_tokens, &clock, pb).await?;
         records.extend(replies.into_iter().map(|r| r.record));
@@ -237,7 +270,11 @@ pub async fn run_resume(
     pb.set_message("return");
     let back = together(
         client,
-        convs.into_iter().enumerate().collect(),
+        convs
+            .into_iter()
+            .enumerate()
+            .map(|(a, c)| (a, c, ext(a)))
+            .collect(),
         1,
         "agent",
         cfg.reply_tokens,
@@ -246,6 +283,10 @@ pub async fn run_resume(
     )
     .await?;
     records.extend(back.into_iter().map(|r| r.record));
+    if cfg.sessions {
+        let agents = records.iter().filter(|r| r.role == "agent");
+        check_refusals(agents, "inferd.session")?;
+    }
 
     let wall_us = records.iter().map(|r| r.end_us).max().unwrap_or(0);
     let summary = ResumeSummary::from_records(&records, wall_us);

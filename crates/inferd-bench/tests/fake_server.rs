@@ -1,194 +1,17 @@
-//! The workloads against a scripted fake OpenAI-compatible streaming server: measured TTFT,
-//! gaps and tok/s must match the script; errors and timeouts must be counted; the JSON
-//! report must read back equal.
+//! The workloads against a scripted fake OpenAI-compatible streaming server (`fake/`):
+//! measured TTFT, gaps and tok/s must match the script; errors and timeouts must be counted;
+//! the JSON report must read back equal.
 
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+mod fake;
+
+use fake::{client, fleet_summary, start, within, Script, SERIAL};
 use indicatif::ProgressBar;
 use inferd_bench::arrivals::arrival_schedule;
 use inferd_bench::{
     run_arrivals, run_fleet, run_forked, run_multi_turn, run_resume, run_stall, ArrivalsConfig,
-    BenchReport, Client, ClientConfig, FleetConfig, ForkedConfig, MultiTurnConfig, ResumeConfig,
-    StallConfig, Workload,
+    BenchReport, FleetConfig, ForkedConfig, MultiTurnConfig, ResumeConfig, StallConfig, Workload,
 };
-use serde_json::{json, Value};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::time::Instant;
-
-/// Timing tests must not overlap on a small machine.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-#[derive(Clone, Default)]
-struct Script {
-    ttft: Duration,
-    gap: Duration,
-    /// Fail the n-th (1-based) generation request (max_tokens > 1) with HTTP 500.
-    fail_nth: Option<usize>,
-    /// Prompts of at least this many tokens "prefill" for `prefill` and stall every stream.
-    long_threshold: Option<u64>,
-    prefill: Duration,
-    /// End streams without `data: [DONE]`.
-    no_done: bool,
-    /// `usage.prompt_tokens_details.cached_tokens` of the n-th (1-based) generation request:
-    /// entry n-1 (no details when there is none).
-    cached: Vec<u64>,
-}
-
-#[derive(Default)]
-struct Shared {
-    script: Script,
-    generations: AtomicUsize,
-    /// Streams may not emit a token before this instant (a long prefill is running).
-    blocked_until: Mutex<Option<Instant>>,
-    /// The system message of every generation request (to check agents' prompts differ).
-    systems: Mutex<Vec<String>>,
-}
-
-/// Prompt tokens as a fake tokenizer counts them: one per word, 4 per message, 3 fixed.
-fn prompt_tokens(body: &Value) -> u64 {
-    if let Some(ids) = body["prompt"].as_array() {
-        return ids.len() as u64;
-    }
-    if let Some(t) = body["prompt"].as_str() {
-        return t.split_whitespace().count() as u64;
-    }
-    let msgs = body["messages"].as_array().cloned().unwrap_or_default();
-    3 + msgs
-        .iter()
-        .map(|m| {
-            4 + m["content"]
-                .as_str()
-                .unwrap_or("")
-                .split_whitespace()
-                .count() as u64
-        })
-        .sum::<u64>()
-}
-
-fn chunk(chat: bool, text: &str, finish: Option<&str>) -> String {
-    let choice = if chat {
-        json!({"index": 0, "delta": {"content": text}, "finish_reason": finish})
-    } else {
-        json!({"index": 0, "text": text, "finish_reason": finish})
-    };
-    format!(
-        "data: {}\n\n",
-        json!({"object": "chunk", "choices": [choice]})
-    )
-}
-
-async fn completions(State(s): State<Arc<Shared>>, Json(body): Json<Value>) -> Response {
-    let chat = body.get("messages").is_some();
-    let max_tokens = body["max_tokens"].as_u64().unwrap_or(16);
-    let prompt = prompt_tokens(&body);
-    let sc = s.script.clone();
-    let mut cached = None;
-    let (ttft, gap) = if max_tokens > 1 {
-        let n = s.generations.fetch_add(1, Ordering::SeqCst) + 1;
-        cached = sc.cached.get(n - 1).copied();
-        if sc.fail_nth == Some(n) {
-            return (StatusCode::INTERNAL_SERVER_ERROR, "scripted failure").into_response();
-        }
-        if let Some(sys) = body["messages"][0]["content"].as_str() {
-            s.systems.lock().unwrap().push(sys.to_string());
-        }
-        (sc.ttft, sc.gap)
-    } else {
-        (Duration::ZERO, Duration::ZERO) // calibration probes answer at once
-    };
-    let start = Instant::now();
-    let first_at = if sc.long_threshold.is_some_and(|t| prompt >= t) {
-        let until = start + sc.prefill;
-        *s.blocked_until.lock().unwrap() = Some(until);
-        until
-    } else {
-        start + ttft
-    };
-    // One event per step: tokens 0..max_tokens, then usage, then [DONE].
-    // One event per step: tokens 0..max_tokens, then usage, then [DONE]. A token is due
-    // `gap` after the previous one, but not while a long prefill blocks the server.
-    let stream = futures_util::stream::unfold((0u64, first_at), move |(i, due)| {
-        let s = s.clone();
-        async move {
-            if i < max_tokens {
-                let mut at = due;
-                let blocked = *s.blocked_until.lock().unwrap();
-                if let Some(b) = blocked {
-                    if at < b && Instant::now() < b {
-                        at = b;
-                    }
-                }
-                tokio::time::sleep_until(at).await;
-                let finish = (i + 1 == max_tokens).then_some("length");
-                let data = chunk(chat, &format!(" w{i}"), finish);
-                Some((Ok::<_, std::io::Error>(data), (i + 1, at + gap)))
-            } else if i == max_tokens {
-                let mut usage = json!({"choices": [], "usage": {
-                    "prompt_tokens": prompt, "completion_tokens": max_tokens,
-                    "total_tokens": prompt + max_tokens}});
-                if let Some(c) = cached {
-                    usage["usage"]["prompt_tokens_details"] = json!({"cached_tokens": c});
-                }
-                Some((Ok(format!("data: {usage}\n\n")), (i + 1, due)))
-            } else if i == max_tokens + 1 && !sc.no_done {
-                Some((Ok("data: [DONE]\n\n".to_string()), (i + 1, due)))
-            } else {
-                None
-            }
-        }
-    });
-    Response::builder()
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .body(Body::from_stream(stream))
-        .unwrap()
-}
-
-async fn start(script: Script) -> (String, Arc<Shared>) {
-    let shared = Arc::new(Shared {
-        script,
-        ..Default::default()
-    });
-    let app = Router::new()
-        .route("/health", get(|| async { "ok" }))
-        .route(
-            "/v1/models",
-            get(|| async { Json(json!({"data": [{"id": "fake-model"}]})) }),
-        )
-        .route("/v1/chat/completions", post(completions))
-        .route("/v1/completions", post(completions))
-        .with_state(shared.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}"), shared)
-}
-
-async fn client(url: &str) -> Client {
-    let mut c = Client::new(ClientConfig::new(url)).unwrap();
-    assert!(c.wait_healthy(Duration::from_secs(5)).await);
-    c.resolve_model().await.unwrap();
-    c
-}
-
-fn fleet_summary(r: &BenchReport) -> &inferd_bench::FleetSummary {
-    match &r.workload {
-        Workload::Fleet { summary, .. } => summary,
-        _ => panic!("not a fleet report"),
-    }
-}
-
-fn within(x: f64, want: f64, tol: f64, what: &str) {
-    assert!(
-        (x - want).abs() <= tol,
-        "{what}: measured {x:.2}, scripted {want:.2} (tolerance {tol})"
-    );
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleet_measures_scripted_latencies() {
@@ -208,6 +31,7 @@ async fn fleet_measures_scripted_latencies() {
         reply_tokens: 20,
         token_prompts: false,
         seed: 5,
+        sessions: false,
     };
     let report = run_fleet(&c, &cfg, &ProgressBar::hidden()).await.unwrap();
     let s = fleet_summary(&report);
@@ -297,6 +121,7 @@ async fn token_prompts_are_exact() {
         reply_tokens: 8,
         token_prompts: true,
         seed: 1,
+        sessions: false,
     };
     let report = run_fleet(&c, &cfg, &ProgressBar::hidden()).await.unwrap();
     let s = fleet_summary(&report);
@@ -522,6 +347,7 @@ async fn multi_turn_reports_cached_fraction_per_turn() {
         reply_tokens: 8,
         token_prompts: true,
         seed: 2,
+        sessions: false,
     };
     let report = run_multi_turn(&c, &cfg, &ProgressBar::hidden())
         .await
@@ -574,6 +400,7 @@ async fn forked_agents_share_the_brief_and_report_cache_hits() {
         reply_tokens: 8,
         token_prompts: true,
         seed: 4,
+        pin_brief: false,
     };
     let report = run_forked(&c, &cfg, &ProgressBar::hidden()).await.unwrap();
     println!("{}", report.table());
@@ -647,6 +474,7 @@ async fn forked_chat_prompts_share_one_system_message() {
         reply_tokens: 4,
         token_prompts: false,
         seed: 6,
+        pin_brief: false,
     };
     let report = run_forked(&c, &cfg, &ProgressBar::hidden()).await.unwrap();
     let Workload::Forked { summary: s, .. } = &report.workload else {
@@ -695,6 +523,7 @@ async fn resume_returns_after_filler_and_reports_cache_on_return() {
         filler_requests: 5,
         token_prompts: true,
         seed: 3,
+        sessions: false,
     };
     let report = run_resume(&c, &cfg, &ProgressBar::hidden()).await.unwrap();
     println!("{}", report.table());
@@ -767,6 +596,7 @@ async fn resume_chat_agents_come_back_with_their_own_conversation() {
         filler_requests: 3,
         token_prompts: false,
         seed: 8,
+        sessions: false,
     };
     let report = run_resume(&c, &cfg, &ProgressBar::hidden()).await.unwrap();
     let Workload::Resume { summary: s, .. } = &report.workload else {

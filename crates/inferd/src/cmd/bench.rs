@@ -2,6 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
+use inferd_bench::plot::{throughput_svg, ttft_cdf_svg, write_svg};
 use inferd_bench::{
     compare_table, markdown_tables, run_arrivals, run_fleet, run_forked, run_multi_turn,
     run_resume, run_stall, ArrivalsConfig, BenchReport, Client, ClientConfig, FleetConfig,
@@ -41,8 +42,45 @@ enum Workload {
     /// N agents send turn 0, unrelated filler traffic runs, then the agents come back with
     /// turn 1; reports TTFT on return vs turn 0 and the cached fraction on return.
     Resume(ResumeArgs),
-    /// Two JSON reports side by side (tok/s, TTFT, worst gap, errors) with B/A ratios.
+    /// Two JSON reports side by side (tok/s, TTFT, worst gap, cached %, errors) with B/A
+    /// ratios.
     Compare(CompareArgs),
+    /// SVG plots from JSON reports: a TTFT CDF, or throughput against agents.
+    Plot(PlotArgs),
+}
+
+#[derive(clap::Args)]
+struct PlotArgs {
+    #[command(subcommand)]
+    kind: PlotKind,
+}
+
+#[derive(clap::Subcommand)]
+enum PlotKind {
+    /// One line per report: the fraction of its requests with TTFT at most x ms (fleet,
+    /// arrivals, multi-turn: every agent request; forked: the agents; resume: the returns;
+    /// stall: the long prompt). Log x axis when the TTFTs span more than 10x.
+    TtftCdf(PlotFiles),
+    /// One line per engine (or --label): combined generated tok/s against the reports' agent
+    /// counts.
+    Throughput(PlotFiles),
+}
+
+#[derive(clap::Args)]
+struct PlotFiles {
+    /// Reports written by `--out`.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// The SVG file to write.
+    #[arg(long, short)]
+    out: PathBuf,
+    /// Line labels, one per report in order (default: the report's engine and the inferd
+    /// extensions it used, e.g. "inferd +sessions"; throughput joins reports of one label).
+    #[arg(long)]
+    label: Vec<String>,
+    /// Chart title (default: the workloads and models).
+    #[arg(long)]
+    title: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -84,6 +122,10 @@ struct MultiTurnArgs {
     /// Tokens per reply (max_tokens).
     #[arg(long, short = 'r', default_value_t = 64)]
     reply: u32,
+    /// Send inferd's "inferd": {"session": ID} with every turn (fails against servers
+    /// without inferd's extensions).
+    #[arg(long)]
+    sessions: bool,
 }
 
 #[derive(clap::Args)]
@@ -102,6 +144,11 @@ struct ForkedArgs {
     /// Tokens per agent reply (max_tokens).
     #[arg(long, short = 'r', default_value_t = 64)]
     reply: u32,
+    /// Create the brief as a pinned inferd context (POST /v1/contexts, timed on its own);
+    /// agents send "inferd": {"context": ID} and only their suffix; the context is deleted at
+    /// the end (fails against servers without inferd's extensions).
+    #[arg(long)]
+    pin_brief: bool,
 }
 
 #[derive(clap::Args)]
@@ -120,6 +167,10 @@ struct ResumeArgs {
     /// Unrelated requests (distinct contexts, N at a time) between turn 0 and the return.
     #[arg(long, short = 'f', default_value_t = 16)]
     filler: usize,
+    /// Each agent sends inferd's "inferd": {"session": ID} (the filler does not; fails
+    /// against servers without inferd's extensions).
+    #[arg(long)]
+    sessions: bool,
 }
 
 #[derive(clap::Args)]
@@ -191,6 +242,10 @@ struct FleetArgs {
     /// Tokens per reply (max_tokens).
     #[arg(long, short = 'r', default_value_t = 64)]
     reply: u32,
+    /// Each agent sends inferd's "inferd": {"session": ID} with its requests (fails against
+    /// servers without inferd's extensions).
+    #[arg(long)]
+    sessions: bool,
 }
 
 #[derive(clap::Args)]
@@ -228,6 +283,7 @@ pub fn run(a: Args) -> Result<()> {
                     reply_tokens: f.reply,
                     token_prompts: f.common.token_prompts,
                     seed: f.common.seed,
+                    sessions: f.sessions,
                 };
                 let (client, pb) = connect(&f.common).await?;
                 let report = run_fleet(&client, &cfg, &pb).await;
@@ -268,6 +324,7 @@ pub fn run(a: Args) -> Result<()> {
                     reply_tokens: m.reply,
                     token_prompts: m.common.token_prompts,
                     seed: m.common.seed,
+                    sessions: m.sessions,
                 };
                 let (client, pb) = connect(&m.common).await?;
                 let report = run_multi_turn(&client, &cfg, &pb).await;
@@ -281,6 +338,7 @@ pub fn run(a: Args) -> Result<()> {
                     reply_tokens: f.reply,
                     token_prompts: f.common.token_prompts,
                     seed: f.common.seed,
+                    pin_brief: f.pin_brief,
                 };
                 let (client, pb) = connect(&f.common).await?;
                 let report = run_forked(&client, &cfg, &pb).await;
@@ -294,6 +352,7 @@ pub fn run(a: Args) -> Result<()> {
                     filler_requests: r.filler,
                     token_prompts: r.common.token_prompts,
                     seed: r.common.seed,
+                    sessions: r.sessions,
                 };
                 let (client, pb) = connect(&r.common).await?;
                 let report = run_resume(&client, &cfg, &pb).await;
@@ -315,6 +374,7 @@ pub fn run(a: Args) -> Result<()> {
                 );
                 Ok(())
             }
+            Workload::Plot(p) => plot(p.kind),
         }
     })?
 }
@@ -373,6 +433,25 @@ fn finish(c: &Common, pb: ProgressBar, report: Result<BenchReport>) -> Result<()
     if e > 0 {
         bail!("{e} of {} requests failed", report.requests.len());
     }
+    Ok(())
+}
+
+/// A plot: reports, labels, title -> SVG.
+type Draw = fn(&[BenchReport], &[String], Option<&str>) -> Result<String>;
+
+fn plot(kind: PlotKind) -> Result<()> {
+    let (p, draw): (PlotFiles, Draw) = match kind {
+        PlotKind::TtftCdf(p) => (p, ttft_cdf_svg),
+        PlotKind::Throughput(p) => (p, throughput_svg),
+    };
+    let reports = p
+        .files
+        .iter()
+        .map(|f| read_report(f))
+        .collect::<Result<Vec<_>>>()?;
+    let svg = draw(&reports, &p.label, p.title.as_deref())?;
+    write_svg(&p.out, &svg)?;
+    println!("{}", p.out.display());
     Ok(())
 }
 
