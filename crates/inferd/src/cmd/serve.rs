@@ -64,6 +64,22 @@ pub struct Args {
     /// Name clients use in `model` (default: the model name or file stem); repeat for aliases.
     #[arg(long)]
     served_model_name: Vec<String>,
+    /// KV cache element type: f32, or q8 (8-bit values with a scale per token and head:
+    /// about a quarter of the memory, so about 4x the agents at a fixed --kv-memory).
+    #[arg(long, default_value = "f32", value_parser = ["f32", "q8", "int8"])]
+    kv_dtype: String,
+    /// Share of the KV pool parked sessions may hold (0..1, default 0.5); past it, or when
+    /// requests wait for memory, the least recently used session is released (to the
+    /// SSD tier when --spill-dir is set).
+    #[arg(long)]
+    park_fraction: Option<f64>,
+    /// Directory of the SSD tier: contexts and sessions are written through to it and
+    /// survive memory pressure and restarts (checksummed, atomic files).
+    #[arg(long)]
+    spill_dir: Option<std::path::PathBuf>,
+    /// Size budget of the SSD tier, e.g. 20G (least recently used blocks evicted past it).
+    #[arg(long, default_value = "8G")]
+    spill_budget: String,
 }
 
 /// `2G`, `512k`, `1000` -> bytes.
@@ -103,6 +119,21 @@ pub fn run(a: Args) -> Result<()> {
     };
     if let Some(v) = a.max_queue {
         engine_cfg.max_queue = v;
+    }
+    if a.kv_dtype != "f32" {
+        engine_cfg.kv_dtype = inferd_runtime::KvDtype::Q8;
+    }
+    if let Some(f) = a.park_fraction {
+        if !(0.0..=1.0).contains(&f) {
+            bail!("--park-fraction must be in [0, 1], got {f}");
+        }
+        engine_cfg.park_fraction = f;
+    }
+    if let Some(dir) = &a.spill_dir {
+        engine_cfg.spill = Some(inferd_engine::SpillConfig {
+            dir: dir.clone(),
+            budget_bytes: parse_size(&a.spill_budget).context("--spill-budget")? as u64,
+        });
     }
     if let Some(v) = a.block_size {
         engine_cfg.block_size = v;

@@ -1,0 +1,181 @@
+//! The SSD tier across a hard kill: `inferd serve --spill-dir` is killed with SIGKILL
+//! while sessions are being written, restarts clean on the same directory, and the
+//! pinned context and the sessions that were written come back (`cached_tokens` proves
+//! the reuse).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+fn model() -> Option<PathBuf> {
+    let base = std::env::var_os("INFERD_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/inferd")))
+        .unwrap_or_default();
+    let p = base.join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if !p.exists() && std::env::var("INFERD_REQUIRE_MODELS").is_ok_and(|v| v == "1") {
+        panic!("smollm2-135m-instruct is not pulled");
+    }
+    p.exists().then_some(p)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn serve(model: &Path, port: u16, spill: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_inferd"))
+        .args(["serve", "--no-warmup", "--kv-memory", "64M", "--port"])
+        .arg(port.to_string())
+        .arg("-m")
+        .arg(model)
+        .arg("--spill-dir")
+        .arg(spill)
+        .env("INFERD_THREADS", "2")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting inferd serve")
+}
+
+/// One HTTP/1.1 request; `None` when the server is not answering.
+fn call(port: u16, method: &str, path: &str, body: Option<&Value>) -> Option<(u16, Value)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(120))).ok()?;
+    let b = body.map(|b| b.to_string()).unwrap_or_default();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        b.len()
+    );
+    s.write_all(head.as_bytes()).ok()?;
+    s.write_all(b.as_bytes()).ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8_lossy(&raw);
+    let status: u16 = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("");
+    Some((status, serde_json::from_str(body).unwrap_or(Value::Null)))
+}
+
+fn wait_healthy(port: u16) {
+    let t = Instant::now();
+    while call(port, "GET", "/health", None).is_none_or(|(s, _)| s != 200) {
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "server did not come up"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn chat(port: u16, content: &str, inferd: Value) -> Value {
+    let (status, v) = call(
+        port,
+        "POST",
+        "/v1/chat/completions",
+        Some(
+            &json!({"messages": [{"role": "user", "content": content}], "max_tokens": 8,
+                     "temperature": 0, "inferd": inferd}),
+        ),
+    )
+    .expect("answer");
+    assert_eq!(status, 200, "{v}");
+    v
+}
+
+#[test]
+fn sigkill_during_spill_writes_restarts_clean() {
+    let Some(model) = model() else { return };
+    let spill = std::env::temp_dir().join(format!("inferd-sigkill-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&spill);
+    let port = free_port();
+    let mut server = serve(&model, port, &spill);
+    wait_healthy(port);
+    let brief = "You maintain a Rust inference server. Keep answers to one line. ".repeat(4);
+    let (status, ctx) = call(
+        port,
+        "POST",
+        "/v1/contexts",
+        Some(&json!({"id": "brief", "messages": [{"role": "system", "content": brief}]})),
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{ctx}");
+    let ctx_tokens = ctx["tokens"].as_u64().unwrap();
+    // one session turn that completes for sure
+    chat(
+        port,
+        "First question: what is a KV cache?",
+        json!({"session": "done-agent"}),
+    );
+    // agents whose turns (and so spill writes) are in flight when the kill lands
+    let agents: Vec<_> = (0..4)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let _ = call(
+                    port,
+                    "POST",
+                    "/v1/chat/completions",
+                    Some(&json!({"messages": [{"role": "user", "content": format!("Agent {i}: explain paging.")}],
+                                 "max_tokens": 6, "inferd": {"session": format!("agent-{i}")}})),
+                );
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(700));
+    server.kill().unwrap(); // SIGKILL
+    server.wait().unwrap();
+    for a in agents {
+        let _ = a.join();
+    }
+
+    let mut server = serve(&model, port, &spill);
+    wait_healthy(port);
+    // no temp file survived the restart's clean-up
+    for d in std::fs::read_dir(&spill).unwrap().flatten() {
+        for f in std::fs::read_dir(d.path()).unwrap().flatten() {
+            let name = f.file_name().to_string_lossy().to_string();
+            assert!(!name.ends_with(".tmp"), "leftover {name}");
+        }
+    }
+    let (_, contexts) = call(port, "GET", "/v1/contexts", None).unwrap();
+    let c = &contexts["data"][0];
+    assert_eq!(c["id"], "brief");
+    assert_eq!(
+        c["resident_tokens"], ctx_tokens,
+        "the pinned context is back in memory"
+    );
+    let r = chat(
+        port,
+        "Which crate owns the scheduler?",
+        json!({"context": "brief"}),
+    );
+    assert_eq!(
+        r["usage"]["prompt_tokens_details"]["cached_tokens"],
+        ctx_tokens
+    );
+    let (_, sessions) = call(port, "GET", "/v1/sessions", None).unwrap();
+    let ids: Vec<&str> = sessions["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["id"].as_str())
+        .collect();
+    assert!(ids.contains(&"done-agent"), "{sessions}");
+    // whatever was half written is recomputed; every listed session still works
+    for id in ids {
+        chat(port, "Go on.", json!({"session": id}));
+    }
+    let (_, cache) = call(port, "GET", "/v1/cache", None).unwrap();
+    assert!(cache["spilled"]["blocks"].as_u64().unwrap() > 0, "{cache}");
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&spill);
+}
