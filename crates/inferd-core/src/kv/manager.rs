@@ -180,7 +180,10 @@ impl KvManager {
             if common > 0 {
                 if let Some(dst) = self.pool.allocate() {
                     table.blocks.push(dst);
-                    self.copies.push(BlockCopy { src: src_block, dst });
+                    self.copies.push(BlockCopy {
+                        src: src_block,
+                        dst,
+                    });
                     covered += common;
                 }
             }
@@ -249,12 +252,15 @@ impl KvManager {
 
     /// Makes `owner` hold `blocks` (references already taken, e.g. by
     /// [`Self::claim_cached`] / [`Self::fresh_block`]) for the KV of `tokens`.
-    pub fn install(&mut self, owner: SeqId, blocks: Vec<BlockId>, keys: Vec<u64>, tokens: Vec<u32>) {
+    pub fn install(
+        &mut self,
+        owner: SeqId,
+        blocks: Vec<BlockId>,
+        keys: Vec<u64>,
+        tokens: Vec<u32>,
+    ) {
         self.free(owner);
-        self.tables.insert(
-            owner,
-            Table { blocks, keys },
-        );
+        self.tables.insert(owner, Table { blocks, keys });
         self.owners.insert(owner, tokens);
     }
 

@@ -78,13 +78,25 @@ fn eviction_is_lru_over_unreferenced_cached_blocks() {
     m.free(1);
     m.free(3);
     m.free(2); // freed order: 0, 2, 1 (all cached)
-    // one untouched block (3) goes first, then the least recently freed: 0, then 2
+               // one untouched block (3) goes first, then the least recently freed: 0, then 2
     assert_eq!(m.allocate_slots(9, 2).unwrap(), &[3, 0]);
-    assert_eq!(m.share_prefix(4, &[10, 0], 1, None), 0, "block 0 was evicted");
-    assert_eq!(m.share_prefix(5, &[20, 0], 1, None), 1, "block 1 is still cached");
+    assert_eq!(
+        m.share_prefix(4, &[10, 0], 1, None),
+        0,
+        "block 0 was evicted"
+    );
+    assert_eq!(
+        m.share_prefix(5, &[20, 0], 1, None),
+        1,
+        "block 1 is still cached"
+    );
     assert_eq!(m.table(5).unwrap(), &[1]);
     assert_eq!(m.allocate_slots(9, 3).unwrap(), &[3, 0, 2]);
-    assert_eq!(m.share_prefix(6, &[30, 0], 1, None), 0, "block 2 was evicted");
+    assert_eq!(
+        m.share_prefix(6, &[30, 0], 1, None),
+        0,
+        "block 2 was evicted"
+    );
 }
 
 #[test]
