@@ -8,7 +8,7 @@
 mod common;
 
 use common::*;
-use inferd_runtime::{CpuBackend, CpuConfig, ForwardBatch, Model};
+use inferd_runtime::{CpuBackend, CpuConfig, ForwardBatch, KvDtype, Model};
 
 /// One chunk of a pass: (tokens, start position, prompt length, block table).
 type Part<'a> = (&'a [u32], usize, usize, &'a [u32]);
@@ -55,7 +55,7 @@ fn assert_rows_eq(name: &str, what: &str, got: &[Vec<u32>], want: &[Vec<u32>]) {
 }
 
 /// Every way of computing a prompt's rows gives the same bits as one pass alone.
-fn bit_identical(name: &str) {
+fn bit_identical(name: &str, dtype: KvDtype) {
     let path = repo_root().join("fixtures/models").join(name);
     let n = 150; // several 32-token tiles, many 4-token KV blocks
     let mut reference: Option<(Bits, Bits)> = None;
@@ -69,11 +69,11 @@ fn bit_identical(name: &str) {
         let ids = synthetic(n, 0, vocab);
         let other_a = synthetic(30, 1, vocab);
         let other_b = synthetic(7, 2, vocab);
-        let mut run = Runner::new(&model, 4 * n);
+        let mut run = Runner::with_dtype(&model, 4 * n, dtype);
         let whole = chunked(&mut run, &ids, n, n);
         // The last token as a generated row (8-bit path): the recompute-after-preemption shape.
         let whole_gen = chunked(&mut run, &ids, n - 1, n);
-        let ctx = format!("{threads} threads");
+        let ctx = format!("{} KV, {threads} threads", dtype.name());
         match &reference {
             None => reference = Some((whole.clone(), whole_gen.clone())),
             Some((w, wg)) => {
@@ -163,15 +163,30 @@ fn bit_identical(name: &str) {
 
 #[test]
 fn prompt_logits_bit_identical_across_passes_llama() {
-    bit_identical("llama");
+    bit_identical("llama", KvDtype::F32);
+}
+
+#[test]
+fn prompt_logits_bit_identical_across_passes_llama_q8() {
+    bit_identical("llama", KvDtype::Q8);
 }
 
 #[test]
 fn prompt_logits_bit_identical_across_passes_qwen2() {
-    bit_identical("qwen2");
+    bit_identical("qwen2", KvDtype::F32);
+}
+
+#[test]
+fn prompt_logits_bit_identical_across_passes_qwen2_q8() {
+    bit_identical("qwen2", KvDtype::Q8);
 }
 
 #[test]
 fn prompt_logits_bit_identical_across_passes_qwen3() {
-    bit_identical("qwen3");
+    bit_identical("qwen3", KvDtype::F32);
+}
+
+#[test]
+fn prompt_logits_bit_identical_across_passes_qwen3_q8() {
+    bit_identical("qwen3", KvDtype::Q8);
 }

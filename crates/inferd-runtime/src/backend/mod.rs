@@ -89,7 +89,22 @@ pub trait Backend: Send + Sync {
     /// Loads a weight. Several names are concatenated along rows (fused
     /// projections, e.g. Q|K|V); they must share dtype and trailing dimensions.
     fn load_weight(&self, src: &SharedSource, names: &[&str]) -> Result<Self::Weight>;
+    /// A zeroed KV pool of `layout` (its dtype decides the storage; a backend refuses
+    /// dtypes it does not implement with `RuntimeError::Kv`).
     fn alloc_kv(&self, layout: &KvLayout) -> Result<Self::Kv>;
+    /// Copies block `src` over block `dst` in every layer: K and V values and, for Q8,
+    /// their scales (copy-on-write of a shared, partly filled block). `src == dst` is a
+    /// no-op; an id outside the pool is a `RuntimeError::Kv`.
+    fn copy_block(&self, kv: &mut Self::Kv, src: u32, dst: u32) -> Result<()>;
+    /// Serializes block `block` of every layer into `out`, which must be exactly
+    /// [`KvLayout::block_bytes`] long: the little-endian image documented there (per
+    /// layer K values, K scales, V values, V scales; scales only for Q8). The image is
+    /// stable (it is written to disk) and the same on every backend.
+    fn export_block(&self, kv: &Self::Kv, block: u32, out: &mut [u8]) -> Result<()>;
+    /// The inverse of [`Backend::export_block`]: overwrites block `block` of every layer
+    /// from `data`. A wrong length or a block outside the pool is a `RuntimeError::Kv`
+    /// (nothing is written then).
+    fn import_block(&self, kv: &mut Self::Kv, block: u32, data: &[u8]) -> Result<()>;
     fn prepare_batch(
         &self,
         batch: &ForwardBatch,

@@ -8,22 +8,60 @@
 //! Per layer, K and V are each stored as
 //! `[num_blocks, n_kv_heads, block_size, head_dim]` (row-major): within a block one
 //! head's slots are contiguous, which is what a per-head attention loop streams,
-//! on CPU and GPU alike. Who owns which block (allocation, reference counts, LRU,
-//! prefix hashing) is not decided here: that is the engine's KV manager
-//! (`inferd_core::kv`); the runtime only reads and writes through block tables.
+//! on CPU and GPU alike. With [`KvDtype::Q8`] the values are i8 and each
+//! (block, head, slot) row has one f32 scale, per layer and separately for K and V:
+//! `[num_blocks, n_kv_heads, block_size]` (see [`q8`]). Who owns which block
+//! (allocation, reference counts, LRU, prefix hashing) is not decided here: that is
+//! the engine's KV manager (`inferd_core::kv`); the runtime only reads and writes
+//! through block tables.
+//!
+//! A block is also the unit of export/import (`Backend::export_block`): its byte
+//! image is [`KvLayout::block_bytes`] long, in the order documented at
+//! [`KvLayout::block_bytes`].
+
+pub mod q8;
 
 /// Element type of stored K/V.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KvDtype {
     F32,
+    /// Not implemented by the CPU backend (`alloc_kv` refuses it).
     F16,
+    /// i8 values with one f32 scale per (token, kv head) row, for K and V separately:
+    /// `x ≈ q · scale`, `scale = max|x| / 127` (symmetric, see [`q8`]).
+    Q8,
 }
 
 impl KvDtype {
+    /// Bytes of one stored value (without the per-row scale of Q8).
     pub fn bytes(self) -> usize {
         match self {
             KvDtype::F32 => 4,
             KvDtype::F16 => 2,
+            KvDtype::Q8 => 1,
+        }
+    }
+
+    /// Bytes of the per-row metadata stored beside each (token, kv head) row of K or V
+    /// (Q8: its f32 scale; float types: none).
+    pub fn row_scale_bytes(self) -> usize {
+        match self {
+            KvDtype::Q8 => 4,
+            KvDtype::F32 | KvDtype::F16 => 0,
+        }
+    }
+
+    /// Bytes of one (token, kv head) row of K or V of `head_dim` values, scale included.
+    pub fn row_bytes(self, head_dim: usize) -> usize {
+        head_dim * self.bytes() + self.row_scale_bytes()
+    }
+
+    /// Lowercase name (`f32`, `f16`, `q8`), for logs and file headers.
+    pub fn name(self) -> &'static str {
+        match self {
+            KvDtype::F32 => "f32",
+            KvDtype::F16 => "f16",
+            KvDtype::Q8 => "q8",
         }
     }
 }
@@ -39,30 +77,73 @@ pub struct KvLayout {
 }
 
 impl KvLayout {
-    /// Elements of one layer's K (or V): `[num_blocks, n_kv_heads, block_size, head_dim]`.
+    /// Values of one layer's K (or V): `[num_blocks, n_kv_heads, block_size, head_dim]`.
     pub fn layer_elems(&self) -> usize {
         self.num_blocks * self.n_kv_heads * self.block_size * self.head_dim
     }
 
-    /// Bytes of K and V for one token over all layers.
+    /// Rows (token, kv head) of one layer's K (or V), i.e. Q8 scales per layer and
+    /// per K/V: `[num_blocks, n_kv_heads, block_size]`.
+    pub fn layer_rows(&self) -> usize {
+        self.num_blocks * self.n_kv_heads * self.block_size
+    }
+
+    /// Values of one block of one layer's K (or V): `[n_kv_heads, block_size, head_dim]`.
+    pub fn block_elems(&self) -> usize {
+        self.n_kv_heads * self.block_size * self.head_dim
+    }
+
+    /// Rows of one block of one layer's K (or V): `[n_kv_heads, block_size]`.
+    pub fn block_rows(&self) -> usize {
+        self.n_kv_heads * self.block_size
+    }
+
+    /// Bytes of K and V for one token over all layers (Q8 scales included).
     pub fn bytes_per_token(&self) -> usize {
-        2 * self.n_layers * self.n_kv_heads * self.head_dim * self.dtype.bytes()
+        2 * self.n_layers * self.n_kv_heads * self.dtype.row_bytes(self.head_dim)
+    }
+
+    /// Bytes of one block over all layers, K and V, scales included: the size of
+    /// [`crate::Backend::export_block`]'s image and the unit of a KV memory budget.
+    ///
+    /// The image is little-endian, with no header, in this order:
+    ///
+    /// ```text
+    /// for layer in 0..n_layers:
+    ///     K values  [n_kv_heads, block_size, head_dim]  f32 (F32) | i8 (Q8)
+    ///     K scales  [n_kv_heads, block_size]            f32, Q8 only
+    ///     V values  [n_kv_heads, block_size, head_dim]  f32 (F32) | i8 (Q8)
+    ///     V scales  [n_kv_heads, block_size]            f32, Q8 only
+    /// ```
+    ///
+    /// Value (h, s, e) is at index `(h * block_size + s) * head_dim + e` of its part,
+    /// scale (h, s) at `h * block_size + s`. An image is only meaningful for the same
+    /// model (see `Model::identity`), dtype, `block_size` and geometry.
+    pub fn block_bytes(&self) -> usize {
+        self.bytes_per_token() * self.block_size
     }
 
     /// Bytes of the whole pool.
     pub fn total_bytes(&self) -> usize {
-        self.bytes_per_token() * self.block_size * self.num_blocks
+        self.block_bytes() * self.num_blocks
     }
 
-    /// Element offset of (block, head, slot, 0) inside one layer's K or V.
+    /// Value offset of (block, head, slot, 0) inside one layer's K or V.
     #[inline]
     pub fn offset(&self, block: usize, head: usize, slot: usize) -> usize {
-        ((block * self.n_kv_heads + head) * self.block_size + slot) * self.head_dim
+        self.row(block, head, slot) * self.head_dim
+    }
+
+    /// Row index of (block, head, slot) inside one layer's K or V: the offset of its
+    /// Q8 scale.
+    #[inline]
+    pub fn row(&self, block: usize, head: usize, slot: usize) -> usize {
+        (block * self.n_kv_heads + head) * self.block_size + slot
     }
 
     /// The largest pool that fits `bytes`.
     pub fn blocks_for_budget(&self, bytes: usize) -> usize {
-        bytes / (self.bytes_per_token() * self.block_size).max(1)
+        bytes / self.block_bytes().max(1)
     }
 }
 
@@ -70,22 +151,28 @@ impl KvLayout {
 mod tests {
     use super::*;
 
-    #[test]
-    fn offsets_are_dense_and_distinct() {
-        let l = KvLayout {
+    fn layout(dtype: KvDtype) -> KvLayout {
+        KvLayout {
             n_layers: 2,
             n_kv_heads: 3,
             head_dim: 4,
             block_size: 5,
             num_blocks: 6,
-            dtype: KvDtype::F32,
-        };
+            dtype,
+        }
+    }
+
+    #[test]
+    fn offsets_are_dense_and_distinct() {
+        let l = layout(KvDtype::F32);
         let mut seen = std::collections::HashSet::new();
         for b in 0..6 {
             for h in 0..3 {
                 for s in 0..5 {
                     let o = l.offset(b, h, s);
                     assert!(o + 4 <= l.layer_elems());
+                    assert_eq!(o, l.row(b, h, s) * 4);
+                    assert!(l.row(b, h, s) < l.layer_rows());
                     assert!(seen.insert(o));
                 }
             }
@@ -93,5 +180,23 @@ mod tests {
         assert_eq!(seen.len() * 4, l.layer_elems());
         assert_eq!(l.bytes_per_token(), 2 * 2 * 3 * 4 * 4);
         assert_eq!(l.blocks_for_budget(l.total_bytes()), 6);
+    }
+
+    #[test]
+    fn sizes_count_q8_scales() {
+        let f = layout(KvDtype::F32);
+        let q = layout(KvDtype::Q8);
+        // per token: 2 (K, V) × 2 layers × 3 heads × (4 values + scale)
+        assert_eq!(q.bytes_per_token(), 2 * 2 * 3 * (4 + 4));
+        assert_eq!(f.block_bytes(), f.bytes_per_token() * 5);
+        // one block: per layer, K and V each have block_elems values and block_rows scales
+        let per_layer = |l: &KvLayout| {
+            2 * (l.block_elems() * l.dtype.bytes() + l.block_rows() * l.dtype.row_scale_bytes())
+        };
+        assert_eq!(q.block_bytes(), 2 * per_layer(&q));
+        assert_eq!(f.block_bytes(), 2 * per_layer(&f));
+        assert_eq!(q.total_bytes(), q.block_bytes() * 6);
+        assert_eq!(q.blocks_for_budget(q.total_bytes()), 6);
+        assert_eq!(q.blocks_for_budget(q.total_bytes() - 1), 5);
     }
 }

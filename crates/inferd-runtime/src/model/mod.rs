@@ -2,6 +2,7 @@
 
 mod config;
 mod decoder;
+mod identity;
 pub mod names;
 mod weights;
 
@@ -18,6 +19,7 @@ use crate::backend::{Backend, SharedSource};
 use crate::batch::ForwardBatch;
 use crate::kv::{KvDtype, KvLayout};
 use crate::{Result, RuntimeError};
+use identity::WeightsFile;
 use names::{Global, Naming};
 
 /// A loaded model on one backend.
@@ -29,6 +31,8 @@ pub struct Model<B: Backend> {
     pub gguf: Option<Arc<GgufFile>>,
     /// The model file (GGUF) or directory (safetensors + config.json).
     pub path: PathBuf,
+    /// See [`Model::identity`]; computed at load.
+    identity: String,
 }
 
 impl<B: Backend> Model<B> {
@@ -42,12 +46,18 @@ impl<B: Backend> Model<B> {
             let cfg = ModelConfig::from_gguf(&g, tied)?;
             let src: SharedSource = g.clone();
             let weights = Weights::load(&backend, &src, Naming::Gguf, &cfg)?;
+            let file = WeightsFile {
+                path,
+                header_end: Some(g.data_offset() as u64),
+            };
+            let identity = identity::fingerprint(&cfg, &[file])?;
             return Ok(Model {
                 cfg,
                 backend,
                 weights,
                 gguf: Some(g),
                 path: path.to_path_buf(),
+                identity,
             });
         }
         let dir = if path.is_dir() {
@@ -60,6 +70,15 @@ impl<B: Backend> Model<B> {
         let st = Arc::new(SafetensorsModel::open(&dir)?);
         let mut cfg = ModelConfig::from_hf(&hf, &config_path.display().to_string())?;
         cfg.tied_embeddings |= !st.has(&Naming::Hf.global(Global::LmHead));
+        let files: Vec<WeightsFile<'_>> = st
+            .shard_paths()
+            .into_iter()
+            .map(|path| WeightsFile {
+                path,
+                header_end: None,
+            })
+            .collect();
+        let identity = identity::fingerprint(&cfg, &files)?;
         let src: SharedSource = st;
         let weights = Weights::load(&backend, &src, Naming::Hf, &cfg)?;
         Ok(Model {
@@ -68,7 +87,17 @@ impl<B: Backend> Model<B> {
             weights,
             gguf: None,
             path: dir,
+            identity,
         })
+    }
+
+    /// A stable fingerprint of the loaded weights (64 hex digits of SHA-256 over the
+    /// config, the file sizes and headers, and the first and last MiB of each weights
+    /// file): equal for the same files wherever they lie, different for different
+    /// models. Keys on-disk KV blocks (which also depend on the KV dtype and block
+    /// size, not part of this).
+    pub fn identity(&self) -> String {
+        self.identity.clone()
     }
 
     /// A KV layout for this model with `num_blocks` blocks of `block_size` tokens.
@@ -85,6 +114,21 @@ impl<B: Backend> Model<B> {
 
     pub fn alloc_kv(&self, layout: &KvLayout) -> Result<B::Kv> {
         self.backend.alloc_kv(layout)
+    }
+
+    /// Copies block `src` over `dst` in every layer ([`Backend::copy_block`]).
+    pub fn copy_block(&self, kv: &mut B::Kv, src: u32, dst: u32) -> Result<()> {
+        self.backend.copy_block(kv, src, dst)
+    }
+
+    /// The image of one block, `layout.block_bytes()` long ([`Backend::export_block`]).
+    pub fn export_block(&self, kv: &B::Kv, block: u32, out: &mut [u8]) -> Result<()> {
+        self.backend.export_block(kv, block, out)
+    }
+
+    /// Overwrites one block from its image ([`Backend::import_block`]).
+    pub fn import_block(&self, kv: &mut B::Kv, block: u32, data: &[u8]) -> Result<()> {
+        self.backend.import_block(kv, block, data)
     }
 
     /// One forward pass. Returns the logits of `batch.logits_rows`, row-major.  -> [n_logits, vocab]

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod quality;
+
 use std::path::PathBuf;
 
 use inferd_core::kv::KvManager;
@@ -32,9 +34,14 @@ pub struct Runner<'m, B: Backend> {
 }
 
 impl<'m, B: Backend> Runner<'m, B> {
+    /// A runner with an f32 KV pool for `tokens` tokens (plus spare blocks).
     pub fn new(model: &'m Model<B>, tokens: usize) -> Self {
+        Self::with_dtype(model, tokens, KvDtype::F32)
+    }
+
+    pub fn with_dtype(model: &'m Model<B>, tokens: usize, dtype: KvDtype) -> Self {
         let bs = 4; // small blocks so every test crosses block boundaries
-        let layout = model.kv_layout(tokens.div_ceil(bs) + 8, bs, KvDtype::F32);
+        let layout = model.kv_layout(tokens.div_ceil(bs) + 8, bs, dtype);
         let kv = model.alloc_kv(&layout).unwrap();
         Runner {
             model,

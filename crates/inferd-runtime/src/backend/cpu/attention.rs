@@ -21,6 +21,11 @@
 //! bit-identical to [`simd::dot`] / [`simd::axpy`] one row at a time; `exp` is
 //! std's f32 `exp`; nothing is fused (no FMA contraction).
 //!
+//! Q8 KV keeps it too: a K or V block is first dequantized (its first rows the
+//! tile needs) into a per-item f32 scratch, one exact product `q · scale` per
+//! value, so every row sees the same f32 K/V values whatever item dequantized
+//! them, and the f32 kernels above run unchanged.
+//!
 //! Items run in a named `#[target_feature(enable = "avx2,fma")]` function (a
 //! closure given to [`simd::with_avx2`] was not inlined into it and ran as SSE).
 
@@ -29,7 +34,7 @@ use rayon::prelude::*;
 use super::batch::CpuBatch;
 use super::simd;
 use super::tensor::CpuTensor;
-use super::CpuKv;
+use super::{CpuKv, KvPlane};
 use crate::backend::AttnConfig;
 
 /// Most query tokens per work item (the K/V reuse factor of a prefill).
@@ -45,9 +50,9 @@ pub fn store_kv(kv: &mut CpuKv, layer: usize, k: &CpuTensor, v: &CpuTensor, b: &
     let (kc, vc) = (&mut kv.k[layer], &mut kv.v[layer]);
     for (t, &(block, slot)) in b.slots.iter().enumerate() {
         for h in 0..l.n_kv_heads {
-            let o = l.offset(block as usize, h, slot as usize);
-            kc[o..o + d].copy_from_slice(&k.row(t)[h * d..(h + 1) * d]);
-            vc[o..o + d].copy_from_slice(&v.row(t)[h * d..(h + 1) * d]);
+            let row = l.row(block as usize, h, slot as usize);
+            kc.store_row(row, &k.row(t)[h * d..(h + 1) * d]);
+            vc.store_row(row, &v.row(t)[h * d..(h + 1) * d]);
         }
     }
 }
@@ -70,7 +75,7 @@ pub fn attend(
     let group = cfg.n_heads / n_kv;
     let tile = tile_size(q.rows, n_kv, rayon::current_num_threads());
     let mut out = CpuTensor::zeros(q.rows, q.cols);
-    let (kc, vc) = (&kv.k[layer][..], &kv.v[layer][..]);
+    let (kc, vc) = (&kv.k[layer], &kv.v[layer]);
 
     // The output of one (token, kv head) is `group` adjacent query heads: [group, head_dim].
     let mut cells: Vec<Option<&mut [f32]>> = out.data.chunks_mut(group * d).map(Some).collect(); // [n_tokens * n_kv_heads]
@@ -109,17 +114,26 @@ pub fn attend(
     }
     items
         .into_par_iter()
-        .for_each_init(Vec::new, |scores: &mut Vec<f32>, (item, dst)| {
-            item.run(scores, dst);
+        .for_each_init(Scratch::default, |scratch, (item, dst)| {
+            item.run(scratch, dst);
         });
     out
+}
+
+/// Per-worker buffers reused across items.
+#[derive(Default)]
+struct Scratch {
+    /// [nt, group, cmax] attention weights of the item's rows
+    scores: Vec<f32>,
+    /// [block_size, head_dim] one dequantized K or V block (Q8 only)
+    rows: Vec<f32>,
 }
 
 /// One tile: `positions.len()` consecutive query tokens of a chunk × one kv head.
 struct Item<'a> {
     kv: &'a CpuKv,
-    kc: &'a [f32],
-    vc: &'a [f32],
+    kc: &'a KvPlane,
+    vc: &'a KvPlane,
     /// [n_tokens, n_heads * head_dim]
     q: &'a CpuTensor,
     /// Position of each tile token in its sequence.  // [nt]
@@ -134,29 +148,31 @@ struct Item<'a> {
 }
 
 impl Item<'_> {
-    /// scores: scratch, dst: [nt] of [group, d]
-    fn run(&self, scores: &mut Vec<f32>, dst: &mut [&mut [f32]]) {
+    /// dst: [nt] of [group, d]
+    fn run(&self, scratch: &mut Scratch, dst: &mut [&mut [f32]]) {
         #[cfg(target_arch = "x86_64")]
         if simd::has_avx2() {
             // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
-            return unsafe { self.run_avx2(scores, dst) };
+            return unsafe { self.run_avx2(scratch, dst) };
         }
-        self.body(scores, dst)
+        self.body(scratch, dst)
     }
 
     /// [`Self::body`] compiled with AVX2 (a named `target_feature` function: a closure
     /// passed to [`simd::with_avx2`] is not reliably inlined into it, so would stay SSE).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn run_avx2(&self, scores: &mut Vec<f32>, dst: &mut [&mut [f32]]) {
-        self.body(scores, dst)
+    unsafe fn run_avx2(&self, scratch: &mut Scratch, dst: &mut [&mut [f32]]) {
+        self.body(scratch, dst)
     }
 
-    /// scores: scratch, dst: [nt] of [group, d]
+    /// dst: [nt] of [group, d]
     #[inline(always)]
-    fn body(&self, scores: &mut Vec<f32>, dst: &mut [&mut [f32]]) {
+    fn body(&self, scratch: &mut Scratch, dst: &mut [&mut [f32]]) {
         let (d, g, h) = (self.d, self.group, self.head);
-        let bs = self.kv.layout.block_size;
+        let layout = &self.kv.layout;
+        let bs = layout.block_size;
+        let Scratch { scores, rows } = scratch;
         let nt = dst.len();
         let ctx = |i: usize| self.positions[i] as usize + 1; // causal: positions 0..=pos
         let cmax = (0..nt).map(ctx).max().unwrap_or(0);
@@ -167,9 +183,9 @@ impl Item<'_> {
 
         // 1. scores = q·k * scale, every row against each block while it is hot
         for (bi, &block) in blocks.clone() {
-            let base = self.kv.layout.offset(block as usize, h, 0);
-            let kb = &self.kc[base..base + bs * d]; // [block_size, d]
             let p0 = bi * bs;
+            let used = bs.min(cmax - p0); // slots of this block any row reads
+            let kb = self.kc.head_rows(layout, block as usize, h, used, rows); // [used, d]
             for i in 0..nt {
                 let n = bs.min(ctx(i).saturating_sub(p0)); // this block's rows in i's window
                 let q = qs(i);
@@ -208,9 +224,9 @@ impl Item<'_> {
         }
         // 3. out = Σ p · v, every row against each block while it is hot
         for (bi, &block) in blocks {
-            let base = self.kv.layout.offset(block as usize, h, 0);
-            let vb = &self.vc[base..base + bs * d]; // [block_size, d]
             let p0 = bi * bs;
+            let used = bs.min(cmax - p0);
+            let vb = self.vc.head_rows(layout, block as usize, h, used, rows); // [used, d]
             for (i, out) in dst.iter_mut().enumerate() {
                 let n = bs.min(ctx(i).saturating_sub(p0));
                 for j in 0..g {

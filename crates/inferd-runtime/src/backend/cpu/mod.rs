@@ -1,8 +1,9 @@
 //! The CPU backend: f32 activations, weights in their stored type (SIMD
-//! quantized dot products from `inferd-quant`), paged f32 KV, all cores via rayon.
+//! quantized dot products from `inferd-quant`), paged f32 or Q8 KV, all cores via rayon.
 
 mod attention;
 mod batch;
+mod kv;
 mod norm;
 mod rope;
 pub mod simd;
@@ -14,12 +15,13 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 pub use batch::CpuBatch;
+pub use kv::{CpuKv, KvPlane};
 pub use tensor::{CpuTensor, CpuWeight, WeightBytes};
 
 use super::{AttnConfig, Backend, RopeConfig, Rows, SharedSource};
 use crate::batch::ForwardBatch;
-use crate::kv::{KvDtype, KvLayout};
-use crate::{Result, RuntimeError};
+use crate::kv::KvLayout;
+use crate::Result;
 
 /// Element-wise work below this many elements stays on the calling thread.
 const PAR_MIN_ELEMS: usize = 1 << 15;
@@ -81,13 +83,6 @@ impl Default for CpuBackend {
     }
 }
 
-/// The paged KV pool: per layer, K and V as `[num_blocks, n_kv_heads, block_size, head_dim]`.
-pub struct CpuKv {
-    pub layout: KvLayout,
-    pub k: Vec<Vec<f32>>, // [n_layers][layer_elems]
-    pub v: Vec<Vec<f32>>, // [n_layers][layer_elems]
-}
-
 impl Backend for CpuBackend {
     type Tensor = CpuTensor;
     type Weight = CpuWeight;
@@ -107,21 +102,19 @@ impl Backend for CpuBackend {
     }
 
     fn alloc_kv(&self, layout: &KvLayout) -> Result<CpuKv> {
-        if layout.dtype != KvDtype::F32 {
-            return Err(RuntimeError::Kv(format!(
-                "the CPU backend stores KV as f32, not {:?}",
-                layout.dtype
-            )));
-        }
-        let n = layout.layer_elems();
-        // vec![0.0; n] maps zeroed pages lazily: untouched blocks cost no RAM.
-        let k = (0..layout.n_layers).map(|_| vec![0.0f32; n]).collect();
-        let v = (0..layout.n_layers).map(|_| vec![0.0f32; n]).collect();
-        Ok(CpuKv {
-            layout: *layout,
-            k,
-            v,
-        })
+        CpuKv::new(layout)
+    }
+
+    fn copy_block(&self, kv: &mut CpuKv, src: u32, dst: u32) -> Result<()> {
+        kv.copy_block(src, dst)
+    }
+
+    fn export_block(&self, kv: &CpuKv, block: u32, out: &mut [u8]) -> Result<()> {
+        kv.export_block(block, out)
+    }
+
+    fn import_block(&self, kv: &mut CpuKv, block: u32, data: &[u8]) -> Result<()> {
+        kv.import_block(block, data)
     }
 
     fn prepare_batch(

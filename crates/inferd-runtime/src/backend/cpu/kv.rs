@@ -1,0 +1,231 @@
+//! The CPU KV pool: per layer, K and V planes in the layout of [`crate::kv`], stored
+//! as f32 or as Q8 (i8 values + one f32 scale per row), plus the block operations
+//! (copy, export, import) of the `Backend` trait.
+//!
+//! Planes are allocated with `vec![0; n]`, which maps zeroed pages lazily: untouched
+//! blocks cost no RAM. Block operations touch only the blocks they name.
+
+use crate::kv::q8;
+use crate::kv::{KvDtype, KvLayout};
+use crate::{Result, RuntimeError};
+
+/// One layer's K or V.
+pub enum KvPlane {
+    /// [num_blocks, n_kv_heads, block_size, head_dim]
+    F32(Vec<f32>),
+    Q8 {
+        q: Vec<i8>,      // [num_blocks, n_kv_heads, block_size, head_dim]
+        scale: Vec<f32>, // [num_blocks, n_kv_heads, block_size]
+    },
+}
+
+impl KvPlane {
+    fn zeros(l: &KvLayout) -> Result<KvPlane> {
+        match l.dtype {
+            KvDtype::F32 => Ok(KvPlane::F32(vec![0.0; l.layer_elems()])),
+            KvDtype::Q8 => Ok(KvPlane::Q8 {
+                q: vec![0; l.layer_elems()],
+                scale: vec![0.0; l.layer_rows()],
+            }),
+            KvDtype::F16 => Err(RuntimeError::Kv(
+                "the CPU backend stores KV as f32 or q8, not f16".into(),
+            )),
+        }
+    }
+
+    /// Writes row `row` (a [`KvLayout::row`] index) from `x`: [head_dim].
+    #[inline]
+    pub fn store_row(&mut self, row: usize, x: &[f32]) {
+        let d = x.len();
+        match self {
+            KvPlane::F32(v) => v[row * d..(row + 1) * d].copy_from_slice(x),
+            KvPlane::Q8 { q, scale } => {
+                scale[row] = q8::quantize_row(x, &mut q[row * d..(row + 1) * d]);
+            }
+        }
+    }
+
+    /// The first `n` slots of (block, head) as f32: [n, head_dim]. Borrowed from the
+    /// plane (F32) or dequantized into `scratch` (Q8, one exact product per value, so
+    /// the values are the same whoever asks).
+    #[inline(always)]
+    pub fn head_rows<'a>(
+        &'a self,
+        l: &KvLayout,
+        block: usize,
+        head: usize,
+        n: usize,
+        scratch: &'a mut Vec<f32>,
+    ) -> &'a [f32] {
+        let d = l.head_dim;
+        let row = l.row(block, head, 0);
+        match self {
+            KvPlane::F32(v) => &v[row * d..(row + n) * d],
+            KvPlane::Q8 { q, scale } => {
+                scratch.resize(n * d, 0.0);
+                let q = &q[row * d..(row + n) * d]; // [n, d]
+                for ((o, qr), &s) in scratch
+                    .chunks_exact_mut(d)
+                    .zip(q.chunks_exact(d))
+                    .zip(&scale[row..row + n])
+                {
+                    q8::dequantize_row(qr, s, o);
+                }
+                &scratch[..n * d]
+            }
+        }
+    }
+
+    /// Bytes of one block of this plane in an export image.
+    fn block_image_bytes(l: &KvLayout) -> usize {
+        l.block_elems() * l.dtype.bytes() + l.block_rows() * l.dtype.row_scale_bytes()
+    }
+
+    fn copy_block(&mut self, l: &KvLayout, src: usize, dst: usize) {
+        let (e, r) = (l.block_elems(), l.block_rows());
+        match self {
+            KvPlane::F32(v) => v.copy_within(src * e..(src + 1) * e, dst * e),
+            KvPlane::Q8 { q, scale } => {
+                q.copy_within(src * e..(src + 1) * e, dst * e);
+                scale.copy_within(src * r..(src + 1) * r, dst * r);
+            }
+        }
+    }
+
+    /// Writes the block's values then scales (Q8) into `out`: [block_image_bytes].
+    fn export_block(&self, l: &KvLayout, block: usize, out: &mut [u8]) {
+        let (e, r) = (l.block_elems(), l.block_rows());
+        match self {
+            KvPlane::F32(v) => put_f32(&v[block * e..(block + 1) * e], out),
+            KvPlane::Q8 { q, scale } => {
+                let (qo, so) = out.split_at_mut(e);
+                for (o, &x) in qo.iter_mut().zip(&q[block * e..(block + 1) * e]) {
+                    *o = x as u8;
+                }
+                put_f32(&scale[block * r..(block + 1) * r], so);
+            }
+        }
+    }
+
+    /// The inverse of [`Self::export_block`]. data: [block_image_bytes]
+    fn import_block(&mut self, l: &KvLayout, block: usize, data: &[u8]) {
+        let (e, r) = (l.block_elems(), l.block_rows());
+        match self {
+            KvPlane::F32(v) => get_f32(data, &mut v[block * e..(block + 1) * e]),
+            KvPlane::Q8 { q, scale } => {
+                let (qd, sd) = data.split_at(e);
+                for (x, &b) in q[block * e..(block + 1) * e].iter_mut().zip(qd) {
+                    *x = b as i8;
+                }
+                get_f32(sd, &mut scale[block * r..(block + 1) * r]);
+            }
+        }
+    }
+}
+
+/// x: [n] -> out: [4n] little-endian
+fn put_f32(x: &[f32], out: &mut [u8]) {
+    for (o, v) in out.chunks_exact_mut(4).zip(x) {
+        o.copy_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// data: [4n] little-endian -> x: [n]
+fn get_f32(data: &[u8], x: &mut [f32]) {
+    for (v, b) in x.iter_mut().zip(data.chunks_exact(4)) {
+        *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    }
+}
+
+/// The paged KV pool of all layers.
+pub struct CpuKv {
+    pub layout: KvLayout,
+    pub k: Vec<KvPlane>, // [n_layers]
+    pub v: Vec<KvPlane>, // [n_layers]
+}
+
+impl CpuKv {
+    /// A zeroed pool (lazily mapped) of `layout`'s dtype: F32 or Q8.
+    pub fn new(layout: &KvLayout) -> Result<CpuKv> {
+        let planes = || -> Result<Vec<KvPlane>> {
+            (0..layout.n_layers)
+                .map(|_| KvPlane::zeros(layout))
+                .collect()
+        };
+        Ok(CpuKv {
+            layout: *layout,
+            k: planes()?,
+            v: planes()?,
+        })
+    }
+
+    fn check_block(&self, block: u32, what: &str) -> Result<usize> {
+        let n = self.layout.num_blocks;
+        if (block as usize) < n {
+            Ok(block as usize)
+        } else {
+            Err(RuntimeError::Kv(format!(
+                "{what} block {block} is outside the pool ({n} blocks)"
+            )))
+        }
+    }
+
+    /// Copies block `src` to `dst` in every layer, K and V, scales included.
+    pub fn copy_block(&mut self, src: u32, dst: u32) -> Result<()> {
+        let src = self.check_block(src, "source")?;
+        let dst = self.check_block(dst, "destination")?;
+        if src != dst {
+            let l = self.layout;
+            for p in self.k.iter_mut().chain(self.v.iter_mut()) {
+                p.copy_block(&l, src, dst);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the image of `block` (see [`KvLayout::block_bytes`]) into `out`.
+    pub fn export_block(&self, block: u32, out: &mut [u8]) -> Result<()> {
+        let b = self.check_block(block, "exported")?;
+        let l = self.layout;
+        check_len(&l, out.len())?;
+        let part = KvPlane::block_image_bytes(&l);
+        if part == 0 {
+            return Ok(()); // a degenerate layout (no heads or no slots): nothing to write
+        }
+        let mut parts = out.chunks_exact_mut(part); // [2 * n_layers] of [part]
+        for (k, v) in self.k.iter().zip(&self.v) {
+            k.export_block(&l, b, parts.next().unwrap());
+            v.export_block(&l, b, parts.next().unwrap());
+        }
+        Ok(())
+    }
+
+    /// Overwrites `block` from an image made by [`Self::export_block`].
+    pub fn import_block(&mut self, block: u32, data: &[u8]) -> Result<()> {
+        let b = self.check_block(block, "imported")?;
+        let l = self.layout;
+        check_len(&l, data.len())?;
+        let part = KvPlane::block_image_bytes(&l);
+        if part == 0 {
+            return Ok(());
+        }
+        let mut parts = data.chunks_exact(part); // [2 * n_layers] of [part]
+        for (k, v) in self.k.iter_mut().zip(self.v.iter_mut()) {
+            k.import_block(&l, b, parts.next().unwrap());
+            v.import_block(&l, b, parts.next().unwrap());
+        }
+        Ok(())
+    }
+}
+
+fn check_len(l: &KvLayout, len: usize) -> Result<()> {
+    let want = l.block_bytes();
+    if len == want {
+        Ok(())
+    } else {
+        Err(RuntimeError::Kv(format!(
+            "a {} KV block image is {want} bytes, not {len}",
+            l.dtype.name()
+        )))
+    }
+}

@@ -1,0 +1,91 @@
+//! The Q8 KV row format: one (token, kv head) row of `head_dim` values stored as
+//! i8 with one f32 scale, symmetric: `scale = max|x| / 127`, `q = round(x / scale)`
+//! (half away from zero, clamped to ±127), `x̂ = q · scale`. Every backend must
+//! quantize this way so that exported blocks mean the same everywhere.
+//!
+//! Error bound: `|x - x̂| ≤ scale / 2` per value (up to f32 rounding of the
+//! division and the product), i.e. at most `max|x| / 254` of the row's largest
+//! value. A row of zeros has scale 0 and dequantizes to zeros.
+
+/// Quantizes `x` into `q` (same length) and returns the scale.
+#[inline]
+pub fn quantize_row(x: &[f32], q: &mut [i8]) -> f32 {
+    debug_assert_eq!(x.len(), q.len());
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let scale = amax / 127.0;
+    if scale == 0.0 || !scale.is_finite() {
+        // zeros (scale 0), or non-finite input (kept visible: dequantizes to NaN)
+        q.fill(0);
+        return scale;
+    }
+    for (qi, &xi) in q.iter_mut().zip(x) {
+        // `as i8` saturates (and maps NaN to 0); the clamp documents the range.
+        *qi = (xi / scale).round().clamp(-127.0, 127.0) as i8;
+    }
+    scale
+}
+
+/// `out[i] = q[i] · scale`. Exact per element (one f32 product), so the result never
+/// depends on vector width or on which caller dequantizes.
+#[inline(always)]
+pub fn dequantize_row(q: &[i8], scale: f32, out: &mut [f32]) {
+    debug_assert_eq!(q.len(), out.len());
+    for (o, &qi) in out.iter_mut().zip(q) {
+        *o = qi as f32 * scale;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows() -> Vec<Vec<f32>> {
+        let wave = |n: usize, k: f32, a: f32| -> Vec<f32> {
+            (0..n).map(|i| ((i as f32 + 1.0) * k).sin() * a).collect()
+        };
+        let mut rows = vec![
+            wave(64, 0.37, 3.0),
+            wave(64, 1.3, 0.01),
+            wave(128, 0.11, 250.0),
+            wave(7, 2.1, 1.0),
+            vec![0.0; 16],
+            vec![-5.0; 16],
+        ];
+        // an outlier: the rest of the row is coarse, still within the bound
+        let mut outlier = wave(64, 0.5, 0.2);
+        outlier[10] = 40.0;
+        rows.push(outlier);
+        rows
+    }
+
+    #[test]
+    fn round_trip_error_is_at_most_half_a_step() {
+        for x in rows() {
+            let mut q = vec![0i8; x.len()];
+            let scale = quantize_row(&x, &mut q);
+            let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+            assert_eq!(scale, amax / 127.0);
+            let mut back = vec![0f32; x.len()];
+            dequantize_row(&q, scale, &mut back);
+            for (i, (a, b)) in x.iter().zip(&back).enumerate() {
+                // scale/2, plus a few ulps for the rounded division and product
+                let bound = scale / 2.0 * (1.0 + 1e-6) + a.abs() * f32::EPSILON;
+                assert!(
+                    (a - b).abs() <= bound,
+                    "value {i}: {a} -> {b} (scale {scale})"
+                );
+            }
+            // the largest value is represented exactly up to rounding
+            if amax > 0.0 {
+                assert!(q.iter().any(|&v| v.unsigned_abs() == 127));
+            }
+        }
+    }
+
+    #[test]
+    fn zero_row_has_zero_scale() {
+        let mut q = [1i8; 8];
+        assert_eq!(quantize_row(&[0.0; 8], &mut q), 0.0);
+        assert_eq!(q, [0; 8]);
+    }
+}

@@ -1,0 +1,235 @@
+//! Block operations of the KV pool (`copy_block`, `export_block`, `import_block`) on
+//! both KV dtypes, through `Model`'s wrappers, and the Q8 rows the forward pass stores.
+//! Bodies are generic over `Backend`.
+
+mod common;
+
+use common::*;
+use inferd_runtime::{Backend, CpuBackend, ForwardBatch, KvDtype, Model, RuntimeError};
+
+const DTYPES: [KvDtype; 2] = [KvDtype::F32, KvDtype::Q8];
+
+fn tiny<B: Backend>(backend: B) -> Model<B> {
+    Model::load(backend, &repo_root().join("fixtures/models/llama")).unwrap()
+}
+
+fn prompt(n: usize, vocab: usize) -> Vec<u32> {
+    (0..n).map(|i| ((i * 31 + 7) % vocab) as u32).collect()
+}
+
+/// Logits bits of one pass of `ids` at `start` through `table` (all rows).  -> [n][vocab]
+fn pass<B: Backend>(
+    run: &mut Runner<'_, B>,
+    ids: &[u32],
+    start: usize,
+    table: &[u32],
+) -> Vec<Vec<u32>> {
+    let mut b = ForwardBatch::default();
+    b.push(ids, start, start + ids.len(), table.to_vec(), false);
+    b.logits_rows = (0..ids.len()).collect();
+    let vocab = run.model.cfg.vocab_size;
+    let l = run.model.forward(&mut run.kv, &run.layout, &b).unwrap();
+    l.chunks(vocab)
+        .map(|r| r.iter().map(|x| x.to_bits()).collect())
+        .collect()
+}
+
+fn export<B: Backend>(run: &Runner<'_, B>, block: u32) -> Vec<u8> {
+    let mut out = vec![0u8; run.layout.block_bytes()];
+    run.model.export_block(&run.kv, block, &mut out).unwrap();
+    out
+}
+
+/// Copy-on-write: a partly filled last block copied to a fresh block, then the next
+/// token decoded through the original and through the copy gives the same bits.
+fn copy_block_keeps_attention<B: Backend + Clone>(backend: B) {
+    let model = tiny(backend);
+    for dtype in DTYPES {
+        let mut run = Runner::with_dtype(&model, 64, dtype);
+        let ids = prompt(10, model.cfg.vocab_size); // blocks of 4: the third holds 2 tokens
+        let (_, table) = run.new_seq(11);
+        pass(&mut run, &ids, 0, &table);
+        let (_, spare) = run.new_seq(4);
+        model.copy_block(&mut run.kv, table[2], spare[0]).unwrap();
+        assert_eq!(
+            export(&run, table[2]),
+            export(&run, spare[0]),
+            "{dtype:?}: copy"
+        );
+        let next = [3u32];
+        let via_original = pass(&mut run, &next, 10, &table);
+        let forked = [table[0], table[1], spare[0]];
+        let via_copy = pass(&mut run, &next, 10, &forked);
+        assert!(
+            via_original == via_copy,
+            "{dtype:?}: logits through the copy differ"
+        );
+        // copying a block onto itself is a no-op
+        let before = export(&run, table[1]);
+        model.copy_block(&mut run.kv, table[1], table[1]).unwrap();
+        assert_eq!(export(&run, table[1]), before);
+    }
+}
+
+/// Export every block of a sequence, import the images into other blocks (same pool)
+/// and into a fresh pool: the images read back bit for bit and the next token's logits
+/// through the imported blocks are the same bits.
+fn export_import_round_trip<B: Backend + Clone>(backend: B) {
+    let model = tiny(backend);
+    for dtype in DTYPES {
+        let mut run = Runner::with_dtype(&model, 64, dtype);
+        let ids = prompt(14, model.cfg.vocab_size);
+        let (_, table) = run.new_seq(15);
+        pass(&mut run, &ids, 0, &table);
+        let images: Vec<Vec<u8>> = table.iter().map(|&b| export(&run, b)).collect();
+        assert!(images.iter().all(|i| i.len() == run.layout.block_bytes()));
+
+        let (_, other) = run.new_seq(15);
+        for (&b, img) in other.iter().zip(&images) {
+            model.import_block(&mut run.kv, b, img).unwrap();
+            assert_eq!(&export(&run, b), img, "{dtype:?}: re-export of block {b}");
+        }
+        let next = [5u32];
+        let want = pass(&mut run, &next, 14, &table);
+        let got = pass(&mut run, &next, 14, &other);
+        assert!(
+            want == got,
+            "{dtype:?}: logits through imported blocks differ"
+        );
+
+        // into a fresh pool, reversed block ids
+        let mut fresh = Runner::with_dtype(&model, 64, dtype);
+        let (_, t2) = fresh.new_seq(40);
+        let t2: Vec<u32> = t2.into_iter().rev().take(table.len()).collect();
+        for (&b, img) in t2.iter().zip(&images) {
+            model.import_block(&mut fresh.kv, b, img).unwrap();
+        }
+        let got = pass(&mut fresh, &next, 14, &t2);
+        assert!(want == got, "{dtype:?}: logits in a fresh pool differ");
+    }
+}
+
+fn is_kv_error<T: std::fmt::Debug>(r: inferd_runtime::Result<T>) -> bool {
+    matches!(r, Err(RuntimeError::Kv(_)))
+}
+
+/// Wrong lengths and out-of-range blocks are errors, and a refused import writes nothing.
+fn bad_block_calls_error<B: Backend + Clone>(backend: B) {
+    let model = tiny(backend);
+    for dtype in DTYPES {
+        let mut run = Runner::with_dtype(&model, 16, dtype);
+        let n = run.layout.block_bytes();
+        let blocks = run.layout.num_blocks as u32;
+        let (_, table) = run.new_seq(6);
+        pass(&mut run, &prompt(6, model.cfg.vocab_size), 0, &table);
+        let before = export(&run, table[0]);
+        for len in [0, 1, n - 1, n + 1, 2 * n] {
+            let data = vec![7u8; len];
+            assert!(
+                is_kv_error(model.import_block(&mut run.kv, table[0], &data)),
+                "{dtype:?} import {len}"
+            );
+            let mut out = vec![0u8; len];
+            assert!(
+                is_kv_error(model.export_block(&run.kv, table[0], &mut out)),
+                "{dtype:?} export {len}"
+            );
+        }
+        assert_eq!(
+            export(&run, table[0]),
+            before,
+            "{dtype:?}: a refused import wrote"
+        );
+        let mut out = vec![0u8; n];
+        assert!(is_kv_error(model.export_block(&run.kv, blocks, &mut out)));
+        assert!(is_kv_error(model.import_block(
+            &mut run.kv,
+            blocks,
+            &before
+        )));
+        assert!(is_kv_error(model.import_block(
+            &mut run.kv,
+            u32::MAX,
+            &before
+        )));
+        assert!(is_kv_error(model.copy_block(&mut run.kv, blocks, 0)));
+        assert!(is_kv_error(model.copy_block(&mut run.kv, 0, blocks)));
+    }
+}
+
+/// Layer 0's K/V depend only on the tokens, so the f32 and Q8 pools hold the same rows
+/// up to quantization: each Q8 value is within half a step (its row's scale / 2) of f32.
+fn q8_rows_within_half_step<B: Backend + Clone>(backend: B) {
+    let model = tiny(backend);
+    let ids = prompt(12, model.cfg.vocab_size);
+    let mut f = Runner::with_dtype(&model, 16, KvDtype::F32);
+    let mut q = Runner::with_dtype(&model, 16, KvDtype::Q8);
+    let (_, tf) = f.new_seq(12);
+    let (_, tq) = q.new_seq(12);
+    pass(&mut f, &ids, 0, &tf);
+    pass(&mut q, &ids, 0, &tq);
+    let l = q.layout;
+    let (e, r, d) = (l.block_elems(), l.block_rows(), l.head_dim);
+    let le_f32 = |b: &[u8]| -> Vec<f32> {
+        b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    };
+    let mut worst = 0f32; // largest |x - x̂| / scale seen
+    for (&bf, &bq) in tf.iter().zip(&tq) {
+        let (img_f, img_q) = (export(&f, bf), export(&q, bq));
+        // layer 0: f32 image K [e] V [e]; Q8 image K [e] i8, K scales [r], V [e] i8, V scales [r]
+        for part in 0..2 {
+            let xs = le_f32(&img_f[part * 4 * e..(part + 1) * 4 * e]); // [n_kv_heads, block_size, d]
+            let base = part * (e + 4 * r);
+            let qs = &img_q[base..base + e]; // [n_kv_heads, block_size, d] i8
+            let scales = le_f32(&img_q[base + e..base + e + 4 * r]); // [n_kv_heads, block_size]
+            for (row, &s) in scales.iter().enumerate() {
+                let amax = xs[row * d..(row + 1) * d]
+                    .iter()
+                    .fold(0f32, |m, v| m.max(v.abs()));
+                assert_eq!(s, amax / 127.0, "scale of row {row}");
+                for (&x, &qv) in xs[row * d..(row + 1) * d]
+                    .iter()
+                    .zip(&qs[row * d..(row + 1) * d])
+                {
+                    let err = (x - qv as i8 as f32 * s).abs();
+                    assert!(
+                        err <= s / 2.0 * (1.0 + 1e-6) + x.abs() * f32::EPSILON,
+                        "{x} vs {qv} × {s}"
+                    );
+                    if s > 0.0 {
+                        worst = worst.max(err / s);
+                    }
+                }
+            }
+        }
+    }
+    assert!(worst > 0.0, "nothing was compared");
+}
+
+macro_rules! backend_tests {
+    ($modname:ident, $backend:expr) => {
+        mod $modname {
+            use super::*;
+            #[test]
+            fn copy_block_then_attention_is_identical() {
+                copy_block_keeps_attention($backend);
+            }
+            #[test]
+            fn export_import_round_trips_bit_exactly() {
+                export_import_round_trip($backend);
+            }
+            #[test]
+            fn import_export_with_bad_length_or_block_error() {
+                bad_block_calls_error($backend);
+            }
+            #[test]
+            fn q8_stored_rows_within_half_a_step_of_f32() {
+                q8_rows_within_half_step($backend);
+            }
+        }
+    };
+}
+
+backend_tests!(cpu, CpuBackend::new());
