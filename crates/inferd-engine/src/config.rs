@@ -37,6 +37,8 @@ pub struct EngineConfig {
     pub park_fraction: f64,
     /// The SSD tier for contexts and sessions (`None`: memory only).
     pub spill: Option<crate::spill::SpillConfig>,
+    /// Start requests from cached prefixes (off only to measure what it saves).
+    pub prefix_cache: bool,
 }
 
 impl Default for EngineConfig {
@@ -51,6 +53,7 @@ impl Default for EngineConfig {
             kv_dtype: KvDtype::F32,
             park_fraction: 0.5,
             spill: None,
+            prefix_cache: true,
         }
     }
 }

@@ -103,6 +103,7 @@ pub fn start<B: Backend + 'static>(
         bytes_per_block,
         kv_dtype_name: kv_dtype_name(dtype),
         spill,
+        prefix_cache: cfg.prefix_cache,
         sched: Scheduler::new(cfg.sched.clone()),
         model,
         kv,
@@ -161,6 +162,7 @@ pub(crate) struct Engine<B: Backend> {
     pub(crate) kv_dtype_name: &'static str,
     /// The SSD tier, when configured and usable.
     pub(crate) spill: Option<SpillTier>,
+    prefix_cache: bool,
 }
 
 /// Marks the engine as stopped however the thread ends (a panic included).
@@ -214,7 +216,7 @@ impl<B: Backend> Engine<B> {
                     id,
                     prompt_len: seq.tokens.len(),
                     priority,
-                    reuse_prefix: true,
+                    reuse_prefix: self.prefix_cache,
                     prefix_source,
                 });
                 let mut st = self.stats();

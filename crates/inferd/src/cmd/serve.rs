@@ -80,6 +80,9 @@ pub struct Args {
     /// Size budget of the SSD tier, e.g. 20G (least recently used blocks evicted past it).
     #[arg(long, default_value = "8G")]
     spill_budget: String,
+    /// Never start a request from cached KV (to measure what the prefix cache saves).
+    #[arg(long)]
+    no_prefix_cache: bool,
 }
 
 /// `2G`, `512k`, `1000` -> bytes.
@@ -120,6 +123,7 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(v) = a.max_queue {
         engine_cfg.max_queue = v;
     }
+    engine_cfg.prefix_cache = !a.no_prefix_cache;
     if a.kv_dtype != "f32" {
         engine_cfg.kv_dtype = inferd_runtime::KvDtype::Q8;
     }
