@@ -73,12 +73,13 @@ pub fn start<B: Backend + 'static>(
         queued: AtomicU64::new(0),
     });
     // Every prefix key is rooted in what the KV depends on besides the tokens.
-    let identity = format!("{} {:?} bs{bs}", model.identity(), dtype);
+    // ("kv2": Q8 K rows are stored minus the model's K offset.)
+    let identity = format!("{} {:?} kv2 bs{bs}", model.identity(), dtype);
     let spill = cfg.spill.as_ref().and_then(|sc| {
         let id = StoreIdentity {
             model: model.identity(),
             layout: format!(
-                "{} l{} kvh{} d{} bs{bs}",
+                "{} kv2 l{} kvh{} d{} bs{bs}",
                 kv_dtype_name(dtype),
                 layout.n_layers,
                 layout.n_kv_heads,

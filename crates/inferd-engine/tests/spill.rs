@@ -43,6 +43,18 @@ const BRIEF: &str = "<|im_start|>system\nYou review pull requests for a Rust inf
 const QUESTION: &str =
     "<|im_start|>user\nIs an unwrap on user input fine?<|im_end|>\n<|im_start|>assistant\n";
 
+/// Pins `tokens` as context "review", then stops the engine (finishing its writes).
+fn pin_and_stop(e: EngineHandle, tokens: &[u32], meta: &str) {
+    block_on(e.create_context(ContextSpec {
+        id: Some("review".into()),
+        tokens: tokens.to_vec(),
+        pin: true,
+        meta: meta.into(),
+    }))
+    .unwrap();
+    e.shutdown();
+}
+
 /// Every block file under `dir`.
 fn block_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -167,15 +179,7 @@ fn damaged_block_files_are_never_used() {
         return;
     };
     let brief = text(&e, BRIEF);
-    block_on(e.create_context(ContextSpec {
-        id: Some("review".into()),
-        tokens: brief.clone(),
-        pin: true,
-        meta: String::new(),
-    }))
-    .unwrap();
-    e.shutdown();
-    drop(e);
+    pin_and_stop(e, &brief, "");
     // flip one byte in the middle of every block file's payload
     let files = block_files(&dir);
     assert_eq!(files.len(), brief.len().div_ceil(16));
@@ -217,15 +221,8 @@ fn another_kv_layout_never_reads_these_files() {
     let Some(e) = engine(spill_config(&dir)) else {
         return;
     };
-    block_on(e.create_context(ContextSpec {
-        id: Some("review".into()),
-        tokens: text(&e, BRIEF),
-        pin: true,
-        meta: String::new(),
-    }))
-    .unwrap();
-    e.shutdown();
-    drop(e);
+    let brief = text(&e, BRIEF);
+    pin_and_stop(e, &brief, "");
     // same model, 8-bit KV: another identity, so another directory and no records
     let cfg = EngineConfig {
         kv_dtype: inferd_runtime::KvDtype::Q8,

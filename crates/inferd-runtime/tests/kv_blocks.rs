@@ -1,6 +1,6 @@
 //! Block operations of the KV pool (`copy_block`, `export_block`, `import_block`) on
-//! both KV dtypes, through `Model`'s wrappers, and the Q8 rows the forward pass stores.
-//! Bodies are generic over `Backend`.
+//! both KV dtypes, through `Model`'s wrappers, and the Q8 rows the forward pass stores
+//! (K minus the model's K offset). Bodies are generic over `Backend`.
 
 mod common;
 
@@ -10,7 +10,11 @@ use inferd_runtime::{Backend, CpuBackend, ForwardBatch, KvDtype, Model, RuntimeE
 const DTYPES: [KvDtype; 2] = [KvDtype::F32, KvDtype::Q8];
 
 fn tiny<B: Backend>(backend: B) -> Model<B> {
-    Model::load(backend, &repo_root().join("fixtures/models/llama")).unwrap()
+    tiny_named(backend, "llama")
+}
+
+fn tiny_named<B: Backend>(backend: B, name: &str) -> Model<B> {
+    Model::load(backend, &repo_root().join("fixtures/models").join(name)).unwrap()
 }
 
 fn prompt(n: usize, vocab: usize) -> Vec<u32> {
@@ -43,31 +47,34 @@ fn export<B: Backend>(run: &Runner<'_, B>, block: u32) -> Vec<u8> {
 /// Copy-on-write: a partly filled last block copied to a fresh block, then the next
 /// token decoded through the original and through the copy gives the same bits.
 fn copy_block_keeps_attention<B: Backend + Clone>(backend: B) {
-    let model = tiny(backend);
-    for dtype in DTYPES {
-        let mut run = Runner::with_dtype(&model, 64, dtype);
-        let ids = prompt(10, model.cfg.vocab_size); // blocks of 4: the third holds 2 tokens
-        let (_, table) = run.new_seq(11);
-        pass(&mut run, &ids, 0, &table);
-        let (_, spare) = run.new_seq(4);
-        model.copy_block(&mut run.kv, table[2], spare[0]).unwrap();
-        assert_eq!(
-            export(&run, table[2]),
-            export(&run, spare[0]),
-            "{dtype:?}: copy"
-        );
-        let next = [3u32];
-        let via_original = pass(&mut run, &next, 10, &table);
-        let forked = [table[0], table[1], spare[0]];
-        let via_copy = pass(&mut run, &next, 10, &forked);
-        assert!(
-            via_original == via_copy,
-            "{dtype:?}: logits through the copy differ"
-        );
-        // copying a block onto itself is a no-op
-        let before = export(&run, table[1]);
-        model.copy_block(&mut run.kv, table[1], table[1]).unwrap();
-        assert_eq!(export(&run, table[1]), before);
+    // tiny Qwen2 has a K bias, so its Q8 K rows are stored minus a nonzero offset
+    for name in ["llama", "qwen2"] {
+        let model = tiny_named(backend.clone(), name);
+        for dtype in DTYPES {
+            let mut run = Runner::with_dtype(&model, 64, dtype);
+            let ids = prompt(10, model.cfg.vocab_size); // blocks of 4: the third holds 2 tokens
+            let (_, table) = run.new_seq(11);
+            pass(&mut run, &ids, 0, &table);
+            let (_, spare) = run.new_seq(4);
+            model.copy_block(&mut run.kv, table[2], spare[0]).unwrap();
+            assert_eq!(
+                export(&run, table[2]),
+                export(&run, spare[0]),
+                "{name} {dtype:?}: copy"
+            );
+            let next = [3u32];
+            let via_original = pass(&mut run, &next, 10, &table);
+            let forked = [table[0], table[1], spare[0]];
+            let via_copy = pass(&mut run, &next, 10, &forked);
+            assert!(
+                via_original == via_copy,
+                "{name} {dtype:?}: logits through the copy differ"
+            );
+            // copying a block onto itself is a no-op
+            let before = export(&run, table[1]);
+            model.copy_block(&mut run.kv, table[1], table[1]).unwrap();
+            assert_eq!(export(&run, table[1]), before);
+        }
     }
 }
 
@@ -75,37 +82,47 @@ fn copy_block_keeps_attention<B: Backend + Clone>(backend: B) {
 /// and into a fresh pool: the images read back bit for bit and the next token's logits
 /// through the imported blocks are the same bits.
 fn export_import_round_trip<B: Backend + Clone>(backend: B) {
-    let model = tiny(backend);
-    for dtype in DTYPES {
-        let mut run = Runner::with_dtype(&model, 64, dtype);
-        let ids = prompt(14, model.cfg.vocab_size);
-        let (_, table) = run.new_seq(15);
-        pass(&mut run, &ids, 0, &table);
-        let images: Vec<Vec<u8>> = table.iter().map(|&b| export(&run, b)).collect();
-        assert!(images.iter().all(|i| i.len() == run.layout.block_bytes()));
+    // tiny Qwen2 has a K bias, so its Q8 K rows are stored minus a nonzero offset
+    for name in ["llama", "qwen2"] {
+        let model = tiny_named(backend.clone(), name);
+        for dtype in DTYPES {
+            let mut run = Runner::with_dtype(&model, 64, dtype);
+            let ids = prompt(14, model.cfg.vocab_size);
+            let (_, table) = run.new_seq(15);
+            pass(&mut run, &ids, 0, &table);
+            let images: Vec<Vec<u8>> = table.iter().map(|&b| export(&run, b)).collect();
+            assert!(images.iter().all(|i| i.len() == run.layout.block_bytes()));
 
-        let (_, other) = run.new_seq(15);
-        for (&b, img) in other.iter().zip(&images) {
-            model.import_block(&mut run.kv, b, img).unwrap();
-            assert_eq!(&export(&run, b), img, "{dtype:?}: re-export of block {b}");
-        }
-        let next = [5u32];
-        let want = pass(&mut run, &next, 14, &table);
-        let got = pass(&mut run, &next, 14, &other);
-        assert!(
-            want == got,
-            "{dtype:?}: logits through imported blocks differ"
-        );
+            let (_, other) = run.new_seq(15);
+            for (&b, img) in other.iter().zip(&images) {
+                model.import_block(&mut run.kv, b, img).unwrap();
+                assert_eq!(
+                    &export(&run, b),
+                    img,
+                    "{name} {dtype:?}: re-export of block {b}"
+                );
+            }
+            let next = [5u32];
+            let want = pass(&mut run, &next, 14, &table);
+            let got = pass(&mut run, &next, 14, &other);
+            assert!(
+                want == got,
+                "{name} {dtype:?}: logits through imported blocks differ"
+            );
 
-        // into a fresh pool, reversed block ids
-        let mut fresh = Runner::with_dtype(&model, 64, dtype);
-        let (_, t2) = fresh.new_seq(40);
-        let t2: Vec<u32> = t2.into_iter().rev().take(table.len()).collect();
-        for (&b, img) in t2.iter().zip(&images) {
-            model.import_block(&mut fresh.kv, b, img).unwrap();
+            // into a fresh pool, reversed block ids
+            let mut fresh = Runner::with_dtype(&model, 64, dtype);
+            let (_, t2) = fresh.new_seq(40);
+            let t2: Vec<u32> = t2.into_iter().rev().take(table.len()).collect();
+            for (&b, img) in t2.iter().zip(&images) {
+                model.import_block(&mut fresh.kv, b, img).unwrap();
+            }
+            let got = pass(&mut fresh, &next, 14, &t2);
+            assert!(
+                want == got,
+                "{name} {dtype:?}: logits in a fresh pool differ"
+            );
         }
-        let got = pass(&mut fresh, &next, 14, &t2);
-        assert!(want == got, "{dtype:?}: logits in a fresh pool differ");
     }
 }
 
@@ -157,19 +174,49 @@ fn bad_block_calls_error<B: Backend + Clone>(backend: B) {
     }
 }
 
-/// Layer 0's K/V depend only on the tokens, so the f32 and Q8 pools hold the same rows
-/// up to quantization: each Q8 value is within half a step (its row's scale / 2) of f32.
-fn q8_rows_within_half_step<B: Backend + Clone>(backend: B) {
+/// A K offset of the wrong length or with a non-finite value is refused.
+fn bad_k_offset_errors<B: Backend + Clone>(backend: B) {
     let model = tiny(backend);
+    for dtype in DTYPES {
+        let l = model.kv_layout(4, 4, dtype);
+        let n = l.n_layers * l.n_kv_heads * l.head_dim;
+        let b = &model.backend;
+        assert!(b.alloc_kv(&l, Some(&vec![0.5; n])).is_ok());
+        for len in [0, 1, n - 1, n + 1] {
+            let r = b.alloc_kv(&l, Some(&vec![0.5; len])).map(|_| ());
+            assert!(is_kv_error(r), "{dtype:?}: offset of {len}");
+        }
+        let mut c = vec![0.5; n];
+        c[n / 2] = f32::NAN;
+        assert!(is_kv_error(b.alloc_kv(&l, Some(&c)).map(|_| ())));
+    }
+}
+
+/// Layer 0's K/V depend only on the tokens, so the f32 and Q8 pools hold the same rows
+/// up to quantization: each Q8 value is within half a step (its row's scale / 2) of f32,
+/// after subtracting the model's K offset from K (tiny Qwen2 has a K bias, so a nonzero
+/// offset; tiny Llama none).
+fn q8_rows_within_half_step<B: Backend + Clone>(backend: B) {
+    for name in ["llama", "qwen2"] {
+        let model = tiny_named(backend.clone(), name);
+        let offset = model.k_offset().map(<[f32]>::to_vec);
+        assert_eq!(offset.is_some(), name == "qwen2", "{name}: K offset");
+        q8_rows_within_half_step_of(&model, offset.as_deref());
+    }
+}
+
+fn q8_rows_within_half_step_of<B: Backend>(model: &Model<B>, offset: Option<&[f32]>) {
     let ids = prompt(12, model.cfg.vocab_size);
-    let mut f = Runner::with_dtype(&model, 16, KvDtype::F32);
-    let mut q = Runner::with_dtype(&model, 16, KvDtype::Q8);
+    let mut f = Runner::with_dtype(model, 16, KvDtype::F32);
+    let mut q = Runner::with_dtype(model, 16, KvDtype::Q8);
     let (_, tf) = f.new_seq(12);
     let (_, tq) = q.new_seq(12);
     pass(&mut f, &ids, 0, &tf);
     pass(&mut q, &ids, 0, &tq);
     let l = q.layout;
     let (e, r, d) = (l.block_elems(), l.block_rows(), l.head_dim);
+    let bs = l.block_size;
+    let mut offset_used = false;
     let le_f32 = |b: &[u8]| -> Vec<f32> {
         b.chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -180,7 +227,17 @@ fn q8_rows_within_half_step<B: Backend + Clone>(backend: B) {
         let (img_f, img_q) = (export(&f, bf), export(&q, bq));
         // layer 0: f32 image K [e] V [e]; Q8 image K [e] i8, K scales [r], V [e] i8, V scales [r]
         for part in 0..2 {
-            let xs = le_f32(&img_f[part * 4 * e..(part + 1) * 4 * e]); // [n_kv_heads, block_size, d]
+            let mut xs = le_f32(&img_f[part * 4 * e..(part + 1) * 4 * e]); // [n_kv_heads, block_size, d]
+            if let (0, Some(c)) = (part, offset) {
+                // K rows are stored minus layer 0's offset of their head: c[0][h]
+                for (row, x) in xs.chunks_exact_mut(d).enumerate() {
+                    let h = row / bs;
+                    for (x, c) in x.iter_mut().zip(&c[h * d..(h + 1) * d]) {
+                        offset_used |= *c != 0.0;
+                        *x -= c;
+                    }
+                }
+            }
             let base = part * (e + 4 * r);
             let qs = &img_q[base..base + e]; // [n_kv_heads, block_size, d] i8
             let scales = le_f32(&img_q[base + e..base + e + 4 * r]); // [n_kv_heads, block_size]
@@ -206,6 +263,7 @@ fn q8_rows_within_half_step<B: Backend + Clone>(backend: B) {
         }
     }
     assert!(worst > 0.0, "nothing was compared");
+    assert_eq!(offset_used, offset.is_some());
 }
 
 macro_rules! backend_tests {
@@ -223,6 +281,10 @@ macro_rules! backend_tests {
             #[test]
             fn import_export_with_bad_length_or_block_error() {
                 bad_block_calls_error($backend);
+            }
+            #[test]
+            fn alloc_kv_refuses_a_bad_k_offset() {
+                bad_k_offset_errors($backend);
             }
             #[test]
             fn q8_stored_rows_within_half_a_step_of_f32() {

@@ -19,6 +19,8 @@ pub struct ServerConfig {
     pub aliases: Vec<String>,
     /// The address the server listens on (reported by `/health`).
     pub address: Option<SocketAddr>,
+    /// The model's tool-call syntax; `None`: detected from the chat template.
+    pub tool_syntax: Option<inferd_tools::ToolSyntax>,
 }
 
 impl Default for ServerConfig {
@@ -30,6 +32,7 @@ impl Default for ServerConfig {
             default_max_tokens: None,
             aliases: Vec::new(),
             address: None,
+            tool_syntax: None,
         }
     }
 }

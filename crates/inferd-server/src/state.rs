@@ -16,6 +16,9 @@ pub struct AppState {
     pub template: Option<Arc<ChatTemplate>>,
     pub config: Arc<ServerConfig>,
     pub started: Instant,
+    /// How the model writes tool calls (configured, or detected from the chat template);
+    /// `None`: requests with tools get a 400.
+    pub tool_syntax: Option<inferd_tools::ToolSyntax>,
 }
 
 impl AppState {
@@ -24,11 +27,17 @@ impl AppState {
         template: Option<Arc<ChatTemplate>>,
         config: ServerConfig,
     ) -> Self {
+        let tool_syntax = config.tool_syntax.or_else(|| {
+            template
+                .as_ref()
+                .and_then(|t| inferd_tools::ToolSyntax::detect(t.source(), ""))
+        });
         AppState {
             engine,
             template,
             config: Arc::new(config),
             started: Instant::now(),
+            tool_syntax,
         }
     }
 

@@ -10,6 +10,10 @@
 //! - `attention` first writes the pass's K/V rows into the cache slots given by
 //!   the block tables, then computes causal attention of each token over its
 //!   sequence's positions `0..=pos`.
+//! - Q8 K rows are stored minus the layer's K offset (given to `alloc_kv`):
+//!   `q8(k - c[layer][kv head])`, quantized as [`crate::kv::q8`] says, and attention
+//!   scores use the dequantized `k - c` as is (softmax makes that exact, see
+//!   [`crate::kv`]). Exported Q8 blocks hold `k - c`, the same on every backend.
 //! - Ops are deterministic for the same inputs and batch composition.
 
 pub mod cpu;
@@ -91,7 +95,16 @@ pub trait Backend: Send + Sync {
     fn load_weight(&self, src: &SharedSource, names: &[&str]) -> Result<Self::Weight>;
     /// A zeroed KV pool of `layout` (its dtype decides the storage; a backend refuses
     /// dtypes it does not implement with `RuntimeError::Kv`).
-    fn alloc_kv(&self, layout: &KvLayout) -> Result<Self::Kv>;
+    ///
+    /// `k_offset`: the model's K offset c, `[n_layers, n_kv_heads, head_dim]` (`None` =
+    /// zero; a wrong length or a non-finite value is a `RuntimeError::Kv`). **Q8 K rows
+    /// are stored minus the layer's K offset**: a (layer, kv head, token) K row k is
+    /// stored as `q8(k - c[layer][head])` and attention uses the dequantized `k - c` as
+    /// it is, with no correction (exact: see [`crate::kv`]). F32 (and F16) K, and V of
+    /// every dtype, are stored as they are. Blocks exported from a pool are only
+    /// meaningful in a pool with the same offset (same model: it is a function of the
+    /// weights, see `Model::k_offset`).
+    fn alloc_kv(&self, layout: &KvLayout, k_offset: Option<&[f32]>) -> Result<Self::Kv>;
     /// Copies block `src` over block `dst` in every layer: K and V values and, for Q8,
     /// their scales (copy-on-write of a shared, partly filled block). `src == dst` is a
     /// no-op; an id outside the pool is a `RuntimeError::Kv`.

@@ -18,6 +18,29 @@
 //! A block is also the unit of export/import (`Backend::export_block`): its byte
 //! image is [`KvLayout::block_bytes`] long, in the order documented at
 //! [`KvLayout::block_bytes`].
+//!
+//! # The K offset (Q8)
+//!
+//! With [`KvDtype::Q8`], a K row of (layer ℓ, kv head h) is stored as
+//! `q8(k - c[ℓ][h])`, where `c` is a constant `[head_dim]` vector per (layer, kv head)
+//! (`Model::k_offset`, handed to `Backend::alloc_kv`), and attention uses the
+//! dequantized `k - c` directly. That is exact (in real arithmetic; f32 rounds the
+//! smaller scores differently), not an approximation: for a query q,
+//! `q·(k_p - c) = q·k_p - q·c` for every position p, so all of q's scores move by the
+//! same `-q·c · scale`, and softmax is invariant to adding a constant to every score
+//! (the same holds under the causal mask, which only removes positions). The weights
+//! and the output are unchanged; only the quantization error is, since a row's scale
+//! is `max|k - c| / 127` instead of `max|k| / 127`.
+//!
+//! Why: Qwen2's K bias puts a few K channels at ±100–200 in every row while the
+//! informative channels are ±0.1–10, so one scale per row makes the small channels
+//! coarse. Those channels are RoPE pairs that barely rotate over a context, so the bias
+//! there is nearly the same vector at every position; `c` is the K bias averaged over
+//! the rotations RoPE gives it at positions `0..max_context` (≈ the bias in slow pairs,
+//! ≈ 0 in fast ones; 0 for models without a K bias), which removes it. `c` is a pure
+//! function of the weights and config (see `model::kv_offset`), so an exported Q8 block
+//! stays valid for the same model. V is stored as it is (no offset: V alone in Q8 costs
+//! little), as are F32 K and V.
 
 pub mod q8;
 
@@ -28,7 +51,8 @@ pub enum KvDtype {
     /// Not implemented by the CPU backend (`alloc_kv` refuses it).
     F16,
     /// i8 values with one f32 scale per (token, kv head) row, for K and V separately:
-    /// `x ≈ q · scale`, `scale = max|x| / 127` (symmetric, see [`q8`]).
+    /// `x ≈ q · scale`, `scale = max|x| / 127` (symmetric, see [`q8`]); K rows are
+    /// stored minus the model's K offset (see the module docs).
     Q8,
 }
 
@@ -110,7 +134,7 @@ impl KvLayout {
     ///
     /// ```text
     /// for layer in 0..n_layers:
-    ///     K values  [n_kv_heads, block_size, head_dim]  f32 (F32) | i8 (Q8)
+    ///     K values  [n_kv_heads, block_size, head_dim]  f32 (F32) | i8 (Q8, of k - c)
     ///     K scales  [n_kv_heads, block_size]            f32, Q8 only
     ///     V values  [n_kv_heads, block_size, head_dim]  f32 (F32) | i8 (Q8)
     ///     V scales  [n_kv_heads, block_size]            f32, Q8 only
@@ -118,7 +142,8 @@ impl KvLayout {
     ///
     /// Value (h, s, e) is at index `(h * block_size + s) * head_dim + e` of its part,
     /// scale (h, s) at `h * block_size + s`. An image is only meaningful for the same
-    /// model (see `Model::identity`), dtype, `block_size` and geometry.
+    /// model (see `Model::identity`; Q8 K values also depend on the model's K offset,
+    /// a function of its weights), dtype, `block_size` and geometry.
     pub fn block_bytes(&self) -> usize {
         self.bytes_per_token() * self.block_size
     }

@@ -3,6 +3,9 @@
 //! (half away from zero, clamped to ±127), `x̂ = q · scale`. Every backend must
 //! quantize this way so that exported blocks mean the same everywhere.
 //!
+//! K rows are quantized minus their (layer, kv head)'s K offset
+//! ([`quantize_row_minus`]; see [`crate::kv`]), so for K, `x` above is `k - c`.
+//!
 //! Error bound: `|x - x̂| ≤ scale / 2` per value (up to f32 rounding of the
 //! division and the product), i.e. at most `max|x| / 254` of the row's largest
 //! value. A row of zeros has scale 0 and dequantizes to zeros.
@@ -21,6 +24,26 @@ pub fn quantize_row(x: &[f32], q: &mut [i8]) -> f32 {
     for (qi, &xi) in q.iter_mut().zip(x) {
         // `as i8` saturates (and maps NaN to 0); the clamp documents the range.
         *qi = (xi / scale).round().clamp(-127.0, 127.0) as i8;
+    }
+    scale
+}
+
+/// Quantizes `x - offset` (elementwise, one f32 subtraction each) into `q` and returns
+/// the scale: exactly [`quantize_row`] of the difference. Used for K rows, which are
+/// stored minus their (layer, kv head)'s K offset (see [`crate::kv`]).
+#[inline]
+pub fn quantize_row_minus(x: &[f32], offset: &[f32], q: &mut [i8]) -> f32 {
+    debug_assert_eq!(x.len(), q.len());
+    debug_assert_eq!(x.len(), offset.len());
+    let diff = |i: usize| x[i] - offset[i];
+    let amax = (0..x.len()).fold(0f32, |m, i| m.max(diff(i).abs()));
+    let scale = amax / 127.0;
+    if scale == 0.0 || !scale.is_finite() {
+        q.fill(0);
+        return scale;
+    }
+    for (i, qi) in q.iter_mut().enumerate() {
+        *qi = (diff(i) / scale).round().clamp(-127.0, 127.0) as i8;
     }
     scale
 }
@@ -79,6 +102,23 @@ mod tests {
             if amax > 0.0 {
                 assert!(q.iter().any(|&v| v.unsigned_abs() == 127));
             }
+        }
+    }
+
+    #[test]
+    fn minus_offset_is_quantize_of_the_difference() {
+        for x in rows() {
+            let offset: Vec<f32> = (0..x.len()).map(|i| (i as f32 * 0.7).cos() * 9.0).collect();
+            let diff: Vec<f32> = x.iter().zip(&offset).map(|(a, b)| a - b).collect();
+            let (mut q1, mut q2) = (vec![0i8; x.len()], vec![0i8; x.len()]);
+            let s1 = quantize_row_minus(&x, &offset, &mut q1);
+            let s2 = quantize_row(&diff, &mut q2);
+            assert_eq!(s1.to_bits(), s2.to_bits());
+            assert_eq!(q1, q2);
+            // a zero offset changes nothing
+            let s0 = quantize_row_minus(&x, &vec![0.0; x.len()], &mut q1);
+            assert_eq!(s0.to_bits(), quantize_row(&x, &mut q2).to_bits());
+            assert_eq!(q1, q2);
         }
     }
 

@@ -3,6 +3,7 @@
 mod config;
 mod decoder;
 mod identity;
+mod kv_offset;
 pub mod names;
 mod weights;
 
@@ -33,6 +34,8 @@ pub struct Model<B: Backend> {
     pub path: PathBuf,
     /// See [`Model::identity`]; computed at load.
     identity: String,
+    /// See [`Model::k_offset`]; computed at load.  // [n_layers, n_kv_heads, head_dim]
+    k_offset: Option<Vec<f32>>,
 }
 
 impl<B: Backend> Model<B> {
@@ -46,6 +49,7 @@ impl<B: Backend> Model<B> {
             let cfg = ModelConfig::from_gguf(&g, tied)?;
             let src: SharedSource = g.clone();
             let weights = Weights::load(&backend, &src, Naming::Gguf, &cfg)?;
+            let k_offset = kv_offset::k_offset(&cfg, &src, Naming::Gguf)?;
             let file = WeightsFile {
                 path,
                 header_end: Some(g.data_offset() as u64),
@@ -58,6 +62,7 @@ impl<B: Backend> Model<B> {
                 gguf: Some(g),
                 path: path.to_path_buf(),
                 identity,
+                k_offset,
             });
         }
         let dir = if path.is_dir() {
@@ -81,6 +86,7 @@ impl<B: Backend> Model<B> {
         let identity = identity::fingerprint(&cfg, &files)?;
         let src: SharedSource = st;
         let weights = Weights::load(&backend, &src, Naming::Hf, &cfg)?;
+        let k_offset = kv_offset::k_offset(&cfg, &src, Naming::Hf)?;
         Ok(Model {
             cfg,
             backend,
@@ -88,6 +94,7 @@ impl<B: Backend> Model<B> {
             gguf: None,
             path: dir,
             identity,
+            k_offset,
         })
     }
 
@@ -112,8 +119,16 @@ impl<B: Backend> Model<B> {
         }
     }
 
+    /// What Q8 K rows are stored minus, per (layer, kv head):
+    /// `[n_layers, n_kv_heads, head_dim]`, `None` = zero. A pure function of the weights
+    /// (see the `kv_offset` module); [`Model::alloc_kv`] hands it to the backend.
+    pub fn k_offset(&self) -> Option<&[f32]> {
+        self.k_offset.as_deref()
+    }
+
+    /// A zeroed KV pool of `layout` with this model's K offset ([`Backend::alloc_kv`]).
     pub fn alloc_kv(&self, layout: &KvLayout) -> Result<B::Kv> {
-        self.backend.alloc_kv(layout)
+        self.backend.alloc_kv(layout, self.k_offset())
     }
 
     /// Copies block `src` over `dst` in every layer ([`Backend::copy_block`]).

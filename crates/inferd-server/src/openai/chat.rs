@@ -6,15 +6,16 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use inferd_engine::{ContextInfo, Delta, FinishReason, Usage};
+use inferd_engine::{ContextInfo, Delta, FinishReason, TokenOut, Usage};
 use inferd_text::{ChatInput, ChatTemplate, Tokenizer};
 use serde_json::{Map, Value};
 
 use super::logprobs::chat_logprobs;
 use super::sse::{self, data, ChunkFormat};
+use super::tools::{self, DeltaParts, ToolDeltas};
 use super::types::{
-    ChatChoice, ChatChunk, ChatChunkChoice, ChatCompletion, ChatMessageOut, ChatParams, ChunkDelta,
-    CommonParams, Effort,
+    ChatChoice, ChatChunk, ChatChunkChoice, ChatCompletion, ChatParams, ChunkDelta, CommonParams,
+    Effort,
 };
 use super::{collect, fingerprint, new_id, now_secs, require_object, submit};
 use crate::error::ApiError;
@@ -41,15 +42,26 @@ pub async fn handler(
         (None, None) => None,
     };
     let checked = check(&common, max, lp)?;
+    let tool_mode = tools::setup(
+        &state,
+        chat.tools.as_ref(),
+        chat.tool_choice.as_ref(),
+        chat.messages.as_ref(),
+    )?;
+    let forced = tool_mode
+        .as_ref()
+        .map(|m| m.forced.clone())
+        .unwrap_or_default();
     let ctx = match &checked.context {
         Some(id) => Some(state.engine.context(id).await.map_err(memory::api_error)?),
         None => None,
     };
     let st = state.clone();
     let effort = checked.effort;
-    let prompt = tokio::task::spawn_blocking(move || render(&st, &chat, ctx.as_ref(), effort))
-        .await
-        .map_err(|e| ApiError::internal(format!("rendering the prompt failed: {e}")))??;
+    let prompt =
+        tokio::task::spawn_blocking(move || render(&st, &chat, ctx.as_ref(), effort, &forced))
+            .await
+            .map_err(|e| ApiError::internal(format!("rendering the prompt failed: {e}")))??;
     let req = gen_request(&state, &checked, prompt);
     let rs = submit(&state, req, "messages")?;
     let mut fmt = ChatFormat {
@@ -60,6 +72,7 @@ pub async fn handler(
         tokenizer: state.engine.tokenizer.clone(),
         logprobs: lp.is_some(),
         include_usage: checked.include_usage,
+        tools: tool_mode.as_ref().map(ToolDeltas::new),
     };
     if checked.stream {
         return Ok(sse::response(rs, fmt, checked.include_usage));
@@ -74,14 +87,14 @@ pub async fn handler(
         created: fmt.created,
         model: std::mem::take(&mut fmt.model),
         system_fingerprint: std::mem::take(&mut fmt.fingerprint),
-        choices: vec![ChatChoice {
-            index: 0,
-            message: ChatMessageOut {
-                role: "assistant",
-                content: c.text,
-            },
-            logprobs,
-            finish_reason: c.finish_reason.as_str(),
+        choices: vec![{
+            let (message, has_calls) = tools::message(tool_mode.as_ref(), c.text);
+            ChatChoice {
+                index: 0,
+                message,
+                logprobs,
+                finish_reason: tools::finish_reason(c.finish_reason, has_calls),
+            }
         }],
         usage: c.usage.into(),
     };
@@ -95,6 +108,7 @@ fn render(
     chat: &ChatParams,
     ctx: Option<&ContextInfo>,
     effort: Option<Effort>,
+    forced: &str,
 ) -> Result<Vec<u32>, ApiError> {
     let mut messages = prepare_messages(chat.messages.as_ref())?;
     let ctx_meta = ctx.map(ContextMeta::of);
@@ -115,18 +129,39 @@ fn render(
     };
     // `tool_choice: "none"`: the model must not call tools, so it is not shown them.
     let tools = tools.filter(|_| chat.tool_choice.as_ref().and_then(Value::as_str) != Some("none"));
-    let mut extra = chat.chat_template_kwargs.clone().unwrap_or_default();
-    if let (Some(e), Some(t)) = (effort, &state.template) {
-        if t.has_thinking_switch() && !extra.contains_key("enable_thinking") {
-            extra.insert("enable_thinking".into(), Value::Bool(e.thinking()));
-        }
-    }
-    let text = render_text(state, &messages, tools, true, extra)?;
+    let has_switch = state
+        .template
+        .as_ref()
+        .is_some_and(|t| t.has_thinking_switch());
+    let extra = effort_kwargs(
+        chat.chat_template_kwargs.clone().unwrap_or_default(),
+        effort,
+        has_switch,
+    );
+    let mut text = render_text(state, &messages, tools, true, extra)?;
+    // tool_choice required / a named function: the turn starts inside a call.
+    text.push_str(forced);
     match ctx {
         Some(c) => memory::continue_context(state, c, &text),
         // The template writes its own special tokens (BOS included), as HF's apply_chat_template.
         None => state.encode(&text, false),
     }
+}
+
+/// `inferd.effort` as the template's reasoning switch: `enable_thinking` is false for
+/// `low` and true otherwise, where the template has the switch and the request did not
+/// set it itself.
+fn effort_kwargs(
+    mut kwargs: Map<String, Value>,
+    effort: Option<Effort>,
+    has_switch: bool,
+) -> Map<String, Value> {
+    if let Some(e) = effort.filter(|_| has_switch) {
+        kwargs
+            .entry("enable_thinking")
+            .or_insert(Value::Bool(e.thinking()));
+    }
+    kwargs
 }
 
 /// Prepared messages -> the chat template's text.
@@ -266,9 +301,27 @@ struct ChatFormat {
     tokenizer: Arc<Tokenizer>,
     logprobs: bool,
     include_usage: bool,
+    /// Set when the reply may hold tool calls.
+    tools: Option<ToolDeltas>,
 }
 
 impl ChatFormat {
+    fn parts_chunk(&self, p: DeltaParts, tokens: &[TokenOut]) -> Bytes {
+        let logprobs = self
+            .logprobs
+            .then(|| chat_logprobs(&self.tokenizer, tokens));
+        data(&self.chunk(vec![ChatChunkChoice {
+            index: 0,
+            delta: ChunkDelta {
+                role: None,
+                content: p.content,
+                tool_calls: (!p.tool_calls.is_empty()).then_some(p.tool_calls),
+            },
+            logprobs,
+            finish_reason: None,
+        }]))
+    }
+
     fn chunk(&self, choices: Vec<ChatChunkChoice>) -> ChatChunk {
         ChatChunk {
             id: self.id.clone(),
@@ -282,6 +335,18 @@ impl ChatFormat {
     }
 }
 
+impl ChatFormat {
+    /// Chunks for tool-stream parts; held-back tokens' logprobs go with the first one.
+    fn tool_chunks(&self, t: &mut ToolDeltas, parts: Vec<DeltaParts>) -> Vec<Bytes> {
+        let mut out = Vec::with_capacity(parts.len());
+        for p in parts {
+            let tokens = std::mem::take(&mut t.pending_tokens);
+            out.push(self.parts_chunk(p, &tokens));
+        }
+        out
+    }
+}
+
 impl ChunkFormat for ChatFormat {
     fn opening(&mut self) -> Vec<Bytes> {
         vec![data(&self.chunk(vec![ChatChunkChoice {
@@ -289,34 +354,43 @@ impl ChunkFormat for ChatFormat {
             delta: ChunkDelta {
                 role: Some("assistant"),
                 content: Some(String::new()),
+                tool_calls: None,
             },
             logprobs: None,
             finish_reason: None,
         }]))]
     }
 
-    fn delta(&mut self, d: &Delta) -> Bytes {
-        let logprobs = self
-            .logprobs
-            .then(|| chat_logprobs(&self.tokenizer, &d.tokens));
-        data(&self.chunk(vec![ChatChunkChoice {
-            index: 0,
-            delta: ChunkDelta {
-                role: None,
+    fn delta(&mut self, d: &Delta) -> Vec<Bytes> {
+        let Some(mut t) = self.tools.take() else {
+            let part = DeltaParts {
                 content: Some(d.text.clone()),
-            },
-            logprobs,
-            finish_reason: None,
-        }]))
+                tool_calls: Vec::new(),
+            };
+            return vec![self.parts_chunk(part, &d.tokens)];
+        };
+        t.pending_tokens.extend(d.tokens.iter().cloned());
+        let parts = t.push(&d.text);
+        let out = self.tool_chunks(&mut t, parts);
+        self.tools = Some(t);
+        out
     }
 
-    fn finish(&mut self, reason: FinishReason) -> Bytes {
-        data(&self.chunk(vec![ChatChunkChoice {
+    fn finish(&mut self, reason: FinishReason) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        let mut has_calls = false;
+        if let Some(mut t) = self.tools.take() {
+            let parts = t.finish();
+            out = self.tool_chunks(&mut t, parts);
+            has_calls = t.calls_started() > 0;
+        }
+        out.push(data(&self.chunk(vec![ChatChunkChoice {
             index: 0,
             delta: ChunkDelta::default(),
             logprobs: None,
-            finish_reason: Some(reason.as_str()),
-        }]))
+            finish_reason: Some(tools::finish_reason(reason, has_calls)),
+        }])));
+        out
     }
 
     fn usage(&mut self, u: Usage) -> Bytes {
@@ -370,5 +444,30 @@ mod tests {
         assert_eq!(m[0]["role"], "system");
         assert_eq!(m[1]["content"], "a\nb");
         assert_eq!(m[2]["tool_calls"][0]["function"]["arguments"]["x"], 1);
+    }
+}
+
+#[cfg(test)]
+mod effort_tests {
+    use super::*;
+
+    #[test]
+    fn effort_maps_to_the_thinking_switch_only_where_there_is_one() {
+        let on = |e, sw| {
+            effort_kwargs(Map::new(), e, sw)
+                .get("enable_thinking")
+                .cloned()
+        };
+        assert_eq!(on(Some(Effort::Low), true), Some(Value::Bool(false)));
+        assert_eq!(on(Some(Effort::Medium), true), Some(Value::Bool(true)));
+        assert_eq!(on(Some(Effort::High), true), Some(Value::Bool(true)));
+        assert_eq!(on(Some(Effort::Low), false), None);
+        assert_eq!(on(None, true), None);
+        // the request's own setting wins
+        let mut own = Map::new();
+        own.insert("enable_thinking".into(), Value::Bool(true));
+        let k = effort_kwargs(own, Some(Effort::Low), true);
+        assert_eq!(k["enable_thinking"], Value::Bool(true));
+        assert_eq!(Effort::Low.default_max_tokens(), 256);
     }
 }

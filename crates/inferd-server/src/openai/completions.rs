@@ -169,25 +169,25 @@ impl ChunkFormat for CompletionFormat {
         Vec::new()
     }
 
-    fn delta(&mut self, d: &Delta) -> Bytes {
+    fn delta(&mut self, d: &Delta) -> Vec<Bytes> {
         let logprobs = self
             .want_logprobs
             .then(|| self.logprobs.build(&self.tokenizer, &d.tokens));
-        data(&self.body(CompletionChoice {
+        vec![data(&self.body(CompletionChoice {
             text: d.text.clone(),
             index: 0,
             logprobs,
             finish_reason: None,
-        }))
+        }))]
     }
 
-    fn finish(&mut self, reason: FinishReason) -> Bytes {
-        data(&self.body(CompletionChoice {
+    fn finish(&mut self, reason: FinishReason) -> Vec<Bytes> {
+        vec![data(&self.body(CompletionChoice {
             text: String::new(),
             index: 0,
             logprobs: None,
             finish_reason: Some(reason.as_str()),
-        }))
+        }))]
     }
 
     fn usage(&mut self, u: Usage) -> Bytes {

@@ -5,6 +5,7 @@ pub mod completions;
 pub mod logprobs;
 pub mod models;
 pub mod sse;
+pub mod tools;
 pub mod types;
 
 use std::hash::{BuildHasher, Hasher};

@@ -19,9 +19,11 @@ use crate::error::ApiError;
 pub trait ChunkFormat: Send + 'static {
     /// Chunks sent before any token (chat: the assistant role).
     fn opening(&mut self) -> Vec<Bytes>;
-    fn delta(&mut self, d: &Delta) -> Bytes;
-    /// The chunk carrying `finish_reason`.
-    fn finish(&mut self, reason: FinishReason) -> Bytes;
+    /// Chunks for one engine delta (none while text is held back, e.g. a possible
+    /// tool-call marker).
+    fn delta(&mut self, d: &Delta) -> Vec<Bytes>;
+    /// The last chunks: anything held back, then the chunk carrying `finish_reason`.
+    fn finish(&mut self, reason: FinishReason) -> Vec<Bytes>;
     /// The `choices: []` chunk with usage (only with `include_usage`).
     fn usage(&mut self, u: Usage) -> Bytes;
 }
@@ -67,15 +69,15 @@ pub fn response<F: ChunkFormat>(rs: RequestStream, mut fmt: F, include_usage: bo
             st.finished = !matches!(ev, Some(Event::Delta(_)));
             match ev {
                 Some(Event::Delta(d)) => {
-                    let b = st.fmt.delta(&d);
-                    st.queue.push_back(b);
+                    let chunks = st.fmt.delta(&d);
+                    st.queue.extend(chunks);
                 }
                 Some(Event::Done {
                     finish_reason,
                     usage,
                 }) => {
-                    let b = st.fmt.finish(finish_reason);
-                    st.queue.push_back(b);
+                    let chunks = st.fmt.finish(finish_reason);
+                    st.queue.extend(chunks);
                     if st.include_usage {
                         let b = st.fmt.usage(usage);
                         st.queue.push_back(b);

@@ -180,7 +180,45 @@ pub struct ChatLogprobs {
 #[derive(Clone, Debug, Serialize)]
 pub struct ChatMessageOut {
     pub role: &'static str,
-    pub content: String,
+    /// `null` when the reply is only tool calls.
+    pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallOut>>,
+}
+
+/// A tool call in a reply: `{id, type: "function", function: {name, arguments}}`.
+#[derive(Clone, Debug, Serialize)]
+pub struct ToolCallOut {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: FunctionCallOut,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct FunctionCallOut {
+    pub name: String,
+    /// The arguments as JSON text.
+    pub arguments: String,
+}
+
+/// One piece of a streamed tool call: the first carries `id`, `type` and the name, the
+/// following ones pieces of `arguments`.
+#[derive(Clone, Debug, Serialize)]
+pub struct ToolCallDelta {
+    pub index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    pub function: FunctionDelta,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct FunctionDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub arguments: String,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -208,6 +246,8 @@ pub struct ChunkDelta {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -7,3 +7,4 @@ mod completions;
 mod errors;
 mod memory;
 mod ops;
+mod tools;

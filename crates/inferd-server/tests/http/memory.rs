@@ -211,3 +211,31 @@ fn cache_drop_leaves_nothing_in_the_cache_report() {
     assert!(again["usage"]["prompt_tokens"].as_u64().unwrap() > 64);
     assert!(cached(&again) < 32, "{}", again["usage"]);
 }
+
+#[test]
+fn per_request_max_context_caps_prompt_and_reply() {
+    let Some(s) = server() else { return };
+    let m = json!([{"role": "user", "content": "Count from one to fifty, please."}]);
+    let full = chat(s.addr, m.clone(), json!({}));
+    let prompt = full["usage"]["prompt_tokens"].as_u64().unwrap();
+    // room for 3 generated tokens
+    let r = post(
+        s.addr,
+        "/v1/chat/completions",
+        &json!({"messages": m, "max_tokens": 50, "temperature": 0,
+                "inferd": {"max_context": prompt + 3, "ignore_eos": true}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["usage"]["completion_tokens"], 3);
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    // a prompt over the cap is refused like one over the model's context
+    let e = post(
+        s.addr,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "hello there"}],
+                "inferd": {"max_context": 5}}),
+    )
+    .error(400);
+    assert!(e["message"].as_str().unwrap().contains("context"), "{e}");
+}

@@ -55,6 +55,8 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     has_tool_use: bool,
     has_thinking_switch: bool,
+    /// The template sources (all variants), for detecting tool-call syntax.
+    source: String,
     bos_token: Option<String>,
     eos_token: Option<String>,
 }
@@ -109,6 +111,11 @@ impl ChatTemplate {
         Ok(ChatTemplate {
             env,
             has_thinking_switch: templates.iter().any(|(_, s)| s.contains("enable_thinking")),
+            source: templates
+                .iter()
+                .map(|(_, s)| s.as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
             has_tool_use: tool_use.is_some(),
             bos_token: bos_token.map(str::to_string),
             eos_token: eos_token.map(str::to_string),
@@ -187,6 +194,11 @@ impl ChatTemplate {
         template
             .render(minijinja::Value::from_serialize(&ctx))
             .map_err(|e| TextError::TemplateRender(describe(&e)))
+    }
+
+    /// The template source (every variant, joined).
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// Whether the template reads `enable_thinking` (Qwen3's reasoning switch).

@@ -83,6 +83,9 @@ pub struct Args {
     /// Never start a request from cached KV (to measure what the prefix cache saves).
     #[arg(long)]
     no_prefix_cache: bool,
+    /// How the model writes tool calls (default: detected from its chat template).
+    #[arg(long, value_parser = ["hermes", "qwen", "llama3_json", "llama3"])]
+    tool_syntax: Option<String>,
 }
 
 /// `2G`, `512k`, `1000` -> bytes.
@@ -191,6 +194,10 @@ pub fn run(a: Args) -> Result<()> {
             max_tokens_cap: a.max_tokens_cap,
             aliases: names,
             address: Some(bound),
+            tool_syntax: a
+                .tool_syntax
+                .as_deref()
+                .and_then(inferd_tools::ToolSyntax::from_name),
             ..Default::default()
         };
         let state = AppState::new(engine.clone(), template, cfg);

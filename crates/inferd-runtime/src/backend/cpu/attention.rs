@@ -26,6 +26,13 @@
 //! value, so every row sees the same f32 K/V values whatever item dequantized
 //! them, and the f32 kernels above run unchanged.
 //!
+//! Q8 K rows are stored minus the layer's K offset c (one `[head_dim]` vector per
+//! kv head, see [`crate::kv`]) and the scores use the dequantized `k - c` as they
+//! are, with nothing added back: `q·(k_p - c) = q·k_p - q·c` shifts all of a query
+//! row's scores by the same amount, and the softmax (max subtracted, then `exp`,
+//! normalized) gives the same weights for any shift. `store_kv` subtracts c inside
+//! the quantizer, per row, so batch invariance is untouched.
+//!
 //! Items run in a named `#[target_feature(enable = "avx2,fma")]` function (a
 //! closure given to [`simd::with_avx2`] was not inlined into it and ran as SSE).
 
@@ -51,8 +58,8 @@ pub fn store_kv(kv: &mut CpuKv, layer: usize, k: &CpuTensor, v: &CpuTensor, b: &
     for (t, &(block, slot)) in b.slots.iter().enumerate() {
         for h in 0..l.n_kv_heads {
             let row = l.row(block as usize, h, slot as usize);
-            kc.store_row(row, &k.row(t)[h * d..(h + 1) * d]);
-            vc.store_row(row, &v.row(t)[h * d..(h + 1) * d]);
+            kc.store_row(row, h, &k.row(t)[h * d..(h + 1) * d]);
+            vc.store_row(row, h, &v.row(t)[h * d..(h + 1) * d]);
         }
     }
 }

@@ -1,6 +1,8 @@
 //! The CPU KV pool: per layer, K and V planes in the layout of [`crate::kv`], stored
 //! as f32 or as Q8 (i8 values + one f32 scale per row), plus the block operations
-//! (copy, export, import) of the `Backend` trait.
+//! (copy, export, import) of the `Backend` trait. A Q8 K plane stores its rows minus
+//! the layer's K offset (one `[head_dim]` vector per kv head, see [`crate::kv`]), and
+//! gives them back that way: attention uses `k - c` as is.
 //!
 //! Planes are allocated with `vec![0; n]`, which maps zeroed pages lazily: untouched
 //! blocks cost no RAM. Block operations touch only the blocks they name.
@@ -16,16 +18,21 @@ pub enum KvPlane {
     Q8 {
         q: Vec<i8>,      // [num_blocks, n_kv_heads, block_size, head_dim]
         scale: Vec<f32>, // [num_blocks, n_kv_heads, block_size]
+        /// Subtracted from every row of a head before quantizing (K planes of a model
+        /// with a K offset; `None` = zero).  // [n_kv_heads, head_dim]
+        offset: Option<Vec<f32>>,
     },
 }
 
 impl KvPlane {
-    fn zeros(l: &KvLayout) -> Result<KvPlane> {
+    /// A zeroed plane; `offset` ([n_kv_heads, head_dim]) is kept by Q8 planes only.
+    fn zeros(l: &KvLayout, offset: Option<&[f32]>) -> Result<KvPlane> {
         match l.dtype {
             KvDtype::F32 => Ok(KvPlane::F32(vec![0.0; l.layer_elems()])),
             KvDtype::Q8 => Ok(KvPlane::Q8 {
                 q: vec![0; l.layer_elems()],
                 scale: vec![0.0; l.layer_rows()],
+                offset: offset.map(<[f32]>::to_vec),
             }),
             KvDtype::F16 => Err(RuntimeError::Kv(
                 "the CPU backend stores KV as f32 or q8, not f16".into(),
@@ -33,21 +40,27 @@ impl KvPlane {
         }
     }
 
-    /// Writes row `row` (a [`KvLayout::row`] index) from `x`: [head_dim].
+    /// Writes row `row` (a [`KvLayout::row`] index) of kv head `head` from `x`:
+    /// `[head_dim]`. Q8 stores `x - offset[head]` when the plane has an offset.
     #[inline]
-    pub fn store_row(&mut self, row: usize, x: &[f32]) {
+    pub fn store_row(&mut self, row: usize, head: usize, x: &[f32]) {
         let d = x.len();
         match self {
             KvPlane::F32(v) => v[row * d..(row + 1) * d].copy_from_slice(x),
-            KvPlane::Q8 { q, scale } => {
-                scale[row] = q8::quantize_row(x, &mut q[row * d..(row + 1) * d]);
+            KvPlane::Q8 { q, scale, offset } => {
+                let q = &mut q[row * d..(row + 1) * d];
+                scale[row] = match offset {
+                    Some(c) => q8::quantize_row_minus(x, &c[head * d..(head + 1) * d], q),
+                    None => q8::quantize_row(x, q),
+                };
             }
         }
     }
 
     /// The first `n` slots of (block, head) as f32: [n, head_dim]. Borrowed from the
     /// plane (F32) or dequantized into `scratch` (Q8, one exact product per value, so
-    /// the values are the same whoever asks).
+    /// the values are the same whoever asks; a K plane's rows come back minus its
+    /// offset, which attention does not need to undo).
     #[inline(always)]
     pub fn head_rows<'a>(
         &'a self,
@@ -61,7 +74,7 @@ impl KvPlane {
         let row = l.row(block, head, 0);
         match self {
             KvPlane::F32(v) => &v[row * d..(row + n) * d],
-            KvPlane::Q8 { q, scale } => {
+            KvPlane::Q8 { q, scale, .. } => {
                 scratch.resize(n * d, 0.0);
                 let q = &q[row * d..(row + n) * d]; // [n, d]
                 for ((o, qr), &s) in scratch
@@ -85,7 +98,7 @@ impl KvPlane {
         let (e, r) = (l.block_elems(), l.block_rows());
         match self {
             KvPlane::F32(v) => v.copy_within(src * e..(src + 1) * e, dst * e),
-            KvPlane::Q8 { q, scale } => {
+            KvPlane::Q8 { q, scale, .. } => {
                 q.copy_within(src * e..(src + 1) * e, dst * e);
                 scale.copy_within(src * r..(src + 1) * r, dst * r);
             }
@@ -97,7 +110,7 @@ impl KvPlane {
         let (e, r) = (l.block_elems(), l.block_rows());
         match self {
             KvPlane::F32(v) => put_f32(&v[block * e..(block + 1) * e], out),
-            KvPlane::Q8 { q, scale } => {
+            KvPlane::Q8 { q, scale, .. } => {
                 let (qo, so) = out.split_at_mut(e);
                 for (o, &x) in qo.iter_mut().zip(&q[block * e..(block + 1) * e]) {
                     *o = x as u8;
@@ -112,7 +125,7 @@ impl KvPlane {
         let (e, r) = (l.block_elems(), l.block_rows());
         match self {
             KvPlane::F32(v) => get_f32(data, &mut v[block * e..(block + 1) * e]),
-            KvPlane::Q8 { q, scale } => {
+            KvPlane::Q8 { q, scale, .. } => {
                 let (qd, sd) = data.split_at(e);
                 for (x, &b) in q[block * e..(block + 1) * e].iter_mut().zip(qd) {
                     *x = b as i8;
@@ -145,17 +158,33 @@ pub struct CpuKv {
 }
 
 impl CpuKv {
-    /// A zeroed pool (lazily mapped) of `layout`'s dtype: F32 or Q8.
-    pub fn new(layout: &KvLayout) -> Result<CpuKv> {
-        let planes = || -> Result<Vec<KvPlane>> {
-            (0..layout.n_layers)
-                .map(|_| KvPlane::zeros(layout))
-                .collect()
-        };
+    /// A zeroed pool (lazily mapped) of `layout`'s dtype: F32 or Q8. `k_offset`
+    /// ([n_layers, n_kv_heads, head_dim], finite) is what Q8 K rows are stored minus
+    /// (see [`crate::Backend::alloc_kv`]); F32 ignores it.
+    pub fn new(layout: &KvLayout, k_offset: Option<&[f32]>) -> Result<CpuKv> {
+        let per_layer = layout.n_kv_heads * layout.head_dim;
+        if let Some(c) = k_offset {
+            if c.len() != layout.n_layers * per_layer {
+                return Err(RuntimeError::Kv(format!(
+                    "the K offset has {} values, not n_layers × n_kv_heads × head_dim = {}",
+                    c.len(),
+                    layout.n_layers * per_layer
+                )));
+            }
+            if !c.iter().all(|x| x.is_finite()) {
+                return Err(RuntimeError::Kv("the K offset is not finite".into()));
+            }
+        }
+        let k = (0..layout.n_layers)
+            .map(|l| KvPlane::zeros(layout, k_offset.map(|c| &c[l * per_layer..][..per_layer])))
+            .collect::<Result<Vec<_>>>()?;
+        let v = (0..layout.n_layers)
+            .map(|_| KvPlane::zeros(layout, None))
+            .collect::<Result<Vec<_>>>()?;
         Ok(CpuKv {
             layout: *layout,
-            k: planes()?,
-            v: planes()?,
+            k,
+            v,
         })
     }
 

@@ -101,8 +101,8 @@ impl Backend for CpuBackend {
         weight::load(src, names)
     }
 
-    fn alloc_kv(&self, layout: &KvLayout) -> Result<CpuKv> {
-        CpuKv::new(layout)
+    fn alloc_kv(&self, layout: &KvLayout, k_offset: Option<&[f32]>) -> Result<CpuKv> {
+        CpuKv::new(layout, k_offset)
     }
 
     fn copy_block(&self, kv: &mut CpuKv, src: u32, dst: u32) -> Result<()> {

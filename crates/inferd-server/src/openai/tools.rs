@@ -1,0 +1,261 @@
+//! Tool calls in chat replies. A request's `tools` / `tool_choice` are checked (400s
+//! name the parameter), the model's own tool-call syntax (detected from its chat
+//! template, or `--tool-syntax`) is parsed out of the reply, and calls come back as
+//! OpenAI `tool_calls`: whole, or streamed as deltas whose `function.arguments` arrive
+//! in pieces that concatenate to exactly the whole reply's arguments.
+//!
+//! `tool_choice: "required"` and a named function start the assistant turn with the
+//! syntax's call opening (and, for a named function, `{"name": NAME, "arguments": {`), so
+//! the model continues inside a call; the reply is parsed as if it had written that
+//! prefix itself.
+
+use inferd_engine::{FinishReason, TokenOut};
+use inferd_tools::{
+    check_messages, parse, StreamEvent, ToolChoice, ToolRequest, ToolStream, ToolSyntax,
+};
+use serde_json::Value;
+
+use super::types::{ChatMessageOut, FunctionCallOut, FunctionDelta, ToolCallDelta, ToolCallOut};
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// What a request's tools ask of this reply.
+#[derive(Clone, Debug)]
+pub struct ToolMode {
+    pub syntax: ToolSyntax,
+    /// Text the assistant turn starts with (appended to the prompt): forces a call.
+    pub forced: String,
+}
+
+fn tool_error(e: inferd_tools::ToolError) -> ApiError {
+    ApiError::invalid_param(&e.param, e.message)
+}
+
+/// Checks `tools`, `tool_choice` and the tool messages; `None` when the reply is plain
+/// text (no tools, or `tool_choice: "none"`).
+pub fn setup(
+    state: &AppState,
+    tools: Option<&Value>,
+    tool_choice: Option<&Value>,
+    messages: Option<&Value>,
+) -> Result<Option<ToolMode>, ApiError> {
+    let req = ToolRequest::parse(tools, tool_choice).map_err(tool_error)?;
+    if let Some(m) = messages {
+        check_messages(m).map_err(tool_error)?;
+    }
+    let Some(req) = req.filter(ToolRequest::calls_allowed) else {
+        return Ok(None);
+    };
+    let syntax = state.tool_syntax.ok_or_else(|| {
+        ApiError::invalid_param(
+            "tools",
+            "this model's chat template has no tool-call syntax inferd knows; start the \
+             server with --tool-syntax hermes|llama3_json",
+        )
+    })?;
+    let forced = match &req.choice {
+        ToolChoice::Required => syntax.call_open().to_string(),
+        ToolChoice::Function(name) => format!(
+            "{}{{\"name\": {}, \"arguments\": {{",
+            syntax.call_open(),
+            Value::from(name.as_str())
+        ),
+        ToolChoice::Auto | ToolChoice::None => String::new(),
+    };
+    Ok(Some(ToolMode { syntax, forced }))
+}
+
+/// The whole reply as an assistant message; `true` when it holds tool calls.
+pub fn message(mode: Option<&ToolMode>, text: String) -> (ChatMessageOut, bool) {
+    let Some(m) = mode else {
+        return (
+            ChatMessageOut {
+                role: "assistant",
+                content: Some(text),
+                tool_calls: None,
+            },
+            false,
+        );
+    };
+    let parsed = parse(m.syntax, &format!("{}{text}", m.forced));
+    let calls: Vec<ToolCallOut> = parsed
+        .tool_calls
+        .into_iter()
+        .map(|c| ToolCallOut {
+            id: c.id,
+            kind: "function",
+            function: FunctionCallOut {
+                name: c.name,
+                arguments: c.arguments,
+            },
+        })
+        .collect();
+    let has_calls = !calls.is_empty();
+    (
+        ChatMessageOut {
+            role: "assistant",
+            content: parsed.content,
+            tool_calls: has_calls.then_some(calls),
+        },
+        has_calls,
+    )
+}
+
+/// `finish_reason` of a reply: `tool_calls` when it made calls and ended by itself.
+pub fn finish_reason(reason: FinishReason, has_calls: bool) -> &'static str {
+    match reason {
+        FinishReason::Stop if has_calls => "tool_calls",
+        r => r.as_str(),
+    }
+}
+
+/// One streamed chunk's worth of a reply with tools.
+#[derive(Debug, Default)]
+pub struct DeltaParts {
+    pub content: Option<String>,
+    pub tool_calls: Vec<ToolCallDelta>,
+}
+
+/// A reply with tools, streamed: text in, content and tool-call deltas out.
+pub struct ToolDeltas {
+    stream: ToolStream,
+    /// Tokens whose chunk is still held back (their logprobs go with the next chunk).
+    pub pending_tokens: Vec<TokenOut>,
+    /// Events of the forced prefix (a call's start), sent with the first chunk.
+    early: Vec<StreamEvent>,
+}
+
+impl ToolDeltas {
+    pub fn new(mode: &ToolMode) -> Self {
+        let mut stream = ToolStream::new(mode.syntax);
+        // The forced prefix is part of the reply as far as parsing goes (for a named
+        // function it already starts the call).
+        let early = stream.push(&mode.forced);
+        ToolDeltas {
+            stream,
+            pending_tokens: Vec::new(),
+            early,
+        }
+    }
+
+    pub fn push(&mut self, text: &str) -> Vec<DeltaParts> {
+        let mut ev = std::mem::take(&mut self.early);
+        ev.extend(self.stream.push(text));
+        group(ev)
+    }
+
+    pub fn finish(&mut self) -> Vec<DeltaParts> {
+        let mut ev = std::mem::take(&mut self.early);
+        ev.extend(self.stream.finish());
+        group(ev)
+    }
+
+    pub fn calls_started(&self) -> usize {
+        self.stream.calls_started()
+    }
+}
+
+/// Stream events as chunks: runs of content become one chunk, each call event one chunk.
+fn group(events: Vec<StreamEvent>) -> Vec<DeltaParts> {
+    let mut out: Vec<DeltaParts> = Vec::new();
+    for e in events {
+        match e {
+            StreamEvent::Content(t) => match out.last_mut() {
+                Some(DeltaParts {
+                    content: Some(c),
+                    tool_calls,
+                }) if tool_calls.is_empty() => c.push_str(&t),
+                _ => out.push(DeltaParts {
+                    content: Some(t),
+                    tool_calls: Vec::new(),
+                }),
+            },
+            StreamEvent::CallStart { index, id, name } => out.push(DeltaParts {
+                content: None,
+                tool_calls: vec![ToolCallDelta {
+                    index,
+                    id: Some(id),
+                    kind: Some("function"),
+                    function: FunctionDelta {
+                        name: Some(name),
+                        arguments: String::new(),
+                    },
+                }],
+            }),
+            StreamEvent::CallArgs { index, fragment } => out.push(DeltaParts {
+                content: None,
+                tool_calls: vec![ToolCallDelta {
+                    index,
+                    id: None,
+                    kind: None,
+                    function: FunctionDelta {
+                        name: None,
+                        arguments: fragment,
+                    },
+                }],
+            }),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hermes(forced: &str) -> ToolMode {
+        ToolMode {
+            syntax: ToolSyntax::Hermes,
+            forced: forced.into(),
+        }
+    }
+
+    #[test]
+    fn whole_reply_with_a_call() {
+        let text = "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+        let (m, calls) = message(Some(&hermes("")), text.into());
+        assert!(calls);
+        assert_eq!(m.content.as_deref(), Some("Checking."));
+        let c = &m.tool_calls.unwrap()[0];
+        assert_eq!(c.function.name, "get_weather");
+        assert_eq!(c.function.arguments, r#"{"city":"Paris"}"#);
+        assert!(c.id.starts_with("call_"));
+        assert_eq!(finish_reason(FinishReason::Stop, true), "tool_calls");
+        assert_eq!(finish_reason(FinishReason::Length, true), "length");
+    }
+
+    #[test]
+    fn forced_prefix_is_parsed_as_part_of_the_reply() {
+        let mode = hermes("<tool_call>\n{\"name\": \"f\", \"arguments\": {");
+        let (m, calls) = message(Some(&mode), "\"x\": 1}}\n</tool_call>".into());
+        assert!(calls);
+        assert_eq!(m.tool_calls.unwrap()[0].function.arguments, r#"{"x":1}"#);
+        // streamed: the same arguments, in pieces
+        let mut d = ToolDeltas::new(&mode);
+        let mut parts = d.push("\"x\"");
+        parts.extend(d.push(": 1}}\n</tool_call>"));
+        parts.extend(d.finish());
+        let args: String = parts
+            .iter()
+            .flat_map(|p| &p.tool_calls)
+            .map(|t| t.function.arguments.as_str())
+            .collect();
+        assert_eq!(args, r#"{"x":1}"#);
+        let start = &parts.iter().flat_map(|p| &p.tool_calls).next().unwrap();
+        assert_eq!(start.function.name.as_deref(), Some("f"));
+        assert_eq!(d.calls_started(), 1);
+    }
+
+    #[test]
+    fn plain_text_passes_through() {
+        let (m, calls) = message(None, "hello".into());
+        assert!(!calls);
+        assert_eq!(m.content.as_deref(), Some("hello"));
+        let mut d = ToolDeltas::new(&hermes(""));
+        let mut parts = d.push("hel");
+        parts.extend(d.push("lo"));
+        parts.extend(d.finish());
+        let text: String = parts.iter().filter_map(|p| p.content.clone()).collect();
+        assert_eq!(text, "hello");
+    }
+}
