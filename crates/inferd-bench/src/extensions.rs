@@ -192,6 +192,9 @@ pub fn check_refusals<'a>(
         r.error
             .as_ref()
             .filter(|e| e.kind == ErrorKind::Http && matches!(e.status, Some(400 | 404)))
+            // a refusal for another reason (e.g. the prompt is too long) is an ordinary
+            // error, counted as such
+            .filter(|e| !e.message.contains("context_length_exceeded"))
             .map(|e| (r, e))
     });
     if let Some((r, e)) = refused {
