@@ -5,7 +5,7 @@
 use crate::agent::{Conversation, PromptMode};
 use crate::client::{Client, RequestMeta};
 use crate::corpus::{Corpus, Rng};
-use crate::record::{Clock, Dist, ErrorCounts, RequestRecord};
+use crate::record::{rate, run_end_us, Clock, Dist, ErrorCounts, RequestRecord};
 use crate::report::{dist_row, BenchReport, Workload};
 use anyhow::{bail, Result};
 use indicatif::ProgressBar;
@@ -93,11 +93,7 @@ impl ArrivalsSummary {
             short_replies: records.iter().filter(|r| r.short()).count(),
             generated_tokens,
             all_done_s,
-            tok_per_s: if all_done_s > 0.0 {
-                generated_tokens as f64 / all_done_s
-            } else {
-                0.0
-            },
+            tok_per_s: rate(generated_tokens, all_done_s),
             scheduled_s: scheduled_s.to_vec(),
             send_lag_ms: Dist::from_values(records.iter().filter_map(|r| {
                 let at = scheduled_s.get(r.agent)?;
@@ -191,7 +187,7 @@ pub async fn run_arrivals(
     for h in handles {
         records.push(h.await?);
     }
-    let wall_us = records.iter().map(|r| r.end_us).max().unwrap_or(0);
+    let wall_us = run_end_us(&records);
     let summary = ArrivalsSummary::from_records(&records, &schedule, wall_us);
     Ok(BenchReport::new(
         client.config.clone(),

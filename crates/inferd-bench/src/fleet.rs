@@ -5,7 +5,7 @@ use crate::agent::{Conversation, PromptMode};
 use crate::client::{Client, RequestMeta};
 use crate::corpus::Corpus;
 use crate::extensions::{check_refusals, run_id, Ext};
-use crate::record::{Clock, Dist, ErrorCounts, RequestRecord};
+use crate::record::{rate, run_end_us, Clock, Dist, ErrorCounts, RequestRecord};
 use crate::report::{BenchReport, Workload};
 use anyhow::{bail, Result};
 use indicatif::ProgressBar;
@@ -120,11 +120,7 @@ impl FleetSummary {
             short_replies: records.iter().filter(|r| r.short()).count(),
             generated_tokens,
             wall_s,
-            tok_per_s: if wall_s > 0.0 {
-                generated_tokens as f64 / wall_s
-            } else {
-                0.0
-            },
+            tok_per_s: rate(generated_tokens, wall_s),
             prompt_tokens_turn0: Dist::from_values(
                 records
                     .iter()
@@ -228,7 +224,7 @@ pub async fn run_fleet(
     if cfg.sessions {
         check_refusals(&records, "inferd.session")?;
     }
-    let wall_us = records.iter().map(|r| r.end_us).max().unwrap_or(0);
+    let wall_us = run_end_us(&records);
     pb.set_message(format!("{} tokens", tokens.load(Ordering::Relaxed)));
     let summary = FleetSummary::from_records(&records, n, wall_us);
     Ok(BenchReport::new(

@@ -13,7 +13,7 @@ use crate::calibrate::{first_turn_messages, FIRST_QUESTION};
 use crate::client::{Client, Message, Prompt, RequestMeta};
 use crate::corpus::{Corpus, Rng};
 use crate::extensions::{check_refusals, run_id, Ext, PinnedContext};
-use crate::record::{Clock, Dist, ErrorCounts, RequestRecord};
+use crate::record::{rate, run_end_us, Clock, Dist, ErrorCounts, RequestRecord};
 use crate::report::{dist_row, BenchReport, Workload};
 use anyhow::{bail, Result};
 use indicatif::ProgressBar;
@@ -167,11 +167,7 @@ impl ForkedSummary {
             errors: ErrorCounts::of(records),
             generated_tokens,
             wall_s,
-            tok_per_s: if wall_s > 0.0 {
-                generated_tokens as f64 / wall_s
-            } else {
-                0.0
-            },
+            tok_per_s: rate(generated_tokens, wall_s),
             brief_ttft_ms: brief.and_then(|r| r.ttft()).map(|t| t as f64 / 1000.0),
             brief_prompt_tokens: brief.and_then(|r| r.prompt_tokens),
             release_s: release_us as f64 / 1e6,
@@ -396,7 +392,7 @@ pub async fn run_forked(
         client.delete_context(ctx).await;
         check_refusals(&records, "inferd.context")?;
     }
-    let wall_us = records.iter().map(|r| r.end_us).max().unwrap_or(0);
+    let wall_us = run_end_us(&records);
     let mut summary = ForkedSummary::from_records(&records, release_us, wall_us);
     summary.pinned = pinned;
     Ok(BenchReport::new(

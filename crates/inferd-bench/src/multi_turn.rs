@@ -6,7 +6,7 @@ use crate::agent::{Conversation, PromptMode};
 use crate::client::{Client, RequestMeta};
 use crate::corpus::Corpus;
 use crate::extensions::{check_refusals, run_id, Ext};
-use crate::record::{Clock, Dist, ErrorCounts, RequestRecord};
+use crate::record::{rate, run_end_us, Clock, Dist, ErrorCounts, RequestRecord};
 use crate::report::{dist_row, BenchReport, Workload};
 use anyhow::{bail, Result};
 use indicatif::ProgressBar;
@@ -95,11 +95,7 @@ impl MultiTurnSummary {
             errors: ErrorCounts::of(records),
             generated_tokens,
             wall_s,
-            tok_per_s: if wall_s > 0.0 {
-                generated_tokens as f64 / wall_s
-            } else {
-                0.0
-            },
+            tok_per_s: rate(generated_tokens, wall_s),
             ttft_ms: Dist::from_us(records.iter().filter_map(|r| r.ttft())),
             gap_ms: Dist::from_us(records.iter().flat_map(|r| r.gaps_us())),
             turns: records.iter().map(TurnSummary::of).collect(),
@@ -198,7 +194,7 @@ pub async fn run_multi_turn(
     if cfg.sessions {
         check_refusals(&records, "inferd.session")?;
     }
-    let wall_us = records.iter().map(|r| r.end_us).max().unwrap_or(0);
+    let wall_us = run_end_us(&records);
     let summary = MultiTurnSummary::from_records(&records, wall_us);
     Ok(BenchReport::new(
         client.config.clone(),

@@ -171,6 +171,20 @@ impl Dist {
 }
 
 /// Linear-interpolated percentile of sorted values (`q` in 0..=1).
+/// `tokens / seconds`, 0 for an empty run.
+pub fn rate(tokens: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        tokens as f64 / seconds
+    } else {
+        0.0
+    }
+}
+
+/// When the last request of a run ended (µs on the run's clock).
+pub fn run_end_us(records: &[RequestRecord]) -> u64 {
+    records.iter().map(|r| r.end_us).max().unwrap_or(0)
+}
+
 pub fn percentile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;

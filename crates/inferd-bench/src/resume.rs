@@ -9,7 +9,7 @@ use crate::client::{Client, RequestMeta};
 use crate::corpus::Corpus;
 use crate::extensions::{check_refusals, run_id, Ext};
 use crate::forked::{agent_cache_rows, mean_cached_fraction, AgentCache};
-use crate::record::{Clock, Dist, ErrorCounts, RequestRecord};
+use crate::record::{rate, run_end_us, Clock, Dist, ErrorCounts, RequestRecord};
 use crate::report::{dist_row, BenchReport, Workload};
 use anyhow::{bail, Result};
 use indicatif::ProgressBar;
@@ -98,11 +98,7 @@ impl ResumeSummary {
             errors: ErrorCounts::of(records),
             generated_tokens,
             wall_s,
-            tok_per_s: if wall_s > 0.0 {
-                generated_tokens as f64 / wall_s
-            } else {
-                0.0
-            },
+            tok_per_s: rate(generated_tokens, wall_s),
             ttft_filler_ms: Dist::from_us(
                 records
                     .iter()
@@ -288,7 +284,7 @@ pub async fn run_resume(
         check_refusals(agents, "inferd.session")?;
     }
 
-    let wall_us = records.iter().map(|r| r.end_us).max().unwrap_or(0);
+    let wall_us = run_end_us(&records);
     let summary = ResumeSummary::from_records(&records, wall_us);
     Ok(BenchReport::new(
         client.config.clone(),

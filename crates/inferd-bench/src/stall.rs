@@ -5,7 +5,7 @@
 use crate::agent::{Conversation, PromptMode};
 use crate::client::{Client, RequestMeta};
 use crate::corpus::Corpus;
-use crate::record::{percentile, Clock, ErrorCounts, RequestRecord};
+use crate::record::{percentile, rate, run_end_us, Clock, ErrorCounts, RequestRecord};
 use crate::report::{BenchReport, Workload};
 use anyhow::{bail, Result};
 use indicatif::ProgressBar;
@@ -137,11 +137,7 @@ impl StallSummary {
             agents_decoding_through_prefill: through,
             generated_tokens,
             wall_s,
-            tok_per_s: if wall_s > 0.0 {
-                generated_tokens as f64 / wall_s
-            } else {
-                0.0
-            },
+            tok_per_s: rate(generated_tokens, wall_s),
             errors: ErrorCounts::of(records),
             warnings,
         }
@@ -225,7 +221,7 @@ pub async fn run_stall(
         records.push(h.await?);
     }
     records.push(long.record);
-    let wall_us = records.iter().map(|r| r.end_us).max().unwrap_or(0);
+    let wall_us = run_end_us(&records);
     let summary = StallSummary::from_records(&records, n, wall_us);
     Ok(BenchReport::new(
         client.config.clone(),

@@ -4,7 +4,7 @@
 //! cache report. Policy lives in [`crate::memory`]; block mechanics in
 //! `inferd_core::kv::KvManager`.
 
-use inferd_core::kv::SeqId;
+use inferd_core::kv::{KvManager, SeqId};
 use inferd_core::sched::Request;
 use inferd_runtime::Backend;
 use tokio::sync::mpsc as tmpsc;
@@ -18,11 +18,18 @@ use crate::request::GenRequest;
 use crate::seq::{Build, Seq};
 use crate::spill;
 
+/// An entry's tokens when its owner holds no KV (to read it back), else `None`: the
+/// tokens are copied only when needed.
+fn absent_tokens(kvm: &KvManager, owner: SeqId, tokens: &[u32]) -> Option<Vec<u32>> {
+    kvm.owner_tokens(owner).is_none().then(|| tokens.to_vec())
+}
+
 impl<B: Backend> Engine<B> {
     /// The owner a new request continues: its session if parked, else its context.
     pub(crate) fn prefix_source(&mut self, req: &GenRequest) -> Option<SeqId> {
         self.tick += 1;
         let tick = self.tick;
+        let kvm = &self.kvm;
         let session = req
             .session
             .as_ref()
@@ -30,21 +37,26 @@ impl<B: Backend> Engine<B> {
             .map(|e| {
                 e.last_used = unix_now();
                 e.tick = tick;
-                (e.owner, e.tokens.clone())
+                (e.owner, absent_tokens(kvm, e.owner, &e.tokens))
             });
-        if let Some((owner, tokens)) = session {
+        if let Some((owner, missing)) = session {
             // Released under memory pressure, or from before a restart: read it back.
-            self.revive(owner, &tokens, true);
+            if let Some(tokens) = missing {
+                self.revive(owner, &tokens, true);
+            }
             if self.kvm.owner_tokens(owner).is_some() {
                 return Some(owner);
             }
         }
-        let (owner, tokens, pinned) = req
+        let kvm = &self.kvm;
+        let (owner, missing, pinned) = req
             .context
             .as_ref()
             .and_then(|c| self.memory.contexts.get(c))
-            .map(|e| (e.owner, e.tokens.clone(), e.pinned))?;
-        self.revive(owner, &tokens, pinned);
+            .map(|e| (e.owner, absent_tokens(kvm, e.owner, &e.tokens), e.pinned))?;
+        if let Some(tokens) = missing {
+            self.revive(owner, &tokens, pinned);
+        }
         self.kvm.owner_tokens(owner).is_some().then_some(owner)
     }
 
@@ -168,27 +180,27 @@ impl<B: Backend> Engine<B> {
     }
 
     pub(crate) fn delete_context(&mut self, id: &str) -> Result<(), MemoryError> {
-        let e = self
-            .memory
-            .contexts
-            .remove(id)
-            .ok_or_else(|| MemoryError::NotFound(format!("no context with id '{id}'")))?;
-        self.kvm.free(e.owner);
-        if let Some(t) = self.spill.as_mut() {
-            t.remove_record(spill::CONTEXT, id);
-        }
-        Ok(())
+        self.forget(spill::CONTEXT, id)
     }
 
     pub(crate) fn delete_session(&mut self, id: &str) -> Result<(), MemoryError> {
-        let e = self
-            .memory
-            .sessions
+        self.forget(spill::SESSION, id)
+    }
+
+    /// Drops a named context or session: its blocks (they stay in the prefix cache until
+    /// reused) and its record on disk.
+    fn forget(&mut self, kind: &'static str, id: &str) -> Result<(), MemoryError> {
+        let map = if kind == spill::CONTEXT {
+            &mut self.memory.contexts
+        } else {
+            &mut self.memory.sessions
+        };
+        let e = map
             .remove(id)
-            .ok_or_else(|| MemoryError::NotFound(format!("no session with id '{id}'")))?;
+            .ok_or_else(|| MemoryError::NotFound(format!("no {kind} with id '{id}'")))?;
         self.kvm.free(e.owner);
         if let Some(t) = self.spill.as_mut() {
-            t.remove_record(spill::SESSION, id);
+            t.remove_record(kind, id);
         }
         Ok(())
     }

@@ -8,13 +8,6 @@ use inferd_engine::{CacheMode, ContextSpec, EngineConfig, GenRequest, KvBudget, 
 
 const MAX_TOKENS: usize = 12;
 
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap()
-        .block_on(f)
-}
-
 /// A long shared brief (several KV blocks, not a multiple of the block size).
 fn brief(e: &inferd_engine::EngineHandle) -> Vec<u32> {
     let text = "<|im_start|>system\nYou are a careful assistant for a team that maintains a \

@@ -11,13 +11,6 @@ use inferd_engine::{ContextSpec, EngineConfig, EngineHandle, GenRequest, SpillCo
 
 const MAX_TOKENS: usize = 10;
 
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap()
-        .block_on(f)
-}
-
 fn temp_dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("inferd-spill-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);

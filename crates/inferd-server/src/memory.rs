@@ -10,7 +10,7 @@
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use inferd_engine::{CacheReport, ContextInfo, ContextSpec, MemoryError};
+use inferd_engine::{CacheReport, ContextInfo, ContextSpec, MemoryError, SessionInfo};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -73,6 +73,8 @@ fn context_json(c: &ContextInfo) -> Value {
         "pinned": c.pinned,
         "created": c.created,
         "resident_tokens": c.resident_tokens,
+        "resident_blocks": c.resident_blocks,
+        "spilled_blocks": c.spilled_blocks,
     })
 }
 
@@ -178,23 +180,22 @@ pub async fn delete(
     Ok(Json(json!({"id": id, "object": "context.deleted", "deleted": true})).into_response())
 }
 
+fn session_json(s: &SessionInfo) -> Value {
+    json!({
+        "id": s.id,
+        "object": "session",
+        "tokens": s.tokens,
+        "resident_tokens": s.resident_tokens,
+        "resident_blocks": s.resident_blocks,
+        "spilled_blocks": s.spilled_blocks,
+        "last_used": s.last_used,
+    })
+}
+
 /// `GET /v1/sessions`.
 pub async fn list_sessions(State(state): State<AppState>) -> Result<Response, ApiError> {
     let r = state.engine.cache_report().await.map_err(api_error)?;
-    let data: Vec<Value> = r
-        .sessions
-        .iter()
-        .map(|s| {
-            json!({
-                "id": s.id,
-                "object": "session",
-                "tokens": s.tokens,
-                "resident_tokens": s.resident_tokens,
-                "spilled_blocks": s.spilled_blocks,
-                "last_used": s.last_used,
-            })
-        })
-        .collect();
+    let data: Vec<Value> = r.sessions.iter().map(session_json).collect();
     Ok(Json(json!({"object": "list", "data": data})).into_response())
 }
 
@@ -228,22 +229,8 @@ fn cache_json(r: &CacheReport) -> Value {
         "parked": part(r.blocks_parked),
         "running": part(r.blocks_running),
         "spilled": {"blocks": r.blocks_spilled, "tokens": r.blocks_spilled * bs, "bytes": r.bytes_spilled},
-        "contexts": r.contexts.iter().map(|c| json!({
-            "id": c.id,
-            "tokens": c.tokens.len(),
-            "pinned": c.pinned,
-            "resident_tokens": c.resident_tokens,
-            "resident_blocks": c.resident_blocks,
-            "spilled_blocks": c.spilled_blocks,
-        })).collect::<Vec<_>>(),
-        "sessions": r.sessions.iter().map(|s| json!({
-            "id": s.id,
-            "tokens": s.tokens,
-            "resident_tokens": s.resident_tokens,
-            "resident_blocks": s.resident_blocks,
-            "spilled_blocks": s.spilled_blocks,
-            "last_used": s.last_used,
-        })).collect::<Vec<_>>(),
+        "contexts": r.contexts.iter().map(context_json).collect::<Vec<_>>(),
+        "sessions": r.sessions.iter().map(session_json).collect::<Vec<_>>(),
     })
 }
 

@@ -308,6 +308,16 @@ impl Scheduler {
             }
             let s = &self.seqs[&id];
             let (num_tokens, source) = (s.num_tokens, s.prefix_source);
+            // Even a full prefix hit shares at most the full blocks before the last
+            // token: when the rest cannot fit, skip the hashing (this runs every step for
+            // every request waiting on memory).
+            let at_least = kv
+                .blocks_for(num_tokens + 1)
+                .saturating_sub((num_tokens - 1) / kv.block_size());
+            if at_least > kv.pool().num_free() {
+                out.kv_short = true;
+                continue;
+            }
             let mut cached = 0;
             if s.reuse_prefix {
                 let t = tokens(id);

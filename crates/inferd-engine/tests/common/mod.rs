@@ -135,3 +135,12 @@ pub fn wait_for(mut f: impl FnMut() -> bool, what: &str) {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// Runs one of the handle's async calls (contexts, sessions, cache report) to completion.
+#[allow(dead_code)]
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
