@@ -1,0 +1,261 @@
+//! Grammars over the real vocabularies of SmolLM2 (byte-level BPE, 49,152 tokens) and
+//! Qwen2.5 (151,936 logits, `<tool_call>` an added token): token bytes, masks that let a
+//! valid reply through token by token and stop an invalid one, end of sequence only
+//! where the grammar may end, and schema errors.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use inferd_formats::GgufFile;
+use inferd_grammar::{
+    vocab, AnswerFormat, CallFormat, Constraint, GrammarError, Grammars, ReplyFormat,
+};
+use inferd_text::Tokenizer;
+use inferd_tools::{Tool, ToolSyntax};
+use serde_json::{json, Value};
+
+/// A pulled model's tokenizer and logit count, or `None` (with a note) when absent;
+/// with `INFERD_REQUIRE_MODELS=1` absence fails.
+fn model(dir: &str) -> Option<(Arc<Tokenizer>, usize)> {
+    let base = std::env::var_os("INFERD_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/inferd")))
+        .unwrap_or_default();
+    let dir = base.join("models").join(dir);
+    let path = std::fs::read_dir(&dir).ok().and_then(|rd| {
+        rd.filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.extension().is_some_and(|x| x == "gguf"))
+    });
+    let Some(path) = path else {
+        assert!(
+            std::env::var("INFERD_REQUIRE_MODELS").map_or(true, |v| v != "1"),
+            "{} has no GGUF",
+            dir.display()
+        );
+        eprintln!("note: {} absent, skipping", dir.display());
+        return None;
+    };
+    let gguf = GgufFile::open(&path).expect("open gguf");
+    let tok = Tokenizer::from_gguf(&gguf).expect("tokenizer");
+    let n_vocab = gguf
+        .tensor_info("token_embd.weight")
+        .map(|t| t.shape[0])
+        .unwrap_or(tok.vocab_size());
+    Some((Arc::new(tok), n_vocab))
+}
+
+fn smollm2() -> Option<(Arc<Tokenizer>, usize)> {
+    model("smollm2-135m-instruct")
+}
+
+fn qwen() -> Option<(Arc<Tokenizer>, usize)> {
+    model("qwen2.5-coder-0.5b-instruct")
+}
+
+fn answer(schema: Value) -> ReplyFormat {
+    ReplyFormat {
+        answer: Some(AnswerFormat::JsonSchema(schema)),
+        calls: None,
+    }
+}
+
+/// Feeds `text` token by token (as the tokenizer splits it); the index of the first
+/// token the mask refuses, or `None` when all pass.
+fn first_refused(c: &mut Constraint, tok: &Tokenizer, text: &str) -> Option<usize> {
+    let ids = tok.encode(text, false).unwrap();
+    for (i, &id) in ids.iter().enumerate() {
+        let mask = c.mask().unwrap();
+        if !mask.allows(id) {
+            eprintln!(
+                "refused token {i} {id} {:?} after {:?}",
+                tok.decode(&[id], false),
+                tok.decode(&ids[..i], false)
+            );
+            return Some(i);
+        }
+        c.commit(id).unwrap();
+    }
+    None
+}
+
+fn stops_allowed(c: &mut Constraint, tok: &Tokenizer) -> bool {
+    let mask = c.mask().unwrap();
+    tok.stop_ids().iter().all(|&s| mask.allows(s))
+}
+
+#[test]
+fn token_bytes_decode_as_the_tokenizer_does() {
+    for (tok, n_vocab) in [smollm2(), qwen()].into_iter().flatten() {
+        let words = vocab::token_bytes(&tok, n_vocab).unwrap();
+        assert_eq!(words.len(), n_vocab);
+        let mut checked = 0;
+        for (id, w) in words.iter().enumerate().take(tok.vocab_size()) {
+            let id = id as u32;
+            if tok.is_special(id) {
+                assert_eq!(w[0], 0xFF, "special token {id} must be unspellable");
+                continue;
+            }
+            if let Ok(text) = std::str::from_utf8(w) {
+                assert_eq!(tok.decode(&[id], false).unwrap(), text, "token {id}");
+                checked += 1;
+            }
+        }
+        assert!(checked > tok.vocab_size() * 9 / 10, "{checked}");
+        // Rows past the tokenizer (Qwen pads its embedding) can never be chosen.
+        for w in &words[tok.vocab_size()..] {
+            assert_eq!(w[0], 0xFF);
+        }
+    }
+}
+
+#[test]
+fn a_valid_reply_passes_and_ends_only_when_complete() {
+    let Some((tok, n)) = smollm2() else { return };
+    let g = Grammars::new(tok.clone(), n).unwrap();
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "days": {"type": "integer", "minimum": 1, "maximum": 7},
+            "units": {"enum": ["metric", "imperial"]}
+        },
+        "required": ["city", "days"],
+        "additionalProperties": false
+    });
+    let mut c = g.compile(&answer(schema.clone())).unwrap();
+    assert!(!stops_allowed(&mut c, &tok), "empty reply is not JSON");
+    assert_eq!(
+        first_refused(&mut c, &tok, r#"{"city": "Paris", "days": 3"#),
+        None
+    );
+    assert!(!stops_allowed(&mut c, &tok), "the object is still open");
+    assert_eq!(first_refused(&mut c, &tok, "}"), None);
+    assert!(stops_allowed(&mut c, &tok));
+    assert!(c.is_finished() || c.is_accepting());
+
+    // Out of range, a key not in the schema, free whitespace: each refused.
+    for bad in [
+        r#"{"city": "Paris", "days": 9}"#,
+        r#"{"town": "Paris"}"#,
+        "{ \"city\"",
+        "{\n",
+    ] {
+        let mut c = g.compile(&answer(schema.clone())).unwrap();
+        assert!(first_refused(&mut c, &tok, bad).is_some(), "{bad}");
+    }
+}
+
+#[test]
+fn json_object_allows_any_object_and_nothing_else() {
+    let Some((tok, n)) = smollm2() else { return };
+    let g = Grammars::new(tok.clone(), n).unwrap();
+    let f = ReplyFormat {
+        answer: Some(AnswerFormat::JsonObject),
+        calls: None,
+    };
+    let mut c = g.compile(&f).unwrap();
+    assert_eq!(
+        first_refused(&mut c, &tok, r#"{"a": [1, 2.5, null], "b": {"c": true}}"#),
+        None
+    );
+    assert!(stops_allowed(&mut c, &tok));
+    let mut c = g.compile(&f).unwrap();
+    assert_eq!(first_refused(&mut c, &tok, "Sure! {"), Some(0));
+}
+
+#[test]
+fn bad_schemas_are_refused_with_a_reason() {
+    let Some((tok, n)) = smollm2() else { return };
+    let g = Grammars::new(tok, n).unwrap();
+    for (schema, needle) in [
+        (
+            json!({"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}, "required": ["a"]}),
+            "missing",
+        ),
+        (json!({"type": "strin"}), "strin"),
+        (json!({"type": "integer", "minimum": 5, "maximum": 1}), ""),
+        (json!(7), "object"),
+    ] {
+        match g.compile(&answer(schema.clone())) {
+            Err(GrammarError::Invalid(msg)) => assert!(msg.contains(needle), "{schema}: {msg}"),
+            other => panic!("{schema}: expected an error, got {other:?}"),
+        }
+    }
+}
+
+fn weather_tool() -> Tool {
+    Tool {
+        name: "get_weather".into(),
+        description: None,
+        parameters: Some(json!({
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+            "additionalProperties": false
+        })),
+        strict: true,
+    }
+}
+
+#[test]
+fn forced_hermes_call_uses_qwen_tool_tokens() {
+    let Some((tok, n)) = qwen() else { return };
+    let g = Grammars::new(tok.clone(), n).unwrap();
+    let f = ReplyFormat {
+        answer: None,
+        calls: Some(CallFormat {
+            syntax: ToolSyntax::Hermes,
+            tools: vec![weather_tool()],
+            opened: true,
+            parallel: true,
+        }),
+    };
+    let mut c = g.compile(&f).unwrap();
+    let call = "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+    assert_eq!(first_refused(&mut c, &tok, call), None);
+    // Done, or another call; `</tool_call>` came as Qwen's own added token.
+    assert!(stops_allowed(&mut c, &tok));
+    assert!(tok
+        .encode(call, false)
+        .unwrap()
+        .contains(&tok.token_to_id("</tool_call>").unwrap()));
+    let mut again = c.clone();
+    assert_eq!(
+        first_refused(&mut again, &tok, &format!("\n<tool_call>\n{call}")),
+        None
+    );
+    assert!(stops_allowed(&mut again, &tok));
+    // Another function's name is refused.
+    let mut c = g.compile(&f).unwrap();
+    assert!(first_refused(&mut c, &tok, "{\"name\": \"get_time\"").is_some());
+}
+
+#[test]
+fn answer_or_calls_in_llama3_syntax() {
+    let Some((tok, n)) = smollm2() else { return };
+    let g = Grammars::new(tok.clone(), n).unwrap();
+    let f = ReplyFormat {
+        answer: Some(AnswerFormat::JsonSchema(json!({
+            "type": "object",
+            "properties": {"answer": {"type": "string"}},
+            "required": ["answer"],
+            "additionalProperties": false
+        }))),
+        calls: Some(CallFormat {
+            syntax: ToolSyntax::Llama3Json,
+            tools: vec![weather_tool()],
+            opened: false,
+            parallel: false,
+        }),
+    };
+    for text in [
+        r#"{"answer": "sunny"}"#,
+        r#"{"name": "get_weather", "parameters": {"city": "Oslo"}}"#,
+    ] {
+        let mut c = g.compile(&f).unwrap();
+        assert_eq!(first_refused(&mut c, &tok, text), None, "{text}");
+        assert!(stops_allowed(&mut c, &tok), "{text}");
+    }
+    let mut c = g.compile(&f).unwrap();
+    assert!(first_refused(&mut c, &tok, r#"{"name": "get_weather", "arguments""#).is_some());
+}
