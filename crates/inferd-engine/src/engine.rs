@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use inferd_core::kv::{root_key, KvManager};
 use inferd_core::sched::{Request, Scheduler, SchedulerOutput};
+use inferd_grammar::Grammars;
 use inferd_runtime::{Backend, ForwardBatch, KvDtype, KvLayout, Model, RuntimeError};
 use inferd_text::Tokenizer;
 
@@ -55,6 +56,9 @@ pub fn start<B: Backend + 'static>(
         max_context,
         vocab_size: model.cfg.vocab_size,
     };
+    // The vocabulary trie grammars are compiled against (built once: 0.15 s for 49k tokens,
+    // 0.65 s for 152k).
+    let grammars = Grammars::new(tokenizer.clone(), model.cfg.vocab_size);
     let (tx, rx) = mpsc::channel();
     let shared = Arc::new(Shared {
         inbox: Mutex::new(tx),
@@ -129,6 +133,7 @@ pub fn start<B: Backend + 'static>(
         shared,
         info: Arc::new(info),
         tokenizer,
+        grammars,
     })
 }
 
@@ -292,7 +297,7 @@ impl<B: Backend> Engine<B> {
         }
         let batch = self.build_batch(&mut out);
         metrics::histogram!(names::STEP_TOKENS).record(batch.n_tokens() as f64);
-        let logits = match self.model.forward(&mut self.kv, &self.layout, &batch) {
+        let logits = match self.forward_with_masks(&out, &batch) {
             Ok(l) => l,
             Err(e) => {
                 self.fail(&out, &e.to_string());
@@ -343,6 +348,52 @@ impl<B: Backend> Engine<B> {
         st.steps += 1;
         st.requests_finished += completed;
         true
+    }
+
+    /// Runs the forward pass; meanwhile a helper thread computes the grammar masks of
+    /// the constrained sequences that sample this step, so masks cost the batch nothing
+    /// while they take less time than the forward pass (`MASK_WAIT` records the rest).
+    fn forward_with_masks(
+        &mut self,
+        out: &SchedulerOutput,
+        batch: &ForwardBatch,
+    ) -> Result<Vec<f32>, RuntimeError> {
+        let constrained: Vec<u64> = out
+            .chunks
+            .iter()
+            .filter(|c| c.samples)
+            .map(|c| c.seq)
+            .filter(|id| {
+                self.seqs
+                    .get(id)
+                    .is_some_and(|s| s.constraint.is_some() && s.build.is_none())
+            })
+            .collect();
+        if constrained.is_empty() {
+            return self.model.forward(&mut self.kv, &self.layout, batch);
+        }
+        let seqs = &mut self.seqs;
+        let (model, kv, layout) = (&self.model, &mut self.kv, &self.layout);
+        std::thread::scope(|scope| {
+            let masks = std::thread::Builder::new()
+                .name("inferd-masks".into())
+                .spawn_scoped(scope, move || {
+                    for id in &constrained {
+                        if let Some(s) = seqs.get_mut(id) {
+                            s.prepare_mask();
+                        }
+                    }
+                });
+            let logits = model.forward(kv, layout, batch);
+            let waited = Instant::now();
+            // A mask thread that could not start or panicked leaves masks unset: each
+            // sequence then computes its own when it samples.
+            if let Ok(h) = masks {
+                let _ = h.join();
+            }
+            metrics::histogram!(names::MASK_WAIT).record(waited.elapsed().as_secs_f64());
+            logits
+        })
     }
 
     /// The scheduled chunks as one forward pass (logits rows in chunk order). The block

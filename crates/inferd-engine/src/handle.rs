@@ -6,6 +6,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use inferd_grammar::{GrammarError, Grammars};
 use inferd_text::Tokenizer;
 use tokio::sync::mpsc as tmpsc;
 use tokio::sync::oneshot;
@@ -59,6 +60,9 @@ pub struct EngineHandle {
     pub(crate) shared: Arc<Shared>,
     pub info: Arc<ModelInfo>,
     pub tokenizer: Arc<Tokenizer>,
+    /// Compiles reply formats into [`crate::GenRequest::constraint`]s for this model, or
+    /// why this model cannot be constrained.
+    pub grammars: Result<Grammars, GrammarError>,
 }
 
 impl EngineHandle {

@@ -2,6 +2,7 @@
 //! what a request asks for, and the events its stream yields.
 
 use inferd_core::sampling::SamplingParams;
+use inferd_grammar::Constraint;
 
 /// One generation request, already tokenized.
 #[derive(Clone, Debug)]
@@ -28,6 +29,10 @@ pub struct GenRequest {
     pub session: Option<String>,
     /// Longest this sequence may get (prompt + generated), below the model's limit.
     pub max_context: Option<usize>,
+    /// Holds the reply to a grammar (a JSON Schema, tool calls): only tokens it allows
+    /// are sampled, end of sequence only where it may end, and the reply ends when it
+    /// is complete. Built by [`crate::EngineHandle::grammars`].
+    pub constraint: Option<Constraint>,
 }
 
 /// What a request leaves in the KV cache.
@@ -55,6 +60,7 @@ impl GenRequest {
             context: None,
             session: None,
             max_context: None,
+            constraint: None,
         }
     }
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use inferd_core::sampling::{Sampled, Sampler};
+use inferd_grammar::{Constraint, GrammarError, TokenMask};
 use inferd_text::{IncrementalDecoder, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -38,6 +39,13 @@ pub(crate) struct Seq {
     pub no_trace: bool,
     /// Set when this sequence only prefills a context.
     pub build: Option<Build>,
+    /// The grammar the reply is held to.
+    pub constraint: Option<Constraint>,
+    /// The tokens allowed at this step, computed beside the forward pass.
+    pub mask: Option<Result<TokenMask, GrammarError>>,
+    /// Under a constraint: the ids that end the reply (the grammar allows them only
+    /// where it may end, `ignore_eos` or not).
+    grammar_eos: Vec<u32>,
 }
 
 /// A context being prefilled: where it goes when its KV is computed.
@@ -64,6 +72,11 @@ impl Seq {
         max_context: usize,
         tx: UnboundedSender<Event>,
     ) -> Self {
+        let grammar_eos = if req.constraint.is_some() {
+            tokenizer.stop_ids().to_vec()
+        } else {
+            Vec::new()
+        };
         let stop_ids = if req.ignore_eos {
             Vec::new()
         } else {
@@ -77,6 +90,9 @@ impl Seq {
             session: req.session,
             no_trace: req.cache == CacheMode::Drop,
             build: None,
+            constraint: req.constraint,
+            mask: None,
+            grammar_eos,
             tokens: req.prompt,
             stop_ids,
             sampler: Sampler::new(req.sampling),
@@ -101,11 +117,38 @@ impl Seq {
         }
     }
 
+    /// Computes this step's mask (a constrained sequence only). Runs on the mask
+    /// thread while the forward pass runs.
+    pub fn prepare_mask(&mut self) {
+        if let Some(c) = &mut self.constraint {
+            self.mask = Some(c.mask());
+        }
+    }
+
     /// Samples from this sequence's logits row and handles the token.
     pub fn step(&mut self, logits: &[f32]) -> Outcome {
+        if self.constraint.is_some() && self.mask.is_none() {
+            self.prepare_mask();
+        }
+        let mask = match self.mask.take() {
+            None => None,
+            Some(Ok(m)) => Some(m),
+            Some(Err(e)) => return self.fail(e),
+        };
         let (prompt, generated) = self.tokens.split_at(self.prompt_len);
-        let s = self.sampler.sample(logits, prompt, generated);
+        let s = self.sampler.sample_masked(
+            logits,
+            prompt,
+            generated,
+            mask.as_ref().map(TokenMask::words),
+        );
         self.accept(s)
+    }
+
+    /// The constraint failed: the client gets an error and the sequence ends.
+    fn fail(&mut self, e: GrammarError) -> Outcome {
+        self.send(Event::Error(e.to_string()));
+        Outcome::Finished
     }
 
     fn accept(&mut self, s: Sampled) -> Outcome {
@@ -122,6 +165,18 @@ impl Seq {
             logprob: s.logprob,
             top_logprobs: s.top_logprobs,
         });
+        let mut grammar_done = false;
+        if let Some(c) = &mut self.constraint {
+            if self.grammar_eos.contains(&s.token) {
+                // The grammar allowed the end here.
+                let (tail, _) = self.flush_tail();
+                return self.finish(tail, FinishReason::Stop);
+            }
+            if let Err(e) = c.commit(s.token) {
+                return self.fail(e);
+            }
+            grammar_done = c.is_finished();
+        }
         if self.stop_ids.contains(&s.token) {
             // End of sequence: its own text is not shown.
             let (tail, _) = self.flush_tail();
@@ -137,6 +192,11 @@ impl Seq {
                 }
             }
             StopStep::Emit(_) => {}
+        }
+        if grammar_done {
+            // Complete: nothing but the end may follow, so the reply ends here.
+            let (tail, _) = self.flush_tail();
+            return self.finish(tail, FinishReason::Stop);
         }
         if self.generated() >= self.max_tokens || self.tokens.len() >= self.max_len {
             let (tail, stopped) = self.flush_tail();

@@ -42,4 +42,7 @@ pub mod names {
     pub const TTFT: &str = "inferd_time_to_first_token_seconds";
     pub const ITL: &str = "inferd_inter_token_latency_seconds";
     pub const STEP_TOKENS: &str = "inferd_step_tokens";
+    /// Time a step waited, after the forward pass, for grammar masks still being
+    /// computed (0 when masks are hidden behind the forward pass).
+    pub const MASK_WAIT: &str = "inferd_grammar_mask_wait_seconds";
 }

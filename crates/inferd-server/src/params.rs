@@ -3,6 +3,7 @@
 
 use inferd_core::sampling::SamplingParams;
 use inferd_engine::{CacheMode, GenRequest};
+use inferd_grammar::Constraint;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -184,7 +185,12 @@ pub fn completion_logprobs(logprobs: Option<u64>) -> Result<Option<usize>, ApiEr
 /// The engine request for a tokenized prompt: `max_tokens` defaults to the context left
 /// (or the configured default) and is capped by the configured cap; generation also ends
 /// at the context limit, so a larger ask is not an error.
-pub fn gen_request(state: &AppState, c: &Checked, prompt: Vec<u32>) -> GenRequest {
+pub fn gen_request(
+    state: &AppState,
+    c: &Checked,
+    prompt: Vec<u32>,
+    constraint: Option<Constraint>,
+) -> GenRequest {
     let cfg = &state.config;
     let limit = state
         .engine
@@ -211,6 +217,7 @@ pub fn gen_request(state: &AppState, c: &Checked, prompt: Vec<u32>) -> GenReques
         context: c.context.clone(),
         session: c.session.clone(),
         max_context: c.max_context,
+        constraint,
     }
 }
 

@@ -70,6 +70,21 @@ impl Sampler {
     /// every logit is `-inf`/`NaN` the distribution is taken as uniform. An empty `logits`
     /// returns token 0 with no logprobs.
     pub fn sample(&mut self, logits: &[f32], prompt: &[u32], generated: &[u32]) -> Sampled {
+        self.sample_masked(logits, prompt, generated, None)
+    }
+
+    /// [`sample`](Sampler::sample) restricted to the tokens `allowed` marks: bit `t % 32` of
+    /// word `t / 32` set means token `t` may be chosen (ids past the bitset may not). The
+    /// others get `-inf` after penalties, so logprobs are those of the distribution the
+    /// token is drawn from. If every allowed token's logit is `-inf`/`NaN`, the allowed
+    /// tokens are taken as equally likely; an all-zero bitset is treated as no mask.
+    pub fn sample_masked(
+        &mut self,
+        logits: &[f32],
+        prompt: &[u32],
+        generated: &[u32],
+        allowed: Option<&[u32]>,
+    ) -> Sampled {
         if logits.is_empty() {
             return Sampled {
                 token: 0,
@@ -78,6 +93,9 @@ impl Sampler {
             };
         }
         self.prepare_logits(logits, prompt, generated);
+        if let Some(words) = allowed.filter(|w| w.iter().any(|&x| x != 0)) {
+            apply_mask(&mut self.logits, words);
+        }
         let token = if self.params.is_greedy() {
             argmax(&self.logits)
         } else {
@@ -172,6 +190,26 @@ impl Sampler {
                 let (w, ids) = (&self.weights, &self.trunc.idx[..n]);
                 let kept = ids.iter().map(|&i| (i, w[i as usize]));
                 pick(kept.clone().map(|(_, x)| x as f64).sum(), u, kept)
+            }
+        }
+    }
+}
+
+/// Sets every token `words` does not allow to `-inf`; if no allowed token is left with a
+/// finite logit, the allowed ones become 0 (uniform among them).
+fn apply_mask(logits: &mut [f32], words: &[u32]) {
+    let allowed = |t: usize| words.get(t / 32).is_some_and(|w| (w >> (t % 32)) & 1 == 1);
+    let mut any_finite = false;
+    for (t, l) in logits.iter_mut().enumerate() {
+        if !allowed(t) {
+            *l = f32::NEG_INFINITY;
+        }
+        any_finite |= *l > f32::NEG_INFINITY;
+    }
+    if !any_finite {
+        for (t, l) in logits.iter_mut().enumerate() {
+            if allowed(t) {
+                *l = 0.0;
             }
         }
     }

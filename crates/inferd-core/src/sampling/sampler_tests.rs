@@ -361,3 +361,66 @@ fn timing_large_vocab() {
         println!("{name}: {:.3} ms/call (min of 60)", best * 1e3);
     }
 }
+
+/// Bitset with the given ids allowed.
+fn mask(ids: &[u32], vocab: usize) -> Vec<u32> {
+    let mut w = vec![0u32; vocab.div_ceil(32)];
+    for &t in ids {
+        w[t as usize / 32] |= 1 << (t % 32);
+    }
+    w
+}
+
+#[test]
+fn a_mask_limits_greedy_and_random_choice_to_allowed_tokens() {
+    let logits = pseudo_logits(100, 7);
+    let allowed = [3u32, 40, 77];
+    let m = mask(&allowed, 100);
+    let best = *allowed
+        .iter()
+        .max_by(|a, b| logits[**a as usize].total_cmp(&logits[**b as usize]))
+        .unwrap();
+    let mut g = Sampler::new(SamplingParams::greedy());
+    assert_eq!(g.sample_masked(&logits, &[], &[], Some(&m)).token, best);
+    let mut s = Sampler::new(params(|p| p.temperature = 1.0));
+    let mut seen = [0usize; 100];
+    for _ in 0..3000 {
+        seen[s.sample_masked(&logits, &[], &[], Some(&m)).token as usize] += 1;
+    }
+    // Only allowed tokens, in the proportions of softmax over the allowed ones.
+    let sub: Vec<f32> = allowed.iter().map(|&t| logits[t as usize]).collect();
+    let probs = softmax(&sub, 1.0);
+    let h: Vec<usize> = allowed.iter().map(|&t| seen[t as usize]).collect();
+    assert_eq!(h.iter().sum::<usize>(), 3000);
+    assert_matches_probs(&h, &probs, 3000);
+}
+
+#[test]
+fn masked_logprobs_are_those_of_the_allowed_distribution() {
+    let logits = [1.0f32, 2.0, 3.0, 4.0];
+    let m = mask(&[0, 1], 4);
+    let mut s = Sampler::new(params(|p| {
+        p.temperature = 0.0;
+        p.logprobs = Some(2);
+    }));
+    let out = s.sample_masked(&logits, &[], &[], Some(&m));
+    assert_eq!(out.token, 1);
+    let p1 = (std::f64::consts::E / (1.0 + std::f64::consts::E)).ln();
+    assert!((out.logprob.unwrap() as f64 - p1).abs() < 1e-5);
+    assert_eq!(out.top_logprobs[0].0, 1);
+}
+
+#[test]
+fn allowed_tokens_with_no_finite_logit_are_uniform_and_ids_past_the_mask_are_refused() {
+    let mut logits = vec![0.5f32; 70];
+    logits[5] = f32::NAN;
+    logits[6] = f32::NEG_INFINITY;
+    let m = mask(&[5, 6], 64); // 2 words: ids 64.. are past the mask
+    let mut s = Sampler::new(params(|p| p.temperature = 1.0));
+    let mut seen = [0usize; 70];
+    for _ in 0..400 {
+        seen[s.sample_masked(&logits, &[], &[], Some(&m)).token as usize] += 1;
+    }
+    assert_eq!(seen[5] + seen[6], 400);
+    assert!(seen[5] > 100 && seen[6] > 100, "{seen:?}");
+}

@@ -10,6 +10,7 @@ use inferd_engine::{ContextInfo, Delta, FinishReason, TokenOut, Usage};
 use inferd_text::{ChatInput, ChatTemplate, Tokenizer};
 use serde_json::{Map, Value};
 
+use super::format;
 use super::logprobs::chat_logprobs;
 use super::sse::{self, data, ChunkFormat};
 use super::tools::{self, DeltaParts, ToolDeltas};
@@ -52,17 +53,27 @@ pub async fn handler(
         .as_ref()
         .map(|m| m.forced.clone())
         .unwrap_or_default();
+    // A forced call is the whole reply; otherwise the answer may be held to
+    // `response_format`, with calls of the offered tools as the alternative.
+    let answer =
+        format::answer_format(common.response_format.as_ref())?.filter(|_| forced.is_empty());
+    let calls = tool_mode
+        .as_ref()
+        .and_then(|m| m.call_format(answer.is_some(), chat.parallel_tool_calls));
     let ctx = match &checked.context {
         Some(id) => Some(state.engine.context(id).await.map_err(memory::api_error)?),
         None => None,
     };
     let st = state.clone();
     let effort = checked.effort;
-    let prompt =
-        tokio::task::spawn_blocking(move || render(&st, &chat, ctx.as_ref(), effort, &forced))
-            .await
-            .map_err(|e| ApiError::internal(format!("rendering the prompt failed: {e}")))??;
-    let req = gen_request(&state, &checked, prompt);
+    let (prompt, constraint) = tokio::task::spawn_blocking(move || {
+        let constraint = format::constraint(&st, answer, calls)?;
+        let prompt = render(&st, &chat, ctx.as_ref(), effort, &forced)?;
+        Ok::<_, ApiError>((prompt, constraint))
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("rendering the prompt failed: {e}")))??;
+    let req = gen_request(&state, &checked, prompt, constraint);
     let rs = submit(&state, req, "messages")?;
     let mut fmt = ChatFormat {
         id: new_id("chatcmpl"),

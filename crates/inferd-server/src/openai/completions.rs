@@ -10,6 +10,7 @@ use inferd_engine::{Delta, FinishReason, Usage};
 use inferd_text::Tokenizer;
 use serde_json::Value;
 
+use super::format;
 use super::logprobs::CompletionLogprobBuilder;
 use super::sse::{self, data, ChunkFormat};
 use super::types::{CommonParams, Completion, CompletionChoice, CompletionParams};
@@ -51,26 +52,31 @@ pub async fn handler(
         ),
         None => None,
     };
+    let answer = format::answer_format(common.response_format.as_ref())?;
     let st = state.clone();
     let prompt = cp.prompt;
-    let prompt = tokio::task::spawn_blocking(move || match ctx {
-        // A context's tokens, then the prompt's text (no BOS in the middle).
-        Some(c) => match prompt.as_ref() {
-            Some(Value::String(s)) => {
-                let mut t = c.tokens.clone();
-                t.extend(st.encode(s, false)?);
-                Ok(t)
-            }
-            _ => Err(ApiError::invalid_param(
-                "prompt",
-                "with inferd.context, `prompt` must be a string",
-            )),
-        },
-        None => tokenize_prompt(&st, prompt.as_ref()),
+    let (prompt, constraint) = tokio::task::spawn_blocking(move || {
+        let constraint = format::constraint(&st, answer, None)?;
+        let prompt = match ctx {
+            // A context's tokens, then the prompt's text (no BOS in the middle).
+            Some(c) => match prompt.as_ref() {
+                Some(Value::String(s)) => {
+                    let mut t = c.tokens.clone();
+                    t.extend(st.encode(s, false)?);
+                    Ok(t)
+                }
+                _ => Err(ApiError::invalid_param(
+                    "prompt",
+                    "with inferd.context, `prompt` must be a string",
+                )),
+            },
+            None => tokenize_prompt(&st, prompt.as_ref()),
+        }?;
+        Ok::<_, ApiError>((prompt, constraint))
     })
     .await
     .map_err(|e| ApiError::internal(format!("tokenizing the prompt failed: {e}")))??;
-    let req = gen_request(&state, &checked, prompt);
+    let req = gen_request(&state, &checked, prompt, constraint);
     let rs = submit(&state, req, "prompt")?;
     let mut fmt = CompletionFormat {
         id: new_id("cmpl"),

@@ -2,6 +2,7 @@
 
 pub mod chat;
 pub mod completions;
+pub mod format;
 pub mod logprobs;
 pub mod models;
 pub mod sse;

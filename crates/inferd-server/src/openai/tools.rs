@@ -5,11 +5,13 @@
 //! in pieces that concatenate to exactly the whole reply's arguments.
 //!
 //! `tool_choice: "required"` and a named function start the assistant turn with the
-//! syntax's call opening (and, for a named function, `{"name": NAME, "arguments": {`), so
-//! the model continues inside a call; the reply is parsed as if it had written that
-//! prefix itself.
+//! syntax's call opening, so the model continues inside a call, and hold the rest of
+//! the reply to a grammar of calls (the named function, or any of the tools) whose
+//! arguments follow each function's `parameters` schema. The reply is parsed as if the
+//! model had written the opening itself.
 
 use inferd_engine::{FinishReason, TokenOut};
+use inferd_grammar::CallFormat;
 use inferd_tools::{
     check_messages, parse, StreamEvent, ToolChoice, ToolRequest, ToolStream, ToolSyntax,
 };
@@ -25,6 +27,37 @@ pub struct ToolMode {
     pub syntax: ToolSyntax,
     /// Text the assistant turn starts with (appended to the prompt): forces a call.
     pub forced: String,
+    pub request: ToolRequest,
+}
+
+impl ToolMode {
+    /// The calls a reply is held to: with a forced call, calls of the named function
+    /// (one) or of any tool (one or more, unless `parallel` is false); otherwise, only
+    /// when the answer is constrained too (`response_format`), the calls the model may
+    /// make instead of answering.
+    pub fn call_format(
+        &self,
+        answer_constrained: bool,
+        parallel: Option<bool>,
+    ) -> Option<CallFormat> {
+        let forced = !self.forced.is_empty();
+        let (tools, parallel) = match &self.request.choice {
+            ToolChoice::Function(name) => (
+                self.request.tool(name).cloned().into_iter().collect(),
+                false,
+            ),
+            ToolChoice::Required | ToolChoice::Auto => {
+                (self.request.tools.clone(), parallel.unwrap_or(true))
+            }
+            ToolChoice::None => return None,
+        };
+        (forced || answer_constrained).then(|| CallFormat {
+            syntax: self.syntax,
+            tools,
+            opened: forced,
+            parallel,
+        })
+    }
 }
 
 fn tool_error(e: inferd_tools::ToolError) -> ApiError {
@@ -54,15 +87,14 @@ pub fn setup(
         )
     })?;
     let forced = match &req.choice {
-        ToolChoice::Required => syntax.call_open().to_string(),
-        ToolChoice::Function(name) => format!(
-            "{}{{\"name\": {}, \"arguments\": {{",
-            syntax.call_open(),
-            Value::from(name.as_str())
-        ),
+        ToolChoice::Required | ToolChoice::Function(_) => syntax.call_open().to_string(),
         ToolChoice::Auto | ToolChoice::None => String::new(),
     };
-    Ok(Some(ToolMode { syntax, forced }))
+    Ok(Some(ToolMode {
+        syntax,
+        forced,
+        request: req,
+    }))
 }
 
 /// The whole reply as an assistant message; `true` when it holds tool calls.
@@ -204,10 +236,33 @@ mod tests {
     use super::*;
 
     fn hermes(forced: &str) -> ToolMode {
+        let tools = serde_json::json!([
+            {"type": "function", "function": {"name": "f"}},
+            {"type": "function", "function": {"name": "g"}}
+        ]);
         ToolMode {
             syntax: ToolSyntax::Hermes,
             forced: forced.into(),
+            request: ToolRequest::parse(Some(&tools), None).unwrap().unwrap(),
         }
+    }
+
+    #[test]
+    fn call_formats_follow_tool_choice() {
+        let mut m = hermes("<tool_call>\n");
+        m.request.choice = ToolChoice::Function("g".into());
+        let c = m.call_format(false, None).unwrap();
+        assert_eq!((c.tools.len(), c.tools[0].name.as_str()), (1, "g"));
+        assert!(c.opened && !c.parallel);
+        m.request.choice = ToolChoice::Required;
+        let c = m.call_format(false, Some(false)).unwrap();
+        assert_eq!((c.tools.len(), c.parallel), (2, false));
+        // auto: free text unless the answer is constrained too
+        let mut auto = hermes("");
+        auto.request.choice = ToolChoice::Auto;
+        assert!(auto.call_format(false, None).is_none());
+        let c = auto.call_format(true, None).unwrap();
+        assert!(!c.opened && c.parallel);
     }
 
     #[test]
@@ -226,13 +281,16 @@ mod tests {
 
     #[test]
     fn forced_prefix_is_parsed_as_part_of_the_reply() {
-        let mode = hermes("<tool_call>\n{\"name\": \"f\", \"arguments\": {");
-        let (m, calls) = message(Some(&mode), "\"x\": 1}}\n</tool_call>".into());
+        let mode = hermes("<tool_call>\n");
+        let (m, calls) = message(
+            Some(&mode),
+            "{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>".into(),
+        );
         assert!(calls);
         assert_eq!(m.tool_calls.unwrap()[0].function.arguments, r#"{"x":1}"#);
         // streamed: the same arguments, in pieces
         let mut d = ToolDeltas::new(&mode);
-        let mut parts = d.push("\"x\"");
+        let mut parts = d.push("{\"name\": \"f\", \"arguments\": {\"x\"");
         parts.extend(d.push(": 1}}\n</tool_call>"));
         parts.extend(d.finish());
         let args: String = parts

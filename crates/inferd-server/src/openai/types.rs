@@ -103,6 +103,9 @@ pub struct CommonParams {
     pub n: Option<u64>,
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
+    /// `{"type": "text" | "json_object" | "json_schema", ...}`; read by
+    /// [`super::format::answer_format`].
+    pub response_format: Option<Value>,
     pub inferd: Option<InferdExt>,
 }
 
@@ -115,6 +118,8 @@ pub struct ChatParams {
     pub top_logprobs: Option<u64>,
     pub tools: Option<Value>,
     pub tool_choice: Option<Value>,
+    /// `false`: a forced call is exactly one call (default: one or more).
+    pub parallel_tool_calls: Option<bool>,
     /// Extra chat-template variables (vLLM-style), e.g. `{"enable_thinking": false}`.
     pub chat_template_kwargs: Option<Map<String, Value>>,
 }
