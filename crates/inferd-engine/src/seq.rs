@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use inferd_core::sampling::{Sampled, Sampler};
+use inferd_core::sampling::{Extra, Sampled, Sampler};
 use inferd_grammar::{Constraint, GrammarError, TokenMask};
 use inferd_text::{IncrementalDecoder, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
@@ -46,6 +46,9 @@ pub(crate) struct Seq {
     /// Under a constraint: the ids that end the reply (the grammar allows them only
     /// where it may end, `ignore_eos` or not).
     grammar_eos: Vec<u32>,
+    /// With DRY on: the tokenizer, to tell sequence breakers, and per generated token
+    /// whether it is one.  // [generated]
+    dry: Option<(Arc<Tokenizer>, Vec<bool>)>,
 }
 
 /// A context being prefilled: where it goes when its KV is computed.
@@ -93,6 +96,11 @@ impl Seq {
             constraint: req.constraint,
             mask: None,
             grammar_eos,
+            dry: req
+                .sampling
+                .dry
+                .is_on()
+                .then(|| (tokenizer.clone(), Vec::new())),
             tokens: req.prompt,
             stop_ids,
             sampler: Sampler::new(req.sampling),
@@ -136,12 +144,11 @@ impl Seq {
             Some(Err(e)) => return self.fail(e),
         };
         let (prompt, generated) = self.tokens.split_at(self.prompt_len);
-        let s = self.sampler.sample_masked(
-            logits,
-            prompt,
-            generated,
-            mask.as_ref().map(TokenMask::words),
-        );
+        let extra = Extra {
+            allowed: mask.as_ref().map(TokenMask::words),
+            breaks: self.dry.as_ref().map_or(&[][..], |(_, b)| b.as_slice()),
+        };
+        let s = self.sampler.sample_with(logits, prompt, generated, &extra);
         self.accept(s)
     }
 
@@ -160,6 +167,11 @@ impl Seq {
         self.last_token = Some(now);
         metrics::counter!(names::GENERATED_TOKENS).increment(1);
         self.tokens.push(s.token);
+        if let Some((tok, breaks)) = &mut self.dry {
+            let text = tok.decode(&[s.token], false).unwrap_or_default();
+            let breakers = &self.sampler.params().dry.sequence_breakers;
+            breaks.push(breakers.iter().any(|b| text.contains(b.as_str())));
+        }
         self.pending.push(TokenOut {
             id: s.token,
             logprob: s.logprob,

@@ -14,6 +14,12 @@ use crate::state::AppState;
 /// Most logprob alternatives per token (the sampler's limit, which `validate` also checks).
 pub use inferd_core::sampling::MAX_LOGPROBS;
 
+/// The DRY multiplier a structured reply (`response_format`, a forced tool call) gets
+/// when the request sets none: a grammar guarantees valid JSON only once the reply
+/// ends, and a small model looping inside a string or a number (`0.000000…`) never
+/// ends it. DRY turns such loops aside and leaves JSON structure (quotes, colons) alone.
+pub const STRUCTURED_DRY: f32 = 0.8;
+
 /// Most stop strings a request may give (as OpenAI).
 pub const MAX_STOP: usize = 4;
 
@@ -47,6 +53,8 @@ pub struct Checked {
     pub cache: CacheMode,
     pub max_context: Option<usize>,
     pub effort: Option<Effort>,
+    /// The request set `dry_multiplier` (or turned DRY off with `dry_penalty_last_n: 0`).
+    pub dry_given: bool,
 }
 
 /// Checks the shared parameters. `max_tokens` is the endpoint's field (chat prefers
@@ -89,6 +97,26 @@ pub fn check(
         ));
     }
     let defaults = SamplingParams::default();
+    let mut dry = defaults.dry.clone();
+    dry.multiplier = p.dry_multiplier.unwrap_or(0.0);
+    dry.base = p.dry_base.unwrap_or(dry.base);
+    dry.allowed_length = p.dry_allowed_length.map_or(dry.allowed_length, |n| {
+        usize::try_from(n).unwrap_or(usize::MAX)
+    });
+    match p.dry_penalty_last_n {
+        None | Some(-1) => {}
+        Some(0) => dry.multiplier = 0.0,
+        Some(n) if n > 0 => dry.penalty_last_n = usize::try_from(n).unwrap_or(usize::MAX),
+        Some(n) => {
+            return Err(ApiError::invalid_param(
+                "dry_penalty_last_n",
+                format!("dry_penalty_last_n must be -1, 0 or positive, got {n}"),
+            ))
+        }
+    }
+    if let Some(b) = &p.dry_sequence_breakers {
+        dry.sequence_breakers = b.clone();
+    }
     let sampling = SamplingParams {
         temperature: p.temperature.unwrap_or(defaults.temperature),
         top_p: p.top_p.unwrap_or(defaults.top_p),
@@ -99,6 +127,7 @@ pub fn check(
         frequency_penalty: p.frequency_penalty.unwrap_or(defaults.frequency_penalty),
         seed: p.seed.map(|s| s as u64),
         logprobs,
+        dry,
     };
     if let Err(e) = sampling.validate() {
         let msg = e.to_string();
@@ -145,6 +174,7 @@ pub fn check(
             .max_context
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
         effort: ext.effort,
+        dry_given: p.dry_multiplier.is_some() || p.dry_penalty_last_n == Some(0),
     })
 }
 
@@ -206,9 +236,13 @@ pub fn gen_request(
         .min(cfg.max_tokens_cap.unwrap_or(usize::MAX));
     // Never 0: a prompt that fills the context is reported as too long by the engine.
     max_tokens = max_tokens.max(1);
+    let mut sampling = c.sampling.clone();
+    if constraint.is_some() && !c.dry_given {
+        sampling.dry.multiplier = STRUCTURED_DRY;
+    }
     GenRequest {
         prompt,
-        sampling: c.sampling.clone(),
+        sampling,
         max_tokens,
         stop: c.stop.clone(),
         ignore_eos: c.ignore_eos,

@@ -3,12 +3,14 @@
 //! Pipeline of [`Sampler::sample`], in order:
 //! 1. sanitise (`NaN` → `-inf`, `+inf` → `f32::MAX`) and copy into scratch,
 //! 2. penalties ([`penalties`]): repetition (HF, over prompt + generated), then presence and
-//!    frequency (OpenAI, over generated),
+//!    frequency (OpenAI, over generated), then DRY ([`dry`], over generated), then the
+//!    grammar mask (tokens a constraint does not allow get `-inf`),
 //! 3. logprobs, if asked, from the penalised logits (before temperature and truncation),
 //! 4. greedy argmax when `temperature == 0` or `top_k == 1`, otherwise temperature, then top-k,
 //!    top-p and min-p truncation ([`truncate`]) and one draw from a seeded PRNG ([`rng`]).
 
 mod detexp;
+mod dry;
 mod logprobs;
 mod params;
 mod penalties;
@@ -16,6 +18,7 @@ mod rng;
 mod sampler;
 mod truncate;
 
+pub use dry::Dry;
 pub use params::{SamplingError, SamplingParams, MAX_LOGPROBS};
 pub use rng::Xoshiro256;
-pub use sampler::{Sampled, Sampler};
+pub use sampler::{Extra, Sampled, Sampler};

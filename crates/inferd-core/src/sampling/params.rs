@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::dry::Dry;
+
 /// Largest `logprobs` (number of alternatives) a request may ask for, as in OpenAI's API.
 pub const MAX_LOGPROBS: usize = 20;
 
@@ -27,6 +29,8 @@ pub struct SamplingParams {
     pub seed: Option<u64>,
     /// `None`: no logprobs. `Some(k)`: the chosen token's logprob plus the `k` most likely tokens.
     pub logprobs: Option<usize>,
+    /// The DRY repeat penalty over generated tokens (off by default).
+    pub dry: Dry,
 }
 
 impl Default for SamplingParams {
@@ -41,6 +45,7 @@ impl Default for SamplingParams {
             frequency_penalty: 0.0,
             seed: None,
             logprobs: None,
+            dry: Dry::default(),
         }
     }
 }
@@ -81,6 +86,34 @@ impl SamplingParams {
         if !in_range(self.frequency_penalty, -2.0, 2.0) {
             return Err(SamplingError::FrequencyPenalty(self.frequency_penalty));
         }
+        let d = &self.dry;
+        if !(d.multiplier >= 0.0 && d.multiplier.is_finite()) {
+            return Err(SamplingError::Dry(format!(
+                "dry_multiplier must be a finite number >= 0, got {}",
+                d.multiplier
+            )));
+        }
+        if !(d.base > 1.0 && d.base.is_finite()) {
+            return Err(SamplingError::Dry(format!(
+                "dry_base must be a finite number > 1, got {}",
+                d.base
+            )));
+        }
+        if d.allowed_length == 0 {
+            return Err(SamplingError::Dry(
+                "dry_allowed_length must be at least 1".into(),
+            ));
+        }
+        if d.sequence_breakers.len() > 32
+            || d.sequence_breakers
+                .iter()
+                .any(|b| b.is_empty() || b.len() > 40)
+        {
+            return Err(SamplingError::Dry(
+                "dry_sequence_breakers must hold at most 32 non-empty strings of at most 40 bytes"
+                    .into(),
+            ));
+        }
         if let Some(k) = self.logprobs {
             if k > MAX_LOGPROBS {
                 return Err(SamplingError::Logprobs(k));
@@ -107,6 +140,9 @@ pub enum SamplingError {
     FrequencyPenalty(f32),
     #[error("logprobs must be at most {MAX_LOGPROBS}, got {0}")]
     Logprobs(usize),
+    /// The message starts with the parameter's name.
+    #[error("{0}")]
+    Dry(String),
 }
 
 #[cfg(test)]

@@ -22,6 +22,18 @@ pub struct Sampled {
     pub top_logprobs: Vec<(u32, f32)>,
 }
 
+/// What a sampling step needs beyond logits and token history.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Extra<'a> {
+    /// Only these tokens may be chosen: bit `t % 32` of word `t / 32` set allows token
+    /// `t`; ids past the bitset are refused. If every allowed token's logit is
+    /// `-inf`/`NaN` they are taken as equally likely; an all-zero bitset is no mask.
+    pub allowed: Option<&'a [u32]>,
+    /// Per generated token: whether it is a DRY sequence breaker (its text holds one of
+    /// `params.dry.sequence_breakers`). DRY is skipped unless this matches `generated`.
+    pub breaks: &'a [bool],
+}
+
 /// A stateful sampler for one sequence: owns its PRNG and its scratch buffers.
 ///
 /// Determinism: the drawn token depends only on the seed, the call history and the inputs,
@@ -70,20 +82,18 @@ impl Sampler {
     /// every logit is `-inf`/`NaN` the distribution is taken as uniform. An empty `logits`
     /// returns token 0 with no logprobs.
     pub fn sample(&mut self, logits: &[f32], prompt: &[u32], generated: &[u32]) -> Sampled {
-        self.sample_masked(logits, prompt, generated, None)
+        self.sample_with(logits, prompt, generated, &Extra::default())
     }
 
-    /// [`sample`](Sampler::sample) restricted to the tokens `allowed` marks: bit `t % 32` of
-    /// word `t / 32` set means token `t` may be chosen (ids past the bitset may not). The
-    /// others get `-inf` after penalties, so logprobs are those of the distribution the
-    /// token is drawn from. If every allowed token's logit is `-inf`/`NaN`, the allowed
-    /// tokens are taken as equally likely; an all-zero bitset is treated as no mask.
-    pub fn sample_masked(
+    /// [`sample`](Sampler::sample) with the inputs only the engine knows: the grammar mask
+    /// and the DRY breakers (see [`Extra`]). Masked tokens get `-inf` after penalties,
+    /// so logprobs are those of the distribution the token is drawn from.
+    pub fn sample_with(
         &mut self,
         logits: &[f32],
         prompt: &[u32],
         generated: &[u32],
-        allowed: Option<&[u32]>,
+        extra: &Extra<'_>,
     ) -> Sampled {
         if logits.is_empty() {
             return Sampled {
@@ -93,7 +103,10 @@ impl Sampler {
             };
         }
         self.prepare_logits(logits, prompt, generated);
-        if let Some(words) = allowed.filter(|w| w.iter().any(|&x| x != 0)) {
+        self.params
+            .dry
+            .apply(&mut self.logits, generated, extra.breaks);
+        if let Some(words) = extra.allowed.filter(|w| w.iter().any(|&x| x != 0)) {
             apply_mask(&mut self.logits, words);
         }
         let token = if self.params.is_greedy() {

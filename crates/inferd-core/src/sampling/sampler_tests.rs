@@ -1,6 +1,7 @@
 //! Tests of [`Sampler`] against independent references (f64 softmax with std `exp`).
 
 use super::*;
+use crate::sampling::Dry;
 
 fn params(f: impl FnOnce(&mut SamplingParams)) -> SamplingParams {
     let mut p = SamplingParams {
@@ -309,6 +310,12 @@ fn invalid_params_do_not_panic() {
         top_k: usize::MAX,
         seed: Some(1),
         logprobs: Some(usize::MAX),
+        dry: Dry {
+            multiplier: f32::INFINITY,
+            base: f32::NAN,
+            allowed_length: 0,
+            ..Dry::default()
+        },
     };
     let mut s = Sampler::new(weird.clone());
     let out = s.sample(&[0.0, 1.0, 0.5], &[0], &[1]);
@@ -381,11 +388,11 @@ fn a_mask_limits_greedy_and_random_choice_to_allowed_tokens() {
         .max_by(|a, b| logits[**a as usize].total_cmp(&logits[**b as usize]))
         .unwrap();
     let mut g = Sampler::new(SamplingParams::greedy());
-    assert_eq!(g.sample_masked(&logits, &[], &[], Some(&m)).token, best);
+    assert_eq!(g.sample_with(&logits, &[], &[], &masked(&m)).token, best);
     let mut s = Sampler::new(params(|p| p.temperature = 1.0));
     let mut seen = [0usize; 100];
     for _ in 0..3000 {
-        seen[s.sample_masked(&logits, &[], &[], Some(&m)).token as usize] += 1;
+        seen[s.sample_with(&logits, &[], &[], &masked(&m)).token as usize] += 1;
     }
     // Only allowed tokens, in the proportions of softmax over the allowed ones.
     let sub: Vec<f32> = allowed.iter().map(|&t| logits[t as usize]).collect();
@@ -403,7 +410,7 @@ fn masked_logprobs_are_those_of_the_allowed_distribution() {
         p.temperature = 0.0;
         p.logprobs = Some(2);
     }));
-    let out = s.sample_masked(&logits, &[], &[], Some(&m));
+    let out = s.sample_with(&logits, &[], &[], &masked(&m));
     assert_eq!(out.token, 1);
     let p1 = (std::f64::consts::E / (1.0 + std::f64::consts::E)).ln();
     assert!((out.logprob.unwrap() as f64 - p1).abs() < 1e-5);
@@ -419,8 +426,48 @@ fn allowed_tokens_with_no_finite_logit_are_uniform_and_ids_past_the_mask_are_ref
     let mut s = Sampler::new(params(|p| p.temperature = 1.0));
     let mut seen = [0usize; 70];
     for _ in 0..400 {
-        seen[s.sample_masked(&logits, &[], &[], Some(&m)).token as usize] += 1;
+        seen[s.sample_with(&logits, &[], &[], &masked(&m)).token as usize] += 1;
     }
     assert_eq!(seen[5] + seen[6], 400);
     assert!(seen[5] > 100 && seen[6] > 100, "{seen:?}");
+}
+
+fn masked(m: &[u32]) -> Extra<'_> {
+    Extra {
+        allowed: Some(m),
+        breaks: &[],
+    }
+}
+
+#[test]
+fn dry_turns_a_greedy_loop_aside() {
+    // Token 0 is the favourite; after a run of it, DRY makes token 1 win.
+    let mut logits = vec![0.0f32; 4];
+    logits[0] = 2.0;
+    logits[1] = 1.5;
+    let mut p = SamplingParams::greedy();
+    p.dry.multiplier = 0.8;
+    let mut s = Sampler::new(p);
+    let run = [0u32; 6];
+    let out = s.sample_with(
+        &logits,
+        &[],
+        &run,
+        &Extra {
+            allowed: None,
+            breaks: &[false; 6],
+        },
+    );
+    assert_eq!(out.token, 1);
+    // breakers everywhere: no penalty, the favourite stays
+    let out = s.sample_with(
+        &logits,
+        &[],
+        &run,
+        &Extra {
+            allowed: None,
+            breaks: &[true; 6],
+        },
+    );
+    assert_eq!(out.token, 0);
 }

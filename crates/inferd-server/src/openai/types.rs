@@ -99,6 +99,14 @@ pub struct CommonParams {
     pub presence_penalty: Option<f32>,
     pub frequency_penalty: Option<f32>,
     pub seed: Option<i64>,
+    /// Extension (llama.cpp's names): the DRY repeat penalty. `dry_multiplier` 0 is off;
+    /// structured replies default to [`crate::params::STRUCTURED_DRY`].
+    pub dry_multiplier: Option<f32>,
+    pub dry_base: Option<f32>,
+    pub dry_allowed_length: Option<u64>,
+    /// `-1`: the whole reply; `0`: DRY off; `n`: the last `n` generated tokens.
+    pub dry_penalty_last_n: Option<i64>,
+    pub dry_sequence_breakers: Option<Vec<String>>,
     pub stop: Option<Stop>,
     pub n: Option<u64>,
     pub stream: Option<bool>,

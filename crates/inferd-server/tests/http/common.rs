@@ -22,21 +22,30 @@ pub const KEY: &str = "test-key-123";
 /// The GGUF file, or `None` (skip) when it is not pulled; with `INFERD_REQUIRE_MODELS=1`
 /// a missing model fails the test instead.
 pub fn model_path() -> Option<PathBuf> {
+    model_file(MODEL)
+}
+
+/// Qwen2.5-Coder-0.5B-Instruct: a Hermes tool-call template and a 151,936-logit vocabulary.
+pub const QWEN: &str = "qwen2.5-coder-0.5b-instruct";
+
+/// A pulled model's GGUF file (see [`model_path`]).
+pub fn model_file(name: &str) -> Option<PathBuf> {
+    let model = name;
     let base = std::env::var_os("INFERD_CACHE_DIR")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/inferd")))
         .unwrap_or_default();
-    let dir = base.join("models").join(MODEL);
+    let dir = base.join("models").join(model);
     let found = std::fs::read_dir(&dir).ok().and_then(|rd| {
         rd.filter_map(|e| e.ok().map(|e| e.path()))
             .find(|p| p.extension().is_some_and(|x| x == "gguf"))
     });
     if found.is_none() {
         if std::env::var("INFERD_REQUIRE_MODELS").is_ok_and(|v| v == "1") {
-            panic!("{} has no .gguf: run `inferd pull {MODEL}`", dir.display());
+            panic!("{} has no .gguf: run `inferd pull {model}`", dir.display());
         }
         eprintln!(
-            "note: {} absent, skipping (run `inferd pull {MODEL}`)",
+            "note: {} absent, skipping (run `inferd pull {model}`)",
             dir.display()
         );
     }
@@ -63,13 +72,18 @@ pub struct Server {
 
 /// Loads the model and starts an engine.
 pub fn engine(cfg: EngineConfig) -> (EngineHandle, Arc<ChatTemplate>) {
-    let path = model_path().expect("model present");
+    engine_for(MODEL, cfg)
+}
+
+/// Loads a pulled model by name and starts an engine.
+pub fn engine_for(name: &str, cfg: EngineConfig) -> (EngineHandle, Arc<ChatTemplate>) {
+    let path = model_file(name).expect("model present");
     inferd_server::metrics::install();
     let model = Model::load(CpuBackend::new(), &path).unwrap();
     let g = model.gguf.clone().unwrap();
     let tok = Tokenizer::from_gguf(&g).unwrap();
     let tpl = ChatTemplate::from_gguf(&g, &tok).unwrap().unwrap();
-    let engine = inferd_engine::start(model, Arc::new(tok), MODEL.into(), cfg).unwrap();
+    let engine = inferd_engine::start(model, Arc::new(tok), name.into(), cfg).unwrap();
     (engine, Arc::new(tpl))
 }
 
@@ -110,6 +124,52 @@ pub fn server() -> Option<&'static Server> {
             ..Default::default()
         };
         let addr = serve(engine.clone(), template.clone(), cfg);
+        Some(Server {
+            addr,
+            tokenizer: engine.tokenizer.clone(),
+            engine,
+            template,
+        })
+    })
+    .as_ref()
+}
+
+/// A server over Qwen2.5-Coder-0.5B (one per test binary), or `None` when it is absent.
+/// Replies are not capped (structured outputs need their length).
+pub fn qwen_server() -> Option<&'static Server> {
+    static S: OnceLock<Option<Server>> = OnceLock::new();
+    S.get_or_init(|| {
+        model_file(QWEN)?;
+        let (engine, template) = engine_for(
+            QWEN,
+            EngineConfig {
+                kv_budget: KvBudget::Bytes(192 << 20),
+                warmup: false,
+                ..Default::default()
+            },
+        );
+        let addr = serve(engine.clone(), template.clone(), ServerConfig::default());
+        Some(Server {
+            addr,
+            tokenizer: engine.tokenizer.clone(),
+            engine,
+            template,
+        })
+    })
+    .as_ref()
+}
+
+/// A SmolLM2 server of its own with uncapped replies (structured outputs need their length).
+pub fn uncapped_server() -> Option<&'static Server> {
+    static S: OnceLock<Option<Server>> = OnceLock::new();
+    S.get_or_init(|| {
+        model_path()?;
+        let (engine, template) = engine(EngineConfig {
+            kv_budget: KvBudget::Bytes(192 << 20),
+            warmup: false,
+            ..Default::default()
+        });
+        let addr = serve(engine.clone(), template.clone(), ServerConfig::default());
         Some(Server {
             addr,
             tokenizer: engine.tokenizer.clone(),
@@ -190,7 +250,8 @@ pub fn send(
     body: &[u8],
 ) -> TcpStream {
     let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    // Long: structured-output tests queue 100 requests on a 2-core machine.
+    s.set_read_timeout(Some(Duration::from_secs(900))).unwrap();
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     if !headers
         .iter()

@@ -7,4 +7,5 @@ mod completions;
 mod errors;
 mod memory;
 mod ops;
+mod structured;
 mod tools;
