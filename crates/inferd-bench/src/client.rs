@@ -208,6 +208,9 @@ impl Client {
         if let Some(t) = self.config.temperature {
             b["temperature"] = json!(t);
         }
+        if let Some(f) = &ext.response_format {
+            b["response_format"] = f.clone();
+        }
         (format!("{}{}", self.base, path), b)
     }
 
@@ -225,7 +228,8 @@ impl Client {
             .await
     }
 
-    /// [`Client::stream`] with inferd extension fields (`inferd.session`, `inferd.context`).
+    /// [`Client::stream`] with inferd extension fields (`inferd.session`, `inferd.context`)
+    /// and `response_format`.
     pub async fn stream_ext(
         &self,
         prompt: &Prompt,

@@ -18,7 +18,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::time::{Duration, Instant};
 
-/// Extension fields of one request, merged into its `inferd` object.
+/// Extra fields of one request: inferd's extension fields, merged into its `inferd` object,
+/// and the standard `response_format` (top level).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Ext {
     /// `inferd.session`: the agent's session id.
@@ -26,6 +27,9 @@ pub struct Ext {
     /// `inferd.context`: a context created with `POST /v1/contexts`; the request's messages
     /// continue it.
     pub context: Option<String>,
+    /// `response_format` (OpenAI's, not an inferd extension): what the reply is held to
+    /// ([`crate::structured::response_format`]).
+    pub response_format: Option<Value>,
 }
 
 impl Ext {
@@ -33,19 +37,19 @@ impl Ext {
     pub fn session(run: &str, agent: usize) -> Self {
         Ext {
             session: Some(format!("{run}-agent{agent}")),
-            context: None,
+            ..Default::default()
         }
     }
 
     pub fn context(id: &str) -> Self {
         Ext {
-            session: None,
             context: Some(id.to_string()),
+            ..Default::default()
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.session.is_none() && self.context.is_none()
+        self.session.is_none() && self.context.is_none() && self.response_format.is_none()
     }
 
     /// Adds the set fields to an `inferd` object.

@@ -7,6 +7,8 @@
 //! [`resume`] (agents returning after unrelated traffic has filled the cache). Where the
 //! server has them, fleet, multi-turn and resume can send inferd's sessions and forked can pin
 //! its brief ([`extensions`]), so that their effect is measured against runs without them.
+//! Fleet agents can be asked for JSON replies held to a JSON Schema, or only asked in the
+//! prompt ([`structured`]), so that the constraint's cost is measured.
 //! Every streamed chunk is timed on one run clock ([`record`]); a run yields a
 //! [`report::BenchReport`] holding its config, summary and every request's timings, written as
 //! JSON and rendered as a table. [`compare`] sets two reports side by side,
@@ -33,6 +35,7 @@ pub mod resume;
 pub mod sample;
 pub mod sse;
 pub mod stall;
+pub mod structured;
 pub mod workload_tables;
 
 pub use arrivals::{run_arrivals, ArrivalsConfig, ArrivalsSummary};
@@ -43,7 +46,7 @@ pub use fleet::{run_fleet, FleetConfig, FleetSummary};
 pub use forked::{run_forked, AgentCache, ForkedConfig, ForkedSummary};
 pub use multi_turn::{run_multi_turn, MultiTurnConfig, MultiTurnSummary, TurnSummary};
 pub use record::{Dist, ErrorKind, RequestRecord};
-pub use report::{markdown_tables, BenchReport, ExtensionsUsed, Workload};
+pub use report::{markdown_tables, BenchReport, ExtensionsUsed, StructuredUsed, Workload};
 pub use resume::{run_resume, ResumeConfig, ResumeSummary};
 pub use stall::{run_stall, StallConfig, StallSummary};
 

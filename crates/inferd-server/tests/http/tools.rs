@@ -1,6 +1,8 @@
-//! Tool calls over HTTP: request checks. (Calls parsed into `tool_calls`, whole and
-//! streamed, are tested in `inferd-tools` and `openai::tools`; an end-to-end forced call
-//! needs constrained decoding, since SmolLM2 does not write valid arguments unaided.)
+//! Tool calls over HTTP: request checks on SmolLM2 (its template has no tool syntax), and
+//! on Qwen2.5-Coder-0.5B (Hermes syntax) forced calls end to end: arguments valid
+//! against the function's schema, streamed calls equal to whole ones, schema errors
+//! naming the tool. Also `response_format` errors, `json_object` on completions, and
+//! stop strings under a constraint.
 
 use serde_json::{json, Value};
 
@@ -63,4 +65,200 @@ fn tool_requests_are_checked() {
     )
     .error(400);
     assert!(e["param"].as_str().unwrap().contains("tool_call_id"), "{e}");
+}
+
+fn agent_tools() -> Value {
+    json!([
+        {"type": "function", "function": {
+            "name": "get_weather",
+            "description": "Current weather in a city",
+            "parameters": {"type": "object", "properties": {
+                "city": {"type": "string", "maxLength": 40},
+                "unit": {"enum": ["celsius", "fahrenheit"]}
+            }, "required": ["city", "unit"], "additionalProperties": false}
+        }},
+        {"type": "function", "function": {
+            "name": "search_files",
+            "description": "Find files whose name matches a glob",
+            "parameters": {"type": "object", "properties": {
+                "glob": {"type": "string", "maxLength": 40},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 50}
+            }, "required": ["glob"], "additionalProperties": false}
+        }}
+    ])
+}
+
+/// The calls of a streamed reply, reassembled as OpenAI clients do: by index, the id and
+/// name from the first delta, arguments concatenated. Also the finish reason.
+fn reassemble(r: &Resp) -> (Vec<(String, String)>, String) {
+    let mut calls: Vec<(String, String)> = Vec::new();
+    let mut finish = String::new();
+    for e in r.events() {
+        if e == "[DONE]" {
+            break;
+        }
+        let v: Value = serde_json::from_str(&e).unwrap();
+        let choice = &v["choices"][0];
+        if let Some(f) = choice["finish_reason"].as_str() {
+            finish = f.to_string();
+        }
+        for d in choice["delta"]["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let i = d["index"].as_u64().unwrap() as usize;
+            if calls.len() <= i {
+                assert!(d["id"].as_str().is_some_and(|id| !id.is_empty()), "{d}");
+                calls.push((
+                    d["function"]["name"].as_str().unwrap().to_string(),
+                    String::new(),
+                ));
+            }
+            calls[i]
+                .1
+                .push_str(d["function"]["arguments"].as_str().unwrap_or_default());
+        }
+    }
+    (calls, finish)
+}
+
+#[test]
+fn forced_calls_are_valid_and_stream_as_they_come_whole() {
+    let Some(s) = qwen_server() else { return };
+    let tools = agent_tools();
+    let asks = [
+        (
+            "What is the weather in Oslo, in celsius?",
+            json!("required"),
+            None,
+        ),
+        (
+            "Find the Rust files in this project.",
+            json!({"type": "function", "function": {"name": "search_files"}}),
+            Some("search_files"),
+        ),
+    ];
+    for (question, choice, want) in asks {
+        let body = json!({
+            "messages": [{"role": "user", "content": question}],
+            "tools": tools, "tool_choice": choice, "temperature": 0, "max_tokens": 120,
+        });
+        let whole = post(s.addr, "/v1/chat/completions", &body);
+        assert_eq!(whole.status, 200, "{}", whole.text());
+        let v = whole.json();
+        let choice0 = &v["choices"][0];
+        assert_eq!(choice0["finish_reason"], "tool_calls", "{v}");
+        assert!(choice0["message"]["content"].is_null(), "{v}");
+        let calls = choice0["message"]["tool_calls"].as_array().unwrap().clone();
+        assert!(!calls.is_empty());
+        let mut expected = Vec::new();
+        for c in &calls {
+            let name = c["function"]["name"].as_str().unwrap();
+            if let Some(w) = want {
+                assert_eq!(name, w);
+            }
+            let tool = tools
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["function"]["name"] == name)
+                .unwrap_or_else(|| panic!("unknown function {name}"));
+            let args = c["function"]["arguments"].as_str().unwrap();
+            let parsed: Value = serde_json::from_str(args).unwrap();
+            let validator = jsonschema::validator_for(&tool["function"]["parameters"]).unwrap();
+            assert!(validator.is_valid(&parsed), "{name}({args})");
+            expected.push((name.to_string(), args.to_string()));
+        }
+        let mut sbody = body.clone();
+        sbody["stream"] = json!(true);
+        let streamed = post(s.addr, "/v1/chat/completions", &sbody);
+        assert_eq!(streamed.status, 200);
+        let (calls, finish) = reassemble(&streamed);
+        assert_eq!(calls, expected);
+        assert_eq!(finish, "tool_calls");
+    }
+}
+
+#[test]
+fn an_unusable_tool_schema_names_the_tool() {
+    let Some(s) = qwen_server() else { return };
+    let mut tools = agent_tools();
+    tools[1]["function"]["parameters"] =
+        json!({"type": "object", "properties": {"x": {"type": "strin"}}});
+    let e = post(
+        s.addr,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "hi"}], "tools": tools, "tool_choice": "required"}),
+    )
+    .error(400);
+    assert_eq!(e["param"], "tools[1].function.parameters", "{e}");
+    assert_eq!(e["code"], "invalid_schema");
+    assert!(e["message"].as_str().unwrap().contains("strin"), "{e}");
+}
+
+#[test]
+fn response_format_errors_are_400s_naming_the_field() {
+    let Some(s) = server() else { return };
+    let msgs = json!([{"role": "user", "content": "hi"}]);
+    for (rf, param) in [
+        (json!({"type": "xml"}), "response_format.type"),
+        (
+            json!({"type": "json_schema"}),
+            "response_format.json_schema",
+        ),
+        (
+            json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer", "minimum": 5, "maximum": 1}}}),
+            "response_format.json_schema.schema",
+        ),
+        (
+            json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/$defs/nope"}}}),
+            "response_format.json_schema.schema",
+        ),
+    ] {
+        for path in ["/v1/chat/completions", "/v1/completions"] {
+            let body = if path.ends_with("chat/completions") {
+                json!({"messages": msgs, "response_format": rf})
+            } else {
+                json!({"prompt": "hi", "response_format": rf})
+            };
+            let e = post(s.addr, path, &body).error(400);
+            assert_eq!(e["param"], param, "{rf}: {e}");
+        }
+    }
+}
+
+#[test]
+fn json_object_on_completions_and_stop_strings_under_a_schema() {
+    let Some(s) = uncapped_server() else { return };
+    let r = post(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt": "A JSON object describing a cat:", "temperature": 0, "max_tokens": 120,
+                "response_format": {"type": "json_object"}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    let text = v["choices"][0]["text"].as_str().unwrap();
+    assert!(
+        serde_json::from_str::<Value>(text).unwrap().is_object(),
+        "{text}"
+    );
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    // A stop string still ends the reply, mid-object: the constraint does not hide it.
+    let schema = json!({"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
+        "age": {"type": "integer", "minimum": 0, "maximum": 99}}, "required": ["name", "age"],
+        "additionalProperties": false});
+    let r = post(
+        s.addr,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "A person, as JSON."}], "temperature": 0,
+                "max_tokens": 60, "stop": [", \"age\""],
+                "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}}}),
+    );
+    let v = r.json();
+    let content = v["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(content.starts_with("{\"name\": \""), "{content}");
+    assert!(!content.contains("age"), "{content}");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
 }
