@@ -66,6 +66,17 @@ impl Conversation {
         }
     }
 
+    /// Ends the last message, when it is the user's, with `text` on a line of its own (e.g.
+    /// [`crate::structured::instruction`]). Token prompts have no messages: nothing changes.
+    pub fn append_to_user_turn(&mut self, text: &str) {
+        if let Conversation::Chat(m) = self {
+            if let Some(last) = m.last_mut().filter(|l| l.role == "user") {
+                last.content.push('\n');
+                last.content.push_str(text);
+            }
+        }
+    }
+
     pub fn prompt(&self) -> Prompt {
         match self {
             Conversation::Chat(m) => Prompt::Chat(m.clone()),

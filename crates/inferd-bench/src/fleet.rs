@@ -1,5 +1,6 @@
 //! The fleet workload: N agents released together, each with its own context, each running T
-//! turns of R-token replies.
+//! turns of R-token replies; optionally as JSON matching a schema, held to it or only asked
+//! for ([`crate::structured`]).
 
 use crate::agent::{Conversation, PromptMode};
 use crate::client::{Client, RequestMeta};
@@ -7,9 +8,11 @@ use crate::corpus::Corpus;
 use crate::extensions::{check_refusals, run_id, Ext};
 use crate::record::{rate, run_end_us, Clock, Dist, ErrorCounts, RequestRecord};
 use crate::report::{BenchReport, Workload};
+use crate::structured;
 use anyhow::{bail, Result};
 use indicatif::ProgressBar;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::Barrier;
@@ -29,6 +32,25 @@ pub struct FleetConfig {
     /// Each agent's requests carry `inferd.session` (an id unique to the run and the agent).
     #[serde(default)]
     pub sessions: bool,
+    /// The JSON Schema the agents answer in (`--json-schema` / `--json-schema-prompt-only`):
+    /// `"builtin"` or the schema file as given; `None`: free replies. Its text ends every
+    /// user message ([`crate::structured`]).
+    #[serde(default)]
+    pub structured: Option<String>,
+    /// The schema is only asked for in the prompt: no `response_format` (the unconstrained
+    /// twin of a `--json-schema` run).
+    #[serde(default)]
+    pub prompt_only: bool,
+    /// The schema itself (set with `structured`).
+    #[serde(default)]
+    pub schema: Option<Value>,
+}
+
+impl FleetConfig {
+    /// The reply is held to the schema (`response_format` sent).
+    pub fn constrained(&self) -> bool {
+        self.schema.is_some() && !self.prompt_only
+    }
 }
 
 impl Default for FleetConfig {
@@ -41,6 +63,9 @@ impl Default for FleetConfig {
             token_prompts: false,
             seed: 1,
             sessions: false,
+            structured: None,
+            prompt_only: false,
+            schema: None,
         }
     }
 }
@@ -84,6 +109,12 @@ pub struct FleetSummary {
     pub last_first_token_s: Option<f64>,
     pub agents_without_token: usize,
     pub agents: Vec<AgentSummary>,
+    /// Runs with a schema: successful replies, and those whose whole text parses as JSON
+    /// ([`structured::is_json`]; not validated against the schema). `None` otherwise.
+    #[serde(default)]
+    pub json_replies: Option<usize>,
+    #[serde(default)]
+    pub json_valid: Option<usize>,
 }
 
 impl FleetSummary {
@@ -143,6 +174,8 @@ impl FleetSummary {
                 .max_by(|a, b| a.total_cmp(b)),
             agents_without_token: agents.iter().filter(|a| a.first_token_s.is_none()).count(),
             agents,
+            json_replies: None,
+            json_valid: None,
         }
     }
 }
@@ -155,6 +188,15 @@ pub async fn run_fleet(
 ) -> Result<BenchReport> {
     if cfg.agents == 0 || cfg.turns == 0 || cfg.reply_tokens == 0 {
         bail!("fleet: agents, turns and reply must be at least 1");
+    }
+    if cfg.structured.is_some() != cfg.schema.is_some() {
+        bail!("fleet: a structured run needs both its schema's name and the schema");
+    }
+    if cfg.prompt_only && cfg.schema.is_none() {
+        bail!("fleet: prompt_only needs a schema");
+    }
+    if cfg.schema.is_some() && cfg.token_prompts {
+        bail!("--json-schema needs chat prompts (its instruction is text): drop --token-prompts");
     }
     let run = run_id();
     if cfg.sessions {
@@ -176,16 +218,24 @@ pub async fn run_fleet(
     let mut handles = Vec::with_capacity(n);
     for agent in 0..n {
         let mut conv = Conversation::new(&corpus, agent, cfg.context_tokens, &mode);
-        let ext = if cfg.sessions {
+        let mut ext = if cfg.sessions {
             Ext::session(&run, agent)
         } else {
             Ext::default()
         };
+        if let Some(schema) = &cfg.schema {
+            conv.append_to_user_turn(&structured::instruction(schema));
+            if !cfg.prompt_only {
+                ext.response_format = Some(structured::response_format(schema));
+            }
+        }
         let (client, corpus, cfg) = (client.clone(), corpus.clone(), cfg.clone());
         let (tokens, barrier, pb) = (tokens.clone(), barrier.clone(), pb.clone());
         handles.push(tokio::spawn(async move {
             barrier.wait().await;
             let mut records = Vec::with_capacity(cfg.turns);
+            // Per successful reply: whether it parses as JSON (runs with a schema).
+            let mut json = Vec::new();
             for turn in 0..cfg.turns {
                 let meta = RequestMeta {
                     agent,
@@ -209,24 +259,37 @@ pub async fn run_fleet(
                     )
                     .await;
                 pb.inc(1);
+                if cfg.schema.is_some() && reply.record.ok() {
+                    json.push(structured::is_json(&reply.text));
+                }
                 // A failed turn still advances (its partial reply, if any, and the next user
                 // message), so the agent keeps its place in the load.
                 conv.advance(&corpus, agent, turn, &reply);
+                if cfg.schema.is_some() {
+                    conv.append_to_user_turn(structured::REMINDER);
+                }
                 records.push(reply.record);
             }
-            records
+            (records, json)
         }));
     }
     let mut records = Vec::with_capacity(n * cfg.turns);
+    let mut json = Vec::new();
     for h in handles {
-        records.extend(h.await?);
+        let (r, j) = h.await?;
+        records.extend(r);
+        json.extend(j);
     }
     if cfg.sessions {
         check_refusals(&records, "inferd.session")?;
     }
     let wall_us = run_end_us(&records);
     pb.set_message(format!("{} tokens", tokens.load(Ordering::Relaxed)));
-    let summary = FleetSummary::from_records(&records, n, wall_us);
+    let mut summary = FleetSummary::from_records(&records, n, wall_us);
+    if cfg.schema.is_some() {
+        summary.json_replies = Some(json.len());
+        summary.json_valid = Some(json.iter().filter(|&&v| v).count());
+    }
     Ok(BenchReport::new(
         client.config.clone(),
         mode.calibration().cloned(),
