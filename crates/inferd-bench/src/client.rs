@@ -408,3 +408,36 @@ pub(crate) fn truncate(s: &str, n: usize) -> String {
     }
     format!("{}...", &s[..end])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_carries_response_format_only_when_asked() {
+        let c = Client::new(ClientConfig::new("http://h:1/v1")).unwrap();
+        let prompt = Prompt::Chat(vec![Message::new("user", "hi")]);
+        let (url, plain) = c.body(&prompt, 16, &Ext::default());
+        assert_eq!(url, "http://h:1/v1/chat/completions");
+        assert!(plain.get("response_format").is_none());
+        let schema = crate::structured::builtin_schema();
+        let ext = Ext {
+            response_format: Some(crate::structured::response_format(&schema)),
+            ..Ext::session("run", 2)
+        };
+        let (_, held) = c.body(&prompt, 16, &ext);
+        assert_eq!(held["response_format"]["type"], "json_schema");
+        assert_eq!(
+            held["response_format"]["json_schema"]["name"],
+            "agent_reply"
+        );
+        assert_eq!(held["response_format"]["json_schema"]["strict"], true);
+        assert_eq!(held["response_format"]["json_schema"]["schema"], schema);
+        assert_eq!(held["inferd"]["session"], "run-agent2");
+        // Nothing else differs.
+        let mut rest = held.clone();
+        rest.as_object_mut().unwrap().remove("response_format");
+        rest["inferd"].as_object_mut().unwrap().remove("session");
+        assert_eq!(rest, plain);
+    }
+}

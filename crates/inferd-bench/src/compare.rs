@@ -14,6 +14,13 @@ pub struct Headline {
     pub ttft_ms: Dist,
     /// Worst inter-token gap (stall: during the long prompt's prefill), ms.
     pub worst_gap_ms: Option<f64>,
+    /// Median gap between consecutive text chunks of the workload's requests (stall: of the
+    /// decoding agents before the long prompt), ms: the per-token decode time.
+    pub gap_p50_ms: Option<f64>,
+    /// Fleet runs with a schema: the share of successful replies that parse as JSON, %.
+    pub json_valid_pct: Option<f64>,
+    /// Mean generated tokens of the measured requests ([`crate::sample`]) that succeeded.
+    pub tokens_per_reply: Option<f64>,
     pub errors: usize,
     /// Mean cached fraction of the measured requests ([`crate::sample`]), % (none when the
     /// server reported no cached tokens).
@@ -24,48 +31,76 @@ impl Headline {
     pub fn of(r: &BenchReport) -> Self {
         let errors = r.errors().total;
         let cached_pct = crate::sample::mean_cached_fraction(r).map(|f| f * 100.0);
+        let ok: Vec<u64> = crate::sample::measured_requests(r)
+            .iter()
+            .filter(|x| x.ok())
+            .map(|x| x.completion_tokens)
+            .collect();
+        let tokens_per_reply =
+            (!ok.is_empty()).then(|| ok.iter().sum::<u64>() as f64 / ok.len() as f64);
         match &r.workload {
             Workload::Fleet { summary: m, .. } => Headline {
                 tok_per_s: m.tok_per_s,
                 ttft_ms: m.ttft_turn0_ms.clone(),
                 worst_gap_ms: (m.gap_ms.n > 0).then_some(m.worst_gap_ms),
+                gap_p50_ms: (m.gap_ms.n > 0).then_some(m.gap_ms.p50),
+                json_valid_pct: match (m.json_replies, m.json_valid) {
+                    (Some(n), Some(v)) if n > 0 => Some(v as f64 * 100.0 / n as f64),
+                    _ => None,
+                },
                 errors,
                 cached_pct,
+                tokens_per_reply,
             },
             Workload::Stall { summary: m, .. } => Headline {
                 tok_per_s: m.tok_per_s,
                 ttft_ms: Dist::from_values(m.long_ttft_ms),
                 worst_gap_ms: m.worst_gap_during_prefill_ms,
+                gap_p50_ms: m.baseline_gap_p50_ms,
+                json_valid_pct: None,
                 errors,
                 cached_pct,
+                tokens_per_reply,
             },
             Workload::Arrivals { summary: m, .. } => Headline {
                 tok_per_s: m.tok_per_s,
                 ttft_ms: m.ttft_ms.clone(),
                 worst_gap_ms: (m.gap_ms.n > 0).then_some(m.gap_ms.max),
+                gap_p50_ms: (m.gap_ms.n > 0).then_some(m.gap_ms.p50),
+                json_valid_pct: None,
                 errors,
                 cached_pct,
+                tokens_per_reply,
             },
             Workload::MultiTurn { summary: m, .. } => Headline {
                 tok_per_s: m.tok_per_s,
                 ttft_ms: m.ttft_ms.clone(),
                 worst_gap_ms: (m.gap_ms.n > 0).then_some(m.gap_ms.max),
+                gap_p50_ms: (m.gap_ms.n > 0).then_some(m.gap_ms.p50),
+                json_valid_pct: None,
                 errors,
                 cached_pct,
+                tokens_per_reply,
             },
             Workload::Forked { summary: m, .. } => Headline {
                 tok_per_s: m.tok_per_s,
                 ttft_ms: m.ttft_ms.clone(),
                 worst_gap_ms: (m.gap_ms.n > 0).then_some(m.gap_ms.max),
+                gap_p50_ms: (m.gap_ms.n > 0).then_some(m.gap_ms.p50),
+                json_valid_pct: None,
                 errors,
                 cached_pct,
+                tokens_per_reply,
             },
             Workload::Resume { summary: m, .. } => Headline {
                 tok_per_s: m.tok_per_s,
                 ttft_ms: m.ttft_return_ms.clone(),
                 worst_gap_ms: (m.gap_ms.n > 0).then_some(m.gap_ms.max),
+                gap_p50_ms: (m.gap_ms.n > 0).then_some(m.gap_ms.p50),
+                json_valid_pct: None,
                 errors,
                 cached_pct,
+                tokens_per_reply,
             },
         }
     }
@@ -115,7 +150,7 @@ pub fn compare_table(a: &BenchReport, b: &BenchReport) -> String {
     }
     let _ = writeln!(s, "  {:<16} {:>12} {:>12} {:>9}", "", "A", "B", "B/A");
     let ttft = |d: &Dist, f: fn(&Dist) -> f64| (d.n > 0).then(|| f(d));
-    let rows: [(&str, Option<f64>, Option<f64>, usize); 8] = [
+    let mut rows: Vec<(&str, Option<f64>, Option<f64>, usize)> = vec![
         ("tok/s", Some(ha.tok_per_s), Some(hb.tok_per_s), 2),
         (
             "TTFT mean ms",
@@ -141,10 +176,15 @@ pub fn compare_table(a: &BenchReport, b: &BenchReport) -> String {
             ttft(&hb.ttft_ms, |d| d.max),
             1,
         ),
+        ("tokens/reply", ha.tokens_per_reply, hb.tokens_per_reply, 1),
+        ("gap p50 ms", ha.gap_p50_ms, hb.gap_p50_ms, 2),
         ("worst gap ms", ha.worst_gap_ms, hb.worst_gap_ms, 1),
         ("cached %", ha.cached_pct, hb.cached_pct, 1),
-        ("errors", Some(ha.errors as f64), Some(hb.errors as f64), 0),
     ];
+    if ha.json_valid_pct.is_some() || hb.json_valid_pct.is_some() {
+        rows.push(("JSON valid %", ha.json_valid_pct, hb.json_valid_pct, 1));
+    }
+    rows.push(("errors", Some(ha.errors as f64), Some(hb.errors as f64), 0));
     for (name, x, y, prec) in rows {
         let _ = writeln!(
             s,

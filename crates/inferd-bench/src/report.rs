@@ -124,6 +124,9 @@ impl BenchReport {
         if let Some(x) = self.extensions() {
             let _ = writeln!(s, "inferd extensions  {}", x.describe());
         }
+        if let Some((x, name)) = self.structured() {
+            let _ = writeln!(s, "structured replies  {name}: {}", x.describe());
+        }
         if let Some(c) = &self.calibration {
             let _ = writeln!(
                 s,
@@ -180,12 +183,26 @@ fn fleet_table(s: &mut String, c: &FleetConfig, m: &FleetSummary) {
         "  {:<26} {} tokens in {:.3} s = {:.2} tok/s",
         "generated", m.generated_tokens, m.wall_s, m.tok_per_s
     );
-    if m.short_replies > 0 {
+    if m.short_replies > 0 && c.constrained() {
+        let _ = writeln!(
+            s,
+            "  NOTE: {} replies ended before {} tokens (a constrained reply ends where its \
+             JSON is complete, ignore_eos or not): compare tok/s and gaps, not wall time",
+            m.short_replies, c.reply_tokens
+        );
+    } else if m.short_replies > 0 {
         let _ = writeln!(
             s,
             "  NOTE: {} replies ended before {} tokens (the server did not ignore EOS): \
              not a like-for-like comparison",
             m.short_replies, c.reply_tokens
+        );
+    }
+    if let (Some(n), Some(v)) = (m.json_replies, m.json_valid) {
+        let _ = writeln!(
+            s,
+            "  {:<26} {v} of {n} replies parse as JSON",
+            "JSON replies"
         );
     }
     dist_row(s, "prompt tokens (turn 0)", &m.prompt_tokens_turn0, "tok");
@@ -329,12 +346,32 @@ impl BenchReport {
         }
     }
 
-    /// The engine's name with the extensions it used: `inferd +sessions`.
-    pub fn engine_label(&self) -> String {
-        match self.extensions() {
-            Some(x) => format!("{} +{}", self.engine_name(), x.flag()),
-            None => self.engine_name(),
+    /// Whether the agents answered as JSON matching a schema (fleet `--json-schema` /
+    /// `--json-schema-prompt-only`), and the schema's name (`builtin` or the file).
+    pub fn structured(&self) -> Option<(StructuredUsed, &str)> {
+        match &self.workload {
+            Workload::Fleet { config, .. } => {
+                let name = config.structured.as_deref()?;
+                Some(match config.prompt_only {
+                    true => (StructuredUsed::SchemaPrompt, name),
+                    false => (StructuredUsed::JsonSchema, name),
+                })
+            }
+            _ => None,
         }
+    }
+
+    /// The engine's name with the extensions and structured replies it used:
+    /// `inferd +sessions`, `inferd +json-schema`, `inferd +schema-prompt`.
+    pub fn engine_label(&self) -> String {
+        let mut l = self.engine_name();
+        if let Some(x) = self.extensions() {
+            l = format!("{l} +{}", x.flag());
+        }
+        if let Some((x, _)) = self.structured() {
+            l = format!("{l} +{}", x.label());
+        }
+        l
     }
 
     /// The workload's name as the command line spells it.
@@ -378,6 +415,37 @@ impl ExtensionsUsed {
     }
 }
 
+/// How a fleet run's agents answered as JSON (recorded in its config: `structured`,
+/// `prompt_only`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StructuredUsed {
+    /// `--json-schema`: asked in the prompt and held to the schema (`response_format`).
+    JsonSchema,
+    /// `--json-schema-prompt-only`: the same prompt, no `response_format`.
+    SchemaPrompt,
+}
+
+impl StructuredUsed {
+    /// How engine labels show it (`inferd +json-schema`).
+    pub fn label(self) -> &'static str {
+        match self {
+            StructuredUsed::JsonSchema => "json-schema",
+            StructuredUsed::SchemaPrompt => "schema-prompt",
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            StructuredUsed::JsonSchema => {
+                "JSON Schema in the prompt and as response_format (replies held to it)"
+            }
+            StructuredUsed::SchemaPrompt => {
+                "JSON Schema in the prompt only (no response_format: replies free)"
+            }
+        }
+    }
+}
+
 pub(crate) fn ratio(x: f64, base: Option<f64>) -> String {
     match base {
         Some(b) if b > 0.0 && x.is_finite() => format!("{:.2}", x / b),
@@ -415,34 +483,37 @@ pub fn markdown_tables(reports: &[BenchReport], baseline: &str) -> String {
         )
     });
     if !fleet.is_empty() {
+        // A JSON column when some run asked for JSON replies.
+        let json = fleet.iter().any(|(_, _, m)| m.json_replies.is_some());
         let _ = writeln!(
             s,
             "| model | agents | ctx/reply/turns | engine | tok/s | TTFT p50 ms | TTFT max ms | \
-             last first token s | worst gap ms | errors | short replies | tok/s ratio vs {baseline} | \
-             TTFT p50 ratio |"
+             last first token s | worst gap ms | errors | short replies | {}tok/s ratio vs \
+             {baseline} | TTFT p50 ratio |",
+            if json { "JSON valid | " } else { "" }
         );
         let _ = writeln!(
             s,
-            "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+            "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|{}---:|---:|",
+            if json { "---:|" } else { "" }
         );
         for (r, c, m) in &fleet {
-            let base = fleet.iter().find(|(b, bc, _)| {
-                b.engine_name() == baseline
-                    && b.model_name() == r.model_name()
-                    && (bc.agents, bc.context_tokens, bc.reply_tokens, bc.turns)
-                        == (c.agents, c.context_tokens, c.reply_tokens, c.turns)
-            });
-            let (tok_ratio, ttft_ratio) = if r.engine_name() == baseline {
-                ("-".to_string(), "-".to_string())
-            } else {
-                (
-                    ratio(m.tok_per_s, base.map(|b| b.2.tok_per_s)),
-                    ratio(m.ttft_turn0_ms.p50, base.map(|b| b.2.ttft_turn0_ms.p50)),
-                )
+            let base = fleet_baseline(&fleet, r, c, baseline);
+            let (tok_ratio, ttft_ratio) = match base {
+                None => ("-".to_string(), "-".to_string()),
+                Some(b) => (
+                    ratio(m.tok_per_s, Some(b.tok_per_s)),
+                    ratio(m.ttft_turn0_ms.p50, Some(b.ttft_turn0_ms.p50)),
+                ),
+            };
+            let json_col = match (json, m.json_replies, m.json_valid) {
+                (false, ..) => String::new(),
+                (true, Some(n), Some(v)) => format!("{v}/{n} | "),
+                (true, ..) => "- | ".to_string(),
             };
             let _ = writeln!(
                 s,
-                "| {} | {} | {}/{}/{} | {} | {:.1} | {:.0} | {:.0} | {} | {:.0} | {} | {} | {} | {} |",
+                "| {} | {} | {}/{}/{} | {} | {:.1} | {:.0} | {:.0} | {} | {:.0} | {} | {} | {}{} | {} |",
                 r.model_name(),
                 c.agents,
                 c.context_tokens,
@@ -458,6 +529,7 @@ pub fn markdown_tables(reports: &[BenchReport], baseline: &str) -> String {
                 m.worst_gap_ms,
                 m.errors.total,
                 m.short_replies,
+                json_col,
                 tok_ratio,
                 ttft_ratio
             );
@@ -520,6 +592,43 @@ pub fn markdown_tables(reports: &[BenchReport], baseline: &str) -> String {
         s.push_str(&rest);
     }
     s
+}
+
+/// The fleet row a row's ratios divide by: another run of the baseline engine on the same
+/// model, shape and prompts (the same schema, or none), without inferd extensions; of those,
+/// one as constrained as the row, else an unconstrained one (`inferd +json-schema` against
+/// `inferd +schema-prompt` with `--baseline inferd`). `None` when there is none.
+fn fleet_baseline<'a>(
+    fleet: &[(&BenchReport, &FleetConfig, &'a FleetSummary)],
+    r: &BenchReport,
+    c: &FleetConfig,
+    baseline: &str,
+) -> Option<&'a FleetSummary> {
+    let shape = |c: &FleetConfig| {
+        (
+            c.agents,
+            c.context_tokens,
+            c.reply_tokens,
+            c.turns,
+            c.structured.clone(),
+        )
+    };
+    fleet
+        .iter()
+        .filter(|(b, bc, _)| {
+            !std::ptr::eq(*b, r)
+                && b.engine_name() == baseline
+                && b.extensions().is_none()
+                && b.model_name() == r.model_name()
+                && shape(bc) == shape(c)
+        })
+        .filter_map(|(_, bc, bm)| match (bc.constrained(), c.constrained()) {
+            (x, y) if x == y => Some((0, *bm)),
+            (false, true) => Some((1, *bm)),
+            _ => None,
+        })
+        .min_by_key(|(rank, _)| *rank)
+        .map(|(_, m)| m)
 }
 
 #[cfg(test)]

@@ -31,7 +31,7 @@ async fn fleet_measures_scripted_latencies() {
         reply_tokens: 20,
         token_prompts: false,
         seed: 5,
-        sessions: false,
+        ..Default::default()
     };
     let report = run_fleet(&c, &cfg, &ProgressBar::hidden()).await.unwrap();
     let s = fleet_summary(&report);
@@ -121,7 +121,7 @@ async fn token_prompts_are_exact() {
         reply_tokens: 8,
         token_prompts: true,
         seed: 1,
-        sessions: false,
+        ..Default::default()
     };
     let report = run_fleet(&c, &cfg, &ProgressBar::hidden()).await.unwrap();
     let s = fleet_summary(&report);

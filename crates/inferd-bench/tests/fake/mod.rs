@@ -1,7 +1,8 @@
 //! A scripted fake OpenAI-compatible streaming server for the workload tests: tokens at
 //! scripted times, scripted failures, cached tokens and prefill stalls. It also speaks inferd's
 //! agent extensions (`/v1/contexts`, `inferd.session`, `inferd.context`) unless scripted not to,
-//! and records what it was sent.
+//! answers a request carrying `response_format` with a JSON object, and records what it was
+//! sent.
 
 #![allow(dead_code)] // each test binary uses part of it
 
@@ -131,6 +132,8 @@ fn chunk(chat: bool, text: &str, finish: Option<&str>) -> String {
 
 async fn completions(State(s): State<Arc<Shared>>, Json(body): Json<Value>) -> Response {
     let chat = body.get("messages").is_some();
+    // A reply held to a schema is a JSON object, {"w":[0,1,...]}; others are " w0 w1 ...".
+    let json_reply = body.get("response_format").is_some();
     let max_tokens = body["max_tokens"].as_u64().unwrap_or(16);
     let mut prompt = prompt_tokens(&body);
     let sc = s.script.clone();
@@ -182,7 +185,17 @@ async fn completions(State(s): State<Arc<Shared>>, Json(body): Json<Value>) -> R
                 }
                 tokio::time::sleep_until(at).await;
                 let finish = (i + 1 == max_tokens).then_some("length");
-                let data = chunk(chat, &format!(" w{i}"), finish);
+                let text = match (json_reply, i) {
+                    (false, _) => format!(" w{i}"),
+                    (true, 0) => "{\"w\":[0".to_string(),
+                    (true, _) => format!(",{i}"),
+                };
+                let close = if json_reply && finish.is_some() {
+                    "]}"
+                } else {
+                    ""
+                };
+                let data = chunk(chat, &format!("{text}{close}"), finish);
                 Some((Ok::<_, std::io::Error>(data), (i + 1, at + gap)))
             } else if i == max_tokens {
                 let mut usage = json!({"choices": [], "usage": {

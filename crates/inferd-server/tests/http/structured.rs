@@ -174,13 +174,54 @@ fn schema(i: usize) -> (String, Value) {
     (topic, s)
 }
 
-/// Sends all 100 at once (the engine batches them) and checks every reply.
-fn hundred_valid_replies(addr: SocketAddr, model: &str) {
+/// How a run varies from the default (bounded values, the server's DRY default).
+#[derive(Clone, Copy, Debug)]
+struct Variant {
+    /// Strip the value bounds (`maxLength`, `multipleOf`, bounded pattern repeats).
+    unbounded: bool,
+    /// `dry_multiplier` sent with each request (`None`: the server's default).
+    dry: Option<f32>,
+}
+
+const DEFAULT: Variant = Variant {
+    unbounded: false,
+    dry: None,
+};
+
+/// `schema` without its value bounds: free strings, free digit runs.
+fn unbound(schema: &Value) -> Value {
+    match schema {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| *k != "maxLength" && *k != "multipleOf")
+                .map(|(k, v)| match (k.as_str(), v.as_str()) {
+                    ("pattern", Some("^[a-z]{1,10}(-[a-z]{1,10}){0,3}$")) => {
+                        (k.clone(), json!("^[a-z]+(-[a-z]+)*$"))
+                    }
+                    ("pattern", Some(p)) if p.starts_with("^v") => {
+                        (k.clone(), json!("^v[0-9]+\\.[0-9]+\\.[0-9]+$"))
+                    }
+                    _ => (k.clone(), unbound(v)),
+                })
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(unbound).collect()),
+        v => v.clone(),
+    }
+}
+
+/// Sends all 100 at once (the engine batches them) and checks every reply; the
+/// failures, one line each.
+fn hundred_replies(addr: SocketAddr, variant: Variant) -> Vec<String> {
+    let schema_of = move |i| {
+        let (topic, s) = schema(i);
+        (topic, if variant.unbounded { unbound(&s) } else { s })
+    };
     let handles: Vec<_> = (0..100)
         .map(|i| {
             std::thread::spawn(move || {
-                let (topic, s) = schema(i);
-                let body = json!({
+                let (topic, s) = schema_of(i);
+                let mut body = json!({
                     "messages": [{"role": "user", "content": format!(
                         "Describe {topic} as JSON that follows this JSON Schema:\n{s}")}],
                     "temperature": 0,
@@ -188,6 +229,9 @@ fn hundred_valid_replies(addr: SocketAddr, model: &str) {
                     "response_format": {"type": "json_schema",
                         "json_schema": {"name": format!("schema_{i}"), "strict": true, "schema": s}},
                 });
+                if let Some(d) = variant.dry {
+                    body["dry_multiplier"] = json!(d);
+                }
                 (i, post(addr, "/v1/chat/completions", &body))
             })
         })
@@ -195,7 +239,7 @@ fn hundred_valid_replies(addr: SocketAddr, model: &str) {
     let mut failures = Vec::new();
     for h in handles {
         let (i, r) = h.join().unwrap();
-        let (_, s) = schema(i);
+        let (_, s) = schema_of(i);
         if r.status != 200 {
             failures.push(format!("#{i}: HTTP {} {}", r.status, r.text()));
             continue;
@@ -221,12 +265,56 @@ fn hundred_valid_replies(addr: SocketAddr, model: &str) {
             }
         }
     }
+    failures
+}
+
+fn hundred_valid_replies(addr: SocketAddr, model: &str) {
+    let failures = hundred_replies(addr, DEFAULT);
     assert!(
         failures.is_empty(),
         "{model}: {} of 100 replies invalid:\n{}",
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// Valid replies out of 100 with and without value bounds and DRY (docs/RESULTS.md):
+/// `cargo test --release -p inferd-server --test http -- --ignored validity_table --nocapture`
+/// (`INFERD_TABLE_MODELS=smollm2,qwen` picks the models).
+#[test]
+#[ignore = "a measurement (minutes), not a check"]
+fn validity_table() {
+    let models = std::env::var("INFERD_TABLE_MODELS").unwrap_or_else(|_| "smollm2,qwen".into());
+    let mut rows = Vec::new();
+    for m in models.split(',') {
+        let server = match m {
+            "qwen" => qwen_server(),
+            _ => uncapped_server(),
+        };
+        let Some(s) = server else { continue };
+        for unbounded in [false, true] {
+            for dry in [None, Some(0.0)] {
+                let v = Variant { unbounded, dry };
+                let t = std::time::Instant::now();
+                let failures = hundred_replies(s.addr, v);
+                let truncated = failures.iter().filter(|f| f.contains("(\"length\")")).count();
+                rows.push(format!(
+                    "| {m} | {} | {} | {} | {truncated} | {} | {:.0} s |",
+                    if unbounded { "free" } else { "bounded" },
+                    if dry.is_some() { "off" } else { "0.8 (default)" },
+                    100 - failures.len(),
+                    failures.len() - truncated,
+                    t.elapsed().as_secs_f64()
+                ));
+                eprintln!("{}", rows.last().unwrap());
+            }
+        }
+    }
+    println!("| model | values | DRY | valid / 100 | cut at max_tokens | invalid JSON or schema | time |");
+    println!("|---|---|---|---:|---:|---:|---:|");
+    for r in rows {
+        println!("{r}");
+    }
 }
 
 #[test]

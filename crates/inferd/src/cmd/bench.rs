@@ -42,8 +42,8 @@ enum Workload {
     /// N agents send turn 0, unrelated filler traffic runs, then the agents come back with
     /// turn 1; reports TTFT on return vs turn 0 and the cached fraction on return.
     Resume(ResumeArgs),
-    /// Two JSON reports side by side (tok/s, TTFT, worst gap, cached %, errors) with B/A
-    /// ratios.
+    /// Two JSON reports side by side (tok/s, TTFT, tokens per reply, inter-token gaps,
+    /// cached %, JSON valid %, errors) with B/A ratios.
     Compare(CompareArgs),
     /// SVG plots from JSON reports: a TTFT CDF, or throughput against agents.
     Plot(PlotArgs),
@@ -246,6 +246,23 @@ struct FleetArgs {
     /// servers without inferd's extensions).
     #[arg(long)]
     sessions: bool,
+    /// Agents answer as JSON held to this JSON Schema: a file, or `builtin` (an agent action:
+    /// thought, one of four tools, typed args, confidence). The turn-0 user message ends with
+    /// "Answer as JSON matching this JSON Schema: SCHEMA" (later user messages with a one-line
+    /// reminder) and every request carries "response_format": {"type": "json_schema",
+    /// "json_schema": {"name": "agent_reply", "strict": true, "schema": SCHEMA}}. Chat prompts
+    /// only; the prompt text comes on top of --context.
+    #[arg(
+        long,
+        value_name = "FILE|builtin",
+        conflicts_with = "json_schema_prompt_only"
+    )]
+    json_schema: Option<String>,
+    /// The prompt text of --json-schema without response_format: the unconstrained twin of a
+    /// --json-schema run (same seed and schema: identical prompts, only the constraint
+    /// differs).
+    #[arg(long, value_name = "FILE|builtin")]
+    json_schema_prompt_only: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -276,6 +293,12 @@ pub fn run(a: Args) -> Result<()> {
     inferd_bench::block_on(async {
         match a.workload {
             Workload::Fleet(f) => {
+                let prompt_only = f.json_schema_prompt_only.is_some();
+                let structured = f.json_schema.or(f.json_schema_prompt_only);
+                let schema = structured
+                    .as_deref()
+                    .map(inferd_bench::structured::load_schema)
+                    .transpose()?;
                 let cfg = FleetConfig {
                     agents: f.agents,
                     context_tokens: f.context,
@@ -284,6 +307,9 @@ pub fn run(a: Args) -> Result<()> {
                     token_prompts: f.common.token_prompts,
                     seed: f.common.seed,
                     sessions: f.sessions,
+                    structured,
+                    prompt_only,
+                    schema,
                 };
                 let (client, pb) = connect(&f.common).await?;
                 let report = run_fleet(&client, &cfg, &pb).await;
