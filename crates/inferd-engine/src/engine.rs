@@ -59,6 +59,9 @@ pub fn start<B: Backend + 'static>(
     // The vocabulary trie grammars are compiled against (built once: 0.15 s for 49k tokens,
     // 0.65 s for 152k).
     let grammars = Grammars::new(tokenizer.clone(), model.cfg.vocab_size);
+    if let Err(e) = &grammars {
+        eprintln!("inferd: warning: {e}; requests with response_format or a forced tool call will get a 400");
+    }
     let (tx, rx) = mpsc::channel();
     let shared = Arc::new(Shared {
         inbox: Mutex::new(tx),
