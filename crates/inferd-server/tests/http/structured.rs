@@ -297,11 +297,18 @@ fn validity_table() {
                 let v = Variant { unbounded, dry };
                 let t = std::time::Instant::now();
                 let failures = hundred_replies(s.addr, v);
-                let truncated = failures.iter().filter(|f| f.contains("(\"length\")")).count();
+                let truncated = failures
+                    .iter()
+                    .filter(|f| f.contains("(\"length\")"))
+                    .count();
                 rows.push(format!(
                     "| {m} | {} | {} | {} | {truncated} | {} | {:.0} s |",
                     if unbounded { "free" } else { "bounded" },
-                    if dry.is_some() { "off" } else { "0.8 (default)" },
+                    if dry.is_some() {
+                        "off"
+                    } else {
+                        "0.8 (default)"
+                    },
                     100 - failures.len(),
                     failures.len() - truncated,
                     t.elapsed().as_secs_f64()
