@@ -12,7 +12,10 @@ use serde_json::{json, Value};
 
 fn schema_format(schema: Value) -> ReplyFormat {
     ReplyFormat {
-        answer: Some(AnswerFormat::JsonSchema(schema)),
+        answer: Some(AnswerFormat::JsonSchema {
+            schema,
+            strict: true,
+        }),
         calls: None,
     }
 }

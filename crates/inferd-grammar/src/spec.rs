@@ -3,19 +3,22 @@
 //! A reply is constrained to an answer (`response_format`), to tool calls (a forced
 //! `tool_choice`), or to either (`response_format` with tools the model may call).
 //! JSON is written the way models write it: `", "` between items, `": "` after keys,
-//! no other whitespace (free whitespace lets a small model pad forever).
+//! no other whitespace (free whitespace lets a small model pad forever). A schema that is
+//! not `strict` is compiled leniently: keywords llguidance cannot enforce (`uniqueItems`,
+//! an unknown `format`, ...) are ignored instead of refused, as OpenAI accepts them there.
 
 use inferd_tools::{Tool, ToolSyntax};
 use llguidance::api::TopLevelGrammar;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::GrammarError;
 
 /// The answer's shape (`response_format`).
 #[derive(Clone, Debug, PartialEq)]
 pub enum AnswerFormat {
-    /// `json_schema`: one JSON value valid against the schema.
-    JsonSchema(Value),
+    /// `json_schema`: one JSON value valid against the schema. With `strict`, a keyword
+    /// that cannot be enforced is an error; without, it is ignored.
+    JsonSchema { schema: Value, strict: bool },
     /// `json_object`: any JSON object.
     JsonObject,
 }
@@ -40,25 +43,26 @@ pub struct ReplyFormat {
     pub calls: Option<CallFormat>,
 }
 
-/// `x-guidance`: how llguidance writes JSON.
-fn json_style() -> Value {
+/// `x-guidance`: how llguidance writes JSON, and whether it refuses what it cannot enforce.
+fn json_style(strict: bool) -> Value {
     json!({
         "item_separator": ", ",
         "key_separator": ": ",
         "whitespace_flexible": false,
+        "lenient": !strict,
     })
 }
 
 /// `schema` with inferd's JSON style, unless the schema sets its own.
-fn styled(schema: &Value) -> Result<Value, GrammarError> {
+fn styled(schema: &Value, strict: bool) -> Result<Value, GrammarError> {
     match schema {
         Value::Object(m) => {
             let mut m = m.clone();
-            m.entry("x-guidance").or_insert_with(json_style);
+            m.entry("x-guidance").or_insert_with(|| json_style(strict));
             Ok(Value::Object(m))
         }
         // `true` accepts any JSON value; `false` none.
-        Value::Bool(true) => Ok(json!({ "x-guidance": json_style() })),
+        Value::Bool(true) => Ok(json!({ "x-guidance": json_style(strict) })),
         _ => Err(GrammarError::Invalid(
             "a JSON Schema must be an object (or `true`)".into(),
         )),
@@ -68,76 +72,112 @@ fn styled(schema: &Value) -> Result<Value, GrammarError> {
 impl AnswerFormat {
     fn schema(&self) -> Result<Value, GrammarError> {
         match self {
-            AnswerFormat::JsonSchema(s) => styled(s),
-            AnswerFormat::JsonObject => styled(&json!({ "type": "object" })),
+            AnswerFormat::JsonSchema { schema, strict } => styled(schema, *strict),
+            AnswerFormat::JsonObject => styled(&json!({ "type": "object" }), true),
         }
     }
 }
 
+impl AnswerFormat {
+    /// One schema accepting the answer or one call object of `calls` (`anyOf`). Each
+    /// alternative's definitions (`$defs`, `definitions`) move to the root, where their
+    /// `#/...` references point; two alternatives defining a name differently are refused.
+    fn union_with_calls(&self, calls: &CallFormat) -> Result<Value, GrammarError> {
+        let (answer, mut strict) = match self {
+            AnswerFormat::JsonSchema { schema, strict } => (schema.clone(), *strict),
+            AnswerFormat::JsonObject => (json!({ "type": "object" }), true),
+        };
+        let mut alternatives = vec![answer];
+        for t in &calls.tools {
+            strict &= t.strict;
+            let params = t.parameters.clone().unwrap_or_else(
+                || json!({ "type": "object", "properties": {}, "additionalProperties": false }),
+            );
+            alternatives.push(json!({
+                "type": "object",
+                "properties": { "name": { "const": t.name }, "parameters": params },
+                "required": ["name", "parameters"],
+                "additionalProperties": false,
+            }));
+        }
+        let mut root = serde_json::Map::new();
+        for alt in &mut alternatives {
+            hoist_definitions(alt, &mut root)?;
+            if let Some(Value::Object(params)) = alt.pointer_mut("/properties/parameters") {
+                let mut p = Value::Object(std::mem::take(params));
+                hoist_definitions(&mut p, &mut root)?;
+                *alt.pointer_mut("/properties/parameters").expect("present") = p;
+            }
+        }
+        root.insert("anyOf".into(), Value::Array(alternatives));
+        styled(&Value::Object(root), strict)
+    }
+}
+
+/// Moves `schema`'s `$defs` / `definitions` into `root`'s.
+fn hoist_definitions(
+    schema: &mut Value,
+    root: &mut serde_json::Map<String, Value>,
+) -> Result<(), GrammarError> {
+    let Value::Object(m) = schema else {
+        return Ok(());
+    };
+    for key in ["$defs", "definitions"] {
+        let Some(Value::Object(defs)) = m.remove(key) else {
+            continue;
+        };
+        let slot = root
+            .entry(key)
+            .or_insert_with(|| Value::Object(Default::default()));
+        let Value::Object(slot) = slot else {
+            continue;
+        };
+        for (name, def) in defs {
+            if slot.get(&name).is_some_and(|old| old != &def) {
+                return Err(GrammarError::Invalid(format!(
+                    "`{key}/{name}` is defined twice, differently (the answer's schema and a \
+                     tool's parameters share a reply); give the definitions distinct names"
+                )));
+            }
+            slot.insert(name, def);
+        }
+    }
+    Ok(())
+}
+
 impl CallFormat {
-    /// The schema of one call object: `{"name": <const>, "arguments": <parameters>}`
-    /// (`"parameters"` for Llama 3), one alternative per tool. Definitions of each
-    /// parameter schema (`$defs`, `definitions`) move to the top, where their `#/...`
-    /// references point.
-    fn call_schema(&self) -> Result<Value, GrammarError> {
+    /// Lark rules `calls` (one call or more, in the syntax's framing), `call` (any of
+    /// the tools) and `call_i` per tool: the literal `{"name": "NAME", "arguments": `
+    /// (`"parameters"` for Llama 3), the tool's `parameters` as a JSON Schema of its own
+    /// (so its `#/...` references resolve against itself), then `}`.
+    fn lark(&self) -> Result<String, GrammarError> {
+        if self.tools.is_empty() {
+            return Err(GrammarError::Invalid("no tools to call".into()));
+        }
         let args_key = match self.syntax {
             ToolSyntax::Hermes => "arguments",
             ToolSyntax::Llama3Json => "parameters",
         };
-        let mut defs: Vec<(String, Map<String, Value>)> = Vec::new();
+        let mut rules = String::new();
         let mut alternatives = Vec::with_capacity(self.tools.len());
-        for t in &self.tools {
-            let mut params = match &t.parameters {
+        for (i, t) in self.tools.iter().enumerate() {
+            let params = match &t.parameters {
                 None => {
                     json!({ "type": "object", "properties": {}, "additionalProperties": false })
                 }
                 Some(p) => p.clone(),
             };
-            if let Value::Object(p) = &mut params {
-                for key in ["$defs", "definitions"] {
-                    if let Some(Value::Object(d)) = p.remove(key) {
-                        let slot = match defs.iter().position(|(k, _)| k == key) {
-                            Some(i) => &mut defs[i].1,
-                            None => {
-                                defs.push((key.to_string(), Map::new()));
-                                &mut defs.last_mut().expect("just pushed").1
-                            }
-                        };
-                        for (name, def) in d {
-                            if slot.get(&name).is_some_and(|old| old != &def) {
-                                return Err(GrammarError::Invalid(format!(
-                                    "tools define `{key}/{name}` twice, differently; \
-                                     give the definitions distinct names"
-                                )));
-                            }
-                            slot.insert(name, def);
-                        }
-                    }
-                }
-            }
-            alternatives.push(json!({
-                "type": "object",
-                "properties": { "name": { "const": t.name }, args_key: params },
-                "required": ["name", args_key],
-                "additionalProperties": false,
-            }));
+            let head = format!(
+                "{{\"name\": {}, \"{args_key}\": ",
+                Value::from(t.name.as_str())
+            );
+            rules.push_str(&format!(
+                "call_{i}: {} %json {} \"}}\"\n",
+                lit(&head),
+                styled(&params, t.strict)?
+            ));
+            alternatives.push(format!("call_{i}"));
         }
-        let mut schema = match alternatives.len() {
-            0 => return Err(GrammarError::Invalid("no tools to call".into())),
-            1 => alternatives.pop().unwrap_or_default(),
-            _ => json!({ "anyOf": alternatives }),
-        };
-        if let Value::Object(m) = &mut schema {
-            for (k, d) in defs {
-                m.insert(k, Value::Object(d));
-            }
-        }
-        styled(&schema)
-    }
-
-    /// Lark rules `calls` (and `call`): one call or more, in the syntax's framing.
-    fn lark(&self) -> Result<String, GrammarError> {
-        let call = format!("call: %json {}\n", self.call_schema()?);
         let (open, close) = (self.syntax.call_open(), self.syntax.call_close());
         let framed = seq(&[lit(open), "call".into(), lit(close)]);
         let first = if self.opened {
@@ -150,7 +190,10 @@ impl CallFormat {
             (true, ToolSyntax::Hermes) => format!(" (\"\\n\" {framed})*"),
             (true, ToolSyntax::Llama3Json) => " (\"; \" call)*".to_string(),
         };
-        Ok(format!("calls: {first}{more}\n{call}"))
+        Ok(format!(
+            "calls: {first}{more}\ncall: {}\n{rules}",
+            alternatives.join(" | ")
+        ))
     }
 }
 
@@ -183,6 +226,12 @@ impl ReplyFormat {
                 "start: calls\n{}",
                 c.lark()?
             ))),
+            // Llama 3 calls start with `{` like the answer: one JSON Schema for both
+            // (llguidance's lexer cannot choose between a literal and a JSON value that
+            // start alike), so here the reply is the answer or a single call.
+            (Some(a), Some(c)) if c.syntax == ToolSyntax::Llama3Json => {
+                Ok(TopLevelGrammar::from_json_schema(a.union_with_calls(c)?))
+            }
             (Some(a), Some(c)) => Ok(TopLevelGrammar::from_lark(format!(
                 "start: answer | calls\nanswer: %json {}\n{}",
                 a.schema()?,
@@ -207,16 +256,26 @@ mod tests {
 
     #[test]
     fn answer_schema_gets_the_json_style_unless_it_has_its_own() {
-        let a = AnswerFormat::JsonSchema(json!({"type": "integer"}));
-        assert_eq!(a.schema().unwrap()["x-guidance"], json_style());
+        let a = AnswerFormat::JsonSchema {
+            schema: json!({"type": "integer"}),
+            strict: true,
+        };
+        assert_eq!(a.schema().unwrap()["x-guidance"], json_style(true));
         let own = json!({"type": "integer", "x-guidance": {"whitespace_flexible": true}});
-        let a = AnswerFormat::JsonSchema(own.clone());
+        let a = AnswerFormat::JsonSchema {
+            schema: own.clone(),
+            strict: false,
+        };
         assert_eq!(a.schema().unwrap(), own);
-        assert!(AnswerFormat::JsonSchema(json!(3)).schema().is_err());
+        let bad = AnswerFormat::JsonSchema {
+            schema: json!(3),
+            strict: true,
+        };
+        assert!(bad.schema().is_err());
     }
 
     #[test]
-    fn call_schema_hoists_definitions_and_names_each_tool() {
+    fn each_tool_is_its_own_schema_root() {
         let c = CallFormat {
             syntax: ToolSyntax::Hermes,
             tools: vec![
@@ -232,28 +291,15 @@ mod tests {
             opened: true,
             parallel: false,
         };
-        let s = c.call_schema().unwrap();
-        assert_eq!(s["$defs"]["X"], json!({"type": "integer"}));
-        assert_eq!(s["anyOf"][0]["properties"]["name"]["const"], "a");
-        assert!(s["anyOf"][0]["properties"]["arguments"]
-            .get("$defs")
-            .is_none());
-        assert_eq!(
-            s["anyOf"][1]["properties"]["arguments"]["additionalProperties"],
-            false
+        let l = c.lark().unwrap();
+        assert!(l.contains("call: call_0 | call_1"), "{l}");
+        assert!(
+            l.contains(r#"call_0: "{\"name\": \"a\", \"arguments\": " %json {"#),
+            "{l}"
         );
-    }
-
-    #[test]
-    fn conflicting_definitions_are_refused() {
-        let p = |t: &str| Some(json!({"type": "object", "$defs": {"X": {"type": t}}}));
-        let c = CallFormat {
-            syntax: ToolSyntax::Llama3Json,
-            tools: vec![tool("a", p("integer")), tool("b", p("string"))],
-            opened: true,
-            parallel: true,
-        };
-        assert!(c.call_schema().is_err());
+        // the definitions stay inside their tool's schema
+        assert!(l.contains(r#""$defs":{"X":{"type":"integer"}}"#), "{l}");
+        assert!(l.contains(r#""lenient":true"#), "{l}");
     }
 
     #[test]

@@ -54,7 +54,10 @@ fn qwen() -> Option<(Arc<Tokenizer>, usize)> {
 
 fn answer(schema: Value) -> ReplyFormat {
     ReplyFormat {
-        answer: Some(AnswerFormat::JsonSchema(schema)),
+        answer: Some(AnswerFormat::JsonSchema {
+            schema,
+            strict: true,
+        }),
         calls: None,
     }
 }
@@ -235,12 +238,15 @@ fn answer_or_calls_in_llama3_syntax() {
     let Some((tok, n)) = smollm2() else { return };
     let g = Grammars::new(tok.clone(), n).unwrap();
     let f = ReplyFormat {
-        answer: Some(AnswerFormat::JsonSchema(json!({
-            "type": "object",
-            "properties": {"answer": {"type": "string"}},
-            "required": ["answer"],
-            "additionalProperties": false
-        }))),
+        answer: Some(AnswerFormat::JsonSchema {
+            schema: json!({
+                "type": "object",
+                "properties": {"answer": {"type": "string"}},
+                "required": ["answer"],
+                "additionalProperties": false
+            }),
+            strict: true,
+        }),
         calls: Some(CallFormat {
             syntax: ToolSyntax::Llama3Json,
             tools: vec![weather_tool()],

@@ -93,21 +93,23 @@ impl SamplingParams {
                 d.multiplier
             )));
         }
-        if !(d.base > 1.0 && d.base.is_finite()) {
+        // The other DRY parameters matter (and are checked) only when DRY is on.
+        if d.multiplier > 0.0 && !(d.base > 1.0 && d.base.is_finite()) {
             return Err(SamplingError::Dry(format!(
                 "dry_base must be a finite number > 1, got {}",
                 d.base
             )));
         }
-        if d.allowed_length == 0 {
+        if d.multiplier > 0.0 && d.allowed_length == 0 {
             return Err(SamplingError::Dry(
                 "dry_allowed_length must be at least 1".into(),
             ));
         }
-        if d.sequence_breakers.len() > 32
-            || d.sequence_breakers
-                .iter()
-                .any(|b| b.is_empty() || b.len() > 40)
+        if d.multiplier > 0.0
+            && (d.sequence_breakers.len() > 32
+                || d.sequence_breakers
+                    .iter()
+                    .any(|b| b.is_empty() || b.len() > 40))
         {
             return Err(SamplingError::Dry(
                 "dry_sequence_breakers must hold at most 32 non-empty strings of at most 40 bytes"

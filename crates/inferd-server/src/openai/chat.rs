@@ -49,14 +49,14 @@ pub async fn handler(
         chat.tool_choice.as_ref(),
         chat.messages.as_ref(),
     )?;
-    let forced = tool_mode
+    let forced = tool_mode.as_ref().is_some_and(|m| m.forced);
+    let open = tool_mode
         .as_ref()
-        .map(|m| m.forced.clone())
+        .map(|m| m.open.clone())
         .unwrap_or_default();
     // A forced call is the whole reply; otherwise the answer may be held to
     // `response_format`, with calls of the offered tools as the alternative.
-    let answer =
-        format::answer_format(common.response_format.as_ref())?.filter(|_| forced.is_empty());
+    let answer = format::answer_format(common.response_format.as_ref())?.filter(|_| !forced);
     let calls = tool_mode
         .as_ref()
         .and_then(|m| m.call_format(answer.is_some(), chat.parallel_tool_calls));
@@ -68,7 +68,7 @@ pub async fn handler(
     let effort = checked.effort;
     let (prompt, constraint) = tokio::task::spawn_blocking(move || {
         let constraint = format::constraint(&st, answer, calls)?;
-        let prompt = render(&st, &chat, ctx.as_ref(), effort, &forced)?;
+        let prompt = render(&st, &chat, ctx.as_ref(), effort, &open)?;
         Ok::<_, ApiError>((prompt, constraint))
     })
     .await
@@ -119,7 +119,7 @@ fn render(
     chat: &ChatParams,
     ctx: Option<&ContextInfo>,
     effort: Option<Effort>,
-    forced: &str,
+    open: &str,
 ) -> Result<Vec<u32>, ApiError> {
     let mut messages = prepare_messages(chat.messages.as_ref())?;
     let ctx_meta = ctx.map(ContextMeta::of);
@@ -151,7 +151,7 @@ fn render(
     );
     let mut text = render_text(state, &messages, tools, true, extra)?;
     // tool_choice required / a named function: the turn starts inside a call.
-    text.push_str(forced);
+    text.push_str(open);
     match ctx {
         Some(c) => memory::continue_context(state, c, &text),
         // The template writes its own special tokens (BOS included), as HF's apply_chat_template.

@@ -44,11 +44,19 @@ pub fn answer_format(v: Option<&Value>) -> Result<Option<AnswerFormat>, ApiError
                     "`response_format.json_schema.strict` must be a boolean",
                 );
             }
-            // Strict or not, the schema is enforced: a grammar costs nothing to follow.
+            // Strict or not, the schema is enforced (a grammar costs nothing to follow);
+            // `strict` decides whether a keyword that cannot be enforced is an error.
+            let strict = js.get("strict").and_then(Value::as_bool).unwrap_or(false);
             match js.get("schema") {
-                None | Some(Value::Null) => Ok(Some(AnswerFormat::JsonSchema(Value::Bool(true)))),
+                None | Some(Value::Null) => Ok(Some(AnswerFormat::JsonSchema {
+                    schema: Value::Bool(true),
+                    strict,
+                })),
                 Some(s @ (Value::Object(_) | Value::Bool(true))) => {
-                    Ok(Some(AnswerFormat::JsonSchema(s.clone())))
+                    Ok(Some(AnswerFormat::JsonSchema {
+                        schema: s.clone(),
+                        strict,
+                    }))
                 }
                 Some(_) => bad(
                     "response_format.json_schema.schema",
@@ -78,14 +86,13 @@ pub fn constraint(
     if answer.is_none() && calls.is_none() {
         return Ok(None);
     }
-    let grammars = state.engine.grammars.as_ref().map_err(|e| {
-        let param = if answer.is_some() {
-            "response_format"
-        } else {
-            "tool_choice"
-        };
-        ApiError::invalid_param(param, e.to_string())
-    })?;
+    let grammars = match (&state.engine.grammars, &answer) {
+        (Ok(g), _) => g,
+        // A forced call on a model that cannot be constrained still starts inside the
+        // call (the prompt opens it); only its arguments go unchecked.
+        (Err(_), None) => return Ok(None),
+        (Err(e), Some(_)) => return Err(ApiError::invalid_param("response_format", e.to_string())),
+    };
     let format = ReplyFormat {
         answer: answer.clone(),
         calls: calls.clone(),
@@ -164,7 +171,10 @@ mod tests {
             answer_format(Some(&json!({"type": "json_schema",
                 "json_schema": {"name": "n", "strict": true, "schema": s}})))
             .unwrap(),
-            Some(AnswerFormat::JsonSchema(s))
+            Some(AnswerFormat::JsonSchema {
+                schema: s,
+                strict: true
+            })
         );
     }
 

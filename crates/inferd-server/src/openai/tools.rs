@@ -25,8 +25,11 @@ use crate::state::AppState;
 #[derive(Clone, Debug)]
 pub struct ToolMode {
     pub syntax: ToolSyntax,
-    /// Text the assistant turn starts with (appended to the prompt): forces a call.
-    pub forced: String,
+    /// `tool_choice` is `required` or a named function: the reply is calls.
+    pub forced: bool,
+    /// Text the assistant turn starts with (appended to the prompt) when forced: the
+    /// syntax's call opening (`<tool_call>\n`; empty for Llama 3 JSON).
+    pub open: String,
     pub request: ToolRequest,
 }
 
@@ -40,7 +43,7 @@ impl ToolMode {
         answer_constrained: bool,
         parallel: Option<bool>,
     ) -> Option<CallFormat> {
-        let forced = !self.forced.is_empty();
+        let forced = self.forced;
         let (tools, parallel) = match &self.request.choice {
             ToolChoice::Function(name) => (
                 self.request.tool(name).cloned().into_iter().collect(),
@@ -86,13 +89,16 @@ pub fn setup(
              server with --tool-syntax hermes|llama3_json",
         )
     })?;
-    let forced = match &req.choice {
-        ToolChoice::Required | ToolChoice::Function(_) => syntax.call_open().to_string(),
-        ToolChoice::Auto | ToolChoice::None => String::new(),
+    let forced = matches!(req.choice, ToolChoice::Required | ToolChoice::Function(_));
+    let open = if forced {
+        syntax.call_open().to_string()
+    } else {
+        String::new()
     };
     Ok(Some(ToolMode {
         syntax,
         forced,
+        open,
         request: req,
     }))
 }
@@ -109,7 +115,7 @@ pub fn message(mode: Option<&ToolMode>, text: String) -> (ChatMessageOut, bool) 
             false,
         );
     };
-    let parsed = parse(m.syntax, &format!("{}{text}", m.forced));
+    let parsed = parse(m.syntax, &format!("{}{text}", m.open));
     let calls: Vec<ToolCallOut> = parsed
         .tool_calls
         .into_iter()
@@ -162,7 +168,7 @@ impl ToolDeltas {
         let mut stream = ToolStream::new(mode.syntax);
         // The forced prefix is part of the reply as far as parsing goes (for a named
         // function it already starts the call).
-        let early = stream.push(&mode.forced);
+        let early = stream.push(&mode.open);
         ToolDeltas {
             stream,
             pending_tokens: Vec::new(),
@@ -235,14 +241,15 @@ fn group(events: Vec<StreamEvent>) -> Vec<DeltaParts> {
 mod tests {
     use super::*;
 
-    fn hermes(forced: &str) -> ToolMode {
+    fn hermes(open: &str) -> ToolMode {
         let tools = serde_json::json!([
             {"type": "function", "function": {"name": "f"}},
             {"type": "function", "function": {"name": "g"}}
         ]);
         ToolMode {
             syntax: ToolSyntax::Hermes,
-            forced: forced.into(),
+            forced: !open.is_empty(),
+            open: open.into(),
             request: ToolRequest::parse(Some(&tools), None).unwrap().unwrap(),
         }
     }

@@ -262,3 +262,51 @@ fn json_object_on_completions_and_stop_strings_under_a_schema() {
     assert!(!content.contains("age"), "{content}");
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
 }
+
+/// Llama 3 JSON calls have no opening text, so a forced call is the grammar alone:
+/// SmolLM2 served with `--tool-syntax llama3_json` (its template does not even show the
+/// tools) still answers a forced call with a valid one.
+#[test]
+fn forced_calls_in_llama3_syntax_are_held_to_the_grammar() {
+    let Some(s) = uncapped_server() else { return };
+    let cfg = inferd_server::ServerConfig {
+        tool_syntax: Some(inferd_tools::ToolSyntax::Llama3Json),
+        ..Default::default()
+    };
+    let addr = serve(s.engine.clone(), s.template.clone(), cfg);
+    let tools = agent_tools();
+    for (choice, want) in [
+        (
+            json!({"type": "function", "function": {"name": "get_weather"}}),
+            Some("get_weather"),
+        ),
+        (json!("required"), None),
+    ] {
+        let r = post(
+            addr,
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "Weather in Rome?"}],
+                    "tools": tools, "tool_choice": choice, "temperature": 0, "max_tokens": 100,
+                    "parallel_tool_calls": false}),
+        );
+        let v = r.json();
+        let c = &v["choices"][0];
+        assert_eq!(c["finish_reason"], "tool_calls", "{v}");
+        let calls = c["message"]["tool_calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 1, "{v}");
+        let name = calls[0]["function"]["name"].as_str().unwrap();
+        if let Some(w) = want {
+            assert_eq!(name, w);
+        }
+        let tool = tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["function"]["name"] == name)
+            .unwrap();
+        let args: Value =
+            serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap()).unwrap();
+        let validator = jsonschema::validator_for(&tool["function"]["parameters"]).unwrap();
+        assert!(validator.is_valid(&args), "{name}({args})");
+    }
+}
