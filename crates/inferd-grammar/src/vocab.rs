@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use inferd_text::Tokenizer;
+use inferd_text::{byte_level, Tokenizer};
 use toktrie::{TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 
 use crate::GrammarError;
@@ -90,7 +90,6 @@ pub fn token_bytes(tok: &Tokenizer, n_vocab: usize) -> Result<Vec<Vec<u8>>, Gram
         .into_iter()
         .map(|(id, t)| (id, t.content))
         .collect();
-    let byte_of = byte_level_decoder();
     let placeholder = |id: usize| special(&format!("<[{id}]>"));
     let mut words = Vec::with_capacity(n_vocab);
     for id in 0..n_vocab {
@@ -101,11 +100,9 @@ pub fn token_bytes(tok: &Tokenizer, n_vocab: usize) -> Result<Vec<Vec<u8>>, Gram
             content.as_bytes().to_vec()
         } else if let Some(piece) = tok.id_to_token(id32) {
             match kind {
-                PieceKind::ByteLevel => piece
-                    .chars()
-                    .map(|c| byte_of.get(&c).copied())
-                    .collect::<Option<Vec<u8>>>()
-                    .unwrap_or_else(|| placeholder(id)),
+                PieceKind::ByteLevel => {
+                    byte_level::piece_bytes(&piece).unwrap_or_else(|| placeholder(id))
+                }
                 PieceKind::ByteFallback => sentencepiece_bytes(&piece),
             }
         } else {
@@ -159,42 +156,9 @@ fn sentencepiece_bytes(piece: &str) -> Vec<u8> {
     piece.replace('\u{2581}', " ").into_bytes()
 }
 
-/// GPT-2's byte-to-unicode table, inverted: printable Latin-1 bytes are their own char,
-/// the other 68 bytes take the chars from U+0100 on, in byte order.
-fn byte_level_decoder() -> HashMap<char, u8> {
-    let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
-    let mut next = 0x100u32;
-    let mut map = HashMap::with_capacity(256);
-    for b in 0..=255u8 {
-        let c = if printable(b) {
-            char::from(b)
-        } else {
-            let c = char::from_u32(next).expect("U+0100.. are chars");
-            next += 1;
-            c
-        };
-        map.insert(c, b);
-    }
-    map
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn byte_level_table_is_a_bijection_with_gpt2_landmarks() {
-        let m = byte_level_decoder();
-        assert_eq!(m.len(), 256);
-        let mut bytes: Vec<u8> = m.values().copied().collect();
-        bytes.sort();
-        bytes.dedup();
-        assert_eq!(bytes.len(), 256);
-        // Space is 'Ġ' (U+0120), newline 'Ċ' (U+010A), as every GPT-2 style vocab writes them.
-        assert_eq!(m[&'\u{120}'], b' ');
-        assert_eq!(m[&'\u{10A}'], b'\n');
-        assert_eq!(m[&'A'], b'A');
-    }
 
     #[test]
     fn sentencepiece_pieces() {

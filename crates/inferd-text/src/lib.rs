@@ -5,6 +5,7 @@
 //! - [`ChatTemplate`]: Jinja chat templates rendered like HF transformers does.
 
 mod bpe_build;
+pub mod byte_level;
 pub mod chat;
 mod error;
 pub mod gguf_vocab;

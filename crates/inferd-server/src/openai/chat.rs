@@ -49,6 +49,10 @@ pub async fn handler(
         chat.tool_choice.as_ref(),
         chat.messages.as_ref(),
     )?;
+    let mut tool_mode = tool_mode;
+    if let Some(m) = &mut tool_mode {
+        m.single = chat.parallel_tool_calls == Some(false);
+    }
     let forced = tool_mode.as_ref().is_some_and(|m| m.forced);
     let open = tool_mode
         .as_ref()

@@ -1,8 +1,5 @@
 //! Token strings and logprob objects in OpenAI's two formats (chat and legacy completions).
 
-use std::collections::HashMap;
-use std::sync::OnceLock;
-
 use inferd_engine::TokenOut;
 use inferd_text::Tokenizer;
 use serde_json::{Map, Value};
@@ -18,26 +15,6 @@ fn finite(lp: f32) -> f32 {
     }
 }
 
-/// GPT-2 byte-level BPE's byte -> char table, inverted.
-fn byte_level_decoder() -> &'static HashMap<char, u8> {
-    static TABLE: OnceLock<HashMap<char, u8>> = OnceLock::new();
-    TABLE.get_or_init(|| {
-        let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
-        let mut map = HashMap::with_capacity(256);
-        let mut n = 0u32;
-        for b in 0u32..256 {
-            let c = if printable(b) {
-                b
-            } else {
-                n += 1;
-                255 + n
-            };
-            map.insert(char::from_u32(c).unwrap_or('\u{FFFD}'), b as u8);
-        }
-        map
-    })
-}
-
 /// The exact bytes a token stands for: byte-level BPE pieces and `<0xNN>` byte-fallback
 /// pieces map to their bytes; other pieces are decoded by the tokenizer.
 pub fn token_bytes(tok: &Tokenizer, id: u32) -> Vec<u8> {
@@ -49,9 +26,7 @@ pub fn token_bytes(tok: &Tokenizer, id: u32) -> Vec<u8> {
                 }
             }
         }
-        let table = byte_level_decoder();
-        let bytes: Option<Vec<u8>> = piece.chars().map(|c| table.get(&c).copied()).collect();
-        if let Some(b) = bytes {
+        if let Some(b) = inferd_text::byte_level::piece_bytes(&piece) {
             return b;
         }
     }
@@ -128,12 +103,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn byte_level_table_is_a_bijection() {
-        let t = byte_level_decoder();
-        assert_eq!(t.len(), 256);
-        assert_eq!(t[&'Ġ'], b' ');
-        assert_eq!(t[&'Ċ'], b'\n');
-        assert_eq!(t[&'a'], b'a');
+    fn infinite_logprobs_are_written_as_openai_does() {
         assert_eq!(finite(f32::NEG_INFINITY), -9999.0);
+        assert_eq!(finite(-1.5), -1.5);
     }
 }

@@ -31,6 +31,9 @@ pub struct ToolMode {
     /// syntax's call opening (`<tool_call>\n`; empty for Llama 3 JSON).
     pub open: String,
     pub request: ToolRequest,
+    /// `parallel_tool_calls: false`: only the reply's first call is returned (a forced
+    /// call is also held to one by its grammar).
+    pub single: bool,
 }
 
 impl ToolMode {
@@ -99,6 +102,7 @@ pub fn setup(
         syntax,
         forced,
         open,
+        single: false,
         request: req,
     }))
 }
@@ -116,9 +120,11 @@ pub fn message(mode: Option<&ToolMode>, text: String) -> (ChatMessageOut, bool) 
         );
     };
     let parsed = parse(m.syntax, &format!("{}{text}", m.open));
+    let keep = if m.single { 1 } else { usize::MAX };
     let calls: Vec<ToolCallOut> = parsed
         .tool_calls
         .into_iter()
+        .take(keep)
         .map(|c| ToolCallOut {
             id: c.id,
             kind: "function",
@@ -161,6 +167,8 @@ pub struct ToolDeltas {
     pub pending_tokens: Vec<TokenOut>,
     /// Events of the forced prefix (a call's start), sent with the first chunk.
     early: Vec<StreamEvent>,
+    /// Only the first call goes out (`parallel_tool_calls: false`).
+    single: bool,
 }
 
 impl ToolDeltas {
@@ -173,19 +181,33 @@ impl ToolDeltas {
             stream,
             pending_tokens: Vec::new(),
             early,
+            single: mode.single,
         }
     }
 
     pub fn push(&mut self, text: &str) -> Vec<DeltaParts> {
         let mut ev = std::mem::take(&mut self.early);
         ev.extend(self.stream.push(text));
-        group(ev)
+        group(self.keep(ev))
     }
 
     pub fn finish(&mut self) -> Vec<DeltaParts> {
         let mut ev = std::mem::take(&mut self.early);
         ev.extend(self.stream.finish());
-        group(ev)
+        group(self.keep(ev))
+    }
+
+    /// Drops the events of calls after the first when only one may go out.
+    fn keep(&self, mut ev: Vec<StreamEvent>) -> Vec<StreamEvent> {
+        if self.single {
+            ev.retain(|e| match e {
+                StreamEvent::CallStart { index, .. } | StreamEvent::CallArgs { index, .. } => {
+                    *index == 0
+                }
+                StreamEvent::Content(_) => true,
+            });
+        }
+        ev
     }
 
     pub fn calls_started(&self) -> usize {
@@ -250,6 +272,7 @@ mod tests {
             syntax: ToolSyntax::Hermes,
             forced: !open.is_empty(),
             open: open.into(),
+            single: false,
             request: ToolRequest::parse(Some(&tools), None).unwrap().unwrap(),
         }
     }
@@ -309,6 +332,27 @@ mod tests {
         let start = &parts.iter().flat_map(|p| &p.tool_calls).next().unwrap();
         assert_eq!(start.function.name.as_deref(), Some("f"));
         assert_eq!(d.calls_started(), 1);
+    }
+
+    #[test]
+    fn parallel_tool_calls_false_keeps_the_first_call() {
+        let two = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>";
+        let mut mode = hermes("");
+        assert_eq!(
+            message(Some(&mode), two.into()).0.tool_calls.unwrap().len(),
+            2
+        );
+        mode.single = true;
+        let calls = message(Some(&mode), two.into()).0.tool_calls.unwrap();
+        assert_eq!((calls.len(), calls[0].function.name.as_str()), (1, "f"));
+        let mut d = ToolDeltas::new(&mode);
+        let mut parts = d.push(two);
+        parts.extend(d.finish());
+        assert!(parts
+            .iter()
+            .flat_map(|p| &p.tool_calls)
+            .all(|t| t.index == 0));
+        assert!(parts.iter().any(|p| !p.tool_calls.is_empty()));
     }
 
     #[test]
