@@ -56,8 +56,8 @@ pub fn start<B: Backend + 'static>(
         max_context,
         vocab_size: model.cfg.vocab_size,
     };
-    // The vocabulary trie grammars are compiled against (built once: 0.15 s for 49k tokens,
-    // 0.65 s for 152k).
+    // The vocabulary trie grammars are compiled against, built once (docs/RESULTS.md has
+    // the cost: about half a second for 152k tokens).
     let grammars = Grammars::new(tokenizer.clone(), model.cfg.vocab_size);
     if let Err(e) = &grammars {
         eprintln!("inferd: warning: {e}; requests with response_format or a forced tool call will get a 400");

@@ -265,3 +265,33 @@ fn answer_or_calls_in_llama3_syntax() {
     let mut c = g.compile(&f).unwrap();
     assert!(first_refused(&mut c, &tok, r#"{"name": "get_weather", "arguments""#).is_some());
 }
+
+/// The figures docs/RESULTS.md quotes: trie build, schema compile, mask per token.
+/// `cargo test --release -p inferd-grammar --test grammar -- --ignored grammar_costs --nocapture`
+#[test]
+#[ignore = "a measurement, not a check"]
+fn grammar_costs() {
+    for (tok, n) in [smollm2(), qwen()].into_iter().flatten() {
+        let t = std::time::Instant::now();
+        let g = Grammars::new(tok.clone(), n).unwrap();
+        let build = t.elapsed();
+        let schema = json!({"type": "object", "properties": {"a": {"type": "string"},
+            "b": {"type": "array", "items": {"type": "integer"}}}, "required": ["a", "b"]});
+        let t = std::time::Instant::now();
+        let mut c = g.compile(&answer(schema)).unwrap();
+        let compile = t.elapsed();
+        let ids = tok
+            .encode(
+                r#"{"a": "hello world this is text", "b": [1, 2, 3, 400]}"#,
+                false,
+            )
+            .unwrap();
+        let t = std::time::Instant::now();
+        for &id in &ids {
+            let _ = c.mask().unwrap();
+            c.commit(id).unwrap();
+        }
+        let per_token = t.elapsed() / ids.len() as u32;
+        println!("{n} logits: trie {build:?}, compile {compile:?}, mask + commit {per_token:?} per token");
+    }
+}

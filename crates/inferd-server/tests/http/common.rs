@@ -112,72 +112,56 @@ pub fn small_engine_config() -> EngineConfig {
     }
 }
 
+/// Starts an engine on a pulled model and serves it, or `None` when the model is absent.
+fn start(model: &str, engine_cfg: EngineConfig, cfg: ServerConfig) -> Option<Server> {
+    model_file(model)?;
+    let (engine, template) = engine_for(model, engine_cfg);
+    let addr = serve(engine.clone(), template.clone(), cfg);
+    Some(Server {
+        addr,
+        tokenizer: engine.tokenizer.clone(),
+        engine,
+        template,
+    })
+}
+
+/// An engine config for servers whose replies are not capped (structured outputs need
+/// their length).
+fn uncapped_engine_config() -> EngineConfig {
+    EngineConfig {
+        kv_budget: KvBudget::Bytes(192 << 20),
+        warmup: false,
+        ..Default::default()
+    }
+}
+
 /// The shared server (one engine per test binary), or `None` when the model is absent.
 pub fn server() -> Option<&'static Server> {
     static S: OnceLock<Option<Server>> = OnceLock::new();
     S.get_or_init(|| {
-        model_path()?;
-        let (engine, template) = engine(small_engine_config());
         let cfg = ServerConfig {
             aliases: vec![ALIAS.into()],
             max_tokens_cap: Some(64),
             ..Default::default()
         };
-        let addr = serve(engine.clone(), template.clone(), cfg);
-        Some(Server {
-            addr,
-            tokenizer: engine.tokenizer.clone(),
-            engine,
-            template,
-        })
+        start(MODEL, small_engine_config(), cfg)
     })
     .as_ref()
 }
 
 /// A server over Qwen2.5-Coder-0.5B (one per test binary), or `None` when it is absent.
-/// Replies are not capped (structured outputs need their length).
+/// Replies are not capped.
 pub fn qwen_server() -> Option<&'static Server> {
     static S: OnceLock<Option<Server>> = OnceLock::new();
-    S.get_or_init(|| {
-        model_file(QWEN)?;
-        let (engine, template) = engine_for(
-            QWEN,
-            EngineConfig {
-                kv_budget: KvBudget::Bytes(192 << 20),
-                warmup: false,
-                ..Default::default()
-            },
-        );
-        let addr = serve(engine.clone(), template.clone(), ServerConfig::default());
-        Some(Server {
-            addr,
-            tokenizer: engine.tokenizer.clone(),
-            engine,
-            template,
-        })
-    })
-    .as_ref()
+    S.get_or_init(|| start(QWEN, uncapped_engine_config(), ServerConfig::default()))
+        .as_ref()
 }
 
-/// A SmolLM2 server of its own with uncapped replies (structured outputs need their length).
+/// A SmolLM2 server of its own with uncapped replies.
 pub fn uncapped_server() -> Option<&'static Server> {
     static S: OnceLock<Option<Server>> = OnceLock::new();
-    S.get_or_init(|| {
-        model_path()?;
-        let (engine, template) = engine(EngineConfig {
-            kv_budget: KvBudget::Bytes(192 << 20),
-            warmup: false,
-            ..Default::default()
-        });
-        let addr = serve(engine.clone(), template.clone(), ServerConfig::default());
-        Some(Server {
-            addr,
-            tokenizer: engine.tokenizer.clone(),
-            engine,
-            template,
-        })
-    })
-    .as_ref()
+    S.get_or_init(|| start(MODEL, uncapped_engine_config(), ServerConfig::default()))
+        .as_ref()
 }
 
 /// The shared engine behind a second port that requires an API key.

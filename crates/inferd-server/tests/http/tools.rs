@@ -88,6 +88,19 @@ fn agent_tools() -> Value {
     ])
 }
 
+/// Asserts that `name` is one of `tools` and `args` is JSON valid against its parameters.
+fn assert_valid_call(tools: &Value, name: &str, args: &str) {
+    let tool = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == name)
+        .unwrap_or_else(|| panic!("unknown function {name}"));
+    let parsed: Value = serde_json::from_str(args).unwrap();
+    let validator = jsonschema::validator_for(&tool["function"]["parameters"]).unwrap();
+    assert!(validator.is_valid(&parsed), "{name}({args})");
+}
+
 /// The calls of a streamed reply, reassembled as OpenAI clients do: by index, the id and
 /// name from the first delta, arguments concatenated. Also the finish reason.
 fn reassemble(r: &Resp) -> (Vec<(String, String)>, String) {
@@ -158,16 +171,8 @@ fn forced_calls_are_valid_and_stream_as_they_come_whole() {
             if let Some(w) = want {
                 assert_eq!(name, w);
             }
-            let tool = tools
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|t| t["function"]["name"] == name)
-                .unwrap_or_else(|| panic!("unknown function {name}"));
             let args = c["function"]["arguments"].as_str().unwrap();
-            let parsed: Value = serde_json::from_str(args).unwrap();
-            let validator = jsonschema::validator_for(&tool["function"]["parameters"]).unwrap();
-            assert!(validator.is_valid(&parsed), "{name}({args})");
+            assert_valid_call(&tools, name, args);
             expected.push((name.to_string(), args.to_string()));
         }
         let mut sbody = body.clone();
@@ -298,15 +303,10 @@ fn forced_calls_in_llama3_syntax_are_held_to_the_grammar() {
         if let Some(w) = want {
             assert_eq!(name, w);
         }
-        let tool = tools
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["function"]["name"] == name)
-            .unwrap();
-        let args: Value =
-            serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap()).unwrap();
-        let validator = jsonschema::validator_for(&tool["function"]["parameters"]).unwrap();
-        assert!(validator.is_valid(&args), "{name}({args})");
+        assert_valid_call(
+            &tools,
+            name,
+            calls[0]["function"]["arguments"].as_str().unwrap(),
+        );
     }
 }
