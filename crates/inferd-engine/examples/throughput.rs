@@ -71,6 +71,7 @@ fn main() {
                                     break;
                                 }
                                 Event::Error(e) => panic!("{e}"),
+                                Event::Rejected(e) => panic!("{e}"),
                             }
                         }
                         (first.unwrap_or(0.0), n)

@@ -86,10 +86,8 @@ impl<B: Backend> Engine<B> {
             return;
         }
         if let Some(id) = &spec.id {
-            if id.is_empty() || id.len() > 256 {
-                let _ = reply.send(Err(MemoryError::Invalid(
-                    "a context id has 1 to 256 characters".into(),
-                )));
+            if let Err(e) = crate::memory::check_id("a context id", id) {
+                let _ = reply.send(Err(MemoryError::Invalid(e)));
                 return;
             }
         }

@@ -39,7 +39,13 @@ pub struct EngineConfig {
     pub spill: Option<crate::spill::SpillConfig>,
     /// Start requests from cached prefixes (off only to measure what it saves).
     pub prefix_cache: bool,
+    /// A request not admitted within this time is refused (`SubmitError::QueueTimeout`);
+    /// `None`: requests wait as long as it takes.
+    pub queue_timeout: Option<std::time::Duration>,
 }
+
+/// Default [`EngineConfig::queue_timeout`]: 10 minutes.
+pub const DEFAULT_QUEUE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl Default for EngineConfig {
     fn default() -> Self {
@@ -54,6 +60,7 @@ impl Default for EngineConfig {
             park_fraction: 0.5,
             spill: None,
             prefix_cache: true,
+            queue_timeout: Some(DEFAULT_QUEUE_TIMEOUT),
         }
     }
 }

@@ -112,6 +112,7 @@ pub fn start<B: Backend + 'static>(
         kv_dtype_name: kv_dtype_name(dtype),
         spill,
         prefix_cache: cfg.prefix_cache,
+        queue_timeout: cfg.queue_timeout,
         sched: Scheduler::new(cfg.sched.clone()),
         model,
         kv,
@@ -172,6 +173,8 @@ pub(crate) struct Engine<B: Backend> {
     /// The SSD tier, when configured and usable.
     pub(crate) spill: Option<SpillTier>,
     prefix_cache: bool,
+    /// Refuse requests not admitted within this time.
+    pub(crate) queue_timeout: Option<Duration>,
 }
 
 /// Marks the engine as stopped however the thread ends (a panic included).
@@ -200,6 +203,7 @@ impl<B: Backend> Engine<B> {
             while let Ok(m) = self.inbox.try_recv() {
                 self.handle(m);
             }
+            self.expire_waiting();
             if self.seqs.is_empty() {
                 self.publish();
                 continue;
@@ -217,6 +221,10 @@ impl<B: Backend> Engine<B> {
     fn handle(&mut self, m: Msg) {
         match m {
             Msg::Submit { id, req, tx } => {
+                if let Some(e) = self.never_fits(&req.prompt) {
+                    let _ = tx.send(Event::Rejected(e));
+                    return;
+                }
                 let priority = req.priority;
                 metrics::counter!(names::PROMPT_TOKENS).increment(req.prompt.len() as u64);
                 let prefix_source = self.prefix_source(&req);
@@ -259,7 +267,7 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Frees a sequence's blocks and forgets it.
-    fn remove(&mut self, id: u64) {
+    pub(crate) fn remove(&mut self, id: u64) {
         if let Some(seq) = self.seqs.remove(&id) {
             self.sched.finish(id, &mut self.kvm);
             if let Some(b) = seq.build {
@@ -282,6 +290,7 @@ impl<B: Backend> Engine<B> {
         for &(id, cached) in &out.admitted {
             if let Some(s) = self.seqs.get_mut(&id) {
                 s.cached = cached;
+                s.admitted = true;
                 metrics::counter!(names::CACHED_TOKENS).increment(cached as u64);
             }
         }

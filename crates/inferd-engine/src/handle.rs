@@ -84,10 +84,13 @@ impl EngineHandle {
                 self.info.vocab_size
             )));
         }
-        if req.context.as_deref() == Some("") || req.session.as_deref() == Some("") {
-            return Err(SubmitError::Invalid(
-                "context and session ids must not be empty".into(),
-            ));
+        for (what, id) in [
+            ("the context id", &req.context),
+            ("the session id", &req.session),
+        ] {
+            if let Some(id) = id {
+                crate::memory::check_id(what, id).map_err(SubmitError::Invalid)?;
+            }
         }
         if req.max_tokens == 0 {
             return Err(SubmitError::Invalid("max_tokens must be at least 1".into()));
@@ -252,7 +255,10 @@ impl RequestStream {
     }
 
     fn note(&mut self, ev: &Option<Event>) {
-        if matches!(ev, None | Some(Event::Done { .. }) | Some(Event::Error(_))) {
+        if matches!(
+            ev,
+            None | Some(Event::Done { .. }) | Some(Event::Error(_)) | Some(Event::Rejected(_))
+        ) {
             self.done = true;
         }
     }

@@ -5,6 +5,7 @@
 //! token's text goes out on the request's stream. Callers talk to it through an
 //! [`EngineHandle`]; dropping a request's stream cancels it.
 
+mod admit;
 mod agent;
 mod config;
 mod engine;
@@ -16,10 +17,14 @@ mod spill;
 mod stats;
 mod stop;
 
-pub use config::{available_memory, kv_blocks_for, parse_kv_budget, EngineConfig, KvBudget};
+pub use config::{
+    available_memory, kv_blocks_for, parse_kv_budget, EngineConfig, KvBudget, DEFAULT_QUEUE_TIMEOUT,
+};
 pub use engine::start;
 pub use handle::{EngineHandle, ModelInfo, RequestStream};
-pub use memory::{CacheReport, ContextInfo, ContextSpec, MemoryError, SessionInfo};
+pub use memory::{
+    check_id, CacheReport, ContextInfo, ContextSpec, MemoryError, SessionInfo, MAX_ID_BYTES,
+};
 pub use request::{
     CacheMode, Delta, Event, FinishReason, GenRequest, SubmitError, TokenOut, Usage,
 };

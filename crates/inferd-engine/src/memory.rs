@@ -12,6 +12,22 @@ use inferd_core::kv::SeqId;
 /// Owner ids live above every request id.
 const OWNER_BASE: SeqId = 1 << 62;
 
+/// Longest context or session id in bytes: exactly what the SSD tier can persist, so
+/// an accepted id is never one that cannot survive a restart.
+pub const MAX_ID_BYTES: usize = inferd_kvstore::MAX_RECORD_ID_BYTES;
+
+/// The one rule for context and session ids (any UTF-8 text of 1 to
+/// [`MAX_ID_BYTES`] bytes); `what` names the field in the message.
+pub fn check_id(what: &str, id: &str) -> Result<(), String> {
+    if id.is_empty() || id.len() > MAX_ID_BYTES {
+        return Err(format!(
+            "{what} must have 1 to {MAX_ID_BYTES} bytes (it has {})",
+            id.len()
+        ));
+    }
+    Ok(())
+}
+
 /// A context to create: its tokens are prefilled once and kept (pinned or cached).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ContextSpec {

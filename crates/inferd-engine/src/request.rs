@@ -118,6 +118,9 @@ pub enum Event {
     },
     /// The request failed inside the engine (not the caller's fault).
     Error(String),
+    /// The engine refused the request before generating anything: it could never be
+    /// admitted, or it waited in the queue too long. Always the first and only event.
+    Rejected(SubmitError),
 }
 
 /// Why a request was not accepted.
@@ -135,6 +138,28 @@ pub enum SubmitError {
     Invalid(String),
     #[error("{0}")]
     NotFound(String),
+    /// The prompt fits the pool, but not beside what pinned contexts hold: it could only
+    /// run once contexts are unpinned.
+    #[error(
+        "the prompt ({tokens} tokens) needs {need_blocks} KV blocks, but pinned contexts hold \
+         {pinned_blocks} of the {total_blocks} blocks ({holders}), leaving {free_blocks}; \
+         unpin contexts (DELETE /v1/contexts/ID) or raise --kv-memory"
+    )]
+    KvPinned {
+        tokens: usize,
+        need_blocks: usize,
+        pinned_blocks: usize,
+        total_blocks: usize,
+        free_blocks: usize,
+        /// The largest pinned contexts, e.g. `brief: 120 blocks, docs: 40 blocks`.
+        holders: String,
+    },
+    /// Not admitted within the queue timeout.
+    #[error(
+        "the request waited {waited_s} s in the queue without being admitted (the queue \
+         timeout); the server is overloaded, retry later"
+    )]
+    QueueTimeout { waited_s: u64 },
     #[error("the server is shutting down")]
     ShuttingDown,
     #[error("the engine has stopped")]

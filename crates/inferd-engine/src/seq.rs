@@ -33,6 +33,8 @@ pub(crate) struct Seq {
     last_token: Option<Instant>,
     /// Leading prompt tokens whose KV came from the cache at (the last) admission.
     pub cached: usize,
+    /// Admitted at least once (a preempted sequence waits again, but is not new).
+    pub admitted: bool,
     /// Park the KV under this session when the turn ends.
     pub session: Option<String>,
     /// `cache: drop`: never registered in the prefix cache, never parked.
@@ -90,6 +92,7 @@ impl Seq {
             max_tokens: req.max_tokens,
             max_len: max_context.min(req.max_context.unwrap_or(usize::MAX)),
             cached: 0,
+            admitted: false,
             session: req.session,
             no_trace: req.cache == CacheMode::Drop,
             build: None,
@@ -111,6 +114,11 @@ impl Seq {
             arrived: Instant::now(),
             last_token: None,
         }
+    }
+
+    /// Time since the request arrived.
+    pub fn waited(&self) -> std::time::Duration {
+        self.arrived.elapsed()
     }
 
     pub fn generated(&self) -> usize {

@@ -132,6 +132,52 @@ fn contexts_and_sessions_survive_a_restart() {
 }
 
 #[test]
+fn ids_of_every_accepted_length_survive_a_restart() {
+    // Ids of 101 to 256 bytes were accepted but never persisted (the store's limit was
+    // 100): after a restart they were gone.
+    let dir = temp_dir("long-ids");
+    let Some(e) = engine(spill_config(&dir)) else {
+        return;
+    };
+    let ctx_id = format!("ctx-{}", "c".repeat(inferd_engine::MAX_ID_BYTES - 4));
+    let session_id = format!("agent-{}", "é".repeat(100)); // 206 bytes
+    let brief = text(&e, BRIEF);
+    block_on(e.create_context(ContextSpec {
+        id: Some(ctx_id.clone()),
+        tokens: brief.clone(),
+        pin: true,
+        meta: String::new(),
+    }))
+    .unwrap();
+    let mut req = GenRequest::greedy(text(&e, QUESTION), 4);
+    req.session = Some(session_id.clone());
+    run_one(&e, req);
+    // One byte more is refused, not silently dropped later.
+    let too_long = "x".repeat(inferd_engine::MAX_ID_BYTES + 1);
+    assert!(block_on(e.create_context(ContextSpec {
+        id: Some(too_long.clone()),
+        tokens: brief.clone(),
+        pin: true,
+        meta: String::new(),
+    }))
+    .is_err());
+    let mut req = GenRequest::greedy(text(&e, QUESTION), 4);
+    req.session = Some(too_long);
+    assert!(e.submit(req).is_err());
+    e.shutdown();
+    drop(e);
+
+    let e = engine(spill_config(&dir)).unwrap();
+    let report = block_on(e.cache_report()).unwrap();
+    let ids: Vec<&str> = report.contexts.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, [ctx_id.as_str()]);
+    assert_eq!(report.contexts[0].resident_tokens, brief.len());
+    let sessions: Vec<&str> = report.sessions.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(sessions, [session_id.as_str()]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_session_released_under_pressure_comes_back_from_disk() {
     let dir = temp_dir("pressure");
     // No room to park: every session is released (to disk) right after its turn.

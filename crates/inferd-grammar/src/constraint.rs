@@ -60,7 +60,7 @@ impl Constraint {
         let m = self
             .matcher
             .compute_mask_or_eos()
-            .map_err(|e| GrammarError::Failed(e.to_string()))?;
+            .map_err(|e| GrammarError::Failed(crate::error::brief(&e.to_string())))?;
         if m.is_zero() {
             return Err(GrammarError::Failed(
                 "no token can continue the reply".into(),
@@ -73,7 +73,7 @@ impl Constraint {
     pub fn commit(&mut self, token: u32) -> Result<(), GrammarError> {
         self.matcher
             .consume_token(token)
-            .map_err(|e| GrammarError::Failed(e.to_string()))
+            .map_err(|e| GrammarError::Failed(crate::error::brief(&e.to_string())))
     }
 
     /// The grammar is complete and nothing may follow (only end of sequence).

@@ -13,3 +13,38 @@ pub enum GrammarError {
     #[error("the output constraint failed: {0}")]
     Failed(String),
 }
+
+/// The first line of one of llguidance's messages, without the parser state or grammar
+/// text some of them append, and at most 300 bytes: what a client may be shown.
+pub(crate) fn brief(msg: &str) -> String {
+    let mut end = msg.len();
+    for cut in ["\n", "<state>", "<grammar>"] {
+        if let Some(i) = msg.find(cut) {
+            end = end.min(i);
+        }
+    }
+    let mut s = msg[..end].trim_end();
+    if s.len() > 300 {
+        let mut i = 300;
+        while !s.is_char_boundary(i) {
+            i -= 1;
+        }
+        s = &s[..i];
+    }
+    s.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn briefs_drop_parser_dumps() {
+        assert_eq!(
+            brief("NoExtensionBias\n<state>\nTokens: []</state><grammar>\nstart: x\n</grammar>"),
+            "NoExtensionBias"
+        );
+        assert_eq!(brief("bad <grammar>start: x</grammar>"), "bad");
+        assert_eq!(brief(&"é".repeat(400)).len(), 300);
+    }
+}

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use inferd_text::Tokenizer;
 use llguidance::{Matcher, ParserFactory};
 
+use crate::error::brief;
+use crate::limits::SchemaLimits;
 use crate::spec::ReplyFormat;
 use crate::vocab::Vocab;
 use crate::{Constraint, GrammarError};
@@ -14,6 +16,7 @@ use crate::{Constraint, GrammarError};
 #[derive(Clone)]
 pub struct Grammars {
     factory: Arc<ParserFactory>,
+    limits: SchemaLimits,
 }
 
 impl std::fmt::Debug for Grammars {
@@ -31,19 +34,36 @@ impl Grammars {
         factory.quiet();
         Ok(Grammars {
             factory: Arc::new(factory),
+            limits: SchemaLimits::DEFAULT,
         })
     }
 
+    /// The same, holding schemas to other limits.
+    pub fn with_limits(mut self, limits: SchemaLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
     /// A fresh constraint for one reply; an error says what is wrong with the format.
+    /// The first mask is computed here, so a grammar that fails only once used (one that
+    /// admits nothing) fails now, before the request is answered.
     pub fn compile(&self, format: &ReplyFormat) -> Result<Constraint, GrammarError> {
-        let grammar = format.grammar()?;
+        let grammar = format.grammar(&self.limits)?;
         let parser = self
             .factory
             .create_parser(grammar)
-            .map_err(|e| GrammarError::Invalid(e.to_string()))?;
-        let matcher = Matcher::new(Ok(parser));
+            .map_err(|e| GrammarError::Invalid(brief(&e.to_string())))?;
+        let mut matcher = Matcher::new(Ok(parser));
         if let Some(e) = matcher.get_error() {
-            return Err(GrammarError::Invalid(e));
+            return Err(GrammarError::Invalid(brief(&e)));
+        }
+        match matcher.compute_mask() {
+            Ok(m) if !m.is_zero() => {}
+            _ => {
+                return Err(GrammarError::Invalid(
+                    "no JSON value satisfies the schema (no reply could even begin)".into(),
+                ))
+            }
         }
         Ok(Constraint::new(matcher))
     }

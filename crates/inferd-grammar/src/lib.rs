@@ -10,10 +10,12 @@
 mod constraint;
 mod error;
 mod grammars;
+mod limits;
 mod spec;
 pub mod vocab;
 
 pub use constraint::{Constraint, TokenMask};
 pub use error::GrammarError;
 pub use grammars::Grammars;
+pub use limits::SchemaLimits;
 pub use spec::{AnswerFormat, CallFormat, ReplyFormat};

@@ -11,6 +11,7 @@ use inferd_tools::{Tool, ToolSyntax};
 use llguidance::api::TopLevelGrammar;
 use serde_json::{json, Value};
 
+use crate::limits::{SchemaLimits, Tally};
 use crate::GrammarError;
 
 /// The answer's shape (`response_format`).
@@ -217,8 +218,18 @@ fn seq(items: &[String]) -> String {
 }
 
 impl ReplyFormat {
-    /// The grammar llguidance compiles.
-    pub fn grammar(&self) -> Result<TopLevelGrammar, GrammarError> {
+    /// The grammar llguidance compiles, once every schema in the format passed `limits`
+    /// (all of them counted together).
+    pub fn grammar(&self, limits: &SchemaLimits) -> Result<TopLevelGrammar, GrammarError> {
+        let mut tally = Tally::default();
+        if let Some(AnswerFormat::JsonSchema { schema, .. }) = &self.answer {
+            tally.add(schema, limits)?;
+        }
+        for t in self.calls.iter().flat_map(|c| &c.tools) {
+            if let Some(p) = &t.parameters {
+                tally.add(p, limits)?;
+            }
+        }
         match (&self.answer, &self.calls) {
             (None, None) => Err(GrammarError::Invalid("nothing to constrain".into())),
             (Some(a), None) => Ok(TopLevelGrammar::from_json_schema(a.schema()?)),

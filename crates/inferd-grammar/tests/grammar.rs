@@ -295,3 +295,84 @@ fn grammar_costs() {
         println!("{n} logits: trie {build:?}, compile {compile:?}, mask + commit {per_token:?} per token");
     }
 }
+
+/// Runs `f` on a thread with a 2 MiB stack (the default of spawned threads; the server's
+/// preparation threads have 64 MiB), so a test proves a margin.
+fn on_small_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(f)
+        .unwrap()
+        .join()
+        .unwrap()
+}
+
+fn object_with(n: usize) -> Value {
+    let props: serde_json::Map<String, Value> = (0..n)
+        .map(|i| (format!("p{i}"), json!({"type": "string"})))
+        .collect();
+    json!({"type": "object", "properties": props})
+}
+
+#[test]
+fn schemas_at_the_limits_compile_and_larger_ones_are_refused() {
+    let Some((tok, n)) = smollm2() else { return };
+    let g = Grammars::new(tok, n).unwrap();
+    // The largest of each kind inferd accepts compiles on a 2 MiB stack.
+    let mut deep = json!({"type": "string"});
+    for _ in 0..31 {
+        deep = json!({"type": "object", "properties": {"a": deep}, "required": ["a"]});
+    }
+    for schema in [object_with(1000), deep] {
+        let g = g.clone();
+        on_small_stack(move || g.compile(&answer(schema)).map(|_| ())).unwrap();
+    }
+    // 7000 optional properties overflowed the stack inside llguidance; now a clear error
+    // long before, whether in the answer or in a tool.
+    let e = g.compile(&answer(object_with(7000))).unwrap_err();
+    assert!(matches!(e, GrammarError::Invalid(_)));
+    assert!(e.to_string().contains("more than 1000 properties"), "{e}");
+    let calls = ReplyFormat {
+        answer: None,
+        calls: Some(CallFormat {
+            syntax: ToolSyntax::Hermes,
+            tools: vec![Tool {
+                name: "f".into(),
+                description: None,
+                parameters: Some(object_with(7000)),
+                strict: false,
+            }],
+            opened: false,
+            parallel: true,
+        }),
+    };
+    assert!(g
+        .compile(&calls)
+        .unwrap_err()
+        .to_string()
+        .contains("properties"));
+}
+
+#[test]
+fn unsatisfiable_schemas_fail_at_compile_without_parser_dumps() {
+    let Some((tok, n)) = smollm2() else { return };
+    let g = Grammars::new(tok, n).unwrap();
+    for schema in [
+        // A required property that is the schema itself.
+        json!({"$defs": {"a": {"type": "object", "properties": {"x": {"$ref": "#/$defs/a"}},
+            "required": ["x"]}}, "$ref": "#/$defs/a"}),
+        // a -> b -> a.
+        json!({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
+            "$ref": "#/$defs/a"}),
+        // Nothing is both a string and an integer: llguidance finds that only when used.
+        json!({"allOf": [{"type": "string"}, {"type": "integer"}]}),
+        json!({"$ref": "#/nope"}),
+    ] {
+        let e = g.compile(&answer(schema.clone())).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, GrammarError::Invalid(_)), "{schema}: {e:?}");
+        for leak in ["<state>", "<grammar>", "\n"] {
+            assert!(!msg.contains(leak), "{schema}: {msg}");
+        }
+    }
+}

@@ -18,6 +18,13 @@ pub(crate) enum Step {
     SyncFile,
     Rename,
     SyncDir,
+    /// Opening a file to read it (injected as "permission denied").
+    OpenRead,
+}
+
+/// Opens `path` for reading (a step tests can make fail).
+pub(crate) fn open_read(path: &Path) -> io::Result<File> {
+    fault(Step::OpenRead).and_then(|()| File::open(path))
 }
 
 /// Writes `parts` (concatenated) to `dir/name` atomically and durably.
@@ -95,7 +102,8 @@ mod fault_injection {
         static FAIL_AT: Cell<Option<Step>> = const { Cell::new(None) };
     }
 
-    /// The next atomic write on this thread fails at `step` with "no space left".
+    /// The next atomic write on this thread fails at `step` with "no space left" (the
+    /// next read-open with "permission denied").
     pub(crate) fn fail_next(step: Step) {
         FAIL_AT.with(|f| f.set(Some(step)));
     }
@@ -104,7 +112,11 @@ mod fault_injection {
         FAIL_AT.with(|f| {
             if f.get() == Some(step) {
                 f.set(None);
-                Err(io::Error::from(io::ErrorKind::StorageFull))
+                Err(io::Error::from(if step == Step::OpenRead {
+                    io::ErrorKind::PermissionDenied
+                } else {
+                    io::ErrorKind::StorageFull
+                }))
             } else {
                 Ok(())
             }

@@ -6,7 +6,8 @@ use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 
-use crate::codec::{self, HeaderReader, HeaderWriter, CRC_LEN, PREFIX_LEN};
+use crate::atomic;
+use crate::codec::{self, HeaderReader, HeaderWriter, ReadFailure, CRC_LEN, PREFIX_LEN};
 use crate::identity::StoreIdentity;
 
 /// Magic bytes at the start of every block file.
@@ -53,23 +54,21 @@ pub(crate) struct BlockHeader {
 
 /// Reads only the header of the block file `file`, checks magic, version,
 /// identity and that the file is exactly as long as the header says.
-pub(crate) fn read_header(file: &mut File, id: &StoreIdentity) -> Result<BlockHeader, String> {
+pub(crate) fn read_header(file: &mut File, id: &StoreIdentity) -> Result<BlockHeader, ReadFailure> {
     let file_len = file
         .metadata()
-        .map_err(|e| format!("stat failed: {e}"))?
+        .map_err(|e| ReadFailure::io("stat", e))?
         .len();
     let mut bytes = vec![0u8; PREFIX_LEN];
     file.read_exact(&mut bytes)
-        .map_err(|e| format!("reading the prefix: {e}"))?;
+        .map_err(|e| ReadFailure::io("reading the prefix", e))?;
     let header_len = codec::parse_prefix(&bytes, BLOCK_MAGIC)?;
     if header_len as u64 > file_len {
-        return Err(format!(
-            "header of {header_len} bytes in a {file_len} byte file"
-        ));
+        return Err(format!("header of {header_len} bytes in a {file_len} byte file").into());
     }
     bytes.resize(header_len, 0);
     file.read_exact(&mut bytes[PREFIX_LEN..])
-        .map_err(|e| format!("reading the header: {e}"))?;
+        .map_err(|e| ReadFailure::io("reading the header", e))?;
 
     let mut r = HeaderReader::new(&bytes);
     r.expect_identity(id)?;
@@ -77,7 +76,7 @@ pub(crate) fn read_header(file: &mut File, id: &StoreIdentity) -> Result<BlockHe
     let parent = r.u64()?;
     let n_tokens = r.u32()? as usize;
     if n_tokens > MAX_BLOCK_TOKENS {
-        return Err(format!("{n_tokens} tokens in one block"));
+        return Err(format!("{n_tokens} tokens in one block").into());
     }
     let tokens = r.u32s(n_tokens)?;
     let payload_len = r.finish()?;
@@ -85,13 +84,15 @@ pub(crate) fn read_header(file: &mut File, id: &StoreIdentity) -> Result<BlockHe
         return Err(format!(
             "payload of {payload_len} bytes, blocks are {}",
             id.block_bytes
-        ));
+        )
+        .into());
     }
     let expected_len = header_len as u64 + payload_len + CRC_LEN as u64;
     if file_len != expected_len {
         return Err(format!(
             "file is {file_len} bytes, its header says {expected_len} (truncated or extended)"
-        ));
+        )
+        .into());
     }
     Ok(BlockHeader {
         bytes,
@@ -120,18 +121,19 @@ pub(crate) fn read_verified(
     id: &StoreIdentity,
     expected: &Expected<'_>,
     out: &mut [u8],
-) -> Result<(), String> {
-    let mut file = File::open(path).map_err(|e| format!("open failed: {e}"))?;
+) -> Result<(), ReadFailure> {
+    let mut file = atomic::open_read(path).map_err(|e| ReadFailure::io("open", e))?;
     let header = read_header(&mut file, id)?;
     let meta = &header.meta;
     if meta.key != expected.key {
-        return Err(format!("header key {:016x}", meta.key));
+        return Err(format!("header key {:016x}", meta.key).into());
     }
     if meta.parent != expected.parent {
         return Err(format!(
             "parent {:016x}, expected {:016x}",
             meta.parent, expected.parent
-        ));
+        )
+        .into());
     }
     if meta.tokens != expected.tokens {
         return Err("tokens differ from the expected tokens".into());
@@ -141,19 +143,20 @@ pub(crate) fn read_verified(
             "payload of {} bytes, buffer of {}",
             header.payload_len,
             out.len()
-        ));
+        )
+        .into());
     }
     file.read_exact(out)
-        .map_err(|e| format!("reading the payload: {e}"))?;
+        .map_err(|e| ReadFailure::io("reading the payload", e))?;
     let mut stored = [0u8; CRC_LEN];
     file.read_exact(&mut stored)
-        .map_err(|e| format!("reading the checksum: {e}"))?;
+        .map_err(|e| ReadFailure::io("reading the checksum", e))?;
     let stored = u32::from_le_bytes(stored);
     let actual = codec::crc32(&[&header.bytes, out]);
     if stored != actual {
-        return Err(format!(
-            "checksum mismatch (stored {stored:08x}, computed {actual:08x})"
-        ));
+        return Err(
+            format!("checksum mismatch (stored {stored:08x}, computed {actual:08x})").into(),
+        );
     }
     Ok(())
 }

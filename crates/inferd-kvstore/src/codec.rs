@@ -186,3 +186,39 @@ pub(crate) fn crc32(parts: &[&[u8]]) -> u32 {
     }
     h.finalize()
 }
+
+/// Why a file could not be used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ReadFailure {
+    /// The file could not be read (permissions, an IO error): it may be intact, so it
+    /// is skipped and kept.
+    Io(String),
+    /// The file was read and is corrupt, truncated or foreign: it is removed.
+    Invalid(String),
+}
+
+impl From<String> for ReadFailure {
+    fn from(why: String) -> Self {
+        ReadFailure::Invalid(why)
+    }
+}
+
+impl From<&str> for ReadFailure {
+    fn from(why: &str) -> Self {
+        ReadFailure::Invalid(why.to_string())
+    }
+}
+
+impl ReadFailure {
+    /// `what` failed with `e`: a file that ends early is truncated, and one that is not
+    /// there is gone (both invalid); any other error says nothing about the file's bytes.
+    pub(crate) fn io(what: &str, e: std::io::Error) -> Self {
+        use std::io::ErrorKind::{NotADirectory, NotFound, UnexpectedEof};
+        let why = format!("{what}: {e}");
+        if matches!(e.kind(), UnexpectedEof | NotFound | NotADirectory) {
+            ReadFailure::Invalid(why)
+        } else {
+            ReadFailure::Io(why)
+        }
+    }
+}

@@ -12,7 +12,8 @@
 //! # Directory layout
 //!
 //! `<dir>/<identity hash>/` (16 hex digits, [`StoreIdentity::dir_name`]) holds
-//! `b-<key:016x>.kvb` block files, `r-<kind>-<hex of id>.rec` record files and,
+//! `b-<key:016x>.kvb` block files, `r-<kind>-<hex of id>.rec` record files (ids over 100
+//! bytes: `r-<kind>-h<SHA-256 of id>.rec`, the id in the header) and,
 //! only while a write is in flight, `.<name>.<pid>.<n>.tmp` temp files (deleted at
 //! open: after a crash they are incomplete by definition).
 //!

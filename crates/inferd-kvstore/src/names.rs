@@ -1,18 +1,26 @@
 //! File names inside an identity directory:
 //!
 //! - blocks: `b-<key as 16 lowercase hex>.kvb`
-//! - records: `r-<kind>-<id as lowercase hex of its UTF-8>.rec` (any id is safe)
+//! - records: `r-<kind>-<id as lowercase hex of its UTF-8>.rec` for ids of up to
+//!   [`HEX_ID_BYTES`] bytes, `r-<kind>-h<SHA-256 of the id, 64 lowercase hex>.rec` for
+//!   longer ones (whose id is then read from the header); any id is safe
 //! - temp files: `.<final name>.<pid>.<counter>.tmp` (removed at open)
 //!
 //! Anything else in the directory is ignored.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use sha2::{Digest, Sha256};
+
 /// Longest record kind (ASCII `a-z`, `0-9`, `_`).
 pub const MAX_RECORD_KIND: usize = 32;
 
-/// Longest record id in bytes (hex doubles it; file names are limited to 255 bytes).
-pub const MAX_RECORD_ID_BYTES: usize = 100;
+/// Longest record id in bytes.
+pub const MAX_RECORD_ID_BYTES: usize = 256;
+
+/// Longest id spelled out in its file name (hex doubles it; file names are limited to
+/// 255 bytes); longer ids are named by their hash.
+pub const HEX_ID_BYTES: usize = 100;
 
 const TEMP_SUFFIX: &str = ".tmp";
 
@@ -48,37 +56,57 @@ pub(crate) fn check_kind(kind: &str) -> Result<(), &'static str> {
 pub(crate) fn record_name(kind: &str, id: &str) -> Result<String, &'static str> {
     check_kind(kind)?;
     if id.is_empty() || id.len() > MAX_RECORD_ID_BYTES {
-        return Err("id must be 1 to 100 bytes");
+        return Err("id must be 1 to 256 bytes");
     }
     let mut name = format!("r-{kind}-");
-    for b in id.bytes() {
-        name.push_str(&format!("{b:02x}"));
+    if id.len() <= HEX_ID_BYTES {
+        push_hex(&mut name, id.as_bytes());
+    } else {
+        name.push('h');
+        push_hex(&mut name, &Sha256::digest(id.as_bytes()));
     }
     name.push_str(".rec");
     Ok(name)
 }
 
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    for b in bytes {
+        out.push_str(&format!("{b:02x}"));
+    }
+}
+
+/// What a record file name says about its id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum RecordId {
+    /// The id itself.
+    Spelled(String),
+    /// A long id, known only by its hash: read it from the header, then check that it
+    /// names this file.
+    Hashed,
+}
+
 /// The id of a record file name of kind `kind`, if `name` is one.
-pub(crate) fn parse_record_name(name: &str, kind: &str) -> Option<String> {
+pub(crate) fn parse_record_name(name: &str, kind: &str) -> Option<RecordId> {
     let hex = name
         .strip_prefix("r-")?
         .strip_prefix(kind)?
         .strip_prefix('-')?
         .strip_suffix(".rec")?;
-    if hex.is_empty() || hex.len() % 2 != 0 {
+    if let Some(h) = hex.strip_prefix('h') {
+        return (h.len() == 64 && is_lower_hex(h)).then_some(RecordId::Hashed);
+    }
+    if hex.is_empty() || hex.len() % 2 != 0 || hex.len() > 2 * HEX_ID_BYTES || !is_lower_hex(hex) {
         return None;
     }
     let bytes = (0..hex.len())
         .step_by(2)
-        .map(|i| {
-            let pair = hex.get(i..i + 2)?;
-            if !pair.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-                return None;
-            }
-            u8::from_str_radix(pair, 16).ok()
-        })
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).ok())
         .collect::<Option<Vec<u8>>>()?;
-    String::from_utf8(bytes).ok()
+    String::from_utf8(bytes).ok().map(RecordId::Spelled)
+}
+
+fn is_lower_hex(s: &str) -> bool {
+    s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// True for the names of temp files (left behind by a crash when found at open).
@@ -115,8 +143,21 @@ mod tests {
             let name = record_name("session", id).unwrap();
             assert!(name.len() < 255);
             assert!(!name.contains('/'));
-            assert_eq!(parse_record_name(&name, "session").as_deref(), Some(id));
+            assert_eq!(
+                parse_record_name(&name, "session"),
+                Some(RecordId::Spelled(id.to_string()))
+            );
             assert_eq!(parse_record_name(&name, "context"), None);
+        }
+        for id in ["z".repeat(101), "é".repeat(128), "/".repeat(256)] {
+            let name = record_name("session", &id).unwrap();
+            assert!(name.len() < 255, "{name}");
+            assert!(!name.contains('/'));
+            assert_eq!(parse_record_name(&name, "session"), Some(RecordId::Hashed));
+            assert_ne!(
+                name,
+                record_name("session", &format!("{id}x")).unwrap_or_default()
+            );
         }
         // A kind that is a prefix of another kind does not match its files.
         let name = record_name("ses_x", "a").unwrap();
@@ -129,7 +170,9 @@ mod tests {
         assert!(record_name("Session", "a").is_err());
         assert!(record_name("a-b", "a").is_err());
         assert!(record_name("session", "").is_err());
-        assert!(record_name("session", &"z".repeat(101)).is_err());
+        assert!(record_name("session", &"z".repeat(257)).is_err());
+        assert_eq!(parse_record_name("r-session-hab.rec", "session"), None);
+        assert_eq!(parse_record_name("r-session-0G.rec", "session"), None);
     }
 
     #[test]

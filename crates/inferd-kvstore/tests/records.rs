@@ -18,7 +18,9 @@ fn record_files(s: &SpillStore) -> Vec<String> {
 #[test]
 fn records_round_trip_and_survive_reopen() {
     let dir = TempDir::new("records");
-    let ids = ["agent-7", "séance/../x", "a b\0c", "0"];
+    let long = format!("agent-{}", "é".repeat(125)); // 256 bytes: named by its hash
+    let mid = "m".repeat(101);
+    let ids = ["agent-7", "séance/../x", "a b\0c", "0", &long, &mid];
     {
         let mut s = SpillStore::open(dir.path(), identity(), 1 << 20).unwrap();
         for id in ids {
@@ -118,11 +120,34 @@ fn bad_record_names_are_refused() {
         ("Session", "a"),
         ("a/b", "a"),
         ("session", ""),
-        ("session", &"x".repeat(101)),
+        ("session", &"x".repeat(257)),
     ] {
         let err = s.put_record(kind, id, b"x").unwrap_err();
         assert!(matches!(err, StoreError::InvalidRecordName { .. }), "{err}");
     }
     s.put_record("session", &"x".repeat(100), b"x").unwrap();
+    s.put_record("session", &"x".repeat(256), b"y").unwrap();
+    assert_eq!(
+        s.record("session", &"x".repeat(256)).as_deref(),
+        Some(&b"y"[..])
+    );
     assert!(!has_temp_files(s.dir()));
+}
+
+#[test]
+fn a_hashed_record_name_must_match_its_header() {
+    // A long id's file renamed to another long id's name is foreign, not that id.
+    let dir = TempDir::new("records-hashed");
+    let (a, b) = ("a".repeat(200), "b".repeat(200));
+    let mut s = SpillStore::open(dir.path(), identity(), 1 << 20).unwrap();
+    s.put_record("session", &a, b"A").unwrap();
+    s.put_record("session", &b, b"B").unwrap();
+    let names = record_files(&s);
+    assert_eq!(names.len(), 2);
+    let (na, nb) = (s.dir().join(&names[0]), s.dir().join(&names[1]));
+    fs::rename(&na, &nb).unwrap();
+    let listed = s.records("session");
+    assert!(listed.is_empty(), "{listed:?}");
+    assert_eq!(s.take_warnings().len(), 1);
+    assert!(record_files(&s).is_empty());
 }

@@ -20,6 +20,6 @@ pub use backend::{Backend, Rows};
 pub use batch::{ForwardBatch, SeqChunk};
 pub use error::RuntimeError;
 pub use kv::{KvDtype, KvLayout};
-pub use model::{Arch, Model, ModelConfig};
+pub use model::{Arch, LayerKind, Model, ModelConfig};
 
 pub type Result<T> = std::result::Result<T, RuntimeError>;

@@ -40,7 +40,7 @@ impl Default for ServerConfig {
 /// Refuses to listen beyond this machine without an API key: anyone who can reach the
 /// port could otherwise use the model.
 pub fn check_bind(ip: IpAddr, api_key: Option<&str>) -> Result<(), String> {
-    let has_key = api_key.is_some_and(|k| !k.is_empty());
+    let has_key = api_key.is_some_and(|k| !k.trim().is_empty());
     if ip.is_loopback() || has_key {
         return Ok(());
     }
@@ -64,6 +64,8 @@ mod tests {
         assert!(check_bind(lo6, None).is_ok());
         assert!(check_bind(any, None).unwrap_err().contains("--api-key"));
         assert!(check_bind(lan, Some("")).is_err());
+        assert!(check_bind(any, Some(" ")).is_err());
+        assert!(check_bind(any, Some("\t\n")).is_err());
         assert!(check_bind(any, Some("secret")).is_ok());
         assert!(check_bind(lan, Some("secret")).is_ok());
     }

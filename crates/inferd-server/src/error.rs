@@ -163,6 +163,14 @@ impl ApiError {
                 Self::unavailable("the server is shutting down").with_code("shutting_down")
             }
             SubmitError::Stopped => Self::unavailable("the engine has stopped"),
+            SubmitError::KvPinned { .. } => {
+                Self::unavailable(e.to_string()).with_code("kv_cache_pinned")
+            }
+            SubmitError::QueueTimeout { .. } => {
+                let mut err = Self::unavailable(e.to_string()).with_code("queue_timeout");
+                err.retry_after = Some(1);
+                err
+            }
         }
     }
 }

@@ -63,6 +63,7 @@ pub mod metrics;
 pub mod openai;
 pub mod params;
 pub mod state;
+pub mod work;
 
 use std::future::Future;
 

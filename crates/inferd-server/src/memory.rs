@@ -90,12 +90,7 @@ pub async fn create(
     }
     state.check_available()?;
     if let Some(id) = &b.id {
-        if id.is_empty() || id.len() > 256 {
-            return Err(ApiError::invalid_param(
-                "id",
-                "a context id has 1 to 256 characters",
-            ));
-        }
+        inferd_engine::check_id("id", id).map_err(|e| ApiError::invalid_param("id", e))?;
     }
     let st = state.clone();
     let (tokens, meta) = match (b.messages, b.prompt) {
@@ -111,20 +106,22 @@ pub async fn create(
         }
         (Some(m), None) => {
             let kwargs = b.chat_template_kwargs.unwrap_or_default();
-            tokio::task::spawn_blocking(move || {
-                let messages = crate::openai::chat::prepare_messages(Some(&m))?;
-                let text = crate::openai::chat::render_text(&st, &messages, None, false, kwargs)?;
-                let tokens = st.encode(&text, false)?;
-                Ok::<_, ApiError>((
-                    tokens,
-                    ContextMeta {
-                        messages: Some(messages),
-                        text,
-                    },
-                ))
-            })
-            .await
-            .map_err(|e| ApiError::internal(format!("rendering the context failed: {e}")))??
+            let workers = st.workers.clone();
+            workers
+                .run(move || {
+                    let messages = crate::openai::chat::prepare_messages(Some(&m))?;
+                    let text =
+                        crate::openai::chat::render_text(&st, &messages, None, false, kwargs)?;
+                    let tokens = st.encode(&text, false)?;
+                    Ok::<_, ApiError>((
+                        tokens,
+                        ContextMeta {
+                            messages: Some(messages),
+                            text,
+                        },
+                    ))
+                })
+                .await?
         }
         (None, Some(p)) => {
             if p.is_empty() {
@@ -133,9 +130,10 @@ pub async fn create(
                     "`prompt` must not be empty",
                 ));
             }
-            let tokens = tokio::task::spawn_blocking(move || st.encode(&p, true).map(|t| (t, p)))
-                .await
-                .map_err(|e| ApiError::internal(format!("tokenizing failed: {e}")))??;
+            let workers = st.workers.clone();
+            let tokens = workers
+                .run(move || st.encode(&p, true).map(|t| (t, p)))
+                .await?;
             (
                 tokens.0,
                 ContextMeta {

@@ -139,11 +139,8 @@ pub fn check(
         ("inferd.context", &ext.context),
         ("inferd.session", &ext.session),
     ] {
-        if v.as_ref().is_some_and(|s| s.is_empty() || s.len() > 256) {
-            return Err(ApiError::invalid_param(
-                name,
-                format!("{name} must have 1 to 256 characters"),
-            ));
+        if let Some(id) = v {
+            inferd_engine::check_id(name, id).map_err(|e| ApiError::invalid_param(name, e))?;
         }
     }
     if ext.max_context == Some(0) {

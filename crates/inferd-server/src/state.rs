@@ -8,6 +8,7 @@ use inferd_text::ChatTemplate;
 
 use crate::config::ServerConfig;
 use crate::error::ApiError;
+use crate::work::Workers;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -19,6 +20,8 @@ pub struct AppState {
     /// How the model writes tool calls (configured, or detected from the chat template);
     /// `None`: requests with tools get a 400.
     pub tool_syntax: Option<inferd_tools::ToolSyntax>,
+    /// Where templates are rendered, prompts tokenized and grammars compiled.
+    pub workers: Arc<Workers>,
 }
 
 impl AppState {
@@ -38,6 +41,7 @@ impl AppState {
             config: Arc::new(config),
             started: Instant::now(),
             tool_syntax,
+            workers: Arc::new(Workers::per_core().expect("starting the preparation threads")),
         }
     }
 

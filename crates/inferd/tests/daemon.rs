@@ -103,3 +103,147 @@ fn start_status_stop() {
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
     let _ = std::fs::remove_dir_all(&state);
 }
+
+/// Start time of `pid` (`/proc/PID/stat` field 22), as `start` records it.
+fn start_time(pid: u32) -> String {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let (_, rest) = stat.rsplit_once(')').unwrap();
+    rest.split_whitespace().nth(19).unwrap().to_string()
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| !s.rsplit_once(')').unwrap().1.trim_start().starts_with('Z'))
+}
+
+fn fresh_state(name: &str) -> PathBuf {
+    let state = std::env::temp_dir().join(format!("inferd-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    std::fs::create_dir_all(&state).unwrap();
+    state
+}
+
+#[test]
+fn a_stale_pid_file_never_signals_another_process() {
+    // The pid files a kill -9 or a crash leaves behind, naming a live process that is
+    // not the server (a reused pid): in the current format with its true start time,
+    // and in the old pid-only format. No server holds the folder's lock.
+    let state = fresh_state("stale");
+    let mut victim = Command::new("sleep").arg("60").spawn().unwrap();
+    let pid = victim.id();
+    for content in [format!("{pid} {}\n", start_time(pid)), format!("{pid}\n")] {
+        std::fs::write(state.join("inferd.pid"), &content).unwrap();
+        std::fs::write(
+            state.join("server.json"),
+            format!(r#"{{"pid": {pid}, "addr": "127.0.0.1:9", "model": "x"}}"#),
+        )
+        .unwrap();
+        let o = inferd(&state, &["stop"]);
+        assert!(o.status.success(), "{}", text(&o));
+        assert!(text(&o).contains("not running"), "{}", text(&o));
+        assert!(alive(pid), "stop signalled an unrelated process");
+        assert!(!state.join("inferd.pid").exists(), "stale pid file kept");
+        assert!(
+            !state.join("server.json").exists(),
+            "stale server file kept"
+        );
+
+        std::fs::write(state.join("inferd.pid"), &content).unwrap();
+        let o = inferd(&state, &["status"]);
+        assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+        assert!(alive(pid));
+        assert!(!state.join("inferd.pid").exists());
+    }
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+fn free_port() -> String {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string()
+}
+
+fn server_pid(state: &Path) -> u32 {
+    let text = std::fs::read_to_string(state.join("inferd.pid")).unwrap();
+    text.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+fn wait_gone(pid: u32, secs: u64) -> bool {
+    let t0 = std::time::Instant::now();
+    while alive(pid) {
+        if t0.elapsed().as_secs() > secs {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    true
+}
+
+#[test]
+fn killed_servers_and_killed_stops_leave_nothing_behind() {
+    if !smollm2_present() {
+        return;
+    }
+    let state = fresh_state("faults");
+    let args = |port: &str| -> Vec<String> {
+        ["start", "--port", port, "--no-warmup", "--kv-memory", "64M"]
+            .map(String::from)
+            .to_vec()
+    };
+    let start = |port: &str| {
+        let a = args(port);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let o = inferd(&state, &a);
+        assert!(o.status.success(), "start failed: {}", text(&o));
+        server_pid(&state)
+    };
+
+    // 1. kill -9 of the server: its files are stale; status and start see through them.
+    let pid = start(&free_port());
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    assert!(wait_gone(pid, 10));
+    assert!(
+        state.join("inferd.pid").exists(),
+        "a kill -9 leaves the pid file"
+    );
+    let o = inferd(&state, &["status"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(!state.join("inferd.pid").exists());
+
+    // 2. start twice: the second refuses and the first keeps running.
+    let pid = start(&free_port());
+    let o = inferd(&state, &["start", "--port", &free_port(), "--no-warmup"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("already running"), "{}", text(&o));
+    assert!(alive(pid));
+    assert_eq!(server_pid(&state), pid);
+
+    // 3. `stop` killed while it waits: the server still drains, exits, and removes its
+    //    own files.
+    let mut stop = Command::new(env!("CARGO_BIN_EXE_inferd"))
+        .arg("stop")
+        .env("INFERD_STATE_DIR", &state)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    let _ = stop.kill();
+    let _ = stop.wait();
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) }; // in case the kill beat the signal
+    assert!(wait_gone(pid, 30), "the server did not exit");
+    assert!(
+        !state.join("inferd.pid").exists(),
+        "the server left its pid file"
+    );
+    assert!(
+        !state.join("server.json").exists(),
+        "the server left server.json"
+    );
+    let o = inferd(&state, &["status"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(&state);
+}

@@ -192,6 +192,23 @@ impl KvManager {
         covered
     }
 
+    /// The cached blocks along the hash chain of `tokens[..limit]` (what
+    /// [`Self::share_prefix`] would take first), without taking them.
+    pub fn cached_chain(&self, tokens: &[u32], limit: usize) -> Vec<BlockId> {
+        let limit = limit.min(tokens.len());
+        let mut parent = self.root;
+        let mut out = Vec::new();
+        for block in tokens[..limit].chunks_exact(self.block_size) {
+            let key = block_key(parent, block);
+            let Some(id) = self.pool.lookup(key, parent, block) else {
+                break;
+            };
+            out.push(id);
+            parent = key;
+        }
+        out
+    }
+
     /// Block copies queued by [`Self::share_prefix`], to run before the next forward pass.
     pub fn take_copies(&mut self) -> Vec<BlockCopy> {
         std::mem::take(&mut self.copies)

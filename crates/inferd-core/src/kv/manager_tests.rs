@@ -46,6 +46,29 @@ fn hit_shares_full_blocks_and_computes_the_rest() {
 }
 
 #[test]
+fn cached_chain_names_what_share_prefix_would_take() {
+    let mut m = KvManager::new(8, 4).with_root_key(root_key("m"));
+    let a: Vec<u32> = (0..10).collect();
+    compute(&mut m, 1, &a);
+    let free = m.pool().num_free();
+    assert_eq!(m.cached_chain(&a, a.len() - 1), vec![0, 1]);
+    assert_eq!(
+        m.cached_chain(&a, 7),
+        vec![0],
+        "only blocks within the limit"
+    );
+    let mut b = a.clone();
+    b[5] = 99;
+    assert_eq!(
+        m.cached_chain(&b, b.len()),
+        vec![0],
+        "the chain stops at a change"
+    );
+    assert_eq!(m.pool().num_free(), free, "nothing is taken");
+    assert_eq!(m.pool().ref_count(0), 1);
+}
+
+#[test]
 fn miss_on_different_first_block_or_root() {
     let mut m = KvManager::new(4, 2).with_root_key(root_key("m"));
     compute(&mut m, 1, &[1, 2, 3, 4, 5]);

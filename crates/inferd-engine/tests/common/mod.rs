@@ -89,6 +89,7 @@ pub fn collect(stream: &mut inferd_engine::RequestStream) -> Output {
                 break;
             }
             Event::Error(e) => panic!("engine error: {e}"),
+            Event::Rejected(e) => panic!("engine refused the request: {e}"),
         }
     }
     o

@@ -101,3 +101,41 @@ fn a_failed_record_write_leaves_one_complete_version() {
     }
     assert!(s.take_warnings().is_empty());
 }
+
+#[test]
+fn unreadable_files_are_skipped_and_kept_not_deleted() {
+    // A file that cannot be opened (permissions, an IO error) may be intact: it is a
+    // miss and a warning, never a deletion. (Root reads any file, so the failure is
+    // injected.)
+    let dir = temp_dir("fault-read");
+    let mut s = open(&dir);
+    s.put(&meta(1), &[1; 64]).unwrap();
+    s.put_record("session", "a", b"rec").unwrap();
+    let files = file_names(&s);
+    let _ = s.take_warnings();
+
+    fail_next(Step::OpenRead);
+    assert_eq!(s.get(1, 0, &[1, 2, 3]), None);
+    fail_next(Step::OpenRead);
+    assert_eq!(s.record("session", "a"), None);
+    fail_next(Step::OpenRead);
+    assert!(s.records("session").is_empty());
+    let w = s.take_warnings();
+    assert_eq!(w.len(), 3, "{w:?}");
+    assert!(w.iter().all(|w| w.contains("(kept)")), "{w:?}");
+    assert_eq!(file_names(&s), files, "nothing was deleted");
+    // Readable again: everything is there.
+    assert_eq!(s.get(1, 0, &[1, 2, 3]), Some(vec![1; 64]));
+    assert_eq!(s.record("session", "a").as_deref(), Some(&b"rec"[..]));
+
+    // At open, an unreadable block file is left out of the index but kept.
+    drop(s);
+    fail_next(Step::OpenRead);
+    let mut s = open(&dir);
+    assert!(!s.contains(1));
+    assert!(s.take_warnings().iter().any(|w| w.contains("(kept)")));
+    assert_eq!(file_names(&s), files);
+    drop(s);
+    let mut s = open(&dir);
+    assert_eq!(s.get(1, 0, &[1, 2, 3]), Some(vec![1; 64]));
+}

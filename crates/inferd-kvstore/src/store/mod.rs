@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use crate::atomic;
 use crate::block_file::{self, BlockMeta, Expected, MAX_BLOCK_TOKENS};
-use crate::codec::{self, CRC_LEN};
+use crate::codec::{self, ReadFailure, CRC_LEN};
 use crate::error::StoreError;
 use crate::identity::StoreIdentity;
 use crate::index::Index;
@@ -143,7 +143,13 @@ impl SpillStore {
                 self.index.touch(key);
                 Ok(true)
             }
-            Err(why) => {
+            Err(ReadFailure::Io(why)) => {
+                // Unreadable now, perhaps intact: a miss, and the file stays.
+                out.fill(0);
+                self.skip(&path, &why);
+                Ok(false)
+            }
+            Err(ReadFailure::Invalid(why)) => {
                 out.fill(0);
                 self.index.remove(key);
                 self.discard(&path, &why);
@@ -270,6 +276,12 @@ impl SpillStore {
     }
 
     /// Removes a file found corrupt or mismatching, with a warning saying why.
+    /// A file that could not be read (not shown to be bad): kept, with a warning.
+    fn skip(&mut self, path: &Path, why: &str) {
+        self.warnings
+            .push(format!("skipped {} (kept): {why}", path.display()));
+    }
+
     fn discard(&mut self, path: &Path, why: &str) {
         self.warnings
             .push(format!("removed {}: {why}", path.display()));

@@ -2,7 +2,7 @@
 //! files left by a crash, rebuild the index from block headers (headers only;
 //! payloads are verified on `get`), and trim to the budget.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io;
 use std::path::Path;
 use std::time::SystemTime;
@@ -10,6 +10,7 @@ use std::time::SystemTime;
 use super::SpillStore;
 use crate::atomic;
 use crate::block_file::{self, BlockMeta};
+use crate::codec::ReadFailure;
 use crate::error::StoreError;
 use crate::identity::StoreIdentity;
 use crate::index::Index;
@@ -79,7 +80,8 @@ impl SpillStore {
             };
             match read_block_header(&path, &self.id, key) {
                 Ok(found_block) => found.push(found_block),
-                Err(why) => {
+                Err(ReadFailure::Io(why)) => self.skip(&path, &why),
+                Err(ReadFailure::Invalid(why)) => {
                     self.discard(&path, &why);
                     removed_any = true;
                 }
@@ -111,14 +113,15 @@ fn read_block_header(
     path: &Path,
     id: &StoreIdentity,
     key: u64,
-) -> Result<(SystemTime, BlockMeta, u64), String> {
-    let mut file = File::open(path).map_err(|e| format!("open failed: {e}"))?;
+) -> Result<(SystemTime, BlockMeta, u64), ReadFailure> {
+    let mut file = atomic::open_read(path).map_err(|e| ReadFailure::io("open", e))?;
     let header = block_file::read_header(&mut file, id)?;
     if header.meta.key != key {
         return Err(format!(
             "header key {:016x} differs from the file name",
             header.meta.key
-        ));
+        )
+        .into());
     }
     let mtime = file
         .metadata()

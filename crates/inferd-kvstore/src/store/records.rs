@@ -7,15 +7,15 @@ use std::fs;
 
 use super::SpillStore;
 use crate::atomic;
-use crate::codec;
+use crate::codec::{self, ReadFailure};
 use crate::error::StoreError;
-use crate::names;
+use crate::names::{self, RecordId};
 use crate::record_file::{self, MAX_RECORD_BYTES};
 
 impl SpillStore {
     /// Stores (or replaces) record `kind`/`id` atomically and durably. `kind`
     /// is 1 to 32 characters of `a-z`, `0-9`, `_` (e.g. `"session"`); `id` is
-    /// any string of 1 to 100 bytes (hex-encoded into the file name). On `Err`
+    /// any string of 1 to 256 bytes (see [`crate::MAX_RECORD_ID_BYTES`]). On `Err`
     /// the record holds its old bytes or, if only the final directory fsync
     /// failed, the new ones: always a complete version, never a mix.
     pub fn put_record(&mut self, kind: &str, id: &str, bytes: &[u8]) -> Result<(), StoreError> {
@@ -46,9 +46,13 @@ impl SpillStore {
         if !path.exists() {
             return None;
         }
-        match record_file::read_verified(&path, &self.id, kind, id) {
-            Ok(bytes) => Some(bytes),
-            Err(why) => {
+        match record_file::read_verified(&path, &self.id, kind, Some(id)) {
+            Ok((_, bytes)) => Some(bytes),
+            Err(ReadFailure::Io(why)) => {
+                self.skip(&path, &why);
+                None
+            }
+            Err(ReadFailure::Invalid(why)) => {
                 self.discard(&path, &why);
                 None
             }
@@ -73,16 +77,28 @@ impl SpillStore {
         let mut out = Vec::new();
         for entry in entries.flatten() {
             let name = entry.file_name();
-            let Some(id) = name
-                .to_str()
-                .and_then(|n| names::parse_record_name(n, kind))
-            else {
+            let Some(name) = name.to_str() else {
                 continue;
             };
+            let Some(named) = names::parse_record_name(name, kind) else {
+                continue;
+            };
+            let spelled = match &named {
+                RecordId::Spelled(id) => Some(id.as_str()),
+                RecordId::Hashed => None,
+            };
             let path = entry.path();
-            match record_file::read_verified(&path, &self.id, kind, &id) {
-                Ok(bytes) => out.push((id, bytes)),
-                Err(why) => self.discard(&path, &why),
+            match record_file::read_verified(&path, &self.id, kind, spelled) {
+                // A hashed name must be the name of the id its header holds.
+                Ok((id, _))
+                    if named == RecordId::Hashed
+                        && names::record_name(kind, &id).ok().as_deref() != Some(name) =>
+                {
+                    self.discard(&path, "record id differs from its file name")
+                }
+                Ok((id, bytes)) => out.push((id, bytes)),
+                Err(ReadFailure::Io(why)) => self.skip(&path, &why),
+                Err(ReadFailure::Invalid(why)) => self.discard(&path, &why),
             }
         }
         out.sort_by(|a, b| a.0.cmp(&b.0));

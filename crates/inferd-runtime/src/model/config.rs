@@ -36,6 +36,33 @@ impl Arch {
     }
 }
 
+/// How a decoder layer mixes information across tokens (HF `layer_types`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerKind {
+    /// Softmax attention over the paged KV cache.
+    FullAttention,
+    /// Linear attention with a fixed-size recurrent state (Gated DeltaNet, in hybrid
+    /// models such as Qwen3.5). Read from configs; not runnable yet.
+    LinearAttention,
+}
+
+impl LayerKind {
+    pub fn parse(name: &str) -> Option<LayerKind> {
+        match name {
+            "full_attention" | "attention" => Some(LayerKind::FullAttention),
+            "linear_attention" => Some(LayerKind::LinearAttention),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LayerKind::FullAttention => "full_attention",
+            LayerKind::LinearAttention => "linear_attention",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelConfig {
     pub arch: Arch,
@@ -54,9 +81,29 @@ pub struct ModelConfig {
     /// The output projection reuses the token embedding (no separate lm_head tensor).
     pub tied_embeddings: bool,
     pub max_context: usize,
+    /// What each decoder layer is.  // [n_layers]
+    pub layer_kinds: Vec<LayerKind>,
 }
 
 impl ModelConfig {
+    /// Layers that keep KV in the paged pool (full attention), in layer order.
+    pub fn kv_layer_count(&self) -> usize {
+        self.layer_kinds
+            .iter()
+            .filter(|k| **k == LayerKind::FullAttention)
+            .count()
+    }
+
+    /// The pool layer holding decoder layer `layer`'s KV (`None`: it keeps none).
+    pub fn kv_layer(&self, layer: usize) -> Option<usize> {
+        (self.layer_kinds.get(layer) == Some(&LayerKind::FullAttention)).then(|| {
+            self.layer_kinds[..layer]
+                .iter()
+                .filter(|k| **k == LayerKind::FullAttention)
+                .count()
+        })
+    }
+
     pub fn q_dim(&self) -> usize {
         self.n_heads * self.head_dim
     }
@@ -93,11 +140,12 @@ impl ModelConfig {
             Some(v) => v as usize,
             None => g.tensor("token_embd.weight")?.shape[0],
         };
+        let n_layers = g.meta_u64(&k("block_count"))? as usize;
         let cfg = ModelConfig {
             arch,
             vocab_size,
             hidden,
-            n_layers: g.meta_u64(&k("block_count"))? as usize,
+            n_layers,
             n_heads,
             n_kv_heads,
             head_dim,
@@ -120,6 +168,7 @@ impl ModelConfig {
                 .opt_u64(&k("context_length"))?
                 .map(|v| v as usize)
                 .unwrap_or(4096),
+            layer_kinds: vec![LayerKind::FullAttention; n_layers],
         };
         if let Some(t) = g.opt_str(&k("rope.scaling.type"))? {
             if t != "none" {
@@ -175,12 +224,36 @@ impl ModelConfig {
             qk_norm: arch.has_qk_norm(),
             tied_embeddings: c.tie_word_embeddings,
             max_context: c.max_position_embeddings.unwrap_or(4096),
+            layer_kinds: layer_kinds(c, path)?,
         };
         cfg.check(path)?;
         Ok(cfg)
     }
 
     fn check(&self, path: &str) -> Result<()> {
+        if self.layer_kinds.len() != self.n_layers {
+            return Err(RuntimeError::BadConfig {
+                path: path.to_string(),
+                reason: format!(
+                    "{} layer types for {} layers",
+                    self.layer_kinds.len(),
+                    self.n_layers
+                ),
+            });
+        }
+        if let Some(l) = self
+            .layer_kinds
+            .iter()
+            .position(|k| *k != LayerKind::FullAttention)
+        {
+            return Err(RuntimeError::BadConfig {
+                path: path.to_string(),
+                reason: format!(
+                    "layer {l} is {}: hybrid models (Gated DeltaNet layers) are not supported yet",
+                    self.layer_kinds[l].as_str()
+                ),
+            });
+        }
         let bad = |reason: String| {
             Err(RuntimeError::BadConfig {
                 path: path.to_string(),
@@ -211,5 +284,90 @@ impl ModelConfig {
             return bad("zero vocabulary or FFN size".into());
         }
         Ok(())
+    }
+}
+
+/// `layer_types` of an HF config (every layer full attention when absent).
+fn layer_kinds(c: &HfConfig, path: &str) -> Result<Vec<LayerKind>> {
+    let Some(types) = c.raw.get("layer_types").filter(|v| !v.is_null()) else {
+        return Ok(vec![LayerKind::FullAttention; c.num_hidden_layers]);
+    };
+    let bad = |reason: String| RuntimeError::BadConfig {
+        path: path.to_string(),
+        reason,
+    };
+    let list = types
+        .as_array()
+        .ok_or_else(|| bad("layer_types must be a list".into()))?;
+    list.iter()
+        .map(|t| {
+            let name = t.as_str().unwrap_or("");
+            LayerKind::parse(name).ok_or_else(|| bad(format!("layer type {t} is not supported")))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn hf(extra: &str) -> Result<ModelConfig> {
+        let text = format!(
+            r#"{{"architectures": ["Qwen3ForCausalLM"], "hidden_size": 32,
+            "intermediate_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 8, "rms_norm_eps": 1e-6,
+            "vocab_size": 100 {extra}}}"#
+        );
+        let c = HfConfig::from_json_str(&text, Path::new("config.json")).unwrap();
+        ModelConfig::from_hf(&c, "config.json")
+    }
+
+    #[test]
+    fn every_layer_is_full_attention_without_layer_types() {
+        let c = hf("").unwrap();
+        assert_eq!(c.layer_kinds, vec![LayerKind::FullAttention; 4]);
+        assert_eq!(c.kv_layer_count(), 4);
+        assert_eq!(
+            (0..4).map(|l| c.kv_layer(l)).collect::<Vec<_>>(),
+            [Some(0), Some(1), Some(2), Some(3)]
+        );
+        assert_eq!(c.kv_layer(4), None);
+        let c = hf(r#", "layer_types": ["full_attention", "full_attention", "full_attention", "full_attention"]"#)
+            .unwrap();
+        assert_eq!(c.kv_layer_count(), 4);
+    }
+
+    #[test]
+    fn pool_layers_skip_layers_without_kv() {
+        // What a hybrid model will look like once its layers run (check() refuses it now).
+        let mut c = hf("").unwrap();
+        c.layer_kinds = vec![
+            LayerKind::LinearAttention,
+            LayerKind::LinearAttention,
+            LayerKind::FullAttention,
+            LayerKind::LinearAttention,
+        ];
+        assert_eq!(c.kv_layer_count(), 1);
+        assert_eq!(c.kv_layer(2), Some(0));
+        assert_eq!(c.kv_layer(0), None);
+        assert_eq!(c.kv_layer(3), None);
+    }
+
+    #[test]
+    fn unknown_or_unsupported_layer_types_are_clear_errors() {
+        let e = hf(r#", "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"]"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("layer 0 is linear_attention"), "{e}");
+        assert!(e.contains("not supported yet"), "{e}");
+        let e = hf(r#", "layer_types": ["sliding_attention", "full_attention", "full_attention", "full_attention"]"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sliding_attention"), "{e}");
+        let e = hf(r#", "layer_types": ["full_attention"]"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("1 layer types for 4 layers"), "{e}");
     }
 }

@@ -2,17 +2,21 @@
 //!
 //! For each layer ℓ, with x the residual stream of all tokens in the batch:
 //!   1. h = RMSNorm(x)
-//!   2. q, k, v = h·W_qᵀ (+b_q), h·W_kᵀ (+b_k), h·W_vᵀ (+b_v)        (Qwen2: biases)
-//!   3. q, k = RMSNorm_head(q), RMSNorm_head(k)                       (Qwen3 only)
-//!   4. q, k = RoPE(q, pos), RoPE(k, pos)
-//!   5. a = softmax(q·kᵀ/√d + causal mask)·v over the paged KV of each sequence (GQA)
-//!   6. x = x + a·W_oᵀ
-//!   7. h = RMSNorm(x)
-//!   8. x = x + (SiLU(h·W_gateᵀ) ⊙ h·W_upᵀ)·W_downᵀ                    (SwiGLU)
+//!   2. x = x + Mixer_ℓ(h), by the layer's kind (`ModelConfig::layer_kinds`):
+//!      full attention (below); linear attention (hybrid models) slots in here
+//!   3. h = RMSNorm(x)
+//!   4. x = x + (SiLU(h·W_gateᵀ) ⊙ h·W_upᵀ)·W_downᵀ                    (SwiGLU)
 //! then logits = RMSNorm(x)·W_lmᵀ for the requested rows (W_lm = W_embed when tied).
+//!
+//! Full attention, over the KV pool layer `ModelConfig::kv_layer(ℓ)`:
+//!   a. q, k, v = h·W_qᵀ (+b_q), h·W_kᵀ (+b_k), h·W_vᵀ (+b_v)        (Qwen2: biases)
+//!   b. q, k = RMSNorm_head(q), RMSNorm_head(k)                       (Qwen3 only)
+//!   c. q, k = RoPE(q, pos), RoPE(k, pos)
+//!   d. a = softmax(q·kᵀ/√d + causal mask)·v over the paged KV of each sequence (GQA)
+//!   e. out = a·W_oᵀ
 
 use super::config::ModelConfig;
-use super::weights::{LayerWeights, Projection, Weights};
+use super::weights::{AttentionWeights, LayerWeights, Mixer, Projection, Weights};
 use crate::backend::{AttnConfig, Backend, Rows};
 
 pub struct Decoder<'a, B: Backend> {
@@ -49,38 +53,60 @@ impl<B: Backend> Decoder<'_, B> {
         batch: &B::Batch,
     ) {
         let (b, c) = (self.backend, self.cfg);
-        // 1-2. attention input and projections
+        // 1-2. token mixer and residual
         let h = b.rms_norm(x, &lw.attn_norm, c.rms_eps);
-        let mut qkv = self.project(&h, &lw.qkv, batch).into_iter();
+        let mixed = match &lw.mixer {
+            Mixer::FullAttention(aw) => {
+                let kv_layer = c
+                    .kv_layer(layer)
+                    .expect("an attention layer has a KV layer");
+                self.attention(&h, aw, kv_layer, kv, batch)
+            }
+        };
+        b.add_assign(x, &mixed);
+        // 3-4. SwiGLU feed-forward and residual
+        let h = b.rms_norm(x, &lw.ffn_norm, c.rms_eps);
+        let mut gu = self.project(&h, &lw.gate_up, batch).into_iter();
+        let (gate, up) = (gu.next().unwrap(), gu.next().unwrap()); // [n, ffn] each
+        let f = b.silu_mul(&gate, &up);
+        b.add_assign(x, &b.linear(&f, &lw.down, None, batch, Rows::Tokens));
+    }
+
+    /// Full attention of `h` ([n, hidden]) through pool layer `kv_layer`.  -> [n, hidden]
+    fn attention(
+        &self,
+        h: &B::Tensor,
+        aw: &AttentionWeights<B::Weight>,
+        kv_layer: usize,
+        kv: &mut B::Kv,
+        batch: &B::Batch,
+    ) -> B::Tensor {
+        let (b, c) = (self.backend, self.cfg);
+        // a. projections
+        let mut qkv = self.project(h, &aw.qkv, batch).into_iter();
         let (mut q, mut k, v) = (
             qkv.next().unwrap(),
             qkv.next().unwrap(),
             qkv.next().unwrap(),
         );
-        // 3. QK-norm
-        if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
+        // b. QK-norm
+        if let (Some(qn), Some(kn)) = (&aw.q_norm, &aw.k_norm) {
             b.head_rms_norm(&mut q, qn, c.head_dim, c.rms_eps);
             b.head_rms_norm(&mut k, kn, c.head_dim, c.rms_eps);
         }
-        // 4. rotary positions
+        // c. rotary positions
         b.rope(&mut q, c.head_dim, batch);
         b.rope(&mut k, c.head_dim, batch);
-        // 5. attention through the paged cache
+        // d. attention through the paged cache
         let attn = AttnConfig {
             n_heads: c.n_heads,
             n_kv_heads: c.n_kv_heads,
             head_dim: c.head_dim,
             scale: 1.0 / (c.head_dim as f32).sqrt(),
         };
-        let a = b.attention(&q, &k, &v, kv, layer, batch, &attn); // [n, q_dim]
-                                                                  // 6. output projection and residual
-        b.add_assign(x, &b.linear(&a, &lw.o, None, batch, Rows::Tokens));
-        // 7-8. SwiGLU feed-forward and residual
-        let h = b.rms_norm(x, &lw.ffn_norm, c.rms_eps);
-        let mut gu = self.project(&h, &lw.gate_up, batch).into_iter();
-        let (gate, up) = (gu.next().unwrap(), gu.next().unwrap()); // [n, ffn] each
-        let f = b.silu_mul(&gate, &up);
-        b.add_assign(x, &b.linear(&f, &lw.down, None, batch, Rows::Tokens));
+        let a = b.attention(&q, &k, &v, kv, kv_layer, batch, &attn); // [n, q_dim]
+                                                                     // e. output projection
+        b.linear(&a, &aw.o, None, batch, Rows::Tokens)
     }
 
     /// Evaluates a (possibly fused) projection; outputs in declaration order.

@@ -37,13 +37,14 @@ use super::names::{Layer, Naming};
 use crate::backend::{RopeConfig, RopeStyle, SharedSource};
 use crate::Result;
 
-/// The K offset of a model, `[n_layers, n_kv_heads, head_dim]`, or `None` (zero).
+/// The K offset of a model, `[kv_layers, n_kv_heads, head_dim]` (its attention layers in
+/// order), or `None` (zero).
 pub fn k_offset(cfg: &ModelConfig, src: &SharedSource, naming: Naming) -> Result<Option<Vec<f32>>> {
     if !cfg.qkv_bias {
         return Ok(None);
     }
-    let mut c = Vec::with_capacity(cfg.n_layers * cfg.kv_dim()); // [n_layers, n_kv_heads, head_dim]
-    for layer in 0..cfg.n_layers {
+    let mut c = Vec::with_capacity(cfg.kv_layer_count() * cfg.kv_dim()); // [kv_layers, n_kv_heads, head_dim]
+    for layer in (0..cfg.n_layers).filter(|&l| cfg.kv_layer(l).is_some()) {
         let bias = src.tensor(&naming.layer(layer, Layer::KBias))?;
         bias.expect_shape(&[cfg.kv_dim()])?;
         for head in bias.to_f32_vec()?.chunks_exact(cfg.head_dim) {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use inferd_formats::{GgufFile, HfConfig, SafetensorsModel};
 
-pub use config::{Arch, ModelConfig};
+pub use config::{Arch, LayerKind, ModelConfig};
 pub use decoder::Decoder;
 pub use weights::Weights;
 
@@ -34,7 +34,7 @@ pub struct Model<B: Backend> {
     pub path: PathBuf,
     /// See [`Model::identity`]; computed at load.
     identity: String,
-    /// See [`Model::k_offset`]; computed at load.  // [n_layers, n_kv_heads, head_dim]
+    /// See [`Model::k_offset`]; computed at load.  // [kv_layers, n_kv_heads, head_dim]
     k_offset: Option<Vec<f32>>,
 }
 
@@ -110,7 +110,7 @@ impl<B: Backend> Model<B> {
     /// A KV layout for this model with `num_blocks` blocks of `block_size` tokens.
     pub fn kv_layout(&self, num_blocks: usize, block_size: usize, dtype: KvDtype) -> KvLayout {
         KvLayout {
-            n_layers: self.cfg.n_layers,
+            n_layers: self.cfg.kv_layer_count(),
             n_kv_heads: self.cfg.n_kv_heads,
             head_dim: self.cfg.head_dim,
             block_size,
@@ -120,7 +120,8 @@ impl<B: Backend> Model<B> {
     }
 
     /// What Q8 K rows are stored minus, per (layer, kv head):
-    /// `[n_layers, n_kv_heads, head_dim]`, `None` = zero. A pure function of the weights
+    /// `[kv_layers, n_kv_heads, head_dim]` (one per attention layer), `None` = zero. A
+    /// pure function of the weights
     /// (see the `kv_offset` module); [`Model::alloc_kv`] hands it to the backend.
     pub fn k_offset(&self) -> Option<&[f32]> {
         self.k_offset.as_deref()

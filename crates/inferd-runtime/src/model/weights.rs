@@ -3,7 +3,7 @@
 //! that read the same input (Q|K|V, gate|up) are fused into one matrix when
 //! their stored types agree, so one pass over the activations serves them all.
 
-use super::config::ModelConfig;
+use super::config::{LayerKind, ModelConfig};
 use super::names::{Global, Layer, Naming};
 use crate::backend::{Backend, SharedSource};
 use crate::Result;
@@ -15,15 +15,28 @@ pub struct Projection<W> {
     pub groups: Vec<(W, Option<W>, Vec<usize>)>,
 }
 
+/// One decoder layer: a token mixer of the layer's kind between pre-norms, then the
+/// SwiGLU feed-forward.
 pub struct LayerWeights<W> {
+    /// RMSNorm before the mixer.
     pub attn_norm: W,
+    pub mixer: Mixer<W>,
+    pub ffn_norm: W,
+    pub gate_up: Projection<W>,
+    pub down: W,
+}
+
+/// The token mixer of a layer, by [`super::LayerKind`].
+pub enum Mixer<W> {
+    FullAttention(AttentionWeights<W>),
+}
+
+/// Softmax attention: fused Q|K|V, optional per-head norms (Qwen3), output projection.
+pub struct AttentionWeights<W> {
     pub qkv: Projection<W>,
     pub q_norm: Option<W>,
     pub k_norm: Option<W>,
     pub o: W,
-    pub ffn_norm: W,
-    pub gate_up: Projection<W>,
-    pub down: W,
 }
 
 pub struct Weights<W> {
@@ -85,9 +98,34 @@ impl<B: Backend> Loader<'_, B> {
 
     fn layer(&self, i: usize, c: &ModelConfig) -> Result<LayerWeights<B::Weight>> {
         let n = |t: Layer| self.naming.layer(i, t);
-        let bias = |t: Layer| if c.qkv_bias { Some(n(t)) } else { None };
+        let mixer = match c.layer_kinds[i] {
+            LayerKind::FullAttention => Mixer::FullAttention(self.attention(i, c)?),
+            // Refused by ModelConfig::check until Gated DeltaNet layers exist.
+            LayerKind::LinearAttention => {
+                return Err(crate::RuntimeError::Other(format!(
+                    "layer {i}: linear attention is not supported yet"
+                )))
+            }
+        };
         Ok(LayerWeights {
             attn_norm: self.one(&n(Layer::AttnNorm), &[c.hidden])?,
+            mixer,
+            ffn_norm: self.one(&n(Layer::FfnNorm), &[c.hidden])?,
+            gate_up: self.projection(
+                &[
+                    (n(Layer::Gate), None, c.ffn_dim),
+                    (n(Layer::Up), None, c.ffn_dim),
+                ],
+                c.hidden,
+            )?,
+            down: self.one(&n(Layer::Down), &[c.hidden, c.ffn_dim])?,
+        })
+    }
+
+    fn attention(&self, i: usize, c: &ModelConfig) -> Result<AttentionWeights<B::Weight>> {
+        let n = |t: Layer| self.naming.layer(i, t);
+        let bias = |t: Layer| if c.qkv_bias { Some(n(t)) } else { None };
+        Ok(AttentionWeights {
             qkv: self.projection(
                 &[
                     (n(Layer::Q), bias(Layer::QBias), c.q_dim()),
@@ -107,15 +145,6 @@ impl<B: Backend> Loader<'_, B> {
                 None
             },
             o: self.one(&n(Layer::O), &[c.hidden, c.q_dim()])?,
-            ffn_norm: self.one(&n(Layer::FfnNorm), &[c.hidden])?,
-            gate_up: self.projection(
-                &[
-                    (n(Layer::Gate), None, c.ffn_dim),
-                    (n(Layer::Up), None, c.ffn_dim),
-                ],
-                c.hidden,
-            )?,
-            down: self.one(&n(Layer::Down), &[c.hidden, c.ffn_dim])?,
         })
     }
 }

@@ -70,13 +70,18 @@ pub async fn handler(
     };
     let st = state.clone();
     let effort = checked.effort;
-    let (prompt, constraint) = tokio::task::spawn_blocking(move || {
-        let constraint = format::constraint(&st, answer, calls)?;
-        let prompt = render(&st, &chat, ctx.as_ref(), effort, &open)?;
-        Ok::<_, ApiError>((prompt, constraint))
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("rendering the prompt failed: {e}")))??;
+    let names: Vec<String> = tool_mode
+        .iter()
+        .flat_map(|m| m.request.tools.iter().map(|t| t.name.clone()))
+        .collect();
+    let workers = state.workers.clone();
+    let (prompt, constraint) = workers
+        .run(move || {
+            let constraint = format::constraint(&st, answer, calls, &names)?;
+            let prompt = render(&st, &chat, ctx.as_ref(), effort, &open)?;
+            Ok::<_, ApiError>((prompt, constraint))
+        })
+        .await?;
     let req = gen_request(&state, &checked, prompt, constraint);
     let rs = submit(&state, req, "messages")?;
     let mut fmt = ChatFormat {
@@ -90,9 +95,9 @@ pub async fn handler(
         tools: tool_mode.as_ref().map(ToolDeltas::new),
     };
     if checked.stream {
-        return Ok(sse::response(rs, fmt, checked.include_usage));
+        return sse::response(rs, fmt, checked.include_usage, "messages").await;
     }
-    let c = collect(rs).await?;
+    let c = collect(rs, "messages").await?;
     let logprobs = fmt
         .logprobs
         .then(|| chat_logprobs(&fmt.tokenizer, &c.tokens));
@@ -217,6 +222,9 @@ fn render_template(template: &ChatTemplate, input: &ChatInput) -> Result<String,
 /// Checks the OpenAI message list and rewrites it into what chat templates expect:
 /// text-part arrays become one string, `developer` becomes `system`, and tool-call
 /// arguments given as JSON strings become objects.
+/// Message roles a chat may hold (`developer` is read as `system`).
+const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
+
 pub fn prepare_messages(messages: Option<&Value>) -> Result<Value, ApiError> {
     let bad = |param: String, msg: String| ApiError::invalid_param(&param, msg);
     let list = match messages {
@@ -248,7 +256,17 @@ pub fn prepare_messages(messages: Option<&Value>) -> Result<Value, ApiError> {
             Some(Value::String(r)) if r == "developer" => {
                 obj.insert("role".into(), Value::from("system"));
             }
-            Some(Value::String(_)) => {}
+            Some(Value::String(r)) if ROLES.contains(&r.as_str()) => {}
+            Some(Value::String(r)) => {
+                return Err(bad(
+                    at(".role"),
+                    format!(
+                        "{} `{r}` is not a role: use one of {}",
+                        at(".role"),
+                        ROLES.join(", ")
+                    ),
+                ))
+            }
             _ => {
                 return Err(bad(
                     at(".role"),

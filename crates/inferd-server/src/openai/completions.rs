@@ -55,27 +55,28 @@ pub async fn handler(
     let answer = format::answer_format(common.response_format.as_ref())?;
     let st = state.clone();
     let prompt = cp.prompt;
-    let (prompt, constraint) = tokio::task::spawn_blocking(move || {
-        let constraint = format::constraint(&st, answer, None)?;
-        let prompt = match ctx {
-            // A context's tokens, then the prompt's text (no BOS in the middle).
-            Some(c) => match prompt.as_ref() {
-                Some(Value::String(s)) => {
-                    let mut t = c.tokens.clone();
-                    t.extend(st.encode(s, false)?);
-                    Ok(t)
-                }
-                _ => Err(ApiError::invalid_param(
-                    "prompt",
-                    "with inferd.context, `prompt` must be a string",
-                )),
-            },
-            None => tokenize_prompt(&st, prompt.as_ref()),
-        }?;
-        Ok::<_, ApiError>((prompt, constraint))
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("tokenizing the prompt failed: {e}")))??;
+    let workers = state.workers.clone();
+    let (prompt, constraint) = workers
+        .run(move || {
+            let constraint = format::constraint(&st, answer, None, &[])?;
+            let prompt = match ctx {
+                // A context's tokens, then the prompt's text (no BOS in the middle).
+                Some(c) => match prompt.as_ref() {
+                    Some(Value::String(s)) => {
+                        let mut t = c.tokens.clone();
+                        t.extend(st.encode(s, false)?);
+                        Ok(t)
+                    }
+                    _ => Err(ApiError::invalid_param(
+                        "prompt",
+                        "with inferd.context, `prompt` must be a string",
+                    )),
+                },
+                None => tokenize_prompt(&st, prompt.as_ref()),
+            }?;
+            Ok::<_, ApiError>((prompt, constraint))
+        })
+        .await?;
     let req = gen_request(&state, &checked, prompt, constraint);
     let rs = submit(&state, req, "prompt")?;
     let mut fmt = CompletionFormat {
@@ -89,9 +90,9 @@ pub async fn handler(
         include_usage: checked.include_usage,
     };
     if checked.stream {
-        return Ok(sse::response(rs, fmt, checked.include_usage));
+        return sse::response(rs, fmt, checked.include_usage, "prompt").await;
     }
-    let c = collect(rs).await?;
+    let c = collect(rs, "prompt").await?;
     let logprobs = fmt
         .want_logprobs
         .then(|| fmt.logprobs.build(&fmt.tokenizer, &c.tokens));

@@ -77,11 +77,13 @@ pub fn answer_format(v: Option<&Value>) -> Result<Option<AnswerFormat>, ApiError
     }
 }
 
-/// Compiles what the reply is held to; `None` when it is free.
+/// Compiles what the reply is held to; `None` when it is free. `names` are the
+/// request's tool names in order, so an error names the tool by its place in `tools`.
 pub fn constraint(
     state: &AppState,
     answer: Option<AnswerFormat>,
     calls: Option<CallFormat>,
+    names: &[String],
 ) -> Result<Option<Constraint>, ApiError> {
     if answer.is_none() && calls.is_none() {
         return Ok(None);
@@ -99,7 +101,7 @@ pub fn constraint(
     };
     match grammars.compile(&format) {
         Ok(c) => Ok(Some(c)),
-        Err(e) => Err(locate(grammars, answer, calls, e)),
+        Err(e) => Err(locate(grammars, answer, calls, names, e)),
     }
 }
 
@@ -109,6 +111,7 @@ fn locate(
     grammars: &Grammars,
     answer: Option<AnswerFormat>,
     calls: Option<CallFormat>,
+    names: &[String],
     e: GrammarError,
 ) -> ApiError {
     if let Some(a) = answer {
@@ -121,7 +124,7 @@ fn locate(
         }
     }
     if let Some(c) = calls {
-        for (i, tool) in c.tools.iter().enumerate() {
+        for tool in &c.tools {
             let alone = ReplyFormat {
                 answer: None,
                 calls: Some(CallFormat {
@@ -130,6 +133,7 @@ fn locate(
                 }),
             };
             if let Err(e) = grammars.compile(&alone) {
+                let i = names.iter().position(|n| *n == tool.name).unwrap_or(0);
                 return schema_error(&format!("tools[{i}].function.parameters"), e);
             }
         }

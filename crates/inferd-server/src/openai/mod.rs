@@ -69,7 +69,8 @@ pub struct Collected {
 
 /// Reads a request's stream to the end. If the client disconnects, this future is dropped
 /// with the stream, which cancels the request.
-pub async fn collect(mut rs: RequestStream) -> Result<Collected, ApiError> {
+/// `param` names the prompt's field if the engine refuses the request.
+pub async fn collect(mut rs: RequestStream, param: &str) -> Result<Collected, ApiError> {
     let mut text = String::new();
     let mut tokens = Vec::new();
     loop {
@@ -90,6 +91,7 @@ pub async fn collect(mut rs: RequestStream) -> Result<Collected, ApiError> {
                 })
             }
             Some(Event::Error(m)) => return Err(ApiError::internal(m)),
+            Some(Event::Rejected(e)) => return Err(ApiError::from_submit(e, param)),
             None => {
                 return Err(ApiError::internal(
                     "the engine stopped before the request finished",

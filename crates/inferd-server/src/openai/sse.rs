@@ -45,10 +45,30 @@ struct State<F> {
     queue: VecDeque<Bytes>,
     include_usage: bool,
     finished: bool,
+    /// The event that opened the response, not yet written.
+    first: Option<Event>,
 }
 
-/// The streaming response for a submitted request.
-pub fn response<F: ChunkFormat>(rs: RequestStream, mut fmt: F, include_usage: bool) -> Response {
+/// The streaming response for a submitted request. It answers once the request's first
+/// event is there (its first token), so a request the engine refuses, or that fails
+/// before any token, gets its HTTP error status rather than a 200 and an error event.
+/// `param` names the prompt's field in such errors.
+pub async fn response<F: ChunkFormat>(
+    mut rs: RequestStream,
+    mut fmt: F,
+    include_usage: bool,
+    param: &str,
+) -> Result<Response, ApiError> {
+    let first = match rs.next().await {
+        Some(Event::Rejected(e)) => return Err(ApiError::from_submit(e, param)),
+        Some(Event::Error(m)) => return Err(ApiError::internal(m)),
+        None => {
+            return Err(ApiError::internal(
+                "the engine stopped before the request started",
+            ))
+        }
+        Some(ev) => ev,
+    };
     let queue = fmt.opening().into();
     let st = State {
         rs,
@@ -56,6 +76,7 @@ pub fn response<F: ChunkFormat>(rs: RequestStream, mut fmt: F, include_usage: bo
         queue,
         include_usage,
         finished: false,
+        first: Some(first),
     };
     let stream = futures_util::stream::unfold(st, |mut st| async move {
         loop {
@@ -65,7 +86,10 @@ pub fn response<F: ChunkFormat>(rs: RequestStream, mut fmt: F, include_usage: bo
             if st.finished {
                 return None;
             }
-            let ev = st.rs.next().await;
+            let ev = match st.first.take() {
+                Some(ev) => Some(ev),
+                None => st.rs.next().await,
+            };
             st.finished = !matches!(ev, Some(Event::Delta(_)));
             match ev {
                 Some(Event::Delta(d)) => {
@@ -88,6 +112,12 @@ pub fn response<F: ChunkFormat>(rs: RequestStream, mut fmt: F, include_usage: bo
                     st.queue.push_back(data(&ApiError::internal(msg).body()));
                     st.queue.push_back(Bytes::from_static(DONE));
                 }
+                // Only ever the first event, taken above.
+                Some(Event::Rejected(e)) => {
+                    st.queue
+                        .push_back(data(&ApiError::from_submit(e, "").body()));
+                    st.queue.push_back(Bytes::from_static(DONE));
+                }
                 None => {
                     let e = ApiError::internal("the engine stopped before the request finished");
                     st.queue.push_back(data(&e.body()));
@@ -104,5 +134,5 @@ pub fn response<F: ChunkFormat>(rs: RequestStream, mut fmt: F, include_usage: bo
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    res
+    Ok(res)
 }

@@ -159,6 +159,7 @@ fn chat_greedy_output_equals_the_engines() {
                 break;
             }
             Event::Error(e) => panic!("{e}"),
+            Event::Rejected(e) => panic!("{e}"),
         }
     }
     assert_eq!(v["choices"][0]["message"]["content"], out);

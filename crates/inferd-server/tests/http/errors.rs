@@ -61,6 +61,10 @@ fn bad_parameters_are_400_naming_the_param() {
             "messages[0].content",
         ),
         (json!({"messages": [{"content": "x"}]}), "messages[0].role"),
+        (
+            json!({"messages": [{"role": "user", "content": "a"}, {"role": "wizard", "content": "b"}]}),
+            "messages[1].role",
+        ),
         (json!({"temperature": "hot"}), "temperature"),
         (json!({"temperature": 2.5}), "temperature"),
         (json!({"top_p": 0}), "top_p"),

@@ -5,6 +5,7 @@ mod chat;
 mod common;
 mod completions;
 mod errors;
+mod hostile;
 mod memory;
 mod ops;
 mod structured;

@@ -1,11 +1,13 @@
 //! `inferd start | status | stop`: the server in the background.
 //!
-//! `start` runs `inferd serve ARGS` as a detached process (its own session, output to
-//! `<state>/inferd.log`), records its pid in `<state>/inferd.pid`, and waits until it
-//! answers `/health`. The server itself writes `<state>/server.json` (pid, address,
-//! model) once it listens, through `INFERD_STATE_FILE`. `status` reads that file and asks
-//! the server for its live figures; `stop` sends SIGTERM (the server drains running
-//! requests) and waits for the process to exit.
+//! `start` takes the state folder's lock, runs `inferd serve ARGS` as a detached process
+//! (its own session, output to `<state>/inferd.log`) that inherits the lock, records it
+//! in `<state>/inferd.pid`, and waits until it answers `/health`. The server itself
+//! writes `<state>/server.json` (pid, address, model) once it listens, through
+//! `INFERD_STATE_FILE`, and removes its files when it exits. `status` reads that file
+//! and asks the server for its live figures; `stop` sends SIGTERM (the server drains
+//! running requests) and waits for the process to exit. Neither believes a pid file
+//! the lock and the process's start time do not confirm ([`super::instance`]).
 //!
 //! The state folder is `$INFERD_STATE_DIR`, else `$XDG_STATE_HOME/inferd`
 //! (`~/.local/state/inferd`).
@@ -18,6 +20,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
+
+use super::instance::{self, Instance, Lock};
 
 #[derive(clap::Args)]
 pub struct StartArgs {
@@ -60,6 +64,7 @@ struct Paths {
     pid: PathBuf,
     log: PathBuf,
     server: PathBuf,
+    lock: PathBuf,
 }
 
 fn paths() -> Paths {
@@ -68,28 +73,40 @@ fn paths() -> Paths {
         pid: d.join("inferd.pid"),
         log: d.join("inferd.log"),
         server: d.join("server.json"),
+        lock: d.join("inferd.lock"),
     }
 }
 
-fn read_pid(p: &Paths) -> Option<i32> {
-    std::fs::read_to_string(&p.pid).ok()?.trim().parse().ok()
+/// What the state folder says about its server.
+enum Found {
+    /// No server holds the lock (stale files were removed).
+    None,
+    /// The lock is held and the pid file names a live process that started when it says.
+    Running(Instance),
+    /// The lock is held but no verified pid goes with it (a server starting up, or a
+    /// pid file that was damaged): nothing may be signalled.
+    Unverified,
 }
 
-fn alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists and may be signalled.
-    pid > 0 && unsafe { libc::kill(pid, 0) } == 0
-}
-
-/// The pid of a running background server, cleaning up stale files.
-fn running_pid(p: &Paths) -> Option<i32> {
-    match read_pid(p) {
-        Some(pid) if alive(pid) => Some(pid),
-        Some(_) => {
+fn find(p: &Paths) -> Found {
+    // A server that just died may hold the lock a moment longer (its other threads are
+    // still exiting after its main thread is gone): give that a second.
+    let t0 = Instant::now();
+    loop {
+        if !Lock::is_held(&p.lock) {
+            // Whatever the files say, no server holds the folder: they are left from a
+            // kill -9, a crash or a stop that gave up waiting.
             let _ = std::fs::remove_file(&p.pid);
             let _ = std::fs::remove_file(&p.server);
-            None
+            return Found::None;
         }
-        None => None,
+        match instance::read_pid_file(&p.pid) {
+            Some(who) if who.is_alive() => return Found::Running(who),
+            Some(_) if t0.elapsed() < Duration::from_secs(1) => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            _ => return Found::Unverified,
+        }
     }
 }
 
@@ -144,14 +161,22 @@ fn dechunk(mut s: &str) -> String {
 
 pub fn start(a: StartArgs) -> Result<()> {
     let p = paths();
-    if let Some(pid) = running_pid(&p) {
+    std::fs::create_dir_all(state_dir())
+        .with_context(|| format!("creating {}", state_dir().display()))?;
+    let Some(lock) =
+        Lock::try_take(&p.lock).with_context(|| format!("locking {}", p.lock.display()))?
+    else {
+        let who = match find(&p) {
+            Found::Running(w) => format!("pid {}", w.pid),
+            _ => "starting".to_string(),
+        };
         let addr = server_info(&p)
             .and_then(|v| v["addr"].as_str().map(String::from))
             .unwrap_or_else(|| "?".into());
-        bail!("inferd is already running (pid {pid}, http://{addr}); `inferd stop` first");
-    }
-    std::fs::create_dir_all(state_dir())
-        .with_context(|| format!("creating {}", state_dir().display()))?;
+        bail!("inferd is already running ({who}, http://{addr}); `inferd stop` first");
+    };
+    // The lock was free: any pid or server file is stale.
+    let _ = std::fs::remove_file(&p.pid);
     let _ = std::fs::remove_file(&p.server);
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -160,27 +185,36 @@ pub fn start(a: StartArgs) -> Result<()> {
         .with_context(|| format!("opening {}", p.log.display()))?;
     let exe = std::env::current_exe().context("locating the inferd binary")?;
     let mut cmd = Command::new(exe);
+    let lock_fd = lock.fd();
     cmd.arg("serve")
         .args(&a.serve_args)
         .env("INFERD_STATE_FILE", &p.server)
+        .env("INFERD_PID_FILE", &p.pid)
+        .env("INFERD_LOCK_FD", lock_fd.to_string())
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
     #[cfg(unix)]
     {
         use std::os::unix::process::CommandExt;
-        // Own session: the server outlives this terminal and its signals.
-        // SAFETY: setsid is async-signal-safe and touches no parent state.
+        // Own session: the server outlives this terminal and its signals. It inherits
+        // the lock, and holds it after this process exits.
+        // SAFETY: setsid and fcntl are async-signal-safe and touch no parent state.
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 libc::setsid();
-                Ok(())
+                instance::inheritable_fd(lock_fd)
             });
         }
     }
     let mut child = cmd.spawn().context("starting `inferd serve`")?;
     let pid = child.id() as i32;
-    std::fs::write(&p.pid, format!("{pid}\n"))?;
+    // A child that is already gone has no start time; the loop below reports it.
+    if let Some(who) = Instance::of(pid) {
+        instance::write_pid_file(&p.pid, who)
+            .with_context(|| format!("writing {}", p.pid.display()))?;
+    }
+    drop(lock);
     eprintln!("starting inferd (pid {pid}); log: {}", p.log.display());
     let t0 = Instant::now();
     loop {
@@ -220,9 +254,19 @@ fn log_tail(p: &Paths, lines: usize) -> String {
 
 pub fn status(a: StatusArgs) -> Result<()> {
     let p = paths();
-    let Some(pid) = running_pid(&p) else {
-        println!("inferd is not running");
-        std::process::exit(3);
+    let pid = match find(&p) {
+        Found::None => {
+            println!("inferd is not running");
+            std::process::exit(3);
+        }
+        Found::Unverified => {
+            println!(
+                "inferd is starting (its pid is not recorded yet); log: {}",
+                p.log.display()
+            );
+            return Ok(());
+        }
+        Found::Running(who) => who.pid,
     };
     let info = server_info(&p);
     let Some(addr) = info
@@ -269,19 +313,26 @@ pub fn status(a: StatusArgs) -> Result<()> {
 
 pub fn stop(a: StopArgs) -> Result<()> {
     let p = paths();
-    let Some(pid) = running_pid(&p) else {
-        println!("inferd is not running");
-        return Ok(());
+    let who = match find(&p) {
+        Found::None => {
+            println!("inferd is not running");
+            return Ok(());
+        }
+        Found::Unverified => bail!(
+            "the state folder {} is locked by a server whose pid cannot be verified \
+             (still starting?); try again, or stop it by hand",
+            state_dir().display()
+        ),
+        Found::Running(who) => who,
     };
-    // SAFETY: plain signal to a pid we started (checked alive just above).
-    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let pid = who.pid;
+    signal(who, libc::SIGTERM);
     eprintln!("stopping inferd (pid {pid}): draining running requests");
     let t0 = Instant::now();
-    while alive(pid) && !is_zombie(pid) {
+    while who.is_alive() {
         if t0.elapsed() > Duration::from_secs(a.wait) {
             if a.force {
-                // SAFETY: as above.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
+                signal(who, libc::SIGKILL);
                 std::thread::sleep(Duration::from_millis(200));
                 break;
             }
@@ -292,21 +343,19 @@ pub fn stop(a: StopArgs) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let _ = std::fs::remove_file(&p.pid);
-    let _ = std::fs::remove_file(&p.server);
+    // The server removes its own files; after a forced kill `find` sees the lock free
+    // and removes them.
+    let _ = find(&p);
     println!("inferd stopped");
     Ok(())
 }
 
-/// A process that exited but was not reaped by its parent (not ours to reap) is done.
-fn is_zombie(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, r)| r.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(false)
+/// Signals `who` if it is still that process (checked right before the signal).
+fn signal(who: Instance, sig: i32) {
+    if who.is_alive() {
+        // SAFETY: a plain signal to a verified pid.
+        unsafe { libc::kill(who.pid, sig) };
+    }
 }
 
 fn fmt_duration(s: f64) -> String {

@@ -36,6 +36,9 @@ pub struct Args {
     /// Requests waiting for admission before new ones get 429.
     #[arg(long)]
     max_queue: Option<usize>,
+    /// Seconds a request may wait for admission before it gets a 503 (0: no limit).
+    #[arg(long, default_value_t = inferd_engine::DEFAULT_QUEUE_TIMEOUT.as_secs())]
+    queue_timeout: u64,
     /// Tokens per forward pass (decodes and prefill chunks together).
     #[arg(long)]
     max_batch_tokens: Option<usize>,
@@ -113,7 +116,11 @@ fn default_name(model: &str) -> String {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    check_bind(a.host, a.api_key.as_deref()).map_err(|e| anyhow!(e))?;
+    // Removes this server's state files however `run` ends.
+    let _state_files = StateFiles::take();
+    // A blank key (`--api-key " "`) is no key.
+    let api_key = a.api_key.clone().filter(|k| !k.trim().is_empty());
+    check_bind(a.host, api_key.as_deref()).map_err(|e| anyhow!(e))?;
     let addr = SocketAddr::new(a.host, a.port);
     let mut engine_cfg = EngineConfig {
         kv_budget: parse_kv_budget(&a.kv_memory)
@@ -126,6 +133,8 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(v) = a.max_queue {
         engine_cfg.max_queue = v;
     }
+    engine_cfg.queue_timeout =
+        (a.queue_timeout > 0).then(|| std::time::Duration::from_secs(a.queue_timeout));
     engine_cfg.prefix_cache = !a.no_prefix_cache;
     if a.kv_dtype != "f32" {
         engine_cfg.kv_dtype = inferd_runtime::KvDtype::Q8;
@@ -189,7 +198,7 @@ pub fn run(a: Args) -> Result<()> {
             .with_context(|| format!("binding {addr}"))?;
         let bound = listener.local_addr()?;
         let cfg = ServerConfig {
-            api_key: a.api_key.clone().filter(|k| !k.is_empty()),
+            api_key,
             max_body_bytes: max_body,
             max_tokens_cap: a.max_tokens_cap,
             aliases: names,
@@ -209,6 +218,7 @@ pub fn run(a: Args) -> Result<()> {
             tokio::spawn(async {
                 inferd_server::shutdown_signal().await;
                 eprintln!("inferd: exiting without waiting");
+                remove_state_files();
                 std::process::exit(130);
             });
         };
@@ -218,7 +228,6 @@ pub fn run(a: Args) -> Result<()> {
         anyhow::Ok(())
     });
     engine.shutdown();
-    remove_state_file();
     result?;
     eprintln!("inferd: stopped");
     Ok(())
@@ -242,8 +251,35 @@ fn write_state_file(addr: SocketAddr, model: &str) -> Result<()> {
         .with_context(|| format!("writing {}", path.display()))
 }
 
-fn remove_state_file() {
+/// A server run by `inferd start`: it holds the state folder's lock (inherited as
+/// `INFERD_LOCK_FD`) and, when it ends, removes `INFERD_STATE_FILE` and the pid file
+/// `INFERD_PID_FILE` if that still names this process.
+struct StateFiles;
+
+impl StateFiles {
+    fn take() -> Self {
+        if let Some(fd) = std::env::var("INFERD_LOCK_FD")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            super::instance::keep_lock_private(fd);
+        }
+        StateFiles
+    }
+}
+
+impl Drop for StateFiles {
+    fn drop(&mut self) {
+        remove_state_files();
+    }
+}
+
+fn remove_state_files() {
     if let Some(path) = std::env::var_os("INFERD_STATE_FILE") {
         let _ = std::fs::remove_file(path);
+    }
+    let me = super::instance::Instance::of(std::process::id() as i32);
+    if let (Some(path), Some(me)) = (std::env::var_os("INFERD_PID_FILE"), me) {
+        super::instance::remove_pid_file_of(std::path::Path::new(&path), me);
     }
 }

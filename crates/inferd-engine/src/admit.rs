@@ -1,0 +1,86 @@
+//! What the scheduler cannot see when it admits: a request that would wait forever, and
+//! one that has waited too long.
+//!
+//! - **Never fits.** Pinned contexts hold their blocks until they are unpinned; nothing
+//!   else is permanent (running sequences finish, parked sessions are released, cached
+//!   blocks are evicted). A prompt whose blocks, less those it would share with pinned
+//!   contexts, exceed what the pins leave can therefore never be admitted, and is
+//!   refused when it arrives, naming the contexts that hold the memory.
+//! - **Queue timeout.** A request not admitted within `EngineConfig::queue_timeout` is
+//!   refused with [`SubmitError::QueueTimeout`] (the pool is busy, not too small).
+//!   Preempted sequences, admitted before, are not timed out.
+
+use std::collections::HashSet;
+
+use inferd_runtime::Backend;
+
+use crate::engine::Engine;
+use crate::request::{Event, SubmitError};
+
+impl<B: Backend> Engine<B> {
+    /// Why `prompt` can never be admitted while the pinned contexts stay, if so.
+    pub(crate) fn never_fits(&self, prompt: &[u32]) -> Option<SubmitError> {
+        let total = self.kvm.pool().num_blocks();
+        // As the scheduler counts: the prompt plus the first generated token.
+        let need = self.kvm.blocks_for(prompt.len() + 1);
+        let mut pinned: HashSet<u32> = HashSet::new();
+        let mut holders: Vec<(usize, &str)> = Vec::new();
+        for (id, e) in self.memory.contexts.iter().filter(|(_, e)| e.pinned) {
+            let table = self.kvm.table(e.owner).unwrap_or_default();
+            pinned.extend(table.iter().copied());
+            holders.push((table.len(), id.as_str()));
+        }
+        let free = total - pinned.len();
+        if need <= free {
+            return None; // the common case: no hashing
+        }
+        // Blocks it would share with pinned contexts cost nothing more.
+        let shared = self
+            .kvm
+            .cached_chain(prompt, prompt.len() - 1)
+            .into_iter()
+            .filter(|b| pinned.contains(b))
+            .count();
+        if need - shared <= free {
+            return None;
+        }
+        holders.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+        let mut named: Vec<String> = holders
+            .iter()
+            .take(3)
+            .map(|(n, id)| format!("{id}: {n} blocks"))
+            .collect();
+        if holders.len() > 3 {
+            named.push(format!("{} more", holders.len() - 3));
+        }
+        Some(SubmitError::KvPinned {
+            tokens: prompt.len(),
+            need_blocks: need - shared,
+            pinned_blocks: pinned.len(),
+            total_blocks: total,
+            free_blocks: free,
+            holders: named.join(", "),
+        })
+    }
+
+    /// Refuses the requests that have waited past the queue timeout without ever being
+    /// admitted.
+    pub(crate) fn expire_waiting(&mut self) {
+        let Some(limit) = self.queue_timeout else {
+            return;
+        };
+        let expired: Vec<u64> = self
+            .seqs
+            .iter()
+            .filter(|(_, s)| !s.admitted && s.build.is_none() && s.waited() > limit)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in expired {
+            if let Some(s) = self.seqs.get(&id) {
+                let waited_s = s.waited().as_secs();
+                s.send(Event::Rejected(SubmitError::QueueTimeout { waited_s }));
+            }
+            self.remove(id);
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! Admission beyond the scheduler's view, on the real SmolLM2-135M: a request that can
+//! never fit beside the pinned contexts is refused at once (it waited forever before),
+//! one that shares their blocks is not, and a request not admitted within the queue
+//! timeout is refused.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use inferd_core::sched::SchedulerConfig;
+use inferd_engine::{
+    ContextSpec, EngineConfig, EngineHandle, Event, GenRequest, KvBudget, SubmitError,
+};
+
+/// Bytes of one 16-token f32 KV block of SmolLM2 (30 layers, 3 KV heads of 64).
+const BLOCK_BYTES: u64 = 16 * 30 * 3 * 64 * 2 * 4;
+
+/// `n` tokens of ordinary text.
+fn tokens(e: &EngineHandle, n: usize, seed: &str) -> Vec<u32> {
+    let text = format!("{seed} ").repeat(n);
+    let mut t = e.tokenizer.encode(&text, false).unwrap();
+    assert!(t.len() >= n);
+    t.truncate(n);
+    t
+}
+
+fn first_event(e: &EngineHandle, req: GenRequest) -> Event {
+    e.submit(req)
+        .expect("submit")
+        .next_blocking()
+        .expect("an event")
+}
+
+#[test]
+fn a_prompt_that_can_never_fit_beside_pinned_contexts_is_refused() {
+    let cfg = EngineConfig {
+        kv_budget: KvBudget::Bytes(64 * BLOCK_BYTES),
+        ..config()
+    };
+    let Some(e) = engine(cfg) else { return };
+    // Pin 30 of the 64 blocks.
+    let ctx = tokens(&e, 30 * 16, "brief");
+    block_on(e.create_context(ContextSpec {
+        id: Some("brief".into()),
+        tokens: ctx.clone(),
+        pin: true,
+        meta: String::new(),
+    }))
+    .unwrap();
+
+    // 640 tokens fit max_context (the whole pool) but need 41 blocks; 34 are left.
+    let long = tokens(&e, 640, "other");
+    let t0 = Instant::now();
+    match first_event(&e, GenRequest::greedy(long.clone(), 4)) {
+        Event::Rejected(SubmitError::KvPinned {
+            need_blocks,
+            pinned_blocks,
+            free_blocks,
+            holders,
+            ..
+        }) => {
+            assert_eq!((need_blocks, pinned_blocks, free_blocks), (41, 30, 34));
+            assert_eq!(holders, "brief: 30 blocks");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(t0.elapsed() < Duration::from_secs(5), "refused at once");
+
+    // Continuing the context: its 30 blocks are shared, so 7 more are enough.
+    let mut cont = ctx.clone();
+    cont.extend(tokens(&e, 100, "question"));
+    let mut req = GenRequest::greedy(cont, 4);
+    req.context = Some("brief".into());
+    let o = run_one(&e, req);
+    assert_eq!(o.cached_tokens, 30 * 16);
+    // A prompt that fits beside the pins runs as usual.
+    run_one(&e, GenRequest::greedy(tokens(&e, 500, "short"), 4));
+
+    // Unpinned, the long prompt fits.
+    block_on(e.delete_context("brief")).unwrap();
+    let o = run_one(&e, GenRequest::greedy(long, 4));
+    assert_eq!(o.completion_tokens, 4);
+}
+
+#[test]
+fn a_request_not_admitted_within_the_queue_timeout_is_refused() {
+    let cfg = EngineConfig {
+        sched: SchedulerConfig {
+            max_running: 1,
+            ..Default::default()
+        },
+        queue_timeout: Some(Duration::from_millis(300)),
+        ..config()
+    };
+    let Some(e) = engine(cfg) else { return };
+    // One long reply holds the only running slot for seconds.
+    let mut busy = GenRequest::greedy(tokens(&e, 8, "hello"), 300);
+    busy.ignore_eos = true;
+    let mut first = e.submit(busy).unwrap();
+    let t0 = Instant::now();
+    match first_event(&e, GenRequest::greedy(tokens(&e, 8, "later"), 4)) {
+        Event::Rejected(SubmitError::QueueTimeout { .. }) => {}
+        other => panic!("expected a queue timeout, got {other:?}"),
+    }
+    let waited = t0.elapsed();
+    assert!(waited >= Duration::from_millis(300), "{waited:?}");
+    // The running request is untouched.
+    let o = collect(&mut first);
+    assert_eq!(o.completion_tokens, 300);
+}
