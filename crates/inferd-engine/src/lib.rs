@@ -16,6 +16,7 @@ mod seq;
 mod spill;
 mod stats;
 mod stop;
+mod throttle;
 
 pub use config::{
     available_memory, kv_blocks_for, parse_kv_budget, EngineConfig, KvBudget, DEFAULT_QUEUE_TIMEOUT,

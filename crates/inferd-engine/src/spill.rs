@@ -10,6 +10,7 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use inferd_core::kv::{block_key, BlockId, SeqId};
 use inferd_kvstore::{BlockMeta, SpillStore, StoreIdentity};
@@ -18,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::Engine;
 use crate::memory::Entry;
+use crate::throttle::{kind_of, Throttle};
 
 /// Where and how much the SSD tier may hold.
 #[derive(Clone, Debug, PartialEq)]
@@ -79,6 +81,8 @@ impl SpillTier {
         let io = std::thread::Builder::new()
             .name("inferd-spill".into())
             .spawn(move || {
+                // A full disk fails every write: one line per minute, not per block.
+                let mut throttle = Throttle::new(Duration::from_secs(60));
                 for job in rx {
                     let mut st = lock(&s);
                     let r = match &job {
@@ -90,7 +94,10 @@ impl SpillTier {
                         }
                     };
                     if let Err(e) = r {
-                        warn(format!("{e} (the KV will be recomputed when needed)"));
+                        let msg = format!("{e} (the KV will be recomputed when needed)");
+                        if let Some(line) = throttle.admit(&kind_of(&e), &msg, Instant::now()) {
+                            warn(line);
+                        }
                     }
                     for w in st.take_warnings() {
                         warn(w);

@@ -21,6 +21,8 @@ pub struct ServerConfig {
     pub address: Option<SocketAddr>,
     /// The model's tool-call syntax; `None`: detected from the chat template.
     pub tool_syntax: Option<inferd_tools::ToolSyntax>,
+    /// Connection limit, header and body timeouts.
+    pub conn: crate::listen::ConnLimits,
 }
 
 impl Default for ServerConfig {
@@ -33,6 +35,7 @@ impl Default for ServerConfig {
             aliases: Vec::new(),
             address: None,
             tool_syntax: None,
+            conn: Default::default(),
         }
     }
 }

@@ -61,6 +61,19 @@ impl ApiError {
         )
     }
 
+    /// 408: the body did not arrive within the body timeout.
+    pub fn body_timeout(t: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            format!(
+                "the request body did not arrive within {} s (the body timeout)",
+                t.as_secs_f64()
+            ),
+        )
+        .with_code("request_timeout")
+    }
+
     /// 401: no or a wrong API key.
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(StatusCode::UNAUTHORIZED, "authentication_error", message)

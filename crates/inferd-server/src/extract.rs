@@ -30,8 +30,12 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
         if declared.is_some_and(|n| n > limit as u64) {
             return Err(ApiError::body_too_large(limit));
         }
-        // The router's `DefaultBodyLimit` caps bodies without a declared length.
-        let body = Bytes::from_request(req, state).await.map_err(|r| {
+        // The router's `DefaultBodyLimit` caps bodies without a declared length; the
+        // whole body must arrive within the body timeout.
+        let timeout = state.config.conn.body_timeout;
+        let read = tokio::time::timeout(timeout, Bytes::from_request(req, state));
+        let body = read.await.map_err(|_| ApiError::body_timeout(timeout))?;
+        let body = body.map_err(|r| {
             if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::body_too_large(limit)
             } else {

@@ -48,7 +48,7 @@
 //! | 413    | body over the limit (default 4 MiB; code `request_too_large`); a context too large for the KV budget (code `context_too_large`) |
 //! | 429    | the engine's queue is full (code `queue_full`, with `Retry-After`)         |
 //! | 500    | the engine failed during generation (in a stream: an error event, then `[DONE]`) |
-//! | 503    | the engine is draining or stopped (`Retry-After`)                          |
+//! | 503    | the engine is draining (requests on connections open before it) or stopped; a prompt that cannot fit beside the pinned contexts (code `kv_cache_pinned`); not admitted within the queue timeout (code `queue_timeout`, with `Retry-After`) |
 //!
 //! A client that disconnects cancels its request: the response (streamed or not) owns
 //! the engine's request stream, and dropping it frees the request's KV blocks.
@@ -58,6 +58,7 @@ pub mod config;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod listen;
 pub mod memory;
 pub mod metrics;
 pub mod openai;
@@ -104,8 +105,9 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// Serves until `shutdown` resolves, then stops accepting connections, drains the
-/// engine (new requests get 503, running ones finish) and returns once every open
-/// response has completed. The caller then joins the engine (`EngineHandle::shutdown`).
+/// engine (new requests on open connections get 503, running ones finish) and returns
+/// once every open response has completed; connections are held to
+/// `ServerConfig::conn` ([`listen`]). The caller then joins the engine (`EngineHandle::shutdown`).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
@@ -118,13 +120,9 @@ pub async fn serve(
         state.config = std::sync::Arc::new(cfg);
     }
     let engine = state.engine.clone();
+    let limits = state.config.conn;
     let app = router(state);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            engine.drain();
-        })
-        .await
+    listen::run(listener, app, engine, limits, shutdown).await
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.

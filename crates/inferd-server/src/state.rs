@@ -10,6 +10,19 @@ use crate::config::ServerConfig;
 use crate::error::ApiError;
 use crate::work::Workers;
 
+/// Texts at least this long hand freed memory back after tokenizing.
+const TRIM_AFTER_BYTES: usize = 1 << 20;
+
+/// Returns freed heap pages to the system (glibc keeps them in its arenas otherwise, so
+/// one burst of large prompts would leave the process large).
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory of the allocator's own arenas.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 #[derive(Clone)]
 pub struct AppState {
     pub engine: EngineHandle,
@@ -45,12 +58,33 @@ impl AppState {
         }
     }
 
-    /// Tokenizes text (`special`: add the tokenizer's BOS/EOS as configured).
+    /// Tokenizes text (`special`: add the tokenizer's BOS/EOS as configured). Text that
+    /// must have more tokens than the context holds is refused before tokenizing (its
+    /// tokens, offsets and the tokenizer's scratch would take about 80 bytes per input
+    /// byte), and memory that tokenizing a large text took is handed back to the system.
     pub fn encode(&self, text: &str, special: bool) -> Result<Vec<u32>, ApiError> {
-        self.engine
-            .tokenizer
+        let tok = &self.engine.tokenizer;
+        let max_context = self.engine.info.max_context;
+        // No token covers more than `max_token_bytes` bytes of text after normalization;
+        // normalizers (NFC, NFKC) shrink text at most about 3x (Hangul jamo), so 4x.
+        let bound = max_context
+            .saturating_mul(tok.max_token_bytes())
+            .saturating_mul(4);
+        if text.len() > bound {
+            return Err(ApiError::bad_request(format!(
+                "This model's maximum context length is {max_context} tokens; the prompt is {} \
+                 bytes, which is more than any {max_context} tokens can spell ({bound} bytes).",
+                text.len()
+            ))
+            .with_code("context_length_exceeded"));
+        }
+        let ids = tok
             .encode(text, special)
-            .map_err(|e| ApiError::internal(format!("tokenizing failed: {e}")))
+            .map_err(|e| ApiError::internal(format!("tokenizing failed: {e}")));
+        if text.len() >= TRIM_AFTER_BYTES {
+            release_free_memory();
+        }
+        ids
     }
 
     /// The served model's name.

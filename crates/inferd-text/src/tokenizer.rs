@@ -19,6 +19,8 @@ pub struct Tokenizer {
     stop_ids: Vec<u32>,
     /// Highest id + 1, added tokens included (cached: `tokenizers` rebuilds its vocab map to count).
     vocab_size: usize,
+    /// Bytes of the longest vocabulary string (see [`Tokenizer::max_token_bytes`]).
+    max_token_bytes: usize,
 }
 
 /// What a tokenizer_config.json next to a tokenizer.json says about special tokens.
@@ -89,6 +91,12 @@ impl Tokenizer {
         let stop_ids = stop_ids(eos.as_ref().map(|e| e.0), &added_id);
         let max_added = added.keys().map(|&id| id as usize + 1).max().unwrap_or(0);
         let vocab_size = inner.get_vocab_size(false).max(max_added);
+        let max_token_bytes = (0..vocab_size as u32)
+            .filter_map(|id| inner.id_to_token(id))
+            .map(|t| t.len())
+            .max()
+            .unwrap_or(1)
+            .max(1);
         Tokenizer {
             inner,
             bos,
@@ -96,6 +104,7 @@ impl Tokenizer {
             add_bos,
             stop_ids,
             vocab_size,
+            max_token_bytes,
         }
     }
 
@@ -118,6 +127,14 @@ impl Tokenizer {
         self.inner
             .decode(ids, skip_special_tokens)
             .map_err(TextError::tokenizer)
+    }
+
+    /// An upper bound on the text bytes one token covers: the longest vocabulary string
+    /// (byte-level and SentencePiece pieces spell each byte with at least one byte).
+    /// Text of `n` bytes therefore has at least `n / max_token_bytes()` tokens, which
+    /// bounds a prompt's length before it is tokenized.
+    pub fn max_token_bytes(&self) -> usize {
+        self.max_token_bytes
     }
 
     /// Number of ids (highest id + 1), added tokens included.

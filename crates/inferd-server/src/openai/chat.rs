@@ -166,6 +166,7 @@ fn render(
         // The template writes its own special tokens (BOS included), as HF's apply_chat_template.
         None => state.encode(&text, false),
     }
+    .map_err(|e| e.with_param("messages"))
 }
 
 /// `inferd.effort` as the template's reasoning switch: `enable_thinking` is false for

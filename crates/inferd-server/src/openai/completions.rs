@@ -110,11 +110,7 @@ pub async fn handler(
 /// array of token ids.
 fn tokenize_prompt(state: &AppState, prompt: Option<&Value>) -> Result<Vec<u32>, ApiError> {
     let bad = |m: &str| ApiError::invalid_param("prompt", m);
-    let tok = &state.engine.tokenizer;
-    let encode = |s: &str| {
-        tok.encode(s, true)
-            .map_err(|e| ApiError::internal(format!("tokenizing the prompt failed: {e}")))
-    };
+    let encode = |s: &str| state.encode(s, true).map_err(|e| e.with_param("prompt"));
     let ids = |a: &[Value]| -> Result<Vec<u32>, ApiError> {
         a.iter()
             .map(|v| {

@@ -135,3 +135,135 @@ fn a_prompt_pinned_contexts_leave_no_room_for_is_503_streamed_or_not() {
     }
     alive(addr);
 }
+
+#[test]
+fn a_prompt_far_past_the_context_is_refused_before_tokenizing() {
+    let Some(s) = server() else { return };
+    // 3.9 MB of text: tokenized whole it took ~310 MB per request before the length
+    // check. Now it is refused on a bytes-per-token bound, without tokenizing.
+    let huge = "lorem ipsum dolor sit amet ".repeat(3_900_000 / 27);
+    for (path, body, param) in [
+        (
+            CHAT,
+            json!({"messages": [{"role": "user", "content": huge}], "max_tokens": 1}),
+            "messages",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": huge, "max_tokens": 1}),
+            "prompt",
+        ),
+    ] {
+        let e = post(s.addr, path, &body).error(400);
+        assert_eq!(e["code"], "context_length_exceeded", "{e}");
+        assert_eq!(e["param"], param, "{e}");
+        let msg = e["message"].as_str().unwrap();
+        assert!(msg.contains("bytes, which is more than any"), "{msg}");
+    }
+    alive(s.addr);
+}
+
+mod connections {
+    use std::io::{Read, Write};
+    use std::net::{SocketAddr, TcpStream};
+    use std::time::{Duration, Instant};
+
+    use inferd_server::listen::ConnLimits;
+    use inferd_server::ServerConfig;
+
+    use crate::common::{get, server};
+
+    /// The shared engine behind a port with short timeouts and few connections.
+    fn strict() -> Option<SocketAddr> {
+        static S: std::sync::OnceLock<Option<SocketAddr>> = std::sync::OnceLock::new();
+        *S.get_or_init(|| {
+            let s = server()?;
+            let cfg = ServerConfig {
+                conn: ConnLimits {
+                    max_connections: 8,
+                    header_timeout: Duration::from_secs(1),
+                    body_timeout: Duration::from_secs(1),
+                },
+                ..Default::default()
+            };
+            Some(crate::common::serve(
+                s.engine.clone(),
+                s.template.clone(),
+                cfg,
+            ))
+        })
+    }
+
+    /// Reads until the server closes the connection (or `limit` passes); what it sent.
+    fn read_until_closed(c: &mut TcpStream, limit: Duration) -> (Vec<u8>, bool) {
+        c.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let t0 = Instant::now();
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        while t0.elapsed() < limit {
+            match c.read(&mut buf) {
+                Ok(0) => return (out, true),
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return (out, true),
+                Err(_) => {}
+            }
+        }
+        (out, false)
+    }
+
+    #[test]
+    fn slow_headers_are_cut_off() {
+        let Some(addr) = strict() else { return };
+        let mut c = TcpStream::connect(addr).unwrap();
+        let head = b"GET /health HTTP/1.1\r\nHost: x\r\n";
+        let t0 = Instant::now();
+        // One byte every 100 ms: the headers would take seconds.
+        let mut closed = false;
+        for b in head {
+            if c.write_all(&[*b]).is_err() {
+                closed = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if !closed {
+            closed = read_until_closed(&mut c, Duration::from_secs(5)).1;
+        }
+        assert!(closed, "a 1 byte / 100 ms client was never cut off");
+        assert!(t0.elapsed() < Duration::from_secs(8));
+    }
+
+    #[test]
+    fn a_body_that_never_arrives_is_408() {
+        let Some(addr) = strict() else { return };
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+              Content-Length: 3000000\r\n\r\n{\"messages\"",
+        )
+        .unwrap();
+        let (out, _) = read_until_closed(&mut c, Duration::from_secs(5));
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+        assert!(text.contains("request_timeout"), "{text}");
+    }
+
+    #[test]
+    fn idle_connections_are_closed_and_do_not_lock_others_out() {
+        let Some(addr) = strict() else { return };
+        // Twice the connection limit, all silent (half-open clients).
+        let idle: Vec<TcpStream> = (0..16).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        std::thread::sleep(Duration::from_millis(200));
+        // /health gets through once the header timeout frees slots.
+        assert_eq!(get(addr, "/health").status, 200);
+        drop(idle);
+        // A kept-alive connection that goes quiet after a request is closed too.
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let (out, closed) = read_until_closed(&mut c, Duration::from_secs(4));
+        assert!(String::from_utf8_lossy(&out).starts_with("HTTP/1.1 200"));
+        assert!(closed, "an idle kept-alive connection stayed open");
+    }
+}

@@ -58,6 +58,17 @@ pub struct Args {
     /// Largest request body, e.g. 4M (default 4 MiB).
     #[arg(long)]
     max_body: Option<String>,
+    /// Connections open at once (default 1024, or half the descriptor limit if lower);
+    /// past it new connections wait in the backlog.
+    #[arg(long)]
+    max_connections: Option<usize>,
+    /// Seconds a client has to send a request's headers, also between requests on a
+    /// kept-alive connection (idle connections are closed after it).
+    #[arg(long, default_value_t = 10)]
+    header_timeout: u64,
+    /// Seconds a request body has to arrive whole (408 past it).
+    #[arg(long, default_value_t = 30)]
+    body_timeout: u64,
     /// Largest max_tokens a request may get (larger asks are clamped).
     #[arg(long)]
     max_tokens_cap: Option<usize>,
@@ -207,6 +218,13 @@ pub fn run(a: Args) -> Result<()> {
                 .tool_syntax
                 .as_deref()
                 .and_then(inferd_tools::ToolSyntax::from_name),
+            conn: inferd_server::listen::ConnLimits {
+                max_connections: a
+                    .max_connections
+                    .unwrap_or_else(inferd_server::listen::default_max_connections),
+                header_timeout: std::time::Duration::from_secs(a.header_timeout.max(1)),
+                body_timeout: std::time::Duration::from_secs(a.body_timeout.max(1)),
+            },
             ..Default::default()
         };
         let state = AppState::new(engine.clone(), template, cfg);
