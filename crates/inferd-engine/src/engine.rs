@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use inferd_core::kv::{root_key, KvManager};
 use inferd_core::sched::{Request, Scheduler, SchedulerOutput};
 use inferd_grammar::Grammars;
-use inferd_runtime::{Backend, ForwardBatch, KvDtype, KvLayout, Model, RuntimeError};
+use inferd_runtime::{Backend, ForwardBatch, KvDtype, KvLayout, Model, RuntimeError, Workspace};
 use inferd_text::Tokenizer;
 
 use crate::config::{kv_blocks_for, EngineConfig};
@@ -41,6 +41,7 @@ pub fn start<B: Backend + 'static>(
     }
     let layout = model.kv_layout(num_blocks, bs, dtype);
     let kv = model.alloc_kv(&layout)?;
+    let ws = model.workspace(cfg.sched.max_batch_tokens, cfg.sched.max_running)?;
     // Longest sequence: model context, the configured cap, and what the pool holds.
     let pool_tokens = num_blocks * bs;
     let max_context = [
@@ -114,6 +115,8 @@ pub fn start<B: Backend + 'static>(
         prefix_cache: cfg.prefix_cache,
         queue_timeout: cfg.queue_timeout,
         sched: Scheduler::new(cfg.sched.clone()),
+        ws,
+        host_logits: Vec::new(),
         model,
         kv,
         layout,
@@ -154,6 +157,10 @@ pub(crate) struct Engine<B: Backend> {
     pub(crate) model: Model<B>,
     pub(crate) kv: B::Kv,
     layout: KvLayout,
+    /// The forward pass's device buffers, allocated once (grown if a pass is larger).
+    ws: Workspace<B>,
+    /// The host copy of each step's logits.  // [n_sampling, vocab]
+    host_logits: Vec<f32>,
     pub(crate) kvm: KvManager,
     pub(crate) sched: Scheduler,
     pub(crate) seqs: HashMap<u64, Seq>,
@@ -301,21 +308,25 @@ impl<B: Backend> Engine<B> {
         if out.chunks.is_empty() {
             return false;
         }
-        for c in self.kvm.take_copies() {
-            if let Err(e) = self.model.copy_block(&mut self.kv, c.src, c.dst) {
-                self.fail(&out, &e.to_string());
-                return true;
-            }
+        let copies: Vec<(u32, u32)> = self
+            .kvm
+            .take_copies()
+            .into_iter()
+            .map(|c| (c.src, c.dst))
+            .collect();
+        if let Err(e) = self.model.copy_blocks(&mut self.kv, &copies) {
+            self.fail(&out, &e.to_string());
+            return true;
         }
         let batch = self.build_batch(&mut out);
         metrics::histogram!(names::STEP_TOKENS).record(batch.n_tokens() as f64);
-        let logits = match self.forward_with_masks(&out, &batch) {
-            Ok(l) => l,
-            Err(e) => {
-                self.fail(&out, &e.to_string());
-                return true;
-            }
-        };
+        // The host copy of the logits is reused from step to step.
+        let mut logits = std::mem::take(&mut self.host_logits);
+        if let Err(e) = self.forward_with_masks(&out, &batch, &mut logits) {
+            self.host_logits = logits;
+            self.fail(&out, &e.to_string());
+            return true;
+        }
         self.sched.commit(&out);
         for c in &out.chunks {
             if let Some(seq) = self.seqs.get(&c.seq).filter(|s| !s.no_trace) {
@@ -359,6 +370,8 @@ impl<B: Backend> Engine<B> {
         st.generated_tokens_total += generated;
         st.steps += 1;
         st.requests_finished += completed;
+        drop(st);
+        self.host_logits = logits;
         true
     }
 
@@ -369,7 +382,8 @@ impl<B: Backend> Engine<B> {
         &mut self,
         out: &SchedulerOutput,
         batch: &ForwardBatch,
-    ) -> Result<Vec<f32>, RuntimeError> {
+        logits: &mut Vec<f32>,
+    ) -> Result<(), RuntimeError> {
         let constrained: Vec<u64> = out
             .chunks
             .iter()
@@ -382,10 +396,16 @@ impl<B: Backend> Engine<B> {
             })
             .collect();
         if constrained.is_empty() {
-            return self.model.forward(&mut self.kv, &self.layout, batch);
+            return self.model.forward_into(
+                &mut self.ws,
+                &mut self.kv,
+                &self.layout,
+                batch,
+                logits,
+            );
         }
         let seqs = &mut self.seqs;
-        let (model, kv, layout) = (&self.model, &mut self.kv, &self.layout);
+        let (model, ws, kv, layout) = (&self.model, &mut self.ws, &mut self.kv, &self.layout);
         std::thread::scope(|scope| {
             let masks = std::thread::Builder::new()
                 .name("inferd-masks".into())
@@ -396,7 +416,7 @@ impl<B: Backend> Engine<B> {
                         }
                     }
                 });
-            let logits = model.forward(kv, layout, batch);
+            let result = model.forward_into(ws, kv, layout, batch, logits);
             let waited = Instant::now();
             // A mask thread that could not start or panicked leaves masks unset: each
             // sequence then computes its own when it samples.
@@ -404,7 +424,7 @@ impl<B: Backend> Engine<B> {
                 let _ = h.join();
             }
             metrics::histogram!(names::MASK_WAIT).record(waited.elapsed().as_secs_f64());
-            logits
+            result
         })
     }
 
@@ -463,12 +483,15 @@ impl<B: Backend> Engine<B> {
             .allocate_slots(u64::MAX, n + 1)
             .ok_or_else(|| RuntimeError::Kv("KV pool too small to warm up".into()))?
             .to_vec();
+        let mut logits = Vec::new();
         let mut b = ForwardBatch::default();
         b.push(&prompt, 0, n, table.clone(), true);
-        self.model.forward(&mut self.kv, &self.layout, &b)?;
+        self.model
+            .forward_into(&mut self.ws, &mut self.kv, &self.layout, &b, &mut logits)?;
         let mut b = ForwardBatch::default();
         b.push(&[prompt[0]], n, n, table, true);
-        self.model.forward(&mut self.kv, &self.layout, &b)?;
+        self.model
+            .forward_into(&mut self.ws, &mut self.kv, &self.layout, &b, &mut logits)?;
         self.kvm.free(u64::MAX);
         Ok(())
     }

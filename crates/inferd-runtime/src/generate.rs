@@ -76,6 +76,7 @@ pub fn generate<B: Backend>(
     let mut out = GenerateOutput::default();
     let t0 = Instant::now();
     let mut logits = Vec::new();
+    let mut ws = model.workspace(cfg.prefill_chunk.max(1), 1)?;
     for (i, chunk) in prompt.chunks(cfg.prefill_chunk.max(1)).enumerate() {
         let mut b = ForwardBatch::default();
         let last = (i + 1) * cfg.prefill_chunk >= prompt.len();
@@ -86,7 +87,7 @@ pub fn generate<B: Backend>(
             table.clone(),
             last,
         );
-        logits = model.forward(&mut kv, &layout, &b)?;
+        model.forward_into(&mut ws, &mut kv, &layout, &b, &mut logits)?;
     }
     out.prefill_time = t0.elapsed();
 
@@ -106,7 +107,7 @@ pub fn generate<B: Backend>(
         }
         let mut b = ForwardBatch::default();
         b.push(&[tok], pos, prompt.len(), table.clone(), true);
-        logits = model.forward(&mut kv, &layout, &b)?;
+        model.forward_into(&mut ws, &mut kv, &layout, &b, &mut logits)?;
         pos += 1;
     }
     out.decode_time = t1.elapsed();

@@ -16,10 +16,10 @@ pub mod kv;
 pub mod model;
 
 pub use backend::cpu::{CpuBackend, CpuConfig};
-pub use backend::{Backend, Rows};
+pub use backend::{Backend, DeviceTensor, Rows};
 pub use batch::{ForwardBatch, SeqChunk};
 pub use error::RuntimeError;
 pub use kv::{KvDtype, KvLayout};
-pub use model::{Arch, LayerKind, Model, ModelConfig};
+pub use model::{Arch, LayerKind, Model, ModelConfig, Workspace};
 
 pub type Result<T> = std::result::Result<T, RuntimeError>;

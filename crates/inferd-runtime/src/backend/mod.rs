@@ -3,7 +3,15 @@
 //! (one row per token); weights stay in their stored type (quantized or float);
 //! the KV cache is the paged layout of [`crate::kv`].
 //!
-//! Contract for implementors:
+//! Contract for implementors (Backend v2):
+//! - **No allocation inside a step.** Every op writes into an output the caller owns
+//!   (a [`crate::Workspace`] buffer allocated once by [`Backend::alloc`] and reshaped per
+//!   step within its capacity with [`DeviceTensor::set_shape`]).
+//! - **Fallible.** Ops return `Result`; a device may report errors late, so
+//!   [`Backend::synchronize`] returns the first error of work queued so far.
+//! - **Rows are independent.** A row's result never depends on the other rows of the
+//!   batch (their number, values or order): how each backend keeps that is its own
+//!   business (the CPU backend: a fixed arithmetic path per row kind).
 //! - `prepare_batch` is called once per forward pass and carries everything
 //!   per-pass (positions, rope tables, block tables) to the device, so per-layer
 //!   ops take no host-side metadata.
@@ -71,9 +79,21 @@ pub enum Rows {
     Logits,
 }
 
+/// An activation buffer on a backend's device: `[rows, cols]`, row-major, with a fixed
+/// capacity in elements; the shape may change per step within it.
+pub trait DeviceTensor: Send + Sync {
+    fn rows(&self) -> usize;
+    fn cols(&self) -> usize;
+    /// Elements the buffer holds at most.
+    fn capacity(&self) -> usize;
+    /// Reshapes to `[rows, cols]` (contents unspecified); a shape past the capacity is a
+    /// `RuntimeError::BadBatch` (the caller grows its workspace outside the step).
+    fn set_shape(&mut self, rows: usize, cols: usize) -> Result<()>;
+}
+
 pub trait Backend: Send + Sync {
     /// Activations: `[rows, cols]`, f32 semantics.
-    type Tensor: Send + Sync;
+    type Tensor: DeviceTensor;
     /// A weight matrix (linear, embedding table) or vector (norm, bias).
     type Weight: Send + Sync;
     /// The paged KV pool of all layers.
@@ -90,6 +110,12 @@ pub trait Backend: Send + Sync {
         f()
     }
 
+    /// Waits for the work queued so far; its first error, if any.
+    fn synchronize(&self) -> Result<()>;
+
+    /// A buffer of `capacity` elements, shaped `[0, 0]` (workspace set-up, outside steps).
+    fn alloc(&self, capacity: usize) -> Result<Self::Tensor>;
+
     /// Loads a weight. Several names are concatenated along rows (fused
     /// projections, e.g. Q|K|V); they must share dtype and trailing dimensions.
     fn load_weight(&self, src: &SharedSource, names: &[&str]) -> Result<Self::Weight>;
@@ -105,19 +131,21 @@ pub trait Backend: Send + Sync {
     /// meaningful in a pool with the same offset (same model: it is a function of the
     /// weights, see `Model::k_offset`).
     fn alloc_kv(&self, layout: &KvLayout, k_offset: Option<&[f32]>) -> Result<Self::Kv>;
-    /// Copies block `src` over block `dst` in every layer: K and V values and, for Q8,
-    /// their scales (copy-on-write of a shared, partly filled block). `src == dst` is a
-    /// no-op; an id outside the pool is a `RuntimeError::Kv`.
-    fn copy_block(&self, kv: &mut Self::Kv, src: u32, dst: u32) -> Result<()>;
-    /// Serializes block `block` of every layer into `out`, which must be exactly
-    /// [`KvLayout::block_bytes`] long: the little-endian image documented there (per
-    /// layer K values, K scales, V values, V scales; scales only for Q8). The image is
-    /// stable (it is written to disk) and the same on every backend.
-    fn export_block(&self, kv: &Self::Kv, block: u32, out: &mut [u8]) -> Result<()>;
-    /// The inverse of [`Backend::export_block`]: overwrites block `block` of every layer
-    /// from `data`. A wrong length or a block outside the pool is a `RuntimeError::Kv`
-    /// (nothing is written then).
-    fn import_block(&self, kv: &mut Self::Kv, block: u32, data: &[u8]) -> Result<()>;
+    /// For each `(src, dst)` in order, copies block `src` over block `dst` in every
+    /// layer: K and V values and, for Q8, their scales (copy-on-write of shared, partly
+    /// filled blocks). `src == dst` is a no-op; an id outside the pool is a
+    /// `RuntimeError::Kv` (nothing is copied then).
+    fn copy_blocks(&self, kv: &mut Self::Kv, copies: &[(u32, u32)]) -> Result<()>;
+    /// Serializes `blocks` into `out`, which must be exactly `blocks.len()` ×
+    /// [`KvLayout::block_bytes`] long, one image after the other: the little-endian
+    /// image documented there (per layer K values, K scales, V values, V scales; scales
+    /// only for Q8). The image is stable (it is written to disk) and the same on every
+    /// backend.
+    fn export_blocks(&self, kv: &Self::Kv, blocks: &[u32], out: &mut [u8]) -> Result<()>;
+    /// The inverse of [`Backend::export_blocks`]: overwrites `blocks` from `data` (their
+    /// images in order). A wrong length or a block outside the pool is a
+    /// `RuntimeError::Kv` (nothing is written then).
+    fn import_blocks(&self, kv: &mut Self::Kv, blocks: &[u32], data: &[u8]) -> Result<()>;
     fn prepare_batch(
         &self,
         batch: &ForwardBatch,
@@ -125,13 +153,40 @@ pub trait Backend: Send + Sync {
         kv: &KvLayout,
     ) -> Result<Self::Batch>;
 
-    /// Rows of `table` for the batch's tokens.  -> [n_tokens, hidden]
-    fn embed(&self, table: &Self::Weight, batch: &Self::Batch) -> Self::Tensor;
-    /// `x / rms(x) * w` per row.
-    fn rms_norm(&self, x: &Self::Tensor, w: &Self::Weight, eps: f32) -> Self::Tensor;
-    /// RMSNorm of every `head_dim` slice of each row, with one shared `w` of `[head_dim]` (Qwen3 QK-norm).
-    fn head_rms_norm(&self, x: &mut Self::Tensor, w: &Self::Weight, head_dim: usize, eps: f32);
-    /// `x · wᵀ (+ bias)`.  [n, in] -> [n, out]
+    /// Rows of `table` for the batch's tokens.  -> out [n_tokens, hidden]
+    fn embed(
+        &self,
+        table: &Self::Weight,
+        batch: &Self::Batch,
+        out: &mut Self::Tensor,
+    ) -> Result<()>;
+    /// `x / rms(x) * w` per row.  x [n, d] -> out [n, d]
+    fn rms_norm(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Weight,
+        eps: f32,
+        out: &mut Self::Tensor,
+    ) -> Result<()>;
+    /// The residual step fused with the next norm: `x += y`, then `out = rms_norm(x)`.
+    fn add_rms_norm(
+        &self,
+        x: &mut Self::Tensor,
+        y: &Self::Tensor,
+        w: &Self::Weight,
+        eps: f32,
+        out: &mut Self::Tensor,
+    ) -> Result<()>;
+    /// RMSNorm of every `head_dim` slice of each row, in place, with one shared `w` of
+    /// `[head_dim]` (Qwen3 QK-norm).
+    fn head_rms_norm(
+        &self,
+        x: &mut Self::Tensor,
+        w: &Self::Weight,
+        head_dim: usize,
+        eps: f32,
+    ) -> Result<()>;
+    /// `x · wᵀ (+ bias)`.  x [n, in] -> out [n, out]
     ///
     /// `rows` says which rows of `batch` `x` holds, so the backend computes each row on
     /// the fixed path of its kind (prompt or generated, see [`crate::SeqChunk::prompt_len`]):
@@ -143,13 +198,15 @@ pub trait Backend: Send + Sync {
         bias: Option<&Self::Weight>,
         batch: &Self::Batch,
         rows: Rows,
-    ) -> Self::Tensor;
-    /// Splits columns into consecutive pieces of the given widths.
-    fn split_cols(&self, x: &Self::Tensor, widths: &[usize]) -> Vec<Self::Tensor>;
+        out: &mut Self::Tensor,
+    ) -> Result<()>;
+    /// Splits the columns of `x` into `outs`, consecutive pieces as wide as each is.
+    fn split_cols(&self, x: &Self::Tensor, outs: &mut [&mut Self::Tensor]) -> Result<()>;
     /// Rotates the first `rotary_dim` of every `head_dim` slice by each token's position.
-    fn rope(&self, x: &mut Self::Tensor, head_dim: usize, batch: &Self::Batch);
+    fn rope(&self, x: &mut Self::Tensor, head_dim: usize, batch: &Self::Batch) -> Result<()>;
     /// Stores K/V of this pass in layer `layer` of `kv`, then causal GQA attention.
-    /// q: [n, n_heads*head_dim], k, v: [n, n_kv_heads*head_dim] -> [n, n_heads*head_dim]
+    /// q: [n, n_heads*head_dim], k, v: [n, n_kv_heads*head_dim] -> out [n, n_heads*head_dim]
+    #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
         q: &Self::Tensor,
@@ -159,12 +216,23 @@ pub trait Backend: Send + Sync {
         layer: usize,
         batch: &Self::Batch,
         cfg: &AttnConfig,
-    ) -> Self::Tensor;
-    /// SwiGLU's gating: `silu(gate) * up`.  [n, ffn], [n, ffn] -> [n, ffn]
-    fn silu_mul(&self, gate: &Self::Tensor, up: &Self::Tensor) -> Self::Tensor;
-    fn add_assign(&self, x: &mut Self::Tensor, y: &Self::Tensor);
-    /// The rows named by the batch's `logits_rows`.  -> [n_logits, cols]
-    fn gather_logit_rows(&self, x: &Self::Tensor, batch: &Self::Batch) -> Self::Tensor;
-    /// Moves (or copies) to host memory, row-major.
-    fn into_host(&self, x: Self::Tensor) -> Vec<f32>;
+        out: &mut Self::Tensor,
+    ) -> Result<()>;
+    /// SwiGLU's gating: `silu(gate) * up`.  [n, ffn], [n, ffn] -> out [n, ffn]
+    fn silu_mul(
+        &self,
+        gate: &Self::Tensor,
+        up: &Self::Tensor,
+        out: &mut Self::Tensor,
+    ) -> Result<()>;
+    fn add_assign(&self, x: &mut Self::Tensor, y: &Self::Tensor) -> Result<()>;
+    /// The rows named by the batch's `logits_rows`.  x [n, cols] -> out [n_logits, cols]
+    fn gather_logit_rows(
+        &self,
+        x: &Self::Tensor,
+        batch: &Self::Batch,
+        out: &mut Self::Tensor,
+    ) -> Result<()>;
+    /// Copies `x` to host memory, row-major, into `out` (resized to fit).
+    fn to_host(&self, x: &Self::Tensor, out: &mut Vec<f32>) -> Result<()>;
 }

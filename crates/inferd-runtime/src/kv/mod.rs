@@ -15,7 +15,7 @@
 //! the engine's KV manager (`inferd_core::kv`); the runtime only reads and writes
 //! through block tables.
 //!
-//! A block is also the unit of export/import (`Backend::export_block`): its byte
+//! A block is also the unit of export/import (`Backend::export_blocks`): its byte
 //! image is [`KvLayout::block_bytes`] long, in the order documented at
 //! [`KvLayout::block_bytes`].
 //!
@@ -128,7 +128,7 @@ impl KvLayout {
     }
 
     /// Bytes of one block over all layers, K and V, scales included: the size of
-    /// [`crate::Backend::export_block`]'s image and the unit of a KV memory budget.
+    /// [`crate::Backend::export_blocks`]'s image and the unit of a KV memory budget.
     ///
     /// The image is little-endian, with no header, in this order:
     ///

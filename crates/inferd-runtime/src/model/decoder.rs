@@ -4,7 +4,7 @@
 //!   1. h = RMSNorm(x)
 //!   2. x = x + Mixer_ℓ(h), by the layer's kind (`ModelConfig::layer_kinds`):
 //!      full attention (below); linear attention (hybrid models) slots in here
-//!   3. h = RMSNorm(x)
+//!   3. h = RMSNorm(x)                                                 (fused with 2's add)
 //!   4. x = x + (SiLU(h·W_gateᵀ) ⊙ h·W_upᵀ)·W_downᵀ                    (SwiGLU)
 //! then logits = RMSNorm(x)·W_lmᵀ for the requested rows (W_lm = W_embed when tied).
 //!
@@ -14,10 +14,14 @@
 //!   c. q, k = RoPE(q, pos), RoPE(k, pos)
 //!   d. a = softmax(q·kᵀ/√d + causal mask)·v over the paged KV of each sequence (GQA)
 //!   e. out = a·W_oᵀ
+//!
+//! Every activation lives in a [`Workspace`] buffer; the ops write into them.
 
 use super::config::ModelConfig;
 use super::weights::{AttentionWeights, LayerWeights, Mixer, Projection, Weights};
-use crate::backend::{AttnConfig, Backend, Rows};
+use super::workspace::Workspace;
+use crate::backend::{AttnConfig, Backend, DeviceTensor, Rows};
+use crate::Result;
 
 pub struct Decoder<'a, B: Backend> {
     pub backend: &'a B,
@@ -26,77 +30,81 @@ pub struct Decoder<'a, B: Backend> {
 }
 
 impl<B: Backend> Decoder<'_, B> {
-    /// Runs all layers. Returns logits of the batch's requested rows.  -> [n_logits, vocab]
-    pub fn forward(&self, kv: &mut B::Kv, batch: &B::Batch) -> B::Tensor {
+    /// Runs all layers; the logits of the batch's requested rows end in `ws.logits`.
+    pub fn forward(&self, ws: &mut Workspace<B>, kv: &mut B::Kv, batch: &B::Batch) -> Result<()> {
         let (b, w) = (self.backend, self.weights);
-        let mut x = b.embed(&w.embed, batch); // [n_tokens, hidden]
+        b.embed(&w.embed, batch, &mut ws.x)?; // [n_tokens, hidden]
         for (layer, lw) in w.layers.iter().enumerate() {
-            self.layer(&mut x, lw, layer, kv, batch);
+            self.layer(ws, lw, layer, kv, batch)?;
         }
-        let x = b.gather_logit_rows(&x, batch); // [n_logits, hidden]
-        let h = b.rms_norm(&x, &w.final_norm, self.cfg.rms_eps);
+        b.gather_logit_rows(&ws.x, batch, &mut ws.last)?; // [n_logits, hidden]
+        b.rms_norm(&ws.last, &w.final_norm, self.cfg.rms_eps, &mut ws.last_h)?;
+        let lm_head = w.lm_head.as_ref().unwrap_or(&w.embed);
         b.linear(
-            &h,
-            w.lm_head.as_ref().unwrap_or(&w.embed),
+            &ws.last_h,
+            lm_head,
             None,
             batch,
             Rows::Logits,
+            &mut ws.logits,
         ) // [n_logits, vocab]
     }
 
     fn layer(
         &self,
-        x: &mut B::Tensor,
+        ws: &mut Workspace<B>,
         lw: &LayerWeights<B::Weight>,
         layer: usize,
         kv: &mut B::Kv,
         batch: &B::Batch,
-    ) {
+    ) -> Result<()> {
         let (b, c) = (self.backend, self.cfg);
-        // 1-2. token mixer and residual
-        let h = b.rms_norm(x, &lw.attn_norm, c.rms_eps);
-        let mixed = match &lw.mixer {
+        // 1. the mixer's input
+        b.rms_norm(&ws.x, &lw.attn_norm, c.rms_eps, &mut ws.h)?;
+        // 2. token mixer -> ws.out
+        match &lw.mixer {
             Mixer::FullAttention(aw) => {
                 let kv_layer = c
                     .kv_layer(layer)
                     .expect("an attention layer has a KV layer");
-                self.attention(&h, aw, kv_layer, kv, batch)
+                self.attention(ws, aw, kv_layer, kv, batch)?;
             }
-        };
-        b.add_assign(x, &mixed);
-        // 3-4. SwiGLU feed-forward and residual
-        let h = b.rms_norm(x, &lw.ffn_norm, c.rms_eps);
-        let mut gu = self.project(&h, &lw.gate_up, batch).into_iter();
-        let (gate, up) = (gu.next().unwrap(), gu.next().unwrap()); // [n, ffn] each
-        let f = b.silu_mul(&gate, &up);
-        b.add_assign(x, &b.linear(&f, &lw.down, None, batch, Rows::Tokens));
+        }
+        // 2-3. residual, then the feed-forward's input
+        b.add_rms_norm(&mut ws.x, &ws.out, &lw.ffn_norm, c.rms_eps, &mut ws.h)?;
+        // 4. SwiGLU feed-forward and residual
+        let Workspace {
+            h, proj, gate, up, ..
+        } = ws;
+        self.project(h, &lw.gate_up, batch, proj, &mut [gate, up])?; // [n, ffn] each
+        b.silu_mul(&ws.gate, &ws.up, &mut ws.act)?;
+        b.linear(&ws.act, &lw.down, None, batch, Rows::Tokens, &mut ws.out)?;
+        b.add_assign(&mut ws.x, &ws.out)
     }
 
-    /// Full attention of `h` ([n, hidden]) through pool layer `kv_layer`.  -> [n, hidden]
+    /// Full attention of `ws.h` through pool layer `kv_layer`.  -> ws.out [n, hidden]
     fn attention(
         &self,
-        h: &B::Tensor,
+        ws: &mut Workspace<B>,
         aw: &AttentionWeights<B::Weight>,
         kv_layer: usize,
         kv: &mut B::Kv,
         batch: &B::Batch,
-    ) -> B::Tensor {
+    ) -> Result<()> {
         let (b, c) = (self.backend, self.cfg);
         // a. projections
-        let mut qkv = self.project(h, &aw.qkv, batch).into_iter();
-        let (mut q, mut k, v) = (
-            qkv.next().unwrap(),
-            qkv.next().unwrap(),
-            qkv.next().unwrap(),
-        );
+        let Workspace {
+            h, proj, q, k, v, ..
+        } = ws;
+        self.project(h, &aw.qkv, batch, proj, &mut [q, k, v])?;
         // b. QK-norm
         if let (Some(qn), Some(kn)) = (&aw.q_norm, &aw.k_norm) {
-            b.head_rms_norm(&mut q, qn, c.head_dim, c.rms_eps);
-            b.head_rms_norm(&mut k, kn, c.head_dim, c.rms_eps);
+            b.head_rms_norm(&mut ws.q, qn, c.head_dim, c.rms_eps)?;
+            b.head_rms_norm(&mut ws.k, kn, c.head_dim, c.rms_eps)?;
         }
         // c. rotary positions
-        b.rope(&mut q, c.head_dim, batch);
-        b.rope(&mut k, c.head_dim, batch);
+        b.rope(&mut ws.q, c.head_dim, batch)?;
+        b.rope(&mut ws.k, c.head_dim, batch)?;
         // d. attention through the paged cache
         let attn = AttnConfig {
             n_heads: c.n_heads,
@@ -104,29 +112,47 @@ impl<B: Backend> Decoder<'_, B> {
             head_dim: c.head_dim,
             scale: 1.0 / (c.head_dim as f32).sqrt(),
         };
-        let a = b.attention(&q, &k, &v, kv, kv_layer, batch, &attn); // [n, q_dim]
-                                                                     // e. output projection
-        b.linear(&a, &aw.o, None, batch, Rows::Tokens)
+        b.attention(
+            &ws.q,
+            &ws.k,
+            &ws.v,
+            kv,
+            kv_layer,
+            batch,
+            &attn,
+            &mut ws.attn,
+        )?; // [n, q_dim]
+            // e. output projection
+        b.linear(&ws.attn, &aw.o, None, batch, Rows::Tokens, &mut ws.out)
     }
 
-    /// Evaluates a (possibly fused) projection; outputs in declaration order.
+    /// Evaluates a (possibly fused) projection of `h` into `outs` (declaration order):
+    /// a group of one output writes it directly, a fused group goes through `scratch`
+    /// and is split.
     fn project(
         &self,
         h: &B::Tensor,
         p: &Projection<B::Weight>,
         batch: &B::Batch,
-    ) -> Vec<B::Tensor> {
-        let mut outs = Vec::new();
+        scratch: &mut B::Tensor,
+        outs: &mut [&mut B::Tensor],
+    ) -> Result<()> {
+        let b = self.backend;
+        let mut next = 0;
         for (w, bias, widths) in &p.groups {
-            let y = self
-                .backend
-                .linear(h, w, bias.as_ref(), batch, Rows::Tokens);
-            if widths.len() == 1 {
-                outs.push(y);
+            let n = widths.len();
+            if n == 1 {
+                b.linear(h, w, bias.as_ref(), batch, Rows::Tokens, outs[next])?;
             } else {
-                outs.extend(self.backend.split_cols(&y, widths));
+                b.linear(h, w, bias.as_ref(), batch, Rows::Tokens, scratch)?;
+                let group = &mut outs[next..next + n];
+                for (o, &width) in group.iter_mut().zip(widths) {
+                    o.set_shape(h.rows(), width)?;
+                }
+                b.split_cols(scratch, group)?;
             }
+            next += n;
         }
-        outs
+        Ok(())
     }
 }

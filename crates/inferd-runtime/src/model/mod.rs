@@ -6,6 +6,7 @@ mod identity;
 mod kv_offset;
 pub mod names;
 mod weights;
+mod workspace;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use inferd_formats::{GgufFile, HfConfig, SafetensorsModel};
 pub use config::{Arch, LayerKind, ModelConfig};
 pub use decoder::Decoder;
 pub use weights::Weights;
+pub use workspace::Workspace;
 
 use crate::backend::{Backend, SharedSource};
 use crate::batch::ForwardBatch;
@@ -132,28 +134,55 @@ impl<B: Backend> Model<B> {
         self.backend.alloc_kv(layout, self.k_offset())
     }
 
-    /// Copies block `src` over `dst` in every layer ([`Backend::copy_block`]).
+    /// Copies block `src` over `dst` in every layer ([`Backend::copy_blocks`]).
     pub fn copy_block(&self, kv: &mut B::Kv, src: u32, dst: u32) -> Result<()> {
-        self.backend.copy_block(kv, src, dst)
+        self.backend.copy_blocks(kv, &[(src, dst)])
     }
 
-    /// The image of one block, `layout.block_bytes()` long ([`Backend::export_block`]).
+    /// Block copies in order, in one call ([`Backend::copy_blocks`]).
+    pub fn copy_blocks(&self, kv: &mut B::Kv, copies: &[(u32, u32)]) -> Result<()> {
+        self.backend.copy_blocks(kv, copies)
+    }
+
+    /// The image of one block, `layout.block_bytes()` long ([`Backend::export_blocks`]).
     pub fn export_block(&self, kv: &B::Kv, block: u32, out: &mut [u8]) -> Result<()> {
-        self.backend.export_block(kv, block, out)
+        self.backend.export_blocks(kv, &[block], out)
     }
 
-    /// Overwrites one block from its image ([`Backend::import_block`]).
+    /// Overwrites one block from its image ([`Backend::import_blocks`]).
     pub fn import_block(&self, kv: &mut B::Kv, block: u32, data: &[u8]) -> Result<()> {
-        self.backend.import_block(kv, block, data)
+        self.backend.import_blocks(kv, &[block], data)
     }
 
-    /// One forward pass. Returns the logits of `batch.logits_rows`, row-major.  -> [n_logits, vocab]
+    /// A workspace for passes of up to `tokens` tokens and `logit_rows` logits rows.
+    pub fn workspace(&self, tokens: usize, logit_rows: usize) -> Result<Workspace<B>> {
+        Workspace::new(&self.backend, &self.cfg, tokens, logit_rows)
+    }
+
+    /// One forward pass in a throwaway workspace. Returns the logits of
+    /// `batch.logits_rows`, row-major.  -> [n_logits, vocab]
     pub fn forward(
         &self,
         kv: &mut B::Kv,
         layout: &KvLayout,
         batch: &ForwardBatch,
     ) -> Result<Vec<f32>> {
+        let mut ws = self.workspace(batch.n_tokens(), batch.logits_rows.len())?;
+        let mut logits = Vec::new();
+        self.forward_into(&mut ws, kv, layout, batch, &mut logits)?;
+        Ok(logits)
+    }
+
+    /// One forward pass in `ws` (grown first if the pass is larger than it holds); the
+    /// logits of `batch.logits_rows` are copied into `logits`.  -> [n_logits, vocab]
+    pub fn forward_into(
+        &self,
+        ws: &mut Workspace<B>,
+        kv: &mut B::Kv,
+        layout: &KvLayout,
+        batch: &ForwardBatch,
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
         if let Some(t) = batch
             .tokens
             .iter()
@@ -164,18 +193,27 @@ impl<B: Backend> Model<B> {
                 self.cfg.vocab_size
             )));
         }
+        logits.clear();
         if batch.tokens.is_empty() {
-            return Ok(Vec::new());
+            return Ok(());
         }
+        ws.ensure(
+            &self.backend,
+            &self.cfg,
+            batch.n_tokens(),
+            batch.logits_rows.len(),
+        )?;
         let b = self.backend.prepare_batch(batch, &self.cfg.rope, layout)?;
         let dec = Decoder {
             backend: &self.backend,
             cfg: &self.cfg,
             weights: &self.weights,
         };
-        Ok(self
-            .backend
-            .run(|| self.backend.into_host(dec.forward(kv, &b))))
+        self.backend.run(|| {
+            dec.forward(ws, kv, &b)?;
+            self.backend.to_host(ws.logits(), logits)?;
+            self.backend.synchronize()
+        })
     }
 }
 

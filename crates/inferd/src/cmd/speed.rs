@@ -55,9 +55,11 @@ pub fn run(a: Args) -> Result<()> {
         .collect();
 
     // warm-up: one short pass touches every weight page
+    let mut ws = model.workspace(a.chunk.max(8), 1)?;
+    let mut logits = Vec::new();
     let mut b = ForwardBatch::default();
     b.push(&prompt[..prompt.len().min(8)], 0, 8, table.clone(), true);
-    model.forward(&mut kv, &layout, &b)?;
+    model.forward_into(&mut ws, &mut kv, &layout, &b, &mut logits)?;
 
     let mut pp = Vec::new();
     let mut tg = Vec::new();
@@ -66,7 +68,7 @@ pub fn run(a: Args) -> Result<()> {
         for (i, c) in prompt.chunks(a.chunk.max(1)).enumerate() {
             let mut b = ForwardBatch::default();
             b.push(c, i * a.chunk, prompt.len(), table.clone(), true);
-            model.forward(&mut kv, &layout, &b)?;
+            model.forward_into(&mut ws, &mut kv, &layout, &b, &mut logits)?;
         }
         pp.push(a.prompt_tokens as f64 / t.elapsed().as_secs_f64());
         let t = Instant::now();
@@ -75,7 +77,7 @@ pub fn run(a: Args) -> Result<()> {
             let mut b = ForwardBatch::default();
             // Decode rows are generated tokens (prompt length 0 here: no prompt kept).
             b.push(&[tok], pos, 0, table.clone(), true);
-            let logits = model.forward(&mut kv, &layout, &b)?;
+            model.forward_into(&mut ws, &mut kv, &layout, &b, &mut logits)?;
             tok = argmax(&logits);
         }
         tg.push(a.gen_tokens as f64 / t.elapsed().as_secs_f64());

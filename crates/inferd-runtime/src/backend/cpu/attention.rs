@@ -69,19 +69,21 @@ fn tile_size(n_tokens: usize, n_kv_heads: usize, threads: usize) -> usize {
     (n_tokens * n_kv_heads / (MIN_ITEMS_PER_THREAD * threads.max(1))).clamp(1, MAX_TILE)
 }
 
-/// q: [n_tokens, n_heads * head_dim] -> [n_tokens, n_heads * head_dim]
+/// q: [n_tokens, n_heads * head_dim] -> out [n_tokens, n_heads * head_dim] (shaped so)
 pub fn attend(
     q: &CpuTensor,
     kv: &CpuKv,
     layer: usize,
     b: &CpuBatch,
     cfg: &AttnConfig,
-) -> CpuTensor {
+    out: &mut CpuTensor,
+) {
     let d = cfg.head_dim;
     let n_kv = cfg.n_kv_heads;
     let group = cfg.n_heads / n_kv;
     let tile = tile_size(q.rows, n_kv, rayon::current_num_threads());
-    let mut out = CpuTensor::zeros(q.rows, q.cols);
+    // Rows accumulate `w[p] · v[p]` from zero.
+    out.data.fill(0.0);
     let (kc, vc) = (&kv.k[layer], &kv.v[layer]);
 
     // The output of one (token, kv head) is `group` adjacent query heads: [group, head_dim].
@@ -124,7 +126,6 @@ pub fn attend(
         .for_each_init(Scratch::default, |scratch, (item, dst)| {
             item.run(scratch, dst);
         });
-    out
 }
 
 /// Per-worker buffers reused across items.

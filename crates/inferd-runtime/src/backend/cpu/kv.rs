@@ -247,6 +247,60 @@ impl CpuKv {
     }
 }
 
+impl CpuKv {
+    /// [`Self::copy_block`] for each pair in order, once every id is checked.
+    pub fn copy_blocks(&mut self, copies: &[(u32, u32)]) -> Result<()> {
+        for &(src, dst) in copies {
+            self.check_block(src, "source")?;
+            self.check_block(dst, "destination")?;
+        }
+        copies
+            .iter()
+            .try_for_each(|&(src, dst)| self.copy_block(src, dst))
+    }
+
+    /// The images of `blocks`, one after the other, into `out`.
+    pub fn export_blocks(&self, blocks: &[u32], out: &mut [u8]) -> Result<()> {
+        let one = self.images_len(blocks, out.len())?;
+        if one == 0 {
+            return Ok(());
+        }
+        for (&b, chunk) in blocks.iter().zip(out.chunks_exact_mut(one)) {
+            self.export_block(b, chunk)?;
+        }
+        Ok(())
+    }
+
+    /// Overwrites `blocks` from their images in `data`, once every id and the length are
+    /// checked (nothing is written otherwise).
+    pub fn import_blocks(&mut self, blocks: &[u32], data: &[u8]) -> Result<()> {
+        let one = self.images_len(blocks, data.len())?;
+        if one == 0 {
+            return Ok(());
+        }
+        for (&b, chunk) in blocks.iter().zip(data.chunks_exact(one)) {
+            self.import_block(b, chunk)?;
+        }
+        Ok(())
+    }
+
+    /// Checks `blocks` and that `len` holds exactly their images; one image's length.
+    fn images_len(&self, blocks: &[u32], len: usize) -> Result<usize> {
+        for &b in blocks {
+            self.check_block(b, "KV")?;
+        }
+        let one = self.layout.block_bytes();
+        if len != one * blocks.len() {
+            return Err(RuntimeError::Kv(format!(
+                "{} KV block images are {} bytes, not {len}",
+                blocks.len(),
+                one * blocks.len()
+            )));
+        }
+        Ok(one)
+    }
+}
+
 fn check_len(l: &KvLayout, len: usize) -> Result<()> {
     let want = l.block_bytes();
     if len == want {

@@ -18,7 +18,7 @@ pub use batch::CpuBatch;
 pub use kv::{CpuKv, KvPlane};
 pub use tensor::{CpuTensor, CpuWeight, WeightBytes};
 
-use super::{AttnConfig, Backend, RopeConfig, Rows, SharedSource};
+use super::{AttnConfig, Backend, DeviceTensor, RopeConfig, Rows, SharedSource};
 use crate::batch::ForwardBatch;
 use crate::kv::KvLayout;
 use crate::Result;
@@ -97,6 +97,14 @@ impl Backend for CpuBackend {
         self.pool.install(f)
     }
 
+    fn synchronize(&self) -> Result<()> {
+        Ok(()) // every op has finished when it returns
+    }
+
+    fn alloc(&self, capacity: usize) -> Result<CpuTensor> {
+        Ok(CpuTensor::with_capacity(capacity))
+    }
+
     fn load_weight(&self, src: &SharedSource, names: &[&str]) -> Result<CpuWeight> {
         weight::load(src, names)
     }
@@ -105,16 +113,16 @@ impl Backend for CpuBackend {
         CpuKv::new(layout, k_offset)
     }
 
-    fn copy_block(&self, kv: &mut CpuKv, src: u32, dst: u32) -> Result<()> {
-        kv.copy_block(src, dst)
+    fn copy_blocks(&self, kv: &mut CpuKv, copies: &[(u32, u32)]) -> Result<()> {
+        kv.copy_blocks(copies)
     }
 
-    fn export_block(&self, kv: &CpuKv, block: u32, out: &mut [u8]) -> Result<()> {
-        kv.export_block(block, out)
+    fn export_blocks(&self, kv: &CpuKv, blocks: &[u32], out: &mut [u8]) -> Result<()> {
+        kv.export_blocks(blocks, out)
     }
 
-    fn import_block(&self, kv: &mut CpuKv, block: u32, data: &[u8]) -> Result<()> {
-        kv.import_block(block, data)
+    fn import_blocks(&self, kv: &mut CpuKv, blocks: &[u32], data: &[u8]) -> Result<()> {
+        kv.import_blocks(blocks, data)
     }
 
     fn prepare_batch(
@@ -126,9 +134,9 @@ impl Backend for CpuBackend {
         CpuBatch::new(batch, rope, kv, self.f32_activations)
     }
 
-    fn embed(&self, table: &CpuWeight, batch: &CpuBatch) -> CpuTensor {
+    fn embed(&self, table: &CpuWeight, batch: &CpuBatch, out: &mut CpuTensor) -> Result<()> {
         let m = table.matrix();
-        let mut out = CpuTensor::zeros(batch.tokens.len(), m.cols); // [n_tokens, hidden]
+        out.set_shape(batch.tokens.len(), m.cols)?; // [n_tokens, hidden]
         let row_bytes = m.row_bytes();
         out.data
             .par_chunks_mut(m.cols)
@@ -141,17 +149,37 @@ impl Backend for CpuBackend {
                     dst,
                 );
             });
-        out
+        Ok(())
     }
 
-    fn rms_norm(&self, x: &CpuTensor, w: &CpuWeight, eps: f32) -> CpuTensor {
-        let mut out = x.clone();
+    fn rms_norm(&self, x: &CpuTensor, w: &CpuWeight, eps: f32, out: &mut CpuTensor) -> Result<()> {
+        out.set_shape(x.rows, x.cols)?;
+        out.data.copy_from_slice(&x.data);
         norm::rms_norm_rows(&mut out.data, x.cols, w.vector(), eps);
-        out
+        Ok(())
     }
 
-    fn head_rms_norm(&self, x: &mut CpuTensor, w: &CpuWeight, head_dim: usize, eps: f32) {
+    fn add_rms_norm(
+        &self,
+        x: &mut CpuTensor,
+        y: &CpuTensor,
+        w: &CpuWeight,
+        eps: f32,
+        out: &mut CpuTensor,
+    ) -> Result<()> {
+        self.add_assign(x, y)?;
+        self.rms_norm(x, w, eps, out)
+    }
+
+    fn head_rms_norm(
+        &self,
+        x: &mut CpuTensor,
+        w: &CpuWeight,
+        head_dim: usize,
+        eps: f32,
+    ) -> Result<()> {
         norm::rms_norm_rows(&mut x.data, head_dim, w.vector(), eps);
+        Ok(())
     }
 
     fn linear(
@@ -161,16 +189,17 @@ impl Backend for CpuBackend {
         bias: Option<&CpuWeight>,
         batch: &CpuBatch,
         rows: Rows,
-    ) -> CpuTensor {
+        out: &mut CpuTensor,
+    ) -> Result<()> {
         let m = w.matrix();
         debug_assert_eq!(x.cols, m.cols);
         let paths = match rows {
             Rows::Tokens => &batch.token_paths,
             Rows::Logits => &batch.logit_paths,
         };
-        let mut out = CpuTensor::zeros(x.rows, m.rows); // [n, out]
+        out.set_shape(x.rows, m.rows)?; // [n, out]
         inferd_quant::linear_planned(&self.linear, &m, &x.data, x.rows, paths, &mut out.data)
-            .expect("linear shapes are checked when weights load");
+            .map_err(|e| crate::RuntimeError::BadBatch(format!("linear: {e}")))?;
         if let Some(b) = bias {
             let b = b.vector();
             for row in out.data.chunks_mut(m.rows) {
@@ -179,15 +208,15 @@ impl Backend for CpuBackend {
                 }
             }
         }
-        out
+        Ok(())
     }
 
-    fn split_cols(&self, x: &CpuTensor, widths: &[usize]) -> Vec<CpuTensor> {
-        debug_assert_eq!(widths.iter().sum::<usize>(), x.cols);
-        let mut outs: Vec<CpuTensor> = widths
-            .iter()
-            .map(|&w| CpuTensor::zeros(x.rows, w))
-            .collect();
+    fn split_cols(&self, x: &CpuTensor, outs: &mut [&mut CpuTensor]) -> Result<()> {
+        debug_assert_eq!(outs.iter().map(|o| o.cols).sum::<usize>(), x.cols);
+        for o in outs.iter_mut() {
+            let cols = o.cols;
+            o.set_shape(x.rows, cols)?;
+        }
         for r in 0..x.rows {
             let mut c = 0;
             for o in outs.iter_mut() {
@@ -197,11 +226,12 @@ impl Backend for CpuBackend {
                 c += w;
             }
         }
-        outs
+        Ok(())
     }
 
-    fn rope(&self, x: &mut CpuTensor, head_dim: usize, batch: &CpuBatch) {
+    fn rope(&self, x: &mut CpuTensor, head_dim: usize, batch: &CpuBatch) -> Result<()> {
         rope::apply(x, head_dim, batch);
+        Ok(())
     }
 
     fn attention(
@@ -213,14 +243,17 @@ impl Backend for CpuBackend {
         layer: usize,
         batch: &CpuBatch,
         cfg: &AttnConfig,
-    ) -> CpuTensor {
+        out: &mut CpuTensor,
+    ) -> Result<()> {
         attention::store_kv(kv, layer, k, v, batch);
-        attention::attend(q, kv, layer, batch, cfg)
+        out.set_shape(q.rows, q.cols)?;
+        attention::attend(q, kv, layer, batch, cfg, out);
+        Ok(())
     }
 
-    fn silu_mul(&self, gate: &CpuTensor, up: &CpuTensor) -> CpuTensor {
+    fn silu_mul(&self, gate: &CpuTensor, up: &CpuTensor, out: &mut CpuTensor) -> Result<()> {
         debug_assert_eq!(gate.data.len(), up.data.len());
-        let mut out = CpuTensor::zeros(gate.rows, gate.cols); // [n, ffn]
+        out.set_shape(gate.rows, gate.cols)?; // [n, ffn]
         let body = |((o, g), u): ((&mut [f32], &[f32]), &[f32])| {
             for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
                 *o = g / (1.0 + (-g).exp()) * u;
@@ -236,25 +269,33 @@ impl Backend for CpuBackend {
         } else {
             body(((&mut out.data[..], &gate.data[..]), &up.data[..]));
         }
-        out
+        Ok(())
     }
 
-    fn add_assign(&self, x: &mut CpuTensor, y: &CpuTensor) {
+    fn add_assign(&self, x: &mut CpuTensor, y: &CpuTensor) -> Result<()> {
         debug_assert_eq!(x.data.len(), y.data.len());
         for (a, b) in x.data.iter_mut().zip(&y.data) {
             *a += b;
         }
+        Ok(())
     }
 
-    fn gather_logit_rows(&self, x: &CpuTensor, batch: &CpuBatch) -> CpuTensor {
-        let mut out = CpuTensor::zeros(batch.logits_rows.len(), x.cols);
+    fn gather_logit_rows(
+        &self,
+        x: &CpuTensor,
+        batch: &CpuBatch,
+        out: &mut CpuTensor,
+    ) -> Result<()> {
+        out.set_shape(batch.logits_rows.len(), x.cols)?;
         for (i, &r) in batch.logits_rows.iter().enumerate() {
             out.data[i * x.cols..(i + 1) * x.cols].copy_from_slice(x.row(r));
         }
-        out
+        Ok(())
     }
 
-    fn into_host(&self, x: CpuTensor) -> Vec<f32> {
-        x.data
+    fn to_host(&self, x: &CpuTensor, out: &mut Vec<f32>) -> Result<()> {
+        out.clear();
+        out.extend_from_slice(&x.data);
+        Ok(())
     }
 }

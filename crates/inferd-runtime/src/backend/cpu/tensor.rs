@@ -22,8 +22,46 @@ impl CpuTensor {
         }
     }
 
+    /// An empty `[0, 0]` tensor holding up to `capacity` elements without reallocating.
+    pub fn with_capacity(capacity: usize) -> Self {
+        CpuTensor {
+            data: Vec::with_capacity(capacity),
+            rows: 0,
+            cols: 0,
+        }
+    }
+
     pub fn row(&self, r: usize) -> &[f32] {
         &self.data[r * self.cols..(r + 1) * self.cols]
+    }
+}
+
+impl crate::backend::DeviceTensor for CpuTensor {
+    fn rows(&self) -> usize {
+        self.rows
+    }
+
+    fn cols(&self) -> usize {
+        self.cols
+    }
+
+    fn capacity(&self) -> usize {
+        self.data.capacity()
+    }
+
+    fn set_shape(&mut self, rows: usize, cols: usize) -> crate::Result<()> {
+        let n = rows * cols;
+        if n > self.data.capacity() {
+            return Err(crate::RuntimeError::BadBatch(format!(
+                "a [{rows}, {cols}] activation does not fit its buffer of {} values",
+                self.data.capacity()
+            )));
+        }
+        // Within the capacity: no allocation (contents are unspecified to callers).
+        self.data.resize(n, 0.0);
+        self.rows = rows;
+        self.cols = cols;
+        Ok(())
     }
 }
 

@@ -1,0 +1,111 @@
+//! The activations of a forward pass, allocated once: every buffer the decoder writes
+//! has its place here, sized for the largest pass seen (tokens and logits rows) and
+//! reshaped per pass within that, so a step allocates nothing on the device. The
+//! caller that runs steps (the engine's runner) owns one; [`super::Model::forward`]
+//! makes a throwaway one for one-off passes.
+
+use super::config::ModelConfig;
+use crate::backend::Backend;
+use crate::Result;
+
+pub struct Workspace<B: Backend> {
+    /// Token rows and logits rows the buffers hold now.
+    tokens: usize,
+    logit_rows: usize,
+    /// The residual stream.  // [n_tokens, hidden]
+    pub(crate) x: B::Tensor,
+    /// A normed copy of it (the input of a mixer or feed-forward).  // [n_tokens, hidden]
+    pub(crate) h: B::Tensor,
+    /// The output of a fused projection before its split.  // [n_tokens, widest fused]
+    pub(crate) proj: B::Tensor,
+    pub(crate) q: B::Tensor,    // [n_tokens, q_dim]
+    pub(crate) k: B::Tensor,    // [n_tokens, kv_dim]
+    pub(crate) v: B::Tensor,    // [n_tokens, kv_dim]
+    pub(crate) attn: B::Tensor, // [n_tokens, q_dim]
+    /// A layer's mixer or feed-forward output, added to the stream.  // [n_tokens, hidden]
+    pub(crate) out: B::Tensor,
+    pub(crate) gate: B::Tensor, // [n_tokens, ffn]
+    pub(crate) up: B::Tensor,   // [n_tokens, ffn]
+    pub(crate) act: B::Tensor,  // [n_tokens, ffn]
+    /// The stream's rows that produce logits, and their final norm.  // [n_logits, hidden]
+    pub(crate) last: B::Tensor,
+    pub(crate) last_h: B::Tensor,
+    /// The pass's result.  // [n_logits, vocab]
+    pub(crate) logits: B::Tensor,
+}
+
+/// Elements of each buffer for `t` token rows and `l` logits rows.
+struct Sizes {
+    hidden: usize,
+    proj: usize,
+    q: usize,
+    kv: usize,
+    ffn: usize,
+    last: usize,
+    logits: usize,
+}
+
+fn sizes(cfg: &ModelConfig, t: usize, l: usize) -> Sizes {
+    let widest = (cfg.q_dim() + 2 * cfg.kv_dim()).max(2 * cfg.ffn_dim);
+    Sizes {
+        hidden: t * cfg.hidden,
+        proj: t * widest,
+        q: t * cfg.q_dim(),
+        kv: t * cfg.kv_dim(),
+        ffn: t * cfg.ffn_dim,
+        last: l * cfg.hidden,
+        logits: l * cfg.vocab_size,
+    }
+}
+
+impl<B: Backend> Workspace<B> {
+    /// Buffers for passes of up to `tokens` tokens and `logit_rows` logits rows.
+    pub fn new(backend: &B, cfg: &ModelConfig, tokens: usize, logit_rows: usize) -> Result<Self> {
+        let s = sizes(cfg, tokens, logit_rows);
+        let a = |n: usize| backend.alloc(n);
+        Ok(Workspace {
+            tokens,
+            logit_rows,
+            x: a(s.hidden)?,
+            h: a(s.hidden)?,
+            proj: a(s.proj)?,
+            q: a(s.q)?,
+            k: a(s.kv)?,
+            v: a(s.kv)?,
+            attn: a(s.q)?,
+            out: a(s.hidden)?,
+            gate: a(s.ffn)?,
+            up: a(s.ffn)?,
+            act: a(s.ffn)?,
+            last: a(s.last)?,
+            last_h: a(s.last)?,
+            logits: a(s.logits)?,
+        })
+    }
+
+    /// Makes room for a pass of `tokens` and `logit_rows` (reallocating, outside the
+    /// steady state, only when the pass is larger than any before).
+    pub fn ensure(
+        &mut self,
+        backend: &B,
+        cfg: &ModelConfig,
+        tokens: usize,
+        logit_rows: usize,
+    ) -> Result<()> {
+        if tokens <= self.tokens && logit_rows <= self.logit_rows {
+            return Ok(());
+        }
+        *self = Workspace::new(
+            backend,
+            cfg,
+            tokens.max(self.tokens),
+            logit_rows.max(self.logit_rows),
+        )?;
+        Ok(())
+    }
+
+    /// The last pass's logits (`[n_logits, vocab]`, on the device).
+    pub fn logits(&self) -> &B::Tensor {
+        &self.logits
+    }
+}

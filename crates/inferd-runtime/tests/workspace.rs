@@ -1,0 +1,149 @@
+//! Backend v2's contract through `Model::forward_into`: one workspace reused across
+//! passes of every size gives exactly the logits of a fresh one (nothing stale is read,
+//! buffers grow when a pass is larger than any before and never otherwise), shapes past
+//! a buffer's capacity are errors, and batched block calls check everything before they
+//! change anything. Bodies are generic over `Backend`.
+
+mod common;
+
+use common::*;
+use inferd_runtime::{Backend, CpuBackend, DeviceTensor, ForwardBatch, Model};
+
+fn tiny<B: Backend>(backend: B, name: &str) -> Model<B> {
+    Model::load(backend, &repo_root().join("fixtures/models").join(name)).unwrap()
+}
+
+fn ids(n: usize, vocab: usize, seed: usize) -> Vec<u32> {
+    (0..n)
+        .map(|i| ((i * 31 + seed * 7 + 3) % vocab) as u32)
+        .collect()
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Prefills of 1..=12 tokens with every row's logits, in an order that shrinks and
+/// grows: through one reused workspace and through fresh ones, bit for bit.
+fn reused_workspace_matches_fresh_passes<B: Backend + Clone>(backend: B) {
+    for name in ["llama", "qwen2", "qwen3"] {
+        let model = tiny(backend.clone(), name);
+        let vocab = model.cfg.vocab_size;
+        let mut ws = model.workspace(2, 1).unwrap();
+        let mut reused = Vec::new();
+        for (round, n) in [5usize, 1, 12, 3, 12, 7, 2].into_iter().enumerate() {
+            let prompt = ids(n, vocab, round);
+            let mut a = Runner::new(&model, 16);
+            let (_, table) = a.new_seq(n);
+            let mut b = ForwardBatch::default();
+            b.push(&prompt, 0, n, table.clone(), false);
+            b.logits_rows = (0..n).collect();
+            model
+                .forward_into(&mut ws, &mut a.kv, &a.layout, &b, &mut reused)
+                .unwrap();
+            let mut fresh = Runner::new(&model, 16);
+            let (_, table2) = fresh.new_seq(n);
+            assert_eq!(table, table2);
+            let want = model.forward(&mut fresh.kv, &fresh.layout, &b).unwrap();
+            assert_eq!(reused.len(), n * vocab, "{name} n={n}");
+            assert_eq!(
+                bits(&reused),
+                bits(&want),
+                "{name}: pass {round} of {n} tokens"
+            );
+        }
+    }
+}
+
+/// A tensor reshapes within its capacity and refuses past it.
+fn shapes_past_capacity_are_errors<B: Backend>(backend: B) {
+    let mut t = backend.alloc(12).unwrap();
+    assert_eq!((t.rows(), t.cols()), (0, 0));
+    assert!(t.capacity() >= 12);
+    t.set_shape(3, 4).unwrap();
+    assert_eq!((t.rows(), t.cols()), (3, 4));
+    t.set_shape(1, 2).unwrap();
+    let cap = t.capacity();
+    assert!(t.set_shape(cap + 1, 1).is_err());
+    assert_eq!(
+        (t.rows(), t.cols()),
+        (1, 2),
+        "a refused shape changes nothing"
+    );
+}
+
+/// Batched copies, exports and imports check every id (and the length) first.
+fn batched_block_calls_are_all_or_nothing<B: Backend>(backend: B) {
+    let model = tiny(backend, "llama");
+    let mut run = Runner::new(&model, 16);
+    let n = run.layout.num_blocks as u32;
+    let one = run.layout.block_bytes();
+    let (_, table) = run.new_seq(8);
+    let prompt = ids(8, model.cfg.vocab_size, 1);
+    let mut b = ForwardBatch::default();
+    b.push(&prompt, 0, 8, table.clone(), true);
+    model.forward(&mut run.kv, &run.layout, &b).unwrap();
+    let mut before = vec![0u8; one * 2];
+    model
+        .backend
+        .export_blocks(&run.kv, &[table[0], table[1]], &mut before)
+        .unwrap();
+    let spare = n - 1;
+    // A bad id anywhere: nothing copied or written.
+    assert!(model
+        .copy_blocks(&mut run.kv, &[(table[0], spare), (n, 0)])
+        .is_err());
+    let mut img = vec![0u8; one];
+    model
+        .backend
+        .export_blocks(&run.kv, &[spare], &mut img)
+        .unwrap();
+    let zeros = img.clone();
+    assert!(model
+        .backend
+        .import_blocks(&mut run.kv, &[table[0], n], &vec![7u8; one * 2])
+        .is_err());
+    assert!(model
+        .backend
+        .import_blocks(&mut run.kv, &[table[0]], &vec![7u8; one + 1])
+        .is_err());
+    let mut after = vec![0u8; one * 2];
+    model
+        .backend
+        .export_blocks(&run.kv, &[table[0], table[1]], &mut after)
+        .unwrap();
+    assert_eq!(before, after);
+    // Good calls: images in order, copies in order.
+    model
+        .copy_blocks(&mut run.kv, &[(table[1], spare), (table[0], spare - 1)])
+        .unwrap();
+    let mut copied = vec![0u8; one * 2];
+    model
+        .backend
+        .export_blocks(&run.kv, &[spare - 1, spare], &mut copied)
+        .unwrap();
+    assert_eq!(copied, before);
+    assert_ne!(zeros, before[..one]);
+}
+
+macro_rules! backend_tests {
+    ($modname:ident, $backend:expr) => {
+        mod $modname {
+            use super::*;
+            #[test]
+            fn a_reused_workspace_gives_the_bits_of_a_fresh_one() {
+                reused_workspace_matches_fresh_passes($backend);
+            }
+            #[test]
+            fn tensors_refuse_shapes_past_their_capacity() {
+                shapes_past_capacity_are_errors($backend);
+            }
+            #[test]
+            fn batched_block_calls_check_everything_first() {
+                batched_block_calls_are_all_or_nothing($backend);
+            }
+        }
+    };
+}
+
+backend_tests!(cpu, CpuBackend::new());
