@@ -18,6 +18,8 @@ use crate::request::Event;
 use crate::seq::{Outcome, Seq};
 use crate::spill::SpillTier;
 use crate::stats::{names, EngineStats};
+use inferd_core::sampling::Sampled;
+use inferd_grammar::TokenMask;
 use inferd_kvstore::StoreIdentity;
 
 /// Loads nothing: takes a loaded model, sizes and allocates the KV pool, optionally
@@ -116,7 +118,6 @@ pub fn start<B: Backend + 'static>(
         queue_timeout: cfg.queue_timeout,
         sched: Scheduler::new(cfg.sched.clone()),
         ws,
-        host_logits: Vec::new(),
         model,
         kv,
         layout,
@@ -159,8 +160,6 @@ pub(crate) struct Engine<B: Backend> {
     layout: KvLayout,
     /// The forward pass's device buffers, allocated once (grown if a pass is larger).
     ws: Workspace<B>,
-    /// The host copy of each step's logits.  // [n_sampling, vocab]
-    host_logits: Vec<f32>,
     pub(crate) kvm: KvManager,
     pub(crate) sched: Scheduler,
     pub(crate) seqs: HashMap<u64, Seq>,
@@ -320,10 +319,7 @@ impl<B: Backend> Engine<B> {
         }
         let batch = self.build_batch(&mut out);
         metrics::histogram!(names::STEP_TOKENS).record(batch.n_tokens() as f64);
-        // The host copy of the logits is reused from step to step.
-        let mut logits = std::mem::take(&mut self.host_logits);
-        if let Err(e) = self.forward_with_masks(&out, &batch, &mut logits) {
-            self.host_logits = logits;
+        if let Err(e) = self.forward_with_masks(&out, &batch) {
             self.fail(&out, &e.to_string());
             return true;
         }
@@ -334,12 +330,12 @@ impl<B: Backend> Engine<B> {
                     .register(c.seq, &seq.tokens[..c.start_pos + c.n_tokens]);
             }
         }
-        let vocab = self.model.cfg.vocab_size;
-        let sampling = out.chunks.iter().filter(|c| c.samples);
         let mut finished = Vec::new();
         let mut builds = Vec::new();
         let mut completed = 0;
-        for (row, c) in sampling.enumerate() {
+        // Each sampling row: its sequence and grammar mask (a failed constraint ends it).
+        let mut draws: Vec<(u64, usize, Option<TokenMask>)> = Vec::new();
+        for (row, c) in out.chunks.iter().filter(|c| c.samples).enumerate() {
             let Some(seq) = self.seqs.get_mut(&c.seq) else {
                 continue;
             };
@@ -347,15 +343,33 @@ impl<B: Backend> Engine<B> {
                 builds.push(c.seq);
                 continue;
             }
-            let l = &logits[row * vocab..(row + 1) * vocab];
-            match seq.step(l) {
+            match seq.take_mask() {
+                Ok(mask) => draws.push((c.seq, row, mask)),
+                Err(e) => {
+                    seq.fail(e);
+                    finished.push(c.seq);
+                }
+            }
+        }
+        let sampled = match self.sample(&draws) {
+            Ok(s) => s,
+            Err(e) => {
+                self.fail(&out, &e.to_string());
+                return true;
+            }
+        };
+        for ((id, _, _), s) in draws.iter().zip(sampled) {
+            let Some(seq) = self.seqs.get_mut(id) else {
+                continue;
+            };
+            match seq.accept(s) {
                 Outcome::Continue => {}
                 Outcome::Finished => {
-                    finished.push(c.seq);
+                    finished.push(*id);
                     completed += 1;
                     metrics::counter!(names::REQUESTS_FINISHED).increment(1);
                 }
-                Outcome::Disconnected => finished.push(c.seq),
+                Outcome::Disconnected => finished.push(*id),
             }
         }
         let generated = (out.chunks.iter().filter(|c| c.samples).count() - builds.len()) as u64;
@@ -370,9 +384,30 @@ impl<B: Backend> Engine<B> {
         st.generated_tokens_total += generated;
         st.steps += 1;
         st.requests_finished += completed;
-        drop(st);
-        self.host_logits = logits;
         true
+    }
+
+    /// Draws the next token of each `(seq, logits row, mask)` from the pass's logits, on
+    /// the device; results in the same order.
+    fn sample(
+        &mut self,
+        draws: &[(u64, usize, Option<TokenMask>)],
+    ) -> Result<Vec<Sampled>, RuntimeError> {
+        // Disjoint borrows of the drawing sequences, in row order.
+        let mut seqs: HashMap<u64, &mut Seq> = self
+            .seqs
+            .iter_mut()
+            .filter(|(id, _)| draws.iter().any(|d| d.0 == **id))
+            .map(|(&id, s)| (id, s))
+            .collect();
+        let mut rows = Vec::with_capacity(draws.len());
+        for (id, row, mask) in draws {
+            let seq = seqs.remove(id).expect("a drawing sequence is present");
+            rows.push(seq.sample_row(*row, mask.as_ref()));
+        }
+        let mut out = Vec::with_capacity(rows.len());
+        self.model.sample(&self.ws, &mut rows, &mut out)?;
+        Ok(out)
     }
 
     /// Runs the forward pass; meanwhile a helper thread computes the grammar masks of
@@ -382,8 +417,7 @@ impl<B: Backend> Engine<B> {
         &mut self,
         out: &SchedulerOutput,
         batch: &ForwardBatch,
-        logits: &mut Vec<f32>,
-    ) -> Result<(), RuntimeError> {
+    ) -> Result<bool, RuntimeError> {
         let constrained: Vec<u64> = out
             .chunks
             .iter()
@@ -396,13 +430,9 @@ impl<B: Backend> Engine<B> {
             })
             .collect();
         if constrained.is_empty() {
-            return self.model.forward_into(
-                &mut self.ws,
-                &mut self.kv,
-                &self.layout,
-                batch,
-                logits,
-            );
+            return self
+                .model
+                .forward_in(&mut self.ws, &mut self.kv, &self.layout, batch);
         }
         let seqs = &mut self.seqs;
         let (model, ws, kv, layout) = (&self.model, &mut self.ws, &mut self.kv, &self.layout);
@@ -416,7 +446,7 @@ impl<B: Backend> Engine<B> {
                         }
                     }
                 });
-            let result = model.forward_into(ws, kv, layout, batch, logits);
+            let result = model.forward_in(ws, kv, layout, batch);
             let waited = Instant::now();
             // A mask thread that could not start or panicked leaves masks unset: each
             // sequence then computes its own when it samples.
@@ -483,15 +513,14 @@ impl<B: Backend> Engine<B> {
             .allocate_slots(u64::MAX, n + 1)
             .ok_or_else(|| RuntimeError::Kv("KV pool too small to warm up".into()))?
             .to_vec();
-        let mut logits = Vec::new();
         let mut b = ForwardBatch::default();
         b.push(&prompt, 0, n, table.clone(), true);
         self.model
-            .forward_into(&mut self.ws, &mut self.kv, &self.layout, &b, &mut logits)?;
+            .forward_in(&mut self.ws, &mut self.kv, &self.layout, &b)?;
         let mut b = ForwardBatch::default();
         b.push(&[prompt[0]], n, n, table, true);
         self.model
-            .forward_into(&mut self.ws, &mut self.kv, &self.layout, &b, &mut logits)?;
+            .forward_in(&mut self.ws, &mut self.kv, &self.layout, &b)?;
         self.kvm.free(u64::MAX);
         Ok(())
     }

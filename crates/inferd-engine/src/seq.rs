@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use inferd_core::sampling::{Extra, Sampled, Sampler};
 use inferd_grammar::{Constraint, GrammarError, TokenMask};
+use inferd_runtime::SampleRow;
 use inferd_text::{IncrementalDecoder, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -141,32 +142,40 @@ impl Seq {
         }
     }
 
-    /// Samples from this sequence's logits row and handles the token.
-    pub fn step(&mut self, logits: &[f32]) -> Outcome {
+    /// This step's grammar mask (computed now if the mask thread did not), or why the
+    /// constraint failed; `None` when unconstrained.
+    pub fn take_mask(&mut self) -> Result<Option<TokenMask>, GrammarError> {
         if self.constraint.is_some() && self.mask.is_none() {
             self.prepare_mask();
         }
-        let mask = match self.mask.take() {
-            None => None,
-            Some(Ok(m)) => Some(m),
-            Some(Err(e)) => return self.fail(e),
-        };
+        self.mask.take().transpose()
+    }
+
+    /// What the device needs to draw this sequence's next token from logits row `row`,
+    /// held to `mask`.
+    pub fn sample_row<'a>(&'a mut self, row: usize, mask: Option<&'a TokenMask>) -> SampleRow<'a> {
         let (prompt, generated) = self.tokens.split_at(self.prompt_len);
-        let extra = Extra {
-            allowed: mask.as_ref().map(TokenMask::words),
-            breaks: self.dry.as_ref().map_or(&[][..], |(_, b)| b.as_slice()),
-        };
-        let s = self.sampler.sample_with(logits, prompt, generated, &extra);
-        self.accept(s)
+        SampleRow {
+            row,
+            sampler: &mut self.sampler,
+            prompt,
+            generated,
+            extra: Extra {
+                allowed: mask.map(TokenMask::words),
+                breaks: self.dry.as_ref().map_or(&[][..], |(_, b)| b.as_slice()),
+            },
+        }
     }
 
     /// The constraint failed: the client gets an error and the sequence ends.
-    fn fail(&mut self, e: GrammarError) -> Outcome {
+    pub fn fail(&mut self, e: GrammarError) -> Outcome {
         self.send(Event::Error(e.to_string()));
         Outcome::Finished
     }
 
-    fn accept(&mut self, s: Sampled) -> Outcome {
+    /// Handles the token drawn for this sequence: stop ids, the grammar, stop strings,
+    /// detokenized text to the stream, limits.
+    pub fn accept(&mut self, s: Sampled) -> Outcome {
         let now = Instant::now();
         match self.last_token {
             None => metrics::histogram!(names::TTFT).record((now - self.arrived).as_secs_f64()),

@@ -16,7 +16,7 @@ pub mod kv;
 pub mod model;
 
 pub use backend::cpu::{CpuBackend, CpuConfig};
-pub use backend::{Backend, DeviceTensor, Rows};
+pub use backend::{Backend, DeviceTensor, Rows, SampleRow};
 pub use batch::{ForwardBatch, SeqChunk};
 pub use error::RuntimeError;
 pub use kv::{KvDtype, KvLayout};

@@ -126,6 +126,88 @@ fn batched_block_calls_are_all_or_nothing<B: Backend>(backend: B) {
     assert_ne!(zeros, before[..one]);
 }
 
+/// Drawing on the device gives, row for row, what each sampler draws from the host
+/// copy of the same logits (greedy, seeded temperature sampling with penalties, a
+/// mask), whatever the order of the rows.
+fn device_sampling_matches_the_host_sampler<B: Backend>(backend: B) {
+    use inferd_core::sampling::{Extra, Sampler, SamplingParams};
+    use inferd_runtime::SampleRow;
+    let model = tiny(backend, "qwen2");
+    let vocab = model.cfg.vocab_size;
+    let mut run = Runner::new(&model, 32);
+    let mut b = ForwardBatch::default();
+    let prompts: Vec<Vec<u32>> = (0..3).map(|i| ids(5 + i, vocab, i)).collect();
+    for p in &prompts {
+        let (_, table) = run.new_seq(p.len());
+        b.push(p, 0, p.len(), table, true);
+    }
+    let mut ws = model.workspace(32, 3).unwrap();
+    assert!(model
+        .forward_in(&mut ws, &mut run.kv, &run.layout, &b)
+        .unwrap());
+    let mut host = Vec::new();
+    model.backend.to_host(ws.logits(), &mut host).unwrap();
+    let params = |i: usize| {
+        let mut p = SamplingParams::greedy();
+        if i > 0 {
+            p.temperature = 0.8;
+            p.top_p = 0.9;
+            p.seed = Some(7 + i as u64);
+            p.presence_penalty = 0.5;
+            p.logprobs = Some(3);
+        }
+        p
+    };
+    // Only even ids allowed for the last row.
+    let mask: Vec<u32> = vec![0x5555_5555; vocab.div_ceil(32)];
+    let history: Vec<u32> = vec![1, 2, 3];
+    let extra = |i: usize| Extra {
+        allowed: (i == 2).then_some(&mask[..]),
+        breaks: &[],
+    };
+    let mut device: Vec<Sampler> = (0..3).map(|i| Sampler::new(params(i))).collect();
+    let mut reference: Vec<Sampler> = (0..3).map(|i| Sampler::new(params(i))).collect();
+    for _step in 0..3 {
+        // Rows given in reverse order: each result is its own row's.
+        let mut rows: Vec<SampleRow<'_>> = device
+            .iter_mut()
+            .enumerate()
+            .rev()
+            .map(|(i, sampler)| SampleRow {
+                row: i,
+                sampler,
+                prompt: &prompts[i],
+                generated: &history,
+                extra: extra(i),
+            })
+            .collect();
+        let mut out = Vec::new();
+        model.sample(&ws, &mut rows, &mut out).unwrap();
+        for (k, i) in (0..3).rev().enumerate() {
+            let want = reference[i].sample_with(
+                &host[i * vocab..(i + 1) * vocab],
+                &prompts[i],
+                &history,
+                &extra(i),
+            );
+            assert_eq!(out[k], want, "row {i}");
+            if i == 2 {
+                assert_eq!(out[k].token % 2, 0, "the mask holds");
+            }
+        }
+    }
+    // A row past the pass is an error, not a panic.
+    let mut s = Sampler::new(params(0));
+    let mut rows = vec![SampleRow {
+        row: 3,
+        sampler: &mut s,
+        prompt: &prompts[0],
+        generated: &[],
+        extra: Extra::default(),
+    }];
+    assert!(model.sample(&ws, &mut rows, &mut Vec::new()).is_err());
+}
+
 macro_rules! backend_tests {
     ($modname:ident, $backend:expr) => {
         mod $modname {
@@ -137,6 +219,10 @@ macro_rules! backend_tests {
             #[test]
             fn tensors_refuse_shapes_past_their_capacity() {
                 shapes_past_capacity_are_errors($backend);
+            }
+            #[test]
+            fn device_sampling_is_the_host_sampler_row_for_row() {
+                device_sampling_matches_the_host_sampler($backend);
             }
             #[test]
             fn batched_block_calls_check_everything_first() {

@@ -30,6 +30,8 @@ use std::sync::Arc;
 
 use inferd_formats::TensorSource;
 
+use inferd_core::sampling::{Extra, Sampled, Sampler};
+
 use crate::batch::ForwardBatch;
 use crate::kv::KvLayout;
 use crate::Result;
@@ -235,4 +237,27 @@ pub trait Backend: Send + Sync {
     ) -> Result<()>;
     /// Copies `x` to host memory, row-major, into `out` (resized to fit).
     fn to_host(&self, x: &Self::Tensor, out: &mut Vec<f32>) -> Result<()>;
+    /// Draws each row's next token from its row of `logits` (`[n_logits, vocab]`) as its
+    /// sampler says (greedy, temperature, top-k/top-p/min-p, penalties, DRY, the grammar
+    /// mask, seeded PRNG) and reports the logprobs asked for: `out[i]` is `rows[i]`'s.
+    /// Only token ids and logprobs leave the device. A row's draw depends on its own
+    /// logits, history and sampler only.
+    fn sample(
+        &self,
+        logits: &Self::Tensor,
+        rows: &mut [SampleRow<'_>],
+        out: &mut Vec<Sampled>,
+    ) -> Result<()>;
+}
+
+/// One sequence's sampling in a step: which logits row is its, its sampler (parameters,
+/// PRNG state, scratch) and the history and constraints it reads.
+pub struct SampleRow<'a> {
+    /// Its row of the pass's logits.
+    pub row: usize,
+    pub sampler: &'a mut Sampler,
+    pub prompt: &'a [u32],
+    pub generated: &'a [u32],
+    /// The grammar mask and the DRY breakers.
+    pub extra: Extra<'a>,
 }

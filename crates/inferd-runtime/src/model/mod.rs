@@ -18,7 +18,9 @@ pub use decoder::Decoder;
 pub use weights::Weights;
 pub use workspace::Workspace;
 
-use crate::backend::{Backend, SharedSource};
+use inferd_core::sampling::Sampled;
+
+use crate::backend::{Backend, SampleRow, SharedSource};
 use crate::batch::ForwardBatch;
 use crate::kv::{KvDtype, KvLayout};
 use crate::{Result, RuntimeError};
@@ -194,8 +196,26 @@ impl<B: Backend> Model<B> {
             )));
         }
         logits.clear();
-        if batch.tokens.is_empty() {
+        if !self.forward_in(ws, kv, layout, batch)? {
             return Ok(());
+        }
+        self.backend.run(|| {
+            self.backend.to_host(ws.logits(), logits)?;
+            self.backend.synchronize()
+        })
+    }
+
+    /// One forward pass in `ws` (grown first if the pass is larger than it holds), its
+    /// logits left there for [`Model::sample`]; `false` for an empty batch.
+    pub fn forward_in(
+        &self,
+        ws: &mut Workspace<B>,
+        kv: &mut B::Kv,
+        layout: &KvLayout,
+        batch: &ForwardBatch,
+    ) -> Result<bool> {
+        if batch.tokens.is_empty() {
+            return Ok(false);
         }
         ws.ensure(
             &self.backend,
@@ -209,9 +229,21 @@ impl<B: Backend> Model<B> {
             cfg: &self.cfg,
             weights: &self.weights,
         };
+        self.backend.run(|| dec.forward(ws, kv, &b))?;
+        Ok(true)
+    }
+
+    /// Each of `rows` draws its next token from its row of the last pass's logits in
+    /// `ws`, on the device ([`Backend::sample`]); `out[i]` is `rows[i]`'s. Only ids and
+    /// logprobs come back.
+    pub fn sample(
+        &self,
+        ws: &Workspace<B>,
+        rows: &mut [SampleRow<'_>],
+        out: &mut Vec<Sampled>,
+    ) -> Result<()> {
         self.backend.run(|| {
-            dec.forward(ws, kv, &b)?;
-            self.backend.to_host(ws.logits(), logits)?;
+            self.backend.sample(ws.logits(), rows, out)?;
             self.backend.synchronize()
         })
     }

@@ -18,7 +18,9 @@ pub use batch::CpuBatch;
 pub use kv::{CpuKv, KvPlane};
 pub use tensor::{CpuTensor, CpuWeight, WeightBytes};
 
-use super::{AttnConfig, Backend, DeviceTensor, RopeConfig, Rows, SharedSource};
+use inferd_core::sampling::Sampled;
+
+use super::{AttnConfig, Backend, DeviceTensor, RopeConfig, Rows, SampleRow, SharedSource};
 use crate::batch::ForwardBatch;
 use crate::kv::KvLayout;
 use crate::Result;
@@ -296,6 +298,31 @@ impl Backend for CpuBackend {
     fn to_host(&self, x: &CpuTensor, out: &mut Vec<f32>) -> Result<()> {
         out.clear();
         out.extend_from_slice(&x.data);
+        Ok(())
+    }
+
+    fn sample(
+        &self,
+        logits: &CpuTensor,
+        rows: &mut [SampleRow<'_>],
+        out: &mut Vec<Sampled>,
+    ) -> Result<()> {
+        let vocab = logits.cols;
+        if let Some(r) = rows.iter().find(|r| r.row >= logits.rows) {
+            return Err(crate::RuntimeError::BadBatch(format!(
+                "sampling row {} of a pass with {} logits rows",
+                r.row, logits.rows
+            )));
+        }
+        // Rows are independent (each its own sampler): drawn in parallel, in the pool.
+        self.pool.install(|| {
+            rows.par_iter_mut()
+                .map(|r| {
+                    let l = &logits.data[r.row * vocab..(r.row + 1) * vocab];
+                    r.sampler.sample_with(l, r.prompt, r.generated, &r.extra)
+                })
+                .collect_into_vec(out)
+        });
         Ok(())
     }
 }
