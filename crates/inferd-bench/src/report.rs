@@ -289,6 +289,28 @@ fn stall_table(s: &mut String, c: &StallConfig, m: &StallSummary) {
         "  {:<36} {} of {}",
         "agents decoding through prefill", m.agents_decoding_through_prefill, c.agents
     );
+    if c.short_arrivals > 0 {
+        let mut t: Vec<f64> = m.short_ttft_ms.iter().flatten().copied().collect();
+        t.sort_by(|a, b| a.total_cmp(b));
+        let _ = writeln!(
+            s,
+            "  {:<36} {} x {} tokens, {} ms after the long prompt",
+            "short arrivals", c.short_arrivals, c.short_prompt_tokens, c.short_after_ms
+        );
+        let p50 = (!t.is_empty()).then(|| crate::record::percentile(&t, 0.5));
+        let _ = writeln!(
+            s,
+            "  {:<36} {} / {}",
+            "short TTFT p50 / max",
+            opt(p50, "ms"),
+            opt(t.last().copied(), "ms")
+        );
+        let _ = writeln!(
+            s,
+            "  {:<36} {} of {}",
+            "short first token before the long's", m.short_before_long, c.short_arrivals
+        );
+    }
     let _ = writeln!(
         s,
         "  {:<36} {} tokens in {:.3} s = {:.2} tok/s",

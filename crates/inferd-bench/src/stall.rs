@@ -1,6 +1,10 @@
 //! The stall workload: agents decode long replies; once all are streaming, one long prompt
 //! arrives. Measures how much its prefill stalls their decoding (worst inter-token gap during
 //! its prefill vs the median gap before it) and the long prompt's own TTFT.
+//!
+//! With `short_arrivals`, short requests arrive `short_after_ms` after the long prompt (also
+//! with no decoding agents at all, `agents: 0`): their TTFT says whether a short arrival
+//! waits for a long prefill to end.
 
 use crate::agent::{Conversation, PromptMode};
 use crate::client::{Client, RequestMeta};
@@ -31,6 +35,26 @@ pub struct StallConfig {
     pub warmup_chunks: u64,
     pub token_prompts: bool,
     pub seed: u64,
+    /// Short requests sent after the long prompt (0: none).
+    #[serde(default)]
+    pub short_arrivals: usize,
+    /// Their prompt size (tokens).
+    #[serde(default = "default_short_tokens")]
+    pub short_prompt_tokens: usize,
+    /// Their `max_tokens`.
+    #[serde(default = "default_short_tokens_u32")]
+    pub short_reply_tokens: u32,
+    /// How long after the long prompt they are sent.
+    #[serde(default)]
+    pub short_after_ms: u64,
+}
+
+fn default_short_tokens() -> usize {
+    16
+}
+
+fn default_short_tokens_u32() -> u32 {
+    16
 }
 
 impl Default for StallConfig {
@@ -44,6 +68,10 @@ impl Default for StallConfig {
             warmup_chunks: 16,
             token_prompts: false,
             seed: 1,
+            short_arrivals: 0,
+            short_prompt_tokens: 16,
+            short_reply_tokens: 16,
+            short_after_ms: 3000,
         }
     }
 }
@@ -68,6 +96,12 @@ pub struct StallSummary {
     /// Agents whose stream went on past the end of the prefill (only those measure the stall
     /// fully).
     pub agents_decoding_through_prefill: usize,
+    /// TTFT of each short arrival, in arrival order.
+    #[serde(default)]
+    pub short_ttft_ms: Vec<Option<f64>>,
+    /// Short arrivals whose first token came before the long prompt's.
+    #[serde(default)]
+    pub short_before_long: usize,
     pub generated_tokens: u64,
     pub wall_s: f64,
     pub tok_per_s: f64,
@@ -120,6 +154,15 @@ impl StallSummary {
         before.sort_by(|a, b| a.total_cmp(b));
         let baseline = (!before.is_empty()).then(|| percentile(&before, 0.5));
         let worst = per_agent.iter().flatten().copied().reduce(f64::max);
+        let shorts: Vec<&RequestRecord> = records.iter().filter(|r| r.role == "short").collect();
+        let short_ttft_ms = shorts
+            .iter()
+            .map(|r| r.ttft().map(|t| t as f64 / 1000.0))
+            .collect();
+        let short_before_long = shorts
+            .iter()
+            .filter(|r| r.first_token_us.is_some_and(|t| t < prefill_end))
+            .count();
         let generated_tokens: u64 = records.iter().map(|r| r.completion_tokens).sum();
         let wall_s = wall_us as f64 / 1e6;
         StallSummary {
@@ -135,6 +178,8 @@ impl StallSummary {
                 _ => None,
             },
             agents_decoding_through_prefill: through,
+            short_ttft_ms,
+            short_before_long,
             generated_tokens,
             wall_s,
             tok_per_s: rate(generated_tokens, wall_s),
@@ -150,14 +195,17 @@ pub async fn run_stall(
     cfg: &StallConfig,
     pb: &ProgressBar,
 ) -> Result<BenchReport> {
-    if cfg.agents == 0 || cfg.reply_tokens == 0 || cfg.long_prompt_tokens == 0 {
-        bail!("stall: agents, reply and long prompt must be at least 1");
+    if cfg.reply_tokens == 0 || cfg.long_prompt_tokens == 0 {
+        bail!("stall: reply and long prompt must be at least 1");
+    }
+    if cfg.agents == 0 && cfg.short_arrivals == 0 {
+        bail!("stall: with no decoding agents, send short arrivals (--short N)");
     }
     let corpus = Corpus::new(cfg.seed);
     pb.set_message("calibrating");
     let mode = PromptMode::prepare(client, &corpus, cfg.token_prompts).await?;
     let n = cfg.agents;
-    pb.set_length(n as u64 + 1);
+    pb.set_length((n + 1 + cfg.short_arrivals) as u64);
     pb.set_position(0);
     pb.set_message("agents starting");
     pb.reset_elapsed();
@@ -205,22 +253,50 @@ pub async fn run_stall(
         turn: 0,
         role: "long_prompt",
     };
-    let long = client
-        .stream(
-            &long_conv.prompt(),
-            cfg.long_reply_tokens,
-            &clock,
-            meta,
-            &mut |_| {},
-        )
-        .await;
-    pb.inc(1);
-    pb.set_message("long prompt done");
-    let mut records = Vec::with_capacity(n + 1);
+    let long = {
+        let (client, pb) = (client.clone(), pb.clone());
+        let reply = cfg.long_reply_tokens;
+        tokio::spawn(async move {
+            let r = client
+                .stream(&long_conv.prompt(), reply, &clock, meta, &mut |_| {})
+                .await;
+            pb.inc(1);
+            r.record
+        })
+    };
+    // Short arrivals while the long prompt is read: each an "agent" of its own corpus
+    // stream past the long prompt's.
+    let mut shorts = Vec::with_capacity(cfg.short_arrivals);
+    if cfg.short_arrivals > 0 {
+        tokio::time::sleep(Duration::from_millis(cfg.short_after_ms)).await;
+        pb.set_message("short requests sent");
+        for i in 0..cfg.short_arrivals {
+            let conv = Conversation::new(&corpus, n + 1 + i, cfg.short_prompt_tokens, &mode);
+            let (client, pb) = (client.clone(), pb.clone());
+            let reply = cfg.short_reply_tokens;
+            shorts.push(tokio::spawn(async move {
+                let meta = RequestMeta {
+                    agent: n + 1 + i,
+                    turn: 0,
+                    role: "short",
+                };
+                let r = client
+                    .stream(&conv.prompt(), reply, &clock, meta, &mut |_| {})
+                    .await;
+                pb.inc(1);
+                r.record
+            }));
+        }
+    }
+    let mut records = Vec::with_capacity(n + 1 + shorts.len());
     for h in handles {
         records.push(h.await?);
     }
-    records.push(long.record);
+    records.push(long.await?);
+    for h in shorts {
+        records.push(h.await?);
+    }
+    pb.set_message("long prompt done");
     let wall_us = run_end_us(&records);
     let summary = StallSummary::from_records(&records, n, wall_us);
     Ok(BenchReport::new(

@@ -248,6 +248,7 @@ async fn stall_measures_the_prefill_stall() {
         warmup_chunks: 10,
         token_prompts: false,
         seed: 3,
+        ..Default::default()
     };
     let report = run_stall(&c, &cfg, &ProgressBar::hidden()).await.unwrap();
     println!("{}", report.table());
@@ -275,6 +276,50 @@ async fn stall_measures_the_prefill_stall() {
         .all(|g| g.is_some()));
     let back = BenchReport::from_json(&report.to_json().unwrap()).unwrap();
     assert_eq!(back, report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stall_with_short_arrivals_and_no_decoders() {
+    let _g = SERIAL.lock().await;
+    let (url, _) = start(Script {
+        ttft: Duration::from_millis(20),
+        gap: Duration::from_millis(5),
+        ..Default::default()
+    })
+    .await;
+    let c = client(&url).await;
+    let cfg = StallConfig {
+        agents: 0,
+        long_prompt_tokens: 1500,
+        long_reply_tokens: 2,
+        short_arrivals: 3,
+        short_after_ms: 10,
+        seed: 3,
+        ..Default::default()
+    };
+    let report = run_stall(&c, &cfg, &ProgressBar::hidden()).await.unwrap();
+    let table = report.table();
+    assert!(table.contains("short TTFT p50 / max"), "{table}");
+    let Workload::Stall { summary: s, .. } = &report.workload else {
+        panic!("not a stall report")
+    };
+    assert_eq!(s.errors.total, 0);
+    assert_eq!(s.short_ttft_ms.len(), 3);
+    for t in &s.short_ttft_ms {
+        within(t.unwrap(), 20.0, 15.0, "short TTFT");
+    }
+    assert_eq!(
+        report.requests.iter().filter(|r| r.role == "short").count(),
+        3
+    );
+    let back = BenchReport::from_json(&report.to_json().unwrap()).unwrap();
+    assert_eq!(back, report);
+    // No decoders and no short arrivals is not a workload.
+    let bad = StallConfig {
+        agents: 0,
+        ..Default::default()
+    };
+    assert!(run_stall(&c, &bad, &ProgressBar::hidden()).await.is_err());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

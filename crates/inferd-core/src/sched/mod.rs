@@ -7,7 +7,11 @@
 //! Per step, in order:
 //! 1. running sequences that are decoding get their next token (they are never
 //!    starved by prefills);
-//! 2. running sequences still prefilling get chunks from the prefill budget;
+//! 2. running sequences still prefilling get chunks from the prefill budget, the
+//!    one with the fewest tokens left first (within a priority); while requests
+//!    wait for admission no one prefill takes more than half of the budget, so a
+//!    short arrival is admitted (and answered) within a few steps however long the
+//!    prompt being read;
 //! 3. waiting requests are admitted while their whole prompt fits in free KV
 //!    blocks, considered in order of effective priority (`priority` plus an
 //!    aging bonus per step waited) within a lookahead window, so a small request

@@ -267,18 +267,38 @@ impl Scheduler {
         }
         .min(budget);
 
-        // 2. running prefills
-        for &id in &order {
-            if !self.running.contains(&id) || prefill_budget == 0 {
-                continue;
+        // 2. running prefills: shortest remaining first (within a priority), so a short
+        //    prompt is not held behind a long one. While requests wait for admission, no
+        //    one prefill takes more than half of the budget: the rest admits them.
+        let mut prefills: Vec<SeqId> = order
+            .iter()
+            .copied()
+            .filter(|id| {
+                let s = &self.seqs[id];
+                self.running.contains(id) && s.num_tokens - s.num_computed > 1
+            })
+            .collect();
+        prefills.sort_by_key(|id| {
+            let s = &self.seqs[id];
+            (-s.priority, s.num_tokens - s.num_computed, s.arrival)
+        });
+        let admitting = !self.waiting.is_empty() && self.running.len() < self.cfg.max_running;
+        let slice_cap = if admitting {
+            (prefill_budget / 2).max(MIN_SLICE.min(prefill_budget))
+        } else {
+            prefill_budget
+        };
+        for id in prefills {
+            if prefill_budget == 0 {
+                break;
+            }
+            if !self.running.contains(&id) {
+                continue; // preempted to make room for an earlier one
             }
             let s = &self.seqs[&id];
             let left = s.num_tokens - s.num_computed;
-            if left <= 1 {
-                continue; // one token left: a decode, handled above
-            }
             let start = s.num_computed;
-            let mut n = left.min(prefill_budget);
+            let mut n = left.min(prefill_budget).min(slice_cap);
             if decoding {
                 n = area_capped(n, start, self.cfg.max_prefill_area_decoding);
             }
@@ -352,9 +372,13 @@ impl Scheduler {
     }
 }
 
+/// The smallest prefill slice a cap leaves (a slice also never goes below this for the
+/// attention-area cap).
+const MIN_SLICE: usize = 16;
+
 /// The largest `m <= n` with `m · (start + m) <= area`, but at least `min(n, 16)`.
 fn area_capped(n: usize, start: usize, area: usize) -> usize {
-    let floor = n.min(16);
+    let floor = n.min(MIN_SLICE);
     let mut m = n;
     while m > floor && m.saturating_mul(start + m) > area {
         m -= 1;

@@ -325,3 +325,76 @@ fn admission_starts_from_the_cached_prefix() {
     let out = s.schedule_with(&mut kv, &|_| &prompt);
     assert_eq!(out.admitted, vec![(3, 0)]);
 }
+
+#[test]
+fn a_short_arrival_is_not_held_behind_a_long_prefill() {
+    // Nothing decodes: a 5700-token prompt is being read 256 tokens a step when a
+    // 16-token request arrives. It used to wait for the whole prompt (55 s on 2 cores).
+    let mut kv = KvManager::new(1024, 16);
+    let mut s = Scheduler::new(SchedulerConfig::default());
+    s.add(Request {
+        id: 1,
+        prompt_len: 5700,
+        ..Default::default()
+    });
+    for _ in 0..3 {
+        let out = s.schedule(&mut kv);
+        assert_eq!(
+            out.chunks[0].n_tokens, 256,
+            "alone, the long prompt gets it all"
+        );
+        s.commit(&out);
+    }
+    s.add(Request {
+        id: 2,
+        prompt_len: 16,
+        ..Default::default()
+    });
+    let out = s.schedule(&mut kv);
+    let sizes: Vec<(u64, usize, bool)> = out
+        .chunks
+        .iter()
+        .map(|c| (c.seq, c.n_tokens, c.samples))
+        .collect();
+    // Half the budget for the long prompt, the short one admitted whole: its first
+    // token comes from this very step.
+    assert_eq!(sizes, vec![(1, 128, false), (2, 16, true)]);
+    s.commit(&out);
+    // Next step it decodes beside the long prompt's slice.
+    let out = s.schedule(&mut kv);
+    assert!(out.chunks.iter().any(|c| c.seq == 2 && c.n_tokens == 1));
+    assert!(out.chunks.iter().any(|c| c.seq == 1 && c.n_tokens > 0));
+}
+
+#[test]
+fn shorter_running_prefills_go_first() {
+    let mut kv = KvManager::new(1024, 16);
+    let cfg = SchedulerConfig {
+        max_prefill_tokens: 100,
+        ..Default::default()
+    };
+    let mut s = Scheduler::new(cfg);
+    s.add(Request {
+        id: 1,
+        prompt_len: 1000,
+        ..Default::default()
+    });
+    s.add(Request {
+        id: 2,
+        prompt_len: 150,
+        ..Default::default()
+    });
+    // Step 1: the first arrival takes the budget. Step 2: it gets half while the
+    // second is admitted with the other half.
+    let out = s.schedule(&mut kv);
+    assert_eq!(out.chunks.len(), 1);
+    s.commit(&out);
+    let out = s.schedule(&mut kv);
+    let sizes: Vec<(u64, usize)> = out.chunks.iter().map(|c| (c.seq, c.n_tokens)).collect();
+    assert_eq!(sizes, vec![(1, 50), (2, 50)]);
+    s.commit(&out);
+    // Step 3: the one with fewer tokens left goes first and finishes its prompt.
+    let out = s.schedule(&mut kv);
+    assert_eq!((out.chunks[0].seq, out.chunks[0].n_tokens), (2, 100));
+    assert!(out.chunks[0].samples);
+}

@@ -269,12 +269,21 @@ struct FleetArgs {
 struct StallArgs {
     #[command(flatten)]
     common: Common,
-    /// Decoding agents.
+    /// Decoding agents (0: none, with --short).
     #[arg(long, short = 'n', default_value_t = 8)]
     agents: usize,
     /// Each decoding agent's prompt, in tokens.
     #[arg(long, short = 'c', default_value_t = 128)]
     context: usize,
+    /// Short requests sent after the long prompt (their TTFT: do they wait for its prefill?).
+    #[arg(long, default_value_t = 0)]
+    short: usize,
+    /// The short requests' prompt, in tokens.
+    #[arg(long, default_value_t = 16)]
+    short_prompt: usize,
+    /// Milliseconds after the long prompt the short requests are sent.
+    #[arg(long, default_value_t = 3000)]
+    short_after_ms: u64,
     /// Decoding agents' reply length (long enough to outlast the long prompt's prefill).
     #[arg(long, short = 'r', default_value_t = 256)]
     reply: u32,
@@ -325,6 +334,10 @@ pub fn run(a: Args) -> Result<()> {
                     warmup_chunks: s.warmup,
                     token_prompts: s.common.token_prompts,
                     seed: s.common.seed,
+                    short_arrivals: s.short,
+                    short_prompt_tokens: s.short_prompt,
+                    short_reply_tokens: 16,
+                    short_after_ms: s.short_after_ms,
                 };
                 let (client, pb) = connect(&s.common).await?;
                 let report = run_stall(&client, &cfg, &pb).await;
