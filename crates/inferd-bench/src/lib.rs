@@ -33,6 +33,7 @@ pub mod record;
 pub mod report;
 pub mod resume;
 pub mod sample;
+pub mod soak;
 pub mod sse;
 pub mod stall;
 pub mod structured;
@@ -48,6 +49,7 @@ pub use multi_turn::{run_multi_turn, MultiTurnConfig, MultiTurnSummary, TurnSumm
 pub use record::{Dist, ErrorKind, RequestRecord};
 pub use report::{markdown_tables, BenchReport, ExtensionsUsed, StructuredUsed, Workload};
 pub use resume::{run_resume, ResumeConfig, ResumeSummary};
+pub use soak::{run_soak, SoakConfig, SoakReport};
 pub use stall::{run_stall, StallConfig, StallSummary};
 
 /// Runs a future on a single-threaded runtime (the client does little work per chunk, and

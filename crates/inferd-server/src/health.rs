@@ -37,9 +37,19 @@ pub async fn health(State(state): State<AppState>) -> Response {
         "prompt_tokens_total": s.prompt_tokens_total,
         "generated_tokens_total": s.generated_tokens_total,
         "requests_finished": s.requests_finished,
+        "rss_bytes": rss_bytes(),
     });
     if let Some(a) = state.config.address {
         body["address"] = json!(a.to_string());
     }
     (code, Json(body)).into_response()
+}
+
+/// The server's resident memory, from `/proc/self/statm` (`null` where there is none).
+fn rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * page.max(1) as u64)
 }

@@ -25,6 +25,9 @@ use tokio::sync::Semaphore;
 
 use inferd_engine::EngineHandle;
 
+/// How often freed memory is handed back to the system.
+const TRIM_EVERY: Duration = Duration::from_secs(10);
+
 /// How connections are held to account.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnLimits {
@@ -73,6 +76,14 @@ pub async fn run(
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout);
+    // Memory freed by finished requests goes back to the system now and then.
+    let trimmer = tokio::spawn(async {
+        let mut tick = tokio::time::interval(TRIM_EVERY);
+        loop {
+            tick.tick().await;
+            let _ = tokio::task::spawn_blocking(crate::state::release_free_memory).await;
+        }
+    });
     tokio::pin!(shutdown);
     loop {
         let slot = tokio::select! {
@@ -103,5 +114,6 @@ pub async fn run(
     drop(listener);
     engine.drain();
     graceful.shutdown().await;
+    trimmer.abort();
     Ok(())
 }

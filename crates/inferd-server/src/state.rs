@@ -14,8 +14,9 @@ use crate::work::Workers;
 const TRIM_AFTER_BYTES: usize = 1 << 20;
 
 /// Returns freed heap pages to the system (glibc keeps them in its arenas otherwise, so
-/// one burst of large prompts would leave the process large).
-fn release_free_memory() {
+/// one burst of large prompts would leave the process large). Also run periodically by
+/// the connection loop, since large bodies are freed after their request, on any thread.
+pub fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only releases free memory of the allocator's own arenas.
     unsafe {
@@ -63,21 +64,8 @@ impl AppState {
     /// tokens, offsets and the tokenizer's scratch would take about 80 bytes per input
     /// byte), and memory that tokenizing a large text took is handed back to the system.
     pub fn encode(&self, text: &str, special: bool) -> Result<Vec<u32>, ApiError> {
+        self.check_text_bytes(text.len())?;
         let tok = &self.engine.tokenizer;
-        let max_context = self.engine.info.max_context;
-        // No token covers more than `max_token_bytes` bytes of text after normalization;
-        // normalizers (NFC, NFKC) shrink text at most about 3x (Hangul jamo), so 4x.
-        let bound = max_context
-            .saturating_mul(tok.max_token_bytes())
-            .saturating_mul(4);
-        if text.len() > bound {
-            return Err(ApiError::bad_request(format!(
-                "This model's maximum context length is {max_context} tokens; the prompt is {} \
-                 bytes, which is more than any {max_context} tokens can spell ({bound} bytes).",
-                text.len()
-            ))
-            .with_code("context_length_exceeded"));
-        }
         let ids = tok
             .encode(text, special)
             .map_err(|e| ApiError::internal(format!("tokenizing failed: {e}")));
@@ -85,6 +73,25 @@ impl AppState {
             release_free_memory();
         }
         ids
+    }
+
+    /// Refuses `bytes` of prompt text that must be more tokens than the context holds: no
+    /// token covers more than `max_token_bytes` bytes after normalization, and normalizers
+    /// (NFC, NFKC) shrink text at most about 3x (Hangul jamo), so 4x. Checked before a
+    /// template is rendered (on the messages' text) and before tokenizing.
+    pub fn check_text_bytes(&self, bytes: usize) -> Result<(), ApiError> {
+        let max_context = self.engine.info.max_context;
+        let bound = max_context
+            .saturating_mul(self.engine.tokenizer.max_token_bytes())
+            .saturating_mul(4);
+        if bytes > bound {
+            return Err(ApiError::bad_request(format!(
+                "This model's maximum context length is {max_context} tokens; the prompt is {bytes} \
+                 bytes, which is more than any {max_context} tokens can spell ({bound} bytes)."
+            ))
+            .with_code("context_length_exceeded"));
+        }
+        Ok(())
     }
 
     /// The served model's name.

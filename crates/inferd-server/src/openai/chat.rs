@@ -131,6 +131,10 @@ fn render(
     open: &str,
 ) -> Result<Vec<u32>, ApiError> {
     let mut messages = prepare_messages(chat.messages.as_ref())?;
+    // The messages' text alone may already be past any context: refuse before rendering.
+    state
+        .check_text_bytes(text_bytes(&messages))
+        .map_err(|e| e.with_param("messages"))?;
     let ctx_meta = ctx.map(ContextMeta::of);
     if let Some(Value::Array(before)) = ctx_meta.as_ref().and_then(|m| m.messages.clone()) {
         let mut all = before;
@@ -223,6 +227,21 @@ fn render_template(template: &ChatTemplate, input: &ChatInput) -> Result<String,
 /// Checks the OpenAI message list and rewrites it into what chat templates expect:
 /// text-part arrays become one string, `developer` becomes `system`, and tool-call
 /// arguments given as JSON strings become objects.
+/// Bytes of the strings in `v` (message text), walked without recursion.
+fn text_bytes(v: &Value) -> usize {
+    let mut n = 0;
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::String(s) => n += s.len(),
+            Value::Array(a) => stack.extend(a),
+            Value::Object(m) => stack.extend(m.values()),
+            _ => {}
+        }
+    }
+    n
+}
+
 /// Message roles a chat may hold (`developer` is read as `system`).
 const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 

@@ -6,6 +6,7 @@ mod common;
 mod completions;
 mod errors;
 mod hostile;
+mod hostile_fields;
 mod memory;
 mod ops;
 mod structured;

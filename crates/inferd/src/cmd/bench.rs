@@ -47,6 +47,25 @@ enum Workload {
     Compare(CompareArgs),
     /// SVG plots from JSON reports: a TTFT CDF, or throughput against agents.
     Plot(PlotArgs),
+    /// Many clients send a seeded mix of valid and hostile requests for a bounded time;
+    /// reports unexpected outcomes (a 5xx, a hang, a broken stream), the server's memory
+    /// over time and the KV blocks still in use once it is idle.
+    Soak(SoakArgs),
+}
+
+#[derive(clap::Args)]
+struct SoakArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Concurrent clients.
+    #[arg(long, short = 'n', default_value_t = 64)]
+    clients: usize,
+    /// How long, in seconds.
+    #[arg(long, default_value_t = 120)]
+    seconds: u64,
+    /// Share of hostile requests (0..1).
+    #[arg(long, default_value_t = 0.3)]
+    invalid: f64,
 }
 
 #[derive(clap::Args)]
@@ -342,6 +361,27 @@ pub fn run(a: Args) -> Result<()> {
                 let (client, pb) = connect(&s.common).await?;
                 let report = run_stall(&client, &cfg, &pb).await;
                 finish(&s.common, pb, report)
+            }
+            Workload::Soak(x) => {
+                let cfg = inferd_bench::SoakConfig {
+                    clients: x.clients,
+                    duration_s: x.seconds,
+                    invalid_share: x.invalid,
+                    sample_every_s: 5.0,
+                    seed: x.common.seed,
+                };
+                let (client, pb) = connect(&x.common).await?;
+                pb.finish_and_clear();
+                let report = inferd_bench::run_soak(&client, &cfg).await?;
+                print!("{}", report.table());
+                if let Some(out) = &x.common.out {
+                    std::fs::write(out, serde_json::to_string_pretty(&report)?)?;
+                    println!("  report written to {}", out.display());
+                }
+                if report.errors > 0 {
+                    bail!("{} requests had unexpected outcomes", report.errors);
+                }
+                Ok(())
             }
             Workload::Arrivals(x) => {
                 let cfg = ArrivalsConfig {
