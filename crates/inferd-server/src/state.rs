@@ -10,6 +10,27 @@ use crate::config::ServerConfig;
 use crate::error::ApiError;
 use crate::work::Workers;
 
+/// Texts longer than this are counted piece by piece before they are tokenized whole.
+const COUNT_FIRST_BYTES: usize = 256 << 10;
+/// The pieces' length.
+const COUNT_PIECE_BYTES: usize = 64 << 10;
+
+/// Where a piece of about `max` bytes of `s` ends: before the last whitespace within it,
+/// else at a character boundary; all of `s` when it is short.
+fn piece_end(s: &str, max: usize) -> usize {
+    if s.len() <= max {
+        return s.len();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    match s[..end].rfind(char::is_whitespace) {
+        Some(i) if i > 0 => i,
+        _ => end,
+    }
+}
+
 /// Texts at least this long hand freed memory back after tokenizing.
 const TRIM_AFTER_BYTES: usize = 1 << 20;
 
@@ -65,6 +86,9 @@ impl AppState {
     /// byte), and memory that tokenizing a large text took is handed back to the system.
     pub fn encode(&self, text: &str, special: bool) -> Result<Vec<u32>, ApiError> {
         self.check_text_bytes(text.len())?;
+        if text.len() > COUNT_FIRST_BYTES {
+            self.count_within_context(text)?;
+        }
         let tok = &self.engine.tokenizer;
         let ids = tok
             .encode(text, special)
@@ -94,6 +118,36 @@ impl AppState {
         Ok(())
     }
 
+    /// A large text is first counted a piece at a time, and refused as soon as the count
+    /// is past the context, so a text inside the byte bound but far past the context
+    /// never has its whole tokenization in memory. Pieces end before whitespace (where
+    /// the pre-tokenizers split too), so their counts add up to the whole text's within
+    /// a few tokens a piece; that much slack is allowed.
+    fn count_within_context(&self, text: &str) -> Result<(), ApiError> {
+        let tok = &self.engine.tokenizer;
+        let max_context = self.engine.info.max_context;
+        let (mut counted, mut pieces, mut rest) = (0usize, 0usize, text);
+        while !rest.is_empty() {
+            let cut = piece_end(rest, COUNT_PIECE_BYTES);
+            counted += tok
+                .encode(&rest[..cut], false)
+                .map_err(|e| ApiError::internal(format!("tokenizing failed: {e}")))?
+                .len();
+            pieces += 1;
+            rest = &rest[cut..];
+            if counted > max_context + 4 * pieces {
+                return Err(ApiError::bad_request(format!(
+                    "This model's maximum context length is {max_context} tokens; the prompt \
+                     has more than {counted} tokens in its first {} bytes (of {}).",
+                    text.len() - rest.len(),
+                    text.len()
+                ))
+                .with_code("context_length_exceeded"));
+            }
+        }
+        Ok(())
+    }
+
     /// The served model's name.
     pub fn model_name(&self) -> &str {
         &self.engine.info.name
@@ -119,5 +173,26 @@ impl AppState {
             );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::piece_end;
+
+    #[test]
+    fn pieces_end_before_whitespace_or_at_a_char_boundary() {
+        assert_eq!(piece_end("short", 64), 5);
+        assert_eq!(piece_end("aaaa bbbb cccc", 11), 9);
+        assert_eq!(piece_end("ééééé", 5), 4);
+        assert_eq!(piece_end("xxxxxxxx", 3), 3);
+        // Every piece is a valid, non-empty prefix.
+        let text = "word ".repeat(1000) + &"é".repeat(500);
+        let mut rest = &text[..];
+        while !rest.is_empty() {
+            let cut = piece_end(rest, 97);
+            assert!(cut > 0 && rest.is_char_boundary(cut));
+            rest = &rest[cut..];
+        }
     }
 }

@@ -267,3 +267,24 @@ mod connections {
         assert!(closed, "an idle kept-alive connection stayed open");
     }
 }
+
+#[test]
+fn a_prompt_inside_the_byte_bound_is_counted_in_pieces_and_stopped_early() {
+    let Some(s) = server() else { return };
+    let bound = s.engine.info.max_context * s.engine.tokenizer.max_token_bytes() * 4;
+    // Past the 256 KiB at which counting starts, inside the byte bound: ordinary words,
+    // far more tokens than the context holds.
+    let bytes = (bound - 1).min(1 << 20);
+    assert!(bytes > 300 << 10, "bound {bound}");
+    let text = "lorem ipsum dolor sit amet ".repeat(bytes / 27);
+    let e = post(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt": text, "max_tokens": 1}),
+    )
+    .error(400);
+    assert_eq!(e["code"], "context_length_exceeded", "{e}");
+    let msg = e["message"].as_str().unwrap();
+    assert!(msg.contains("tokens in its first"), "{msg}");
+    alive(s.addr);
+}
