@@ -48,7 +48,7 @@
 //! | 413    | body over the limit (default 4 MiB; code `request_too_large`); a context too large for the KV budget (code `context_too_large`) |
 //! | 429    | the engine's queue is full (code `queue_full`, with `Retry-After`)         |
 //! | 500    | the engine failed during generation (in a stream: an error event, then `[DONE]`) |
-//! | 503    | the engine is draining (requests on connections open before it) or stopped; a prompt that cannot fit beside the pinned contexts (code `kv_cache_pinned`); not admitted within the queue timeout (code `queue_timeout`, with `Retry-After`) |
+//! | 503    | the engine is draining (a request read before the stop, handed to it after) or stopped; a prompt that cannot fit beside the pinned contexts (code `kv_cache_pinned`); not admitted within the queue timeout (code `queue_timeout`, with `Retry-After`) |
 //!
 //! A client that disconnects cancels its request: the response (streamed or not) owns
 //! the engine's request stream, and dropping it frees the request's KV blocks.

@@ -9,8 +9,9 @@
 //! - **Body timeout** (in `extract.rs`): a declared body must arrive whole within
 //!   `body_timeout`, or the request gets 408.
 //! - **Graceful stop.** When `shutdown` resolves the listener closes (new connections are
-//!   refused), the engine drains (requests on open connections get 503), and the loop
-//!   returns once every open connection has finished its response.
+//!   refused), the engine drains (a request read but not yet submitted gets 503), open
+//!   connections finish the response in progress and close, and the loop returns once
+//!   every one has.
 
 use std::future::Future;
 use std::sync::Arc;
