@@ -1,6 +1,6 @@
 //! The engine thread: inbox -> scheduler -> one forward pass -> sampling -> streams.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -393,11 +393,12 @@ impl<B: Backend> Engine<B> {
         &mut self,
         draws: &[(u64, usize, Option<TokenMask>)],
     ) -> Result<Vec<Sampled>, RuntimeError> {
-        // Disjoint borrows of the drawing sequences, in row order.
+        // Disjoint borrows of the drawing sequences, then in row order.
+        let ids: HashSet<u64> = draws.iter().map(|d| d.0).collect();
         let mut seqs: HashMap<u64, &mut Seq> = self
             .seqs
             .iter_mut()
-            .filter(|(id, _)| draws.iter().any(|d| d.0 == **id))
+            .filter(|(id, _)| ids.contains(id))
             .map(|(&id, s)| (id, s))
             .collect();
         let mut rows = Vec::with_capacity(draws.len());
@@ -417,7 +418,7 @@ impl<B: Backend> Engine<B> {
         &mut self,
         out: &SchedulerOutput,
         batch: &ForwardBatch,
-    ) -> Result<bool, RuntimeError> {
+    ) -> Result<(), RuntimeError> {
         let constrained: Vec<u64> = out
             .chunks
             .iter()
@@ -432,7 +433,8 @@ impl<B: Backend> Engine<B> {
         if constrained.is_empty() {
             return self
                 .model
-                .forward_in(&mut self.ws, &mut self.kv, &self.layout, batch);
+                .forward_in(&mut self.ws, &mut self.kv, &self.layout, batch)
+                .map(|_| ());
         }
         let seqs = &mut self.seqs;
         let (model, ws, kv, layout) = (&self.model, &mut self.ws, &mut self.kv, &self.layout);
@@ -454,7 +456,7 @@ impl<B: Backend> Engine<B> {
                 let _ = h.join();
             }
             metrics::histogram!(names::MASK_WAIT).record(waited.elapsed().as_secs_f64());
-            result
+            result.map(|_| ())
         })
     }
 

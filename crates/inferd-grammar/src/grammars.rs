@@ -38,12 +38,6 @@ impl Grammars {
         })
     }
 
-    /// The same, holding schemas to other limits.
-    pub fn with_limits(mut self, limits: SchemaLimits) -> Self {
-        self.limits = limits;
-        self
-    }
-
     /// A fresh constraint for one reply; an error says what is wrong with the format.
     /// The first mask is computed here, so a grammar that fails only once used (one that
     /// admits nothing) fails now, before the request is answered.

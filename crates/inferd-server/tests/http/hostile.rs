@@ -14,6 +14,23 @@ fn object_with(n: usize) -> Value {
     json!({"type": "object", "properties": props})
 }
 
+/// A chat whose reply is held to `schema` (`strict` as given).
+fn schema_chat(
+    addr: std::net::SocketAddr,
+    schema: &Value,
+    strict: bool,
+    stream: bool,
+) -> crate::common::Resp {
+    post(
+        addr,
+        CHAT,
+        &json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+            "stream": stream, "max_tokens": 2,
+            "response_format": {"type": "json_schema",
+                "json_schema": {"name": "x", "strict": strict, "schema": schema}}}),
+    )
+}
+
 fn alive(addr: std::net::SocketAddr) {
     assert_eq!(get(addr, "/health").status, 200, "the server went down");
 }
@@ -25,15 +42,7 @@ fn huge_schemas_are_400_and_the_server_lives() {
     // process; in `response_format`, in a tool, streamed or not.
     let schema = object_with(7000);
     for stream in [false, true] {
-        let r = post(
-            s.addr,
-            CHAT,
-            &json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
-                "stream": stream, "max_tokens": 2,
-                "response_format": {"type": "json_schema",
-                    "json_schema": {"name": "big", "strict": true, "schema": schema}}}),
-        );
-        let e = r.error(400);
+        let e = schema_chat(s.addr, &schema, true, stream).error(400);
         assert_eq!(e["code"], "invalid_schema", "{e}");
         assert_eq!(e["param"], "response_format.json_schema.schema", "{e}");
         assert!(
@@ -56,16 +65,8 @@ fn unenforceable_schemas_are_400_without_internals() {
         object_with(1500),
     ] {
         for stream in [false, true] {
-            let r = post(
-                s.addr,
-                CHAT,
-                &json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
-                    "stream": stream, "max_tokens": 2,
-                    "response_format": {"type": "json_schema",
-                        "json_schema": {"name": "x", "schema": schema}}}),
-            );
             // Never 200 and then an error, never 500.
-            let e = r.error(400);
+            let e = schema_chat(s.addr, &schema, false, stream).error(400);
             assert_eq!(e["code"], "invalid_schema", "{schema}: {e}");
             let msg = e["message"].as_str().unwrap();
             for leak in ["<state>", "<grammar>", "Parser:", "\n"] {
