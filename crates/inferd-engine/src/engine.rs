@@ -149,7 +149,7 @@ pub fn start<B: Backend + 'static>(
 fn kv_dtype_name(d: KvDtype) -> &'static str {
     match d {
         KvDtype::F32 => "f32",
-        KvDtype::F16 => "f16",
+        KvDtype::Bf16 => "bf16",
         KvDtype::Q8 => "q8",
     }
 }

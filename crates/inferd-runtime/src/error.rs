@@ -14,6 +14,9 @@ pub enum RuntimeError {
     BadBatch(String),
     #[error("KV cache: {0}")]
     Kv(String),
+    /// A GPU (or its driver or libraries) failed or is missing.
+    #[error("device: {0}")]
+    Device(String),
     #[error("{0}")]
     Other(String),
 }

@@ -1,7 +1,7 @@
 //! inferd-runtime: everything that turns weights and token ids into logits.
 //!
 //! - [`backend`]: the `Backend` boundary (ops that model code is written against once)
-//!   and the CPU implementation. The CUDA backend will sit beside `backend::cpu`.
+//!   with the CPU implementation and, with feature `cuda`, the CUDA one.
 //! - [`kv`]: the paged KV-cache layout (blocks of tokens addressed through block tables).
 //! - [`batch`]: the typed description of one forward pass over many sequences.
 //! - [`model`]: model configs, weight loading with validation, and the decoder
@@ -16,6 +16,8 @@ pub mod kv;
 pub mod model;
 
 pub use backend::cpu::{CpuBackend, CpuConfig};
+#[cfg(feature = "cuda")]
+pub use backend::cuda::{CudaBackend, CudaConfig};
 pub use backend::{Backend, DeviceTensor, Rows, SampleRow};
 pub use batch::{ForwardBatch, SeqChunk};
 pub use error::RuntimeError;

@@ -7,8 +7,6 @@ mod common;
 use common::*;
 use inferd_runtime::{Backend, CpuBackend, ForwardBatch, KvDtype, Model, RuntimeError};
 
-const DTYPES: [KvDtype; 2] = [KvDtype::F32, KvDtype::Q8];
-
 fn tiny<B: Backend>(backend: B) -> Model<B> {
     tiny_named(backend, "llama")
 }
@@ -50,7 +48,7 @@ fn copy_block_keeps_attention<B: Backend + Clone>(backend: B) {
     // tiny Qwen2 has a K bias, so its Q8 K rows are stored minus a nonzero offset
     for name in ["llama", "qwen2"] {
         let model = tiny_named(backend.clone(), name);
-        for dtype in DTYPES {
+        for &dtype in profile(&model.backend).kv_dtypes {
             let mut run = Runner::with_dtype(&model, 64, dtype);
             let ids = prompt(10, model.cfg.vocab_size); // blocks of 4: the third holds 2 tokens
             let (_, table) = run.new_seq(11);
@@ -85,7 +83,7 @@ fn export_import_round_trip<B: Backend + Clone>(backend: B) {
     // tiny Qwen2 has a K bias, so its Q8 K rows are stored minus a nonzero offset
     for name in ["llama", "qwen2"] {
         let model = tiny_named(backend.clone(), name);
-        for dtype in DTYPES {
+        for &dtype in profile(&model.backend).kv_dtypes {
             let mut run = Runner::with_dtype(&model, 64, dtype);
             let ids = prompt(14, model.cfg.vocab_size);
             let (_, table) = run.new_seq(15);
@@ -133,7 +131,7 @@ fn is_kv_error<T: std::fmt::Debug>(r: inferd_runtime::Result<T>) -> bool {
 /// Wrong lengths and out-of-range blocks are errors, and a refused import writes nothing.
 fn bad_block_calls_error<B: Backend + Clone>(backend: B) {
     let model = tiny(backend);
-    for dtype in DTYPES {
+    for &dtype in profile(&model.backend).kv_dtypes {
         let mut run = Runner::with_dtype(&model, 16, dtype);
         let n = run.layout.block_bytes();
         let blocks = run.layout.num_blocks as u32;
@@ -177,7 +175,7 @@ fn bad_block_calls_error<B: Backend + Clone>(backend: B) {
 /// A K offset of the wrong length or with a non-finite value is refused.
 fn bad_k_offset_errors<B: Backend + Clone>(backend: B) {
     let model = tiny(backend);
-    for dtype in DTYPES {
+    for &dtype in profile(&model.backend).kv_dtypes {
         let l = model.kv_layout(4, 4, dtype);
         let n = l.n_layers * l.n_kv_heads * l.head_dim;
         let b = &model.backend;
@@ -197,6 +195,10 @@ fn bad_k_offset_errors<B: Backend + Clone>(backend: B) {
 /// after subtracting the model's K offset from K (tiny Qwen2 has a K bias, so a nonzero
 /// offset; tiny Llama none).
 fn q8_rows_within_half_step<B: Backend + Clone>(backend: B) {
+    if !profile(&backend).kv_dtypes.contains(&KvDtype::Q8) {
+        eprintln!("note: {} stores no Q8 KV", backend.name());
+        return;
+    }
     for name in ["llama", "qwen2"] {
         let model = tiny_named(backend.clone(), name);
         let offset = model.k_offset().map(<[f32]>::to_vec);
@@ -295,3 +297,12 @@ macro_rules! backend_tests {
 }
 
 backend_tests!(cpu, CpuBackend::new());
+
+#[cfg(feature = "cuda")]
+backend_tests!(
+    cuda,
+    match cuda() {
+        Some(b) => b,
+        None => return,
+    }
+);

@@ -233,3 +233,12 @@ macro_rules! backend_tests {
 }
 
 backend_tests!(cpu, CpuBackend::new());
+
+#[cfg(feature = "cuda")]
+backend_tests!(
+    cuda,
+    match cuda() {
+        Some(b) => b,
+        None => return,
+    }
+);

@@ -25,6 +25,8 @@
 //! - Ops are deterministic for the same inputs and batch composition.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 use std::sync::Arc;
 

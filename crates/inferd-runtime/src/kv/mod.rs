@@ -48,8 +48,8 @@ pub mod q8;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KvDtype {
     F32,
-    /// Not implemented by the CPU backend (`alloc_kv` refuses it).
-    F16,
+    /// bf16 values, the CUDA backend's default (the CPU backend refuses it in `alloc_kv`).
+    Bf16,
     /// i8 values with one f32 scale per (token, kv head) row, for K and V separately:
     /// `x ≈ q · scale`, `scale = max|x| / 127` (symmetric, see [`q8`]); K rows are
     /// stored minus the model's K offset (see the module docs).
@@ -61,7 +61,7 @@ impl KvDtype {
     pub fn bytes(self) -> usize {
         match self {
             KvDtype::F32 => 4,
-            KvDtype::F16 => 2,
+            KvDtype::Bf16 => 2,
             KvDtype::Q8 => 1,
         }
     }
@@ -71,7 +71,7 @@ impl KvDtype {
     pub fn row_scale_bytes(self) -> usize {
         match self {
             KvDtype::Q8 => 4,
-            KvDtype::F32 | KvDtype::F16 => 0,
+            KvDtype::F32 | KvDtype::Bf16 => 0,
         }
     }
 
@@ -80,11 +80,11 @@ impl KvDtype {
         head_dim * self.bytes() + self.row_scale_bytes()
     }
 
-    /// Lowercase name (`f32`, `f16`, `q8`), for logs and file headers.
+    /// Lowercase name (`f32`, `bf16`, `q8`), for logs and file headers.
     pub fn name(self) -> &'static str {
         match self {
             KvDtype::F32 => "f32",
-            KvDtype::F16 => "f16",
+            KvDtype::Bf16 => "bf16",
             KvDtype::Q8 => "q8",
         }
     }
@@ -134,9 +134,9 @@ impl KvLayout {
     ///
     /// ```text
     /// for layer in 0..n_layers:
-    ///     K values  [n_kv_heads, block_size, head_dim]  f32 (F32) | i8 (Q8, of k - c)
+    ///     K values  [n_kv_heads, block_size, head_dim]  f32 (F32) | bf16 (Bf16) | i8 (Q8, of k - c)
     ///     K scales  [n_kv_heads, block_size]            f32, Q8 only
-    ///     V values  [n_kv_heads, block_size, head_dim]  f32 (F32) | i8 (Q8)
+    ///     V values  [n_kv_heads, block_size, head_dim]  f32 (F32) | bf16 (Bf16) | i8 (Q8)
     ///     V scales  [n_kv_heads, block_size]            f32, Q8 only
     /// ```
     ///
@@ -164,6 +164,23 @@ impl KvLayout {
     #[inline]
     pub fn row(&self, block: usize, head: usize, slot: usize) -> usize {
         (block * self.n_kv_heads + head) * self.block_size + slot
+    }
+
+    /// Checks a K offset for this layout (`Backend::alloc_kv`'s contract):
+    /// `[n_layers, n_kv_heads, head_dim]` finite values, or none.
+    pub fn check_k_offset(&self, k_offset: Option<&[f32]>) -> crate::Result<()> {
+        let Some(c) = k_offset else { return Ok(()) };
+        let want = self.n_layers * self.n_kv_heads * self.head_dim;
+        if c.len() != want {
+            return Err(crate::RuntimeError::Kv(format!(
+                "the K offset has {} values, not n_layers × n_kv_heads × head_dim = {want}",
+                c.len()
+            )));
+        }
+        if !c.iter().all(|x| x.is_finite()) {
+            return Err(crate::RuntimeError::Kv("the K offset is not finite".into()));
+        }
+        Ok(())
     }
 
     /// The largest pool that fits `bytes`.

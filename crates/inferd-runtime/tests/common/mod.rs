@@ -129,3 +129,49 @@ pub fn real_model(dir: &str, file: &str) -> Option<PathBuf> {
     );
     None
 }
+
+/// What a backend's results are held to in the shared test bodies.
+#[derive(Clone, Copy, Debug)]
+pub struct Profile {
+    /// |Δlogit| against an f32 reference (transformers in float32 on the same weights).
+    pub logit_tol: f32,
+    /// |Δlogit| of one sequence alone against it inside a batch, or prefilled in chunks.
+    pub batch_tol: f32,
+    /// KV dtypes the backend stores.
+    pub kv_dtypes: &'static [KvDtype],
+}
+
+/// The CPU computes in f32 (summation order aside); the CUDA backend rounds weights
+/// and matrix-product inputs to bf16 (8 significant bits), so its logits move by a few
+/// hundredths, and one row's bf16 rounding may differ between batch shapes.
+pub fn profile<B: Backend>(b: &B) -> Profile {
+    match b.name() {
+        "cuda" => Profile {
+            logit_tol: 0.15,
+            batch_tol: 0.1,
+            kv_dtypes: &[KvDtype::F32, KvDtype::Bf16],
+        },
+        _ => Profile {
+            logit_tol: 2e-3,
+            batch_tol: 1e-4,
+            kv_dtypes: &[KvDtype::F32, KvDtype::Q8],
+        },
+    }
+}
+
+/// The CUDA backend on device 0, or `None` (with a note) on a machine without a usable
+/// GPU; with `INFERD_REQUIRE_GPU=1` that fails instead. Test macros call it as
+/// `match cuda() { Some(b) => b, None => return }`.
+#[cfg(feature = "cuda")]
+pub fn cuda() -> Option<inferd_runtime::CudaBackend> {
+    match inferd_runtime::CudaBackend::new(Default::default()) {
+        Ok(b) => Some(b),
+        Err(e) if std::env::var("INFERD_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+            panic!("INFERD_REQUIRE_GPU=1 but: {e}")
+        }
+        Err(e) => {
+            eprintln!("note: no GPU, skipping: {e}");
+            None
+        }
+    }
+}

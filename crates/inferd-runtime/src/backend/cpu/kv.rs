@@ -34,8 +34,8 @@ impl KvPlane {
                 scale: vec![0.0; l.layer_rows()],
                 offset: offset.map(<[f32]>::to_vec),
             }),
-            KvDtype::F16 => Err(RuntimeError::Kv(
-                "the CPU backend stores KV as f32 or q8, not f16".into(),
+            KvDtype::Bf16 => Err(RuntimeError::Kv(
+                "the CPU backend stores KV as f32 or q8, not bf16".into(),
             )),
         }
     }
@@ -163,18 +163,7 @@ impl CpuKv {
     /// (see [`crate::Backend::alloc_kv`]); F32 ignores it.
     pub fn new(layout: &KvLayout, k_offset: Option<&[f32]>) -> Result<CpuKv> {
         let per_layer = layout.n_kv_heads * layout.head_dim;
-        if let Some(c) = k_offset {
-            if c.len() != layout.n_layers * per_layer {
-                return Err(RuntimeError::Kv(format!(
-                    "the K offset has {} values, not n_layers × n_kv_heads × head_dim = {}",
-                    c.len(),
-                    layout.n_layers * per_layer
-                )));
-            }
-            if !c.iter().all(|x| x.is_finite()) {
-                return Err(RuntimeError::Kv("the K offset is not finite".into()));
-            }
-        }
+        layout.check_k_offset(k_offset)?;
         let k = (0..layout.n_layers)
             .map(|l| KvPlane::zeros(layout, k_offset.map(|c| &c[l * per_layer..][..per_layer])))
             .collect::<Result<Vec<_>>>()?;

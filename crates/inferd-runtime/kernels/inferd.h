@@ -1,0 +1,84 @@
+// The C ABI between inferd's CUDA backend (Rust, src/backend/cuda/ffi.rs) and its
+// kernels. Every function returns a cudaError_t as int (0 = success) and queues its
+// work on `stream` (asynchronous unless it says otherwise). Device pointers are plain
+// pointers; activations are row-major. Keep this file and ffi.rs in step.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+extern "C" {
+// ---- runtime.cu: devices, memory, streams
+int ifd_device_count(int* n);
+int ifd_set_device(int dev);
+// name: NUL-terminated, at most `len` bytes with the NUL.
+int ifd_device_info(int dev, char* name, int len, int* major, int* minor, int* sms,
+                    size_t* total_bytes);
+int ifd_mem_info(size_t* free_bytes, size_t* total_bytes);
+int ifd_stream_create(void** stream);
+int ifd_stream_destroy(void* stream);
+// Blocks until the stream's work is done; its first error.
+int ifd_stream_sync(void* stream);
+int ifd_malloc(void** ptr, size_t bytes);
+int ifd_free(void* ptr);
+int ifd_host_alloc(void** ptr, size_t bytes);
+int ifd_host_free(void* ptr);
+// Any direction (unified addressing); pageable host memory is staged by the driver.
+int ifd_copy(void* dst, const void* src, size_t bytes, void* stream);
+int ifd_memset(void* ptr, int value, size_t bytes, void* stream);
+// The error of the last launch on this thread (and clears it).
+int ifd_last_error();
+const char* ifd_error_string(int err);
+
+// ---- elementwise.cu
+// out[t, :] = table[tokens[t], :]   table bf16 [vocab, cols] -> out f32 [n, cols]
+int ifd_embed(const void* table, const int32_t* tokens, int n, int cols, float* out,
+              void* stream);
+// out = silu(gate) * up   f32 [n] x2 -> bf16 [n]
+int ifd_silu_mul(const float* gate, const float* up, size_t n, void* out, void* stream);
+// x += y   f32 [n]
+int ifd_add(float* x, const float* y, size_t n, void* stream);
+// out[r, c] = x[r, col0 + c]   x f32 [rows, x_cols] -> out f32 [rows, width]
+int ifd_copy_cols(const float* x, int rows, int x_cols, int col0, int width, float* out,
+                  void* stream);
+// out[i, :] = x[idx[i], :]   x f32 [*, cols] -> out f32 [n, cols]
+int ifd_gather_rows(const float* x, const int32_t* idx, int n, int cols, float* out,
+                    void* stream);
+
+// ---- norm.cu: RMSNorm x / sqrt(mean(x^2) + eps) * w
+// x f32 [rows, cols], w f32 [cols] -> out bf16 [rows, cols]
+int ifd_rms_norm(const float* x, const float* w, int rows, int cols, float eps, void* out,
+                 void* stream);
+// x += y, then out = rms_norm(x)   x, y f32 [rows, cols] -> out bf16 [rows, cols]
+int ifd_add_rms_norm(float* x, const float* y, const float* w, int rows, int cols, float eps,
+                     void* out, void* stream);
+// In place, every head_dim slice of x f32 [slices, head_dim], w f32 [head_dim].
+int ifd_head_rms_norm(float* x, const float* w, int slices, int head_dim, float eps,
+                      void* stream);
+
+// ---- rope.cu: rotates the first 2*half dims of every head of x f32 [rows, cols] by
+// the angle tables cos/sin f32 [max_pos, half] at positions pos [rows]; neox pairs
+// (i, i + half), else (2i, 2i + 1).
+int ifd_rope(float* x, int rows, int cols, int head_dim, int half, int neox,
+             const int32_t* pos, const float* cos_tab, const float* sin_tab, void* stream);
+
+// ---- attention.cu: paged KV, per layer K and V [num_blocks, n_kv, block_size, head_dim]
+// of f32 (kv_bf16 = 0) or bf16 (kv_bf16 = 1).
+struct IfdPaged {
+  void* k;            // this layer's K plane
+  void* v;            // this layer's V plane
+  int kv_bf16;
+  int n_kv_heads;
+  int block_size;
+  int head_dim;
+};
+// Stores K/V rows of the pass: token t goes to physical slot slot[t] = block * block_size
+// + offset.  k, v f32 [n, n_kv_heads * head_dim]
+int ifd_kv_append(IfdPaged kv, const float* k, const float* v, const int32_t* slot, int n,
+                  void* stream);
+// Causal GQA attention of every token over its sequence's positions 0..=pos[t]:
+// q f32 [n, n_heads * head_dim] -> out bf16 [n, n_heads * head_dim]. Token t belongs to
+// sequence seq[t], whose block table is bt[bt_off[seq[t]] ..].
+int ifd_attention(IfdPaged kv, const float* q, int n, int n_heads, float scale,
+                  const int32_t* seq, const int32_t* pos, const int32_t* bt_off,
+                  const int32_t* bt, void* out, void* stream);
+}

@@ -1,0 +1,76 @@
+// Devices, memory and streams through the CUDA runtime (linked statically: it loads the
+// driver at first use, so a binary with these in it starts on a machine with no GPU).
+#include <cstring>
+
+#include "common.cuh"
+
+extern "C" {
+
+int ifd_device_count(int* n) {
+  *n = 0;
+  return static_cast<int>(cudaGetDeviceCount(n));
+}
+
+int ifd_set_device(int dev) { return static_cast<int>(cudaSetDevice(dev)); }
+
+int ifd_device_info(int dev, char* name, int len, int* major, int* minor, int* sms,
+                    size_t* total_bytes) {
+  cudaDeviceProp p;
+  cudaError_t e = cudaGetDeviceProperties(&p, dev);
+  if (e != cudaSuccess) return static_cast<int>(e);
+  if (len > 0) {
+    std::strncpy(name, p.name, static_cast<size_t>(len) - 1);
+    name[len - 1] = 0;
+  }
+  *major = p.major;
+  *minor = p.minor;
+  *sms = p.multiProcessorCount;
+  *total_bytes = p.totalGlobalMem;
+  return 0;
+}
+
+int ifd_mem_info(size_t* free_bytes, size_t* total_bytes) {
+  return static_cast<int>(cudaMemGetInfo(free_bytes, total_bytes));
+}
+
+int ifd_stream_create(void** stream) {
+  return static_cast<int>(
+      cudaStreamCreateWithFlags(reinterpret_cast<cudaStream_t*>(stream), cudaStreamNonBlocking));
+}
+
+int ifd_stream_destroy(void* stream) {
+  return static_cast<int>(cudaStreamDestroy(ifd::as_stream(stream)));
+}
+
+int ifd_stream_sync(void* stream) {
+  return static_cast<int>(cudaStreamSynchronize(ifd::as_stream(stream)));
+}
+
+int ifd_malloc(void** ptr, size_t bytes) { return static_cast<int>(cudaMalloc(ptr, bytes)); }
+
+int ifd_free(void* ptr) { return static_cast<int>(cudaFree(ptr)); }
+
+int ifd_host_alloc(void** ptr, size_t bytes) {
+  return static_cast<int>(cudaHostAlloc(ptr, bytes, cudaHostAllocDefault));
+}
+
+int ifd_host_free(void* ptr) { return static_cast<int>(cudaFreeHost(ptr)); }
+
+int ifd_copy(void* dst, const void* src, size_t bytes, void* stream) {
+  if (bytes == 0) return 0;
+  return static_cast<int>(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ifd::as_stream(stream)));
+}
+
+int ifd_memset(void* ptr, int value, size_t bytes, void* stream) {
+  if (bytes == 0) return 0;
+  return static_cast<int>(cudaMemsetAsync(ptr, value, bytes, ifd::as_stream(stream)));
+}
+
+int ifd_last_error() { return static_cast<int>(cudaGetLastError()); }
+
+const char* ifd_error_string(int err) {
+  return cudaGetErrorString(static_cast<cudaError_t>(err));
+}
+
+}  // extern "C"

@@ -1,0 +1,162 @@
+//! The C ABI of `kernels/inferd.h` (keep the two in step). Every function returns a
+//! `cudaError_t` (0 = success) and queues its work on the given stream.
+
+#![allow(dead_code)]
+
+use std::ffi::{c_char, c_int, c_void};
+
+pub type Stream = *mut c_void;
+
+/// One layer's paged K/V planes, `[num_blocks, n_kv_heads, block_size, head_dim]` each.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct IfdPaged {
+    pub k: *mut c_void,
+    pub v: *mut c_void,
+    pub kv_bf16: c_int,
+    pub n_kv_heads: c_int,
+    pub block_size: c_int,
+    pub head_dim: c_int,
+}
+
+extern "C" {
+    pub fn ifd_device_count(n: *mut c_int) -> c_int;
+    pub fn ifd_set_device(dev: c_int) -> c_int;
+    pub fn ifd_device_info(
+        dev: c_int,
+        name: *mut c_char,
+        len: c_int,
+        major: *mut c_int,
+        minor: *mut c_int,
+        sms: *mut c_int,
+        total_bytes: *mut usize,
+    ) -> c_int;
+    pub fn ifd_mem_info(free_bytes: *mut usize, total_bytes: *mut usize) -> c_int;
+    pub fn ifd_stream_create(stream: *mut Stream) -> c_int;
+    pub fn ifd_stream_destroy(stream: Stream) -> c_int;
+    pub fn ifd_stream_sync(stream: Stream) -> c_int;
+    pub fn ifd_malloc(ptr: *mut *mut c_void, bytes: usize) -> c_int;
+    pub fn ifd_free(ptr: *mut c_void) -> c_int;
+    pub fn ifd_host_alloc(ptr: *mut *mut c_void, bytes: usize) -> c_int;
+    pub fn ifd_host_free(ptr: *mut c_void) -> c_int;
+    pub fn ifd_copy(dst: *mut c_void, src: *const c_void, bytes: usize, stream: Stream) -> c_int;
+    pub fn ifd_memset(ptr: *mut c_void, value: c_int, bytes: usize, stream: Stream) -> c_int;
+    pub fn ifd_last_error() -> c_int;
+    pub fn ifd_error_string(err: c_int) -> *const c_char;
+
+    pub fn ifd_embed(
+        table: *const c_void,
+        tokens: *const i32,
+        n: c_int,
+        cols: c_int,
+        out: *mut f32,
+        stream: Stream,
+    ) -> c_int;
+    pub fn ifd_silu_mul(
+        gate: *const f32,
+        up: *const f32,
+        n: usize,
+        out: *mut c_void,
+        stream: Stream,
+    ) -> c_int;
+    pub fn ifd_add(x: *mut f32, y: *const f32, n: usize, stream: Stream) -> c_int;
+    pub fn ifd_copy_cols(
+        x: *const f32,
+        rows: c_int,
+        x_cols: c_int,
+        col0: c_int,
+        width: c_int,
+        out: *mut f32,
+        stream: Stream,
+    ) -> c_int;
+    pub fn ifd_gather_rows(
+        x: *const f32,
+        idx: *const i32,
+        n: c_int,
+        cols: c_int,
+        out: *mut f32,
+        stream: Stream,
+    ) -> c_int;
+    pub fn ifd_rms_norm(
+        x: *const f32,
+        w: *const f32,
+        rows: c_int,
+        cols: c_int,
+        eps: f32,
+        out: *mut c_void,
+        stream: Stream,
+    ) -> c_int;
+    pub fn ifd_add_rms_norm(
+        x: *mut f32,
+        y: *const f32,
+        w: *const f32,
+        rows: c_int,
+        cols: c_int,
+        eps: f32,
+        out: *mut c_void,
+        stream: Stream,
+    ) -> c_int;
+    pub fn ifd_head_rms_norm(
+        x: *mut f32,
+        w: *const f32,
+        slices: c_int,
+        head_dim: c_int,
+        eps: f32,
+        stream: Stream,
+    ) -> c_int;
+    #[allow(clippy::too_many_arguments)]
+    pub fn ifd_rope(
+        x: *mut f32,
+        rows: c_int,
+        cols: c_int,
+        head_dim: c_int,
+        half: c_int,
+        neox: c_int,
+        pos: *const i32,
+        cos_tab: *const f32,
+        sin_tab: *const f32,
+        stream: Stream,
+    ) -> c_int;
+    pub fn ifd_kv_append(
+        kv: IfdPaged,
+        k: *const f32,
+        v: *const f32,
+        slot: *const i32,
+        n: c_int,
+        stream: Stream,
+    ) -> c_int;
+    #[allow(clippy::too_many_arguments)]
+    pub fn ifd_attention(
+        kv: IfdPaged,
+        q: *const f32,
+        n: c_int,
+        n_heads: c_int,
+        scale: f32,
+        seq: *const i32,
+        pos: *const i32,
+        bt_off: *const i32,
+        bt: *const i32,
+        out: *mut c_void,
+        stream: Stream,
+    ) -> c_int;
+}
+
+/// The CUDA error's name and text, e.g. "out of memory".
+pub fn error_string(code: c_int) -> String {
+    // SAFETY: cudaGetErrorString returns a static NUL-terminated string for any code.
+    unsafe { std::ffi::CStr::from_ptr(ifd_error_string(code)) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// `Ok` for 0, else a `RuntimeError::Device` naming `what`.
+pub fn check(code: c_int, what: &str) -> crate::Result<()> {
+    if code == 0 {
+        Ok(())
+    } else {
+        Err(crate::RuntimeError::Device(format!(
+            "{what}: CUDA error {code} ({})",
+            error_string(code)
+        )))
+    }
+}

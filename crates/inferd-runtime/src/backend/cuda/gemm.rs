@@ -1,0 +1,199 @@
+//! Dense matrix products through cuBLASLt: `y[n, out] = x[n, in] · W[out, in]ᵀ (+ b)` with
+//! x and W in bf16, f32 accumulation and an f32 result (the bias, f32, fused as the
+//! epilogue). A plan (descriptors and the heuristic's algorithm) is made once per shape
+//! and kept, so a step only launches.
+//!
+//! cuBLASLt is column-major: the row-major `[out, in]` W is its `[in, out]`, transposed
+//! (`op(A) = Wᵀ`, m = out, k = in), and the row-major `[n, in]` x is its `[in, n]`
+//! (n columns), so the column-major `[out, n]` result is the row-major `[n, out]` y.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+
+use cudarc::cublaslt::result as lt;
+use cudarc::cublaslt::sys;
+
+use super::device::{Device, DeviceBuffer};
+use crate::{Result, RuntimeError};
+
+/// cuBLASLt's scratch: the size NVIDIA recommends for Hopper.
+const WORKSPACE_BYTES: usize = 32 << 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Shape {
+    out: usize,
+    n: usize,
+    k: usize,
+    bias: bool,
+}
+
+struct Plan {
+    desc: sys::cublasLtMatmulDesc_t,
+    a: sys::cublasLtMatrixLayout_t,
+    b: sys::cublasLtMatrixLayout_t,
+    d: sys::cublasLtMatrixLayout_t,
+    algo: sys::cublasLtMatmulAlgo_t,
+}
+
+impl Drop for Plan {
+    fn drop(&mut self) {
+        unsafe {
+            let _ = lt::destroy_matrix_layout(self.a);
+            let _ = lt::destroy_matrix_layout(self.b);
+            let _ = lt::destroy_matrix_layout(self.d);
+            let _ = lt::destroy_matmul_desc(self.desc);
+        }
+    }
+}
+
+pub struct Gemm {
+    handle: sys::cublasLtHandle_t,
+    workspace: DeviceBuffer,
+    /// Plans by shape. The lock is held through a launch: a plan's bias pointer is set
+    /// per call.
+    plans: Mutex<HashMap<Shape, Plan>>,
+}
+
+// SAFETY: the handle is used under `plans`' lock only (one launch at a time).
+unsafe impl Send for Gemm {}
+unsafe impl Sync for Gemm {}
+
+fn blas(e: lt::CublasError, what: &str) -> RuntimeError {
+    RuntimeError::Device(format!("cuBLASLt {what}: {e}"))
+}
+
+impl Gemm {
+    pub fn new(dev: &Arc<Device>) -> Result<Gemm> {
+        if !unsafe { sys::is_culib_present() } {
+            return Err(RuntimeError::Device(
+                "libcublasLt.so (CUDA 13) is not loadable: add the CUDA libraries to LD_LIBRARY_PATH"
+                    .into(),
+            ));
+        }
+        let handle = lt::create_handle().map_err(|e| blas(e, "create"))?;
+        let workspace = dev.alloc(WORKSPACE_BYTES)?;
+        Ok(Gemm {
+            handle,
+            workspace,
+            plans: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn plan(&self, s: Shape) -> Result<Plan> {
+        use sys::cublasLtMatmulDescAttributes_t as A;
+        use sys::cudaDataType_t::{CUDA_R_16BF, CUDA_R_32F};
+        unsafe {
+            let desc =
+                lt::create_matmul_desc(sys::cublasComputeType_t::CUBLAS_COMPUTE_32F, CUDA_R_32F)
+                    .map_err(|e| blas(e, "descriptor"))?;
+            let set = |attr: A, v: &i32| {
+                lt::set_matmul_desc_attribute(desc, attr, (v as *const i32).cast(), 4)
+                    .map_err(|e| blas(e, "attribute"))
+            };
+            set(A::CUBLASLT_MATMUL_DESC_TRANSA, &1)?; // T
+            set(A::CUBLASLT_MATMUL_DESC_TRANSB, &0)?; // N
+            if s.bias {
+                let epi = sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS as i32;
+                set(A::CUBLASLT_MATMUL_DESC_EPILOGUE, &epi)?;
+            }
+            let layout = |t, rows: usize, cols: usize, ld: usize| {
+                lt::create_matrix_layout(t, rows as u64, cols as u64, ld as i64)
+                    .map_err(|e| blas(e, "layout"))
+            };
+            let a = layout(CUDA_R_16BF, s.k, s.out, s.k)?; // W: [in, out] col-major
+            let b = layout(CUDA_R_16BF, s.k, s.n, s.k)?; // x: [in, n]
+            let d = layout(CUDA_R_32F, s.out, s.n, s.out)?; // y: [out, n]
+            let pref = lt::create_matmul_pref().map_err(|e| blas(e, "preference"))?;
+            let ws = WORKSPACE_BYTES as u64;
+            lt::set_matmul_pref_attribute(
+                pref,
+                sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                (&ws as *const u64).cast(),
+                8,
+            )
+            .map_err(|e| blas(e, "preference"))?;
+            let h = lt::get_matmul_algo_heuristic(self.handle, desc, a, b, d, d, pref);
+            let _ = lt::destroy_matmul_pref(pref);
+            let h = h.map_err(|e| blas(e, &format!("no algorithm for {s:?}")))?;
+            Ok(Plan {
+                desc,
+                a,
+                b,
+                d,
+                algo: h.algo,
+            })
+        }
+    }
+
+    /// Queues `y = x · wᵀ (+ bias)`: x bf16 [n, k], w bf16 [out, k], bias f32 [out],
+    /// y f32 [n, out].
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul(
+        &self,
+        dev: &Device,
+        x: *const c_void,
+        w: *const c_void,
+        bias: Option<*const f32>,
+        y: *mut f32,
+        n: usize,
+        k: usize,
+        out: usize,
+    ) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        let s = Shape {
+            out,
+            n,
+            k,
+            bias: bias.is_some(),
+        };
+        let mut plans = self.plans.lock().unwrap();
+        if !plans.contains_key(&s) {
+            let p = self.plan(s)?;
+            plans.insert(s, p);
+        }
+        let p = &plans[&s];
+        let (alpha, beta) = (1f32, 0f32);
+        unsafe {
+            if let Some(b) = bias {
+                lt::set_matmul_desc_attribute(
+                    p.desc,
+                    sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                    (&b as *const *const f32).cast(),
+                    std::mem::size_of::<*const f32>(),
+                )
+                .map_err(|e| blas(e, "bias"))?;
+            }
+            lt::matmul(
+                self.handle,
+                p.desc,
+                (&alpha as *const f32).cast(),
+                (&beta as *const f32).cast(),
+                w,
+                p.a,
+                x,
+                p.b,
+                y as *const c_void,
+                p.d,
+                y.cast(),
+                p.d,
+                &p.algo,
+                self.workspace.ptr(),
+                WORKSPACE_BYTES,
+                dev.stream().cast(),
+            )
+            .map_err(|e| blas(e, "matmul"))
+        }
+    }
+}
+
+impl Drop for Gemm {
+    fn drop(&mut self) {
+        self.plans.lock().unwrap().clear();
+        unsafe {
+            let _ = lt::destroy_handle(self.handle);
+        }
+    }
+}

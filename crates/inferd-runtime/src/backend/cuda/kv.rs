@@ -1,0 +1,128 @@
+//! The paged KV pool on the GPU: per layer one K and one V plane of
+//! `[num_blocks, n_kv_heads, block_size, head_dim]` (the layout of [`crate::kv`]), f32 or
+//! bf16. A block of one plane is contiguous, so a block's image is two copies per layer.
+
+use std::sync::Arc;
+
+use super::device::{Device, DeviceBuffer};
+use super::ffi::IfdPaged;
+use crate::kv::{KvDtype, KvLayout};
+use crate::{Result, RuntimeError};
+
+pub struct CudaKv {
+    pub(super) layout: KvLayout,
+    k: Vec<DeviceBuffer>, // per layer
+    v: Vec<DeviceBuffer>, // per layer
+}
+
+impl CudaKv {
+    pub fn new(dev: &Arc<Device>, layout: &KvLayout) -> Result<CudaKv> {
+        match layout.dtype {
+            KvDtype::F32 | KvDtype::Bf16 => {}
+            d => {
+                return Err(RuntimeError::Kv(format!(
+                    "the CUDA backend stores KV as bf16 or f32, not {}",
+                    d.name()
+                )))
+            }
+        }
+        let bytes = layout.layer_elems() * layout.dtype.bytes();
+        let mut k = Vec::with_capacity(layout.n_layers);
+        let mut v = Vec::with_capacity(layout.n_layers);
+        for _ in 0..layout.n_layers {
+            k.push(dev.alloc_zeroed(bytes)?);
+            v.push(dev.alloc_zeroed(bytes)?);
+        }
+        dev.sync()?;
+        Ok(CudaKv {
+            layout: *layout,
+            k,
+            v,
+        })
+    }
+
+    /// Layer `layer`'s planes as the kernels take them.
+    pub(super) fn paged(&self, layer: usize) -> IfdPaged {
+        IfdPaged {
+            k: self.k[layer].ptr(),
+            v: self.v[layer].ptr(),
+            kv_bf16: (self.layout.dtype == KvDtype::Bf16) as i32,
+            n_kv_heads: self.layout.n_kv_heads as i32,
+            block_size: self.layout.block_size as i32,
+            head_dim: self.layout.head_dim as i32,
+        }
+    }
+
+    /// Bytes of one block of one plane.
+    fn plane_block_bytes(&self) -> usize {
+        self.layout.block_elems() * self.layout.dtype.bytes()
+    }
+
+    fn check_ids(&self, ids: impl Iterator<Item = u32>) -> Result<()> {
+        for b in ids {
+            if b as usize >= self.layout.num_blocks {
+                return Err(RuntimeError::Kv(format!(
+                    "block {b} outside the pool of {}",
+                    self.layout.num_blocks
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn copy_blocks(&mut self, dev: &Device, copies: &[(u32, u32)]) -> Result<()> {
+        self.check_ids(copies.iter().flat_map(|&(s, d)| [s, d]))?;
+        let pb = self.plane_block_bytes();
+        for &(s, d) in copies {
+            if s == d {
+                continue;
+            }
+            let (s, d) = (s as usize * pb, d as usize * pb);
+            for l in 0..self.layout.n_layers {
+                dev.copy_within(&self.k[l], s, &self.k[l], d, pb)?;
+                dev.copy_within(&self.v[l], s, &self.v[l], d, pb)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn export_blocks(&self, dev: &Device, blocks: &[u32], out: &mut [u8]) -> Result<()> {
+        self.check_image(blocks, out.len())?;
+        let pb = self.plane_block_bytes();
+        let mut parts = out.chunks_exact_mut(pb);
+        for &b in blocks {
+            let off = b as usize * pb;
+            for l in 0..self.layout.n_layers {
+                dev.download(&self.k[l], off, parts.next().unwrap())?;
+                dev.download(&self.v[l], off, parts.next().unwrap())?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn import_blocks(&mut self, dev: &Device, blocks: &[u32], data: &[u8]) -> Result<()> {
+        self.check_image(blocks, data.len())?;
+        let pb = self.plane_block_bytes();
+        let mut parts = data.chunks_exact(pb);
+        for &b in blocks {
+            let off = b as usize * pb;
+            for l in 0..self.layout.n_layers {
+                dev.upload(&self.k[l], off, parts.next().unwrap())?;
+                dev.upload(&self.v[l], off, parts.next().unwrap())?;
+            }
+        }
+        dev.sync()
+    }
+
+    fn check_image(&self, blocks: &[u32], len: usize) -> Result<()> {
+        self.check_ids(blocks.iter().copied())?;
+        let want = blocks.len() * self.layout.block_bytes();
+        if len != want {
+            return Err(RuntimeError::Kv(format!(
+                "a block image of {len} bytes for {} blocks ({want} expected)",
+                blocks.len()
+            )));
+        }
+        Ok(())
+    }
+}

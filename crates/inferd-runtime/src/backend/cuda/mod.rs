@@ -1,0 +1,471 @@
+//! The CUDA backend (feature `cuda`): bf16 weights, f32/bf16 activations (see
+//! [`tensor`]), paged bf16 or f32 KV, cuBLASLt matrix products and inferd's own kernels
+//! (`kernels/*.cu`, built by nvcc in build.rs). All work of one backend is queued on one
+//! stream; host reads (`to_host`, `sample`, block export) wait for it.
+//!
+//! The CUDA libraries are loaded at run time: a binary with this backend starts on a
+//! machine without a GPU, and [`CudaBackend::new`] says why it cannot run there.
+//!
+//! Still to come (issue 12): FlashInfer's paged attention, sampling on the device (the
+//! logits rows are read back and drawn by the host sampler for now), CUDA graphs, an 8-bit
+//! KV, pinned staging buffers.
+
+mod batch;
+mod device;
+mod ffi;
+mod gemm;
+mod kv;
+mod tensor;
+mod weight;
+
+use std::ffi::c_int;
+use std::sync::{Arc, Mutex};
+
+use rayon::prelude::*;
+
+pub use batch::CudaBatch;
+pub use device::{device_count, device_info, DeviceInfo};
+pub use kv::CudaKv;
+pub use tensor::{Act, CudaTensor, CudaWeight};
+
+use batch::{BatchPool, RopeTable};
+use device::Device;
+use ffi::check;
+use inferd_core::sampling::Sampled;
+
+use super::{AttnConfig, Backend, RopeConfig, RopeStyle, Rows, SampleRow, SharedSource};
+use crate::batch::ForwardBatch;
+use crate::kv::KvLayout;
+use crate::{Result, RuntimeError};
+
+/// Settings of the CUDA backend.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CudaConfig {
+    /// CUDA device ordinal.
+    pub device: usize,
+}
+
+struct Inner {
+    dev: Arc<Device>,
+    gemm: gemm::Gemm,
+    batches: Arc<BatchPool>,
+    rope: Mutex<Option<Arc<RopeTable>>>,
+    /// Logits read back for host sampling.  // [n_logits, vocab]
+    host_logits: Mutex<Vec<f32>>,
+}
+
+/// A handle to one GPU's backend (cheap to clone: clones share the device and stream).
+#[derive(Clone)]
+pub struct CudaBackend {
+    inner: Arc<Inner>,
+}
+
+impl CudaBackend {
+    /// Opens device `cfg.device`; an error (never a crash) on machines without a usable
+    /// GPU, driver or CUDA libraries.
+    pub fn new(cfg: CudaConfig) -> Result<Self> {
+        let dev = Device::open(cfg.device)?;
+        let gemm = gemm::Gemm::new(&dev)?;
+        Ok(CudaBackend {
+            inner: Arc::new(Inner {
+                dev,
+                gemm,
+                batches: Arc::default(),
+                rope: Mutex::new(None),
+                host_logits: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        &self.inner.dev.info
+    }
+
+    /// Free and total device memory, in bytes.
+    pub fn mem_info(&self) -> Result<(usize, usize)> {
+        self.inner.dev.bind()?;
+        self.inner.dev.mem_info()
+    }
+
+    /// Binds the device to this thread; the stream to queue on.
+    fn stream(&self) -> Result<ffi::Stream> {
+        self.inner.dev.bind()?;
+        Ok(self.inner.dev.stream())
+    }
+}
+
+fn int(v: usize) -> c_int {
+    v as c_int
+}
+
+fn same_shape(a: &CudaTensor, b: &CudaTensor, op: &str) -> Result<()> {
+    if a.rows != b.rows || a.cols != b.cols {
+        return Err(RuntimeError::BadBatch(format!(
+            "{op}: shapes [{}, {}] and [{}, {}] differ",
+            a.rows, a.cols, b.rows, b.cols
+        )));
+    }
+    Ok(())
+}
+
+impl Backend for CudaBackend {
+    type Tensor = CudaTensor;
+    type Weight = CudaWeight;
+    type Kv = CudaKv;
+    type Batch = CudaBatch;
+
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.inner.dev.bind()?;
+        self.inner.dev.sync()
+    }
+
+    fn alloc(&self, capacity: usize) -> Result<CudaTensor> {
+        self.inner.dev.bind()?;
+        let buf = self.inner.dev.alloc(capacity * 4)?;
+        Ok(CudaTensor::new(buf, capacity))
+    }
+
+    fn load_weight(&self, src: &SharedSource, names: &[&str]) -> Result<CudaWeight> {
+        self.inner.dev.bind()?;
+        weight::load(&self.inner.dev, src, names)
+    }
+
+    fn alloc_kv(&self, layout: &KvLayout, k_offset: Option<&[f32]>) -> Result<CudaKv> {
+        // The K offset matters to Q8 pools only, which this backend does not store.
+        layout.check_k_offset(k_offset)?;
+        self.inner.dev.bind()?;
+        CudaKv::new(&self.inner.dev, layout)
+    }
+
+    fn copy_blocks(&self, kv: &mut CudaKv, copies: &[(u32, u32)]) -> Result<()> {
+        self.inner.dev.bind()?;
+        kv.copy_blocks(&self.inner.dev, copies)
+    }
+
+    fn export_blocks(&self, kv: &CudaKv, blocks: &[u32], out: &mut [u8]) -> Result<()> {
+        self.inner.dev.bind()?;
+        kv.export_blocks(&self.inner.dev, blocks, out)
+    }
+
+    fn import_blocks(&self, kv: &mut CudaKv, blocks: &[u32], data: &[u8]) -> Result<()> {
+        self.inner.dev.bind()?;
+        kv.import_blocks(&self.inner.dev, blocks, data)
+    }
+
+    fn prepare_batch(
+        &self,
+        batch: &ForwardBatch,
+        rope: &RopeConfig,
+        kv: &KvLayout,
+    ) -> Result<CudaBatch> {
+        self.inner.dev.bind()?;
+        let i = &self.inner;
+        CudaBatch::new(&i.dev, &i.batches, &i.rope, batch, rope, kv)
+    }
+
+    fn embed(&self, table: &CudaWeight, batch: &CudaBatch, out: &mut CudaTensor) -> Result<()> {
+        let s = self.stream()?;
+        let (buf, _, cols) = table.matrix("embed")?;
+        out.prepare(batch.n_tokens, cols, Act::F32)?; // [n_tokens, hidden]
+        let o = out.f32_ptr("embed")?;
+        check(
+            unsafe {
+                ffi::ifd_embed(
+                    buf.ptr(),
+                    batch.tokens(),
+                    int(batch.n_tokens),
+                    int(cols),
+                    o,
+                    s,
+                )
+            },
+            "embed",
+        )
+    }
+
+    fn rms_norm(
+        &self,
+        x: &CudaTensor,
+        w: &CudaWeight,
+        eps: f32,
+        out: &mut CudaTensor,
+    ) -> Result<()> {
+        let s = self.stream()?;
+        let (wp, _) = w.vector("rms_norm")?;
+        let xp = x.f32_ptr("rms_norm")?;
+        out.prepare(x.rows, x.cols, Act::Bf16)?; // [n, d]
+        let op = out.bf16_ptr("rms_norm")?;
+        check(
+            unsafe { ffi::ifd_rms_norm(xp, wp, int(x.rows), int(x.cols), eps, op, s) },
+            "rms_norm",
+        )
+    }
+
+    fn add_rms_norm(
+        &self,
+        x: &mut CudaTensor,
+        y: &CudaTensor,
+        w: &CudaWeight,
+        eps: f32,
+        out: &mut CudaTensor,
+    ) -> Result<()> {
+        let s = self.stream()?;
+        same_shape(x, y, "add_rms_norm")?;
+        let (wp, _) = w.vector("add_rms_norm")?;
+        let (xp, yp) = (x.f32_ptr("add_rms_norm")?, y.f32_ptr("add_rms_norm")?);
+        out.prepare(x.rows, x.cols, Act::Bf16)?; // [n, d]
+        let op = out.bf16_ptr("add_rms_norm")?;
+        check(
+            unsafe { ffi::ifd_add_rms_norm(xp, yp, wp, int(x.rows), int(x.cols), eps, op, s) },
+            "add_rms_norm",
+        )
+    }
+
+    fn head_rms_norm(
+        &self,
+        x: &mut CudaTensor,
+        w: &CudaWeight,
+        head_dim: usize,
+        eps: f32,
+    ) -> Result<()> {
+        let s = self.stream()?;
+        let (wp, _) = w.vector("head_rms_norm")?;
+        let xp = x.f32_ptr("head_rms_norm")?;
+        let slices = x.len() / head_dim;
+        check(
+            unsafe { ffi::ifd_head_rms_norm(xp, wp, int(slices), int(head_dim), eps, s) },
+            "head_rms_norm",
+        )
+    }
+
+    fn linear(
+        &self,
+        x: &CudaTensor,
+        w: &CudaWeight,
+        bias: Option<&CudaWeight>,
+        _batch: &CudaBatch,
+        _rows: Rows,
+        out: &mut CudaTensor,
+    ) -> Result<()> {
+        // One cuBLASLt algorithm per shape, chosen by the shape alone: a row's result
+        // depends on its own values and the batch size, which fixes the algorithm.
+        let _ = self.stream()?;
+        let (wb, w_out, w_in) = w.matrix("linear")?;
+        if x.cols != w_in {
+            return Err(RuntimeError::BadBatch(format!(
+                "linear: input has {} columns, the weight {w_in}",
+                x.cols
+            )));
+        }
+        let b = bias.map(|b| b.vector("linear bias")).transpose()?;
+        let xp = x.bf16_ptr("linear")?;
+        out.prepare(x.rows, w_out, Act::F32)?; // [n, out]
+        let op = out.f32_ptr("linear")?;
+        self.inner.gemm.matmul(
+            &self.inner.dev,
+            xp,
+            wb.ptr(),
+            b.map(|(p, _)| p),
+            op,
+            x.rows,
+            w_in,
+            w_out,
+        )
+    }
+
+    fn split_cols(&self, x: &CudaTensor, outs: &mut [&mut CudaTensor]) -> Result<()> {
+        let s = self.stream()?;
+        let xp = x.f32_ptr("split_cols")?;
+        let mut col = 0;
+        for o in outs.iter_mut() {
+            let width = o.cols;
+            o.prepare(x.rows, width, Act::F32)?;
+            let op = o.f32_ptr("split_cols")?;
+            check(
+                unsafe {
+                    ffi::ifd_copy_cols(xp, int(x.rows), int(x.cols), int(col), int(width), op, s)
+                },
+                "split_cols",
+            )?;
+            col += width;
+        }
+        if col != x.cols {
+            return Err(RuntimeError::BadBatch(format!(
+                "split_cols: pieces cover {col} of {} columns",
+                x.cols
+            )));
+        }
+        Ok(())
+    }
+
+    fn rope(&self, x: &mut CudaTensor, head_dim: usize, batch: &CudaBatch) -> Result<()> {
+        let s = self.stream()?;
+        let xp = x.f32_ptr("rope")?;
+        let (cos, sin, half) = batch.rope_tables();
+        let neox = (batch.rope_style == RopeStyle::Neox) as c_int;
+        check(
+            unsafe {
+                ffi::ifd_rope(
+                    xp,
+                    int(x.rows),
+                    int(x.cols),
+                    int(head_dim),
+                    int(half),
+                    neox,
+                    batch.pos(),
+                    cos,
+                    sin,
+                    s,
+                )
+            },
+            "rope",
+        )
+    }
+
+    fn attention(
+        &self,
+        q: &CudaTensor,
+        k: &CudaTensor,
+        v: &CudaTensor,
+        kv: &mut CudaKv,
+        layer: usize,
+        batch: &CudaBatch,
+        cfg: &AttnConfig,
+        out: &mut CudaTensor,
+    ) -> Result<()> {
+        let s = self.stream()?;
+        same_shape(k, v, "attention")?;
+        if cfg.head_dim > 256 || cfg.n_heads % cfg.n_kv_heads != 0 {
+            return Err(RuntimeError::BadBatch(format!(
+                "attention: head_dim {} (at most 256) with {} heads over {} KV heads",
+                cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
+            )));
+        }
+        let paged = kv.paged(layer);
+        let (kp, vp, qp) = (
+            k.f32_ptr("attention")?,
+            v.f32_ptr("attention")?,
+            q.f32_ptr("attention")?,
+        );
+        check(
+            unsafe { ffi::ifd_kv_append(paged, kp, vp, batch.slot(), int(k.rows), s) },
+            "kv append",
+        )?;
+        out.prepare(q.rows, q.cols, Act::Bf16)?; // [n, n_heads * head_dim]
+        let op = out.bf16_ptr("attention")?;
+        check(
+            unsafe {
+                ffi::ifd_attention(
+                    paged,
+                    qp,
+                    int(q.rows),
+                    int(cfg.n_heads),
+                    cfg.scale,
+                    batch.seq(),
+                    batch.pos(),
+                    batch.bt_off(),
+                    batch.bt(),
+                    op,
+                    s,
+                )
+            },
+            "attention",
+        )
+    }
+
+    fn silu_mul(&self, gate: &CudaTensor, up: &CudaTensor, out: &mut CudaTensor) -> Result<()> {
+        let s = self.stream()?;
+        same_shape(gate, up, "silu_mul")?;
+        let (g, u) = (gate.f32_ptr("silu_mul")?, up.f32_ptr("silu_mul")?);
+        out.prepare(gate.rows, gate.cols, Act::Bf16)?; // [n, ffn]
+        let op = out.bf16_ptr("silu_mul")?;
+        check(
+            unsafe { ffi::ifd_silu_mul(g, u, gate.len(), op, s) },
+            "silu_mul",
+        )
+    }
+
+    fn add_assign(&self, x: &mut CudaTensor, y: &CudaTensor) -> Result<()> {
+        let s = self.stream()?;
+        same_shape(x, y, "add_assign")?;
+        let (xp, yp) = (x.f32_ptr("add_assign")?, y.f32_ptr("add_assign")?);
+        check(unsafe { ffi::ifd_add(xp, yp, x.len(), s) }, "add_assign")
+    }
+
+    fn gather_logit_rows(
+        &self,
+        x: &CudaTensor,
+        batch: &CudaBatch,
+        out: &mut CudaTensor,
+    ) -> Result<()> {
+        let s = self.stream()?;
+        let xp = x.f32_ptr("gather_logit_rows")?;
+        out.prepare(batch.n_logits, x.cols, Act::F32)?; // [n_logits, cols]
+        let op = out.f32_ptr("gather_logit_rows")?;
+        check(
+            unsafe {
+                ffi::ifd_gather_rows(
+                    xp,
+                    batch.logits_rows(),
+                    int(batch.n_logits),
+                    int(x.cols),
+                    op,
+                    s,
+                )
+            },
+            "gather_logit_rows",
+        )
+    }
+
+    fn to_host(&self, x: &CudaTensor, out: &mut Vec<f32>) -> Result<()> {
+        self.inner.dev.bind()?;
+        let n = x.len();
+        out.clear();
+        match x.dtype() {
+            Act::F32 => {
+                out.resize(n, 0.0);
+                let bytes =
+                    unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast(), n * 4) };
+                self.inner.dev.download(&x.buf, 0, bytes)
+            }
+            Act::Bf16 => {
+                let mut raw = vec![0u8; n * 2];
+                self.inner.dev.download(&x.buf, 0, &mut raw)?;
+                out.extend(
+                    raw.chunks_exact(2)
+                        .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()),
+                );
+                Ok(())
+            }
+        }
+    }
+
+    fn sample(
+        &self,
+        logits: &CudaTensor,
+        rows: &mut [SampleRow<'_>],
+        out: &mut Vec<Sampled>,
+    ) -> Result<()> {
+        if let Some(r) = rows.iter().find(|r| r.row >= logits.rows) {
+            return Err(RuntimeError::BadBatch(format!(
+                "sampling row {} of a pass with {} logits rows",
+                r.row, logits.rows
+            )));
+        }
+        let mut host = self.inner.host_logits.lock().unwrap();
+        self.to_host(logits, &mut host)?;
+        let vocab = logits.cols;
+        let host = &*host;
+        rows.par_iter_mut()
+            .map(|r| {
+                let l = &host[r.row * vocab..(r.row + 1) * vocab];
+                r.sampler.sample_with(l, r.prompt, r.generated, &r.extra)
+            })
+            .collect_into_vec(out);
+        Ok(())
+    }
+}
