@@ -1,0 +1,303 @@
+//! Checks and measures the CUDA backend on a GPU machine (`scripts/gpu/run.sh` runs it;
+//! docs/gpu-notes.md has what it reported). Subcommands:
+//!
+//! - `agree MODEL [TEXT_FILE]`: the GPU against the CPU backend on the same weights:
+//!   top-1 agreement and |Δlogit| over every position of a real text, the greedy
+//!   continuations, and one batch of eight prompts against each prompt alone.
+//! - `hf MODEL_DIR IDS_JSON LOGITS_F32`: the GPU against transformers' logits for the
+//!   same ids (written by `scripts/gpu/hf_logits.py`).
+//! - `speed MODEL_DIR [CONTEXT]`: decode steps at batch 1, 8, 32 and 64 over CONTEXT
+//!   prefilled tokens each, and one prefill pass: time per step, tokens/s, and the
+//!   fraction of the bandwidth roofline (weights + the KV read, over 4.3 TB/s).
+
+use std::path::Path;
+use std::time::Instant;
+
+use inferd_core::sampling::{Extra, Sampler, SamplingParams};
+use inferd_runtime::{
+    Backend, CpuBackend, CudaBackend, ForwardBatch, KvDtype, KvLayout, Model, SampleRow,
+};
+
+const BLOCK: usize = 16;
+/// Measured device-to-device copy bandwidth of the H200 (KINDS.md), bytes/s.
+const BANDWIDTH: f64 = 4.3e12;
+
+/// A KV pool and a bump allocator of its blocks.
+struct Pool<B: Backend> {
+    layout: KvLayout,
+    kv: B::Kv,
+    next: u32,
+}
+
+impl<B: Backend> Pool<B> {
+    fn new(model: &Model<B>, tokens: usize, dtype: KvDtype) -> Self {
+        let layout = model.kv_layout(tokens.div_ceil(BLOCK) + 64, BLOCK, dtype);
+        let kv = model.alloc_kv(&layout).unwrap();
+        Pool { layout, kv, next: 0 }
+    }
+
+    fn table(&mut self, tokens: usize) -> Vec<u32> {
+        let n = tokens.div_ceil(BLOCK) as u32;
+        let t = (self.next..self.next + n).collect();
+        self.next += n;
+        assert!(self.next as usize <= self.layout.num_blocks, "pool too small");
+        t
+    }
+}
+
+/// Logits of every position of `ids` (prefilled in passes of `chunk`).  -> [n][vocab]
+fn all_logits<B: Backend>(model: &Model<B>, ids: &[u32], chunk: usize) -> Vec<Vec<f32>> {
+    let dtype = if model.backend.name() == "cuda" { KvDtype::Bf16 } else { KvDtype::F32 };
+    let mut pool = Pool::new(model, ids.len(), dtype);
+    let table = pool.table(ids.len());
+    let vocab = model.cfg.vocab_size;
+    let mut out = Vec::new();
+    for (i, c) in ids.chunks(chunk).enumerate() {
+        let mut b = ForwardBatch::default();
+        b.push(c, i * chunk, ids.len(), table.clone(), false);
+        b.logits_rows = (0..c.len()).collect();
+        let l = model.forward(&mut pool.kv, &pool.layout, &b).unwrap();
+        out.extend(l.chunks(vocab).map(<[f32]>::to_vec));
+    }
+    out
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+fn max_abs(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// Greedy continuation of `n` tokens.
+fn greedy<B: Backend>(model: &Model<B>, ids: &[u32], n: usize) -> Vec<u32> {
+    let dtype = if model.backend.name() == "cuda" { KvDtype::Bf16 } else { KvDtype::F32 };
+    let mut pool = Pool::new(model, ids.len() + n, dtype);
+    let table = pool.table(ids.len() + n);
+    let mut b = ForwardBatch::default();
+    b.push(ids, 0, ids.len(), table.clone(), true);
+    let mut logits = model.forward(&mut pool.kv, &pool.layout, &b).unwrap();
+    let mut out = Vec::new();
+    for i in 0..n {
+        let t = argmax(&logits);
+        out.push(t);
+        let mut b = ForwardBatch::default();
+        b.push(&[t], ids.len() + i, ids.len(), table.clone(), true);
+        logits = model.forward(&mut pool.kv, &pool.layout, &b).unwrap();
+    }
+    out
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+fn agree(model_path: &Path, text: Option<&Path>) {
+    let gpu = Model::load(CudaBackend::new(Default::default()).unwrap(), model_path).unwrap();
+    let cpu = Model::load(CpuBackend::new(), model_path).unwrap();
+    let g = gpu.gguf.as_ref().expect("agree takes a GGUF model");
+    let tok = inferd_text::Tokenizer::from_gguf(g).unwrap();
+    let text = match text {
+        Some(p) => std::fs::read_to_string(p).unwrap(),
+        None => include_str!("../../../README.md").to_string(),
+    };
+    let mut ids = tok.encode(&text, false).unwrap();
+    ids.truncate(512);
+    let t0 = Instant::now();
+    let lg = all_logits(&gpu, &ids, 128);
+    let tg = t0.elapsed();
+    let t0 = Instant::now();
+    let lc = all_logits(&cpu, &ids, 128);
+    let tc = t0.elapsed();
+    let mut same = 0;
+    let (mut worst, mut sum) = (0f32, 0f64);
+    for (a, b) in lg.iter().zip(&lc) {
+        same += (argmax(a) == argmax(b)) as usize;
+        let d = max_abs(a, b);
+        worst = worst.max(d);
+        sum += d as f64;
+    }
+    println!(
+        "agree {}: {} positions: top-1 GPU = CPU at {same} ({:.1}%), max |Δlogit| {worst:.4}, mean of per-position max {:.4} (GPU {:.2} s, CPU {:.2} s)",
+        model_path.display(),
+        ids.len(),
+        100.0 * same as f64 / ids.len() as f64,
+        sum / ids.len() as f64,
+        tg.as_secs_f64(),
+        tc.as_secs_f64()
+    );
+    for start in [32, 96, 200] {
+        let p = &ids[..start];
+        let (a, b) = (greedy(&gpu, p, 64), greedy(&cpu, p, 64));
+        println!(
+            "greedy from {start} tokens: GPU and CPU agree on the first {} of 64 tokens\n  GPU: {:?}\n  CPU: {:?}",
+            common_prefix(&a, &b),
+            tok.decode(&a, false).unwrap_or_default(),
+            tok.decode(&b, false).unwrap_or_default()
+        );
+    }
+    batched_vs_alone(&gpu, &ids);
+}
+
+/// Eight prompts of different lengths in one pass (all rows' logits) against each alone.
+fn batched_vs_alone<B: Backend>(model: &Model<B>, ids: &[u32]) {
+    let lens = [17, 40, 64, 90, 128, 150, 200, 255];
+    let alone: Vec<Vec<Vec<f32>>> = lens.iter().map(|&n| all_logits(model, &ids[..n], n)).collect();
+    let mut pool = Pool::new(model, lens.iter().sum(), KvDtype::Bf16);
+    let mut b = ForwardBatch::default();
+    for &n in &lens {
+        let t = pool.table(n);
+        b.push(&ids[..n], 0, n, t, false);
+    }
+    b.logits_rows = (0..b.tokens.len()).collect();
+    let all = model.forward(&mut pool.kv, &pool.layout, &b).unwrap();
+    let vocab = model.cfg.vocab_size;
+    let (mut rows, mut same, mut worst) = (0, 0, 0f32);
+    for (k, &n) in lens.iter().enumerate() {
+        for i in 0..n {
+            let r = &all[rows * vocab..(rows + 1) * vocab];
+            same += (argmax(r) == argmax(&alone[k][i])) as usize;
+            worst = worst.max(max_abs(r, &alone[k][i]));
+            rows += 1;
+        }
+    }
+    println!(
+        "batched (8 prompts, {rows} rows) vs alone: top-1 equal at {same} of {rows}, max |Δlogit| {worst:.4}"
+    );
+}
+
+fn hf(model_dir: &Path, ids_json: &Path, logits_bin: &Path) {
+    let gpu = Model::load(CudaBackend::new(Default::default()).unwrap(), model_dir).unwrap();
+    let ids: Vec<u32> = serde_json::from_str(&std::fs::read_to_string(ids_json).unwrap()).unwrap();
+    let raw = std::fs::read(logits_bin).unwrap();
+    let want: Vec<f32> = raw
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let vocab = gpu.cfg.vocab_size;
+    assert_eq!(want.len(), ids.len() * vocab, "reference shape");
+    let got = all_logits(&gpu, &ids, ids.len());
+    let (mut same, mut worst, mut num, mut den) = (0, 0f32, 0f64, 0f64);
+    for (i, row) in got.iter().enumerate() {
+        let w = &want[i * vocab..(i + 1) * vocab];
+        same += (argmax(row) == argmax(w)) as usize;
+        worst = worst.max(max_abs(row, w));
+        for (a, b) in row.iter().zip(w) {
+            num += ((a - b) as f64).powi(2);
+            den += (*b as f64).powi(2);
+        }
+    }
+    println!(
+        "hf {}: {} positions: top-1 equal at {same}, max |Δlogit| {worst:.4}, ‖Δ‖/‖ref‖ {:.2e}",
+        model_dir.display(),
+        ids.len(),
+        (num / den).sqrt()
+    );
+}
+
+/// Bytes a decode step must read: every weight matrix but the input embedding, plus the KV.
+fn step_bytes<B: Backend>(model: &Model<B>, batch: usize, context: usize) -> (f64, f64) {
+    let c = &model.cfg;
+    let per_layer = c.hidden * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * c.hidden + 3 * c.hidden * c.ffn_dim;
+    let weights = 2.0 * (c.n_layers as f64 * per_layer as f64 + (c.vocab_size * c.hidden) as f64);
+    let kv = 2.0 * 2.0 * (batch * context * c.kv_layer_count() * c.kv_dim()) as f64;
+    (weights, kv)
+}
+
+fn speed(model_dir: &Path, context: usize) {
+    let t0 = Instant::now();
+    let model = Model::load(CudaBackend::new(Default::default()).unwrap(), model_dir).unwrap();
+    println!("loaded {} in {:.1} s", model_dir.display(), t0.elapsed().as_secs_f64());
+    let vocab = model.cfg.vocab_size;
+    let steps = 32;
+    let max_batch = 64;
+    let mut pool = Pool::new(&model, max_batch * (context + steps + 1), KvDtype::Bf16);
+    let mut ws = model.workspace(8 * context, max_batch).unwrap();
+    let tables: Vec<Vec<u32>> = (0..max_batch).map(|_| pool.table(context + steps + 1)).collect();
+    let prompt = |s: usize| -> Vec<u32> { (0..context).map(|i| ((i * 7919 + s * 104729) % vocab) as u32).collect() };
+    // Prefill every sequence, 8 per pass; the first pass is warm-up, the rest timed.
+    let mut prefill_s = 0.0;
+    let mut prefill_tokens = 0;
+    for (g, group) in (0..max_batch).collect::<Vec<_>>().chunks(8).enumerate() {
+        let mut b = ForwardBatch::default();
+        for &s in group {
+            b.push(&prompt(s), 0, context, tables[s].clone(), true);
+        }
+        model.backend.synchronize().unwrap();
+        let t = Instant::now();
+        model.forward_in(&mut ws, &mut pool.kv, &pool.layout, &b).unwrap();
+        model.backend.synchronize().unwrap();
+        if g > 0 {
+            prefill_s += t.elapsed().as_secs_f64();
+            prefill_tokens += b.n_tokens();
+        }
+    }
+    println!(
+        "prefill: {} tokens in passes of 8 x {context}: {:.0} tok/s",
+        prefill_tokens,
+        prefill_tokens as f64 / prefill_s
+    );
+    println!("| batch | step ms (forward) | step ms (with sampling) | tok/s | weights+KV bytes / step | roofline fraction |");
+    println!("|---|---|---|---|---|---|");
+    for batch in [1usize, 8, 32, 64] {
+        let mut samplers: Vec<Sampler> = (0..batch).map(|_| Sampler::new(SamplingParams::greedy())).collect();
+        let mut next: Vec<u32> = vec![1; batch];
+        let (mut fwd, mut total) = (0.0, 0.0);
+        for step in 0..steps + 2 {
+            let pos = context + step.min(steps);
+            let mut b = ForwardBatch::default();
+            for (s, &t) in next.iter().enumerate() {
+                b.push(&[t], pos, context, tables[s].clone(), true);
+            }
+            model.backend.synchronize().unwrap();
+            let t = Instant::now();
+            model.forward_in(&mut ws, &mut pool.kv, &pool.layout, &b).unwrap();
+            model.backend.synchronize().unwrap();
+            let f = t.elapsed().as_secs_f64();
+            let mut rows: Vec<SampleRow<'_>> = samplers
+                .iter_mut()
+                .enumerate()
+                .map(|(i, sampler)| SampleRow { row: i, sampler, prompt: &[], generated: &[], extra: Extra::default() })
+                .collect();
+            let mut out = Vec::new();
+            model.sample(&ws, &mut rows, &mut out).unwrap();
+            let all = t.elapsed().as_secs_f64();
+            next = out.iter().map(|s| s.token).collect();
+            if step >= 2 {
+                fwd += f;
+                total += all;
+            }
+        }
+        let (fwd, total) = (fwd / steps as f64, total / steps as f64);
+        let (w, kv) = step_bytes(&model, batch, context);
+        println!(
+            "| {batch} | {:.2} | {:.2} | {:.0} | {:.1} GB | {:.0}% |",
+            fwd * 1e3,
+            total * 1e3,
+            batch as f64 / total,
+            (w + kv) / 1e9,
+            100.0 * (w + kv) / BANDWIDTH / fwd
+        );
+    }
+}
+
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    let p = |i: usize| a.get(i).map(Path::new);
+    match a.get(1).map(String::as_str) {
+        Some("agree") => agree(p(2).expect("MODEL"), p(3)),
+        Some("hf") => hf(p(2).expect("MODEL_DIR"), p(3).expect("IDS_JSON"), p(4).expect("LOGITS")),
+        Some("speed") => speed(
+            p(2).expect("MODEL_DIR"),
+            a.get(3).map_or(512, |c| c.parse().expect("CONTEXT")),
+        ),
+        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT]"),
+    }
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Here: builds what a GPU run needs into .device/carry (git-ignored): the runtime's test
+# binaries and cuda_check with feature cuda, stripped and xz-compressed, the scripts
+# run.sh calls, and SmolLM2's GGUF in two xz parts (a call carries at most 64 MiB).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=.device/carry
+rm -rf "$out" && mkdir -p "$out"
+cargo build --release -p inferd-runtime --features cuda --example cuda_check
+cargo test --release -p inferd-runtime --features cuda --no-run 2>&1 | tee /tmp/inferd-no-run.log
+for t in workspace kv_blocks hf_reference; do
+  exe=$(grep -o "target/release/deps/$t-[0-9a-f]*" /tmp/inferd-no-run.log | head -1)
+  strip -o "$out/$t" "$exe"
+done
+strip -o "$out/cuda_check" target/release/examples/cuda_check
+xz -T2 -6 "$out"/workspace "$out"/kv_blocks "$out"/hf_reference "$out"/cuda_check
+cp scripts/gpu/*.py scripts/gpu/*.sh ../shared/gpu/make_qwen3_8b.py "$out/"
+smol=${INFERD_CACHE_DIR:-$HOME/.cache/inferd}/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf
+xz -T2 -6 -c "$smol" > /tmp/smol.gguf.xz
+mkdir -p .device/smol1 .device/smol2
+split -n 2 -d /tmp/smol.gguf.xz /tmp/smol.part.
+mv /tmp/smol.part.00 .device/smol1/ && mv /tmp/smol.part.01 .device/smol2/
+du -sh "$out" .device/smol1 .device/smol2
