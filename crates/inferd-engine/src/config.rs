@@ -74,12 +74,14 @@ pub fn available_memory() -> Option<u64> {
 }
 
 /// Number of KV blocks the budget allows, given the bytes of one block (all layers, K and V).
-/// Falls back to 4 GiB when free memory cannot be read.
-pub fn kv_blocks_for(budget: KvBudget, bytes_per_block: u64) -> usize {
+/// A fraction is of `device_free` for backends with memory of their own (a GPU's, read
+/// after the weights and the workspace are in place), else of the host's available memory;
+/// 4 GiB when neither can be read.
+pub fn kv_blocks_for(budget: KvBudget, bytes_per_block: u64, device_free: Option<u64>) -> usize {
     let bytes = match budget {
         KvBudget::Bytes(b) => b,
         KvBudget::FractionOfFree(f) => {
-            let free = available_memory().unwrap_or(4 << 30);
+            let free = device_free.or_else(available_memory).unwrap_or(4 << 30);
             (free as f64 * f.clamp(0.0, 1.0)) as u64
         }
     };
@@ -134,6 +136,10 @@ mod tests {
         assert!(parse_kv_budget("abc").is_err());
         assert!(parse_kv_budget("0").is_err());
         assert!(parse_kv_budget("150%").is_err());
-        assert_eq!(kv_blocks_for(KvBudget::Bytes(10_000), 1000), 10);
+        assert_eq!(kv_blocks_for(KvBudget::Bytes(10_000), 1000, None), 10);
+        assert_eq!(
+            kv_blocks_for(KvBudget::FractionOfFree(0.5), 1000, Some(10_000)),
+            5
+        );
     }
 }

@@ -34,7 +34,9 @@ pub fn start<B: Backend + 'static>(
     let dtype = cfg.kv_dtype;
     let one = model.kv_layout(1, bs, dtype);
     let bytes_per_block = one.block_bytes() as u64;
-    let num_blocks = kv_blocks_for(cfg.kv_budget, bytes_per_block);
+    // The workspace first: on a GPU the KV pool takes a share of what is left.
+    let ws = model.workspace(cfg.sched.max_batch_tokens, cfg.sched.max_running)?;
+    let num_blocks = kv_blocks_for(cfg.kv_budget, bytes_per_block, model.backend.free_memory());
     if num_blocks < 2 {
         return Err(RuntimeError::Kv(format!(
             "the KV budget holds {num_blocks} blocks of {bs} tokens ({bytes_per_block} bytes each); \
@@ -43,7 +45,6 @@ pub fn start<B: Backend + 'static>(
     }
     let layout = model.kv_layout(num_blocks, bs, dtype);
     let kv = model.alloc_kv(&layout)?;
-    let ws = model.workspace(cfg.sched.max_batch_tokens, cfg.sched.max_running)?;
     // Longest sequence: model context, the configured cap, and what the pool holds.
     let pool_tokens = num_blocks * bs;
     let max_context = [

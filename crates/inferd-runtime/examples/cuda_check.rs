@@ -33,21 +33,32 @@ impl<B: Backend> Pool<B> {
     fn new(model: &Model<B>, tokens: usize, dtype: KvDtype) -> Self {
         let layout = model.kv_layout(tokens.div_ceil(BLOCK) + 64, BLOCK, dtype);
         let kv = model.alloc_kv(&layout).unwrap();
-        Pool { layout, kv, next: 0 }
+        Pool {
+            layout,
+            kv,
+            next: 0,
+        }
     }
 
     fn table(&mut self, tokens: usize) -> Vec<u32> {
         let n = tokens.div_ceil(BLOCK) as u32;
         let t = (self.next..self.next + n).collect();
         self.next += n;
-        assert!(self.next as usize <= self.layout.num_blocks, "pool too small");
+        assert!(
+            self.next as usize <= self.layout.num_blocks,
+            "pool too small"
+        );
         t
     }
 }
 
 /// Logits of every position of `ids` (prefilled in passes of `chunk`).  -> [n][vocab]
 fn all_logits<B: Backend>(model: &Model<B>, ids: &[u32], chunk: usize) -> Vec<Vec<f32>> {
-    let dtype = if model.backend.name() == "cuda" { KvDtype::Bf16 } else { KvDtype::F32 };
+    let dtype = if model.backend.name() == "cuda" {
+        KvDtype::Bf16
+    } else {
+        KvDtype::F32
+    };
     let mut pool = Pool::new(model, ids.len(), dtype);
     let table = pool.table(ids.len());
     let vocab = model.cfg.vocab_size;
@@ -73,12 +84,19 @@ fn argmax(v: &[f32]) -> u32 {
 }
 
 fn max_abs(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 /// Greedy continuation of `n` tokens.
 fn greedy<B: Backend>(model: &Model<B>, ids: &[u32], n: usize) -> Vec<u32> {
-    let dtype = if model.backend.name() == "cuda" { KvDtype::Bf16 } else { KvDtype::F32 };
+    let dtype = if model.backend.name() == "cuda" {
+        KvDtype::Bf16
+    } else {
+        KvDtype::F32
+    };
     let mut pool = Pool::new(model, ids.len() + n, dtype);
     let table = pool.table(ids.len() + n);
     let mut b = ForwardBatch::default();
@@ -149,7 +167,10 @@ fn agree(model_path: &Path, text: Option<&Path>) {
 /// Eight prompts of different lengths in one pass (all rows' logits) against each alone.
 fn batched_vs_alone<B: Backend>(model: &Model<B>, ids: &[u32]) {
     let lens = [17, 40, 64, 90, 128, 150, 200, 255];
-    let alone: Vec<Vec<Vec<f32>>> = lens.iter().map(|&n| all_logits(model, &ids[..n], n)).collect();
+    let alone: Vec<Vec<Vec<f32>>> = lens
+        .iter()
+        .map(|&n| all_logits(model, &ids[..n], n))
+        .collect();
     let mut pool = Pool::new(model, lens.iter().sum(), KvDtype::Bf16);
     let mut b = ForwardBatch::default();
     for &n in &lens {
@@ -205,7 +226,8 @@ fn hf(model_dir: &Path, ids_json: &Path, logits_bin: &Path) {
 /// Bytes a decode step must read: every weight matrix but the input embedding, plus the KV.
 fn step_bytes<B: Backend>(model: &Model<B>, batch: usize, context: usize) -> (f64, f64) {
     let c = &model.cfg;
-    let per_layer = c.hidden * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * c.hidden + 3 * c.hidden * c.ffn_dim;
+    let per_layer =
+        c.hidden * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * c.hidden + 3 * c.hidden * c.ffn_dim;
     let weights = 2.0 * (c.n_layers as f64 * per_layer as f64 + (c.vocab_size * c.hidden) as f64);
     let kv = 2.0 * 2.0 * (batch * context * c.kv_layer_count() * c.kv_dim()) as f64;
     (weights, kv)
@@ -214,14 +236,24 @@ fn step_bytes<B: Backend>(model: &Model<B>, batch: usize, context: usize) -> (f6
 fn speed(model_dir: &Path, context: usize) {
     let t0 = Instant::now();
     let model = Model::load(CudaBackend::new(Default::default()).unwrap(), model_dir).unwrap();
-    println!("loaded {} in {:.1} s", model_dir.display(), t0.elapsed().as_secs_f64());
+    println!(
+        "loaded {} in {:.1} s",
+        model_dir.display(),
+        t0.elapsed().as_secs_f64()
+    );
     let vocab = model.cfg.vocab_size;
     let steps = 32;
     let max_batch = 64;
     let mut pool = Pool::new(&model, max_batch * (context + steps + 1), KvDtype::Bf16);
     let mut ws = model.workspace(8 * context, max_batch).unwrap();
-    let tables: Vec<Vec<u32>> = (0..max_batch).map(|_| pool.table(context + steps + 1)).collect();
-    let prompt = |s: usize| -> Vec<u32> { (0..context).map(|i| ((i * 7919 + s * 104729) % vocab) as u32).collect() };
+    let tables: Vec<Vec<u32>> = (0..max_batch)
+        .map(|_| pool.table(context + steps + 1))
+        .collect();
+    let prompt = |s: usize| -> Vec<u32> {
+        (0..context)
+            .map(|i| ((i * 7919 + s * 104729) % vocab) as u32)
+            .collect()
+    };
     // Prefill every sequence, 8 per pass; the first pass is warm-up, the rest timed.
     let mut prefill_s = 0.0;
     let mut prefill_tokens = 0;
@@ -232,7 +264,9 @@ fn speed(model_dir: &Path, context: usize) {
         }
         model.backend.synchronize().unwrap();
         let t = Instant::now();
-        model.forward_in(&mut ws, &mut pool.kv, &pool.layout, &b).unwrap();
+        model
+            .forward_in(&mut ws, &mut pool.kv, &pool.layout, &b)
+            .unwrap();
         model.backend.synchronize().unwrap();
         if g > 0 {
             prefill_s += t.elapsed().as_secs_f64();
@@ -247,7 +281,9 @@ fn speed(model_dir: &Path, context: usize) {
     println!("| batch | step ms (forward) | step ms (with sampling) | tok/s | weights+KV bytes / step | roofline fraction |");
     println!("|---|---|---|---|---|---|");
     for batch in [1usize, 8, 32, 64] {
-        let mut samplers: Vec<Sampler> = (0..batch).map(|_| Sampler::new(SamplingParams::greedy())).collect();
+        let mut samplers: Vec<Sampler> = (0..batch)
+            .map(|_| Sampler::new(SamplingParams::greedy()))
+            .collect();
         let mut next: Vec<u32> = vec![1; batch];
         let (mut fwd, mut total) = (0.0, 0.0);
         for step in 0..steps + 2 {
@@ -258,13 +294,21 @@ fn speed(model_dir: &Path, context: usize) {
             }
             model.backend.synchronize().unwrap();
             let t = Instant::now();
-            model.forward_in(&mut ws, &mut pool.kv, &pool.layout, &b).unwrap();
+            model
+                .forward_in(&mut ws, &mut pool.kv, &pool.layout, &b)
+                .unwrap();
             model.backend.synchronize().unwrap();
             let f = t.elapsed().as_secs_f64();
             let mut rows: Vec<SampleRow<'_>> = samplers
                 .iter_mut()
                 .enumerate()
-                .map(|(i, sampler)| SampleRow { row: i, sampler, prompt: &[], generated: &[], extra: Extra::default() })
+                .map(|(i, sampler)| SampleRow {
+                    row: i,
+                    sampler,
+                    prompt: &[],
+                    generated: &[],
+                    extra: Extra::default(),
+                })
                 .collect();
             let mut out = Vec::new();
             model.sample(&ws, &mut rows, &mut out).unwrap();

@@ -82,3 +82,10 @@ int ifd_attention(IfdPaged kv, const float* q, int n, int n_heads, float scale,
                   const int32_t* seq, const int32_t* pos, const int32_t* bt_off,
                   const int32_t* bt, void* out, void* stream);
 }
+
+extern "C" {
+// ---- sample.cu: out[i] = argmax of logits row rows[i] (NaN as -inf, +inf as FLT_MAX,
+// lowest id on ties, 0 for a row of -inf).  logits f32 [*, vocab], rows, out [n]
+int ifd_argmax_rows(const float* logits, int vocab, const int32_t* rows, int n, int32_t* out,
+                    void* stream);
+}

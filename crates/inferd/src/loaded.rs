@@ -3,21 +3,28 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use inferd_runtime::{CpuBackend, Model};
+use inferd_runtime::{Backend, CpuBackend, Model};
 use inferd_text::{ChatTemplate, Tokenizer};
 
-pub struct Loaded {
-    pub model: Model<CpuBackend>,
+pub struct Loaded<B: Backend = CpuBackend> {
+    pub model: Model<B>,
     pub tokenizer: Tokenizer,
     pub template: Option<ChatTemplate>,
 }
 
 impl Loaded {
-    /// `name_or_path`: a built-in model name (pulled on first use) or a path.
+    /// `name_or_path`: a built-in model name (pulled on first use) or a path, on the CPU.
     pub fn open(name_or_path: &str) -> Result<Loaded> {
+        Loaded::open_on(CpuBackend::new(), name_or_path)
+    }
+}
+
+impl<B: Backend> Loaded<B> {
+    /// [`Loaded::open`] on `backend`.
+    pub fn open_on(backend: B, name_or_path: &str) -> Result<Loaded<B>> {
         let path = crate::pull::resolve(name_or_path)?;
-        let model = Model::load(CpuBackend::new(), &path)
-            .with_context(|| format!("loading {}", path.display()))?;
+        let model =
+            Model::load(backend, &path).with_context(|| format!("loading {}", path.display()))?;
         let (tokenizer, template) = match &model.gguf {
             Some(g) => {
                 let tok = Tokenizer::from_gguf(g)?;

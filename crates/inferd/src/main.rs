@@ -1,6 +1,7 @@
 //! The `inferd` command line.
 
 mod cmd;
+mod device;
 mod loaded;
 mod pull;
 

@@ -20,7 +20,7 @@ pub struct Penalties {
 }
 
 impl Penalties {
-    fn is_off(&self) -> bool {
+    pub(crate) fn is_off(&self) -> bool {
         self.repetition == 1.0 && self.presence == 0.0 && self.frequency == 0.0
     }
 }

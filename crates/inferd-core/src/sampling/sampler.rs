@@ -133,11 +133,23 @@ impl Sampler {
     }
 
     /// Copies `raw` into scratch, applies penalties, then sanitises non-finite values.
-    fn prepare_logits(&mut self, raw: &[f32], prompt: &[u32], generated: &[u32]) {
-        self.logits.clear();
-        self.logits.extend_from_slice(raw);
+    /// Whether this step's draw is the argmax of the raw logits (greedy; no penalties,
+    /// DRY, logprobs or mask), so a backend may take it where the logits are and skip
+    /// [`Sampler::sample_with`] (which would change no state). Ties and special values as
+    /// there: NaN counts as `-inf`, `+inf` as `f32::MAX`, the lowest id wins a tie, and a row
+    /// of `-inf` picks id 0.
+    pub fn is_plain_argmax(&self, extra: &Extra<'_>) -> bool {
+        self.params.is_greedy()
+            && self.params.logprobs.is_none()
+            && !self.params.dry.is_on()
+            && self.penalties_now().is_off()
+            && extra.allowed.is_none_or(|w| w.iter().all(|&x| x == 0))
+    }
+
+    /// The penalties as applied (out-of-range values are off).
+    fn penalties_now(&self) -> Penalties {
         let p = &self.params;
-        let pen = Penalties {
+        Penalties {
             repetition: if p.repetition_penalty > 0.0 {
                 p.repetition_penalty
             } else {
@@ -153,7 +165,13 @@ impl Sampler {
             } else {
                 0.0
             },
-        };
+        }
+    }
+
+    fn prepare_logits(&mut self, raw: &[f32], prompt: &[u32], generated: &[u32]) {
+        self.logits.clear();
+        self.logits.extend_from_slice(raw);
+        let pen = self.penalties_now();
         self.penalties
             .apply(&mut self.logits, prompt, generated, pen);
         let mut any_finite = false;

@@ -471,3 +471,66 @@ fn dry_turns_a_greedy_loop_aside() {
     );
     assert_eq!(out.token, 0);
 }
+
+/// `is_plain_argmax` holds exactly when `sample_with` is the argmax of the raw logits
+/// (with its rules for NaN, infinities and ties), which a backend may then take itself.
+#[test]
+fn plain_argmax_is_what_sample_with_draws() {
+    let rows: Vec<Vec<f32>> = vec![
+        vec![0.5, 2.0, 2.0, -1.0],
+        vec![f32::NAN, 1.0, f32::INFINITY, f32::INFINITY],
+        vec![f32::NEG_INFINITY; 4],
+        vec![f32::NAN; 4],
+        vec![-3.0, -2.0, -2.5, -2.0],
+    ];
+    let plain = |l: &[f32]| {
+        let v: Vec<f32> = l
+            .iter()
+            .map(|&x| {
+                if x.is_nan() {
+                    f32::NEG_INFINITY
+                } else if x == f32::INFINITY {
+                    f32::MAX
+                } else {
+                    x
+                }
+            })
+            .collect();
+        let mut best = 0;
+        for (i, &x) in v.iter().enumerate() {
+            if x > v[best] {
+                best = i;
+            }
+        }
+        best as u32
+    };
+    let mut s = Sampler::new(SamplingParams::greedy());
+    assert!(s.is_plain_argmax(&Extra::default()));
+    for l in &rows {
+        assert_eq!(
+            s.sample_with(l, &[], &[], &Extra::default()).token,
+            plain(l),
+            "{l:?}"
+        );
+    }
+    let mask = [0b1u32];
+    assert!(!s.is_plain_argmax(&Extra {
+        allowed: Some(&mask),
+        breaks: &[]
+    }));
+    assert!(s.is_plain_argmax(&Extra {
+        allowed: Some(&[0]),
+        breaks: &[]
+    }));
+    for change in [
+        |p: &mut SamplingParams| p.temperature = 0.7,
+        |p: &mut SamplingParams| p.logprobs = Some(0),
+        |p: &mut SamplingParams| p.presence_penalty = 0.1,
+        |p: &mut SamplingParams| p.repetition_penalty = 1.1,
+        |p: &mut SamplingParams| p.dry.multiplier = 0.8,
+    ] {
+        let mut p = SamplingParams::greedy();
+        change(&mut p);
+        assert!(!Sampler::new(p).is_plain_argmax(&Extra::default()));
+    }
+}

@@ -114,6 +114,12 @@ pub trait Backend: Send + Sync {
         f()
     }
 
+    /// Free memory of the device, in bytes, for backends whose buffers live apart from
+    /// host memory (a GPU); `None` for the CPU (whose KV budget is of host memory).
+    fn free_memory(&self) -> Option<u64> {
+        None
+    }
+
     /// Waits for the work queued so far; its first error, if any.
     fn synchronize(&self) -> Result<()>;
 

@@ -8,9 +8,12 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
-use inferd_engine::{parse_kv_budget, EngineConfig};
+use inferd_engine::{parse_kv_budget, EngineConfig, EngineHandle};
+use inferd_runtime::{Backend, KvDtype};
 use inferd_server::{check_bind, AppState, ServerConfig};
+use inferd_text::ChatTemplate;
 
+use crate::device::Device;
 use crate::loaded::Loaded;
 use crate::pull::DEFAULT_MODEL;
 
@@ -27,9 +30,14 @@ pub struct Args {
     /// Require `Authorization: Bearer KEY` on /v1 routes.
     #[arg(long, env = "INFERD_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
-    /// KV cache memory: a size (512M, 2G) or a share of free memory (25%).
-    #[arg(long, default_value = "25%")]
-    kv_memory: String,
+    /// Where the model runs: cpu, cuda, cuda:N, or auto (the first GPU when this binary
+    /// has CUDA and the machine a GPU, else the CPU).
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// KV cache memory: a size (512M, 2G) or a share of free memory (25%; on a GPU, of
+    /// the device memory left after the weights). Default: 25% on the CPU, 85% on a GPU.
+    #[arg(long)]
+    kv_memory: Option<String>,
     /// Longest sequence (prompt + generated) in tokens; default: the model's context.
     #[arg(long)]
     max_context: Option<usize>,
@@ -78,10 +86,11 @@ pub struct Args {
     /// Name clients use in `model` (default: the model name or file stem); repeat for aliases.
     #[arg(long)]
     served_model_name: Vec<String>,
-    /// KV cache element type: f32, or q8 (8-bit values with a scale per token and head:
-    /// about a quarter of the memory, so about 4x the agents at a fixed --kv-memory).
-    #[arg(long, default_value = "f32", value_parser = ["f32", "q8", "int8"])]
-    kv_dtype: String,
+    /// KV cache element type: f32 or q8 (8-bit values with a scale per token and head:
+    /// about a quarter of the memory, so about 4x the agents at a fixed --kv-memory) on the
+    /// CPU; bf16 or f32 on a GPU. Default: f32 on the CPU, bf16 on a GPU.
+    #[arg(long, value_parser = ["f32", "q8", "int8", "bf16"])]
+    kv_dtype: Option<String>,
     /// Share of the KV pool parked sessions may hold (0..1, default 0.5); past it, or when
     /// requests wait for memory, the least recently used session is released (to the
     /// SSD tier when --spill-dir is set).
@@ -133,8 +142,14 @@ pub fn run(a: Args) -> Result<()> {
     let api_key = a.api_key.clone().filter(|k| !k.trim().is_empty());
     check_bind(a.host, api_key.as_deref()).map_err(|e| anyhow!(e))?;
     let addr = SocketAddr::new(a.host, a.port);
+    let device = crate::device::resolve(&a.device)?;
+    let on_gpu = device != Device::Cpu;
+    let kv_memory = a
+        .kv_memory
+        .clone()
+        .unwrap_or_else(|| if on_gpu { "85%" } else { "25%" }.into());
     let mut engine_cfg = EngineConfig {
-        kv_budget: parse_kv_budget(&a.kv_memory)
+        kv_budget: parse_kv_budget(&kv_memory)
             .map_err(|e| anyhow!(e))
             .context("--kv-memory")?,
         max_context: a.max_context,
@@ -147,9 +162,11 @@ pub fn run(a: Args) -> Result<()> {
     engine_cfg.queue_timeout =
         (a.queue_timeout > 0).then(|| std::time::Duration::from_secs(a.queue_timeout));
     engine_cfg.prefix_cache = !a.no_prefix_cache;
-    if a.kv_dtype != "f32" {
-        engine_cfg.kv_dtype = inferd_runtime::KvDtype::Q8;
-    }
+    engine_cfg.kv_dtype = match (a.kv_dtype.as_deref(), on_gpu) {
+        (None, false) | (Some("f32"), _) => KvDtype::F32,
+        (None, true) | (Some("bf16"), _) => KvDtype::Bf16,
+        _ => KvDtype::Q8,
+    };
     if let Some(f) = a.park_fraction {
         if !(0.0..=1.0).contains(&f) {
             bail!("--park-fraction must be in [0, 1], got {f}");
@@ -190,12 +207,7 @@ pub fn run(a: Args) -> Result<()> {
 
     // Metrics recorded during warm-up and later need the recorder first.
     inferd_server::metrics::install();
-    let m = Loaded::open(&a.model)?;
-    let tokenizer = Arc::new(m.tokenizer);
-    let template = m.template.map(Arc::new);
-    eprintln!("starting the engine for {name}...");
-    let engine = inferd_engine::start(m.model, tokenizer, name.clone(), engine_cfg)
-        .context("starting the engine")?;
+    let (engine, template) = start_engine(device, &a.model, &name, engine_cfg)?;
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -249,6 +261,48 @@ pub fn run(a: Args) -> Result<()> {
     result?;
     eprintln!("inferd: stopped");
     Ok(())
+}
+
+/// Loads the model on `device` and starts the engine (the one place the backend type is
+/// chosen: above it everything is backend-neutral).
+fn start_engine(
+    device: Device,
+    model: &str,
+    name: &str,
+    cfg: EngineConfig,
+) -> Result<(EngineHandle, Option<Arc<ChatTemplate>>)> {
+    fn go<B: Backend + 'static>(
+        backend: B,
+        model: &str,
+        name: &str,
+        cfg: EngineConfig,
+    ) -> Result<(EngineHandle, Option<Arc<ChatTemplate>>)> {
+        let m = Loaded::open_on(backend, model)?;
+        let tokenizer = Arc::new(m.tokenizer);
+        let template = m.template.map(Arc::new);
+        eprintln!(
+            "starting the engine for {name} on {}...",
+            m.model.backend.name()
+        );
+        let engine = inferd_engine::start(m.model, tokenizer, name.to_string(), cfg)
+            .context("starting the engine")?;
+        Ok((engine, template))
+    }
+    match device {
+        Device::Cpu => go(inferd_runtime::CpuBackend::new(), model, name, cfg),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(n) => {
+            let b = inferd_runtime::CudaBackend::new(inferd_runtime::CudaConfig { device: n })?;
+            eprintln!(
+                "GPU {n}: {} ({:.0} GiB)",
+                b.info().name,
+                b.info().total_bytes as f64 / (1u64 << 30) as f64
+            );
+            go(b, model, name, cfg)
+        }
+        #[cfg(not(feature = "cuda"))]
+        Device::Cuda(_) => unreachable!("resolve refuses cuda without the feature"),
+    }
 }
 
 /// `INFERD_STATE_FILE`: where `inferd start` expects `{"pid", "addr", "model"}`.

@@ -139,6 +139,14 @@ extern "C" {
         out: *mut c_void,
         stream: Stream,
     ) -> c_int;
+    pub fn ifd_argmax_rows(
+        logits: *const f32,
+        vocab: c_int,
+        rows: *const i32,
+        n: c_int,
+        out: *mut i32,
+        stream: Stream,
+    ) -> c_int;
 }
 
 /// The CUDA error's name and text, e.g. "out of memory".

@@ -50,8 +50,10 @@ struct Inner {
     gemm: gemm::Gemm,
     batches: Arc<BatchPool>,
     rope: Mutex<Option<Arc<RopeTable>>>,
-    /// Logits read back for host sampling.  // [n_logits, vocab]
+    /// Logits rows read back for host sampling.  // [rows drawn on the host, vocab]
     host_logits: Mutex<Vec<f32>>,
+    /// Device scratch of greedy draws: row ids then results, i32 each.  // [2, capacity]
+    draws: Mutex<Option<device::DeviceBuffer>>,
 }
 
 /// A handle to one GPU's backend (cheap to clone: clones share the device and stream).
@@ -73,6 +75,7 @@ impl CudaBackend {
                 batches: Arc::default(),
                 rope: Mutex::new(None),
                 host_logits: Mutex::new(Vec::new()),
+                draws: Mutex::new(None),
             }),
         })
     }
@@ -116,6 +119,10 @@ impl Backend for CudaBackend {
 
     fn name(&self) -> &'static str {
         "cuda"
+    }
+
+    fn free_memory(&self) -> Option<u64> {
+        self.mem_info().ok().map(|(free, _)| free as u64)
     }
 
     fn synchronize(&self) -> Result<()> {
@@ -456,16 +463,73 @@ impl Backend for CudaBackend {
                 r.row, logits.rows
             )));
         }
-        let mut host = self.inner.host_logits.lock().unwrap();
-        self.to_host(logits, &mut host)?;
         let vocab = logits.cols;
+        let lp = logits.f32_ptr("sample")?;
+        // Plain greedy rows are drawn on the device (only their ids come back); the
+        // others read their own logits row back for the host sampler.
+        let (device_rows, host_rows): (Vec<usize>, Vec<usize>) =
+            (0..rows.len()).partition(|&i| rows[i].sampler.is_plain_argmax(&rows[i].extra));
+        let mut ids = vec![0i32; device_rows.len()];
+        if !device_rows.is_empty() {
+            let s = self.stream()?;
+            let n = device_rows.len();
+            let mut scratch = self.inner.draws.lock().unwrap();
+            if scratch.as_ref().is_none_or(|b| b.bytes() < 8 * n) {
+                *scratch = Some(self.inner.dev.alloc(8 * n.next_power_of_two().max(64))?);
+            }
+            let buf = scratch.as_ref().unwrap();
+            let which: Vec<i32> = device_rows.iter().map(|&i| rows[i].row as i32).collect();
+            let half = buf.bytes() / 2;
+            self.inner.dev.upload(buf, 0, weight::as_bytes(&which))?;
+            check(
+                unsafe { ffi::ifd_argmax_rows(lp, int(vocab), buf.at(0), int(n), buf.at(half), s) },
+                "argmax",
+            )?;
+            let out_bytes =
+                unsafe { std::slice::from_raw_parts_mut(ids.as_mut_ptr().cast::<u8>(), 4 * n) };
+            self.inner.dev.download(buf, half, out_bytes)?;
+        }
+        let mut host = self.inner.host_logits.lock().unwrap();
+        host.resize(host_rows.len() * vocab, 0.0);
+        for (k, &i) in host_rows.iter().enumerate() {
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(
+                    host[k * vocab..].as_mut_ptr().cast::<u8>(),
+                    4 * vocab,
+                )
+            };
+            self.inner
+                .dev
+                .download(&logits.buf, rows[i].row * vocab * 4, dst)?;
+        }
         let host = &*host;
-        rows.par_iter_mut()
-            .map(|r| {
-                let l = &host[r.row * vocab..(r.row + 1) * vocab];
+        let mut drawn: Vec<Sampled> = Vec::new();
+        let mut host_sel: Vec<(usize, &mut SampleRow<'_>)> = rows
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| host_rows.binary_search(i).is_ok())
+            .collect();
+        host_sel
+            .par_iter_mut()
+            .map(|(i, r)| {
+                let k = host_rows.binary_search(i).unwrap();
+                let l = &host[k * vocab..(k + 1) * vocab];
                 r.sampler.sample_with(l, r.prompt, r.generated, &r.extra)
             })
-            .collect_into_vec(out);
+            .collect_into_vec(&mut drawn);
+        out.clear();
+        let (mut d, mut h) = (ids.into_iter(), drawn.into_iter());
+        for i in 0..rows.len() {
+            out.push(if host_rows.binary_search(&i).is_ok() {
+                h.next().unwrap()
+            } else {
+                Sampled {
+                    token: d.next().unwrap() as u32,
+                    logprob: None,
+                    top_logprobs: Vec::new(),
+                }
+            });
+        }
         Ok(())
     }
 }
