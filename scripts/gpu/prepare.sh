@@ -7,14 +7,20 @@ cd "$(dirname "$0")/../.."
 out=.device/carry
 rm -rf "$out" && mkdir -p "$out"
 cargo build --release -p inferd-runtime --features cuda --example cuda_check
+cargo build --release -p inferd --features cuda
 cargo test --release -p inferd-runtime --features cuda --no-run 2>&1 | tee /tmp/inferd-no-run.log
-for t in workspace kv_blocks hf_reference; do
+for t in workspace kv_blocks hf_reference cuda_graphs; do
   exe=$(grep -o "target/release/deps/$t-[0-9a-f]*" /tmp/inferd-no-run.log | head -1)
   strip -o "$out/$t" "$exe"
 done
 strip -o "$out/cuda_check" target/release/examples/cuda_check
-xz -T2 -6 "$out"/workspace "$out"/kv_blocks "$out"/hf_reference "$out"/cuda_check
+strip -o "$out/inferd" target/release/inferd
+xz -T2 -6 "$out"/workspace "$out"/kv_blocks "$out"/hf_reference "$out"/cuda_graphs "$out"/cuda_check "$out"/inferd
+# The Qwen3 tokenizer, for serving the Qwen3-8B-shaped model made there.
+tok=${INFERD_CACHE_DIR:-$HOME/.cache/inferd}/models/qwen3-tokenizer
+mkdir -p "$out/tokenizer" && cp "$tok"/* "$out/tokenizer/" && xz -T2 -6 "$out"/tokenizer/tokenizer.json
 cp scripts/gpu/*.py scripts/gpu/*.sh ../shared/gpu/make_qwen3_8b.py "$out/"
+[ "${SMOL:-0}" = 1 ] || { du -sh "$out"; exit 0; }
 smol=${INFERD_CACHE_DIR:-$HOME/.cache/inferd}/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf
 xz -T2 -6 -c "$smol" > /tmp/smol.gguf.xz
 mkdir -p .device/smol1 .device/smol2

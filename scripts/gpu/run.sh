@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # There (GPU machine), from the repository root, after scripts/gpu/prepare.sh here.
-#   run.sh tests   the runtime's test bodies on the GPU, compute-sanitizer over one, a
-#                  Qwen3-8B-shaped random model against transformers, decode/prefill speed;
-#                  keeps SmolLM2's first part in /tmp for the next call
-#   run.sh smol    (the next call, same machine) SmolLM2 real weights: GPU against CPU
-# Logs under $OUT; the last lines are a summary.
+# Usage: run.sh STAGE...   stages, in the order given:
+#   tests    the runtime's test bodies on the GPU (INFERD_REQUIRE_GPU=1), compute-sanitizer
+#            memcheck and racecheck over two of them
+#   model8b  makes the Qwen3-8B-shaped random model (/tmp/q8b) and checks the GPU against
+#            transformers (float32) on it
+#   speed    decode at batch 1/8/32/64 and prefill on /tmp/q8b, graphs against eager
+#   fleet    `inferd serve --device cuda` on /tmp/q8b driven by `inferd bench fleet`
+#   smol1    keeps SmolLM2's first part (prepare with SMOL=1); smol2 (the next call on the
+#            same machine) joins it and compares the GPU with the CPU on real weights
+# Logs under $OUT; summary.txt has the results.
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}
 export INFERD_REQUIRE_GPU=1 PYTHONUNBUFFERED=1
@@ -13,31 +18,50 @@ B=/tmp/inferd-bin
 mkdir -p $B /work
 # Test binaries find fixtures/ through the path they were built at.
 [ -e /work/main ] || ln -s "$PWD" /work/main
-for f in $C/*.xz; do xz -dc "$f" > $B/$(basename "$f" .xz); chmod +x $B/$(basename "$f" .xz); done
+for f in $C/*.xz; do n=$B/$(basename "$f" .xz); xz -dc "$f" > $n; chmod +x $n; done
 summary=$OUT/summary.txt
 note() { echo "$*" | tee -a $summary; }
-case "${1:-tests}" in
+nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm --format=csv > $OUT/gpu.txt
+for stage in "$@"; do case $stage in
 tests)
-  nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm --format=csv | tee $OUT/gpu.txt
-  cp .device/smol1/* /tmp/ 2>/dev/null
-  for t in workspace kv_blocks hf_reference; do
-    $B/$t --test-threads 1 cuda:: >$OUT/test-$t.log 2>&1; note "test $t (cuda): rc=$? $(grep 'test result' $OUT/test-$t.log)"
+  for t in workspace kv_blocks hf_reference cuda_graphs; do
+    $B/$t --test-threads 1 cuda >$OUT/test-$t.log 2>&1; note "test $t (cuda): rc=$? $(grep 'test result' $OUT/test-$t.log)"
     grep -E "panicked|Δ|differs" $OUT/test-$t.log | head -5 | tee -a $summary
   done
-  timeout 300 compute-sanitizer --tool memcheck $B/workspace --test-threads 1 cuda:: >$OUT/memcheck.log 2>&1
-  note "memcheck workspace: rc=$? $(grep -E 'ERROR SUMMARY' $OUT/memcheck.log | tail -1)"
+  timeout 300 compute-sanitizer --tool memcheck $B/cuda_graphs >$OUT/memcheck.log 2>&1
+  note "memcheck cuda_graphs: rc=$? $(grep -E 'ERROR SUMMARY' $OUT/memcheck.log | tail -1)"
   timeout 300 compute-sanitizer --tool racecheck $B/hf_reference --test-threads 1 cuda::qwen3 >$OUT/racecheck.log 2>&1
   note "racecheck hf_reference qwen3: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' $OUT/racecheck.log | tail -1)"
-  mkdir -p /tmp/tok
+  ;;
+model8b)
+  mkdir -p /tmp/tok && cp $C/tokenizer/* /tmp/tok/ && xz -df /tmp/tok/tokenizer.json.xz
   python3 $C/make_qwen3_8b.py /tmp/q8b /tmp/tok >$OUT/make8b.log 2>&1; note "make 8b: rc=$? $(tail -1 $OUT/make8b.log)"
   python3 $C/hf_logits.py /tmp/q8b /tmp/q8b-ref 64 >$OUT/hf.log 2>&1; note "hf logits: rc=$? $(tail -1 $OUT/hf.log)"
   $B/cuda_check hf /tmp/q8b /tmp/q8b-ref.ids.json /tmp/q8b-ref.f32 2>&1 | tee -a $summary
-  timeout 240 $B/cuda_check speed /tmp/q8b 512 2>&1 | tee -a $summary
   ;;
-smol)
+speed)
+  timeout 300 $B/cuda_check speed /tmp/q8b 512 2>&1 | tee -a $summary
+  ;;
+fleet)
+  $B/inferd serve --device cuda -m /tmp/q8b --port 8181 --no-prefix-cache --max-batch-tokens 4096 --max-prefill-tokens 4096 --max-prefill-tokens-decoding 1024 >$OUT/serve.log 2>&1 &
+  SP=$!
+  for i in $(seq 1 240); do curl -sf http://127.0.0.1:8181/health >/dev/null && break; sleep 0.5; done
+  note "server: $(curl -s http://127.0.0.1:8181/health | head -c 300)"
+  for run in "1 4096" "8 4096" "32 1024" "64 512"; do
+    set -- $run
+    timeout 150 $B/inferd bench fleet --url http://127.0.0.1:8181 --token-prompts -q --agents $1 --context $2 --reply 128 \
+      --label inferd --meta engine=inferd --meta model=qwen3-8b-shape-bf16 --out $OUT/fleet-$2-n$1.json >/dev/null 2>&1
+    note "fleet agents $1 x $2: rc $?"
+  done
+  kill $SP; wait $SP 2>/dev/null
+  $B/inferd bench table $OUT/fleet-*.json 2>&1 | tee -a $summary
+  tail -5 $OUT/serve.log
+  ;;
+smol1)
+  cp .device/smol1/* /tmp/
+  ;;
+smol2)
   cat /tmp/smol.part.00 .device/smol2/smol.part.01 | xz -dc > /tmp/smol.gguf
-  ls -la /tmp/smol.gguf | tee -a $summary
   timeout 400 $B/cuda_check agree /tmp/smol.gguf 2>&1 | tee -a $summary
-  timeout 120 $B/cuda_check speed /tmp/smol.gguf 512 2>&1 | tee -a $summary
   ;;
-esac
+esac; done

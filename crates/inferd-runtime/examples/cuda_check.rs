@@ -234,17 +234,25 @@ fn step_bytes<B: Backend>(model: &Model<B>, batch: usize, context: usize) -> (f6
 }
 
 fn speed(model_dir: &Path, context: usize) {
-    let t0 = Instant::now();
-    let model = Model::load(CudaBackend::new(Default::default()).unwrap(), model_dir).unwrap();
-    println!(
-        "loaded {} in {:.1} s",
-        model_dir.display(),
-        t0.elapsed().as_secs_f64()
-    );
+    for no_graphs in [false, true] {
+        let cfg = inferd_runtime::CudaConfig { device: 0, no_graphs };
+        let kind = if no_graphs { "eager" } else { "replayed as CUDA graphs" };
+        let t0 = Instant::now();
+        let model = Model::load(CudaBackend::new(cfg).unwrap(), model_dir).unwrap();
+        println!(
+            "{}: loaded in {:.1} s; decode passes {kind}",
+            model_dir.display(),
+            t0.elapsed().as_secs_f64()
+        );
+        speed_of(&model, context);
+    }
+}
+
+fn speed_of(model: &Model<CudaBackend>, context: usize) {
     let vocab = model.cfg.vocab_size;
     let steps = 32;
     let max_batch = 64;
-    let mut pool = Pool::new(&model, max_batch * (context + steps + 1), KvDtype::Bf16);
+    let mut pool = Pool::new(model, max_batch * (context + steps + 1), KvDtype::Bf16);
     let mut ws = model.workspace(8 * context, max_batch).unwrap();
     let tables: Vec<Vec<u32>> = (0..max_batch)
         .map(|_| pool.table(context + steps + 1))
@@ -320,7 +328,7 @@ fn speed(model_dir: &Path, context: usize) {
             }
         }
         let (fwd, total) = (fwd / steps as f64, total / steps as f64);
-        let (w, kv) = step_bytes(&model, batch, context);
+        let (w, kv) = step_bytes(model, batch, context);
         println!(
             "| {batch} | {:.2} | {:.2} | {:.0} | {:.1} GB | {:.0}% |",
             fwd * 1e3,

@@ -21,6 +21,7 @@ __global__ void kv_append_kernel(T* __restrict__ kc, T* __restrict__ vc,
     const size_t t = i / row;
     const int hd = static_cast<int>(i % row);
     const int h = hd / head_dim, e = hd % head_dim;
+    if (slot[t] < 0) continue;  // a padding row of a bucketed pass: nothing to store
     const size_t s = static_cast<size_t>(slot[t]);
     const size_t block = s / block_size, off = s % block_size;
     const size_t dst = ((block * n_kv + h) * block_size + off) * head_dim + e;

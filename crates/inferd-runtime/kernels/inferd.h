@@ -27,6 +27,13 @@ int ifd_copy(void* dst, const void* src, size_t bytes, void* stream);
 int ifd_memset(void* ptr, int value, size_t bytes, void* stream);
 // The error of the last launch on this thread (and clears it).
 int ifd_last_error();
+// CUDA graphs: capture the work queued on `stream` between begin and end (this thread's
+// calls only) into an executable graph; launch replays it on `stream`.
+int ifd_capture_begin(void* stream);
+// Ends the capture and instantiates it into *exec (null when the capture failed).
+int ifd_capture_end(void* stream, void** exec);
+int ifd_graph_launch(void* exec, void* stream);
+int ifd_graph_destroy(void* exec);
 const char* ifd_error_string(int err);
 
 // ---- elementwise.cu
@@ -72,7 +79,7 @@ struct IfdPaged {
   int head_dim;
 };
 // Stores K/V rows of the pass: token t goes to physical slot slot[t] = block * block_size
-// + offset.  k, v f32 [n, n_kv_heads * head_dim]
+// + offset; a negative slot (a padding row) stores nothing.  k, v f32 [n, n_kv_heads * head_dim]
 int ifd_kv_append(IfdPaged kv, const float* k, const float* v, const int32_t* slot, int n,
                   void* stream);
 // Causal GQA attention of every token over its sequence's positions 0..=pos[t]:

@@ -69,6 +69,33 @@ int ifd_memset(void* ptr, int value, size_t bytes, void* stream) {
 
 int ifd_last_error() { return static_cast<int>(cudaGetLastError()); }
 
+int ifd_capture_begin(void* stream) {
+  return static_cast<int>(
+      cudaStreamBeginCapture(ifd::as_stream(stream), cudaStreamCaptureModeThreadLocal));
+}
+
+int ifd_capture_end(void* stream, void** exec) {
+  *exec = nullptr;
+  cudaGraph_t g = nullptr;
+  cudaError_t e = cudaStreamEndCapture(ifd::as_stream(stream), &g);
+  if (e != cudaSuccess) return static_cast<int>(e);
+  cudaGraphExec_t x = nullptr;
+  e = cudaGraphInstantiate(&x, g, 0);
+  cudaGraphDestroy(g);
+  if (e != cudaSuccess) return static_cast<int>(e);
+  *exec = x;
+  return 0;
+}
+
+int ifd_graph_launch(void* exec, void* stream) {
+  return static_cast<int>(
+      cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), ifd::as_stream(stream)));
+}
+
+int ifd_graph_destroy(void* exec) {
+  return static_cast<int>(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec)));
+}
+
 const char* ifd_error_string(int err) {
   return cudaGetErrorString(static_cast<cudaError_t>(err));
 }

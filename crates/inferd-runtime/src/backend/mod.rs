@@ -163,6 +163,27 @@ pub trait Backend: Send + Sync {
         kv: &KvLayout,
     ) -> Result<Self::Batch>;
 
+    /// Token rows and logits rows a pass of `batch` occupies in the workspace. A backend
+    /// that pads passes to fixed sizes (the CUDA backend pads decode passes to its graph
+    /// buckets) says so here; padding rows come after the batch's own, and their logits
+    /// rows too.
+    fn pass_rows(&self, batch: &ForwardBatch) -> (usize, usize) {
+        (batch.n_tokens(), batch.logits_rows.len())
+    }
+
+    /// Runs one pass's ops `f` (the decoder over `kv`, writing the workspace of generation
+    /// `ws_generation`). A graph backend captures a decode pass on the first use of its
+    /// shape and replays the capture after, for the same workspace and pool.
+    fn run_pass(
+        &self,
+        _batch: &Self::Batch,
+        kv: &mut Self::Kv,
+        _ws_generation: u64,
+        f: impl FnOnce(&mut Self::Kv) -> Result<()>,
+    ) -> Result<()> {
+        f(kv)
+    }
+
     /// Rows of `table` for the batch's tokens.  -> out [n_tokens, hidden]
     fn embed(
         &self,

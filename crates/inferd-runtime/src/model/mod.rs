@@ -202,7 +202,10 @@ impl<B: Backend> Model<B> {
         self.backend.run(|| {
             self.backend.to_host(ws.logits(), logits)?;
             self.backend.synchronize()
-        })
+        })?;
+        // Rows a backend padded the pass with come last.
+        logits.truncate(batch.logits_rows.len() * self.cfg.vocab_size);
+        Ok(())
     }
 
     /// One forward pass in `ws` (grown first if the pass is larger than it holds), its
@@ -217,19 +220,19 @@ impl<B: Backend> Model<B> {
         if batch.tokens.is_empty() {
             return Ok(false);
         }
-        ws.ensure(
-            &self.backend,
-            &self.cfg,
-            batch.n_tokens(),
-            batch.logits_rows.len(),
-        )?;
+        let (tokens, logit_rows) = self.backend.pass_rows(batch);
+        ws.ensure(&self.backend, &self.cfg, tokens, logit_rows)?;
         let b = self.backend.prepare_batch(batch, &self.cfg.rope, layout)?;
         let dec = Decoder {
             backend: &self.backend,
             cfg: &self.cfg,
             weights: &self.weights,
         };
-        self.backend.run(|| dec.forward(ws, kv, &b))?;
+        let generation = ws.generation();
+        self.backend.run(|| {
+            self.backend
+                .run_pass(&b, kv, generation, |kv| dec.forward(ws, kv, &b))
+        })?;
         Ok(true)
     }
 

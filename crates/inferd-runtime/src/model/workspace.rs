@@ -8,7 +8,12 @@ use super::config::ModelConfig;
 use crate::backend::Backend;
 use crate::Result;
 
+/// Distinct for every workspace ever allocated (see [`Workspace::generation`]).
+static GENERATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 pub struct Workspace<B: Backend> {
+    /// Unique to this set of buffers (a grown workspace gets a new one).
+    generation: u64,
     /// Token rows and logits rows the buffers hold now.
     tokens: usize,
     logit_rows: usize,
@@ -64,6 +69,7 @@ impl<B: Backend> Workspace<B> {
         let s = sizes(cfg, tokens, logit_rows);
         let a = |n: usize| backend.alloc(n);
         Ok(Workspace {
+            generation: GENERATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             tokens,
             logit_rows,
             x: a(s.hidden)?,
@@ -102,6 +108,12 @@ impl<B: Backend> Workspace<B> {
             logit_rows.max(self.logit_rows),
         )?;
         Ok(())
+    }
+
+    /// Identifies these buffers: a captured pass (a CUDA graph) is valid only for the
+    /// workspace it wrote.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The last pass's logits (`[n_logits, vocab]`, on the device).

@@ -34,6 +34,9 @@ pub struct Args {
     /// has CUDA and the machine a GPU, else the CPU).
     #[arg(long, default_value = "auto")]
     device: String,
+    /// On a GPU, run decode steps eagerly instead of replaying CUDA graphs (for comparison).
+    #[arg(long)]
+    no_graphs: bool,
     /// KV cache memory: a size (512M, 2G) or a share of free memory (25%; on a GPU, of
     /// the device memory left after the weights). Default: 25% on the CPU, 85% on a GPU.
     #[arg(long)]
@@ -207,7 +210,7 @@ pub fn run(a: Args) -> Result<()> {
 
     // Metrics recorded during warm-up and later need the recorder first.
     inferd_server::metrics::install();
-    let (engine, template) = start_engine(device, &a.model, &name, engine_cfg)?;
+    let (engine, template) = start_engine(device, a.no_graphs, &a.model, &name, engine_cfg)?;
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -267,6 +270,7 @@ pub fn run(a: Args) -> Result<()> {
 /// chosen: above it everything is backend-neutral).
 fn start_engine(
     device: Device,
+    no_graphs: bool,
     model: &str,
     name: &str,
     cfg: EngineConfig,
@@ -288,11 +292,15 @@ fn start_engine(
             .context("starting the engine")?;
         Ok((engine, template))
     }
+    let _ = no_graphs; // read by the CUDA arm only
     match device {
         Device::Cpu => go(inferd_runtime::CpuBackend::new(), model, name, cfg),
         #[cfg(feature = "cuda")]
         Device::Cuda(n) => {
-            let b = inferd_runtime::CudaBackend::new(inferd_runtime::CudaConfig { device: n })?;
+            let b = inferd_runtime::CudaBackend::new(inferd_runtime::CudaConfig {
+                device: n,
+                no_graphs,
+            })?;
             eprintln!(
                 "GPU {n}: {} ({:.0} GiB)",
                 b.info().name,

@@ -84,6 +84,30 @@ pub fn rope_table(
     Ok(table)
 }
 
+/// Decode batch sizes graphs are captured for; a decode pass is padded to the smallest
+/// that holds it.
+pub const BUCKETS: [usize; 13] = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256];
+
+/// The bucket a pass is padded to: decode-only passes (one token per sequence, every
+/// row's logits, in order) of at most 256 sequences.
+pub fn decode_bucket(b: &ForwardBatch) -> Option<usize> {
+    let n = b.n_tokens();
+    let decode = n > 0
+        && b.seqs.len() == n
+        && b.logits_rows.len() == n
+        && b.logits_rows.iter().enumerate().all(|(i, &r)| i == r);
+    decode.then(|| BUCKETS.iter().copied().find(|&k| k >= n)).flatten()
+}
+
+/// A bucket's metadata buffer: fixed addresses for the graphs captured over it.
+pub struct BucketBuffer {
+    pub buf: DeviceBuffer,
+    /// Distinct for every buffer made (a graph is valid for one).
+    pub generation: u64,
+}
+
+static BUCKET_GENERATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 /// Offsets (in i32s) of each array inside the packed buffer.
 #[derive(Clone, Copy, Debug)]
 struct Offsets {
@@ -96,9 +120,19 @@ struct Offsets {
     bt: usize,
 }
 
+enum Meta {
+    /// From the pool, handed back when the pass ends.
+    Pooled(DeviceBuffer),
+    /// A bucket's own (a decode pass padded to `bucket` rows).
+    Bucket(Arc<BucketBuffer>),
+    Returned,
+}
+
 pub struct CudaBatch {
-    buf: Option<DeviceBuffer>,
+    buf: Meta,
     pool: Arc<BatchPool>,
+    /// `Some(rows)` for a decode pass padded to a graph bucket.
+    pub bucket: Option<usize>,
     at: Offsets,
     pub n_tokens: usize,
     pub n_logits: usize,
@@ -107,9 +141,12 @@ pub struct CudaBatch {
 }
 
 impl CudaBatch {
+    /// `buckets`: each bucket's metadata buffer (decode passes are padded to a bucket:
+    /// padding rows hold token 0 at position 0 over block 0 and store no KV).
     pub fn new(
         dev: &Arc<Device>,
         pool: &Arc<BatchPool>,
+        buckets: &Mutex<std::collections::HashMap<usize, Arc<BucketBuffer>>>,
         rope_slot: &Mutex<Option<Arc<RopeTable>>>,
         b: &ForwardBatch,
         rope: &RopeConfig,
@@ -117,16 +154,21 @@ impl CudaBatch {
     ) -> Result<CudaBatch> {
         b.validate(kv.block_size, kv.num_blocks)
             .map_err(RuntimeError::BadBatch)?;
-        let n = b.n_tokens();
-        let bt_total: usize = b.seqs.iter().map(|s| s.block_table.len()).sum();
+        let bucket = decode_bucket(b);
+        let real = b.n_tokens();
+        let n = bucket.unwrap_or(real); // rows of the pass, padding included
+        let n_logits = bucket.unwrap_or(b.logits_rows.len());
+        let n_seqs = b.seqs.len() + (n - real);
+        let bt_total: usize =
+            b.seqs.iter().map(|s| s.block_table.len()).sum::<usize>() + (n - real);
         let at = Offsets {
             tokens: 0,
             pos: n,
             seq: 2 * n,
             slot: 3 * n,
             logits: 4 * n,
-            bt_off: 4 * n + b.logits_rows.len(),
-            bt: 4 * n + b.logits_rows.len() + b.seqs.len() + 1,
+            bt_off: 4 * n + n_logits,
+            bt: 4 * n + n_logits + n_seqs + 1,
         };
         let mut packed = vec![0i32; at.bt + bt_total]; // [all arrays]
         let mut max_pos = 0;
@@ -148,26 +190,72 @@ impl CudaBatch {
                     + p % kv.block_size) as i32;
             }
         }
-        packed[at.bt_off + b.seqs.len()] = bt_next as i32;
+        // Padding rows: each its own one-block sequence, storing nothing (slot -1).
+        for t in real..n {
+            let si = b.seqs.len() + (t - real);
+            packed[at.bt_off + si] = bt_next as i32;
+            packed[at.bt + bt_next] = 0;
+            bt_next += 1;
+            packed[at.slot + t] = -1;
+            packed[at.seq + t] = si as i32;
+        }
+        packed[at.bt_off + n_seqs] = bt_next as i32;
         for (i, &r) in b.logits_rows.iter().enumerate() {
             packed[at.logits + i] = r as i32;
         }
+        for i in b.logits_rows.len()..n_logits {
+            packed[at.logits + i] = i as i32;
+        }
         let table = rope_table(rope_slot, dev, rope, max_pos)?;
-        let buf = pool.take(dev, packed.len() * 4)?;
-        dev.upload(&buf, 0, as_bytes(&packed))?;
+        let bytes = packed.len() * 4;
+        let buf = match bucket {
+            None => {
+                let buf = pool.take(dev, bytes)?;
+                dev.upload(&buf, 0, as_bytes(&packed))?;
+                Meta::Pooled(buf)
+            }
+            Some(k) => {
+                let mut map = buckets.lock().unwrap();
+                let fits = map.get(&k).is_some_and(|m| m.buf.bytes() >= bytes);
+                if !fits {
+                    // Grown (a new address, so the bucket's graphs are captured again).
+                    let buf = dev.alloc(bytes.next_power_of_two().max(64 << 10))?;
+                    let generation =
+                        BUCKET_GENERATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    map.insert(k, Arc::new(BucketBuffer { buf, generation }));
+                }
+                let m = map[&k].clone();
+                dev.upload(&m.buf, 0, as_bytes(&packed))?;
+                Meta::Bucket(m)
+            }
+        };
         Ok(CudaBatch {
-            buf: Some(buf),
+            buf,
             pool: pool.clone(),
+            bucket,
             at,
             n_tokens: n,
-            n_logits: b.logits_rows.len(),
+            n_logits,
             rope: table,
             rope_style: rope.style,
         })
     }
 
     fn arr(&self, off: usize) -> *const i32 {
-        self.buf.as_ref().unwrap().at::<i32>(off * 4)
+        let buf = match &self.buf {
+            Meta::Pooled(b) => b,
+            Meta::Bucket(m) => &m.buf,
+            Meta::Returned => unreachable!("a live batch holds its buffer"),
+        };
+        buf.at::<i32>(off * 4)
+    }
+
+    /// The bucket buffer's generation (graphs over this pass are valid for it).
+    pub fn meta_generation(&self) -> u64 {
+        match &self.buf {
+            Meta::Bucket(m) => m.generation,
+            _ => 0,
+        }
     }
 
     pub fn tokens(&self) -> *const i32 {
@@ -203,7 +291,7 @@ impl CudaBatch {
 
 impl Drop for CudaBatch {
     fn drop(&mut self) {
-        if let Some(b) = self.buf.take() {
+        if let Meta::Pooled(b) = std::mem::replace(&mut self.buf, Meta::Returned) {
             self.pool.free.lock().unwrap().push(b);
         }
     }

@@ -42,6 +42,10 @@ extern "C" {
     pub fn ifd_copy(dst: *mut c_void, src: *const c_void, bytes: usize, stream: Stream) -> c_int;
     pub fn ifd_memset(ptr: *mut c_void, value: c_int, bytes: usize, stream: Stream) -> c_int;
     pub fn ifd_last_error() -> c_int;
+    pub fn ifd_capture_begin(stream: Stream) -> c_int;
+    pub fn ifd_capture_end(stream: Stream, exec: *mut *mut c_void) -> c_int;
+    pub fn ifd_graph_launch(exec: *mut c_void, stream: Stream) -> c_int;
+    pub fn ifd_graph_destroy(exec: *mut c_void) -> c_int;
     pub fn ifd_error_string(err: c_int) -> *const c_char;
 
     pub fn ifd_embed(

@@ -9,8 +9,12 @@ use super::ffi::IfdPaged;
 use crate::kv::{KvDtype, KvLayout};
 use crate::{Result, RuntimeError};
 
+static KV_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 pub struct CudaKv {
     pub(super) layout: KvLayout,
+    /// Distinct for every pool (graphs captured over one are valid for it only).
+    pub(super) id: u64,
     k: Vec<DeviceBuffer>, // per layer
     v: Vec<DeviceBuffer>, // per layer
 }
@@ -36,6 +40,7 @@ impl CudaKv {
         dev.sync()?;
         Ok(CudaKv {
             layout: *layout,
+            id: KV_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             k,
             v,
         })

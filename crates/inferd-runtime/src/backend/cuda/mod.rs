@@ -14,6 +14,7 @@ mod batch;
 mod device;
 mod ffi;
 mod gemm;
+mod graphs;
 mod kv;
 mod tensor;
 mod weight;
@@ -43,12 +44,18 @@ use crate::{Result, RuntimeError};
 pub struct CudaConfig {
     /// CUDA device ordinal.
     pub device: usize,
+    /// Run decode passes eagerly instead of replaying captured graphs (for comparison:
+    /// the two compute the same bits, since decode passes are padded to the graph buckets
+    /// either way).
+    pub no_graphs: bool,
 }
 
 struct Inner {
     dev: Arc<Device>,
     gemm: gemm::Gemm,
     batches: Arc<BatchPool>,
+    buckets: Mutex<std::collections::HashMap<usize, Arc<batch::BucketBuffer>>>,
+    graphs: Option<graphs::Graphs>,
     rope: Mutex<Option<Arc<RopeTable>>>,
     /// Logits rows read back for host sampling.  // [rows drawn on the host, vocab]
     host_logits: Mutex<Vec<f32>>,
@@ -73,6 +80,8 @@ impl CudaBackend {
                 dev,
                 gemm,
                 batches: Arc::default(),
+                buckets: Mutex::default(),
+                graphs: (!cfg.no_graphs).then(graphs::Graphs::default),
                 rope: Mutex::new(None),
                 host_logits: Mutex::new(Vec::new()),
                 draws: Mutex::new(None),
@@ -171,7 +180,35 @@ impl Backend for CudaBackend {
     ) -> Result<CudaBatch> {
         self.inner.dev.bind()?;
         let i = &self.inner;
-        CudaBatch::new(&i.dev, &i.batches, &i.rope, batch, rope, kv)
+        CudaBatch::new(&i.dev, &i.batches, &i.buckets, &i.rope, batch, rope, kv)
+    }
+
+    fn pass_rows(&self, batch: &ForwardBatch) -> (usize, usize) {
+        match batch::decode_bucket(batch) {
+            Some(k) => (k, k),
+            None => (batch.n_tokens(), batch.logits_rows.len()),
+        }
+    }
+
+    fn run_pass(
+        &self,
+        batch: &CudaBatch,
+        kv: &mut CudaKv,
+        ws_generation: u64,
+        f: impl FnOnce(&mut CudaKv) -> Result<()>,
+    ) -> Result<()> {
+        let (Some(graphs), Some(bucket)) = (&self.inner.graphs, batch.bucket) else {
+            return f(kv);
+        };
+        let key = graphs::Key {
+            bucket,
+            workspace: ws_generation,
+            kv: kv.id,
+            meta: batch.meta_generation(),
+            rope: Arc::as_ptr(&batch.rope) as usize,
+        };
+        let s = self.stream()?;
+        graphs.run(key, s, || f(kv))
     }
 
     fn embed(&self, table: &CudaWeight, batch: &CudaBatch, out: &mut CudaTensor) -> Result<()> {

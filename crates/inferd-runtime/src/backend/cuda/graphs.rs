@@ -1,0 +1,78 @@
+//! CUDA graphs of decode passes: the first pass of a shape is captured (its ops are
+//! queued into a graph instead of run), then every pass of that shape replays it in one
+//! launch instead of hundreds. A graph bakes in every address it touches, so it is keyed
+//! by all of them: the bucket (rows), the workspace, the KV pool, the bucket's metadata
+//! buffer and the rotary table; any of them new means a new capture, and graphs over
+//! buffers that are gone are dropped then.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+use super::ffi::{self, check};
+use crate::Result;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub bucket: usize,
+    pub workspace: u64,
+    pub kv: u64,
+    pub meta: u64,
+    pub rope: usize,
+}
+
+impl Key {
+    /// The buffers the graph reads and writes, whatever the bucket.
+    fn buffers(&self) -> (u64, u64, usize) {
+        (self.workspace, self.kv, self.rope)
+    }
+}
+
+struct Exec(*mut c_void);
+
+// SAFETY: an executable graph may be launched from any thread (one at a time: the map's lock).
+unsafe impl Send for Exec {}
+
+impl Drop for Exec {
+    fn drop(&mut self) {
+        unsafe { ffi::ifd_graph_destroy(self.0) };
+    }
+}
+
+#[derive(Default)]
+pub struct Graphs {
+    execs: Mutex<HashMap<Key, Exec>>,
+}
+
+impl Graphs {
+    /// Replays the graph of `key` on `stream`, capturing `pass` into it first if there is
+    /// none. A capture only records: the pass runs when the graph is launched.
+    pub fn run(
+        &self,
+        key: Key,
+        stream: ffi::Stream,
+        pass: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        let mut execs = self.execs.lock().unwrap();
+        if !execs.contains_key(&key) {
+            // Graphs over other buffers (a grown workspace, another pool) are stale.
+            execs.retain(|k, _| k.buffers() == key.buffers());
+            // A bucket whose metadata buffer grew: its older graph is stale too.
+            execs.retain(|k, _| k.bucket != key.bucket);
+            check(unsafe { ffi::ifd_capture_begin(stream) }, "beginning a graph capture")?;
+            let recorded = pass();
+            let mut exec = std::ptr::null_mut();
+            let ended = check(
+                unsafe { ffi::ifd_capture_end(stream, &mut exec) },
+                "capturing a decode pass",
+            );
+            recorded?;
+            ended?;
+            execs.insert(key, Exec(exec));
+        }
+        check(
+            unsafe { ffi::ifd_graph_launch(execs[&key].0, stream) },
+            "launching a decode graph",
+        )
+    }
+}
