@@ -4,7 +4,10 @@
 //! `~/.cache/inferd/kernels`), so rebuilds and CI compile them once.
 //!
 //! nvcc is `INFERD_NVCC`, else the workspace's `.cuda/nvidia/cu13/bin/nvcc` (installed
-//! from PyPI by `scripts/cuda-toolchain.sh`), else `nvcc` on `PATH`.
+//! from PyPI by `scripts/cuda-toolchain.sh`), else `nvcc` on `PATH`. The `fi_*.cu` units
+//! instantiate FlashInfer's kernels from the headers of its pinned wheel, which the same
+//! script unpacks into `.cuda/fi` (`INFERD_FLASHINFER` overrides: the wheel's
+//! `flashinfer/data`), with curand's headers in `.cuda/curand`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -22,10 +25,42 @@ const FLAGS: &[&str] = &[
     "-fPIC",
 ];
 
+/// The FlashInfer wheel the `fi_*` units are built against (scripts/cuda-toolchain.sh).
+const FLASHINFER_WHEEL_SHA256: &str =
+    "bfdc18b9e1e4d8d0730fe4343dc0e284cd0c160086de80f99888bc4867922d49";
+
+/// FlashInfer's include directories inside the wheel's `flashinfer/data`, in order: its
+/// CCCL before nvcc's own, then its headers and CUTLASS.
+const FLASHINFER_INCLUDES: [&str; 6] = [
+    "cccl/libcudacxx/include",
+    "cccl/cub",
+    "cccl/thrust",
+    "include",
+    "cutlass/include",
+    "cutlass/tools/util/include",
+];
+
+/// Extra flags of the FlashInfer units.
+fn flashinfer_flags(manifest: &Path) -> Vec<String> {
+    let data = std::env::var_os("INFERD_FLASHINFER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest.join("../../.cuda/fi/flashinfer/data"));
+    let curand = manifest.join("../../.cuda/curand/nvidia/cu13/include");
+    if !data.join("include/flashinfer").is_dir() || !curand.is_dir() {
+        fail("feature `cuda` needs FlashInfer's headers: run scripts/cuda-toolchain.sh");
+    }
+    let mut f = vec!["--expt-extended-lambda".to_string()];
+    for d in FLASHINFER_INCLUDES {
+        f.push(format!("-I{}", data.join(d).display()));
+    }
+    f.push(format!("-I{}", curand.display()));
+    f
+}
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=kernels");
-    for v in ["INFERD_NVCC", "INFERD_KERNEL_CACHE", "HOME"] {
+    for v in ["INFERD_NVCC", "INFERD_KERNEL_CACHE", "INFERD_FLASHINFER", "HOME"] {
         println!("cargo:rerun-if-env-changed={v}");
     }
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
@@ -44,25 +79,17 @@ fn main() {
         .collect();
     sources.sort();
 
-    let mut h = Sha256::new();
-    h.update(version.as_bytes());
-    for f in FLAGS {
-        h.update(f.as_bytes());
-        h.update([0]);
-    }
-    for s in &sources {
-        h.update(s.file_name().unwrap().as_encoded_bytes());
-        h.update([0]);
-        h.update(std::fs::read(s).unwrap());
-    }
-    let hash: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
-
-    let cache = cache_dir().join(&hash[..24]);
-    let lib = cache.join("libinferd_kernels.a");
-    if !lib.exists() {
-        build_library(&nvcc, &sources, &cache, &lib);
-    }
-    println!("cargo:rustc-link-search=native={}", cache.display());
+    let fi_flags = flashinfer_flags(&manifest);
+    // What every object depends on beside its sources (paths left out: a checkout
+    // elsewhere reuses the cache).
+    let common = format!(
+        "{version}\n{FLASHINFER_WHEEL_SHA256}\n{}\n{}",
+        FLAGS.join(" "),
+        FLASHINFER_INCLUDES.join(" ")
+    );
+    let lib_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("kernels");
+    build_library(&nvcc, &sources, &fi_flags, &common, &cache_dir(), &lib_dir);
+    println!("cargo:rustc-link-search=native={}", lib_dir.display());
     println!("cargo:rustc-link-lib=static=inferd_kernels");
     // The CUDA runtime beside nvcc (the PyPI layout: bin/ and lib/ under one root).
     let root = nvcc.parent().and_then(Path::parent).unwrap();
@@ -102,41 +129,88 @@ fn cache_dir() -> PathBuf {
     }
 }
 
-/// Compiles every `.cu` (in parallel) and archives the objects; the library appears in
-/// the cache under its final name only once complete (written aside, then renamed).
-fn build_library(nvcc: &Path, sources: &[PathBuf], cache: &Path, lib: &Path) {
-    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("kernels");
-    std::fs::create_dir_all(&out).unwrap();
-    let units: Vec<&PathBuf> = sources
+/// Whether a unit instantiates FlashInfer (its own flags and headers).
+fn is_flashinfer(p: &Path) -> bool {
+    let n = p.file_name().unwrap().to_string_lossy();
+    n.starts_with("fi_") || n.starts_with("flashinfer_")
+}
+
+/// Compiles every `.cu` that is not in the cache (one nvcc per core, the FlashInfer
+/// prefill units first: they take minutes) and archives the objects into
+/// `lib_dir/libinferd_kernels.a`. Each object is cached under a hash of its source, the
+/// headers of its kind (FlashInfer's or ours), nvcc's version and the flags; a cached
+/// object appears under its final name only once complete (written aside, then renamed).
+fn build_library(
+    nvcc: &Path,
+    sources: &[PathBuf],
+    fi_flags: &[String],
+    common: &str,
+    cache: &Path,
+    lib_dir: &Path,
+) {
+    let objs = cache.join("objects");
+    std::fs::create_dir_all(&objs).unwrap();
+    std::fs::create_dir_all(lib_dir).unwrap();
+    let headers: Vec<&PathBuf> = sources
+        .iter()
+        .filter(|s| s.extension().is_some_and(|e| e == "h" || e == "cuh"))
+        .collect();
+    let mut units: Vec<(PathBuf, PathBuf)> = sources
         .iter()
         .filter(|s| s.extension().is_some_and(|e| e == "cu"))
+        .map(|src| {
+            let mut h = Sha256::new();
+            h.update(common.as_bytes());
+            for f in std::iter::once(src).chain(headers.iter().copied().filter(|x| is_flashinfer(x) == is_flashinfer(src))) {
+                h.update(f.file_name().unwrap().as_encoded_bytes());
+                h.update([0]);
+                h.update(std::fs::read(f).unwrap());
+            }
+            let hash: String = h.finalize()[..12].iter().map(|b| format!("{b:02x}")).collect();
+            let stem = src.file_stem().unwrap().to_string_lossy();
+            (src.clone(), objs.join(format!("{stem}-{hash}.o")))
+        })
         .collect();
-    let objects: Vec<PathBuf> = std::thread::scope(|scope| {
-        let jobs: Vec<_> = units
-            .iter()
-            .map(|src| {
-                let obj = out.join(src.file_stem().unwrap()).with_extension("o");
-                scope.spawn(move || {
-                    let mut c = Command::new(nvcc);
-                    c.args(FLAGS).arg("-c").arg(src).arg("-o").arg(&obj);
-                    if let Err(e) = run_capture(&mut c) {
-                        fail(&format!("nvcc {}: {e}", src.display()));
-                    }
-                    obj
-                })
-            })
-            .collect();
-        jobs.into_iter().map(|j| j.join().unwrap()).collect()
+    let cost = |p: &Path| {
+        let n = p.file_name().unwrap().to_string_lossy();
+        if n.starts_with("fi_prefill") { 0 } else if is_flashinfer(p) { 1 } else { 2 }
+    };
+    units.sort_by_key(|(s, _)| cost(s));
+    let todo: Vec<&(PathBuf, PathBuf)> = units.iter().filter(|(_, o)| !o.exists()).collect();
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..cores.min(todo.len()) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((src, obj)) = todo.get(i) else { break };
+                compile(nvcc, src, fi_flags, obj);
+            });
+        }
     });
-    std::fs::create_dir_all(cache).unwrap();
-    let tmp = cache.join(format!("libinferd_kernels.a.{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
+    let lib = lib_dir.join("libinferd_kernels.a");
+    let _ = std::fs::remove_file(&lib);
     let mut ar = Command::new("ar");
-    ar.arg("crs").arg(&tmp).args(&objects);
+    ar.arg("crs").arg(&lib).args(units.iter().map(|(_, o)| o));
     if let Err(e) = run_capture(&mut ar) {
         fail(&format!("ar: {e}"));
     }
-    std::fs::rename(&tmp, lib).unwrap();
+}
+
+/// Compiles one unit into `obj` (written aside, then renamed: a crash leaves no partial
+/// object under the cached name).
+fn compile(nvcc: &Path, src: &Path, fi_flags: &[String], obj: &Path) {
+    let tmp = obj.with_extension(format!("o.{}", std::process::id()));
+    let mut c = Command::new(nvcc);
+    c.args(FLAGS);
+    if src.file_name().unwrap().to_string_lossy().starts_with("fi_") {
+        c.args(fi_flags);
+    }
+    c.arg("-c").arg(src).arg("-o").arg(&tmp);
+    if let Err(e) = run_capture(&mut c) {
+        fail(&format!("nvcc {}: {e}", src.display()));
+    }
+    std::fs::rename(&tmp, obj).unwrap();
 }
 
 fn run_capture(c: &mut Command) -> Result<String, String> {

@@ -1,0 +1,103 @@
+// FlashInfer BatchDecode (paged, HND, bf16, no RoPE, causal by construction) for one
+// head_dim: plan + run. Included by fi_decode_hd{64,128}.cu with IFD_FI_HD set.
+#include <cuda_bf16.h>
+
+#include <flashinfer/attention/decode.cuh>
+#include <flashinfer/attention/default_decode_params.cuh>
+#include <flashinfer/attention/scheduler.cuh>
+#include <flashinfer/attention/variants.cuh>
+#include <vector>
+
+#include "fi_internal.h"
+
+#ifndef IFD_FI_HD
+#error "define IFD_FI_HD"
+#endif
+
+namespace ifd_fi {
+namespace {
+using namespace flashinfer;
+using BF = nv_bfloat16;
+using DParams = BatchDecodeParams<BF, BF, BF, int32_t>;
+using DVariant = DefaultAttention</*custom_mask=*/false, /*sliding_window=*/false,
+                                  /*soft_cap=*/false, /*alibi=*/false>;
+constexpr PosEncodingMode kPos = PosEncodingMode::kNone;
+}  // namespace
+
+template <int HD_>
+cudaError_t decode_plan(const FiBufs& b, int32_t* kv_indptr_h, int n_seqs,
+                                   int n_heads, int n_kv_heads, int page_size, bool cuda_graph,
+                                   int64_t* info, int* split_kv, cudaStream_t s) {
+  constexpr uint32_t HD = HD_;
+  DecodePlanInfo pi;
+  cudaError_t st = cudaErrorNotSupported;
+  DISPATCH_GQA_GROUP_SIZE(n_heads / n_kv_heads, GROUP_SIZE, {
+    auto estimate =
+        BatchDecodeWithPagedKVCacheWorkEstimationDispatched<GROUP_SIZE, HD, kPos, DVariant,
+                                                            DParams>;
+    st = DecodePlan<HD, kPos, DVariant, DParams>(
+        b.float_ws, b.float_bytes, b.int_ws, b.pinned, b.int_bytes, pi, kv_indptr_h,
+        static_cast<uint32_t>(n_seqs), static_cast<uint32_t>(n_heads),
+        static_cast<uint32_t>(page_size), cuda_graph, s, estimate);
+  });
+  if (st != cudaSuccess) return st;
+  const std::vector<int64_t> v = pi.ToVector();
+  for (size_t i = 0; i < v.size(); ++i) info[i] = v[i];
+  *split_kv = pi.split_kv ? 1 : 0;
+  return cudaSuccess;
+}
+
+template <int HD_>
+cudaError_t decode_run(const FiRun& r, cudaStream_t s) {
+  constexpr uint32_t HD = HD_;
+  DecodePlanInfo pi;
+  pi.FromVector(std::vector<int64_t>(r.info, r.info + 10));
+
+  paged_kv_t<BF, int32_t> kv(static_cast<uint32_t>(r.n_kv_heads),
+                             static_cast<uint32_t>(r.page_size), HD,
+                             static_cast<uint32_t>(r.n_seqs), QKVLayout::kHND,
+                             static_cast<BF*>(const_cast<void*>(r.k)),
+                             static_cast<BF*>(const_cast<void*>(r.v)), r.kv_indices,
+                             r.kv_indptr, r.kv_last_page_len);
+  DParams p;
+  p.q = static_cast<BF*>(const_cast<void*>(r.q));
+  p.q_rope_offset = nullptr;
+  p.paged_kv = kv;
+  p.o = static_cast<BF*>(r.o);
+  p.lse = r.lse;
+  p.maybe_alibi_slopes = nullptr;
+  p.num_qo_heads = static_cast<uint32_t>(r.n_heads);
+  p.q_stride_n = static_cast<int32_t>(r.n_heads * HD);
+  p.q_stride_h = static_cast<int32_t>(HD);
+  p.window_left = -1;
+  p.logits_soft_cap = 0.f;
+  p.sm_scale = r.sm_scale;
+  p.rope_rcp_scale = 1.f;
+  p.rope_rcp_theta = 1.f;
+  p.request_indices = GetPtrFromBaseOffset<int32_t>(r.int_ws, pi.request_indices_offset);
+  p.kv_tile_indices = GetPtrFromBaseOffset<int32_t>(r.int_ws, pi.kv_tile_indices_offset);
+  p.o_indptr = GetPtrFromBaseOffset<int32_t>(r.int_ws, pi.o_indptr_offset);
+  p.kv_chunk_size_ptr = GetPtrFromBaseOffset<int32_t>(r.int_ws, pi.kv_chunk_size_ptr_offset);
+  p.block_valid_mask = nullptr;
+  p.partition_kv = false;
+  p.padded_batch_size = static_cast<uint32_t>(pi.padded_batch_size);
+
+  BF* tmp_v = nullptr;
+  float* tmp_s = nullptr;
+  if (pi.split_kv) {
+    tmp_v = GetPtrFromBaseOffset<BF>(r.float_ws, pi.v_offset);
+    tmp_s = GetPtrFromBaseOffset<float>(r.float_ws, pi.s_offset);
+    if (pi.enable_cuda_graph)
+      p.block_valid_mask = GetPtrFromBaseOffset<bool>(r.int_ws, pi.block_valid_mask_offset);
+  }
+  return BatchDecodeWithPagedKVCacheDispatched<HD, kPos, DVariant, DParams>(
+      p, tmp_v, tmp_s, /*enable_pdl=*/false, s);
+}
+
+}  // namespace ifd_fi
+
+namespace ifd_fi {
+template cudaError_t decode_plan<IFD_FI_HD>(const FiBufs&, int32_t*, int, int, int, int, bool,
+                                            int64_t*, int*, cudaStream_t);
+template cudaError_t decode_run<IFD_FI_HD>(const FiRun&, cudaStream_t);
+}  // namespace ifd_fi
