@@ -63,6 +63,7 @@ pub mod memory;
 pub mod metrics;
 pub mod openai;
 pub mod params;
+pub mod pipeline;
 pub mod state;
 pub mod work;
 
