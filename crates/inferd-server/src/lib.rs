@@ -53,6 +53,7 @@
 //! A client that disconnects cancels its request: the response (streamed or not) owns
 //! the engine's request stream, and dropping it frees the request's KV blocks.
 
+pub mod anthropic;
 pub mod auth;
 pub mod config;
 pub mod error;
@@ -64,6 +65,7 @@ pub mod metrics;
 pub mod openai;
 pub mod params;
 pub mod pipeline;
+pub mod reply;
 pub mod state;
 pub mod work;
 
@@ -91,6 +93,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/sessions", get(memory::list_sessions))
         .route("/v1/sessions/{id}", delete(memory::delete_session))
         .route("/v1/cache", get(memory::cache))
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_key,
