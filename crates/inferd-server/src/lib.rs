@@ -66,6 +66,7 @@ pub mod openai;
 pub mod params;
 pub mod pipeline;
 pub mod reply;
+pub mod responses;
 pub mod state;
 pub mod work;
 
@@ -93,6 +94,15 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/sessions", get(memory::list_sessions))
         .route("/v1/sessions/{id}", delete(memory::delete_session))
         .route("/v1/cache", get(memory::cache))
+        .route("/v1/responses", post(responses::create))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::get).delete(responses::delete),
+        )
+        .route(
+            "/v1/responses/{id}/input_items",
+            get(responses::input_items),
+        )
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route_layer(axum::middleware::from_fn_with_state(
@@ -126,8 +136,12 @@ pub async fn serve(
     }
     let engine = state.engine.clone();
     let limits = state.config.conn;
+    let responses = state.responses.clone();
     let app = router(state);
-    listen::run(listener, app, engine, limits, shutdown).await
+    let served = listen::run(listener, app, engine, limits, shutdown).await;
+    // Stored responses reach the disk before the process exits.
+    responses.flush();
+    served
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.
