@@ -418,8 +418,8 @@ mod tests {
         let m = r.chat.messages.unwrap();
         assert_eq!(m[0], json!({"role": "system", "content": "be brief"}));
         assert_eq!(
-            m[2]["tool_calls"][0]["function"]["arguments"]["city"],
-            "Oslo"
+            m[2]["tool_calls"][0]["function"]["arguments"],
+            r#"{"city":"Oslo"}"#
         );
         assert_eq!(
             m[3],

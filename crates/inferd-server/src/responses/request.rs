@@ -35,6 +35,7 @@ pub struct ResponsesBody {
 }
 
 /// What the adapter keeps beside the chat request.
+#[derive(Debug)]
 pub struct Translated {
     pub chat: ChatRequest,
     /// The input items with ids, as `input_items` lists them.
