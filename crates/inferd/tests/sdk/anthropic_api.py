@@ -14,6 +14,7 @@ import anthropic
 PORT, MODEL = sys.argv[1], sys.argv[2]
 client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{PORT}", api_key="unused")
 
+# This SDK version has no `temperature` argument; inferd reads it from the body.
 SYSTEM = "You are a helpful assistant for travellers."
 ASK = [{"role": "user", "content": "Name one sight in Rome."}]
 TOOLS = [
@@ -40,7 +41,7 @@ def check(cond, what, shown=None):
 
 
 def plain():
-    m = client.messages.create(model=MODEL, max_tokens=30, system=SYSTEM, messages=ASK, temperature=0)
+    m = client.messages.create(model=MODEL, max_tokens=30, system=SYSTEM, messages=ASK, extra_body={"temperature": 0})
     check(m.type == "message" and m.role == "assistant", "plain: a message", m)
     check(m.content and m.content[0].type == "text" and m.content[0].text.strip(), "plain: text", m)
     check(m.stop_reason in ("end_turn", "max_tokens"), "plain: stop_reason", m.stop_reason)
@@ -50,7 +51,7 @@ def plain():
 
 def streamed(expected):
     with client.messages.stream(model=MODEL, max_tokens=30, system=SYSTEM, messages=ASK,
-                                temperature=0) as stream:
+                                extra_body={"temperature": 0}) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
     check(text == final.content[0].text, "stream: text_stream makes the final text", (text, final))
@@ -61,7 +62,7 @@ def streamed(expected):
 def tool_call():
     m = client.messages.create(
         model=MODEL, max_tokens=100, system=SYSTEM, messages=WEATHER, tools=TOOLS,
-        tool_choice={"type": "tool", "name": "get_weather"}, temperature=0,
+        tool_choice={"type": "tool", "name": "get_weather"}, extra_body={"temperature": 0},
     )
     check(m.stop_reason == "tool_use", "tool: stop_reason tool_use", m)
     uses = [b for b in m.content if b.type == "tool_use"]
@@ -72,7 +73,7 @@ def tool_call():
           "tool: input follows the schema", u.input)
     with client.messages.stream(
         model=MODEL, max_tokens=100, system=SYSTEM, messages=WEATHER, tools=TOOLS,
-        tool_choice={"type": "tool", "name": "get_weather"}, temperature=0,
+        tool_choice={"type": "tool", "name": "get_weather"}, extra_body={"temperature": 0},
     ) as stream:
         final = stream.get_final_message()
     su = [b for b in final.content if b.type == "tool_use"]
@@ -83,7 +84,7 @@ def tool_call():
                                       "content": "18 degrees and sunny"}]},
     ]
     m2 = client.messages.create(model=MODEL, max_tokens=40, system=SYSTEM, messages=turn2, tools=TOOLS,
-                                tool_choice={"type": "none"}, temperature=0)
+                                tool_choice={"type": "none"}, extra_body={"temperature": 0})
     check(m2.stop_reason != "tool_use", "tool_result: answered in text", m2)
     check(m2.content and m2.content[0].type == "text" and m2.content[0].text.strip(),
           "tool_result: text", m2)
