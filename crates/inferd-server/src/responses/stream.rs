@@ -1,7 +1,7 @@
 //! The Responses API's stream: `response.created`, `response.in_progress`, then per
 //! output item `response.output_item.added`, its content (`response.content_part.added`
-//! + `response.output_text.delta`…, or `response.function_call_arguments.delta`…), its
-//! `.done` events and `response.output_item.done`, and last `response.completed` (or
+//! and `response.output_text.delta`s, or `response.function_call_arguments.delta`s), its
+//! done events and `response.output_item.done`, and last `response.completed` (or
 //! `response.incomplete`). Every event carries a `sequence_number`.
 
 use axum::body::Bytes;
