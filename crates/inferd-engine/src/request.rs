@@ -115,6 +115,8 @@ pub enum Event {
     Done {
         finish_reason: FinishReason,
         usage: Usage,
+        /// The stop string that ended the reply (`finish_reason` is then `Stop`).
+        stop: Option<String>,
     },
     /// The request failed inside the engine (not the caller's fault).
     Error(String),

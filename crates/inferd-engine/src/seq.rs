@@ -263,6 +263,7 @@ impl Seq {
         self.send(Event::Done {
             finish_reason: reason,
             usage: self.usage(),
+            stop: self.stop.matched().map(str::to_string),
         });
         Outcome::Finished
     }

@@ -18,6 +18,8 @@ pub struct StopMatcher {
     stops: Vec<String>,
     /// Text withheld because it might begin a stop string.
     held: String,
+    /// The stop string that ended the text, once one has.
+    matched: Option<String>,
 }
 
 impl StopMatcher {
@@ -26,6 +28,7 @@ impl StopMatcher {
         StopMatcher {
             stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
             held: String::new(),
+            matched: None,
         }
     }
 
@@ -36,13 +39,24 @@ impl StopMatcher {
         let mut buf = std::mem::take(&mut self.held);
         buf.push_str(text);
         // Earliest match wins; among matches at one position, any (they end the text there).
-        if let Some(at) = self.stops.iter().filter_map(|s| buf.find(s.as_str())).min() {
+        let first = self
+            .stops
+            .iter()
+            .filter_map(|s| buf.find(s.as_str()).map(|at| (at, s)))
+            .min_by_key(|(at, _)| *at);
+        if let Some((at, s)) = first {
+            self.matched = Some(s.clone());
             buf.truncate(at);
             return StopStep::Stopped(buf);
         }
         let keep = self.partial_tail(&buf);
         self.held = buf.split_off(buf.len() - keep);
         StopStep::Emit(buf)
+    }
+
+    /// The stop string that matched, if one did.
+    pub fn matched(&self) -> Option<&str> {
+        self.matched.as_deref()
     }
 
     /// Releases the withheld text (generation ended for another reason).
@@ -107,6 +121,10 @@ mod tests {
     fn earliest_of_several_stops_wins() {
         assert_eq!(run(&["cd", "b"], &["abcd"]), ("a".into(), true));
         assert_eq!(run(&["xyz", "yq"], &["axy", "q"]), ("ax".into(), true));
+        let mut m = StopMatcher::new(&["cd".to_string(), "b".to_string()]);
+        assert_eq!(m.matched(), None);
+        m.push("abcd");
+        assert_eq!(m.matched(), Some("b"));
     }
 
     #[test]

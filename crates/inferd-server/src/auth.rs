@@ -1,4 +1,5 @@
-//! `Authorization: Bearer KEY` on the `/v1` routes when an API key is configured.
+//! `Authorization: Bearer KEY` (or Anthropic's `x-api-key: KEY`) on the `/v1` routes
+//! when an API key is configured.
 
 use axum::extract::{Request, State};
 use axum::http::header;
@@ -17,25 +18,38 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
-pub async fn require_key(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let Some(key) = state.config.api_key.as_deref() else {
-        return next.run(req).await;
-    };
-    let given = req
-        .headers()
+/// The key a request gives: `Authorization: Bearer KEY`, else `x-api-key: KEY`.
+fn given_key(req: &Request) -> Option<&str> {
+    let h = req.headers();
+    let bearer = h
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| {
             let (scheme, rest) = v.trim().split_once(' ')?;
             scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
         });
-    match given {
+    bearer.or_else(|| {
+        h.get("x-api-key")
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    })
+}
+
+pub async fn require_key(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let Some(key) = state.config.api_key.as_deref() else {
+        return next.run(req).await;
+    };
+    let err = match given_key(&req) {
         None => ApiError::unauthorized(
-            "You didn't provide an API key. Send it as `Authorization: Bearer KEY`.",
-        )
-        .into_response(),
-        Some(g) if constant_time_eq(g.as_bytes(), key.as_bytes()) => next.run(req).await,
-        Some(_) => ApiError::unauthorized("Incorrect API key provided.").into_response(),
+            "You didn't provide an API key. Send it as `Authorization: Bearer KEY` or `x-api-key: KEY`.",
+        ),
+        Some(g) if constant_time_eq(g.as_bytes(), key.as_bytes()) => return next.run(req).await,
+        Some(_) => ApiError::unauthorized("Incorrect API key provided."),
+    };
+    if crate::anthropic::is_path(req.uri().path()) {
+        crate::anthropic::error::AnthropicError(err).into_response()
+    } else {
+        err.into_response()
     }
 }
 

@@ -23,6 +23,8 @@ pub struct ServerConfig {
     pub tool_syntax: Option<inferd_tools::ToolSyntax>,
     /// Connection limit, header and body timeouts.
     pub conn: crate::listen::ConnLimits,
+    /// Stored responses (Responses API): directory and byte budget.
+    pub responses: crate::responses::store::ResponsesConfig,
 }
 
 impl Default for ServerConfig {
@@ -36,6 +38,7 @@ impl Default for ServerConfig {
             address: None,
             tool_syntax: None,
             conn: Default::default(),
+            responses: Default::default(),
         }
     }
 }

@@ -204,11 +204,23 @@ impl IntoResponse for ApiError {
 }
 
 /// Route not found (the router's fallback).
-pub async fn fallback_404(uri: axum::http::Uri) -> ApiError {
-    ApiError::not_found(format!("no route for {}", uri.path()))
+pub async fn fallback_404(uri: axum::http::Uri) -> Response {
+    in_shape(
+        &uri,
+        ApiError::not_found(format!("no route for {}", uri.path())),
+    )
 }
 
 /// Method not allowed on an existing route.
-pub async fn fallback_405() -> ApiError {
-    ApiError::method_not_allowed()
+pub async fn fallback_405(uri: axum::http::Uri) -> Response {
+    in_shape(&uri, ApiError::method_not_allowed())
+}
+
+/// The error in the shape of the protocol the path belongs to.
+fn in_shape(uri: &axum::http::Uri, e: ApiError) -> Response {
+    if crate::anthropic::is_path(uri.path()) {
+        crate::anthropic::error::AnthropicError(e).into_response()
+    } else {
+        e.into_response()
+    }
 }

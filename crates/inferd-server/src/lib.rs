@@ -53,6 +53,7 @@
 //! A client that disconnects cancels its request: the response (streamed or not) owns
 //! the engine's request stream, and dropping it frees the request's KV blocks.
 
+pub mod anthropic;
 pub mod auth;
 pub mod config;
 pub mod error;
@@ -63,6 +64,9 @@ pub mod memory;
 pub mod metrics;
 pub mod openai;
 pub mod params;
+pub mod pipeline;
+pub mod reply;
+pub mod responses;
 pub mod state;
 pub mod work;
 
@@ -90,6 +94,17 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/sessions", get(memory::list_sessions))
         .route("/v1/sessions/{id}", delete(memory::delete_session))
         .route("/v1/cache", get(memory::cache))
+        .route("/v1/responses", post(responses::create))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::get).delete(responses::delete),
+        )
+        .route(
+            "/v1/responses/{id}/input_items",
+            get(responses::input_items),
+        )
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_key,
@@ -121,8 +136,12 @@ pub async fn serve(
     }
     let engine = state.engine.clone();
     let limits = state.config.conn;
+    let responses = state.responses.clone();
     let app = router(state);
-    listen::run(listener, app, engine, limits, shutdown).await
+    let served = listen::run(listener, app, engine, limits, shutdown).await;
+    // Stored responses reach the disk before the process exits.
+    responses.flush();
+    served
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.

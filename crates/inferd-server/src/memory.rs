@@ -209,7 +209,9 @@ pub async fn delete_session(
 /// `GET /v1/cache`: tokens and blocks cached, pinned, parked, spilled and free.
 pub async fn cache(State(state): State<AppState>) -> Result<Response, ApiError> {
     let r = state.engine.cache_report().await.map_err(api_error)?;
-    Ok(Json(cache_json(&r)).into_response())
+    let mut v = cache_json(&r);
+    v["responses"] = state.responses.report();
+    Ok(Json(v).into_response())
 }
 
 fn cache_json(r: &CacheReport) -> Value {

@@ -8,6 +8,7 @@ use inferd_text::ChatTemplate;
 
 use crate::config::ServerConfig;
 use crate::error::ApiError;
+use crate::responses::store::ResponseStore;
 use crate::work::Workers;
 
 /// Texts longer than this are counted piece by piece before they are tokenized whole.
@@ -57,6 +58,8 @@ pub struct AppState {
     pub tool_syntax: Option<inferd_tools::ToolSyntax>,
     /// Where templates are rendered, prompts tokenized and grammars compiled.
     pub workers: Arc<Workers>,
+    /// Stored responses of the Responses API (the one owner of that state).
+    pub responses: Arc<ResponseStore>,
 }
 
 impl AppState {
@@ -70,9 +73,11 @@ impl AppState {
                 .as_ref()
                 .and_then(|t| inferd_tools::ToolSyntax::detect(t.source(), ""))
         });
+        let responses = Arc::new(ResponseStore::open(&config.responses));
         AppState {
             engine,
             template,
+            responses,
             config: Arc::new(config),
             started: Instant::now(),
             tool_syntax,

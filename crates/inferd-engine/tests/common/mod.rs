@@ -82,6 +82,7 @@ pub fn collect(stream: &mut inferd_engine::RequestStream) -> Output {
             Event::Done {
                 finish_reason,
                 usage,
+                ..
             } => {
                 o.finish = Some(finish_reason);
                 o.completion_tokens = usage.completion_tokens;

@@ -6,84 +6,35 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use inferd_engine::{ContextInfo, Delta, FinishReason, TokenOut, Usage};
+use inferd_engine::{ContextInfo, Delta, TokenOut};
 use inferd_text::{ChatInput, ChatTemplate, Tokenizer};
 use serde_json::{Map, Value};
 
-use super::format;
 use super::logprobs::chat_logprobs;
-use super::sse::{self, data, ChunkFormat};
+use super::sse::{self, data, done, ChunkFormat, End};
 use super::tools::{self, DeltaParts, ToolDeltas};
 use super::types::{
-    ChatChoice, ChatChunk, ChatChunkChoice, ChatCompletion, ChatParams, ChunkDelta, CommonParams,
-    Effort,
+    ChatChoice, ChatChunk, ChatChunkChoice, ChatCompletion, ChatParams, ChunkDelta, Effort,
 };
-use super::{collect, fingerprint, new_id, now_secs, require_object, submit};
+use super::{collect, fingerprint, new_id, now_secs};
 use crate::error::ApiError;
 use crate::extract::JsonBody;
 use crate::memory::{self, ContextMeta};
-use crate::params::{self, check, gen_request, read};
+use crate::pipeline::{self, ChatRequest, Started};
 use crate::state::AppState;
 
 pub async fn handler(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<Response, ApiError> {
-    require_object(&body)?;
-    let common: CommonParams = read(&body)?;
-    let chat: ChatParams = read(&body)?;
-    if let Some(m) = &common.model {
-        state.check_model(m)?;
-    }
-    state.check_available()?;
-    let lp = params::chat_logprobs(chat.logprobs, chat.top_logprobs)?;
-    let max = match (chat.max_completion_tokens, common.max_tokens) {
-        (Some(n), _) => Some((n, "max_completion_tokens")),
-        (None, Some(n)) => Some((n, "max_tokens")),
-        (None, None) => None,
-    };
-    let checked = check(&common, max, lp)?;
-    let tool_mode = tools::setup(
-        &state,
-        chat.tools.as_ref(),
-        chat.tool_choice.as_ref(),
-        chat.messages.as_ref(),
-    )?;
-    let mut tool_mode = tool_mode;
-    if let Some(m) = &mut tool_mode {
-        m.single = chat.parallel_tool_calls == Some(false);
-    }
-    let forced = tool_mode.as_ref().is_some_and(|m| m.forced);
-    let open = tool_mode
-        .as_ref()
-        .map(|m| m.open.clone())
-        .unwrap_or_default();
-    // A forced call is the whole reply; otherwise the answer may be held to
-    // `response_format`, with calls of the offered tools as the alternative.
-    let answer = format::answer_format(common.response_format.as_ref())?.filter(|_| !forced);
-    let calls = tool_mode
-        .as_ref()
-        .and_then(|m| m.call_format(answer.is_some(), chat.parallel_tool_calls));
-    let ctx = match &checked.context {
-        Some(id) => Some(state.engine.context(id).await.map_err(memory::api_error)?),
-        None => None,
-    };
-    let st = state.clone();
-    let effort = checked.effort;
-    let names: Vec<String> = tool_mode
-        .iter()
-        .flat_map(|m| m.request.tools.iter().map(|t| t.name.clone()))
-        .collect();
-    let workers = state.workers.clone();
-    let (prompt, constraint) = workers
-        .run(move || {
-            let constraint = format::constraint(&st, answer, calls, &names)?;
-            let prompt = render(&st, &chat, ctx.as_ref(), effort, &open)?;
-            Ok::<_, ApiError>((prompt, constraint))
-        })
-        .await?;
-    let req = gen_request(&state, &checked, prompt, constraint);
-    let rs = submit(&state, req, "messages")?;
+    let req = ChatRequest::from_body(&body)?;
+    let Started {
+        stream: rs,
+        checked,
+        tools: tool_mode,
+        logprobs: lp,
+        ..
+    } = pipeline::start(&state, req).await?;
     let mut fmt = ChatFormat {
         id: new_id("chatcmpl"),
         created: now_secs(),
@@ -95,7 +46,7 @@ pub async fn handler(
         tools: tool_mode.as_ref().map(ToolDeltas::new),
     };
     if checked.stream {
-        return sse::response(rs, fmt, checked.include_usage, "messages").await;
+        return sse::response(rs, fmt, "messages").await;
     }
     let c = collect(rs, "messages").await?;
     let logprobs = fmt
@@ -123,7 +74,7 @@ pub async fn handler(
 
 /// Messages -> template -> token ids. With a context, the context's messages come
 /// first and its tokens are kept as prefilled.
-fn render(
+pub fn render(
     state: &AppState,
     chat: &ChatParams,
     ctx: Option<&ContextInfo>,
@@ -429,7 +380,8 @@ impl ChunkFormat for ChatFormat {
         out
     }
 
-    fn finish(&mut self, reason: FinishReason) -> Vec<Bytes> {
+    fn finish(&mut self, end: End) -> Vec<Bytes> {
+        let reason = end.reason;
         let mut out = Vec::new();
         let mut has_calls = false;
         if let Some(mut t) = self.tools.take() {
@@ -443,13 +395,13 @@ impl ChunkFormat for ChatFormat {
             logprobs: None,
             finish_reason: Some(tools::finish_reason(reason, has_calls)),
         }])));
+        if self.include_usage {
+            let mut c = self.chunk(Vec::new());
+            c.usage = Some(Some(end.usage.into()));
+            out.push(data(&c));
+        }
+        out.push(done());
         out
-    }
-
-    fn usage(&mut self, u: Usage) -> Bytes {
-        let mut c = self.chunk(Vec::new());
-        c.usage = Some(Some(u.into()));
-        data(&c)
     }
 }
 

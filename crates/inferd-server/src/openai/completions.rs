@@ -6,13 +6,13 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use inferd_engine::{Delta, FinishReason, Usage};
+use inferd_engine::Delta;
 use inferd_text::Tokenizer;
 use serde_json::Value;
 
 use super::format;
 use super::logprobs::CompletionLogprobBuilder;
-use super::sse::{self, data, ChunkFormat};
+use super::sse::{self, data, done, ChunkFormat, End};
 use super::types::{CommonParams, Completion, CompletionChoice, CompletionParams};
 use super::{collect, fingerprint, new_id, now_secs, require_object, submit};
 use crate::error::ApiError;
@@ -90,7 +90,7 @@ pub async fn handler(
         include_usage: checked.include_usage,
     };
     if checked.stream {
-        return sse::response(rs, fmt, checked.include_usage, "prompt").await;
+        return sse::response(rs, fmt, "prompt").await;
     }
     let c = collect(rs, "prompt").await?;
     let logprobs = fmt
@@ -184,24 +184,25 @@ impl ChunkFormat for CompletionFormat {
         }))]
     }
 
-    fn finish(&mut self, reason: FinishReason) -> Vec<Bytes> {
-        vec![data(&self.body(CompletionChoice {
+    fn finish(&mut self, end: End) -> Vec<Bytes> {
+        let mut out = vec![data(&self.body(CompletionChoice {
             text: String::new(),
             index: 0,
             logprobs: None,
-            finish_reason: Some(reason.as_str()),
-        }))]
-    }
-
-    fn usage(&mut self, u: Usage) -> Bytes {
-        let mut c = self.body(CompletionChoice {
-            text: String::new(),
-            index: 0,
-            logprobs: None,
-            finish_reason: None,
-        });
-        c.choices.clear();
-        c.usage = Some(Some(u.into()));
-        data(&c)
+            finish_reason: Some(end.reason.as_str()),
+        }))];
+        if self.include_usage {
+            let mut c = self.body(CompletionChoice {
+                text: String::new(),
+                index: 0,
+                logprobs: None,
+                finish_reason: None,
+            });
+            c.choices.clear();
+            c.usage = Some(Some(end.usage.into()));
+            out.push(data(&c));
+        }
+        out.push(done());
+        out
     }
 }

@@ -65,6 +65,8 @@ pub struct Collected {
     pub tokens: Vec<TokenOut>,
     pub finish_reason: FinishReason,
     pub usage: Usage,
+    /// The stop string that ended the reply, if one did.
+    pub stop: Option<String>,
 }
 
 /// Reads a request's stream to the end. If the client disconnects, this future is dropped
@@ -82,12 +84,14 @@ pub async fn collect(mut rs: RequestStream, param: &str) -> Result<Collected, Ap
             Some(Event::Done {
                 finish_reason,
                 usage,
+                stop,
             }) => {
                 return Ok(Collected {
                     text,
                     tokens,
                     finish_reason,
                     usage,
+                    stop,
                 })
             }
             Some(Event::Error(m)) => return Err(ApiError::internal(m)),

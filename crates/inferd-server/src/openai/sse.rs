@@ -1,4 +1,5 @@
-//! Server-sent events: one `data: {json}\n\n` per chunk, then `data: [DONE]\n\n`.
+//! Server-sent events: one `data: {json}\n\n` per chunk (with `event: NAME` where the
+//! protocol names its events), ending as the protocol ends (chat: `data: [DONE]\n\n`).
 //!
 //! The response body owns the request's [`RequestStream`]: when the client goes away,
 //! hyper drops the body, which drops the stream, which cancels the request in the engine
@@ -15,17 +16,29 @@ use serde::Serialize;
 
 use crate::error::ApiError;
 
-/// How one endpoint writes its chunks.
+/// How a reply ended, as the stream's last event says it.
+#[derive(Clone, Debug)]
+pub struct End {
+    pub reason: FinishReason,
+    pub usage: Usage,
+    /// The stop string that ended the reply, if one did.
+    pub stop: Option<String>,
+}
+
+/// How one endpoint (and protocol) writes its events.
 pub trait ChunkFormat: Send + 'static {
-    /// Chunks sent before any token (chat: the assistant role).
+    /// Events sent before any token (chat: the assistant role).
     fn opening(&mut self) -> Vec<Bytes>;
-    /// Chunks for one engine delta (none while text is held back, e.g. a possible
+    /// Events for one engine delta (none while text is held back, e.g. a possible
     /// tool-call marker).
     fn delta(&mut self, d: &Delta) -> Vec<Bytes>;
-    /// The last chunks: anything held back, then the chunk carrying `finish_reason`.
-    fn finish(&mut self, reason: FinishReason) -> Vec<Bytes>;
-    /// The `choices: []` chunk with usage (only with `include_usage`).
-    fn usage(&mut self, u: Usage) -> Bytes;
+    /// The last events: anything held back, the one carrying the finish reason, usage
+    /// where the protocol sends it, and the stream's end marker (chat: `[DONE]`).
+    fn finish(&mut self, end: End) -> Vec<Bytes>;
+    /// A failure after the response began, as this protocol's closing error event(s).
+    fn error(&mut self, e: ApiError) -> Vec<Bytes> {
+        vec![data(&e.body()), Bytes::from_static(DONE)]
+    }
 }
 
 /// One SSE event with a JSON payload.
@@ -37,13 +50,24 @@ pub fn data<T: Serialize>(v: &T) -> Bytes {
     Bytes::from(out)
 }
 
+/// One named SSE event (`event: NAME`) with a JSON payload.
+pub fn event<T: Serialize>(name: &str, v: &T) -> Bytes {
+    let mut out = format!("event: {name}\n").into_bytes();
+    out.extend_from_slice(&data(v));
+    Bytes::from(out)
+}
+
+/// Chat and completions end their streams with this.
+pub fn done() -> Bytes {
+    Bytes::from_static(DONE)
+}
+
 const DONE: &[u8] = b"data: [DONE]\n\n";
 
 struct State<F> {
     rs: RequestStream,
     fmt: F,
     queue: VecDeque<Bytes>,
-    include_usage: bool,
     finished: bool,
     /// The event that opened the response, not yet written.
     first: Option<Event>,
@@ -56,7 +80,6 @@ struct State<F> {
 pub async fn response<F: ChunkFormat>(
     mut rs: RequestStream,
     mut fmt: F,
-    include_usage: bool,
     param: &str,
 ) -> Result<Response, ApiError> {
     let first = match rs.next().await {
@@ -74,7 +97,6 @@ pub async fn response<F: ChunkFormat>(
         rs,
         fmt,
         queue,
-        include_usage,
         finished: false,
         first: Some(first),
     };
@@ -99,29 +121,28 @@ pub async fn response<F: ChunkFormat>(
                 Some(Event::Done {
                     finish_reason,
                     usage,
+                    stop,
                 }) => {
-                    let chunks = st.fmt.finish(finish_reason);
+                    let chunks = st.fmt.finish(End {
+                        reason: finish_reason,
+                        usage,
+                        stop,
+                    });
                     st.queue.extend(chunks);
-                    if st.include_usage {
-                        let b = st.fmt.usage(usage);
-                        st.queue.push_back(b);
-                    }
-                    st.queue.push_back(Bytes::from_static(DONE));
                 }
                 Some(Event::Error(msg)) => {
-                    st.queue.push_back(data(&ApiError::internal(msg).body()));
-                    st.queue.push_back(Bytes::from_static(DONE));
+                    let chunks = st.fmt.error(ApiError::internal(msg));
+                    st.queue.extend(chunks);
                 }
                 // Only ever the first event, taken above.
                 Some(Event::Rejected(e)) => {
-                    st.queue
-                        .push_back(data(&ApiError::from_submit(e, "").body()));
-                    st.queue.push_back(Bytes::from_static(DONE));
+                    let chunks = st.fmt.error(ApiError::from_submit(e, ""));
+                    st.queue.extend(chunks);
                 }
                 None => {
                     let e = ApiError::internal("the engine stopped before the request finished");
-                    st.queue.push_back(data(&e.body()));
-                    st.queue.push_back(Bytes::from_static(DONE));
+                    let chunks = st.fmt.error(e);
+                    st.queue.extend(chunks);
                 }
             }
         }

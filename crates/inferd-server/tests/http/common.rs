@@ -213,6 +213,37 @@ impl Resp {
             .collect()
     }
 
+    /// The named events of an SSE body (`event: NAME` + `data: JSON`), in order.
+    pub fn named_events(&self) -> Vec<(String, Value)> {
+        self.text()
+            .split("\n\n")
+            .filter(|e| !e.trim().is_empty())
+            .map(|e| {
+                let (mut name, mut data) = (String::new(), String::new());
+                for line in e.lines() {
+                    if let Some(n) = line.strip_prefix("event: ") {
+                        name = n.to_string();
+                    } else if let Some(d) = line.strip_prefix("data: ") {
+                        data = d.to_string();
+                    }
+                }
+                let v = serde_json::from_str(&data)
+                    .unwrap_or_else(|e| panic!("event data not JSON ({e}): {data:?}"));
+                (name, v)
+            })
+            .collect()
+    }
+
+    /// Asserts the status and Anthropic's error shape; returns the `error` object.
+    pub fn anthropic_error(&self, status: u16) -> Value {
+        assert_eq!(self.status, status, "body: {}", self.text());
+        let v = self.json();
+        assert_eq!(v["type"], "error", "{v}");
+        let e = v["error"].clone();
+        assert!(e["message"].is_string() && e["type"].is_string(), "{v}");
+        e
+    }
+
     /// Asserts the status and OpenAI's error shape; returns the `error` object.
     pub fn error(&self, status: u16) -> Value {
         assert_eq!(self.status, status, "body: {}", self.text());

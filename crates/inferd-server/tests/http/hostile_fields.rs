@@ -56,7 +56,7 @@ impl<'de> de::Deserializer<'de> for &mut FieldNames {
 }
 
 /// The fields `T` reads from a request body.
-fn fields_of<T: DeserializeOwned>() -> Vec<&'static str> {
+pub fn fields_of<T: DeserializeOwned>() -> Vec<&'static str> {
     let mut names = FieldNames(Vec::new());
     let _ = T::deserialize(&mut names);
     assert!(!names.0.is_empty(), "no fields captured");
@@ -64,7 +64,7 @@ fn fields_of<T: DeserializeOwned>() -> Vec<&'static str> {
 }
 
 /// Every kind of wrong value: types, extremes, sizes, nesting.
-fn hostile_values() -> Vec<Value> {
+pub fn hostile_values() -> Vec<Value> {
     let mut deep = json!(1);
     for _ in 0..120 {
         deep = json!([deep]);
@@ -125,7 +125,7 @@ fn check(r: &Resp, what: &str) {
 }
 
 /// Sets `path` (dot-separated, numbers index arrays) of `body` to `v`.
-fn with(body: &Value, path: &str, v: &Value) -> Value {
+pub fn with(body: &Value, path: &str, v: &Value) -> Value {
     let mut b = body.clone();
     let mut at = &mut b;
     let parts: Vec<&str> = path.split('.').collect();

@@ -106,6 +106,10 @@ pub struct Args {
     /// Size budget of the SSD tier, e.g. 20G (least recently used blocks evicted past it).
     #[arg(long, default_value = "8G")]
     spill_budget: String,
+    /// Size budget of stored responses (Responses API), e.g. 256M (least recently used
+    /// expire past it). With --spill-dir they are kept in its `responses/` folder.
+    #[arg(long, default_value = "256M")]
+    responses_budget: String,
     /// Never start a request from cached KV (to measure what the prefix cache saves).
     #[arg(long)]
     no_prefix_cache: bool,
@@ -197,6 +201,10 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(v) = a.max_running {
         engine_cfg.sched.max_running = v;
     }
+    let responses = inferd_server::responses::store::ResponsesConfig {
+        dir: a.spill_dir.as_ref().map(|d| d.join("responses")),
+        budget_bytes: parse_size(&a.responses_budget).context("--responses-budget")? as u64,
+    };
     let max_body = match &a.max_body {
         Some(s) => parse_size(s).context("--max-body")?,
         None => inferd_server::DEFAULT_MAX_BODY_BYTES,
@@ -240,6 +248,7 @@ pub fn run(a: Args) -> Result<()> {
                 header_timeout: std::time::Duration::from_secs(a.header_timeout.max(1)),
                 body_timeout: std::time::Duration::from_secs(a.body_timeout.max(1)),
             },
+            responses,
             ..Default::default()
         };
         let state = AppState::new(engine.clone(), template, cfg);

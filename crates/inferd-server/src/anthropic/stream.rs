@@ -1,0 +1,151 @@
+//! The Messages API's stream: `message_start`, `ping`, per block `content_block_start`,
+//! `content_block_delta` (`text_delta`, `input_json_delta`) and `content_block_stop`,
+//! then `message_delta` (stop reason, usage) and `message_stop`.
+
+use axum::body::Bytes;
+use inferd_engine::{Delta, Usage};
+use serde_json::{json, Value};
+
+use super::error;
+use super::message::{stop_reason, usage};
+use crate::error::ApiError;
+use crate::openai::sse::{event, ChunkFormat, End};
+use crate::openai::tools::DeltaParts;
+use crate::reply::ReplyStream;
+
+/// The block being written.
+#[derive(Clone, Copy, PartialEq)]
+enum Open {
+    None,
+    Text,
+    /// A tool call by its index among the reply's calls.
+    Call(usize),
+}
+
+pub struct MessageStream {
+    pub id: String,
+    pub model: String,
+    pub prompt_tokens: usize,
+    reply: ReplyStream,
+    open: Open,
+    /// Index of the next block.
+    next: usize,
+    calls: usize,
+}
+
+impl MessageStream {
+    pub fn new(id: String, model: String, prompt_tokens: usize, reply: ReplyStream) -> Self {
+        MessageStream {
+            id,
+            model,
+            prompt_tokens,
+            reply,
+            open: Open::None,
+            next: 0,
+            calls: 0,
+        }
+    }
+
+    fn close(&mut self, out: &mut Vec<Bytes>) {
+        if self.open != Open::None {
+            let index = self.next - 1;
+            out.push(event(
+                "content_block_stop",
+                &json!({"type": "content_block_stop", "index": index}),
+            ));
+            self.open = Open::None;
+        }
+    }
+
+    fn start(&mut self, open: Open, block: Value, out: &mut Vec<Bytes>) {
+        self.close(out);
+        out.push(event(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": self.next, "content_block": block}),
+        ));
+        self.next += 1;
+        self.open = open;
+    }
+
+    fn block_delta(&self, delta: Value) -> Bytes {
+        event(
+            "content_block_delta",
+            &json!({"type": "content_block_delta", "index": self.next - 1, "delta": delta}),
+        )
+    }
+
+    fn parts(&mut self, parts: Vec<DeltaParts>) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        for p in parts {
+            if let Some(text) = p.content.filter(|t| !t.is_empty()) {
+                if self.open != Open::Text {
+                    self.start(Open::Text, json!({"type": "text", "text": ""}), &mut out);
+                }
+                out.push(self.block_delta(json!({"type": "text_delta", "text": text})));
+            }
+            for c in p.tool_calls {
+                if let Some(name) = c.function.name {
+                    let block = json!({"type": "tool_use", "id": c.id.unwrap_or_default(),
+                        "name": name, "input": {}});
+                    self.start(Open::Call(c.index), block, &mut out);
+                    self.calls += 1;
+                }
+                if !c.function.arguments.is_empty() && self.open == Open::Call(c.index) {
+                    let d =
+                        json!({"type": "input_json_delta", "partial_json": c.function.arguments});
+                    out.push(self.block_delta(d));
+                }
+            }
+        }
+        out
+    }
+}
+
+impl ChunkFormat for MessageStream {
+    fn opening(&mut self) -> Vec<Bytes> {
+        let start = Usage {
+            prompt_tokens: self.prompt_tokens,
+            ..Default::default()
+        };
+        let message = json!({
+            "id": self.id, "type": "message", "role": "assistant", "model": self.model,
+            "content": [], "stop_reason": null, "stop_sequence": null, "usage": usage(&start),
+        });
+        vec![
+            event(
+                "message_start",
+                &json!({"type": "message_start", "message": message}),
+            ),
+            event("ping", &json!({"type": "ping"})),
+        ]
+    }
+
+    fn delta(&mut self, d: &Delta) -> Vec<Bytes> {
+        let parts = self.reply.push(&d.text);
+        self.parts(parts)
+    }
+
+    fn finish(&mut self, end: End) -> Vec<Bytes> {
+        let parts = self.reply.finish();
+        let mut out = self.parts(parts);
+        self.close(&mut out);
+        let reason = stop_reason(end.reason, end.stop.as_deref(), self.calls > 0);
+        let stop = if reason == "stop_sequence" {
+            end.stop
+        } else {
+            None
+        };
+        out.push(event(
+            "message_delta",
+            &json!({"type": "message_delta",
+                "delta": {"stop_reason": reason, "stop_sequence": stop},
+                "usage": usage(&end.usage)}),
+        ));
+        out.push(event("message_stop", &json!({"type": "message_stop"})));
+        out
+    }
+
+    fn error(&mut self, e: ApiError) -> Vec<Bytes> {
+        vec![event("error", &error::body(&e))]
+    }
+}

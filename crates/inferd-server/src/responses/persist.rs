@@ -1,0 +1,180 @@
+//! Stored responses on disk: one JSON file per response in the responses directory
+//! (`<spill-dir>/responses/`), written atomically (a temp file, fsynced, renamed over the
+//! final name, the directory fsynced), so a crash leaves the old file, no file, or the
+//! complete new one, never a torn one. Files are written by one IO thread, in the order
+//! the store made its changes; a file that does not parse is removed at load.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+use super::store::Stored;
+
+/// The format of a file (`{"version": 1, "stored": ...}`).
+const VERSION: u64 = 1;
+const EXT: &str = "json";
+const TEMP_EXT: &str = "tmp";
+
+/// Whether `id` can name a file (ids are the server's own: `resp_` and hex digits).
+pub fn file_safe(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn path(dir: &Path, id: &str) -> PathBuf {
+    dir.join(format!("{id}.{EXT}"))
+}
+
+/// Writes `bytes` to `dir/id.json` atomically and durably.
+pub fn write_atomic(dir: &Path, id: &str, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = dir.join(format!(".{id}.{}.{TEMP_EXT}", std::process::id()));
+    let done = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        fs::rename(&tmp, path(dir, id))?;
+        File::open(dir)?.sync_all()
+    })();
+    if done.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    done
+}
+
+/// The file's bytes for a stored response.
+pub fn encode(s: &Stored) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({"version": VERSION, "stored": s})).unwrap_or_default()
+}
+
+fn decode(bytes: &[u8]) -> Option<Stored> {
+    let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    if v.get("version")?.as_u64()? != VERSION {
+        return None;
+    }
+    serde_json::from_value(v.get("stored")?.clone()).ok()
+}
+
+/// Every stored response in `dir` (created if absent); temp files from a crash and files
+/// that do not parse are removed.
+pub fn load(dir: &Path) -> std::io::Result<Vec<(String, Stored, usize)>> {
+    fs::create_dir_all(dir)?;
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir)?.flatten() {
+        let p = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(&format!(".{TEMP_EXT}")) {
+            let _ = fs::remove_file(&p);
+            continue;
+        }
+        let Some(id) = name.strip_suffix(&format!(".{EXT}")) else {
+            continue;
+        };
+        let bytes = fs::read(&p).unwrap_or_default();
+        match decode(&bytes).filter(|_| file_safe(id)) {
+            Some(s) => out.push((id.to_string(), s, bytes.len())),
+            None => {
+                eprintln!(
+                    "inferd: removing unreadable stored response {}",
+                    p.display()
+                );
+                let _ = fs::remove_file(&p);
+            }
+        }
+    }
+    Ok(out)
+}
+
+enum Op {
+    Put(String, Vec<u8>),
+    Remove(String),
+    Flush(mpsc::Sender<()>),
+}
+
+/// The IO thread that owns the directory's files.
+pub struct Writer {
+    tx: mpsc::Sender<Op>,
+    _thread: JoinHandle<()>,
+}
+
+impl Writer {
+    pub fn start(dir: PathBuf) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel::<Op>();
+        let thread = std::thread::Builder::new()
+            .name("inferd-responses-io".into())
+            .spawn(move || {
+                for op in rx {
+                    match op {
+                        Op::Put(id, bytes) => {
+                            if let Err(e) = write_atomic(&dir, &id, &bytes) {
+                                eprintln!("inferd: writing stored response {id}: {e}");
+                            }
+                        }
+                        Op::Remove(id) => {
+                            let _ = fs::remove_file(path(&dir, &id));
+                        }
+                        Op::Flush(done) => {
+                            let _ = done.send(());
+                        }
+                    }
+                }
+            })?;
+        Ok(Writer {
+            tx,
+            _thread: thread,
+        })
+    }
+
+    pub fn put(&self, id: &str, bytes: Vec<u8>) {
+        let _ = self.tx.send(Op::Put(id.to_string(), bytes));
+    }
+
+    pub fn remove(&self, id: &str) {
+        let _ = self.tx.send(Op::Remove(id.to_string()));
+    }
+
+    /// Waits until every change sent so far is on disk.
+    pub fn flush(&self) {
+        let (tx, rx) = mpsc::channel();
+        if self.tx.send(Op::Flush(tx)).is_ok() {
+            let _ = rx.recv();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_round_trip_and_junk_is_removed() {
+        let dir = std::env::temp_dir().join(format!("inferd-resp-persist-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let s = Stored {
+            response: serde_json::json!({"id": "resp_1"}),
+            input_items: vec![],
+            conversation: vec![],
+            session: "resp_1".into(),
+            created: 7,
+        };
+        write_atomic(&dir, "resp_1", &encode(&s)).unwrap();
+        fs::write(dir.join("resp_2.json"), b"{\"version\": 1, \"stor").unwrap();
+        fs::write(dir.join(".resp_3.1.tmp"), b"partial").unwrap();
+        let got = load(&dir).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].1.session, "resp_1");
+        assert!(!dir.join("resp_2.json").exists() && !dir.join(".resp_3.1.tmp").exists());
+        assert!(!file_safe("../x") && file_safe("resp_abc"));
+        let _ = fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,280 @@
+//! The official SDKs against `inferd serve` on Qwen2.5-Coder-0.5B-Instruct: the `openai`
+//! SDK's Responses client (`tests/sdk/responses_api.py`: plain, streamed, a tools loop with
+//! `function_call_output`, strict `text.format`, and `previous_response_id` across a
+//! restart with `--spill-dir`) and the `anthropic` SDK (`tests/sdk/anthropic_api.py`:
+//! plain, streamed, a forced tool call and a `tool_result` turn, `count_tokens`).
+//!
+//! Skips (with a note) when the model is not pulled or an SDK does not import; CI sets
+//! INFERD_REQUIRE_MODELS=1 and INFERD_REQUIRE_SDK=1 (scripts/test.sh) to fail instead.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MODEL_DIR: &str = "models/qwen2.5-coder-0.5b-instruct";
+const SERVED_NAME: &str = "qwen";
+const SCRIPT_LIMIT: Duration = Duration::from_secs(600);
+
+fn required(var: &str) -> bool {
+    std::env::var(var).is_ok_and(|v| v == "1")
+}
+
+fn model() -> Option<PathBuf> {
+    let base = std::env::var_os("INFERD_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/inferd")))
+        .unwrap_or_default();
+    let dir = base.join(MODEL_DIR);
+    let mut ggufs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
+                .collect()
+        })
+        .unwrap_or_default();
+    ggufs.sort();
+    let found = ggufs.into_iter().next();
+    if found.is_none() {
+        assert!(
+            !required("INFERD_REQUIRE_MODELS"),
+            "qwen2.5-coder-0.5b-instruct is not pulled (no .gguf in {})",
+            dir.display()
+        );
+        eprintln!("note: skipping: qwen2.5-coder-0.5b-instruct is not pulled");
+    }
+    found
+}
+
+/// Whether `python3 -c "import MODULE"` works; skip (or panic under INFERD_REQUIRE_SDK=1).
+fn sdk_present(module: &str) -> bool {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            &format!("import {module}; print({module}.__version__)"),
+        ])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {
+            eprintln!("{module} SDK {}", String::from_utf8_lossy(&o.stdout).trim());
+            true
+        }
+        other => {
+            let why = match other {
+                Ok(o) => String::from_utf8_lossy(&o.stderr).into_owned(),
+                Err(e) => format!("python3: {e}"),
+            };
+            assert!(
+                !required("INFERD_REQUIRE_SDK"),
+                "the {module} Python SDK is missing (scripts/test.sh installs it): {why}"
+            );
+            eprintln!("note: skipping: the {module} Python SDK is missing: {why}");
+            false
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process killed (and reaped) when dropped, also when the test panics.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn get_status(port: u16, path: &str) -> Option<u16> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let head = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    s.write_all(head.as_bytes()).ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    String::from_utf8_lossy(&raw)
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+fn read_lossy(p: &Path) -> String {
+    std::fs::read(p)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
+}
+
+/// `inferd serve` on the model, with `extra` arguments, logging to `log`.
+fn serve(model: &Path, port: u16, extra: &[&std::ffi::OsStr], log: &Path) -> KillOnDrop {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let mut server = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_inferd"))
+            .args(["serve", "--no-warmup", "--kv-memory", "64M", "--port"])
+            .arg(port.to_string())
+            .arg("-m")
+            .arg(model)
+            .args(["--served-model-name", SERVED_NAME])
+            .args(extra)
+            .env("INFERD_THREADS", "2")
+            .stdout(Stdio::from(f.try_clone().unwrap()))
+            .stderr(Stdio::from(f))
+            .spawn()
+            .expect("starting inferd serve"),
+    );
+    let started = Instant::now();
+    while get_status(port, "/health") != Some(200) {
+        if let Ok(Some(status)) = server.0.try_wait() {
+            panic!("inferd serve exited ({status}):\n{}", read_lossy(log));
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "inferd serve did not come up in 120 s:\n{}",
+            read_lossy(log)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    server
+}
+
+/// Stops a server as SIGTERM does (graceful: stored responses flushed) and waits.
+fn stop(mut s: KillOnDrop) {
+    let pid = s.0.id().to_string();
+    let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(60) {
+        if let Ok(Some(_)) = s.0.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("inferd serve did not stop on SIGTERM in 60 s");
+}
+
+/// Runs `script ARGS…`; panics with both outputs and the server log when it fails.
+fn run_script(script: &str, args: &[&str], tmp: &Path, log: &Path) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/sdk")
+        .join(script);
+    let (out_path, err_path) = (tmp.join("stdout"), tmp.join("stderr"));
+    let t = Instant::now();
+    let mut py = KillOnDrop(
+        Command::new("python3")
+            .arg(&path)
+            .args(args)
+            .env("PYTHONUNBUFFERED", "1")
+            .stdout(Stdio::from(std::fs::File::create(&out_path).unwrap()))
+            .stderr(Stdio::from(std::fs::File::create(&err_path).unwrap()))
+            .spawn()
+            .expect("running python3"),
+    );
+    let status = loop {
+        if let Some(s) = py.0.try_wait().unwrap() {
+            break Some(s);
+        }
+        if t.elapsed() > SCRIPT_LIMIT {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let report = format!(
+        "--- {script} {args:?} stdout ---\n{}\n--- stderr ---\n{}\n--- inferd serve log ---\n{}",
+        read_lossy(&out_path),
+        read_lossy(&err_path),
+        read_lossy(log)
+    );
+    match status {
+        Some(s) if s.success() => eprintln!(
+            "{script} {args:?} passed in {:.1} s:\n{}",
+            t.elapsed().as_secs_f64(),
+            read_lossy(&out_path)
+        ),
+        Some(s) => panic!("{script} failed ({s})\n{report}"),
+        None => panic!("{script} ran past {SCRIPT_LIMIT:?}\n{report}"),
+    }
+}
+
+fn tmp_dir(what: &str) -> PathBuf {
+    let tmp = std::env::temp_dir().join(format!("inferd-{what}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
+    tmp
+}
+
+#[test]
+fn openai_sdk_responses_api_and_a_restart() {
+    let Some(model) = model() else { return };
+    if !sdk_present("openai") {
+        return;
+    }
+    let tmp = tmp_dir("responses-sdk");
+    let log = tmp.join("server.log");
+    let spill = tmp.join("spill");
+    let port = free_port();
+    let args = [std::ffi::OsStr::new("--spill-dir"), spill.as_os_str()];
+    let port_s = port.to_string();
+    let server = serve(&model, port, &args, &log);
+    run_script(
+        "responses_api.py",
+        &[&port_s, SERVED_NAME, "main"],
+        &tmp,
+        &log,
+    );
+    let state = tmp.join("state.json");
+    let state_s = state.to_str().unwrap();
+    run_script(
+        "responses_api.py",
+        &[&port_s, SERVED_NAME, "before-restart", state_s],
+        &tmp,
+        &log,
+    );
+    stop(server);
+    assert!(
+        std::fs::read_dir(spill.join("responses")).unwrap().count() > 0,
+        "stored responses are on disk"
+    );
+    let port2 = free_port();
+    let port2_s = port2.to_string();
+    let server = serve(&model, port2, &args, &log);
+    run_script(
+        "responses_api.py",
+        &[&port2_s, SERVED_NAME, "after-restart", state_s],
+        &tmp,
+        &log,
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+#[test]
+fn anthropic_sdk_messages_api() {
+    let Some(model) = model() else { return };
+    if !sdk_present("anthropic") {
+        return;
+    }
+    let tmp = tmp_dir("anthropic-sdk");
+    let log = tmp.join("server.log");
+    let port = free_port();
+    let server = serve(&model, port, &[], &log);
+    run_script(
+        "anthropic_api.py",
+        &[&port.to_string(), SERVED_NAME],
+        &tmp,
+        &log,
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&tmp);
+}
