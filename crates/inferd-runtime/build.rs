@@ -60,7 +60,12 @@ fn flashinfer_flags(manifest: &Path) -> Vec<String> {
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=kernels");
-    for v in ["INFERD_NVCC", "INFERD_KERNEL_CACHE", "INFERD_FLASHINFER", "HOME"] {
+    for v in [
+        "INFERD_NVCC",
+        "INFERD_KERNEL_CACHE",
+        "INFERD_FLASHINFER",
+        "HOME",
+    ] {
         println!("cargo:rerun-if-env-changed={v}");
     }
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
@@ -161,19 +166,33 @@ fn build_library(
         .map(|src| {
             let mut h = Sha256::new();
             h.update(common.as_bytes());
-            for f in std::iter::once(src).chain(headers.iter().copied().filter(|x| is_flashinfer(x) == is_flashinfer(src))) {
+            for f in std::iter::once(src).chain(
+                headers
+                    .iter()
+                    .copied()
+                    .filter(|x| is_flashinfer(x) == is_flashinfer(src)),
+            ) {
                 h.update(f.file_name().unwrap().as_encoded_bytes());
                 h.update([0]);
                 h.update(std::fs::read(f).unwrap());
             }
-            let hash: String = h.finalize()[..12].iter().map(|b| format!("{b:02x}")).collect();
+            let hash: String = h.finalize()[..12]
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
             let stem = src.file_stem().unwrap().to_string_lossy();
             (src.clone(), objs.join(format!("{stem}-{hash}.o")))
         })
         .collect();
     let cost = |p: &Path| {
         let n = p.file_name().unwrap().to_string_lossy();
-        if n.starts_with("fi_prefill") { 0 } else if is_flashinfer(p) { 1 } else { 2 }
+        if n.starts_with("fi_prefill") {
+            0
+        } else if is_flashinfer(p) {
+            1
+        } else {
+            2
+        }
     };
     units.sort_by_key(|(s, _)| cost(s));
     let todo: Vec<&(PathBuf, PathBuf)> = units.iter().filter(|(_, o)| !o.exists()).collect();
@@ -203,7 +222,12 @@ fn compile(nvcc: &Path, src: &Path, fi_flags: &[String], obj: &Path) {
     let tmp = obj.with_extension(format!("o.{}", std::process::id()));
     let mut c = Command::new(nvcc);
     c.args(FLAGS);
-    if src.file_name().unwrap().to_string_lossy().starts_with("fi_") {
+    if src
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .starts_with("fi_")
+    {
         c.args(fi_flags);
     }
     c.arg("-c").arg(src).arg("-o").arg(&tmp);

@@ -24,12 +24,13 @@ note() { echo "$*" | tee -a $summary; }
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm --format=csv > $OUT/gpu.txt
 for stage in "$@"; do case $stage in
 tests)
-  for t in workspace kv_blocks hf_reference cuda_graphs; do
-    $B/$t --test-threads 1 cuda >$OUT/test-$t.log 2>&1; note "test $t (cuda): rc=$? $(grep 'test result' $OUT/test-$t.log)"
-    grep -E "panicked|Δ|differs" $OUT/test-$t.log | head -5 | tee -a $summary
+  for t in workspace kv_blocks hf_reference cuda_graphs cuda_attention; do
+    case $t in cuda_*) filter= ;; *) filter=cuda:: ;; esac
+    $B/$t --test-threads 1 --nocapture $filter >$OUT/test-$t.log 2>&1; note "test $t (cuda): rc=$? $(grep 'test result' $OUT/test-$t.log)"
+    grep -E "panicked|Δ|differs" $OUT/test-$t.log | head -6 | tee -a $summary
   done
-  timeout 300 compute-sanitizer --tool memcheck $B/cuda_graphs >$OUT/memcheck.log 2>&1
-  note "memcheck cuda_graphs: rc=$? $(grep -E 'ERROR SUMMARY' $OUT/memcheck.log | tail -1)"
+  timeout 300 compute-sanitizer --tool memcheck $B/cuda_attention >$OUT/memcheck.log 2>&1
+  note "memcheck cuda_attention: rc=$? $(grep -E 'ERROR SUMMARY' $OUT/memcheck.log | tail -1)"
   timeout 300 compute-sanitizer --tool racecheck $B/hf_reference --test-threads 1 cuda::qwen3 >$OUT/racecheck.log 2>&1
   note "racecheck hf_reference qwen3: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' $OUT/racecheck.log | tail -1)"
   ;;
@@ -47,9 +48,9 @@ fleet)
   SP=$!
   for i in $(seq 1 240); do curl -sf http://127.0.0.1:8181/health >/dev/null && break; sleep 0.5; done
   note "server: $(curl -s http://127.0.0.1:8181/health | head -c 300)"
-  for run in "1 4096" "8 4096" "32 1024" "64 512"; do
+  for run in "1 4096" "8 4096" "32 4096" "64 4096"; do
     set -- $run
-    timeout 150 $B/inferd bench fleet --url http://127.0.0.1:8181 --token-prompts -q --agents $1 --context $2 --reply 128 \
+    timeout 120 $B/inferd bench fleet --url http://127.0.0.1:8181 --token-prompts -q --agents $1 --context $2 --reply 128 \
       --label inferd --meta engine=inferd --meta model=qwen3-8b-shape-bf16 --out $OUT/fleet-$2-n$1.json >/dev/null 2>&1
     note "fleet agents $1 x $2: rc $?"
   done

@@ -235,8 +235,15 @@ fn step_bytes<B: Backend>(model: &Model<B>, batch: usize, context: usize) -> (f6
 
 fn speed(model_dir: &Path, context: usize) {
     for no_graphs in [false, true] {
-        let cfg = inferd_runtime::CudaConfig { device: 0, no_graphs };
-        let kind = if no_graphs { "eager" } else { "replayed as CUDA graphs" };
+        let cfg = inferd_runtime::CudaConfig {
+            device: 0,
+            no_graphs,
+        };
+        let kind = if no_graphs {
+            "eager"
+        } else {
+            "replayed as CUDA graphs"
+        };
         let t0 = Instant::now();
         let model = Model::load(CudaBackend::new(cfg).unwrap(), model_dir).unwrap();
         println!(

@@ -23,7 +23,9 @@ fn logits_of_decode(no_graphs: bool) -> Option<Vec<Vec<f32>>> {
     // Six sequences with prompts of different lengths; 3, then 5, then 6 decode together.
     let seqs: Vec<(Vec<u32>, Vec<u32>)> = (0..6)
         .map(|i| {
-            let p: Vec<u32> = (0..(3 + 2 * i)).map(|j| ((j * 13 + i * 5 + 1) % vocab) as u32).collect();
+            let p: Vec<u32> = (0..(3 + 2 * i))
+                .map(|j| ((j * 13 + i * 5 + 1) % vocab) as u32)
+                .collect();
             let (_, table) = run.new_seq(p.len() + 24);
             (p, table)
         })
@@ -34,18 +36,35 @@ fn logits_of_decode(no_graphs: bool) -> Option<Vec<Vec<f32>>> {
         let mut b = ForwardBatch::default();
         b.push(p, 0, p.len(), table.clone(), true);
         let mut l = Vec::new();
-        model.forward_into(&mut ws, &mut run.kv, &run.layout, &b, &mut l).unwrap();
+        model
+            .forward_into(&mut ws, &mut run.kv, &run.layout, &b, &mut l)
+            .unwrap();
         next[i] = argmax(&l);
     }
     for step in 0..18 {
-        let live = if step < 6 { 3 } else if step < 12 { 5 } else { 6 };
+        let live = if step < 6 {
+            3
+        } else if step < 12 {
+            5
+        } else {
+            6
+        };
         let mut b = ForwardBatch::default();
         for (i, (p, table)) in seqs.iter().enumerate().take(live) {
-            let pos = p.len() + step - if i < 3 { 0 } else if i < 5 { 6 } else { 12 };
+            let pos = p.len() + step
+                - if i < 3 {
+                    0
+                } else if i < 5 {
+                    6
+                } else {
+                    12
+                };
             b.push(&[next[i]], pos, p.len(), table.clone(), true);
         }
         let mut l = Vec::new();
-        model.forward_into(&mut ws, &mut run.kv, &run.layout, &b, &mut l).unwrap();
+        model
+            .forward_into(&mut ws, &mut run.kv, &run.layout, &b, &mut l)
+            .unwrap();
         assert_eq!(l.len(), live * vocab, "padding rows are not returned");
         for (i, row) in l.chunks(vocab).enumerate() {
             next[i] = argmax(row);
@@ -57,10 +76,15 @@ fn logits_of_decode(no_graphs: bool) -> Option<Vec<Vec<f32>>> {
 
 #[test]
 fn graph_replays_equal_eager_passes() {
-    let Some(eager) = logits_of_decode(true) else { return };
+    let Some(eager) = logits_of_decode(true) else {
+        return;
+    };
     let graphs = logits_of_decode(false).unwrap();
     for (step, (a, b)) in eager.iter().zip(&graphs).enumerate() {
         let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
-        assert!(same, "step {step}: graph replay differs from the eager pass");
+        assert!(
+            same,
+            "step {step}: graph replay differs from the eager pass"
+        );
     }
 }

@@ -160,6 +160,7 @@ pub trait Backend: Send + Sync {
         &self,
         batch: &ForwardBatch,
         rope: &RopeConfig,
+        attn: &AttnConfig,
         kv: &KvLayout,
     ) -> Result<Self::Batch>;
 

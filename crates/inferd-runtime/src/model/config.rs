@@ -104,6 +104,16 @@ impl ModelConfig {
         })
     }
 
+    /// The attention geometry of a full-attention layer.
+    pub fn attn_config(&self) -> crate::backend::AttnConfig {
+        crate::backend::AttnConfig {
+            n_heads: self.n_heads,
+            n_kv_heads: self.n_kv_heads,
+            head_dim: self.head_dim,
+            scale: 1.0 / (self.head_dim as f32).sqrt(),
+        }
+    }
+
     pub fn q_dim(&self) -> usize {
         self.n_heads * self.head_dim
     }

@@ -20,7 +20,7 @@
 use super::config::ModelConfig;
 use super::weights::{AttentionWeights, LayerWeights, Mixer, Projection, Weights};
 use super::workspace::Workspace;
-use crate::backend::{AttnConfig, Backend, DeviceTensor, Rows};
+use crate::backend::{Backend, DeviceTensor, Rows};
 use crate::Result;
 
 pub struct Decoder<'a, B: Backend> {
@@ -106,12 +106,7 @@ impl<B: Backend> Decoder<'_, B> {
         b.rope(&mut ws.q, c.head_dim, batch)?;
         b.rope(&mut ws.k, c.head_dim, batch)?;
         // d. attention through the paged cache
-        let attn = AttnConfig {
-            n_heads: c.n_heads,
-            n_kv_heads: c.n_kv_heads,
-            head_dim: c.head_dim,
-            scale: 1.0 / (c.head_dim as f32).sqrt(),
-        };
+        let attn = c.attn_config();
         b.attention(
             &ws.q,
             &ws.k,

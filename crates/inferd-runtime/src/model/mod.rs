@@ -222,7 +222,9 @@ impl<B: Backend> Model<B> {
         }
         let (tokens, logit_rows) = self.backend.pass_rows(batch);
         ws.ensure(&self.backend, &self.cfg, tokens, logit_rows)?;
-        let b = self.backend.prepare_batch(batch, &self.cfg.rope, layout)?;
+        let b =
+            self.backend
+                .prepare_batch(batch, &self.cfg.rope, &self.cfg.attn_config(), layout)?;
         let dec = Decoder {
             backend: &self.backend,
             cfg: &self.cfg,

@@ -131,6 +131,7 @@ impl Backend for CpuBackend {
         &self,
         batch: &ForwardBatch,
         rope: &RopeConfig,
+        _attn: &AttnConfig,
         kv: &KvLayout,
     ) -> Result<CpuBatch> {
         CpuBatch::new(batch, rope, kv, self.f32_activations)

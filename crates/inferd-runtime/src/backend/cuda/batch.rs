@@ -96,7 +96,9 @@ pub fn decode_bucket(b: &ForwardBatch) -> Option<usize> {
         && b.seqs.len() == n
         && b.logits_rows.len() == n
         && b.logits_rows.iter().enumerate().all(|(i, &r)| i == r);
-    decode.then(|| BUCKETS.iter().copied().find(|&k| k >= n)).flatten()
+    decode
+        .then(|| BUCKETS.iter().copied().find(|&k| k >= n))
+        .flatten()
 }
 
 /// A bucket's metadata buffer: fixed addresses for the graphs captured over it.
@@ -133,6 +135,8 @@ pub struct CudaBatch {
     pool: Arc<BatchPool>,
     /// `Some(rows)` for a decode pass padded to a graph bucket.
     pub bucket: Option<usize>,
+    /// FlashInfer's plan of this pass's attention (bf16 KV), and its workspace's generation.
+    pub fi: Option<(super::flashinfer::Plan, u64)>,
     at: Offsets,
     pub n_tokens: usize,
     pub n_logits: usize,
@@ -233,6 +237,7 @@ impl CudaBatch {
             buf,
             pool: pool.clone(),
             bucket,
+            fi: None,
             at,
             n_tokens: n,
             n_logits,

@@ -19,6 +19,9 @@ pub struct Key {
     pub kv: u64,
     pub meta: u64,
     pub rope: usize,
+    /// FlashInfer's plan (its workspace and schedule) the graph's attention runs were
+    /// captured with, 0 without.
+    pub attention: u64,
 }
 
 impl Key {
@@ -59,7 +62,10 @@ impl Graphs {
             execs.retain(|k, _| k.buffers() == key.buffers());
             // A bucket whose metadata buffer grew: its older graph is stale too.
             execs.retain(|k, _| k.bucket != key.bucket);
-            check(unsafe { ffi::ifd_capture_begin(stream) }, "beginning a graph capture")?;
+            check(
+                unsafe { ffi::ifd_capture_begin(stream) },
+                "beginning a graph capture",
+            )?;
             let recorded = pass();
             let mut exec = std::ptr::null_mut();
             let ended = check(

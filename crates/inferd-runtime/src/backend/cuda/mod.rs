@@ -13,6 +13,7 @@
 mod batch;
 mod device;
 mod ffi;
+mod flashinfer;
 mod gemm;
 mod graphs;
 mod kv;
@@ -36,7 +37,7 @@ use inferd_core::sampling::Sampled;
 
 use super::{AttnConfig, Backend, RopeConfig, RopeStyle, Rows, SampleRow, SharedSource};
 use crate::batch::ForwardBatch;
-use crate::kv::KvLayout;
+use crate::kv::{KvDtype, KvLayout};
 use crate::{Result, RuntimeError};
 
 /// Settings of the CUDA backend.
@@ -59,6 +60,8 @@ struct Inner {
     rope: Mutex<Option<Arc<RopeTable>>>,
     /// Logits rows read back for host sampling.  // [rows drawn on the host, vocab]
     host_logits: Mutex<Vec<f32>>,
+    /// FlashInfer's plan workspace (one plan alive at a time: a pass is planned, then run).
+    fi: Mutex<Option<flashinfer::FiWorkspace>>,
     /// Device scratch of greedy draws: row ids then results, i32 each.  // [2, capacity]
     draws: Mutex<Option<device::DeviceBuffer>>,
 }
@@ -85,6 +88,7 @@ impl CudaBackend {
                 rope: Mutex::new(None),
                 host_logits: Mutex::new(Vec::new()),
                 draws: Mutex::new(None),
+                fi: Mutex::new(None),
             }),
         })
     }
@@ -97,6 +101,74 @@ impl CudaBackend {
     pub fn mem_info(&self) -> Result<(usize, usize)> {
         self.inner.dev.bind()?;
         self.inner.dev.mem_info()
+    }
+
+    /// FlashInfer's plan of a pass (`b`: the pass as packed, padding included), in the
+    /// shared workspace (grown when the pass does not fit); the plan and the workspace's
+    /// generation.
+    fn plan_attention(
+        &self,
+        b: &CudaBatch,
+        batch: &ForwardBatch,
+        attn: &AttnConfig,
+        kv: &KvLayout,
+    ) -> Result<(flashinfer::Plan, u64)> {
+        let pad = b.n_tokens - batch.n_tokens();
+        let n_seqs = batch.seqs.len() + pad;
+        let mut qo = Vec::with_capacity(n_seqs + 1); // [n_seqs + 1]
+        let mut kv_len = Vec::with_capacity(n_seqs); // [n_seqs]
+        let mut bt_off = Vec::with_capacity(n_seqs + 1); // [n_seqs + 1]
+        let mut bt: Vec<i32> = Vec::new();
+        qo.push(0);
+        for s in &batch.seqs {
+            bt_off.push(bt.len() as i32);
+            bt.extend(s.block_table.iter().map(|&x| x as i32));
+            qo.push(qo.last().unwrap() + s.n_tokens as i32);
+            kv_len.push(s.kv_len() as i32);
+        }
+        for _ in 0..pad {
+            // A padding row: one query over one position of block 0 (read, never written).
+            bt_off.push(bt.len() as i32);
+            bt.push(0);
+            qo.push(qo.last().unwrap() + 1);
+            kv_len.push(1);
+        }
+        bt_off.push(bt.len() as i32);
+        let pages: usize = kv_len
+            .iter()
+            .map(|&l| (l as usize).div_ceil(kv.block_size))
+            .sum();
+        let shape = flashinfer::Shape {
+            n_heads: attn.n_heads as i32,
+            n_kv_heads: attn.n_kv_heads as i32,
+            head_dim: attn.head_dim as i32,
+            page_size: kv.block_size as i32,
+        };
+        let tokens = b.n_tokens;
+        let mut ws = self.inner.fi.lock().unwrap();
+        if !ws
+            .as_ref()
+            .is_some_and(|w| w.holds(shape, n_seqs, tokens, pages))
+        {
+            *ws = None; // its buffers go before the larger ones come
+            *ws = Some(flashinfer::FiWorkspace::new(
+                &self.inner.dev,
+                shape,
+                n_seqs.max(256).next_power_of_two(),
+                tokens.max(8192).next_power_of_two(),
+                pages.max(1 << 16).next_power_of_two(),
+            )?);
+        }
+        let w = ws.as_ref().unwrap();
+        let plan = w.plan(
+            &qo,
+            &kv_len,
+            &bt_off,
+            &bt,
+            b.bucket.is_some(),
+            self.inner.dev.stream(),
+        )?;
+        Ok((plan, w.generation))
     }
 
     /// Binds the device to this thread; the stream to queue on.
@@ -176,11 +248,16 @@ impl Backend for CudaBackend {
         &self,
         batch: &ForwardBatch,
         rope: &RopeConfig,
+        attn: &AttnConfig,
         kv: &KvLayout,
     ) -> Result<CudaBatch> {
         self.inner.dev.bind()?;
         let i = &self.inner;
-        CudaBatch::new(&i.dev, &i.batches, &i.buckets, &i.rope, batch, rope, kv)
+        let mut b = CudaBatch::new(&i.dev, &i.batches, &i.buckets, &i.rope, batch, rope, kv)?;
+        if flashinfer::supports(attn.head_dim, kv.dtype == KvDtype::Bf16) {
+            b.fi = Some(self.plan_attention(&b, batch, attn, kv)?);
+        }
+        Ok(b)
     }
 
     fn pass_rows(&self, batch: &ForwardBatch) -> (usize, usize) {
@@ -206,6 +283,10 @@ impl Backend for CudaBackend {
             kv: kv.id,
             meta: batch.meta_generation(),
             rope: Arc::as_ptr(&batch.rope) as usize,
+            attention: batch
+                .fi
+                .as_ref()
+                .map_or(0, |(p, g)| p.fingerprint() ^ g.rotate_left(32)),
         };
         let s = self.stream()?;
         graphs.run(key, s, || f(kv))
@@ -401,6 +482,24 @@ impl Backend for CudaBackend {
         )?;
         out.prepare(q.rows, q.cols, Act::Bf16)?; // [n, n_heads * head_dim]
         let op = out.bf16_ptr("attention")?;
+        if let Some((plan, _)) = &batch.fi {
+            // q in bf16 goes to the upper half of out's buffer (f32-sized, so it has room):
+            // out's bf16 rows fill the lower half.
+            let q_bf16 = out.buf.at::<u8>(q.len() * 2).cast();
+            let ws = self.inner.fi.lock().unwrap();
+            let ws = ws.as_ref().expect("a planned pass has its workspace");
+            return ws.run(
+                plan,
+                qp,
+                q.len(),
+                q_bf16,
+                paged.k,
+                paged.v,
+                op,
+                cfg.scale,
+                s,
+            );
+        }
         check(
             unsafe {
                 ffi::ifd_attention(

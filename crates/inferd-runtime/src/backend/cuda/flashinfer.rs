@@ -1,0 +1,291 @@
+//! FlashInfer's paged attention (`kernels/flashinfer_api.h`): split-KV decode and the
+//! Hopper (FA3-style) causal prefill over inferd's block tables, for bf16 KV and head_dim
+//! 64 or 128. A pass is planned once on the host (FlashInfer's scheduler: tiles, KV
+//! splits, exact page tables, copied into the workspace) and run per layer. Decode passes
+//! padded to a graph bucket are planned in graph mode, so a captured graph stays valid.
+
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+
+use super::device::{Device, DeviceBuffer};
+use crate::{Result, RuntimeError};
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Workspace {
+    float_ws: *mut c_void,
+    float_ws_bytes: usize,
+    int_ws: *mut c_void,
+    int_ws_bytes: usize,
+    pinned_ws: *mut c_void,
+    max_seqs: i32,
+    max_pages: i32,
+    event: *mut c_void,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub n_heads: i32,
+    pub n_kv_heads: i32,
+    pub head_dim: i32,
+    pub page_size: i32,
+}
+
+#[repr(C)]
+struct Batch {
+    n_seqs: i32,
+    qo_indptr: *const i32,
+    kv_len: *const i32,
+    bt_off: *const i32,
+    bt: *const i32,
+    bt_dev: *const i32,
+}
+
+/// A planned pass (FlashInfer's plan info and page-table pointers), kept by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Plan {
+    kind: i32,
+    n_seqs: i32,
+    n_tokens: i32,
+    cuda_graph: i32,
+    shape: Shape,
+    split_kv: i32,
+    reserved: i32,
+    fi_info: [i64; 16],
+    kv_indptr: *mut i32,
+    kv_indices: *mut i32,
+    kv_last_page_len: *mut i32,
+    int_ws: *mut c_void,
+}
+
+// SAFETY: plain data; its pointers are device addresses.
+unsafe impl Send for Plan {}
+unsafe impl Sync for Plan {}
+
+impl Plan {
+    /// What a graph over this plan's runs depends on besides the workspace.
+    pub fn fingerprint(&self) -> u64 {
+        let mut h = self.kind as u64 ^ (self.n_seqs as u64) << 8 ^ (self.split_kv as u64) << 40;
+        for &v in &self.fi_info {
+            h = h.rotate_left(7) ^ v as u64;
+        }
+        h
+    }
+}
+
+#[repr(C)]
+struct RunArgs {
+    q: *const c_void,
+    k: *const c_void,
+    v: *const c_void,
+    out: *mut c_void,
+    lse: *mut f32,
+    sm_scale: f32,
+}
+
+const AUTO: c_int = 0;
+
+extern "C" {
+    fn ifd_fi_workspace_bytes(
+        shape: *const Shape,
+        max_seqs: i32,
+        max_tokens: i32,
+        max_pages: i32,
+        float_ws_bytes: *mut usize,
+        int_ws_bytes: *mut usize,
+    ) -> c_int;
+    fn ifd_fi_plan(
+        ws: *const Workspace,
+        shape: *const Shape,
+        batch: *const Batch,
+        mode: c_int,
+        cuda_graph: c_int,
+        plan: *mut Plan,
+        stream: *mut c_void,
+    ) -> c_int;
+    fn ifd_fi_run(
+        ws: *const Workspace,
+        plan: *const Plan,
+        args: *const RunArgs,
+        stream: *mut c_void,
+    ) -> c_int;
+    fn ifd_fi_f32_to_bf16(x: *const f32, out: *mut c_void, n: usize, stream: *mut c_void) -> c_int;
+    fn ifd_fi_event_create(event: *mut *mut c_void) -> c_int;
+    fn ifd_fi_event_destroy(event: *mut c_void) -> c_int;
+    fn ifd_fi_last_error() -> *const std::ffi::c_char;
+}
+
+fn check(code: c_int, what: &str) -> Result<()> {
+    if code == 0 {
+        return Ok(());
+    }
+    let msg = unsafe { std::ffi::CStr::from_ptr(ifd_fi_last_error()) }
+        .to_string_lossy()
+        .into_owned();
+    Err(RuntimeError::Device(format!(
+        "FlashInfer {what}: CUDA error {code} ({}){}{msg}",
+        super::ffi::error_string(code),
+        if msg.is_empty() { "" } else { ": " }
+    )))
+}
+
+/// Whether FlashInfer serves this attention: bf16 KV, head_dim 64 or 128.
+pub fn supports(head_dim: usize, kv_bf16: bool) -> bool {
+    kv_bf16 && (head_dim == 64 || head_dim == 128)
+}
+
+/// One plan's buffers: device float and int workspaces and the pinned staging area.
+pub struct FiWorkspace {
+    shape: Shape,
+    ws: Workspace,
+    max_tokens: usize,
+    _float: DeviceBuffer,
+    _int: DeviceBuffer,
+    pinned: *mut c_void,
+    /// Distinct for every workspace (graphs over its runs are valid for it only).
+    pub generation: u64,
+}
+
+// SAFETY: used under the backend's lock, one plan at a time.
+unsafe impl Send for FiWorkspace {}
+
+static GENERATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl FiWorkspace {
+    pub fn new(
+        dev: &Arc<Device>,
+        shape: Shape,
+        max_seqs: usize,
+        max_tokens: usize,
+        max_pages: usize,
+    ) -> Result<Self> {
+        let (mut fb, mut ib) = (0, 0);
+        check(
+            unsafe {
+                ifd_fi_workspace_bytes(
+                    &shape,
+                    max_seqs as i32,
+                    max_tokens as i32,
+                    max_pages as i32,
+                    &mut fb,
+                    &mut ib,
+                )
+            },
+            "workspace size",
+        )?;
+        let float = dev.alloc(fb)?;
+        let int = dev.alloc(ib)?;
+        let mut pinned = std::ptr::null_mut();
+        super::ffi::check(
+            unsafe { super::ffi::ifd_host_alloc(&mut pinned, ib) },
+            "pinned staging",
+        )?;
+        let mut event = std::ptr::null_mut();
+        check(unsafe { ifd_fi_event_create(&mut event) }, "event")?;
+        Ok(FiWorkspace {
+            shape,
+            ws: Workspace {
+                float_ws: float.ptr(),
+                float_ws_bytes: fb,
+                int_ws: int.ptr(),
+                int_ws_bytes: ib,
+                pinned_ws: pinned,
+                max_seqs: max_seqs as i32,
+                max_pages: max_pages as i32,
+                event,
+            },
+            max_tokens,
+            _float: float,
+            _int: int,
+            pinned,
+            generation: GENERATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        })
+    }
+
+    /// Whether a pass of this shape and size fits.
+    pub fn holds(&self, shape: Shape, seqs: usize, tokens: usize, pages: usize) -> bool {
+        self.shape == shape
+            && seqs <= self.ws.max_seqs as usize
+            && tokens <= self.max_tokens
+            && pages <= self.ws.max_pages as usize
+    }
+
+    /// Plans a pass: `qo_indptr` [n_seqs + 1], `kv_len` [n_seqs] and the block tables
+    /// (`bt_off` [n_seqs + 1] into `bt`), all on the host. `graph`: plan a decode pass so
+    /// that its runs can be captured and replayed.
+    pub fn plan(
+        &self,
+        qo_indptr: &[i32],
+        kv_len: &[i32],
+        bt_off: &[i32],
+        bt: &[i32],
+        graph: bool,
+        stream: *mut c_void,
+    ) -> Result<Plan> {
+        let batch = Batch {
+            n_seqs: kv_len.len() as i32,
+            qo_indptr: qo_indptr.as_ptr(),
+            kv_len: kv_len.as_ptr(),
+            bt_off: bt_off.as_ptr(),
+            bt: bt.as_ptr(),
+            bt_dev: std::ptr::null(),
+        };
+        let mut plan = std::mem::MaybeUninit::<Plan>::zeroed();
+        check(
+            unsafe {
+                ifd_fi_plan(
+                    &self.ws,
+                    &self.shape,
+                    &batch,
+                    AUTO,
+                    graph as c_int,
+                    plan.as_mut_ptr(),
+                    stream,
+                )
+            },
+            "plan",
+        )?;
+        Ok(unsafe { plan.assume_init() })
+    }
+
+    /// One layer's attention: q f32 `[n, n_heads * head_dim]` is rounded to bf16 into
+    /// `q_bf16` (room for as many bf16 values), then out bf16 `[n, n_heads * head_dim]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run(
+        &self,
+        plan: &Plan,
+        q: *const f32,
+        q_len: usize,
+        q_bf16: *mut c_void,
+        k: *const c_void,
+        v: *const c_void,
+        out: *mut c_void,
+        scale: f32,
+        stream: *mut c_void,
+    ) -> Result<()> {
+        check(
+            unsafe { ifd_fi_f32_to_bf16(q, q_bf16, q_len, stream) },
+            "q to bf16",
+        )?;
+        let args = RunArgs {
+            q: q_bf16,
+            k,
+            v,
+            out,
+            lse: std::ptr::null_mut(),
+            sm_scale: scale,
+        };
+        check(unsafe { ifd_fi_run(&self.ws, plan, &args, stream) }, "run")
+    }
+}
+
+impl Drop for FiWorkspace {
+    fn drop(&mut self) {
+        unsafe {
+            ifd_fi_event_destroy(self.ws.event);
+            super::ffi::ifd_host_free(self.pinned);
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! FlashInfer's attention on the GPU (bf16 KV, head_dim 64 and 128) against the CPU
+//! backend (f32, itself checked against transformers) on small random Qwen3-style models
+//! written as GGUF here: whole prefills, chunked prefills that start mid-context, decode
+//! steps of several sequences (padded to a graph bucket and replayed), and a pass that
+//! mixes prefill and decode rows.
+
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use common::*;
+use inferd_formats::{GgufWriter, MetaValue};
+use inferd_runtime::{Backend, CpuBackend, ForwardBatch, KvDtype, Model};
+
+/// A random Qwen3-shaped GGUF: 2 layers, `heads` query heads over 2 KV heads of `head_dim`.
+fn random_qwen3(head_dim: usize, heads: usize) -> std::path::PathBuf {
+    let (hidden, ffn, vocab, layers, kv_heads) = (256, 512, 384, 2, 2);
+    let mut w = GgufWriter::new();
+    w.add_meta("general.architecture", "qwen3");
+    let u = |v: usize| MetaValue::U32(v as u32);
+    w.add_meta("qwen3.embedding_length", u(hidden));
+    w.add_meta("qwen3.block_count", u(layers));
+    w.add_meta("qwen3.feed_forward_length", u(ffn));
+    w.add_meta("qwen3.attention.head_count", u(heads));
+    w.add_meta("qwen3.attention.head_count_kv", u(kv_heads));
+    w.add_meta("qwen3.attention.key_length", u(head_dim));
+    w.add_meta(
+        "qwen3.attention.layer_norm_rms_epsilon",
+        MetaValue::F32(1e-6),
+    );
+    w.add_meta("qwen3.rope.freq_base", MetaValue::F32(10000.0));
+    w.add_meta("qwen3.context_length", u(1024));
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ head_dim as u64;
+    let mut rand = |shape: &[usize], scale: f32| -> Vec<f32> {
+        (0..shape.iter().product::<usize>())
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                ((seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+            })
+            .collect()
+    };
+    let mut add = |name: &str, shape: &[usize], v: Vec<f32>| {
+        w.add_f32_tensor(name, shape, &v).unwrap();
+    };
+    add(
+        "token_embd.weight",
+        &[vocab, hidden],
+        rand(&[vocab, hidden], 1.0),
+    );
+    add("output_norm.weight", &[hidden], vec![1.0; hidden]);
+    add(
+        "output.weight",
+        &[vocab, hidden],
+        rand(&[vocab, hidden], 0.1),
+    );
+    let (q, kv) = (heads * head_dim, kv_heads * head_dim);
+    for l in 0..layers {
+        let b = |s: &str| format!("blk.{l}.{s}");
+        add(&b("attn_norm.weight"), &[hidden], vec![1.0; hidden]);
+        add(&b("ffn_norm.weight"), &[hidden], vec![1.0; hidden]);
+        add(&b("attn_q_norm.weight"), &[head_dim], vec![1.0; head_dim]);
+        add(&b("attn_k_norm.weight"), &[head_dim], vec![1.0; head_dim]);
+        add(&b("attn_q.weight"), &[q, hidden], rand(&[q, hidden], 0.08));
+        add(
+            &b("attn_k.weight"),
+            &[kv, hidden],
+            rand(&[kv, hidden], 0.08),
+        );
+        add(
+            &b("attn_v.weight"),
+            &[kv, hidden],
+            rand(&[kv, hidden], 0.08),
+        );
+        add(
+            &b("attn_output.weight"),
+            &[hidden, q],
+            rand(&[hidden, q], 0.08),
+        );
+        add(
+            &b("ffn_gate.weight"),
+            &[ffn, hidden],
+            rand(&[ffn, hidden], 0.08),
+        );
+        add(
+            &b("ffn_up.weight"),
+            &[ffn, hidden],
+            rand(&[ffn, hidden], 0.08),
+        );
+        add(
+            &b("ffn_down.weight"),
+            &[hidden, ffn],
+            rand(&[hidden, ffn], 0.08),
+        );
+    }
+    let path = std::env::temp_dir().join(format!(
+        "inferd-fi-{head_dim}-{heads}-{}.gguf",
+        std::process::id()
+    ));
+    w.write_to_file(&path).unwrap();
+    path
+}
+
+/// Every row's logits of a scripted run: three prompts prefilled (one in chunks of 7
+/// that start mid-context), then decode steps of all three together, then one pass
+/// mixing a new prompt's prefill with the others' decode rows.
+fn scripted<B: Backend>(model: &Model<B>, dtype: KvDtype) -> Vec<Vec<f32>> {
+    let vocab = model.cfg.vocab_size;
+    let mut run = Runner::with_dtype(model, 600, dtype);
+    let mut ws = model.workspace(256, 8).unwrap();
+    let prompts: Vec<Vec<u32>> = [37usize, 90, 150]
+        .iter()
+        .enumerate()
+        .map(|(s, &n)| {
+            (0..n)
+                .map(|i| ((i * 31 + s * 7 + 3) % vocab) as u32)
+                .collect()
+        })
+        .collect();
+    let tables: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| run.new_seq(p.len() + 40).1)
+        .collect();
+    let fresh: Vec<u32> = (0..20).map(|i| ((i * 17 + 5) % vocab) as u32).collect();
+    let fresh_table = run.new_seq(fresh.len()).1;
+    let mut out = Vec::new();
+    let mut pass = |b: &ForwardBatch, out: &mut Vec<Vec<f32>>| -> Vec<u32> {
+        let mut l = Vec::new();
+        model
+            .forward_into(&mut ws, &mut run.kv, &run.layout, b, &mut l)
+            .unwrap();
+        let rows: Vec<Vec<f32>> = l.chunks(vocab).map(<[f32]>::to_vec).collect();
+        let next = rows.iter().map(|r| argmax(r)).collect();
+        out.extend(rows);
+        next
+    };
+    let mut next = vec![0u32; 3];
+    for (s, p) in prompts.iter().enumerate() {
+        let chunk = if s == 1 { 7 } else { p.len() };
+        for (i, c) in p.chunks(chunk).enumerate() {
+            let mut b = ForwardBatch::default();
+            b.push(c, i * chunk, p.len(), tables[s].clone(), false);
+            b.logits_rows = (0..c.len()).collect();
+            next[s] = *pass(&b, &mut out).last().unwrap();
+        }
+    }
+    let mut pos: Vec<usize> = prompts.iter().map(Vec::len).collect();
+    for _ in 0..12 {
+        let mut b = ForwardBatch::default();
+        for s in 0..3 {
+            b.push(
+                &[next[s]],
+                pos[s],
+                prompts[s].len(),
+                tables[s].clone(),
+                true,
+            );
+            pos[s] += 1;
+        }
+        next = pass(&b, &mut out);
+    }
+    let mut b = ForwardBatch::default();
+    for s in 0..2 {
+        b.push(
+            &[next[s]],
+            pos[s],
+            prompts[s].len(),
+            tables[s].clone(),
+            true,
+        );
+    }
+    b.push(&fresh, 0, fresh.len(), fresh_table, true);
+    pass(&b, &mut out);
+    out
+}
+
+fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
+    let path = random_qwen3(head_dim, heads);
+    let cpu_model = Model::load(CpuBackend::new(), &path).unwrap();
+    // The CPU's run (here even without a GPU, so the script itself is exercised).
+    let want = scripted(&cpu_model, KvDtype::F32);
+    let Some(gpu) = cuda() else {
+        let _ = std::fs::remove_file(&path);
+        return;
+    };
+    let tol = profile(&gpu).logit_tol;
+    let gpu_model = Model::load(gpu, &path).unwrap();
+    let got = scripted(&gpu_model, KvDtype::Bf16);
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(want.len(), got.len());
+    let (mut worst, mut same) = (0f32, 0);
+    for (a, b) in want.iter().zip(&got) {
+        worst = worst.max(max_abs_diff(a, b));
+        same += (argmax(a) == argmax(b)) as usize;
+    }
+    eprintln!(
+        "head_dim {head_dim}: {} rows, max |Δlogit| {worst}, top-1 equal {same}",
+        want.len()
+    );
+    assert!(
+        worst <= tol,
+        "head_dim {head_dim}: max |Δlogit| {worst} > {tol}"
+    );
+}
+
+#[test]
+fn flashinfer_head_dim_64_gqa_3_matches_the_cpu() {
+    flashinfer_matches_the_cpu(64, 6);
+}
+
+#[test]
+fn flashinfer_head_dim_128_gqa_4_matches_the_cpu() {
+    flashinfer_matches_the_cpu(128, 8);
+}
