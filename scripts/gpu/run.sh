@@ -66,3 +66,5 @@ smol2)
   timeout 400 $B/cuda_check agree /tmp/smol.gguf 2>&1 | tee -a $summary
   ;;
 esac; done
+# What comes back is at most 8 files: the summary, and everything else in one archive.
+(cd $OUT && tar czf logs.tgz --exclude summary.txt --exclude logs.tgz * && find . -type f ! -name summary.txt ! -name logs.tgz -delete)

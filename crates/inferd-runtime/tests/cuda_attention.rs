@@ -10,7 +10,7 @@ mod common;
 
 use common::*;
 use inferd_formats::{GgufWriter, MetaValue};
-use inferd_runtime::{Backend, CpuBackend, ForwardBatch, KvDtype, Model};
+use inferd_runtime::{Backend, CpuBackend, CudaBackend, CudaConfig, ForwardBatch, KvDtype, Model};
 
 /// A random Qwen3-shaped GGUF: 2 layers, `heads` query heads over 2 KV heads of `head_dim`.
 fn random_qwen3(head_dim: usize, heads: usize) -> std::path::PathBuf {
@@ -102,12 +102,16 @@ fn random_qwen3(head_dim: usize, heads: usize) -> std::path::PathBuf {
     path
 }
 
-/// Every row's logits of a scripted run: three prompts prefilled (one in chunks of 7
-/// that start mid-context), then decode steps of all three together, then one pass
-/// mixing a new prompt's prefill with the others' decode rows.
-fn scripted<B: Backend>(model: &Model<B>, dtype: KvDtype) -> Vec<Vec<f32>> {
+/// The parts of the scripted run, for reporting where two runs differ.
+const PHASES: [&str; 4] = ["whole prefill", "chunked prefill", "decode", "mixed pass"];
+
+/// Every row's logits of a scripted run, each with its phase (an index into `PHASES`):
+/// three prompts prefilled (one in chunks of 7 that start mid-context), then decode steps
+/// of all three together, then one pass mixing a new prompt's prefill with the others'
+/// decode rows. KV blocks of `bs` tokens.
+fn scripted<B: Backend>(model: &Model<B>, dtype: KvDtype, bs: usize) -> Vec<(usize, Vec<f32>)> {
     let vocab = model.cfg.vocab_size;
-    let mut run = Runner::with_dtype(model, 600, dtype);
+    let mut run = Runner::with_blocks(model, 600, dtype, bs);
     let mut ws = model.workspace(256, 8).unwrap();
     let prompts: Vec<Vec<u32>> = [37usize, 90, 150]
         .iter()
@@ -125,14 +129,14 @@ fn scripted<B: Backend>(model: &Model<B>, dtype: KvDtype) -> Vec<Vec<f32>> {
     let fresh: Vec<u32> = (0..20).map(|i| ((i * 17 + 5) % vocab) as u32).collect();
     let fresh_table = run.new_seq(fresh.len()).1;
     let mut out = Vec::new();
-    let mut pass = |b: &ForwardBatch, out: &mut Vec<Vec<f32>>| -> Vec<u32> {
+    let mut pass = |b: &ForwardBatch, phase: usize, out: &mut Vec<(usize, Vec<f32>)>| -> Vec<u32> {
         let mut l = Vec::new();
         model
             .forward_into(&mut ws, &mut run.kv, &run.layout, b, &mut l)
             .unwrap();
         let rows: Vec<Vec<f32>> = l.chunks(vocab).map(<[f32]>::to_vec).collect();
         let next = rows.iter().map(|r| argmax(r)).collect();
-        out.extend(rows);
+        out.extend(rows.into_iter().map(|r| (phase, r)));
         next
     };
     let mut next = vec![0u32; 3];
@@ -142,7 +146,7 @@ fn scripted<B: Backend>(model: &Model<B>, dtype: KvDtype) -> Vec<Vec<f32>> {
             let mut b = ForwardBatch::default();
             b.push(c, i * chunk, p.len(), tables[s].clone(), false);
             b.logits_rows = (0..c.len()).collect();
-            next[s] = *pass(&b, &mut out).last().unwrap();
+            next[s] = *pass(&b, (s == 1) as usize, &mut out).last().unwrap();
         }
     }
     let mut pos: Vec<usize> = prompts.iter().map(Vec::len).collect();
@@ -158,7 +162,7 @@ fn scripted<B: Backend>(model: &Model<B>, dtype: KvDtype) -> Vec<Vec<f32>> {
             );
             pos[s] += 1;
         }
-        next = pass(&b, &mut out);
+        next = pass(&b, 2, &mut out);
     }
     let mut b = ForwardBatch::default();
     for s in 0..2 {
@@ -171,7 +175,7 @@ fn scripted<B: Backend>(model: &Model<B>, dtype: KvDtype) -> Vec<Vec<f32>> {
         );
     }
     b.push(&fresh, 0, fresh.len(), fresh_table, true);
-    pass(&b, &mut out);
+    pass(&b, 3, &mut out);
     out
 }
 
@@ -179,29 +183,43 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
     let path = random_qwen3(head_dim, heads);
     let cpu_model = Model::load(CpuBackend::new(), &path).unwrap();
     // The CPU's run (here even without a GPU, so the script itself is exercised).
-    let want = scripted(&cpu_model, KvDtype::F32);
+    let want = scripted(&cpu_model, KvDtype::F32, 4);
     let Some(gpu) = cuda() else {
         let _ = std::fs::remove_file(&path);
         return;
     };
     let tol = profile(&gpu).logit_tol;
-    let gpu_model = Model::load(gpu, &path).unwrap();
-    let got = scripted(&gpu_model, KvDtype::Bf16);
-    let _ = std::fs::remove_file(&path);
-    assert_eq!(want.len(), got.len());
-    let (mut worst, mut same) = (0f32, 0);
-    for (a, b) in want.iter().zip(&got) {
-        worst = worst.max(max_abs_diff(a, b));
-        same += (argmax(a) == argmax(b)) as usize;
+    let mut failures = Vec::new();
+    for no_graphs in [false, true] {
+        let backend = CudaBackend::new(CudaConfig {
+            device: 0,
+            no_graphs,
+        })
+        .unwrap();
+        let gpu_model = Model::load(backend, &path).unwrap();
+        for bs in [4, 16] {
+            let got = scripted(&gpu_model, KvDtype::Bf16, bs);
+            assert_eq!(want.len(), got.len());
+            for (p, name) in PHASES.iter().enumerate() {
+                let (mut worst, mut same, mut rows) = (0f32, 0, 0);
+                for ((_, a), (_, b)) in want.iter().zip(&got).filter(|(w, _)| w.0 == p) {
+                    worst = worst.max(max_abs_diff(a, b));
+                    same += (argmax(a) == argmax(b)) as usize;
+                    rows += 1;
+                }
+                let what = format!(
+                    "head_dim {head_dim}, blocks of {bs}, graphs {}: {name}: {rows} rows, max |Δlogit| {worst}, top-1 equal {same}",
+                    if no_graphs { "off" } else { "on" }
+                );
+                eprintln!("{what}");
+                if worst > tol {
+                    failures.push(what);
+                }
+            }
+        }
     }
-    eprintln!(
-        "head_dim {head_dim}: {} rows, max |Δlogit| {worst}, top-1 equal {same}",
-        want.len()
-    );
-    assert!(
-        worst <= tol,
-        "head_dim {head_dim}: max |Δlogit| {worst} > {tol}"
-    );
+    let _ = std::fs::remove_file(&path);
+    assert!(failures.is_empty(), "over {tol}: {failures:#?}");
 }
 
 #[test]

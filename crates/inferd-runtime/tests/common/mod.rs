@@ -40,7 +40,11 @@ impl<'m, B: Backend> Runner<'m, B> {
     }
 
     pub fn with_dtype(model: &'m Model<B>, tokens: usize, dtype: KvDtype) -> Self {
-        let bs = 4; // small blocks so every test crosses block boundaries
+        Self::with_blocks(model, tokens, dtype, 4) // small blocks: every test crosses them
+    }
+
+    /// A runner with blocks of `bs` tokens.
+    pub fn with_blocks(model: &'m Model<B>, tokens: usize, dtype: KvDtype, bs: usize) -> Self {
         let layout = model.kv_layout(tokens.div_ceil(bs) + 8, bs, dtype);
         let kv = model.alloc_kv(&layout).unwrap();
         Runner {
