@@ -58,6 +58,23 @@ fleet)
   $B/inferd bench table $OUT/fleet-*.json 2>&1 | tee -a $summary
   tail -5 $OUT/serve.log
   ;;
+long)
+  # Long contexts and a shared brief, with the prefix cache on (the default).
+  $B/inferd serve --device cuda -m /tmp/q8b --port 8182 --max-batch-tokens 8192 --max-prefill-tokens 8192 --max-prefill-tokens-decoding 2048 >$OUT/serve-long.log 2>&1 &
+  SP=$!
+  for i in $(seq 1 240); do curl -sf http://127.0.0.1:8182/health >/dev/null && break; sleep 0.5; done
+  for run in "1 16384" "32 16384"; do
+    set -- $run
+    timeout 100 $B/inferd bench fleet --url http://127.0.0.1:8182 --token-prompts -q --agents $1 --context $2 --reply 128 \
+      --label inferd --meta engine=inferd --meta model=qwen3-8b-shape-bf16 --out $OUT/fleet-$2-n$1.json >/dev/null 2>&1
+    note "fleet agents $1 x $2: rc $?"
+  done
+  timeout 100 $B/inferd bench forked --url http://127.0.0.1:8182 --token-prompts --brief 8192 --agents 32 --suffix 64 --reply 64 \
+    --label inferd --meta engine=inferd --meta model=qwen3-8b-shape-bf16 --out $OUT/forked.json >$OUT/forked.txt 2>&1
+  note "forked 32 x 8k brief: rc $?"; tail -15 $OUT/forked.txt | tee -a $summary
+  kill $SP; wait $SP 2>/dev/null
+  $B/inferd bench table $OUT/fleet-16384-*.json 2>&1 | tee -a $summary
+  ;;
 smol1)
   cp .device/smol1/* /tmp/
   ;;
