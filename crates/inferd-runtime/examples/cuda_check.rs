@@ -181,11 +181,11 @@ fn batched_vs_alone<B: Backend>(model: &Model<B>, ids: &[u32]) {
     let all = model.forward(&mut pool.kv, &pool.layout, &b).unwrap();
     let vocab = model.cfg.vocab_size;
     let (mut rows, mut same, mut worst) = (0, 0, 0f32);
-    for (k, &n) in lens.iter().enumerate() {
-        for i in 0..n {
+    for one in &alone {
+        for want in one {
             let r = &all[rows * vocab..(rows + 1) * vocab];
-            same += (argmax(r) == argmax(&alone[k][i])) as usize;
-            worst = worst.max(max_abs(r, &alone[k][i]));
+            same += (argmax(r) == argmax(want)) as usize;
+            worst = worst.max(max_abs(r, want));
             rows += 1;
         }
     }

@@ -31,7 +31,7 @@ fn logits_of_decode(no_graphs: bool) -> Option<Vec<Vec<f32>>> {
         })
         .collect();
     let mut out = Vec::new();
-    let mut next = vec![0u32; 6];
+    let mut next = [0u32; 6];
     for (i, (p, table)) in seqs.iter().enumerate() {
         let mut b = ForwardBatch::default();
         b.push(p, 0, p.len(), table.clone(), true);

@@ -150,11 +150,10 @@ impl Gemm {
             bias: bias.is_some(),
         };
         let mut plans = self.plans.lock().unwrap();
-        if !plans.contains_key(&s) {
-            let p = self.plan(s)?;
-            plans.insert(s, p);
-        }
-        let p = &plans[&s];
+        let p = match plans.entry(s) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(self.plan(s)?),
+        };
         let (alpha, beta) = (1f32, 0f32);
         unsafe {
             if let Some(b) = bias {

@@ -464,7 +464,7 @@ impl Backend for CudaBackend {
     ) -> Result<()> {
         let s = self.stream()?;
         same_shape(k, v, "attention")?;
-        if cfg.head_dim > 256 || cfg.n_heads % cfg.n_kv_heads != 0 {
+        if cfg.head_dim > 256 || !cfg.n_heads.is_multiple_of(cfg.n_kv_heads) {
             return Err(RuntimeError::BadBatch(format!(
                 "attention: head_dim {} (at most 256) with {} heads over {} KV heads",
                 cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
