@@ -7,112 +7,15 @@
 //! Skips (with a note) when the model is not pulled or an SDK does not import; CI sets
 //! INFERD_REQUIRE_MODELS=1 and INFERD_REQUIRE_SDK=1 (scripts/test.sh) to fail instead.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+mod common;
+
+use common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const MODEL_DIR: &str = "models/qwen2.5-coder-0.5b-instruct";
 const SERVED_NAME: &str = "qwen";
 const SCRIPT_LIMIT: Duration = Duration::from_secs(600);
-
-fn required(var: &str) -> bool {
-    std::env::var(var).is_ok_and(|v| v == "1")
-}
-
-fn model() -> Option<PathBuf> {
-    let base = std::env::var_os("INFERD_CACHE_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/inferd")))
-        .unwrap_or_default();
-    let dir = base.join(MODEL_DIR);
-    let mut ggufs: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
-                .collect()
-        })
-        .unwrap_or_default();
-    ggufs.sort();
-    let found = ggufs.into_iter().next();
-    if found.is_none() {
-        assert!(
-            !required("INFERD_REQUIRE_MODELS"),
-            "qwen2.5-coder-0.5b-instruct is not pulled (no .gguf in {})",
-            dir.display()
-        );
-        eprintln!("note: skipping: qwen2.5-coder-0.5b-instruct is not pulled");
-    }
-    found
-}
-
-/// Whether `python3 -c "import MODULE"` works; skip (or panic under INFERD_REQUIRE_SDK=1).
-fn sdk_present(module: &str) -> bool {
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            &format!("import {module}; print({module}.__version__)"),
-        ])
-        .output();
-    match out {
-        Ok(o) if o.status.success() => {
-            eprintln!("{module} SDK {}", String::from_utf8_lossy(&o.stdout).trim());
-            true
-        }
-        other => {
-            let why = match other {
-                Ok(o) => String::from_utf8_lossy(&o.stderr).into_owned(),
-                Err(e) => format!("python3: {e}"),
-            };
-            assert!(
-                !required("INFERD_REQUIRE_SDK"),
-                "the {module} Python SDK is missing (scripts/test.sh installs it): {why}"
-            );
-            eprintln!("note: skipping: the {module} Python SDK is missing: {why}");
-            false
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A child process killed (and reaped) when dropped, also when the test panics.
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn get_status(port: u16, path: &str) -> Option<u16> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    let head = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    s.write_all(head.as_bytes()).ok()?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).ok()?;
-    String::from_utf8_lossy(&raw)
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
-fn read_lossy(p: &Path) -> String {
-    std::fs::read(p)
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_default()
-}
 
 /// `inferd serve` on the model, with `extra` arguments, logging to `log`.
 fn serve(model: &Path, port: u16, extra: &[&std::ffi::OsStr], log: &Path) -> KillOnDrop {
@@ -216,7 +119,7 @@ fn tmp_dir(what: &str) -> PathBuf {
 
 #[test]
 fn openai_sdk_responses_api_and_a_restart() {
-    let Some(model) = model() else { return };
+    let Some(model) = qwen_coder() else { return };
     if !sdk_present("openai") {
         return;
     }
@@ -261,7 +164,7 @@ fn openai_sdk_responses_api_and_a_restart() {
 
 #[test]
 fn anthropic_sdk_messages_api() {
-    let Some(model) = model() else { return };
+    let Some(model) = qwen_coder() else { return };
     if !sdk_present("anthropic") {
         return;
     }

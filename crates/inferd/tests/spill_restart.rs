@@ -3,6 +3,9 @@
 //! pinned context and the sessions that were written come back (`cached_tokens` proves
 //! the reuse).
 
+mod common;
+
+use common::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -12,23 +15,11 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 fn model() -> Option<PathBuf> {
-    let base = std::env::var_os("INFERD_CACHE_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/inferd")))
-        .unwrap_or_default();
-    let p = base.join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let p = cache_dir().join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
     if !p.exists() && std::env::var("INFERD_REQUIRE_MODELS").is_ok_and(|v| v == "1") {
         panic!("smollm2-135m-instruct is not pulled");
     }
     p.exists().then_some(p)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn serve(model: &Path, port: u16, spill: &Path) -> Child {

@@ -1,0 +1,117 @@
+//! Helpers shared by the binary's end-to-end tests: the cache of pulled models, the
+//! Python SDKs' presence, free ports, child servers killed on drop, and plain HTTP reads.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::Duration;
+
+/// Whether an `INFERD_REQUIRE_*` variable is `1` (absence fails instead of skipping).
+pub fn required(var: &str) -> bool {
+    std::env::var(var).is_ok_and(|v| v == "1")
+}
+
+/// Where pulled models live: `$INFERD_CACHE_DIR` or `~/.cache/inferd`.
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("INFERD_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/inferd")))
+        .unwrap_or_default()
+}
+
+/// The pulled Qwen2.5-Coder-0.5B GGUF, `None` (skip) when absent.
+pub fn qwen_coder() -> Option<PathBuf> {
+    let dir = cache_dir().join("models/qwen2.5-coder-0.5b-instruct");
+    let mut ggufs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
+                .collect()
+        })
+        .unwrap_or_default();
+    ggufs.sort();
+    let found = ggufs.into_iter().next();
+    if found.is_none() {
+        assert!(
+            !required("INFERD_REQUIRE_MODELS"),
+            "qwen2.5-coder-0.5b-instruct is not pulled (no .gguf in {})",
+            dir.display()
+        );
+        eprintln!(
+            "note: skipping: qwen2.5-coder-0.5b-instruct is not pulled (`inferd pull qwen2.5-coder-0.5b-instruct`)"
+        );
+    }
+    found
+}
+
+/// Whether `python3 -c "import MODULE"` works; skip (or panic under INFERD_REQUIRE_SDK=1).
+pub fn sdk_present(module: &str) -> bool {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            &format!("import {module}; print({module}.__version__)"),
+        ])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {
+            eprintln!("{module} SDK {}", String::from_utf8_lossy(&o.stdout).trim());
+            true
+        }
+        other => {
+            let why = match other {
+                Ok(o) => String::from_utf8_lossy(&o.stderr).into_owned(),
+                Err(e) => format!("python3: {e}"),
+            };
+            assert!(
+                !required("INFERD_REQUIRE_SDK"),
+                "the {module} Python SDK is missing (scripts/test.sh installs it): {why}"
+            );
+            eprintln!("note: skipping: the {module} Python SDK is missing: {why}");
+            false
+        }
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process killed (and reaped) when dropped, also when the test panics.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The HTTP status of `GET path`, `None` when nothing answers.
+pub fn get_status(port: u16, path: &str) -> Option<u16> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let head = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    s.write_all(head.as_bytes()).ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    String::from_utf8_lossy(&raw)
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// A file's text (lossy), empty when unreadable.
+pub fn read_lossy(p: &Path) -> String {
+    std::fs::read(p)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
+}
