@@ -27,6 +27,7 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+mod views;
 
 use std::sync::Arc;
 

@@ -1,52 +1,25 @@
 //! Loading weights from a mapped model file: zero-copy for single tensors,
 //! concatenated copies for fused projections, f32 vectors for norms and biases.
 
-use inferd_formats::{DType, FormatError, TensorView};
+use inferd_formats::DType;
 
 use super::tensor::{CpuWeight, WeightBytes};
+use crate::backend::views::{weight_views, WeightViews};
 use crate::backend::SharedSource;
-use crate::{Result, RuntimeError};
+use crate::Result;
 
 pub fn load(src: &SharedSource, names: &[&str]) -> Result<CpuWeight> {
-    let views: Vec<TensorView<'_>> = names
-        .iter()
-        .map(|n| src.tensor(n))
-        .collect::<std::result::Result<_, _>>()?;
-    let first = views
-        .first()
-        .ok_or_else(|| RuntimeError::Other("load_weight: no tensor names".into()))?;
-    if first.shape.len() == 1 {
-        let mut v = Vec::new();
-        for view in &views {
-            v.extend(view.to_f32_vec()?);
+    let (views, rows, cols) = match weight_views(src, names)? {
+        WeightViews::Vector(views) => {
+            let mut v = Vec::new();
+            for view in &views {
+                v.extend(view.to_f32_vec()?);
+            }
+            return Ok(CpuWeight::Vector(v));
         }
-        return Ok(CpuWeight::Vector(v));
-    }
-    if first.shape.len() != 2 {
-        return Err(FormatError::BadShape {
-            path: src.path().to_path_buf(),
-            tensor: first.name.to_string(),
-            expected: "a matrix".into(),
-            found: format!("{:?}", first.shape),
-        }
-        .into());
-    }
-    let cols = first.shape[1];
-    for v in &views[1..] {
-        if v.dtype != first.dtype || v.shape.len() != 2 || v.shape[1] != cols {
-            return Err(RuntimeError::Other(format!(
-                "{}: cannot fuse '{}' ({} {:?}) with '{}' ({} {:?})",
-                src.path().display(),
-                first.name,
-                first.dtype,
-                first.shape,
-                v.name,
-                v.dtype,
-                v.shape
-            )));
-        }
-    }
-    let rows: usize = views.iter().map(|v| v.shape[0]).sum();
+        WeightViews::Matrix { views, rows, cols } => (views, rows, cols),
+    };
+    let first = views[0];
     let bytes = if views.len() == 1 && first.data.as_ptr() as usize % align_of(first.dtype) == 0 {
         WeightBytes::Mapped {
             _owner: src.clone(),

@@ -5,55 +5,28 @@
 use std::sync::Arc;
 
 use half::bf16;
-use inferd_formats::{DType, FormatError, TensorView};
+use inferd_formats::{DType, TensorView};
 
 use super::device::Device;
 use super::tensor::CudaWeight;
+use crate::backend::views::{weight_views, WeightViews};
 use crate::backend::SharedSource;
 use crate::{Result, RuntimeError};
 
 pub fn load(dev: &Arc<Device>, src: &SharedSource, names: &[&str]) -> Result<CudaWeight> {
-    let views: Vec<TensorView<'_>> = names
-        .iter()
-        .map(|n| src.tensor(n))
-        .collect::<std::result::Result<_, _>>()?;
-    let first = views
-        .first()
-        .ok_or_else(|| RuntimeError::Other("load_weight: no tensor names".into()))?;
-    if first.shape.len() == 1 {
-        let mut v: Vec<f32> = Vec::new();
-        for view in &views {
-            v.extend(view.to_f32_vec()?);
+    let (views, rows, cols) = match weight_views(src, names)? {
+        WeightViews::Vector(views) => {
+            let mut v: Vec<f32> = Vec::new();
+            for view in &views {
+                v.extend(view.to_f32_vec()?);
+            }
+            let buf = dev.alloc(v.len() * 4)?;
+            dev.upload(&buf, 0, as_bytes(&v))?;
+            dev.sync()?;
+            return Ok(CudaWeight::Vector { buf, len: v.len() });
         }
-        let buf = dev.alloc(v.len() * 4)?;
-        dev.upload(&buf, 0, as_bytes(&v))?;
-        dev.sync()?;
-        return Ok(CudaWeight::Vector { buf, len: v.len() });
-    }
-    if first.shape.len() != 2 {
-        return Err(FormatError::BadShape {
-            path: src.path().to_path_buf(),
-            tensor: first.name.to_string(),
-            expected: "a matrix".into(),
-            found: format!("{:?}", first.shape),
-        }
-        .into());
-    }
-    let cols = first.shape[1];
-    if let Some(v) = views[1..]
-        .iter()
-        .find(|v| v.shape.len() != 2 || v.shape[1] != cols)
-    {
-        return Err(RuntimeError::Other(format!(
-            "{}: cannot fuse '{}' {:?} with '{}' {:?}",
-            src.path().display(),
-            first.name,
-            first.shape,
-            v.name,
-            v.shape
-        )));
-    }
-    let rows: usize = views.iter().map(|v| v.shape[0]).sum();
+        WeightViews::Matrix { views, rows, cols } => (views, rows, cols),
+    };
     let buf = dev.alloc(rows * cols * 2)?;
     let mut offset = 0;
     let mut staged: Vec<bf16> = Vec::new();
