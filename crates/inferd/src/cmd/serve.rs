@@ -50,13 +50,14 @@ pub struct Args {
     /// Seconds a request may wait for admission before it gets a 503 (0: no limit).
     #[arg(long, default_value_t = inferd_engine::DEFAULT_QUEUE_TIMEOUT.as_secs())]
     queue_timeout: u64,
-    /// Tokens per forward pass (decodes and prefill chunks together).
+    /// Tokens per forward pass (decodes and prefill chunks together; default 512, 4096 on a GPU).
     #[arg(long)]
     max_batch_tokens: Option<usize>,
-    /// Prefill tokens per forward pass when nothing is decoding (default 256).
+    /// Prefill tokens per forward pass when nothing is decoding (default 256; 4096 on a GPU).
     #[arg(long)]
     max_prefill_tokens: Option<usize>,
-    /// Prefill tokens per forward pass while other requests decode (default 128): a long
+    /// Prefill tokens per forward pass while other requests decode (default 128; 1024 on a
+    /// GPU): a long
     /// prompt is read in slices this size between their tokens.
     #[arg(long)]
     max_prefill_tokens_decoding: Option<usize>,
@@ -142,6 +143,9 @@ fn default_name(model: &str) -> String {
     model.to_string()
 }
 
+/// Prompt tokens a GPU step takes at most, by default.
+const GPU_BATCH_TOKENS: usize = 4096;
+
 pub fn run(a: Args) -> Result<()> {
     // Removes this server's state files however `run` ends.
     let _state_files = StateFiles::take();
@@ -188,6 +192,13 @@ pub fn run(a: Args) -> Result<()> {
     }
     if let Some(v) = a.block_size {
         engine_cfg.block_size = v;
+    }
+    if on_gpu {
+        // A GPU step costs about the same for 1 and 4096 prompt tokens: larger slices (the
+        // sizes the H200 fleet figures in docs/RESULTS.md were measured with).
+        engine_cfg.sched.max_batch_tokens = GPU_BATCH_TOKENS;
+        engine_cfg.sched.max_prefill_tokens = GPU_BATCH_TOKENS;
+        engine_cfg.sched.max_prefill_tokens_decoding = GPU_BATCH_TOKENS / 4;
     }
     if let Some(v) = a.max_batch_tokens {
         engine_cfg.sched.max_batch_tokens = v;
