@@ -1,5 +1,5 @@
 //! The Messages API's stream: `message_start`, `ping`, per block `content_block_start`,
-//! `content_block_delta` (`text_delta`, `input_json_delta`) and `content_block_stop`,
+//! `content_block_delta` (`thinking_delta`, `text_delta`, `input_json_delta`) and `content_block_stop`,
 //! then `message_delta` (stop reason, usage) and `message_stop`.
 
 use axum::body::Bytes;
@@ -10,13 +10,13 @@ use super::error;
 use super::message::{stop_reason, usage};
 use crate::error::ApiError;
 use crate::openai::sse::{event, ChunkFormat, End};
-use crate::openai::tools::DeltaParts;
-use crate::reply::ReplyStream;
+use crate::reply::{ReplyStream, Streamed};
 
 /// The block being written.
 #[derive(Clone, Copy, PartialEq)]
 enum Open {
     None,
+    Thinking,
     Text,
     /// A tool call by its index among the reply's calls.
     Call(usize),
@@ -74,9 +74,17 @@ impl MessageStream {
         )
     }
 
-    fn parts(&mut self, parts: Vec<DeltaParts>) -> Vec<Bytes> {
+    fn parts(&mut self, streamed: Streamed) -> Vec<Bytes> {
         let mut out = Vec::new();
-        for p in parts {
+        if !streamed.reasoning.is_empty() {
+            if self.open != Open::Thinking {
+                let block = json!({"type": "thinking", "thinking": "", "signature": ""});
+                self.start(Open::Thinking, block, &mut out);
+            }
+            let d = json!({"type": "thinking_delta", "thinking": streamed.reasoning});
+            out.push(self.block_delta(d));
+        }
+        for p in streamed.parts {
             if let Some(text) = p.content.filter(|t| !t.is_empty()) {
                 if self.open != Open::Text {
                     self.start(Open::Text, json!({"type": "text", "text": ""}), &mut out);
@@ -147,5 +155,58 @@ impl ChunkFormat for MessageStream {
 
     fn error(&mut self, e: ApiError) -> Vec<Bytes> {
         vec![event("error", &error::body(&e))]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The SSE events' names and data, in order.
+    fn events(bytes: &[Bytes]) -> Vec<(String, Value)> {
+        bytes
+            .iter()
+            .map(|b| {
+                let s = String::from_utf8_lossy(b);
+                let name = s.lines().find_map(|l| l.strip_prefix("event: ")).unwrap();
+                let data = s.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
+                (name.to_string(), serde_json::from_str(data).unwrap())
+            })
+            .collect()
+    }
+
+    /// A streamed thinking reply is a `thinking` block, then a `text` block.
+    #[test]
+    fn a_thinking_block_streams_before_the_text() {
+        let mut m = MessageStream::new("m".into(), "x".into(), 3, ReplyStream::new(None));
+        let mut out = Vec::new();
+        let text = "<think>\nplan it</think>\n\nThe answer.";
+        let chars: Vec<char> = text.chars().collect();
+        for piece in chars.chunks(3) {
+            let streamed = m.reply.push(&piece.iter().collect::<String>());
+            out.extend(m.parts(streamed));
+        }
+        let end = m.reply.finish();
+        out.extend(m.parts(end));
+        m.close(&mut out);
+        let ev = events(&out);
+        let starts: Vec<&str> = ev
+            .iter()
+            .filter(|(n, _)| n == "content_block_start")
+            .map(|(_, d)| d["content_block"]["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(starts, ["thinking", "text"]);
+        let joined = |kind: &str, field: &str| -> String {
+            ev.iter()
+                .filter(|(_, d)| d["delta"]["type"] == kind)
+                .map(|(_, d)| d["delta"][field].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(joined("thinking_delta", "thinking"), "plan it");
+        assert_eq!(joined("text_delta", "text"), "The answer.");
+        assert_eq!(
+            ev.iter().filter(|(n, _)| n == "content_block_stop").count(),
+            2
+        );
     }
 }

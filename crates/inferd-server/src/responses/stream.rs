@@ -1,6 +1,7 @@
 //! The Responses API's stream: `response.created`, `response.in_progress`, then per
-//! output item `response.output_item.added`, its content (`response.content_part.added`
-//! and `response.output_text.delta`s, or `response.function_call_arguments.delta`s), its
+//! output item `response.output_item.added`, its content (`response.reasoning_text.delta`s
+//! for a thinking block; `response.content_part.added` and `response.output_text.delta`s;
+//! or `response.function_call_arguments.delta`s), its
 //! done events and `response.output_item.done`, and last `response.completed` (or
 //! `response.incomplete`). Every event carries a `sequence_number`.
 
@@ -11,8 +12,7 @@ use serde_json::{json, Value};
 use super::output::{oid, text_part, Echo, Ending, Item};
 use crate::error::ApiError;
 use crate::openai::sse::{event, ChunkFormat, End};
-use crate::openai::tools::DeltaParts;
-use crate::reply::ReplyStream;
+use crate::reply::{ReplyStream, Streamed};
 
 /// Called with the finished response and its items (stores it).
 pub type OnDone = Box<dyn FnOnce(&Value, &[Item]) + Send>;
@@ -96,7 +96,13 @@ impl ResponseStream {
                 );
                 out.push(b);
             }
-            Item::Reasoning { .. } => {}
+            Item::Reasoning { id, text } => {
+                let b = self.ev(
+                    "response.reasoning_text.done",
+                    json!({"item_id": id, "output_index": index, "content_index": 0, "text": text}),
+                );
+                out.push(b);
+            }
         }
         let b = self.ev(
             "response.output_item.done",
@@ -105,9 +111,27 @@ impl ResponseStream {
         out.push(b);
     }
 
-    fn parts(&mut self, parts: Vec<DeltaParts>) -> Vec<Bytes> {
+    fn parts(&mut self, streamed: Streamed) -> Vec<Bytes> {
         let mut out = Vec::new();
-        for p in parts {
+        if !streamed.reasoning.is_empty() {
+            let writing = self.open && matches!(self.items.last(), Some(Item::Reasoning { .. }));
+            if !writing {
+                let item = Item::Reasoning {
+                    id: oid("rs"),
+                    text: String::new(),
+                };
+                self.add(item, &mut out);
+            }
+            let index = self.items.len() - 1;
+            if let Some(Item::Reasoning { id, text }) = self.items.last_mut() {
+                text.push_str(&streamed.reasoning);
+                let v = json!({"item_id": id.clone(), "output_index": index, "content_index": 0,
+                    "delta": streamed.reasoning});
+                let b = self.ev("response.reasoning_text.delta", v);
+                out.push(b);
+            }
+        }
+        for p in streamed.parts {
             if let Some(text) = p.content.filter(|t| !t.is_empty()) {
                 let writing_text =
                     self.open && matches!(self.items.last(), Some(Item::Message { .. }));
@@ -206,5 +230,62 @@ impl ChunkFormat for ResponseStream {
             "error",
             json!({"code": code, "message": e.message, "param": e.param}),
         )]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A streamed thinking reply is a `reasoning` item with `response.reasoning_text.*`
+    /// events, then a `message` item; sequence numbers count up.
+    #[test]
+    fn a_thinking_block_streams_as_a_reasoning_item() {
+        let echo = Echo {
+            id: "resp_1".into(),
+            created_at: 0,
+            model: "x".into(),
+            fields: json!({}),
+        };
+        let mut r = ResponseStream::new(echo, ReplyStream::new(None), Box::new(|_, _| {}));
+        let mut out = Vec::new();
+        let text = "<think>weigh it</think>Done.";
+        let chars: Vec<char> = text.chars().collect();
+        for piece in chars.chunks(4) {
+            let streamed = r.reply.push(&piece.iter().collect::<String>());
+            out.extend(r.parts(streamed));
+        }
+        let end = r.reply.finish();
+        out.extend(r.parts(end));
+        r.close(&mut out);
+        let ev: Vec<Value> = out
+            .iter()
+            .map(|b| {
+                let s = String::from_utf8_lossy(b);
+                serde_json::from_str(s.lines().find_map(|l| l.strip_prefix("data: ")).unwrap())
+                    .unwrap()
+            })
+            .collect();
+        let kinds: Vec<&str> = ev.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        let at = |k: &str| kinds.iter().position(|&x| x == k).unwrap();
+        assert!(at("response.reasoning_text.delta") < at("response.reasoning_text.done"));
+        assert!(at("response.reasoning_text.done") < at("response.output_text.delta"));
+        let added: Vec<&str> = ev
+            .iter()
+            .filter(|e| e["type"] == "response.output_item.added")
+            .map(|e| e["item"]["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(added, ["reasoning", "message"]);
+        let done = &ev[at("response.reasoning_text.done")];
+        assert_eq!(done["text"], "weigh it");
+        let seq: Vec<u64> = ev
+            .iter()
+            .map(|e| e["sequence_number"].as_u64().unwrap())
+            .collect();
+        assert!(seq.windows(2).all(|w| w[1] == w[0] + 1));
+        let Some(Item::Message { text, .. }) = r.items.last() else {
+            panic!("the last item is the message")
+        };
+        assert_eq!(text, "Done.");
     }
 }
