@@ -20,6 +20,7 @@ xz -T2 -6 "$out"/workspace "$out"/kv_blocks "$out"/hf_reference "$out"/cuda_grap
 tok=${INFERD_CACHE_DIR:-$HOME/.cache/inferd}/models/qwen3-tokenizer
 mkdir -p "$out/tokenizer" && cp "$tok"/* "$out/tokenizer/" && xz -T2 -6 "$out"/tokenizer/tokenizer.json
 cp scripts/gpu/*.py scripts/gpu/*.sh ../shared/gpu/make_qwen3_8b.py "$out/"
+pwd > "$out/build-root.txt" # where the test binaries look for fixtures/
 [ "${SMOL:-0}" = 1 ] || { du -sh "$out"; exit 0; }
 smol=${INFERD_CACHE_DIR:-$HOME/.cache/inferd}/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf
 xz -T2 -6 -c "$smol" > /tmp/smol.gguf.xz

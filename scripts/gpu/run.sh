@@ -15,9 +15,11 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64:${LD_LIBRAR
 export INFERD_REQUIRE_GPU=1 PYTHONUNBUFFERED=1
 C=.device/carry
 B=/tmp/inferd-bin
-mkdir -p $B /work
-# Test binaries find fixtures/ through the path they were built at.
-[ -e /work/main ] || ln -s "$PWD" /work/main
+mkdir -p $B
+# Test binaries find fixtures/ through the checkout path they were built at (prepare.sh
+# records it): that path points at this copy here.
+root=$(cat $C/build-root.txt)
+[ -e "$root" ] || { mkdir -p "$(dirname "$root")" && ln -s "$PWD" "$root"; }
 for f in $C/*.xz; do n=$B/$(basename "$f" .xz); xz -dc "$f" > $n; chmod +x $n; done
 summary=$OUT/summary.txt
 note() { echo "$*" | tee -a $summary; }
