@@ -61,42 +61,18 @@ fn openai_python_sdk_tool_loop() {
     }
     eprintln!("server up after {:.1} s", started.elapsed().as_secs_f64());
 
-    let (out_path, err_path) = (tmp.join("stdout"), tmp.join("stderr"));
-    let t = Instant::now();
-    let mut py = KillOnDrop(
-        Command::new("python3")
-            .arg(&script)
-            .arg(port.to_string())
-            .arg(SERVED_NAME)
-            .env("PYTHONUNBUFFERED", "1")
-            .stdout(Stdio::from(std::fs::File::create(&out_path).unwrap()))
-            .stderr(Stdio::from(std::fs::File::create(&err_path).unwrap()))
-            .spawn()
-            .expect("running python3"),
-    );
-    let status = loop {
-        if let Some(s) = py.0.try_wait().unwrap() {
-            break Some(s);
-        }
-        if t.elapsed() > SCRIPT_LIMIT {
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let (stdout, stderr) = (read_lossy(&out_path), read_lossy(&err_path));
+    let port_arg = port.to_string();
+    let run = run_python(&script, &[&port_arg, SERVED_NAME], &tmp, SCRIPT_LIMIT);
+    let (stdout, stderr) = (&run.stdout, &run.stderr);
     let report = format!(
         "--- tool_loop.py stdout ---\n{stdout}\n--- tool_loop.py stderr ---\n{stderr}\n--- inferd serve log ---\n{}",
         read_lossy(&server_log)
     );
-    drop(py);
     drop(server);
     let _ = std::fs::remove_dir_all(&tmp);
-    let Some(status) = status else {
+    let Some(status) = run.status else {
         panic!("tool_loop.py ran past {SCRIPT_LIMIT:?}\n{report}");
     };
     assert!(status.success(), "tool_loop.py failed ({status})\n{report}");
-    eprintln!(
-        "tool_loop.py passed in {:.1} s:\n{stdout}",
-        t.elapsed().as_secs_f64()
-    );
+    eprintln!("tool_loop.py passed in {:.1} s:\n{stdout}", run.secs);
 }

@@ -72,38 +72,17 @@ fn run_script(script: &str, args: &[&str], tmp: &Path, log: &Path) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/sdk")
         .join(script);
-    let (out_path, err_path) = (tmp.join("stdout"), tmp.join("stderr"));
-    let t = Instant::now();
-    let mut py = KillOnDrop(
-        Command::new("python3")
-            .arg(&path)
-            .args(args)
-            .env("PYTHONUNBUFFERED", "1")
-            .stdout(Stdio::from(std::fs::File::create(&out_path).unwrap()))
-            .stderr(Stdio::from(std::fs::File::create(&err_path).unwrap()))
-            .spawn()
-            .expect("running python3"),
-    );
-    let status = loop {
-        if let Some(s) = py.0.try_wait().unwrap() {
-            break Some(s);
-        }
-        if t.elapsed() > SCRIPT_LIMIT {
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let run = run_python(&path, args, tmp, SCRIPT_LIMIT);
     let report = format!(
         "--- {script} {args:?} stdout ---\n{}\n--- stderr ---\n{}\n--- inferd serve log ---\n{}",
-        read_lossy(&out_path),
-        read_lossy(&err_path),
+        run.stdout,
+        run.stderr,
         read_lossy(log)
     );
-    match status {
+    match run.status {
         Some(s) if s.success() => eprintln!(
             "{script} {args:?} passed in {:.1} s:\n{}",
-            t.elapsed().as_secs_f64(),
-            read_lossy(&out_path)
+            run.secs, run.stdout
         ),
         Some(s) => panic!("{script} failed ({s})\n{report}"),
         None => panic!("{script} ran past {SCRIPT_LIMIT:?}\n{report}"),

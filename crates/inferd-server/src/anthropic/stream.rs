@@ -162,19 +162,6 @@ impl ChunkFormat for MessageStream {
 mod tests {
     use super::*;
 
-    /// The SSE events' names and data, in order.
-    fn events(bytes: &[Bytes]) -> Vec<(String, Value)> {
-        bytes
-            .iter()
-            .map(|b| {
-                let s = String::from_utf8_lossy(b);
-                let name = s.lines().find_map(|l| l.strip_prefix("event: ")).unwrap();
-                let data = s.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
-                (name.to_string(), serde_json::from_str(data).unwrap())
-            })
-            .collect()
-    }
-
     /// A streamed thinking reply is a `thinking` block, then a `text` block.
     #[test]
     fn a_thinking_block_streams_before_the_text() {
@@ -189,7 +176,7 @@ mod tests {
         let end = m.reply.finish();
         out.extend(m.parts(end));
         m.close(&mut out);
-        let ev = events(&out);
+        let ev = crate::openai::sse::parse_events(&out);
         let starts: Vec<&str> = ev
             .iter()
             .filter(|(n, _)| n == "content_block_start")

@@ -57,6 +57,20 @@ pub fn event<T: Serialize>(name: &str, v: &T) -> Bytes {
     Bytes::from(out)
 }
 
+/// The events `event` wrote, as (name, data) pairs: for tests of stream formats.
+#[cfg(test)]
+pub fn parse_events(bytes: &[Bytes]) -> Vec<(String, serde_json::Value)> {
+    bytes
+        .iter()
+        .map(|b| {
+            let s = String::from_utf8_lossy(b);
+            let name = s.lines().find_map(|l| l.strip_prefix("event: ")).unwrap();
+            let data = s.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
+            (name.to_string(), serde_json::from_str(data).unwrap())
+        })
+        .collect()
+}
+
 /// Chat and completions end their streams with this.
 pub fn done() -> Bytes {
     Bytes::from_static(DONE)

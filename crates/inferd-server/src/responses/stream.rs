@@ -258,13 +258,9 @@ mod tests {
         let end = r.reply.finish();
         out.extend(r.parts(end));
         r.close(&mut out);
-        let ev: Vec<Value> = out
-            .iter()
-            .map(|b| {
-                let s = String::from_utf8_lossy(b);
-                serde_json::from_str(s.lines().find_map(|l| l.strip_prefix("data: ")).unwrap())
-                    .unwrap()
-            })
+        let ev: Vec<Value> = crate::openai::sse::parse_events(&out)
+            .into_iter()
+            .map(|(_, d)| d)
             .collect();
         let kinds: Vec<&str> = ev.iter().map(|e| e["type"].as_str().unwrap()).collect();
         let at = |k: &str| kinds.iter().position(|&x| x == k).unwrap();

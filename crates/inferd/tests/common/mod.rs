@@ -115,3 +115,44 @@ pub fn read_lossy(p: &Path) -> String {
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default()
 }
+
+/// How a Python script run ended: `None` when it ran past its limit (it is killed).
+pub struct ScriptRun {
+    pub status: Option<std::process::ExitStatus>,
+    pub stdout: String,
+    pub stderr: String,
+    pub secs: f64,
+}
+
+/// Runs `python3 script ARGS…` with unbuffered output into `tmp`, for at most `limit`.
+pub fn run_python(script: &Path, args: &[&str], tmp: &Path, limit: Duration) -> ScriptRun {
+    use std::process::Stdio;
+    let (out_path, err_path) = (tmp.join("stdout"), tmp.join("stderr"));
+    let t = std::time::Instant::now();
+    let mut py = KillOnDrop(
+        Command::new("python3")
+            .arg(script)
+            .args(args)
+            .env("PYTHONUNBUFFERED", "1")
+            .stdout(Stdio::from(std::fs::File::create(&out_path).unwrap()))
+            .stderr(Stdio::from(std::fs::File::create(&err_path).unwrap()))
+            .spawn()
+            .expect("running python3"),
+    );
+    let status = loop {
+        if let Some(s) = py.0.try_wait().unwrap() {
+            break Some(s);
+        }
+        if t.elapsed() > limit {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    drop(py);
+    ScriptRun {
+        status,
+        stdout: read_lossy(&out_path),
+        stderr: read_lossy(&err_path),
+        secs: t.elapsed().as_secs_f64(),
+    }
+}
