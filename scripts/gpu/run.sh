@@ -5,7 +5,10 @@
 #            memcheck and racecheck over two of them
 #   model8b  makes the Qwen3-8B-shaped random model (/tmp/q8b) and checks the GPU against
 #            transformers (float32) on it
-#   speed    decode at batch 1/8/32/64 and prefill on /tmp/q8b, graphs against eager
+#   speed    decode at batch 1/8/32/64 and prefill on /tmp/q8b: graphs + gemv, graphs +
+#            cuBLASLt only, eager
+#   profile  ncu's device time of every kernel of one decode step on /tmp/q8b (batch 1 at
+#            512 and 4096 tokens, with gemv and with cuBLASLt; batch 32 at 4096)
 #   fleet    `inferd serve --device cuda` on /tmp/q8b driven by `inferd bench fleet`
 #   smol1    keeps SmolLM2's first part (prepare with SMOL=1); smol2 (the next call on the
 #            same machine) joins it and compares the GPU with the CPU on real weights
@@ -45,16 +48,30 @@ model8b)
 speed)
   timeout 300 $B/cuda_check speed /tmp/q8b 512 2>&1 | tee -a $summary
   ;;
+profile)
+  for run in "512 1 gemv" "512 1 cublas" "4096 1 gemv" "4096 32 gemv"; do
+    set -- $run
+    timeout 240 ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv --page raw \
+      $B/cuda_check profile /tmp/q8b $1 $2 $3 >$OUT/ncu-$1-b$2-$3.csv 2>$OUT/ncu-$1-b$2-$3.err
+    note "ncu context $1 batch $2 $3: rc=$? $(grep -a 'profiled step' $OUT/ncu-$1-b$2-$3.csv)"
+    python3 $C/ncu_summary.py $OUT/ncu-$1-b$2-$3.csv 14 2>&1 | tee -a $summary
+  done
+  ;;
 fleet)
   $B/inferd serve --device cuda -m /tmp/q8b --port 8181 --no-prefix-cache --max-batch-tokens 4096 --max-prefill-tokens 4096 --max-prefill-tokens-decoding 1024 >$OUT/serve.log 2>&1 &
   SP=$!
   for i in $(seq 1 240); do curl -sf http://127.0.0.1:8181/health >/dev/null && break; sleep 0.5; done
   note "server: $(curl -s http://127.0.0.1:8181/health | head -c 300)"
+  curl -s http://127.0.0.1:8181/metrics > $OUT/metrics-0.txt
+  prev=$OUT/metrics-0.txt
   for run in "1 4096" "8 4096" "32 4096" "64 4096"; do
     set -- $run
     timeout 120 $B/inferd bench fleet --url http://127.0.0.1:8181 --token-prompts -q --agents $1 --context $2 --reply 128 \
       --label inferd --meta engine=inferd --meta model=qwen3-8b-shape-bf16 --out $OUT/fleet-$2-n$1.json >/dev/null 2>&1
     note "fleet agents $1 x $2: rc $?"
+    curl -s http://127.0.0.1:8181/metrics > $OUT/metrics-$2-n$1.txt
+    python3 $C/phases.py $prev $OUT/metrics-$2-n$1.txt "engine steps, $1 x $2" 2>&1 | tee -a $summary
+    prev=$OUT/metrics-$2-n$1.txt
   done
   kill $SP; wait $SP 2>/dev/null
   $B/inferd bench table $OUT/fleet-*.json 2>&1 | tee -a $summary

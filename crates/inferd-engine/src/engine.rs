@@ -287,6 +287,7 @@ impl<B: Backend> Engine<B> {
 
     /// One scheduling step and forward pass. `false` when nothing was scheduled.
     fn step(&mut self) -> bool {
+        let mut phase = Phases::start();
         let seqs = &self.seqs;
         let mut out = self.sched.schedule_with(&mut self.kvm, &|id| {
             seqs.get(&id).map_or(&[][..], |s| s.tokens.as_slice())
@@ -320,10 +321,12 @@ impl<B: Backend> Engine<B> {
         }
         let batch = self.build_batch(&mut out);
         metrics::histogram!(names::STEP_TOKENS).record(batch.n_tokens() as f64);
+        phase.end("schedule");
         if let Err(e) = self.forward_with_masks(&out, &batch) {
             self.fail(&out, &e.to_string());
             return true;
         }
+        phase.end("forward");
         self.sched.commit(&out);
         for c in &out.chunks {
             if let Some(seq) = self.seqs.get(&c.seq).filter(|s| !s.no_trace) {
@@ -359,6 +362,7 @@ impl<B: Backend> Engine<B> {
                 return true;
             }
         };
+        phase.end("sample");
         for ((id, _, _), s) in draws.iter().zip(sampled) {
             let Some(seq) = self.seqs.get_mut(id) else {
                 continue;
@@ -385,6 +389,8 @@ impl<B: Backend> Engine<B> {
         st.generated_tokens_total += generated;
         st.steps += 1;
         st.requests_finished += completed;
+        drop(st);
+        phase.end("finish");
         true
     }
 
@@ -526,5 +532,21 @@ impl<B: Backend> Engine<B> {
             .forward_in(&mut self.ws, &mut self.kv, &self.layout, &b)?;
         self.kvm.free(u64::MAX);
         Ok(())
+    }
+}
+
+/// Times the phases of a step into `STEP_PHASE`, each from the end of the one before.
+struct Phases(Instant);
+
+impl Phases {
+    fn start() -> Phases {
+        Phases(Instant::now())
+    }
+
+    fn end(&mut self, phase: &'static str) {
+        let now = Instant::now();
+        metrics::histogram!(names::STEP_PHASE, "phase" => phase)
+            .record((now - self.0).as_secs_f64());
+        self.0 = now;
     }
 }

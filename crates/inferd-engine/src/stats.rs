@@ -45,4 +45,9 @@ pub mod names {
     /// Time a step waited, after the forward pass, for grammar masks still being
     /// computed (0 when masks are hidden behind the forward pass).
     pub const MASK_WAIT: &str = "inferd_grammar_mask_wait_seconds";
+    /// Wall time of a step's phases, label `phase`: `schedule` (scheduler, block copies,
+    /// the batch), `forward` (the pass queued: on a GPU its host-side preparation and
+    /// launches), `sample` (the draws, which on a GPU wait for the pass), `finish`
+    /// (tokens accepted: detokenizing, stop strings, streams, prefix registration).
+    pub const STEP_PHASE: &str = "inferd_step_phase_seconds";
 }

@@ -8,7 +8,10 @@
 //!   same ids (written by `scripts/gpu/hf_logits.py`).
 //! - `speed MODEL_DIR [CONTEXT]`: decode steps at batch 1, 8, 32 and 64 over CONTEXT
 //!   prefilled tokens each, and one prefill pass: time per step, tokens/s, and the
-//!   fraction of the bandwidth roofline (weights + the KV read, over 4.3 TB/s).
+//!   fraction of the bandwidth roofline (weights + the KV read, over 4.3 TB/s); with
+//!   graphs and the matrix-vector kernel, with cuBLASLt only, and eager.
+//! - `profile MODEL_DIR [CONTEXT] [BATCH] [cublas]`: one eager decode step inside the
+//!   profiler's capture range (`ncu --profile-from-start off`).
 
 use std::path::Path;
 use std::time::Instant;
@@ -234,24 +237,79 @@ fn step_bytes<B: Backend>(model: &Model<B>, batch: usize, context: usize) -> (f6
 }
 
 fn speed(model_dir: &Path, context: usize) {
-    for no_graphs in [false, true] {
+    // Graphs with the matrix-vector kernel (the default), graphs with cuBLASLt only, and
+    // eager passes: each pair differs in one setting.
+    for (no_graphs, no_gemv) in [(false, false), (false, true), (true, false)] {
         let cfg = inferd_runtime::CudaConfig {
             device: 0,
             no_graphs,
+            no_gemv,
         };
-        let kind = if no_graphs {
-            "eager"
-        } else {
-            "replayed as CUDA graphs"
-        };
+        let kind = format!(
+            "decode passes {}, decode-sized products by {}",
+            if no_graphs {
+                "eager"
+            } else {
+                "replayed as CUDA graphs"
+            },
+            if no_gemv { "cuBLASLt" } else { "inferd's gemv" }
+        );
         let t0 = Instant::now();
         let model = Model::load(CudaBackend::new(cfg).unwrap(), model_dir).unwrap();
         println!(
-            "{}: loaded in {:.1} s; decode passes {kind}",
+            "{}: loaded in {:.1} s; {kind}",
             model_dir.display(),
             t0.elapsed().as_secs_f64()
         );
         speed_of(&model, context);
+    }
+}
+
+/// One eager decode step of `batch` sequences over `context` tokens each inside the
+/// profiler's capture range (for `ncu --profile-from-start off`), after two warm-up steps.
+fn profile(model_dir: &Path, context: usize, batch: usize, no_gemv: bool) {
+    let cfg = inferd_runtime::CudaConfig {
+        device: 0,
+        no_graphs: true,
+        no_gemv,
+    };
+    let model = Model::load(CudaBackend::new(cfg).unwrap(), model_dir).unwrap();
+    let vocab = model.cfg.vocab_size;
+    let mut pool = Pool::new(&model, batch * (context + 4), KvDtype::Bf16);
+    let mut ws = model.workspace(context.max(batch), batch).unwrap();
+    let tables: Vec<Vec<u32>> = (0..batch).map(|_| pool.table(context + 4)).collect();
+    for (s, table) in tables.iter().enumerate() {
+        let ids: Vec<u32> = (0..context)
+            .map(|i| ((i * 7919 + s * 104729) % vocab) as u32)
+            .collect();
+        let mut b = ForwardBatch::default();
+        b.push(&ids, 0, context, table.clone(), true);
+        model
+            .forward_in(&mut ws, &mut pool.kv, &pool.layout, &b)
+            .unwrap();
+    }
+    for step in 0..3 {
+        let mut b = ForwardBatch::default();
+        for table in &tables {
+            b.push(&[1], context + step, context, table.clone(), true);
+        }
+        model.backend.synchronize().unwrap();
+        if step == 2 {
+            CudaBackend::profiler(true);
+        }
+        let t = Instant::now();
+        model
+            .forward_in(&mut ws, &mut pool.kv, &pool.layout, &b)
+            .unwrap();
+        model.backend.synchronize().unwrap();
+        if step == 2 {
+            CudaBackend::profiler(false);
+            println!(
+                "profiled step: batch {batch}, context {context}, {}: {:.2} ms",
+                if no_gemv { "cuBLASLt" } else { "gemv" },
+                t.elapsed().as_secs_f64() * 1e3
+            );
+        }
     }
 }
 
@@ -357,6 +415,12 @@ fn main() {
             p(2).expect("MODEL_DIR"),
             a.get(3).map_or(512, |c| c.parse().expect("CONTEXT")),
         ),
-        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT]"),
+        Some("profile") => profile(
+            p(2).expect("MODEL_DIR"),
+            a.get(3).map_or(512, |c| c.parse().expect("CONTEXT")),
+            a.get(4).map_or(1, |c| c.parse().expect("BATCH")),
+            a.get(5).is_some_and(|c| c == "cublas"),
+        ),
+        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT] | profile MODEL_DIR [CONTEXT] [BATCH] [cublas]"),
     }
 }

@@ -35,6 +35,8 @@ int ifd_capture_end(void* stream, void** exec);
 int ifd_graph_launch(void* exec, void* stream);
 int ifd_graph_destroy(void* exec);
 const char* ifd_error_string(int err);
+// Nsight Compute's capture range (ncu --profile-from-start off): on = 1 starts it, 0 ends.
+int ifd_profiler(int on);
 
 // ---- elementwise.cu
 // out[t, :] = table[tokens[t], :]   table bf16 [vocab, cols] -> out f32 [n, cols]
@@ -50,6 +52,23 @@ int ifd_copy_cols(const float* x, int rows, int x_cols, int col0, int width, flo
 // out[i, :] = x[idx[i], :]   x f32 [*, cols] -> out f32 [n, cols]
 int ifd_gather_rows(const float* x, const int32_t* idx, int n, int cols, float* out,
                     void* stream);
+
+// ---- gemv.cu: y = x · wᵀ (+ bias) for n <= 8 rows, each row summed in a fixed order
+// x bf16 [n, k], w bf16 [out, k], bias f32 [out] or null -> y f32 [n, out]; k % 8 == 0
+int ifd_gemv(const void* x, const void* w, const float* bias, float* y, int n, int k, int out,
+             void* stream);
+
+// ---- fused.cu
+// Full attention's inputs from the fused projection qkv f32 [rows, (hq + 2 hkv) * head_dim]:
+// q and k heads RMS-normed by q_norm / k_norm f32 [head_dim] (null: no norm), then rotated
+// as ifd_rope does; v copied.  -> q [rows, hq * head_dim] (bf16 when q_bf16, else f32),
+// k, v f32 [rows, hkv * head_dim]
+int ifd_qkv_prep(const float* qkv, int rows, int hq, int hkv, int head_dim, const float* q_norm,
+                 const float* k_norm, float eps, int half, int neox, const int32_t* pos,
+                 const float* cos_tab, const float* sin_tab, void* q, int q_bf16, float* k,
+                 float* v, void* stream);
+// out[r, c] = silu(gate_up[r, c]) * gate_up[r, f + c]   f32 [rows, 2f] -> bf16 [rows, f]
+int ifd_swiglu(const float* gate_up, int rows, int f, void* out, void* stream);
 
 // ---- norm.cu: RMSNorm x / sqrt(mean(x^2) + eps) * w
 // x f32 [rows, cols], w f32 [cols] -> out bf16 [rows, cols]

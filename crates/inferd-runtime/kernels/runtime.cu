@@ -2,6 +2,10 @@
 // driver at first use, so a binary with these in it starts on a machine with no GPU).
 #include <cstring>
 
+// cuda_profiler_api.h is not in the PyPI runtime wheel; the functions are in cudart.
+extern "C" cudaError_t cudaProfilerStart(void);
+extern "C" cudaError_t cudaProfilerStop(void);
+
 #include "common.cuh"
 
 extern "C" {
@@ -98,6 +102,10 @@ int ifd_graph_destroy(void* exec) {
 
 const char* ifd_error_string(int err) {
   return cudaGetErrorString(static_cast<cudaError_t>(err));
+}
+
+int ifd_profiler(int on) {
+  return static_cast<int>(on ? cudaProfilerStart() : cudaProfilerStop());
 }
 
 }  // extern "C"

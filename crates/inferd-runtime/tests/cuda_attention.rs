@@ -188,10 +188,12 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
     };
     let tol = profile(&gpu).logit_tol;
     let mut failures = Vec::new();
-    for no_graphs in [false, true] {
+    // Graphs on and off; decode-sized products by the matrix-vector kernel or cuBLASLt.
+    for (no_graphs, no_gemv) in [(false, false), (true, false), (false, true)] {
         let backend = CudaBackend::new(CudaConfig {
             device: 0,
             no_graphs,
+            no_gemv,
         })
         .unwrap();
         let gpu_model = Model::load(backend, &path).unwrap();
@@ -206,8 +208,9 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
                     rows += 1;
                 }
                 let what = format!(
-                    "head_dim {head_dim}, blocks of {bs}, graphs {}: {name}: {rows} rows, max |Δlogit| {worst}, top-1 equal {same}",
-                    if no_graphs { "off" } else { "on" }
+                    "head_dim {head_dim}, blocks of {bs}, graphs {}, {}: {name}: {rows} rows, max |Δlogit| {worst}, top-1 equal {same}",
+                    if no_graphs { "off" } else { "on" },
+                    if no_gemv { "cuBLASLt only" } else { "gemv" },
                 );
                 eprintln!("{what}");
                 if worst > tol {

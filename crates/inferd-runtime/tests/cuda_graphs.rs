@@ -14,6 +14,7 @@ fn logits_of_decode(no_graphs: bool) -> Option<Vec<Vec<f32>>> {
     let backend = CudaBackend::new(CudaConfig {
         device: 0,
         no_graphs,
+        ..CudaConfig::default()
     })
     .unwrap();
     let model = Model::load(backend, &repo_root().join("fixtures/models/qwen3")).unwrap();

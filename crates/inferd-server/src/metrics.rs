@@ -54,6 +54,11 @@ fn describe() {
     describe_histogram!(names::TTFT, Unit::Seconds, "Time to first token");
     describe_histogram!(names::ITL, Unit::Seconds, "Time between tokens");
     describe_histogram!(names::STEP_TOKENS, "Tokens per engine step");
+    describe_histogram!(
+        names::STEP_PHASE,
+        Unit::Seconds,
+        "Wall time of each phase of an engine step"
+    );
 }
 
 pub async fn render(State(state): State<AppState>) -> Response {

@@ -258,6 +258,54 @@ pub trait Backend: Send + Sync {
         up: &Self::Tensor,
         out: &mut Self::Tensor,
     ) -> Result<()>;
+    /// Full attention's inputs from its fused projection: `qkv` split into q, k and v,
+    /// every head of q and k RMS-normed by `norms` (Qwen3's QK-norm, `(q, k)` weights of
+    /// `[head_dim]`) and rotated by its token's position.
+    /// qkv [n, (n_heads + 2·n_kv_heads)·head_dim] -> q [n, n_heads·head_dim],
+    /// k, v [n, n_kv_heads·head_dim]
+    ///
+    /// The default composes `split_cols`, `head_rms_norm` and `rope`; a backend may fuse
+    /// them with the same arithmetic.
+    #[allow(clippy::too_many_arguments)]
+    fn qkv_prep(
+        &self,
+        qkv: &Self::Tensor,
+        cfg: &AttnConfig,
+        norms: Option<(&Self::Weight, &Self::Weight)>,
+        eps: f32,
+        batch: &Self::Batch,
+        q: &mut Self::Tensor,
+        k: &mut Self::Tensor,
+        v: &mut Self::Tensor,
+    ) -> Result<()> {
+        let n = qkv.rows();
+        q.set_shape(n, cfg.n_heads * cfg.head_dim)?;
+        k.set_shape(n, cfg.n_kv_heads * cfg.head_dim)?;
+        v.set_shape(n, cfg.n_kv_heads * cfg.head_dim)?;
+        self.split_cols(qkv, &mut [&mut *q, &mut *k, &mut *v])?;
+        if let Some((qn, kn)) = norms {
+            self.head_rms_norm(q, qn, cfg.head_dim, eps)?;
+            self.head_rms_norm(k, kn, cfg.head_dim, eps)?;
+        }
+        self.rope(q, cfg.head_dim, batch)?;
+        self.rope(k, cfg.head_dim, batch)
+    }
+    /// SwiGLU's gating from the fused gate|up projection: `silu(gate) * up`, `gate` and
+    /// `up` being scratch a backend may use for the halves (the default splits into them).
+    /// gate_up [n, 2·ffn] -> out [n, ffn]
+    fn swiglu(
+        &self,
+        gate_up: &Self::Tensor,
+        gate: &mut Self::Tensor,
+        up: &mut Self::Tensor,
+        out: &mut Self::Tensor,
+    ) -> Result<()> {
+        let (n, ffn) = (gate_up.rows(), gate_up.cols() / 2);
+        gate.set_shape(n, ffn)?;
+        up.set_shape(n, ffn)?;
+        self.split_cols(gate_up, &mut [&mut *gate, &mut *up])?;
+        self.silu_mul(gate, up, out)
+    }
     fn add_assign(&self, x: &mut Self::Tensor, y: &Self::Tensor) -> Result<()>;
     /// The rows named by the batch's `logits_rows`.  x [n, cols] -> out [n_logits, cols]
     fn gather_logit_rows(

@@ -1,12 +1,15 @@
 //! The pre-norm decoder-only transformer shared by Llama, Qwen2 and Qwen3.
 //!
 //! For each layer ℓ, with x the residual stream of all tokens in the batch:
-//!   1. h = RMSNorm(x)
+//!   1. h = RMSNorm(x)                          (fused with the previous layer's 4th add)
 //!   2. x = x + Mixer_ℓ(h), by the layer's kind (`ModelConfig::layer_kinds`):
 //!      full attention (below); linear attention (hybrid models) slots in here
 //!   3. h = RMSNorm(x)                                                 (fused with 2's add)
 //!   4. x = x + (SiLU(h·W_gateᵀ) ⊙ h·W_upᵀ)·W_downᵀ                    (SwiGLU)
 //! then logits = RMSNorm(x)·W_lmᵀ for the requested rows (W_lm = W_embed when tied).
+//!
+//! Fused projections (Q|K|V, gate|up) hand their whole output to one backend op
+//! (`qkv_prep`, `swiglu`), which a backend may run as one kernel.
 //!
 //! Full attention, over the KV pool layer `ModelConfig::kv_layer(ℓ)`:
 //!   a. q, k, v = h·W_qᵀ (+b_q), h·W_kᵀ (+b_k), h·W_vᵀ (+b_v)        (Qwen2: biases)
@@ -33,9 +36,20 @@ impl<B: Backend> Decoder<'_, B> {
     /// Runs all layers; the logits of the batch's requested rows end in `ws.logits`.
     pub fn forward(&self, ws: &mut Workspace<B>, kv: &mut B::Kv, batch: &B::Batch) -> Result<()> {
         let (b, w) = (self.backend, self.weights);
+        let eps = self.cfg.rms_eps;
         b.embed(&w.embed, batch, &mut ws.x)?; // [n_tokens, hidden]
         for (layer, lw) in w.layers.iter().enumerate() {
+            // 1. the mixer's input; the previous layer's feed-forward output (ws.out)
+            // joins the residual stream here
+            if layer == 0 {
+                b.rms_norm(&ws.x, &lw.attn_norm, eps, &mut ws.h)?;
+            } else {
+                b.add_rms_norm(&mut ws.x, &ws.out, &lw.attn_norm, eps, &mut ws.h)?;
+            }
             self.layer(ws, lw, layer, kv, batch)?;
+        }
+        if !w.layers.is_empty() {
+            b.add_assign(&mut ws.x, &ws.out)?; // the last feed-forward's residual
         }
         b.gather_logit_rows(&ws.x, batch, &mut ws.last)?; // [n_logits, hidden]
         b.rms_norm(&ws.last, &w.final_norm, self.cfg.rms_eps, &mut ws.last_h)?;
@@ -59,9 +73,7 @@ impl<B: Backend> Decoder<'_, B> {
         batch: &B::Batch,
     ) -> Result<()> {
         let (b, c) = (self.backend, self.cfg);
-        // 1. the mixer's input
-        b.rms_norm(&ws.x, &lw.attn_norm, c.rms_eps, &mut ws.h)?;
-        // 2. token mixer -> ws.out
+        // 2. token mixer of ws.h (1. is done) -> ws.out
         match &lw.mixer {
             Mixer::FullAttention(aw) => {
                 let kv_layer = c
@@ -72,14 +84,23 @@ impl<B: Backend> Decoder<'_, B> {
         }
         // 2-3. residual, then the feed-forward's input
         b.add_rms_norm(&mut ws.x, &ws.out, &lw.ffn_norm, c.rms_eps, &mut ws.h)?;
-        // 4. SwiGLU feed-forward and residual
+        // 4. SwiGLU feed-forward -> ws.out (its residual add is the next step 1's)
         let Workspace {
-            h, proj, gate, up, ..
+            h,
+            proj,
+            gate,
+            up,
+            act,
+            ..
         } = ws;
-        self.project(h, &lw.gate_up, batch, proj, &mut [gate, up])?; // [n, ffn] each
-        b.silu_mul(&ws.gate, &ws.up, &mut ws.act)?;
-        b.linear(&ws.act, &lw.down, None, batch, Rows::Tokens, &mut ws.out)?;
-        b.add_assign(&mut ws.x, &ws.out)
+        if let Some((w, bias)) = lw.gate_up.fused(2) {
+            b.linear(h, w, bias, batch, Rows::Tokens, proj)?; // [n, 2·ffn]
+            b.swiglu(proj, gate, up, act)?; // [n, ffn]
+        } else {
+            self.project(h, &lw.gate_up, batch, proj, &mut [gate, up])?; // [n, ffn] each
+            b.silu_mul(gate, up, act)?;
+        }
+        b.linear(&ws.act, &lw.down, None, batch, Rows::Tokens, &mut ws.out)
     }
 
     /// Full attention of `ws.h` through pool layer `kv_layer`.  -> ws.out [n, hidden]
@@ -92,21 +113,28 @@ impl<B: Backend> Decoder<'_, B> {
         batch: &B::Batch,
     ) -> Result<()> {
         let (b, c) = (self.backend, self.cfg);
-        // a. projections
+        let attn = c.attn_config();
+        let norms = aw.q_norm.as_ref().zip(aw.k_norm.as_ref());
         let Workspace {
             h, proj, q, k, v, ..
         } = ws;
-        self.project(h, &aw.qkv, batch, proj, &mut [q, k, v])?;
-        // b. QK-norm
-        if let (Some(qn), Some(kn)) = (&aw.q_norm, &aw.k_norm) {
-            b.head_rms_norm(&mut ws.q, qn, c.head_dim, c.rms_eps)?;
-            b.head_rms_norm(&mut ws.k, kn, c.head_dim, c.rms_eps)?;
+        if let Some((w, bias)) = aw.qkv.fused(3) {
+            // a. the fused projection, then b. QK-norm and c. rotary positions
+            b.linear(h, w, bias, batch, Rows::Tokens, proj)?; // [n, q_dim + 2·kv_dim]
+            b.qkv_prep(proj, &attn, norms, c.rms_eps, batch, q, k, v)?;
+        } else {
+            // a. projections
+            self.project(h, &aw.qkv, batch, proj, &mut [q, k, v])?;
+            // b. QK-norm
+            if let Some((qn, kn)) = norms {
+                b.head_rms_norm(q, qn, c.head_dim, c.rms_eps)?;
+                b.head_rms_norm(k, kn, c.head_dim, c.rms_eps)?;
+            }
+            // c. rotary positions
+            b.rope(q, c.head_dim, batch)?;
+            b.rope(k, c.head_dim, batch)?;
         }
-        // c. rotary positions
-        b.rope(&mut ws.q, c.head_dim, batch)?;
-        b.rope(&mut ws.k, c.head_dim, batch)?;
         // d. attention through the paged cache
-        let attn = c.attn_config();
         b.attention(
             &ws.q,
             &ws.k,

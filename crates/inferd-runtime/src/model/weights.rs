@@ -15,6 +15,17 @@ pub struct Projection<W> {
     pub groups: Vec<(W, Option<W>, Vec<usize>)>,
 }
 
+impl<W> Projection<W> {
+    /// The one weight (and bias) of a projection fused into a single matmul of `outputs`
+    /// outputs; `None` when it is split over several.
+    pub fn fused(&self, outputs: usize) -> Option<(&W, Option<&W>)> {
+        match self.groups.as_slice() {
+            [(w, bias, widths)] if widths.len() == outputs => Some((w, bias.as_ref())),
+            _ => None,
+        }
+    }
+}
+
 /// One decoder layer: a token mixer of the layer's kind between pre-norms, then the
 /// SwiGLU feed-forward.
 pub struct LayerWeights<W> {

@@ -78,6 +78,11 @@ fn metrics_expose_engine_series() {
         "inferd_preemptions_total",
         "inferd_time_to_first_token_seconds_bucket",
         "inferd_inter_token_latency_seconds_bucket",
+        // the step's phases, as scripts/gpu/phases.py reads them
+        "inferd_step_phase_seconds_sum{phase=\"schedule\"}",
+        "inferd_step_phase_seconds_count{phase=\"forward\"}",
+        "inferd_step_phase_seconds_sum{phase=\"sample\"}",
+        "inferd_step_phase_seconds_sum{phase=\"finish\"}",
     ] {
         assert!(t.contains(name), "{name} missing from:\n{t}");
     }

@@ -320,6 +320,7 @@ fn start_engine(
             let b = inferd_runtime::CudaBackend::new(inferd_runtime::CudaConfig {
                 device: n,
                 no_graphs,
+                ..Default::default()
             })?;
             eprintln!(
                 "GPU {n}: {} ({:.0} GiB)",

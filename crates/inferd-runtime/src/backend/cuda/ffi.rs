@@ -47,6 +47,45 @@ extern "C" {
     pub fn ifd_graph_launch(exec: *mut c_void, stream: Stream) -> c_int;
     pub fn ifd_graph_destroy(exec: *mut c_void) -> c_int;
     pub fn ifd_error_string(err: c_int) -> *const c_char;
+    pub fn ifd_profiler(on: c_int) -> c_int;
+
+    pub fn ifd_gemv(
+        x: *const c_void,
+        w: *const c_void,
+        bias: *const f32,
+        y: *mut f32,
+        n: c_int,
+        k: c_int,
+        out: c_int,
+        stream: Stream,
+    ) -> c_int;
+    pub fn ifd_qkv_prep(
+        qkv: *const f32,
+        rows: c_int,
+        hq: c_int,
+        hkv: c_int,
+        head_dim: c_int,
+        q_norm: *const f32,
+        k_norm: *const f32,
+        eps: f32,
+        half: c_int,
+        neox: c_int,
+        pos: *const i32,
+        cos_tab: *const f32,
+        sin_tab: *const f32,
+        q: *mut c_void,
+        q_bf16: c_int,
+        k: *mut f32,
+        v: *mut f32,
+        stream: Stream,
+    ) -> c_int;
+    pub fn ifd_swiglu(
+        gate_up: *const f32,
+        rows: c_int,
+        f: c_int,
+        out: *mut c_void,
+        stream: Stream,
+    ) -> c_int;
 
     pub fn ifd_embed(
         table: *const c_void,

@@ -250,27 +250,32 @@ impl FiWorkspace {
         Ok(unsafe { plan.assume_init() })
     }
 
-    /// One layer's attention: q f32 `[n, n_heads * head_dim]` is rounded to bf16 into
-    /// `q_bf16` (room for as many bf16 values), then out bf16 `[n, n_heads * head_dim]`.
+    /// One layer's attention over q `[n, n_heads * head_dim]` (`q_len` values) ->
+    /// out bf16 `[n, n_heads * head_dim]`.
     #[allow(clippy::too_many_arguments)]
     pub fn run(
         &self,
         plan: &Plan,
-        q: *const f32,
+        q: Query,
         q_len: usize,
-        q_bf16: *mut c_void,
         k: *const c_void,
         v: *const c_void,
         out: *mut c_void,
         scale: f32,
         stream: *mut c_void,
     ) -> Result<()> {
-        check(
-            unsafe { ifd_fi_f32_to_bf16(q, q_bf16, q_len, stream) },
-            "q to bf16",
-        )?;
+        let q = match q {
+            Query::Bf16(q) => q,
+            Query::F32 { q, scratch } => {
+                check(
+                    unsafe { ifd_fi_f32_to_bf16(q, scratch, q_len, stream) },
+                    "q to bf16",
+                )?;
+                scratch
+            }
+        };
         let args = RunArgs {
-            q: q_bf16,
+            q,
             k,
             v,
             out,
@@ -279,6 +284,14 @@ impl FiWorkspace {
         };
         check(unsafe { ifd_fi_run(&self.ws, plan, &args, stream) }, "run")
     }
+}
+
+/// The query of a layer as the attention gets it.
+pub enum Query {
+    /// Already bf16, as FlashInfer reads it.
+    Bf16(*mut c_void),
+    /// f32, rounded to bf16 into `scratch` (room for as many bf16 values) first.
+    F32 { q: *const f32, scratch: *mut c_void },
 }
 
 impl Drop for FiWorkspace {

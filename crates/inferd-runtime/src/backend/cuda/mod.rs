@@ -49,7 +49,16 @@ pub struct CudaConfig {
     /// the two compute the same bits, since decode passes are padded to the graph buckets
     /// either way).
     pub no_graphs: bool,
+    /// Every matrix product through cuBLASLt, also for decode-sized batches (for
+    /// comparison: by default passes of up to [`GEMV_MAX_ROWS`] rows use inferd's own
+    /// matrix-vector kernel).
+    pub no_gemv: bool,
 }
+
+/// Passes of at most this many rows run their matrix products as inferd's matrix-vector
+/// kernel (`kernels/gemv.cu`), which reads each weight once at close to the bandwidth
+/// roofline; larger passes use cuBLASLt.
+pub const GEMV_MAX_ROWS: usize = 8;
 
 struct Inner {
     dev: Arc<Device>,
@@ -57,6 +66,8 @@ struct Inner {
     batches: Arc<BatchPool>,
     buckets: Mutex<std::collections::HashMap<usize, Arc<batch::BucketBuffer>>>,
     graphs: Option<graphs::Graphs>,
+    /// Rows up to which products run as the matrix-vector kernel (0: never).
+    gemv_rows: usize,
     rope: Mutex<Option<Arc<RopeTable>>>,
     /// Logits rows read back for host sampling.  // [rows drawn on the host, vocab]
     host_logits: Mutex<Vec<f32>>,
@@ -85,12 +96,19 @@ impl CudaBackend {
                 batches: Arc::default(),
                 buckets: Mutex::default(),
                 graphs: (!cfg.no_graphs).then(graphs::Graphs::default),
+                gemv_rows: if cfg.no_gemv { 0 } else { GEMV_MAX_ROWS },
                 rope: Mutex::new(None),
                 host_logits: Mutex::new(Vec::new()),
                 draws: Mutex::new(None),
                 fi: Mutex::new(None),
             }),
         })
+    }
+
+    /// Starts (`true`) or ends the profiler's capture range, for `ncu --profile-from-start
+    /// off`; without a profiler attached it does nothing.
+    pub fn profiler(on: bool) {
+        let _ = unsafe { ffi::ifd_profiler(on as c_int) };
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -390,6 +408,16 @@ impl Backend for CudaBackend {
         let xp = x.bf16_ptr("linear")?;
         out.prepare(x.rows, w_out, Act::F32)?; // [n, out]
         let op = out.f32_ptr("linear")?;
+        if x.rows <= self.inner.gemv_rows && w_in.is_multiple_of(8) {
+            let s = self.stream()?;
+            let bp = b.map_or(std::ptr::null(), |(p, _)| p);
+            return check(
+                unsafe {
+                    ffi::ifd_gemv(xp, wb.ptr(), bp, op, int(x.rows), int(w_in), int(w_out), s)
+                },
+                "gemv",
+            );
+        }
         self.inner.gemm.matmul(
             &self.inner.dev,
             xp,
@@ -471,11 +499,7 @@ impl Backend for CudaBackend {
             )));
         }
         let paged = kv.paged(layer);
-        let (kp, vp, qp) = (
-            k.f32_ptr("attention")?,
-            v.f32_ptr("attention")?,
-            q.f32_ptr("attention")?,
-        );
+        let (kp, vp) = (k.f32_ptr("attention")?, v.f32_ptr("attention")?);
         check(
             unsafe { ffi::ifd_kv_append(paged, kp, vp, batch.slot(), int(k.rows), s) },
             "kv append",
@@ -483,23 +507,21 @@ impl Backend for CudaBackend {
         out.prepare(q.rows, q.cols, Act::Bf16)?; // [n, n_heads * head_dim]
         let op = out.bf16_ptr("attention")?;
         if let Some((plan, _)) = &batch.fi {
-            // q in bf16 goes to the upper half of out's buffer (f32-sized, so it has room):
-            // out's bf16 rows fill the lower half.
-            let q_bf16 = out.buf.at::<u8>(q.len() * 2).cast();
             let ws = self.inner.fi.lock().unwrap();
             let ws = ws.as_ref().expect("a planned pass has its workspace");
-            return ws.run(
-                plan,
-                qp,
-                q.len(),
-                q_bf16,
-                paged.k,
-                paged.v,
-                op,
-                cfg.scale,
-                s,
-            );
+            let q_in = match q.dtype() {
+                // written in bf16 by qkv_prep
+                Act::Bf16 => flashinfer::Query::Bf16(q.bf16_ptr("attention")?),
+                // converted into the upper half of out's buffer (f32-sized, so it has
+                // room): out's bf16 rows fill the lower half.
+                Act::F32 => flashinfer::Query::F32 {
+                    q: q.f32_ptr("attention")?,
+                    scratch: out.buf.at::<u8>(q.len() * 2).cast(),
+                },
+            };
+            return ws.run(plan, q_in, q.len(), paged.k, paged.v, op, cfg.scale, s);
         }
+        let qp = q.f32_ptr("attention")?;
         check(
             unsafe {
                 ffi::ifd_attention(
@@ -529,6 +551,86 @@ impl Backend for CudaBackend {
         check(
             unsafe { ffi::ifd_silu_mul(g, u, gate.len(), op, s) },
             "silu_mul",
+        )
+    }
+
+    fn qkv_prep(
+        &self,
+        qkv: &CudaTensor,
+        cfg: &AttnConfig,
+        norms: Option<(&CudaWeight, &CudaWeight)>,
+        eps: f32,
+        batch: &CudaBatch,
+        q: &mut CudaTensor,
+        k: &mut CudaTensor,
+        v: &mut CudaTensor,
+    ) -> Result<()> {
+        let s = self.stream()?;
+        let (hq, hkv, d) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
+        if qkv.cols != (hq + 2 * hkv) * d {
+            return Err(RuntimeError::BadBatch(format!(
+                "qkv_prep: {} columns for {hq} + 2 x {hkv} heads of {d}",
+                qkv.cols
+            )));
+        }
+        let (qn, kn) = match norms {
+            Some((qn, kn)) => (qn.vector("q_norm")?.0, kn.vector("k_norm")?.0),
+            None => (std::ptr::null(), std::ptr::null()),
+        };
+        let (cos, sin, half) = batch.rope_tables();
+        let neox = (batch.rope_style == RopeStyle::Neox) as c_int;
+        // FlashInfer reads q in bf16; our own attention (f32 KV) in f32.
+        let q_bf16 = batch.fi.is_some();
+        q.prepare(qkv.rows, hq * d, if q_bf16 { Act::Bf16 } else { Act::F32 })?;
+        k.prepare(qkv.rows, hkv * d, Act::F32)?;
+        v.prepare(qkv.rows, hkv * d, Act::F32)?;
+        let qp = if q_bf16 {
+            q.bf16_ptr("qkv_prep")?
+        } else {
+            q.f32_ptr("qkv_prep")?.cast()
+        };
+        check(
+            unsafe {
+                ffi::ifd_qkv_prep(
+                    qkv.f32_ptr("qkv_prep")?,
+                    int(qkv.rows),
+                    int(hq),
+                    int(hkv),
+                    int(d),
+                    qn,
+                    kn,
+                    eps,
+                    int(half),
+                    neox,
+                    batch.pos(),
+                    cos,
+                    sin,
+                    qp,
+                    q_bf16 as c_int,
+                    k.f32_ptr("qkv_prep")?,
+                    v.f32_ptr("qkv_prep")?,
+                    s,
+                )
+            },
+            "qkv_prep",
+        )
+    }
+
+    fn swiglu(
+        &self,
+        gate_up: &CudaTensor,
+        _gate: &mut CudaTensor,
+        _up: &mut CudaTensor,
+        out: &mut CudaTensor,
+    ) -> Result<()> {
+        let s = self.stream()?;
+        let (n, ffn) = (gate_up.rows, gate_up.cols / 2);
+        let gp = gate_up.f32_ptr("swiglu")?;
+        out.prepare(n, ffn, Act::Bf16)?; // [n, ffn]
+        let op = out.bf16_ptr("swiglu")?;
+        check(
+            unsafe { ffi::ifd_swiglu(gp, int(n), int(ffn), op, s) },
+            "swiglu",
         )
     }
 

@@ -1,0 +1,100 @@
+// Matrix-vector products for decode-sized batches: y[r, o] = x[r, :] · W[o, :] (+ b[o])
+// for R ≤ 8 rows of x. Such a product is bound by reading W once: each warp streams one
+// row of W with 16-byte loads that bypass L1 and applies every load to all R rows of x
+// (read through L1, where they stay). The sum of a row runs in a fixed order that does
+// not depend on R, so a row's result is the same in any batch of up to 8 rows.
+#include "common.cuh"
+
+namespace {
+using ifd::bf16;
+
+constexpr int kWarps = 8;   // output rows per block, one per warp
+constexpr int kUnroll = 4;  // 16-byte loads of W in flight per lane
+
+__device__ __forceinline__ uint4 load_stream(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// acc += Σ of the eight products of two vectors of eight bf16.
+__device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc) {
+  const __nv_bfloat162* a = reinterpret_cast<const __nv_bfloat162*>(&w);
+  const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&x);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 p = __bfloat1622float2(a[i]), q = __bfloat1622float2(b[i]);
+    acc = fmaf(p.x, q.x, acc);
+    acc = fmaf(p.y, q.y, acc);
+  }
+  return acc;
+}
+
+// x bf16 [R, k], w bf16 [out, k], bias f32 [out] or null -> y f32 [R, out]; k % 8 == 0.
+template <int R>
+__global__ void __launch_bounds__(kWarps * 32)
+    gemv_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                const float* __restrict__ bias, float* __restrict__ y, int k, int out) {
+  const int lane = threadIdx.x & 31;
+  const int o = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  if (o >= out) return;
+  const int kv = k >> 3;  // 16-byte vectors in a row
+  const uint4* wr = reinterpret_cast<const uint4*>(w) + static_cast<size_t>(o) * kv;
+  const uint4* xr = reinterpret_cast<const uint4*>(x);
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.f;
+  int i = lane;
+  for (; i + 32 * (kUnroll - 1) < kv; i += 32 * kUnroll) {
+    uint4 wv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) wv[u] = load_stream(wr + i + 32 * u);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        acc[r] = dot8(wv[u], __ldg(xr + static_cast<size_t>(r) * kv + i + 32 * u), acc[r]);
+  }
+  for (; i < kv; i += 32) {
+    const uint4 wv = load_stream(wr + i);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      acc[r] = dot8(wv, __ldg(xr + static_cast<size_t>(r) * kv + i), acc[r]);
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = ifd::warp_sum(acc[r]);
+  if (lane == 0) {
+    const float b = bias ? bias[o] : 0.f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) y[static_cast<size_t>(r) * out + o] = acc[r] + b;
+  }
+}
+
+template <int R>
+int launch(const void* x, const void* w, const float* bias, float* y, int k, int out,
+           cudaStream_t s) {
+  gemv_kernel<R><<<(out + kWarps - 1) / kWarps, kWarps * 32, 0, s>>>(
+      static_cast<const bf16*>(x), static_cast<const bf16*>(w), bias, y, k, out);
+  return ifd::launched();
+}
+}  // namespace
+
+extern "C" int ifd_gemv(const void* x, const void* w, const float* bias, float* y, int n,
+                        int k, int out, void* stream) {
+  const cudaStream_t s = ifd::as_stream(stream);
+  if (n == 0 || out == 0) return 0;
+  if (k % 8 != 0) return static_cast<int>(cudaErrorInvalidValue);
+  switch (n) {
+    case 1: return launch<1>(x, w, bias, y, k, out, s);
+    case 2: return launch<2>(x, w, bias, y, k, out, s);
+    case 3: return launch<3>(x, w, bias, y, k, out, s);
+    case 4: return launch<4>(x, w, bias, y, k, out, s);
+    case 5: return launch<5>(x, w, bias, y, k, out, s);
+    case 6: return launch<6>(x, w, bias, y, k, out, s);
+    case 7: return launch<7>(x, w, bias, y, k, out, s);
+    case 8: return launch<8>(x, w, bias, y, k, out, s);
+    default: return static_cast<int>(cudaErrorInvalidValue);
+  }
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env python3
+"""The engine's mean step phase times between two /metrics snapshots.
+
+Usage: phases.py BEFORE.txt AFTER.txt LABEL
+Reads `inferd_step_phase_seconds_sum{phase=...}` and `_count` and prints, per phase, the
+mean milliseconds over the steps taken between the two snapshots.
+"""
+import re
+import sys
+
+
+def read(path):
+    out = {}
+    try:
+        text = open(path).read()
+    except OSError:
+        return out
+    for m in re.finditer(r'inferd_step_phase_seconds_(sum|count)\{phase="(\w+)"\}\s+([0-9.eE+-]+)', text):
+        out[(m.group(2), m.group(1))] = float(m.group(3))
+    return out
+
+
+def main() -> None:
+    a, b, label = read(sys.argv[1]), read(sys.argv[2]), sys.argv[3]
+    parts = []
+    steps = 0
+    for phase in ("schedule", "forward", "sample", "finish"):
+        n = b.get((phase, "count"), 0) - a.get((phase, "count"), 0)
+        s = b.get((phase, "sum"), 0) - a.get((phase, "sum"), 0)
+        steps = max(steps, n)
+        parts.append(f"{phase} {1e3 * s / n:.3f} ms" if n else f"{phase} -")
+    print(f"{label}: {steps:.0f} steps, mean " + ", ".join(parts))
+
+
+if __name__ == "__main__":
+    main()
