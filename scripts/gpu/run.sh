@@ -8,7 +8,8 @@
 #   speed    decode at batch 1/8/32/64 and prefill on /tmp/q8b: graphs + gemv, graphs +
 #            cuBLASLt only, eager
 #   profile  ncu's device time of every kernel of one decode step on /tmp/q8b (batch 1 at
-#            512 and 4096 tokens, with gemv and with cuBLASLt; batch 32 at 4096)
+#            512 and 4096 tokens, with gemv and with cuBLASLt; batch 32 at 4096) and of
+#            the last 2048-token prefill chunk of a 16k prompt
 #   fleet    `inferd serve --device cuda` on /tmp/q8b driven by `inferd bench fleet`
 #   smol1    keeps SmolLM2's first part (prepare with SMOL=1); smol2 (the next call on the
 #            same machine) joins it and compares the GPU with the CPU on real weights
@@ -49,11 +50,11 @@ speed)
   timeout 300 $B/cuda_check speed /tmp/q8b 512 2>&1 | tee -a $summary
   ;;
 profile)
-  for run in "512 1 gemv" "512 1 cublas" "4096 1 gemv" "4096 32 gemv"; do
+  for run in "512 1 gemv" "512 1 cublas" "4096 1 gemv" "4096 32 gemv" "16384 1 prefill"; do
     set -- $run
     timeout 240 ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv --page raw \
       $B/cuda_check profile /tmp/q8b $1 $2 $3 >$OUT/ncu-$1-b$2-$3.csv 2>$OUT/ncu-$1-b$2-$3.err
-    note "ncu context $1 batch $2 $3: rc=$? $(grep -a 'profiled step' $OUT/ncu-$1-b$2-$3.csv)"
+    note "ncu context $1 batch $2 $3: rc=$? $(grep -a 'profiled' $OUT/ncu-$1-b$2-$3.csv)"
     python3 $C/ncu_summary.py $OUT/ncu-$1-b$2-$3.csv 14 2>&1 | tee -a $summary
   done
   ;;

@@ -10,8 +10,9 @@
 //!   prefilled tokens each, and one prefill pass: time per step, tokens/s, and the
 //!   fraction of the bandwidth roofline (weights + the KV read, over 4.3 TB/s); with
 //!   graphs and the matrix-vector kernel, with cuBLASLt only, and eager.
-//! - `profile MODEL_DIR [CONTEXT] [BATCH] [cublas]`: one eager decode step inside the
-//!   profiler's capture range (`ncu --profile-from-start off`).
+//! - `profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill]`: one eager decode step inside
+//!   the profiler's capture range (`ncu --profile-from-start off`); `prefill`: the last
+//!   2048-token chunk of a CONTEXT-token prompt instead.
 
 use std::path::Path;
 use std::time::Instant;
@@ -266,8 +267,9 @@ fn speed(model_dir: &Path, context: usize) {
 }
 
 /// One eager decode step of `batch` sequences over `context` tokens each inside the
-/// profiler's capture range (for `ncu --profile-from-start off`), after two warm-up steps.
-fn profile(model_dir: &Path, context: usize, batch: usize, no_gemv: bool) {
+/// profiler's capture range (for `ncu --profile-from-start off`), after two warm-up steps;
+/// with `prefill`, instead the last 2048-token chunk of a `context`-token prompt.
+fn profile(model_dir: &Path, context: usize, batch: usize, no_gemv: bool, prefill: bool) {
     let cfg = inferd_runtime::CudaConfig {
         device: 0,
         no_graphs: true,
@@ -278,15 +280,43 @@ fn profile(model_dir: &Path, context: usize, batch: usize, no_gemv: bool) {
     let mut pool = Pool::new(&model, batch * (context + 4), KvDtype::Bf16);
     let mut ws = model.workspace(context.max(batch), batch).unwrap();
     let tables: Vec<Vec<u32>> = (0..batch).map(|_| pool.table(context + 4)).collect();
+    let chunk = if prefill { 2048.min(context) } else { 0 };
     for (s, table) in tables.iter().enumerate() {
         let ids: Vec<u32> = (0..context)
             .map(|i| ((i * 7919 + s * 104729) % vocab) as u32)
             .collect();
-        let mut b = ForwardBatch::default();
-        b.push(&ids, 0, context, table.clone(), true);
-        model
-            .forward_in(&mut ws, &mut pool.kv, &pool.layout, &b)
-            .unwrap();
+        for (i, piece) in [&ids[..context - chunk], &ids[context - chunk..]]
+            .into_iter()
+            .enumerate()
+        {
+            if piece.is_empty() {
+                continue;
+            }
+            let start = if i == 0 { 0 } else { context - chunk };
+            let mut b = ForwardBatch::default();
+            b.push(piece, start, context, table.clone(), true);
+            model.backend.synchronize().unwrap();
+            let last = i == 1;
+            if last {
+                CudaBackend::profiler(true);
+            }
+            let t = Instant::now();
+            model
+                .forward_in(&mut ws, &mut pool.kv, &pool.layout, &b)
+                .unwrap();
+            model.backend.synchronize().unwrap();
+            if last {
+                CudaBackend::profiler(false);
+                println!(
+                    "profiled prefill: {chunk} tokens at {}: {:.2} ms",
+                    context - chunk,
+                    t.elapsed().as_secs_f64() * 1e3
+                );
+            }
+        }
+    }
+    if prefill {
+        return;
     }
     for step in 0..3 {
         let mut b = ForwardBatch::default();
@@ -420,7 +450,8 @@ fn main() {
             a.get(3).map_or(512, |c| c.parse().expect("CONTEXT")),
             a.get(4).map_or(1, |c| c.parse().expect("BATCH")),
             a.get(5).is_some_and(|c| c == "cublas"),
+            a.get(5).is_some_and(|c| c == "prefill"),
         ),
-        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT] | profile MODEL_DIR [CONTEXT] [BATCH] [cublas]"),
+        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT] | profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill]"),
     }
 }
