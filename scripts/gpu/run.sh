@@ -52,7 +52,7 @@ speed)
 profile)
   for run in "512 1 gemv" "512 1 cublas" "4096 1 gemv" "4096 32 gemv" "16384 1 prefill"; do
     set -- $run
-    timeout 240 ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv --page raw \
+    timeout 100 ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv --page raw \
       $B/cuda_check profile /tmp/q8b $1 $2 $3 >$OUT/ncu-$1-b$2-$3.csv 2>$OUT/ncu-$1-b$2-$3.err
     note "ncu context $1 batch $2 $3: rc=$? $(grep -a 'profiled' $OUT/ncu-$1-b$2-$3.csv)"
     python3 $C/ncu_summary.py $OUT/ncu-$1-b$2-$3.csv 14 2>&1 | tee -a $summary
