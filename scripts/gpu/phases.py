@@ -3,7 +3,8 @@
 
 Usage: phases.py BEFORE.txt AFTER.txt LABEL
 Reads `inferd_step_phase_seconds_sum{phase=...}` and `_count` and prints, per phase, the
-mean milliseconds over the steps taken between the two snapshots.
+mean milliseconds over the steps taken between the two snapshots, and the mean tokens a
+step (`inferd_step_tokens_sum`).
 """
 import re
 import sys
@@ -17,6 +18,9 @@ def read(path):
         return out
     for m in re.finditer(r'inferd_step_phase_seconds_(sum|count)\{phase="(\w+)"\}\s+([0-9.eE+-]+)', text):
         out[(m.group(2), m.group(1))] = float(m.group(3))
+    m = re.search(r"^inferd_step_tokens_sum\s+([0-9.eE+-]+)", text, re.M)
+    if m:
+        out[("tokens", "sum")] = float(m.group(1))
     return out
 
 
@@ -29,7 +33,9 @@ def main() -> None:
         s = b.get((phase, "sum"), 0) - a.get((phase, "sum"), 0)
         steps = max(steps, n)
         parts.append(f"{phase} {1e3 * s / n:.3f} ms" if n else f"{phase} -")
-    print(f"{label}: {steps:.0f} steps, mean " + ", ".join(parts))
+    tok = b.get(("tokens", "sum"), 0) - a.get(("tokens", "sum"), 0)
+    per = f", {tok / steps:.0f} tokens a step" if steps else ""
+    print(f"{label}: {steps:.0f} steps{per}, mean " + ", ".join(parts))
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ speed)
   timeout 300 $B/cuda_check speed /tmp/q8b 512 2>&1 | tee -a $summary
   ;;
 profile)
-  for run in "512 1 gemv" "512 1 cublas" "4096 1 gemv" "4096 32 gemv" "16384 1 prefill"; do
+  for run in "512 1 gemv" "4096 1 gemv" "4096 32 gemv" "16384 1 prefill"; do
     set -- $run
     timeout 100 ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv --page raw \
       $B/cuda_check profile /tmp/q8b $1 $2 $3 >$OUT/ncu-$1-b$2-$3.csv 2>$OUT/ncu-$1-b$2-$3.err
@@ -83,11 +83,16 @@ long)
   $B/inferd serve --device cuda -m /tmp/q8b --port 8182 --max-batch-tokens 8192 --max-prefill-tokens 8192 --max-prefill-tokens-decoding 2048 >$OUT/serve-long.log 2>&1 &
   SP=$!
   for i in $(seq 1 240); do curl -sf http://127.0.0.1:8182/health >/dev/null && break; sleep 0.5; done
+  curl -s http://127.0.0.1:8182/metrics > $OUT/metrics-long-0.txt
+  prev=$OUT/metrics-long-0.txt
   for run in "1 16384" "32 16384"; do
     set -- $run
     timeout 100 $B/inferd bench fleet --url http://127.0.0.1:8182 --token-prompts -q --agents $1 --context $2 --reply 128 \
       --label inferd --meta engine=inferd --meta model=qwen3-8b-shape-bf16 --out $OUT/fleet-$2-n$1.json >/dev/null 2>&1
     note "fleet agents $1 x $2: rc $?"
+    curl -s http://127.0.0.1:8182/metrics > $OUT/metrics-$2-n$1.txt
+    python3 $C/phases.py $prev $OUT/metrics-$2-n$1.txt "engine steps, $1 x $2" 2>&1 | tee -a $summary
+    prev=$OUT/metrics-$2-n$1.txt
   done
   timeout 100 $B/inferd bench forked --url http://127.0.0.1:8182 --token-prompts --brief 8192 --agents 32 --suffix 64 --reply 64 \
     --label inferd --meta engine=inferd --meta model=qwen3-8b-shape-bf16 --out $OUT/forked.json >$OUT/forked.txt 2>&1

@@ -6,7 +6,7 @@
 //!   continuations, and one batch of eight prompts against each prompt alone.
 //! - `hf MODEL_DIR IDS_JSON LOGITS_F32`: the GPU against transformers' logits for the
 //!   same ids (written by `scripts/gpu/hf_logits.py`).
-//! - `speed MODEL_DIR [CONTEXT]`: decode steps at batch 1, 8, 32 and 64 over CONTEXT
+//! - `speed MODEL_DIR [CONTEXT]`: decode steps at batch 1, 2, 4, 8, 32 and 64 over CONTEXT
 //!   prefilled tokens each, and one prefill pass: time per step, tokens/s, and the
 //!   fraction of the bandwidth roofline (weights + the KV read, over 4.3 TB/s); with
 //!   graphs and the matrix-vector kernel, with cuBLASLt only, and eager.
@@ -383,7 +383,7 @@ fn speed_of(model: &Model<CudaBackend>, context: usize) {
     );
     println!("| batch | step ms (forward) | step ms (with sampling) | tok/s | weights+KV bytes / step | roofline fraction |");
     println!("|---|---|---|---|---|---|");
-    for batch in [1usize, 8, 32, 64] {
+    for batch in [1usize, 2, 4, 8, 32, 64] {
         let mut samplers: Vec<Sampler> = (0..batch)
             .map(|_| Sampler::new(SamplingParams::greedy()))
             .collect();

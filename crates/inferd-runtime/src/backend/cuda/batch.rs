@@ -135,8 +135,10 @@ pub struct CudaBatch {
     pool: Arc<BatchPool>,
     /// `Some(rows)` for a decode pass padded to a graph bucket.
     pub bucket: Option<usize>,
-    /// FlashInfer's plan of this pass's attention (bf16 KV), and its workspace's generation.
-    pub fi: Option<(super::flashinfer::Plan, u64)>,
+    /// FlashInfer's plans of this pass's attention (bf16 KV): one, or for a pass of
+    /// decode rows then prompt chunks, the decode kernel's over the leading rows and the
+    /// prefill kernel's over the rest.
+    pub fi: Option<super::flashinfer::Passes>,
     at: Offsets,
     pub n_tokens: usize,
     pub n_logits: usize,

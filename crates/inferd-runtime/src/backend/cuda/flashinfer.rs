@@ -250,30 +250,19 @@ impl FiWorkspace {
         Ok(unsafe { plan.assume_init() })
     }
 
-    /// One layer's attention over q `[n, n_heads * head_dim]` (`q_len` values) ->
+    /// One layer's attention over the plan's rows: q bf16 `[n, n_heads * head_dim]` ->
     /// out bf16 `[n, n_heads * head_dim]`.
     #[allow(clippy::too_many_arguments)]
     pub fn run(
         &self,
         plan: &Plan,
-        q: Query,
-        q_len: usize,
+        q: *const c_void,
         k: *const c_void,
         v: *const c_void,
         out: *mut c_void,
         scale: f32,
         stream: *mut c_void,
     ) -> Result<()> {
-        let q = match q {
-            Query::Bf16(q) => q,
-            Query::F32 { q, scratch } => {
-                check(
-                    unsafe { ifd_fi_f32_to_bf16(q, scratch, q_len, stream) },
-                    "q to bf16",
-                )?;
-                scratch
-            }
-        };
         let args = RunArgs {
             q,
             k,
@@ -286,12 +275,36 @@ impl FiWorkspace {
     }
 }
 
-/// The query of a layer as the attention gets it.
-pub enum Query {
-    /// Already bf16, as FlashInfer reads it.
-    Bf16(*mut c_void),
-    /// f32, rounded to bf16 into `scratch` (room for as many bf16 values) first.
-    F32 { q: *const f32, scratch: *mut c_void },
+/// Rounds q f32 to bf16 into `out` (room for `n` bf16 values).
+pub fn to_bf16(q: *const f32, out: *mut c_void, n: usize, stream: *mut c_void) -> Result<()> {
+    check(
+        unsafe { ifd_fi_f32_to_bf16(q, out, n, stream) },
+        "q to bf16",
+    )
+}
+
+/// The planned attention of a pass: each plan runs over its rows, the first from row 0,
+/// the second (a mixed pass's prompt chunks) from `rows[1]`.
+#[derive(Clone, Copy)]
+pub struct Passes {
+    pub plans: [Option<Plan>; 2],
+    /// The first row of each plan.
+    pub rows: [usize; 2],
+    /// The generation of the workspace each plan lives in.
+    pub generations: [u64; 2],
+}
+
+impl Passes {
+    /// What a graph over these runs depends on (graphs replay single-plan decode passes).
+    pub fn fingerprint(&self) -> u64 {
+        let mut h = 0u64;
+        for (p, g) in self.plans.iter().zip(self.generations) {
+            if let Some(p) = p {
+                h = h.rotate_left(17) ^ p.fingerprint() ^ g.rotate_left(32);
+            }
+        }
+        h
+    }
 }
 
 impl Drop for FiWorkspace {

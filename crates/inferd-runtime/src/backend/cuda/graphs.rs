@@ -1,11 +1,12 @@
-//! CUDA graphs of decode passes: the first pass of a shape is captured (its ops are
-//! queued into a graph instead of run), then every pass of that shape replays it in one
-//! launch instead of hundreds. A graph bakes in every address it touches, so it is keyed
+//! CUDA graphs of decode passes: the first pass of a shape runs eagerly (so every library
+//! kernel it uses is loaded and every plan made outside a capture), the second is captured
+//! (its ops are queued into a graph instead of run), then every pass of that shape replays
+//! it in one launch instead of hundreds. A graph bakes in every address it touches, so it is keyed
 //! by all of them: the bucket (rows), the workspace, the KV pool, the bucket's metadata
 //! buffer and the rotary table; any of them new means a new capture, and graphs over
 //! buffers that are gone are dropped then.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
 use std::sync::Mutex;
 
@@ -45,11 +46,14 @@ impl Drop for Exec {
 #[derive(Default)]
 pub struct Graphs {
     execs: Mutex<HashMap<Key, Exec>>,
+    /// Keys whose pass ran eagerly once: the next pass of each is captured.
+    warm: Mutex<HashSet<Key>>,
 }
 
 impl Graphs {
-    /// Replays the graph of `key` on `stream`, capturing `pass` into it first if there is
-    /// none. A capture only records: the pass runs when the graph is launched.
+    /// Replays the graph of `key` on `stream`; a key seen for the first time runs `pass`
+    /// eagerly, the second time captures it into a graph first. A capture only records:
+    /// the pass runs when the graph is launched. Either way the pass runs once.
     pub fn run(
         &self,
         key: Key,
@@ -62,6 +66,11 @@ impl Graphs {
             execs.retain(|k, _| k.buffers() == key.buffers());
             // A bucket whose metadata buffer grew: its older graph is stale too.
             execs.retain(|k, _| k.bucket != key.bucket);
+            let mut warm = self.warm.lock().unwrap();
+            warm.retain(|k| k.buffers() == key.buffers() && (k.bucket != key.bucket || *k == key));
+            if warm.insert(key) {
+                return pass();
+            }
             check(
                 unsafe { ffi::ifd_capture_begin(stream) },
                 "beginning a graph capture",

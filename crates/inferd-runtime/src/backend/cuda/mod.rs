@@ -57,8 +57,10 @@ pub struct CudaConfig {
 
 /// Passes of at most this many rows run their matrix products as inferd's matrix-vector
 /// kernel (`kernels/gemv.cu`), which reads each weight once at close to the bandwidth
-/// roofline; larger passes use cuBLASLt.
-pub const GEMV_MAX_ROWS: usize = 8;
+/// roofline; larger passes use cuBLASLt. (At 8 rows the kernel reads x from L1 eight times
+/// per weight load and ran a decode step in 10.5 ms against cuBLASLt's 6.3: H200,
+/// docs/gpu-notes.md.)
+pub const GEMV_MAX_ROWS: usize = 4;
 
 struct Inner {
     dev: Arc<Device>,
@@ -71,8 +73,9 @@ struct Inner {
     rope: Mutex<Option<Arc<RopeTable>>>,
     /// Logits rows read back for host sampling.  // [rows drawn on the host, vocab]
     host_logits: Mutex<Vec<f32>>,
-    /// FlashInfer's plan workspace (one plan alive at a time: a pass is planned, then run).
-    fi: Mutex<Option<flashinfer::FiWorkspace>>,
+    /// FlashInfer's plan workspaces (one pass's plans alive at a time: a pass is planned,
+    /// then run): the whole pass or a mixed pass's decode rows, then its prompt chunks.
+    fi: Mutex<[Option<flashinfer::FiWorkspace>; 2]>,
     /// Device scratch of greedy draws: row ids then results, i32 each.  // [2, capacity]
     draws: Mutex<Option<device::DeviceBuffer>>,
 }
@@ -100,7 +103,7 @@ impl CudaBackend {
                 rope: Mutex::new(None),
                 host_logits: Mutex::new(Vec::new()),
                 draws: Mutex::new(None),
-                fi: Mutex::new(None),
+                fi: Mutex::new([None, None]),
             }),
         })
     }
@@ -121,72 +124,87 @@ impl CudaBackend {
         self.inner.dev.mem_info()
     }
 
-    /// FlashInfer's plan of a pass (`b`: the pass as packed, padding included), in the
-    /// shared workspace (grown when the pass does not fit); the plan and the workspace's
-    /// generation.
+    /// FlashInfer's plans of a pass (`b`: the pass as packed, padding included), in the
+    /// shared workspaces (grown when the pass does not fit). A pass of single-token rows
+    /// (decodes) followed by longer chunks gets two plans: the decode kernel's over the
+    /// leading rows, whose K/V it reads once per KV head, and the prefill kernel's over
+    /// the rest; the prefill kernel would read a decode row's K/V once per query head.
     fn plan_attention(
         &self,
         b: &CudaBatch,
         batch: &ForwardBatch,
         attn: &AttnConfig,
         kv: &KvLayout,
-    ) -> Result<(flashinfer::Plan, u64)> {
+    ) -> Result<flashinfer::Passes> {
         let pad = b.n_tokens - batch.n_tokens();
-        let n_seqs = batch.seqs.len() + pad;
-        let mut qo = Vec::with_capacity(n_seqs + 1); // [n_seqs + 1]
-        let mut kv_len = Vec::with_capacity(n_seqs); // [n_seqs]
-        let mut bt_off = Vec::with_capacity(n_seqs + 1); // [n_seqs + 1]
-        let mut bt: Vec<i32> = Vec::new();
-        qo.push(0);
-        for s in &batch.seqs {
-            bt_off.push(bt.len() as i32);
-            bt.extend(s.block_table.iter().map(|&x| x as i32));
-            qo.push(qo.last().unwrap() + s.n_tokens as i32);
-            kv_len.push(s.kv_len() as i32);
+        let lead = batch.seqs.iter().take_while(|s| s.n_tokens == 1).count();
+        let split = lead > 0 && lead < batch.seqs.len();
+        let mut parts: [Option<Part>; 2] = [None, None];
+        let mut first = Part::default();
+        let mut second = Part::default();
+        for (i, s) in batch.seqs.iter().enumerate() {
+            let part = if split && i >= lead {
+                &mut second
+            } else {
+                &mut first
+            };
+            part.push(&s.block_table, s.n_tokens, s.kv_len());
         }
         for _ in 0..pad {
             // A padding row: one query over one position of block 0 (read, never written).
-            bt_off.push(bt.len() as i32);
-            bt.push(0);
-            qo.push(qo.last().unwrap() + 1);
-            kv_len.push(1);
+            first.push(&[0], 1, 1);
         }
-        bt_off.push(bt.len() as i32);
-        let pages: usize = kv_len
-            .iter()
-            .map(|&l| (l as usize).div_ceil(kv.block_size))
-            .sum();
+        parts[0] = Some(first);
+        if split {
+            parts[1] = Some(second);
+        }
         let shape = flashinfer::Shape {
             n_heads: attn.n_heads as i32,
             n_kv_heads: attn.n_kv_heads as i32,
             head_dim: attn.head_dim as i32,
             page_size: kv.block_size as i32,
         };
-        let tokens = b.n_tokens;
+        let mut out = flashinfer::Passes {
+            plans: [None, None],
+            rows: [0, lead],
+            generations: [0, 0],
+        };
         let mut ws = self.inner.fi.lock().unwrap();
-        if !ws
-            .as_ref()
-            .is_some_and(|w| w.holds(shape, n_seqs, tokens, pages))
-        {
-            *ws = None; // its buffers go before the larger ones come
-            *ws = Some(flashinfer::FiWorkspace::new(
-                &self.inner.dev,
-                shape,
-                n_seqs.max(256).next_power_of_two(),
-                tokens.max(8192).next_power_of_two(),
-                pages.max(1 << 16).next_power_of_two(),
+        for (slot, part) in parts.iter_mut().enumerate() {
+            let Some(part) = part.as_mut() else { continue };
+            part.finish();
+            let n_seqs = part.kv_len.len();
+            let tokens = *part.qo.last().unwrap() as usize;
+            let pages: usize = part
+                .kv_len
+                .iter()
+                .map(|&l| (l as usize).div_ceil(kv.block_size))
+                .sum();
+            if !ws[slot]
+                .as_ref()
+                .is_some_and(|w| w.holds(shape, n_seqs, tokens, pages))
+            {
+                ws[slot] = None; // its buffers go before the larger ones come
+                ws[slot] = Some(flashinfer::FiWorkspace::new(
+                    &self.inner.dev,
+                    shape,
+                    n_seqs.max(256).next_power_of_two(),
+                    tokens.max(8192).next_power_of_two(),
+                    pages.max(1 << 16).next_power_of_two(),
+                )?);
+            }
+            let w = ws[slot].as_ref().unwrap();
+            out.plans[slot] = Some(w.plan(
+                &part.qo,
+                &part.kv_len,
+                &part.bt_off,
+                &part.bt,
+                b.bucket.is_some(),
+                self.inner.dev.stream(),
             )?);
+            out.generations[slot] = w.generation;
         }
-        let w = ws.as_ref().unwrap();
-        let plan = w.plan(
-            &qo,
-            &kv_len,
-            &bt_off,
-            &bt,
-            b.bucket.is_some(),
-            self.inner.dev.stream(),
-        )?;
-        Ok((plan, w.generation))
+        Ok(out)
     }
 
     /// Binds the device to this thread; the stream to queue on.
@@ -301,10 +319,7 @@ impl Backend for CudaBackend {
             kv: kv.id,
             meta: batch.meta_generation(),
             rope: Arc::as_ptr(&batch.rope) as usize,
-            attention: batch
-                .fi
-                .as_ref()
-                .map_or(0, |(p, g)| p.fingerprint() ^ g.rotate_left(32)),
+            attention: batch.fi.as_ref().map_or(0, flashinfer::Passes::fingerprint),
         };
         let s = self.stream()?;
         graphs.run(key, s, || f(kv))
@@ -506,20 +521,29 @@ impl Backend for CudaBackend {
         )?;
         out.prepare(q.rows, q.cols, Act::Bf16)?; // [n, n_heads * head_dim]
         let op = out.bf16_ptr("attention")?;
-        if let Some((plan, _)) = &batch.fi {
-            let ws = self.inner.fi.lock().unwrap();
-            let ws = ws.as_ref().expect("a planned pass has its workspace");
-            let q_in = match q.dtype() {
+        if let Some(passes) = &batch.fi {
+            let q_bf16: *mut u8 = match q.dtype() {
                 // written in bf16 by qkv_prep
-                Act::Bf16 => flashinfer::Query::Bf16(q.bf16_ptr("attention")?),
-                // converted into the upper half of out's buffer (f32-sized, so it has
-                // room): out's bf16 rows fill the lower half.
-                Act::F32 => flashinfer::Query::F32 {
-                    q: q.f32_ptr("attention")?,
-                    scratch: out.buf.at::<u8>(q.len() * 2).cast(),
-                },
+                Act::Bf16 => q.bf16_ptr("attention")?.cast(),
+                // rounded into the upper half of out's buffer (f32-sized, so it has room):
+                // out's bf16 rows fill the lower half.
+                Act::F32 => {
+                    let scratch = out.buf.at::<u8>(q.len() * 2);
+                    flashinfer::to_bf16(q.f32_ptr("attention")?, scratch.cast(), q.len(), s)?;
+                    scratch
+                }
             };
-            return ws.run(plan, q_in, q.len(), paged.k, paged.v, op, cfg.scale, s);
+            let ws = self.inner.fi.lock().unwrap();
+            let row_bytes = q.cols * 2; // bf16 rows of q and out alike
+            for (slot, plan) in passes.plans.iter().enumerate() {
+                let Some(plan) = plan else { continue };
+                let w = ws[slot].as_ref().expect("a planned pass has its workspace");
+                let at = passes.rows[slot] * row_bytes;
+                // SAFETY: the plan's rows lie inside q and out.
+                let (qp, o) = unsafe { (q_bf16.add(at), op.cast::<u8>().add(at)) };
+                w.run(plan, qp.cast(), paged.k, paged.v, o.cast(), cfg.scale, s)?;
+            }
+            return Ok(());
         }
         let qp = q.f32_ptr("attention")?;
         check(
@@ -769,5 +793,33 @@ impl Backend for CudaBackend {
             });
         }
         Ok(())
+    }
+}
+
+/// One FlashInfer plan's rows of a pass, as its planner reads them (host arrays).
+#[derive(Default)]
+struct Part {
+    qo: Vec<i32>,     // [n_seqs + 1] query row offsets
+    kv_len: Vec<i32>, // [n_seqs]
+    bt_off: Vec<i32>, // [n_seqs + 1] offsets into bt
+    bt: Vec<i32>,     // the block tables, end to end
+}
+
+impl Part {
+    fn push(&mut self, table: &[u32], n_tokens: usize, kv_len: usize) {
+        if self.qo.is_empty() {
+            self.qo.push(0);
+        }
+        self.bt_off.push(self.bt.len() as i32);
+        self.bt.extend(table.iter().map(|&x| x as i32));
+        self.qo.push(self.qo.last().unwrap() + n_tokens as i32);
+        self.kv_len.push(kv_len as i32);
+    }
+
+    fn finish(&mut self) {
+        if self.qo.is_empty() {
+            self.qo.push(0);
+        }
+        self.bt_off.push(self.bt.len() as i32);
     }
 }
