@@ -59,7 +59,7 @@ profile)
   done
   ;;
 fleet)
-  $B/inferd serve --device cuda -m /tmp/q8b --port 8181 --no-prefix-cache --max-batch-tokens 4096 --max-prefill-tokens 4096 --max-prefill-tokens-decoding 1024 >$OUT/serve.log 2>&1 &
+  $B/inferd serve --device cuda -m /tmp/q8b --port 8181 --no-prefix-cache >$OUT/serve.log 2>&1 &
   SP=$!
   for i in $(seq 1 240); do curl -sf http://127.0.0.1:8181/health >/dev/null && break; sleep 0.5; done
   note "server: $(curl -s http://127.0.0.1:8181/health | head -c 300)"
@@ -80,7 +80,7 @@ fleet)
   ;;
 long)
   # Long contexts and a shared brief, with the prefix cache on (the default).
-  $B/inferd serve --device cuda -m /tmp/q8b --port 8182 --max-batch-tokens 8192 --max-prefill-tokens 8192 --max-prefill-tokens-decoding 2048 >$OUT/serve-long.log 2>&1 &
+  $B/inferd serve --device cuda -m /tmp/q8b --port 8182 >$OUT/serve-long.log 2>&1 &
   SP=$!
   for i in $(seq 1 240); do curl -sf http://127.0.0.1:8182/health >/dev/null && break; sleep 0.5; done
   curl -s http://127.0.0.1:8182/metrics > $OUT/metrics-long-0.txt

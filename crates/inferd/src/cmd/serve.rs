@@ -56,9 +56,8 @@ pub struct Args {
     /// Prefill tokens per forward pass when nothing is decoding (default 256; 4096 on a GPU).
     #[arg(long)]
     max_prefill_tokens: Option<usize>,
-    /// Prefill tokens per forward pass while other requests decode (default 128; 1024 on a
-    /// GPU): a long
-    /// prompt is read in slices this size between their tokens.
+    /// Prefill tokens per forward pass while other requests decode (default 128; 2048 on a
+    /// GPU): a long prompt is read in slices this size between their tokens.
     #[arg(long)]
     max_prefill_tokens_decoding: Option<usize>,
     /// Sequences generating at once.
@@ -194,11 +193,16 @@ pub fn run(a: Args) -> Result<()> {
         engine_cfg.block_size = v;
     }
     if on_gpu {
-        // A GPU step costs about the same for 1 and 4096 prompt tokens: larger slices (the
-        // sizes the H200 fleet figures in docs/RESULTS.md were measured with).
+        // A GPU step reads every weight whatever its size, so small slices waste it: up to
+        // 4096 prompt tokens a step, 2048 while others decode (about 50 ms a step on the
+        // H200 for an 8B model). Late slices of a long prompt are not shortened: there
+        // attention runs near the tensor cores' peak (a 2048-token slice at 14k-16k took
+        // 83 ms), and shortening them made 32 prompts of 16k take 54 s instead of ~20.
+        // (The sizes the H200 fleet figures in docs/RESULTS.md were measured with.)
         engine_cfg.sched.max_batch_tokens = GPU_BATCH_TOKENS;
         engine_cfg.sched.max_prefill_tokens = GPU_BATCH_TOKENS;
-        engine_cfg.sched.max_prefill_tokens_decoding = GPU_BATCH_TOKENS / 4;
+        engine_cfg.sched.max_prefill_tokens_decoding = GPU_BATCH_TOKENS / 2;
+        engine_cfg.sched.max_prefill_area_decoding = usize::MAX;
     }
     if let Some(v) = a.max_batch_tokens {
         engine_cfg.sched.max_batch_tokens = v;

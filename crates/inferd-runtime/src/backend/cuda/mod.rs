@@ -57,10 +57,11 @@ pub struct CudaConfig {
 
 /// Passes of at most this many rows run their matrix products as inferd's matrix-vector
 /// kernel (`kernels/gemv.cu`), which reads each weight once at close to the bandwidth
-/// roofline; larger passes use cuBLASLt. (At 8 rows the kernel reads x from L1 eight times
-/// per weight load and ran a decode step in 10.5 ms against cuBLASLt's 6.3: H200,
+/// roofline; larger passes use cuBLASLt. (It reads x from L1 once per row for every
+/// weight load, which costs more with each row: an 8B decode step on the H200 took 5.17 /
+/// 5.67 / 6.75 / 10.5 ms at 1 / 2 / 4 / 8 rows, cuBLASLt's 5.61 / 5.89 / 6.01 / 6.26;
 /// docs/gpu-notes.md.)
-pub const GEMV_MAX_ROWS: usize = 4;
+pub const GEMV_MAX_ROWS: usize = 2;
 
 struct Inner {
     dev: Arc<Device>,
