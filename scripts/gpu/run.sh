@@ -4,7 +4,7 @@
 #   tests    the runtime's test bodies on the GPU (INFERD_REQUIRE_GPU=1), compute-sanitizer
 #            memcheck and racecheck over two of them
 #   model8b  makes the Qwen3-8B-shaped random model (/tmp/q8b) and checks the GPU against
-#            transformers (float32) on it
+#            transformers (float32) on it; make8b only makes it
 #   speed    decode at batch 1/8/32/64 and prefill on /tmp/q8b: graphs + gemv, graphs +
 #            cuBLASLt only, eager
 #   profile  ncu's device time of every kernel of one decode step on /tmp/q8b (batch 1 at
@@ -40,9 +40,10 @@ tests)
   timeout 300 compute-sanitizer --tool racecheck $B/hf_reference --test-threads 1 cuda::qwen3 >$OUT/racecheck.log 2>&1
   note "racecheck hf_reference qwen3: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' $OUT/racecheck.log | tail -1)"
   ;;
-model8b)
+make8b|model8b)
   mkdir -p /tmp/tok && cp $C/tokenizer/* /tmp/tok/ && xz -df /tmp/tok/tokenizer.json.xz
   python3 $C/make_qwen3_8b.py /tmp/q8b /tmp/tok >$OUT/make8b.log 2>&1; note "make 8b: rc=$? $(tail -1 $OUT/make8b.log)"
+  [ $stage = make8b ] && continue
   python3 $C/hf_logits.py /tmp/q8b /tmp/q8b-ref 64 >$OUT/hf.log 2>&1; note "hf logits: rc=$? $(tail -1 $OUT/hf.log)"
   $B/cuda_check hf /tmp/q8b /tmp/q8b-ref.ids.json /tmp/q8b-ref.f32 2>&1 | tee -a $summary
   ;;
