@@ -391,7 +391,7 @@ impl ModelConfig {
                     reason: format!("zero-sized linear-attention dimension in {la:?}"),
                 });
             }
-            if la.n_v_heads % la.n_k_heads != 0 {
+            if !la.n_v_heads.is_multiple_of(la.n_k_heads) {
                 return Err(RuntimeError::BadConfig {
                     path: path.to_string(),
                     reason: format!(

@@ -289,7 +289,7 @@ impl Backend for CpuBackend {
         a: &mut CpuTensor,
         b: &mut CpuTensor,
     ) -> Result<()> {
-        if x.cols % (2 * head_dim) != 0 {
+        if !x.cols.is_multiple_of(2 * head_dim) {
             return Err(RuntimeError::BadBatch(format!(
                 "split_head_pairs: {} columns are not pairs of {head_dim}-wide heads",
                 x.cols
