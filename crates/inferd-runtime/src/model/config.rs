@@ -137,6 +137,8 @@ pub struct ModelConfig {
     pub rope: RopeConfig,
     /// Q/K/V projections carry biases (Qwen2; also HF `attention_bias`).
     pub qkv_bias: bool,
+    /// The attention output projection carries a bias (Qwen3.5 with `attention_bias`).
+    pub o_bias: bool,
     pub qk_norm: bool,
     /// The output projection reuses the token embedding (no separate lm_head tensor).
     pub tied_embeddings: bool,
@@ -262,6 +264,7 @@ impl ModelConfig {
                 },
             },
             qkv_bias: arch.has_qkv_bias(),
+            o_bias: false,
             qk_norm: arch.has_qk_norm(),
             tied_embeddings,
             max_context: g
@@ -337,6 +340,7 @@ impl ModelConfig {
                 style: RopeStyle::Neox,
             },
             qkv_bias: c.attention_bias.unwrap_or(arch.has_qkv_bias()),
+            o_bias: arch == Arch::Qwen35 && c.attention_bias == Some(true),
             qk_norm: arch.has_qk_norm(),
             tied_embeddings: c.tie_word_embeddings,
             max_context: c.max_position_embeddings.unwrap_or(4096),

@@ -15,7 +15,7 @@
 //!   c. q, k = RoPE(q, pos), RoPE(k, pos)            (first rotary_dim of each head)
 //!   d. a = softmax(q·kᵀ/√d + causal mask)·v over the paged KV of each sequence (GQA)
 //!   e. a = a ⊙ sigmoid(gate)                                         (Qwen3.5 only)
-//!   f. out = a·W_oᵀ
+//!   f. out = a·W_oᵀ (+b_o)                              (Qwen3.5 with attention_bias)
 //!
 //! Every activation lives in a [`Workspace`] buffer; the ops write into them.
 
@@ -142,7 +142,14 @@ impl<B: Backend> Decoder<'_, B> {
             b.sigmoid_mul(&mut ws.attn, &ws.attn_gate)?;
         }
         // f. output projection
-        b.linear(&ws.attn, &aw.o, None, batch, Rows::Tokens, &mut ws.out)
+        b.linear(
+            &ws.attn,
+            &aw.o,
+            aw.o_bias.as_ref(),
+            batch,
+            Rows::Tokens,
+            &mut ws.out,
+        )
     }
 
     /// Evaluates a (possibly fused) projection of `h` into `outs` (declaration order):

@@ -72,7 +72,8 @@ pub fn fingerprint(cfg: &ModelConfig, files: &[WeightsFile<'_>]) -> Result<Strin
         for k in &cfg.layer_kinds {
             h.update([(*k == super::config::LayerKind::LinearAttention) as u8]);
         }
-        let extra: [u64; 7] = [
+        let extra: [u64; 8] = [
+            cfg.o_bias as u64,
             la.n_k_heads as u64,
             la.n_v_heads as u64,
             la.k_head_dim as u64,

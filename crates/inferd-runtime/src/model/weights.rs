@@ -52,6 +52,8 @@ pub struct AttentionWeights<W> {
     pub q_norm: Option<W>,
     pub k_norm: Option<W>,
     pub o: W,
+    /// `o_proj`'s bias (`ModelConfig::o_bias`).
+    pub o_bias: Option<W>,
 }
 
 pub struct Weights<W> {
@@ -170,6 +172,11 @@ impl<B: Backend> Loader<'_, B> {
                 None
             },
             o: self.one(&n(Layer::O), &[c.hidden, c.q_dim()])?,
+            o_bias: if c.o_bias {
+                Some(self.one(&n(Layer::OBias), &[c.hidden])?)
+            } else {
+                None
+            },
         })
     }
 
