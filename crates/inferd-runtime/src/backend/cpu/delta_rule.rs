@@ -24,6 +24,7 @@
 //! fixed absolute positions (multiples of [`DELTA_CHUNK`]): a piece that starts inside
 //! one first finishes it, so a chunk boundary never depends on how a prompt was split.
 
+use super::simd;
 use crate::backend::DELTA_CHUNK;
 
 /// One head's inputs for `L` tokens: q, k `[L, dk]` (L2-normalized, q also scaled by
@@ -59,19 +60,28 @@ impl HeadInputs<'_> {
     }
 }
 
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
-/// `acc += s · x`
-fn axpy(acc: &mut [f32], s: f32, x: &[f32]) {
-    for (a, &v) in acc.iter_mut().zip(x) {
-        *a += s * v;
-    }
-}
+use simd::axpy;
 
 /// Token by token from state `s` `[dk, dv]` (updated) -> out `[L, dv]`.
 pub fn recurrent(x: HeadInputs<'_>, s: &mut [f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if simd::has_avx2() {
+        // SAFETY: the CPU has AVX2 and FMA (checked at run time).
+        return unsafe { recurrent_avx2(x, s, out) };
+    }
+    recurrent_body(x, s, out)
+}
+
+/// [`recurrent_body`] compiled for AVX2 + FMA (a named function: a closure handed to
+/// `simd::with_avx2` is not reliably inlined into it).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn recurrent_avx2(x: HeadInputs<'_>, s: &mut [f32], out: &mut [f32]) {
+    recurrent_body(x, s, out)
+}
+
+#[inline(always)]
+fn recurrent_body(x: HeadInputs<'_>, s: &mut [f32], out: &mut [f32]) {
     let (dk, dv) = (x.dk, x.dv);
     let mut kv_mem = vec![0.0f32; dv]; // [dv]
     for t in 0..x.len() {
@@ -108,6 +118,23 @@ pub fn recurrent(x: HeadInputs<'_>, s: &mut [f32], out: &mut [f32]) {
 /// The chunked form over tokens at absolute positions `start_pos..`, from state `s`
 /// `[dk, dv]` (updated) -> out `[L, dv]`.
 pub fn chunked(x: HeadInputs<'_>, start_pos: usize, s: &mut [f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if simd::has_avx2() {
+        // SAFETY: the CPU has AVX2 and FMA (checked at run time).
+        return unsafe { chunked_avx2(x, start_pos, s, out) };
+    }
+    chunked_body(x, start_pos, s, out)
+}
+
+/// [`chunked_body`] compiled for AVX2 + FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn chunked_avx2(x: HeadInputs<'_>, start_pos: usize, s: &mut [f32], out: &mut [f32]) {
+    chunked_body(x, start_pos, s, out)
+}
+
+#[inline(always)]
+fn chunked_body(x: HeadInputs<'_>, start_pos: usize, s: &mut [f32], out: &mut [f32]) {
     let mut i = 0;
     while i < x.len() {
         let len = (x.len() - i).min(DELTA_CHUNK - (start_pos + i) % DELTA_CHUNK);
@@ -116,13 +143,60 @@ pub fn chunked(x: HeadInputs<'_>, start_pos: usize, s: &mut [f32], out: &mut [f3
     }
 }
 
-/// One chunk (at most [`DELTA_CHUNK`] tokens) in the WY / UT form (module docs).
+/// `out += a · b` for row-major a `[m, kd]`, b `[kd, n]`, out `[m, n]`: register tiles
+/// of 4 rows × 16 columns, the sum over kd in order for every output.
+#[inline(always)]
+fn matmul_acc(out: &mut [f32], a: &[f32], b: &[f32], m: usize, kd: usize, n: usize) {
+    const MR: usize = 4;
+    const NR: usize = 16;
+    let mut i0 = 0;
+    while i0 < m {
+        let mr = MR.min(m - i0);
+        let mut j0 = 0;
+        while j0 < n {
+            let nr = NR.min(n - j0);
+            let mut acc = [[0f32; NR]; MR];
+            if mr == MR && nr == NR {
+                let rows: [&[f32]; MR] =
+                    std::array::from_fn(|r| &a[(i0 + r) * kd..(i0 + r + 1) * kd]);
+                for (kk, brow) in b.chunks_exact(n).take(kd).enumerate() {
+                    let bv: [f32; NR] = brow[j0..j0 + NR].try_into().unwrap();
+                    for r in 0..MR {
+                        let av = rows[r][kk];
+                        for cc in 0..NR {
+                            acc[r][cc] += av * bv[cc];
+                        }
+                    }
+                }
+            } else {
+                for kk in 0..kd {
+                    let bv = &b[kk * n + j0..kk * n + j0 + nr];
+                    for (r, accr) in acc.iter_mut().enumerate().take(mr) {
+                        let av = a[(i0 + r) * kd + kk];
+                        for (c, &bc) in bv.iter().enumerate() {
+                            accr[c] += av * bc;
+                        }
+                    }
+                }
+            }
+            for (r, accr) in acc.iter().enumerate().take(mr) {
+                let o = &mut out[(i0 + r) * n + j0..(i0 + r) * n + j0 + nr];
+                for (ov, &av) in o.iter_mut().zip(accr) {
+                    *ov += av;
+                }
+            }
+            j0 += NR;
+        }
+        i0 += MR;
+    }
+}
+
+/// One chunk (at most [`DELTA_CHUNK`] tokens) in the WY / UT form (module docs); the
+/// three `[L, dk] × [dk, dv]`-sized products run as register-tiled matrix products.
+#[inline(always)]
 fn one_chunk(x: HeadInputs<'_>, s: &mut [f32], out: &mut [f32]) {
     let (l, dk, dv) = (x.len(), x.dk, x.dv);
-    let row = |m: &[f32], i: usize, d: usize| -> std::ops::Range<usize> {
-        debug_assert!(m.len() >= (i + 1) * d);
-        i * d..(i + 1) * d
-    };
+    let krow = |i: usize| &x.k[i * dk..(i + 1) * dk];
     // c: cumulative log decay in the chunk.  [L]
     let mut c = vec![0.0f32; l];
     let mut acc = 0.0f32;
@@ -130,12 +204,29 @@ fn one_chunk(x: HeadInputs<'_>, s: &mut [f32], out: &mut [f32]) {
         acc += g;
         *ci = acc;
     }
+    // decay[i][j] = exp(c_i - c_j) for j ≤ i, 0 above.  [L, L]
+    let mut decay = vec![0.0f32; l * l];
+    for i in 0..l {
+        for j in 0..=i {
+            decay[i * l + j] = (c[i] - c[j]).exp();
+        }
+    }
+    // Kᵀ [dk, L]; G = K Kᵀ and Q Kᵀ [L, L] as matrix products
+    let mut kt = vec![0.0f32; dk * l];
+    for j in 0..l {
+        for (a_, &kv) in krow(j).iter().enumerate() {
+            kt[a_ * l + j] = kv;
+        }
+    }
+    let mut gram = vec![0.0f32; l * l];
+    matmul_acc(&mut gram, x.k, &kt, l, dk, l);
+    let mut qk = vec![0.0f32; l * l];
+    matmul_acc(&mut qk, x.q, &kt, l, dk, l);
     // A: strictly lower, A_ij = beta_i (k_i·k_j) exp(c_i - c_j).  [L, L]
     let mut a = vec![0.0f32; l * l];
     for i in 0..l {
-        let ki = &x.k[row(x.k, i, dk)];
         for j in 0..i {
-            a[i * l + j] = x.beta[i] * dot(ki, &x.k[row(x.k, j, dk)]) * (c[i] - c[j]).exp();
+            a[i * l + j] = x.beta[i] * gram[i * l + j] * decay[i * l + j];
         }
     }
     // U = (I + A)⁻¹ diag(beta) V  [L, dv];  W = (I + A)⁻¹ diag(beta exp(c)) K  [L, dk]
@@ -144,13 +235,13 @@ fn one_chunk(x: HeadInputs<'_>, s: &mut [f32], out: &mut [f32]) {
     for i in 0..l {
         let (done_u, rest_u) = u.split_at_mut(i * dv);
         let ui = &mut rest_u[..dv];
-        for (o, &vv) in ui.iter_mut().zip(&x.v[row(x.v, i, dv)]) {
+        for (o, &vv) in ui.iter_mut().zip(&x.v[i * dv..(i + 1) * dv]) {
             *o = vv * x.beta[i];
         }
         let (done_w, rest_w) = w.split_at_mut(i * dk);
         let wi = &mut rest_w[..dk];
         let e = c[i].exp();
-        for (o, &kv) in wi.iter_mut().zip(&x.k[row(x.k, i, dk)]) {
+        for (o, &kv) in wi.iter_mut().zip(krow(i)) {
             *o = kv * x.beta[i] * e;
         }
         for j in 0..i {
@@ -161,44 +252,42 @@ fn one_chunk(x: HeadInputs<'_>, s: &mut [f32], out: &mut [f32]) {
     }
     // V' = U - W S  [L, dv]
     let mut vn = u;
+    w.iter_mut().for_each(|v| *v = -*v);
+    matmul_acc(&mut vn, &w, s, l, dk, dv);
+    // O = (exp(c) ⊙ Q) S + P V', P_ij = (q_i·k_j) exp(c_i - c_j) for j ≤ i  [L, dv]
+    let mut qd = vec![0.0f32; l * dk]; // [L, dk]
     for i in 0..l {
-        let vi = &mut vn[i * dv..(i + 1) * dv];
-        for (ax, srow) in w[i * dk..(i + 1) * dk].iter().zip(s.chunks_exact(dv)) {
-            axpy(vi, -ax, srow);
-        }
-    }
-    // O_i = (exp(c_i) q_i)ᵀ S + Σ_{j≤i} (q_i·k_j) exp(c_i - c_j) V'_j
-    for i in 0..l {
-        let qi = &x.q[row(x.q, i, dk)];
-        let oi = &mut out[i * dv..(i + 1) * dv];
-        oi.fill(0.0);
         let e = c[i].exp();
-        for (&qa, srow) in qi.iter().zip(s.chunks_exact(dv)) {
-            axpy(oi, qa * e, srow);
-        }
-        let mut intra = vec![0.0f32; dv];
-        for j in 0..=i {
-            let wij = dot(qi, &x.k[row(x.k, j, dk)]) * (c[i] - c[j]).exp();
-            axpy(&mut intra, wij, &vn[j * dv..(j + 1) * dv]);
-        }
-        for (o, v) in oi.iter_mut().zip(&intra) {
-            *o += v;
+        for (o, &qv) in qd[i * dk..(i + 1) * dk]
+            .iter_mut()
+            .zip(&x.q[i * dk..(i + 1) * dk])
+        {
+            *o = qv * e;
         }
     }
-    // S ← exp(c_L) S + Σ_j exp(c_L - c_j) k_j ⊗ V'_j
+    let mut p = vec![0.0f32; l * l]; // [L, L]
+    for i in 0..l {
+        for j in 0..=i {
+            p[i * l + j] = qk[i * l + j] * decay[i * l + j];
+        }
+    }
+    out.fill(0.0);
+    matmul_acc(out, &qd, s, l, dk, dv);
+    matmul_acc(out, &p, &vn, l, l, dv);
+    // S ← exp(c_L) S + Kdᵀ V', Kd_j = exp(c_L - c_j) k_j
     let last = c[l - 1];
     let total = last.exp();
     for e in s.iter_mut() {
         *e *= total;
     }
+    let mut kdt = vec![0.0f32; dk * l]; // [dk, L]
     for j in 0..l {
-        let kj = &x.k[row(x.k, j, dk)];
         let dj = (last - c[j]).exp();
-        let vj = &vn[j * dv..(j + 1) * dv];
-        for (&ka, srow) in kj.iter().zip(s.chunks_exact_mut(dv)) {
-            axpy(srow, ka * dj, vj);
+        for (a_, &kv) in krow(j).iter().enumerate() {
+            kdt[a_ * l + j] = kv * dj;
         }
     }
+    matmul_acc(s, &kdt, &vn, dk, l, dv);
 }
 
 #[cfg(test)]
