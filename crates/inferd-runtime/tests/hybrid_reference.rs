@@ -423,3 +423,16 @@ macro_rules! backend_tests {
 }
 
 backend_tests!(cpu, CpuBackend::new());
+
+/// The CUDA backend has no Gated DeltaNet ops yet: it refuses hybrid models at load,
+/// with a message that says so.
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_refuses_hybrid_models() {
+    let Some(backend) = cuda() else { return };
+    let e = Model::load(backend, &model_dir(MODELS[0]))
+        .err()
+        .expect("a hybrid model loads on CUDA")
+        .to_string();
+    assert!(e.contains("does not run linear-attention layers"), "{e}");
+}
