@@ -112,6 +112,13 @@ impl ForwardBatch {
     /// Checks that every chunk names a distinct state slot of a pool of `slots` (for
     /// models with a recurrent state).
     pub fn validate_state_slots(&self, slots: usize) -> Result<(), String> {
+        if slots == 0 && !self.seqs.is_empty() {
+            return Err(
+                "the KV pool has no recurrent-state slots, and a hybrid model's \
+                        sequences each run in one (Model::kv_layout_with_states)"
+                    .into(),
+            );
+        }
         let mut seen = std::collections::HashSet::new();
         for (i, s) in self.seqs.iter().enumerate() {
             if s.state_slot as usize >= slots {

@@ -310,12 +310,14 @@ impl ModelConfig {
         } else {
             (c.head_dim(), c.n_kv_heads())
         };
-        let (theta, partial) = if arch == Arch::Qwen35 {
-            qwen35_rope(c)
+        let (theta, rotary_dim) = if arch == Arch::Qwen35 {
+            let (theta, partial) = qwen35_rope(c);
+            // int(head_dim * factor) in double precision, as transformers computes it.
+            (theta, (head_dim as f64 * partial) as usize)
         } else {
-            (c.rope_theta, c.partial_rotary_factor.unwrap_or(1.0))
+            let partial = c.partial_rotary_factor.unwrap_or(1.0);
+            (c.rope_theta, (head_dim as f32 * partial) as usize)
         };
-        let rotary_dim = (head_dim as f64 * partial as f64) as usize;
         if let Some(s) = &c.rope_scaling {
             if !s.is_null() {
                 return Err(RuntimeError::BadConfig {
@@ -483,7 +485,7 @@ fn layer_kinds(c: &HfConfig, arch: Arch, path: &str) -> Result<Vec<LayerKind>> {
 /// in `rope_parameters` win; the top-level keys only fill what it lacks (transformers
 /// keeps a stale top-level `partial_rotary_factor` beside them); the factor defaults to
 /// 0.25, theta to 10000.
-fn qwen35_rope(c: &HfConfig) -> (f32, f32) {
+fn qwen35_rope(c: &HfConfig) -> (f32, f64) {
     let rp = |k: &str| {
         c.raw
             .get("rope_parameters")
@@ -497,7 +499,7 @@ fn qwen35_rope(c: &HfConfig) -> (f32, f32) {
     let partial = rp("partial_rotary_factor")
         .or_else(|| top("partial_rotary_factor"))
         .unwrap_or(0.25);
-    (theta as f32, partial as f32)
+    (theta as f32, partial)
 }
 
 /// The Gated DeltaNet dimensions of a Qwen3.5 config (transformers' defaults where a
