@@ -378,6 +378,25 @@ fn bad_state_slots_are_refused<B: Backend>(backend: B) {
     assert!(e.contains("out of range"), "{e}");
 }
 
+/// Dense models keep no state: their pools have an empty state layout whatever the slot
+/// count asked, and their chunks' state slots are ignored.
+fn dense_models_have_no_state<B: Backend>(backend: B) {
+    let model = Model::load(backend, &repo_root().join("fixtures/models/qwen3")).unwrap();
+    let layout = model.kv_layout_with_states(8, 4, inferd_runtime::KvDtype::F32, 16);
+    assert_eq!(layout.state, inferd_runtime::StateLayout::default());
+    assert_eq!(layout.state.slot_bytes(), 0);
+    assert_eq!(layout, model.kv_layout(8, 4, inferd_runtime::KvDtype::F32));
+    let mut run = Runner::new(&model, 16);
+    let (_, t) = run.new_seq(3);
+    let mut a = ForwardBatch::default();
+    a.push_in_slot(&[5, 6, 7], 0, 3, t.clone(), 999, true);
+    let mut b = ForwardBatch::default();
+    b.push(&[5, 6, 7], 0, 3, t, true);
+    let la = model.forward(&mut run.kv, &run.layout, &a).unwrap();
+    let lb = model.forward(&mut run.kv, &run.layout, &b).unwrap();
+    assert_eq!(la, lb);
+}
+
 macro_rules! backend_tests {
     ($modname:ident, $backend:expr) => {
         mod $modname {
@@ -417,6 +436,10 @@ macro_rules! backend_tests {
             #[test]
             fn hybrid_bad_state_slots_are_refused() {
                 bad_state_slots_are_refused($backend);
+            }
+            #[test]
+            fn dense_models_keep_no_state() {
+                dense_models_have_no_state($backend);
             }
         }
     };
