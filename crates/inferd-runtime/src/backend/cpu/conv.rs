@@ -29,6 +29,13 @@ pub fn causal_conv1d_silu(
     let (dim, taps) = (cfg.conv_dim(), cfg.conv_kernel);
     let hist = taps - 1;
     let per_slot = pool.layout.conv_elems; // hist * dim
+                                           // The kernel tap-major, so each tap is one pass over contiguous channels.
+    let mut wt = vec![0.0f32; taps * dim]; // [taps, dim]
+    for c in 0..dim {
+        for i in 0..taps {
+            wt[i * dim + c] = w[c * taps + i];
+        }
+    }
     let plane = &mut pool.conv[layer];
     // Per chunk: its slot's state, its input rows and its output rows (disjoint).
     let mut states: Vec<Option<&mut [f32]>> = if per_slot == 0 {
@@ -71,10 +78,9 @@ pub fn causal_conv1d_silu(
         for t in 0..s.n_tokens {
             let dst = &mut o[t * dim..(t + 1) * dim];
             dst.fill(0.0);
-            for i in 0..taps {
-                let src = row(t + i);
-                for (c, (d, &xv)) in dst.iter_mut().zip(src).enumerate() {
-                    *d += w[c * taps + i] * xv;
+            for (i, wi) in wt.chunks_exact(dim).enumerate() {
+                for ((d, &xv), &wv) in dst.iter_mut().zip(row(t + i)).zip(wi) {
+                    *d += wv * xv;
                 }
             }
             for d in dst.iter_mut() {
