@@ -107,12 +107,20 @@ impl HfConfig {
             return Err(json_err("config is not a JSON object".into()));
         }
         // Multimodal wrappers keep the language model in `text_config`.
+        // The wrapper's own `tie_word_embeddings` decides whether its lm_head is tied
+        // (transformers ties by the top-level flag, whatever the text config says).
         let top_architectures = root.get("architectures").cloned();
+        let top_tie = root.get("tie_word_embeddings").cloned();
         if root.get("hidden_size").is_none() {
             if let Some(text_cfg) = root.get("text_config").filter(|v| v.is_object()) {
                 let mut inner = text_cfg.clone();
-                if let (Some(obj), Some(arch)) = (inner.as_object_mut(), top_architectures) {
-                    obj.entry("architectures").or_insert(arch);
+                if let Some(obj) = inner.as_object_mut() {
+                    if let Some(arch) = top_architectures {
+                        obj.entry("architectures").or_insert(arch);
+                    }
+                    if let Some(tie) = top_tie.filter(Value::is_boolean) {
+                        obj.insert("tie_word_embeddings".into(), tie);
+                    }
                 }
                 root = inner;
             }
@@ -278,5 +286,21 @@ mod tests {
         assert!(err
             .to_string()
             .contains("inferd-formats-no-such-dir/config.json"));
+    }
+
+    #[test]
+    fn a_nested_config_ties_by_the_wrappers_flag() {
+        let text = r#"{"architectures": ["Qwen3_5ForConditionalGeneration"],
+            "model_type": "qwen3_5", "tie_word_embeddings": true,
+            "text_config": {"model_type": "qwen3_5_text", "hidden_size": 8,
+              "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+              "rms_norm_eps": 1e-6, "vocab_size": 10, "tie_word_embeddings": false}}"#;
+        let c = HfConfig::from_json_str(text, Path::new("config.json")).unwrap();
+        assert!(c.tie_word_embeddings);
+        assert_eq!(c.model_type.as_deref(), Some("qwen3_5_text"));
+        assert_eq!(
+            c.architectures.as_deref(),
+            Some(&["Qwen3_5ForConditionalGeneration".to_string()][..])
+        );
     }
 }

@@ -18,6 +18,11 @@ pub struct SeqChunk {
     /// (CPU: prompt rows in f32, generated rows with 8-bit activations), so a token's result
     /// never depends on what else is in the batch or how the prompt was chunked.
     pub prompt_len: usize,
+    /// The recurrent-state slot the sequence runs in (hybrid models; see
+    /// [`crate::kv::state`]): a chunk at position 0 starts from a zero state, any other
+    /// from the slot's contents, and leaves the state after its last token there. Slots
+    /// of one pass are distinct. Ignored by models without linear-attention layers.
+    pub state_slot: u32,
 }
 
 impl SeqChunk {
@@ -44,13 +49,27 @@ impl ForwardBatch {
     }
 
     /// Append one sequence's chunk (positions `start_pos..`, see [`SeqChunk::prompt_len`]);
-    /// `want_logits` asks for the logits of its last token.
+    /// `want_logits` asks for the logits of its last token. Its state slot is 0 (see
+    /// [`ForwardBatch::push_in_slot`]).
     pub fn push(
         &mut self,
         tokens: &[u32],
         start_pos: usize,
         prompt_len: usize,
         block_table: Vec<u32>,
+        want_logits: bool,
+    ) {
+        self.push_in_slot(tokens, start_pos, prompt_len, block_table, 0, want_logits)
+    }
+
+    /// [`ForwardBatch::push`] for a sequence running in recurrent-state slot `state_slot`.
+    pub fn push_in_slot(
+        &mut self,
+        tokens: &[u32],
+        start_pos: usize,
+        prompt_len: usize,
+        block_table: Vec<u32>,
+        state_slot: u32,
         want_logits: bool,
     ) {
         let token_start = self.tokens.len();
@@ -61,6 +80,7 @@ impl ForwardBatch {
             start_pos,
             block_table,
             prompt_len,
+            state_slot,
         });
         if want_logits && !tokens.is_empty() {
             self.logits_rows.push(token_start + tokens.len() - 1);
@@ -87,6 +107,34 @@ impl ForwardBatch {
             }
         }
         g
+    }
+
+    /// Checks that every chunk names a distinct state slot of a pool of `slots` (for
+    /// models with a recurrent state).
+    pub fn validate_state_slots(&self, slots: usize) -> Result<(), String> {
+        if slots == 0 && !self.seqs.is_empty() {
+            return Err(
+                "the KV pool has no recurrent-state slots, and a hybrid model's \
+                        sequences each run in one (Model::kv_layout_with_states)"
+                    .into(),
+            );
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, s) in self.seqs.iter().enumerate() {
+            if s.state_slot as usize >= slots {
+                return Err(format!(
+                    "chunk {i}: state slot {} out of range (pool has {slots})",
+                    s.state_slot
+                ));
+            }
+            if !seen.insert(s.state_slot) {
+                return Err(format!(
+                    "chunk {i}: state slot {} is used by another chunk of the pass",
+                    s.state_slot
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Checks that chunks tile the tokens, block tables cover the KV, and rows are in range.
@@ -140,5 +188,23 @@ mod tests {
         assert!(b.validate(16, 3).is_ok());
         assert!(b.validate(8, 3).unwrap_err().contains("block table"));
         assert!(b.validate(16, 2).unwrap_err().contains("out of range"));
+    }
+
+    #[test]
+    fn state_slots_are_in_range_and_distinct() {
+        let mut b = ForwardBatch::default();
+        b.push_in_slot(&[1, 2], 0, 2, vec![0], 3, true);
+        b.push_in_slot(&[9], 17, 17, vec![1, 2], 1, true);
+        assert_eq!(b.seqs[0].state_slot, 3);
+        assert!(b.validate_state_slots(4).is_ok());
+        assert!(b
+            .validate_state_slots(3)
+            .unwrap_err()
+            .contains("out of range"));
+        b.push_in_slot(&[5], 4, 4, vec![3], 1, false);
+        assert!(b
+            .validate_state_slots(4)
+            .unwrap_err()
+            .contains("another chunk"));
     }
 }

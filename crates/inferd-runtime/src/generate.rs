@@ -65,7 +65,13 @@ pub fn generate<B: Backend>(
             model.cfg.max_context
         )));
     }
-    let layout = model.kv_layout(total.div_ceil(cfg.block_size), cfg.block_size, KvDtype::F32);
+    // One sequence: one recurrent-state slot (slot 0, what `push` names) for hybrid models.
+    let layout = model.kv_layout_with_states(
+        total.div_ceil(cfg.block_size),
+        cfg.block_size,
+        KvDtype::F32,
+        1,
+    );
     let mut kv = model.alloc_kv(&layout)?;
     let mut kvm = KvManager::new(layout.num_blocks, layout.block_size);
     let table = kvm

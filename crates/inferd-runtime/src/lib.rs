@@ -5,7 +5,7 @@
 //! - [`kv`]: the paged KV-cache layout (blocks of tokens addressed through block tables).
 //! - [`batch`]: the typed description of one forward pass over many sequences.
 //! - [`model`]: model configs, weight loading with validation, and the decoder
-//!   architectures (Llama, Qwen2, Qwen3).
+//!   architectures (Llama, Qwen2, Qwen3, the Qwen3.5 hybrid).
 //! - [`generate`]: a small single-sequence driver used by the CLI and tests.
 
 pub mod backend;
@@ -21,7 +21,7 @@ pub use backend::cuda::{CudaBackend, CudaConfig};
 pub use backend::{Backend, DeviceTensor, Rows, SampleRow};
 pub use batch::{ForwardBatch, SeqChunk};
 pub use error::RuntimeError;
-pub use kv::{KvDtype, KvLayout};
-pub use model::{Arch, LayerKind, Model, ModelConfig, Workspace};
+pub use kv::{KvDtype, KvLayout, StateLayout};
+pub use model::{Arch, LayerKind, LinearAttnConfig, Model, ModelConfig, Workspace};
 
 pub type Result<T> = std::result::Result<T, RuntimeError>;

@@ -23,6 +23,13 @@
 //!   scores use the dequantized `k - c` as is (softmax makes that exact, see
 //!   [`crate::kv`]). Exported Q8 blocks hold `k - c`, the same on every backend.
 //! - Ops are deterministic for the same inputs and batch composition.
+//! - Hybrid models (v3): the KV pool also holds the recurrent-state slots of its
+//!   layout's [`crate::kv::StateLayout`]; the DeltaNet ops (`causal_conv1d_silu`,
+//!   `gated_delta_rule`) read each chunk's state from its `state_slot` (zero for a chunk
+//!   at position 0) and leave the state after the chunk's last token there. Slots are
+//!   copied, exported and imported in batches like blocks. A backend without these ops
+//!   says so in [`Backend::supports_linear_attention`] and `Model::load` refuses hybrid
+//!   models on it.
 
 pub mod cpu;
 #[cfg(feature = "cuda")]
@@ -37,7 +44,12 @@ use inferd_core::sampling::{Extra, Sampled, Sampler};
 
 use crate::batch::ForwardBatch;
 use crate::kv::KvLayout;
+use crate::model::LinearAttnConfig;
 use crate::Result;
+
+/// Tokens per chunk of the delta rule's chunked form; chunks start at absolute positions
+/// that are multiples of it (transformers' and fla's chunk size).
+pub const DELTA_CHUNK: usize = 64;
 
 /// How rotary embedding pairs dimensions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,6 +142,10 @@ pub trait Backend: Send + Sync {
     /// Loads a weight. Several names are concatenated along rows (fused
     /// projections, e.g. Q|K|V); they must share dtype and trailing dimensions.
     fn load_weight(&self, src: &SharedSource, names: &[&str]) -> Result<Self::Weight>;
+    /// Loads tensor `name`, whatever its rank, as a vector of its values in row-major
+    /// order, in f32, each plus `add` (a zero-centred norm's `1 + w`; a convolution's
+    /// `[channels, 1, taps]` kernel as `[channels * taps]`).
+    fn load_vector(&self, src: &SharedSource, name: &str, add: f32) -> Result<Self::Weight>;
     /// A zeroed KV pool of `layout` (its dtype decides the storage; a backend refuses
     /// dtypes it does not implement with `RuntimeError::Kv`).
     ///
@@ -157,6 +173,23 @@ pub trait Backend: Send + Sync {
     /// images in order). A wrong length or a block outside the pool is a
     /// `RuntimeError::Kv` (nothing is written then).
     fn import_blocks(&self, kv: &mut Self::Kv, blocks: &[u32], data: &[u8]) -> Result<()>;
+    /// Whether the backend runs Gated DeltaNet layers (the ops below and the state
+    /// slots); `Model::load` refuses hybrid models on a backend that does not.
+    fn supports_linear_attention(&self) -> bool {
+        false
+    }
+    /// For each `(src, dst)` in order, copies recurrent-state slot `src` over `dst` in
+    /// every linear layer, conv and delta state (snapshot: running → snapshot slot;
+    /// restore: the reverse). `src == dst` is a no-op; a slot outside the pool is a
+    /// `RuntimeError::Kv` (nothing is copied then).
+    fn copy_state_slots(&self, kv: &mut Self::Kv, copies: &[(u32, u32)]) -> Result<()>;
+    /// Serializes state `slots` into `out`, exactly `slots.len()` ×
+    /// [`crate::kv::StateLayout::slot_bytes`] long, one image after the other (the
+    /// little-endian image documented there; the same on every backend).
+    fn export_state_slots(&self, kv: &Self::Kv, slots: &[u32], out: &mut [u8]) -> Result<()>;
+    /// The inverse of [`Backend::export_state_slots`]. A wrong length or a slot outside
+    /// the pool is a `RuntimeError::Kv` (nothing is written then).
+    fn import_state_slots(&self, kv: &mut Self::Kv, slots: &[u32], data: &[u8]) -> Result<()>;
     fn prepare_batch(
         &self,
         batch: &ForwardBatch,
@@ -249,6 +282,91 @@ pub trait Backend: Send + Sync {
         layer: usize,
         batch: &Self::Batch,
         cfg: &AttnConfig,
+        out: &mut Self::Tensor,
+    ) -> Result<()>;
+    /// Splits every `2 * head_dim` slice of each row into its halves: the first into
+    /// `a`, the second into `b` (Qwen3.5's Q projection: each head's query, then its
+    /// output gate).  x [n, heads * 2 * head_dim] -> a, b [n, heads * head_dim]
+    fn split_head_pairs(
+        &self,
+        x: &Self::Tensor,
+        head_dim: usize,
+        a: &mut Self::Tensor,
+        b: &mut Self::Tensor,
+    ) -> Result<()>;
+    /// The attention output gate, in place: `x *= sigmoid(gate)`.  [n, d], [n, d]
+    fn sigmoid_mul(&self, x: &mut Self::Tensor, gate: &Self::Tensor) -> Result<()>;
+    /// The causal depthwise convolution of a Gated DeltaNet over Q|K|V, then SiLU:
+    /// `out[t][c] = silu(Σ_i w[c][i] · x[t - (taps-1) + i][c])`, where rows before a
+    /// chunk's first token come from its state slot's conv state in state layer
+    /// `layer` (zeros for a chunk at position 0); the slot keeps the chunk's last
+    /// `taps - 1` input rows after.  x [n, conv_dim], w [conv_dim * taps] -> out [n, conv_dim]
+    #[allow(clippy::too_many_arguments)]
+    fn causal_conv1d_silu(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Weight,
+        kv: &mut Self::Kv,
+        layer: usize,
+        batch: &Self::Batch,
+        cfg: &LinearAttnConfig,
+        out: &mut Self::Tensor,
+    ) -> Result<()>;
+    /// L2-normalizes every `head_dim` slice of each row in place, then scales it:
+    /// `x · rsqrt(Σx² + eps) · scale`.
+    fn l2_norm_heads(
+        &self,
+        x: &mut Self::Tensor,
+        head_dim: usize,
+        eps: f32,
+        scale: f32,
+    ) -> Result<()>;
+    /// The DeltaNet's per-head gates: decay `g = -exp(a_log) · softplus(a + dt_bias)`
+    /// (log space, ≤ 0) and `beta = sigmoid(b)`.
+    /// a, b [n, n_v_heads]; a_log, dt_bias [n_v_heads] -> g, beta [n, n_v_heads]
+    #[allow(clippy::too_many_arguments)]
+    fn delta_gates(
+        &self,
+        a: &Self::Tensor,
+        b: &Self::Tensor,
+        a_log: &Self::Weight,
+        dt_bias: &Self::Weight,
+        g: &mut Self::Tensor,
+        beta: &mut Self::Tensor,
+    ) -> Result<()>;
+    /// The gated delta rule of every chunk, from and into its state slot of state layer
+    /// `layer` (zero for a chunk at position 0). Per value head h (key head
+    /// `h / (n_v_heads / n_k_heads)`), with S `[k_head_dim, v_head_dim]`, per token:
+    /// `S = exp(g)·S; S += k ⊗ (beta·(v - Sᵀk)); o = Sᵀq`. A prompt piece runs in the
+    /// chunked parallel form over chunks of [`DELTA_CHUNK`] tokens at fixed absolute
+    /// positions (multiples of it; a piece starting inside one first finishes it); a
+    /// one-token chunk (decode) runs the recurrent step.
+    /// q, k [n, n_k_heads * k_head_dim] (normalized, q scaled), v [n, value_dim],
+    /// g, beta [n, n_v_heads] -> out [n, value_dim]
+    #[allow(clippy::too_many_arguments)]
+    fn gated_delta_rule(
+        &self,
+        q: &Self::Tensor,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        g: &Self::Tensor,
+        beta: &Self::Tensor,
+        kv: &mut Self::Kv,
+        layer: usize,
+        batch: &Self::Batch,
+        cfg: &LinearAttnConfig,
+        out: &mut Self::Tensor,
+    ) -> Result<()>;
+    /// The DeltaNet's gated RMSNorm, per `head_dim` slice:
+    /// `out = x · rsqrt(mean(x²) + eps) · w · silu(z)`.
+    /// x, z [n, heads * head_dim], w [head_dim] -> out [n, heads * head_dim]
+    fn gated_rms_norm(
+        &self,
+        x: &Self::Tensor,
+        z: &Self::Tensor,
+        w: &Self::Weight,
+        head_dim: usize,
+        eps: f32,
         out: &mut Self::Tensor,
     ) -> Result<()>;
     /// SwiGLU's gating: `silu(gate) * up`.  [n, ffn], [n, ffn] -> out [n, ffn]

@@ -43,6 +43,9 @@
 //! little), as are F32 K and V.
 
 pub mod q8;
+pub mod state;
+
+pub use state::StateLayout;
 
 /// Element type of stored K/V.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -98,6 +101,9 @@ pub struct KvLayout {
     pub block_size: usize,
     pub num_blocks: usize,
     pub dtype: KvDtype,
+    /// The recurrent-state pool allocated beside the blocks (hybrid models; empty for
+    /// dense ones). Not part of a block's image.
+    pub state: StateLayout,
 }
 
 impl KvLayout {
@@ -201,6 +207,7 @@ mod tests {
             block_size: 5,
             num_blocks: 6,
             dtype,
+            state: StateLayout::default(),
         }
     }
 

@@ -15,6 +15,10 @@ pub enum Arch {
     Qwen2,
     /// Qwen3 dense: Llama + RMSNorm on each head of Q and K before RoPE.
     Qwen3,
+    /// Qwen3.5 hybrid (HF `qwen3_5`): Gated DeltaNet layers between gated full-attention
+    /// layers (QK-norm, partial rotary, a sigmoid output gate), zero-centred RMSNorm
+    /// weights (`x̂ · (1 + w)`).
+    Qwen35,
 }
 
 impl Arch {
@@ -23,6 +27,10 @@ impl Arch {
             "llama" | "LlamaForCausalLM" => Some(Arch::Llama),
             "qwen2" | "Qwen2ForCausalLM" => Some(Arch::Qwen2),
             "qwen3" | "Qwen3ForCausalLM" => Some(Arch::Qwen3),
+            "qwen3_5"
+            | "qwen3_5_text"
+            | "Qwen3_5ForCausalLM"
+            | "Qwen3_5ForConditionalGeneration" => Some(Arch::Qwen35),
             _ => None,
         }
     }
@@ -32,7 +40,17 @@ impl Arch {
     }
 
     pub fn has_qk_norm(self) -> bool {
-        self == Arch::Qwen3
+        matches!(self, Arch::Qwen3 | Arch::Qwen35)
+    }
+
+    /// What the stored RMSNorm weights are offset by: the norm scales by `offset + w`
+    /// (Qwen3.5's zero-centred norms: 1; the others: 0).
+    pub fn norm_offset(self) -> f32 {
+        if self == Arch::Qwen35 {
+            1.0
+        } else {
+            0.0
+        }
     }
 }
 
@@ -42,7 +60,7 @@ pub enum LayerKind {
     /// Softmax attention over the paged KV cache.
     FullAttention,
     /// Linear attention with a fixed-size recurrent state (Gated DeltaNet, in hybrid
-    /// models such as Qwen3.5). Read from configs; not runnable yet.
+    /// models such as Qwen3.5; its dimensions in [`LinearAttnConfig`]).
     LinearAttention,
 }
 
@@ -50,7 +68,8 @@ impl LayerKind {
     pub fn parse(name: &str) -> Option<LayerKind> {
         match name {
             "full_attention" | "attention" => Some(LayerKind::FullAttention),
-            "linear_attention" => Some(LayerKind::LinearAttention),
+            // transformers remaps the legacy "mamba" name the same way.
+            "linear_attention" | "mamba" => Some(LayerKind::LinearAttention),
             _ => None,
         }
     }
@@ -60,6 +79,47 @@ impl LayerKind {
             LayerKind::FullAttention => "full_attention",
             LayerKind::LinearAttention => "linear_attention",
         }
+    }
+}
+
+/// The Gated DeltaNet of the linear-attention layers (HF `linear_*` fields).
+///
+/// Q and K have `n_k_heads` heads of `k_head_dim`, V (and the output, and the z gate)
+/// `n_v_heads` heads of `v_head_dim`; each key head serves `n_v_heads / n_k_heads`
+/// consecutive value heads. The causal depthwise convolution runs over Q|K|V
+/// (`conv_dim` channels) with `conv_kernel` taps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinearAttnConfig {
+    pub n_k_heads: usize,
+    pub n_v_heads: usize,
+    pub k_head_dim: usize,
+    pub v_head_dim: usize,
+    pub conv_kernel: usize,
+}
+
+impl LinearAttnConfig {
+    pub fn key_dim(&self) -> usize {
+        self.n_k_heads * self.k_head_dim
+    }
+
+    pub fn value_dim(&self) -> usize {
+        self.n_v_heads * self.v_head_dim
+    }
+
+    /// Channels of the convolution: Q|K|V.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.key_dim() + self.value_dim()
+    }
+
+    /// Inputs the convolution keeps between passes: the last `conv_kernel - 1` rows of
+    /// Q|K|V.  // [conv_kernel - 1, conv_dim]
+    pub fn conv_state_elems(&self) -> usize {
+        (self.conv_kernel - 1) * self.conv_dim()
+    }
+
+    /// The delta rule's state: one `[k_head_dim, v_head_dim]` matrix per value head.
+    pub fn delta_state_elems(&self) -> usize {
+        self.n_v_heads * self.k_head_dim * self.v_head_dim
     }
 }
 
@@ -77,12 +137,24 @@ pub struct ModelConfig {
     pub rope: RopeConfig,
     /// Q/K/V projections carry biases (Qwen2; also HF `attention_bias`).
     pub qkv_bias: bool,
+    /// The attention output projection carries a bias (Qwen3.5 with `attention_bias`).
+    pub o_bias: bool,
     pub qk_norm: bool,
     /// The output projection reuses the token embedding (no separate lm_head tensor).
     pub tied_embeddings: bool,
     pub max_context: usize,
     /// What each decoder layer is.  // [n_layers]
     pub layer_kinds: Vec<LayerKind>,
+    /// RMSNorm weights are stored minus this: every norm (layers, QK-norm, final) scales
+    /// by `norm_offset + w` (Qwen3.5: 1; others 0). The gated norm of a DeltaNet is
+    /// plain.
+    pub norm_offset: f32,
+    /// Attention's Q projection also yields a per-head output gate (`q_proj` is
+    /// `[n_heads * 2 * head_dim, hidden]`, each head's query then its gate), and the
+    /// attention output is multiplied by `sigmoid(gate)` before `o_proj` (Qwen3.5).
+    pub attn_output_gate: bool,
+    /// The Gated DeltaNet of linear-attention layers (hybrid models only).
+    pub linear: Option<LinearAttnConfig>,
 }
 
 impl ModelConfig {
@@ -112,6 +184,26 @@ impl ModelConfig {
             head_dim: self.head_dim,
             scale: 1.0 / (self.head_dim as f32).sqrt(),
         }
+    }
+
+    /// Layers with a recurrent state (linear attention), in layer order.
+    pub fn state_layer_count(&self) -> usize {
+        self.n_layers - self.kv_layer_count()
+    }
+
+    /// The state-pool layer of decoder layer `layer` (`None`: it keeps no state).
+    pub fn state_layer(&self, layer: usize) -> Option<usize> {
+        (self.layer_kinds.get(layer) == Some(&LayerKind::LinearAttention)).then(|| {
+            self.layer_kinds[..layer]
+                .iter()
+                .filter(|k| **k == LayerKind::LinearAttention)
+                .count()
+        })
+    }
+
+    /// Width of the Q projection: the queries, and as much again for the output gate.
+    pub fn q_proj_dim(&self) -> usize {
+        self.q_dim() * if self.attn_output_gate { 2 } else { 1 }
     }
 
     pub fn q_dim(&self) -> usize {
@@ -172,6 +264,7 @@ impl ModelConfig {
                 },
             },
             qkv_bias: arch.has_qkv_bias(),
+            o_bias: false,
             qk_norm: arch.has_qk_norm(),
             tied_embeddings,
             max_context: g
@@ -179,6 +272,9 @@ impl ModelConfig {
                 .map(|v| v as usize)
                 .unwrap_or(4096),
             layer_kinds: vec![LayerKind::FullAttention; n_layers],
+            norm_offset: 0.0,
+            attn_output_gate: false,
+            linear: None,
         };
         if let Some(t) = g.opt_str(&k("rope.scaling.type"))? {
             if t != "none" {
@@ -205,8 +301,23 @@ impl ModelConfig {
                 path: path.to_string(),
                 arch: arch_name.clone(),
             })?;
-        let head_dim = c.head_dim();
-        let rotary_dim = (head_dim as f32 * c.partial_rotary_factor.unwrap_or(1.0)) as usize;
+        // Qwen3.5's class defaults where the file is silent (transformers writes them all).
+        let (head_dim, n_kv_heads) = if arch == Arch::Qwen35 {
+            (
+                c.head_dim.unwrap_or(256),
+                c.num_key_value_heads.unwrap_or(4),
+            )
+        } else {
+            (c.head_dim(), c.n_kv_heads())
+        };
+        let (theta, rotary_dim) = if arch == Arch::Qwen35 {
+            let (theta, partial) = qwen35_rope(c);
+            // int(head_dim * factor) in double precision, as transformers computes it.
+            (theta, (head_dim as f64 * partial) as usize)
+        } else {
+            let partial = c.partial_rotary_factor.unwrap_or(1.0);
+            (c.rope_theta, (head_dim as f32 * partial) as usize)
+        };
         if let Some(s) = &c.rope_scaling {
             if !s.is_null() {
                 return Err(RuntimeError::BadConfig {
@@ -221,20 +332,28 @@ impl ModelConfig {
             hidden: c.hidden_size,
             n_layers: c.num_hidden_layers,
             n_heads: c.num_attention_heads,
-            n_kv_heads: c.n_kv_heads(),
+            n_kv_heads,
             head_dim,
             ffn_dim: c.intermediate_size,
             rms_eps: c.rms_norm_eps,
             rope: RopeConfig {
-                theta: c.rope_theta,
+                theta,
                 rotary_dim,
                 style: RopeStyle::Neox,
             },
             qkv_bias: c.attention_bias.unwrap_or(arch.has_qkv_bias()),
+            o_bias: arch == Arch::Qwen35 && c.attention_bias == Some(true),
             qk_norm: arch.has_qk_norm(),
             tied_embeddings: c.tie_word_embeddings,
             max_context: c.max_position_embeddings.unwrap_or(4096),
-            layer_kinds: layer_kinds(c, path)?,
+            layer_kinds: layer_kinds(c, arch, path)?,
+            norm_offset: arch.norm_offset(),
+            attn_output_gate: arch == Arch::Qwen35,
+            linear: if arch == Arch::Qwen35 {
+                Some(linear_attn(c, path)?)
+            } else {
+                None
+            },
         };
         cfg.check(path)?;
         Ok(cfg)
@@ -251,18 +370,42 @@ impl ModelConfig {
                 ),
             });
         }
-        if let Some(l) = self
-            .layer_kinds
-            .iter()
-            .position(|k| *k != LayerKind::FullAttention)
-        {
-            return Err(RuntimeError::BadConfig {
-                path: path.to_string(),
-                reason: format!(
-                    "layer {l} is {}: hybrid models (Gated DeltaNet layers) are not supported yet",
-                    self.layer_kinds[l].as_str()
-                ),
-            });
+        if self.linear.is_none() {
+            if let Some(l) = self
+                .layer_kinds
+                .iter()
+                .position(|k| *k != LayerKind::FullAttention)
+            {
+                return Err(RuntimeError::BadConfig {
+                    path: path.to_string(),
+                    reason: format!(
+                        "layer {l} is {}: Gated DeltaNet layers are supported in Qwen3.5 models only",
+                        self.layer_kinds[l].as_str()
+                    ),
+                });
+            }
+        }
+        if let Some(la) = &self.linear {
+            if la.n_k_heads == 0
+                || la.n_v_heads == 0
+                || la.k_head_dim == 0
+                || la.v_head_dim == 0
+                || la.conv_kernel == 0
+            {
+                return Err(RuntimeError::BadConfig {
+                    path: path.to_string(),
+                    reason: format!("zero-sized linear-attention dimension in {la:?}"),
+                });
+            }
+            if !la.n_v_heads.is_multiple_of(la.n_k_heads) {
+                return Err(RuntimeError::BadConfig {
+                    path: path.to_string(),
+                    reason: format!(
+                        "{} linear value heads are not a multiple of {} key heads",
+                        la.n_v_heads, la.n_k_heads
+                    ),
+                });
+            }
         }
         let bad = |reason: String| {
             Err(RuntimeError::BadConfig {
@@ -297,14 +440,35 @@ impl ModelConfig {
     }
 }
 
-/// `layer_types` of an HF config (every layer full attention when absent).
-fn layer_kinds(c: &HfConfig, path: &str) -> Result<Vec<LayerKind>> {
-    let Some(types) = c.raw.get("layer_types").filter(|v| !v.is_null()) else {
-        return Ok(vec![LayerKind::FullAttention; c.num_hidden_layers]);
-    };
+/// `layer_types` of an HF config. When absent: every layer full attention, except in
+/// Qwen3.5, whose default is one full-attention layer every `full_attention_interval`
+/// (default 4) layers, the last of each group, as transformers builds it.
+fn layer_kinds(c: &HfConfig, arch: Arch, path: &str) -> Result<Vec<LayerKind>> {
     let bad = |reason: String| RuntimeError::BadConfig {
         path: path.to_string(),
         reason,
+    };
+    let Some(types) = c.raw.get("layer_types").filter(|v| !v.is_null()) else {
+        if arch != Arch::Qwen35 {
+            return Ok(vec![LayerKind::FullAttention; c.num_hidden_layers]);
+        }
+        let interval = match c.raw.get("full_attention_interval") {
+            None => 4,
+            Some(v) => v.as_u64().filter(|&i| i > 0).ok_or_else(|| {
+                bad(format!(
+                    "full_attention_interval {v} is not a positive integer"
+                ))
+            })? as usize,
+        };
+        return Ok((0..c.num_hidden_layers)
+            .map(|i| {
+                if (i + 1) % interval == 0 {
+                    LayerKind::FullAttention
+                } else {
+                    LayerKind::LinearAttention
+                }
+            })
+            .collect());
     };
     let list = types
         .as_array()
@@ -315,6 +479,59 @@ fn layer_kinds(c: &HfConfig, path: &str) -> Result<Vec<LayerKind>> {
             LayerKind::parse(name).ok_or_else(|| bad(format!("layer type {t} is not supported")))
         })
         .collect()
+}
+
+/// Rope theta and partial rotary factor as Qwen3.5's config resolves them: the values
+/// in `rope_parameters` win; the top-level keys only fill what it lacks (transformers
+/// keeps a stale top-level `partial_rotary_factor` beside them); the factor defaults to
+/// 0.25, theta to 10000.
+fn qwen35_rope(c: &HfConfig) -> (f32, f64) {
+    let rp = |k: &str| {
+        c.raw
+            .get("rope_parameters")
+            .and_then(|p| p.get(k))
+            .and_then(serde_json::Value::as_f64)
+    };
+    let top = |k: &str| c.raw.get(k).and_then(serde_json::Value::as_f64);
+    let theta = rp("rope_theta")
+        .or_else(|| top("rope_theta"))
+        .unwrap_or(10000.0);
+    let partial = rp("partial_rotary_factor")
+        .or_else(|| top("partial_rotary_factor"))
+        .unwrap_or(0.25);
+    (theta as f32, partial)
+}
+
+/// The Gated DeltaNet dimensions of a Qwen3.5 config (transformers' defaults where a
+/// field is absent); its activation must be SiLU.
+fn linear_attn(c: &HfConfig, path: &str) -> Result<LinearAttnConfig> {
+    let bad = |reason: String| RuntimeError::BadConfig {
+        path: path.to_string(),
+        reason,
+    };
+    let field = |k: &str, default: usize| -> Result<usize> {
+        match c.raw.get(k).filter(|v| !v.is_null()) {
+            None => Ok(default),
+            Some(v) => v
+                .as_u64()
+                .map(|x| x as usize)
+                .ok_or_else(|| bad(format!("{k} {v} is not a non-negative integer"))),
+        }
+    };
+    if let Some(act) = c.raw.get("hidden_act").and_then(serde_json::Value::as_str) {
+        if act != "silu" {
+            return Err(bad(format!(
+                "hidden_act '{act}' is not supported (silu only)"
+            )));
+        }
+    }
+    Ok(LinearAttnConfig {
+        n_k_heads: field("linear_num_key_heads", 16)?,
+        n_v_heads: field("linear_num_value_heads", 32)?,
+        k_head_dim: field("linear_key_head_dim", 128)?,
+        v_head_dim: field("linear_value_head_dim", 128)?,
+        conv_kernel: field("linear_conv_kernel_dim", 4)?,
+    })
 }
 
 #[cfg(test)]
@@ -350,7 +567,6 @@ mod tests {
 
     #[test]
     fn pool_layers_skip_layers_without_kv() {
-        // What a hybrid model will look like once its layers run (check() refuses it now).
         let mut c = hf("").unwrap();
         c.layer_kinds = vec![
             LayerKind::LinearAttention,
@@ -370,7 +586,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("layer 0 is linear_attention"), "{e}");
-        assert!(e.contains("not supported yet"), "{e}");
+        assert!(e.contains("Qwen3.5 models only"), "{e}");
         let e = hf(r#", "layer_types": ["sliding_attention", "full_attention", "full_attention", "full_attention"]"#)
             .unwrap_err()
             .to_string();
@@ -379,5 +595,74 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("1 layer types for 4 layers"), "{e}");
+    }
+
+    fn qwen35(extra: &str) -> Result<ModelConfig> {
+        let text = format!(
+            r#"{{"architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text",
+            "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 8,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+            "rms_norm_eps": 1e-6, "vocab_size": 100, "hidden_act": "silu",
+            "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+            "linear_key_head_dim": 8, "linear_value_head_dim": 12,
+            "linear_conv_kernel_dim": 4 {extra}}}"#
+        );
+        let c = HfConfig::from_json_str(&text, Path::new("config.json")).unwrap();
+        ModelConfig::from_hf(&c, "config.json")
+    }
+
+    #[test]
+    fn qwen35_default_layer_pattern_and_dimensions() {
+        let c = qwen35("").unwrap();
+        assert_eq!(c.arch, Arch::Qwen35);
+        let full: Vec<usize> = (0..8)
+            .filter(|&l| c.layer_kinds[l] == LayerKind::FullAttention)
+            .collect();
+        assert_eq!(full, [3, 7]);
+        assert_eq!(c.state_layer_count(), 6);
+        assert_eq!(c.state_layer(4), Some(3));
+        assert_eq!(c.state_layer(3), None);
+        assert_eq!(c.kv_layer(7), Some(1));
+        let la = c.linear.unwrap();
+        assert_eq!((la.key_dim(), la.value_dim(), la.conv_dim()), (16, 48, 80));
+        assert_eq!(la.conv_state_elems(), 3 * 80);
+        assert_eq!(la.delta_state_elems(), 4 * 8 * 12);
+        assert!(c.attn_output_gate && c.qk_norm);
+        assert_eq!(c.q_proj_dim(), 2 * 64);
+        assert_eq!(c.norm_offset, 1.0);
+        // partial rotary defaults to 0.25 of the head
+        assert_eq!(c.rope.rotary_dim, 4);
+        let c = qwen35(r#", "full_attention_interval": 2"#).unwrap();
+        assert_eq!(c.kv_layer_count(), 4);
+        assert_eq!(c.layer_kinds[1], LayerKind::FullAttention);
+    }
+
+    #[test]
+    fn qwen35_rope_parameters_win_over_stale_top_level_keys() {
+        let c = qwen35(
+            r#", "partial_rotary_factor": 0.25, "rope_theta": 5.0,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5}"#,
+        )
+        .unwrap();
+        assert_eq!((c.rope.rotary_dim, c.rope.theta), (8, 1e6));
+        let c = qwen35(
+            r#", "partial_rotary_factor": 0.75, "rope_parameters": {"rope_type": "default"}"#,
+        )
+        .unwrap();
+        assert_eq!((c.rope.rotary_dim, c.rope.theta), (12, 10000.0));
+    }
+
+    #[test]
+    fn qwen35_bad_linear_settings_are_clear_errors() {
+        let e = qwen35(r#", "linear_num_key_heads": 3"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a multiple of 3 key heads"), "{e}");
+        let e = qwen35(r#", "linear_conv_kernel_dim": 0"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("zero-sized linear-attention"), "{e}");
+        let e = qwen35(r#", "hidden_act": "gelu""#).unwrap_err().to_string();
+        assert!(e.contains("silu only"), "{e}");
     }
 }

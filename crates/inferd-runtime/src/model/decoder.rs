@@ -1,9 +1,10 @@
-//! The pre-norm decoder-only transformer shared by Llama, Qwen2 and Qwen3.
+//! The pre-norm decoder-only transformer shared by Llama, Qwen2, Qwen3 and Qwen3.5.
 //!
 //! For each layer ℓ, with x the residual stream of all tokens in the batch:
-//!   1. h = RMSNorm(x)                          (fused with the previous layer's 4th add)
+//!   1. h = RMSNorm(x)                          (fused with the previous layer's 4th add;
+//!      Qwen3.5: every RMSNorm scales by 1 + w)
 //!   2. x = x + Mixer_ℓ(h), by the layer's kind (`ModelConfig::layer_kinds`):
-//!      full attention (below); linear attention (hybrid models) slots in here
+//!      full attention (below) or a Gated DeltaNet (`model::delta_net`, hybrid models)
 //!   3. h = RMSNorm(x)                                                 (fused with 2's add)
 //!   4. x = x + (SiLU(h·W_gateᵀ) ⊙ h·W_upᵀ)·W_downᵀ                    (SwiGLU)
 //! then logits = RMSNorm(x)·W_lmᵀ for the requested rows (W_lm = W_embed when tied).
@@ -13,10 +14,12 @@
 //!
 //! Full attention, over the KV pool layer `ModelConfig::kv_layer(ℓ)`:
 //!   a. q, k, v = h·W_qᵀ (+b_q), h·W_kᵀ (+b_k), h·W_vᵀ (+b_v)        (Qwen2: biases)
-//!   b. q, k = RMSNorm_head(q), RMSNorm_head(k)                       (Qwen3 only)
-//!   c. q, k = RoPE(q, pos), RoPE(k, pos)
+//!      (Qwen3.5: W_q also yields a gate per head, right after the head's query)
+//!   b. q, k = RMSNorm_head(q), RMSNorm_head(k)                       (Qwen3, Qwen3.5)
+//!   c. q, k = RoPE(q, pos), RoPE(k, pos)            (first rotary_dim of each head)
 //!   d. a = softmax(q·kᵀ/√d + causal mask)·v over the paged KV of each sequence (GQA)
-//!   e. out = a·W_oᵀ
+//!   e. a = a ⊙ sigmoid(gate)                                         (Qwen3.5 only)
+//!   f. out = a·W_oᵀ (+b_o)                              (Qwen3.5 with attention_bias)
 //!
 //! Every activation lives in a [`Workspace`] buffer; the ops write into them.
 
@@ -81,6 +84,12 @@ impl<B: Backend> Decoder<'_, B> {
                     .expect("an attention layer has a KV layer");
                 self.attention(ws, aw, kv_layer, kv, batch)?;
             }
+            Mixer::LinearAttention(dw) => {
+                let state_layer = c
+                    .state_layer(layer)
+                    .expect("a linear-attention layer has a state layer");
+                self.delta_net(ws, dw, state_layer, kv, batch)?;
+            }
         }
         // 2-3. residual, then the feed-forward's input
         b.add_rms_norm(&mut ws.x, &ws.out, &lw.ffn_norm, c.rms_eps, &mut ws.h)?;
@@ -116,15 +125,28 @@ impl<B: Backend> Decoder<'_, B> {
         let attn = c.attn_config();
         let norms = aw.q_norm.as_ref().zip(aw.k_norm.as_ref());
         let Workspace {
-            h, proj, q, k, v, ..
+            h,
+            proj,
+            q,
+            k,
+            v,
+            q_gate,
+            attn_gate,
+            ..
         } = ws;
-        if let Some((w, bias)) = aw.qkv.fused(3) {
+        let fused = aw.qkv.fused(3).filter(|_| !c.attn_output_gate);
+        if let Some((w, bias)) = fused {
             // a. the fused projection, then b. QK-norm and c. rotary positions
             b.linear(h, w, bias, batch, Rows::Tokens, proj)?; // [n, q_dim + 2·kv_dim]
             b.qkv_prep(proj, &attn, norms, c.rms_eps, batch, q, k, v)?;
         } else {
-            // a. projections
-            self.project(h, &aw.qkv, batch, proj, &mut [q, k, v])?;
+            // a. projections (with the output gate: q|gate per head, then split)
+            if c.attn_output_gate {
+                self.project(h, &aw.qkv, batch, proj, &mut [q_gate, k, v])?;
+                b.split_head_pairs(q_gate, c.head_dim, q, attn_gate)?; // [n, q_dim] each
+            } else {
+                self.project(h, &aw.qkv, batch, proj, &mut [q, k, v])?;
+            }
             // b. QK-norm
             if let Some((qn, kn)) = norms {
                 b.head_rms_norm(q, qn, c.head_dim, c.rms_eps)?;
@@ -145,14 +167,25 @@ impl<B: Backend> Decoder<'_, B> {
             &attn,
             &mut ws.attn,
         )?; // [n, q_dim]
-            // e. output projection
-        b.linear(&ws.attn, &aw.o, None, batch, Rows::Tokens, &mut ws.out)
+        if c.attn_output_gate {
+            // e. the output gate
+            b.sigmoid_mul(&mut ws.attn, &ws.attn_gate)?;
+        }
+        // f. output projection
+        b.linear(
+            &ws.attn,
+            &aw.o,
+            aw.o_bias.as_ref(),
+            batch,
+            Rows::Tokens,
+            &mut ws.out,
+        )
     }
 
     /// Evaluates a (possibly fused) projection of `h` into `outs` (declaration order):
     /// a group of one output writes it directly, a fused group goes through `scratch`
     /// and is split.
-    fn project(
+    pub(super) fn project(
         &self,
         h: &B::Tensor,
         p: &Projection<B::Weight>,

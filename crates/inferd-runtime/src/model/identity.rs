@@ -40,6 +40,7 @@ pub fn fingerprint(cfg: &ModelConfig, files: &[WeightsFile<'_>]) -> Result<Strin
         Arch::Llama => 1,
         Arch::Qwen2 => 2,
         Arch::Qwen3 => 3,
+        Arch::Qwen35 => 4,
     };
     let style = match cfg.rope.style {
         RopeStyle::Interleaved => 0,
@@ -65,6 +66,25 @@ pub fn fingerprint(cfg: &ModelConfig, files: &[WeightsFile<'_>]) -> Result<Strin
     ];
     for f in fields {
         h.update(f.to_le_bytes());
+    }
+    // Hybrid models only (dense identities are unchanged): layer kinds and DeltaNet shape.
+    if let Some(la) = &cfg.linear {
+        for k in &cfg.layer_kinds {
+            h.update([(*k == super::config::LayerKind::LinearAttention) as u8]);
+        }
+        let extra: [u64; 8] = [
+            cfg.o_bias as u64,
+            la.n_k_heads as u64,
+            la.n_v_heads as u64,
+            la.k_head_dim as u64,
+            la.v_head_dim as u64,
+            la.conv_kernel as u64,
+            cfg.attn_output_gate as u64,
+            cfg.norm_offset.to_bits() as u64,
+        ];
+        for f in extra {
+            h.update(f.to_le_bytes());
+        }
     }
     h.update((files.len() as u64).to_le_bytes());
     for f in files {

@@ -2,6 +2,7 @@
 
 mod config;
 mod decoder;
+mod delta_net;
 mod identity;
 mod kv_offset;
 pub mod names;
@@ -13,7 +14,7 @@ use std::sync::Arc;
 
 use inferd_formats::{GgufFile, HfConfig, SafetensorsModel};
 
-pub use config::{Arch, LayerKind, ModelConfig};
+pub use config::{Arch, LayerKind, LinearAttnConfig, ModelConfig};
 pub use decoder::Decoder;
 pub use weights::Weights;
 pub use workspace::Workspace;
@@ -22,7 +23,7 @@ use inferd_core::sampling::Sampled;
 
 use crate::backend::{Backend, SampleRow, SharedSource};
 use crate::batch::ForwardBatch;
-use crate::kv::{KvDtype, KvLayout};
+use crate::kv::{KvDtype, KvLayout, StateLayout};
 use crate::{Result, RuntimeError};
 use identity::WeightsFile;
 use names::{Global, Naming};
@@ -78,7 +79,14 @@ impl<B: Backend> Model<B> {
         let hf = HfConfig::from_file(&config_path)?;
         let st = Arc::new(SafetensorsModel::open(&dir)?);
         let mut cfg = ModelConfig::from_hf(&hf, &config_path.display().to_string())?;
-        cfg.tied_embeddings |= !st.has(&Naming::Hf.global(Global::LmHead));
+        check_backend(&backend, &cfg, &config_path)?;
+        // A multimodal wrapper's checkpoint names its language model's tensors so.
+        let naming = if st.has(&Naming::HfLanguageModel.global(Global::Embed)) {
+            Naming::HfLanguageModel
+        } else {
+            Naming::Hf
+        };
+        cfg.tied_embeddings |= !st.has(&naming.global(Global::LmHead));
         let files: Vec<WeightsFile<'_>> = st
             .shard_paths()
             .into_iter()
@@ -89,8 +97,8 @@ impl<B: Backend> Model<B> {
             .collect();
         let identity = identity::fingerprint(&cfg, &files)?;
         let src: SharedSource = st;
-        let weights = Weights::load(&backend, &src, Naming::Hf, &cfg)?;
-        let k_offset = kv_offset::k_offset(&cfg, &src, Naming::Hf)?;
+        let weights = Weights::load(&backend, &src, naming, &cfg)?;
+        let k_offset = kv_offset::k_offset(&cfg, &src, naming)?;
         Ok(Model {
             cfg,
             backend,
@@ -111,8 +119,28 @@ impl<B: Backend> Model<B> {
         self.identity.clone()
     }
 
-    /// A KV layout for this model with `num_blocks` blocks of `block_size` tokens.
+    /// A KV layout for this model with `num_blocks` blocks of `block_size` tokens (and no
+    /// recurrent-state slots: see [`Model::kv_layout_with_states`] for hybrid models).
     pub fn kv_layout(&self, num_blocks: usize, block_size: usize, dtype: KvDtype) -> KvLayout {
+        self.kv_layout_with_states(num_blocks, block_size, dtype, 0)
+    }
+
+    /// A KV layout with `state_slots` recurrent-state slots beside the blocks (each
+    /// [`StateLayout::slot_bytes`] large; a dense model's state layout is empty whatever
+    /// `state_slots` says).
+    pub fn kv_layout_with_states(
+        &self,
+        num_blocks: usize,
+        block_size: usize,
+        dtype: KvDtype,
+        state_slots: usize,
+    ) -> KvLayout {
+        let state = match &self.cfg.linear {
+            Some(la) if self.cfg.state_layer_count() > 0 => {
+                StateLayout::new(self.cfg.state_layer_count(), la, state_slots)
+            }
+            _ => StateLayout::default(),
+        };
         KvLayout {
             n_layers: self.cfg.kv_layer_count(),
             n_kv_heads: self.cfg.n_kv_heads,
@@ -120,7 +148,24 @@ impl<B: Backend> Model<B> {
             block_size,
             num_blocks,
             dtype,
+            state,
         }
+    }
+
+    /// Copies recurrent-state slots, `(src, dst)` in order ([`Backend::copy_state_slots`]):
+    /// a snapshot (running → snapshot slot) or a restore (the reverse).
+    pub fn copy_state_slots(&self, kv: &mut B::Kv, copies: &[(u32, u32)]) -> Result<()> {
+        self.backend.copy_state_slots(kv, copies)
+    }
+
+    /// The images of state `slots` ([`Backend::export_state_slots`]).
+    pub fn export_state_slots(&self, kv: &B::Kv, slots: &[u32], out: &mut [u8]) -> Result<()> {
+        self.backend.export_state_slots(kv, slots, out)
+    }
+
+    /// Overwrites state `slots` from their images ([`Backend::import_state_slots`]).
+    pub fn import_state_slots(&self, kv: &mut B::Kv, slots: &[u32], data: &[u8]) -> Result<()> {
+        self.backend.import_state_slots(kv, slots, data)
     }
 
     /// What Q8 K rows are stored minus, per (layer, kv head):
@@ -252,6 +297,22 @@ impl<B: Backend> Model<B> {
             self.backend.synchronize()
         })
     }
+}
+
+/// Refuses a hybrid model on a backend without linear-attention layers.
+fn check_backend<B: Backend>(backend: &B, cfg: &ModelConfig, path: &Path) -> Result<()> {
+    if cfg.state_layer_count() > 0 && !backend.supports_linear_attention() {
+        return Err(RuntimeError::BadConfig {
+            path: path.display().to_string(),
+            reason: format!(
+                "a hybrid model ({} Gated DeltaNet layers): the {} backend does not run \
+                 linear-attention layers yet",
+                cfg.state_layer_count(),
+                backend.name()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// True when the file starts with the GGUF magic.

@@ -7,6 +7,10 @@ pub enum Naming {
     Gguf,
     /// Hugging Face transformers names (`model.layers.N.self_attn.q_proj.weight`).
     Hf,
+    /// Hugging Face names of a multimodal wrapper's language model
+    /// (`model.language_model.layers.N...`, `lm_head.weight`: Qwen3.5's
+    /// `Qwen3_5ForConditionalGeneration` checkpoints).
+    HfLanguageModel,
 }
 
 /// Global tensors.
@@ -30,10 +34,29 @@ pub enum Layer {
     QNorm,
     KNorm,
     O,
+    /// The output projection's bias (Qwen3.5 with `attention_bias`).
+    OBias,
     FfnNorm,
     Gate,
     Up,
     Down,
+    /// Gated DeltaNet (linear attention): the Q|K|V projection before the convolution.
+    LinQkv,
+    /// The output gate z.
+    LinZ,
+    /// The projection giving beta (through a sigmoid).
+    LinB,
+    /// The projection giving the decay's input a.
+    LinA,
+    /// The depthwise convolution over Q|K|V, `[conv_dim, 1, kernel]`.
+    LinConv,
+    /// `log A` per value head (the decay rate).
+    LinALog,
+    /// The decay's time-step bias per value head.
+    LinDtBias,
+    /// The gated RMSNorm's weight, `[v_head_dim]`.
+    LinNorm,
+    LinOut,
 }
 
 impl Naming {
@@ -45,6 +68,9 @@ impl Naming {
             (Naming::Hf, Global::Embed) => "model.embed_tokens.weight",
             (Naming::Hf, Global::FinalNorm) => "model.norm.weight",
             (Naming::Hf, Global::LmHead) => "lm_head.weight",
+            (Naming::HfLanguageModel, Global::Embed) => "model.language_model.embed_tokens.weight",
+            (Naming::HfLanguageModel, Global::FinalNorm) => "model.language_model.norm.weight",
+            (Naming::HfLanguageModel, Global::LmHead) => "lm_head.weight",
         }
         .to_string()
     }
@@ -64,14 +90,26 @@ impl Naming {
                     QNorm => "attn_q_norm.weight",
                     KNorm => "attn_k_norm.weight",
                     O => "attn_output.weight",
+                    OBias => "attn_output.bias",
                     FfnNorm => "ffn_norm.weight",
                     Gate => "ffn_gate.weight",
                     Up => "ffn_up.weight",
                     Down => "ffn_down.weight",
+                    // llama.cpp's names for these; GGUF hybrid files are not read yet
+                    // (their converter also rewrites A_log), see `Arch::parse`.
+                    LinQkv => "attn_qkv.weight",
+                    LinZ => "attn_gate.weight",
+                    LinB => "ssm_beta.weight",
+                    LinA => "ssm_alpha.weight",
+                    LinConv => "ssm_conv1d.weight",
+                    LinALog => "ssm_a",
+                    LinDtBias => "ssm_dt.bias",
+                    LinNorm => "ssm_norm.weight",
+                    LinOut => "ssm_out.weight",
                 };
                 format!("blk.{i}.{s}")
             }
-            Naming::Hf => {
+            Naming::Hf | Naming::HfLanguageModel => {
                 let s = match t {
                     AttnNorm => "input_layernorm.weight",
                     Q => "self_attn.q_proj.weight",
@@ -83,12 +121,27 @@ impl Naming {
                     QNorm => "self_attn.q_norm.weight",
                     KNorm => "self_attn.k_norm.weight",
                     O => "self_attn.o_proj.weight",
+                    OBias => "self_attn.o_proj.bias",
                     FfnNorm => "post_attention_layernorm.weight",
                     Gate => "mlp.gate_proj.weight",
                     Up => "mlp.up_proj.weight",
                     Down => "mlp.down_proj.weight",
+                    LinQkv => "linear_attn.in_proj_qkv.weight",
+                    LinZ => "linear_attn.in_proj_z.weight",
+                    LinB => "linear_attn.in_proj_b.weight",
+                    LinA => "linear_attn.in_proj_a.weight",
+                    LinConv => "linear_attn.conv1d.weight",
+                    LinALog => "linear_attn.A_log",
+                    LinDtBias => "linear_attn.dt_bias",
+                    LinNorm => "linear_attn.norm.weight",
+                    LinOut => "linear_attn.out_proj.weight",
                 };
-                format!("model.layers.{i}.{s}")
+                let prefix = if self == Naming::Hf {
+                    "model."
+                } else {
+                    "model.language_model."
+                };
+                format!("{prefix}layers.{i}.{s}")
             }
         }
     }

@@ -40,14 +40,31 @@ pub struct LayerWeights<W> {
 /// The token mixer of a layer, by [`super::LayerKind`].
 pub enum Mixer<W> {
     FullAttention(AttentionWeights<W>),
+    LinearAttention(DeltaNetWeights<W>),
 }
 
-/// Softmax attention: fused Q|K|V, optional per-head norms (Qwen3), output projection.
+/// A Gated DeltaNet (see `model::delta_net`).
+pub struct DeltaNetWeights<W> {
+    /// Q|K|V `[conv_dim]`, z `[value_dim]`, b and a `[n_v_heads]` from the layer input.
+    pub in_proj: Projection<W>,
+    /// The depthwise convolution's kernel.  // [conv_dim * taps]
+    pub conv: W,
+    pub a_log: W,   // [n_v_heads]
+    pub dt_bias: W, // [n_v_heads]
+    /// The gated RMSNorm's weight (plain, not zero-centred).  // [v_head_dim]
+    pub norm: W,
+    pub out: W, // [hidden, value_dim]
+}
+
+/// Softmax attention: fused Q|K|V (Q with its output gate when the model has one),
+/// optional per-head norms (Qwen3, Qwen3.5), output projection.
 pub struct AttentionWeights<W> {
     pub qkv: Projection<W>,
     pub q_norm: Option<W>,
     pub k_norm: Option<W>,
     pub o: W,
+    /// `o_proj`'s bias (`ModelConfig::o_bias`).
+    pub o_bias: Option<W>,
 }
 
 pub struct Weights<W> {
@@ -69,6 +86,21 @@ impl<B: Backend> Loader<'_, B> {
     fn one(&self, name: &str, shape: &[usize]) -> Result<B::Weight> {
         self.src.tensor(name)?.expect_shape(shape)?;
         self.backend.load_weight(self.src, &[name])
+    }
+
+    /// Checks the shape of `name`, then loads its values as a vector plus `add`.
+    fn vector(&self, name: &str, shape: &[usize], add: f32) -> Result<B::Weight> {
+        self.src.tensor(name)?.expect_shape(shape)?;
+        self.backend.load_vector(self.src, name, add)
+    }
+
+    /// An RMSNorm weight `[dim]`, zero-centred ones offset to the scale they apply.
+    fn norm(&self, name: &str, dim: usize, c: &ModelConfig) -> Result<B::Weight> {
+        if c.norm_offset == 0.0 {
+            self.one(name, &[dim])
+        } else {
+            self.vector(name, &[dim], c.norm_offset)
+        }
     }
 
     /// Loads projections (name, bias name, output width) sharing `in_dim`, fusing runs of equal dtype.
@@ -111,17 +143,12 @@ impl<B: Backend> Loader<'_, B> {
         let n = |t: Layer| self.naming.layer(i, t);
         let mixer = match c.layer_kinds[i] {
             LayerKind::FullAttention => Mixer::FullAttention(self.attention(i, c)?),
-            // Refused by ModelConfig::check until Gated DeltaNet layers exist.
-            LayerKind::LinearAttention => {
-                return Err(crate::RuntimeError::Other(format!(
-                    "layer {i}: linear attention is not supported yet"
-                )))
-            }
+            LayerKind::LinearAttention => Mixer::LinearAttention(self.delta_net(i, c)?),
         };
         Ok(LayerWeights {
-            attn_norm: self.one(&n(Layer::AttnNorm), &[c.hidden])?,
+            attn_norm: self.norm(&n(Layer::AttnNorm), c.hidden, c)?,
             mixer,
-            ffn_norm: self.one(&n(Layer::FfnNorm), &[c.hidden])?,
+            ffn_norm: self.norm(&n(Layer::FfnNorm), c.hidden, c)?,
             gate_up: self.projection(
                 &[
                     (n(Layer::Gate), None, c.ffn_dim),
@@ -139,23 +166,51 @@ impl<B: Backend> Loader<'_, B> {
         Ok(AttentionWeights {
             qkv: self.projection(
                 &[
-                    (n(Layer::Q), bias(Layer::QBias), c.q_dim()),
+                    (n(Layer::Q), bias(Layer::QBias), c.q_proj_dim()),
                     (n(Layer::K), bias(Layer::KBias), c.kv_dim()),
                     (n(Layer::V), bias(Layer::VBias), c.kv_dim()),
                 ],
                 c.hidden,
             )?,
             q_norm: if c.qk_norm {
-                Some(self.one(&n(Layer::QNorm), &[c.head_dim])?)
+                Some(self.norm(&n(Layer::QNorm), c.head_dim, c)?)
             } else {
                 None
             },
             k_norm: if c.qk_norm {
-                Some(self.one(&n(Layer::KNorm), &[c.head_dim])?)
+                Some(self.norm(&n(Layer::KNorm), c.head_dim, c)?)
             } else {
                 None
             },
             o: self.one(&n(Layer::O), &[c.hidden, c.q_dim()])?,
+            o_bias: if c.o_bias {
+                Some(self.one(&n(Layer::OBias), &[c.hidden])?)
+            } else {
+                None
+            },
+        })
+    }
+
+    fn delta_net(&self, i: usize, c: &ModelConfig) -> Result<DeltaNetWeights<B::Weight>> {
+        let n = |t: Layer| self.naming.layer(i, t);
+        let la = c.linear.as_ref().ok_or_else(|| {
+            crate::RuntimeError::Other(format!("layer {i}: linear attention without its config"))
+        })?;
+        Ok(DeltaNetWeights {
+            in_proj: self.projection(
+                &[
+                    (n(Layer::LinQkv), None, la.conv_dim()),
+                    (n(Layer::LinZ), None, la.value_dim()),
+                    (n(Layer::LinB), None, la.n_v_heads),
+                    (n(Layer::LinA), None, la.n_v_heads),
+                ],
+                c.hidden,
+            )?,
+            conv: self.vector(&n(Layer::LinConv), &[la.conv_dim(), 1, la.conv_kernel], 0.0)?,
+            a_log: self.vector(&n(Layer::LinALog), &[la.n_v_heads], 0.0)?,
+            dt_bias: self.vector(&n(Layer::LinDtBias), &[la.n_v_heads], 0.0)?,
+            norm: self.vector(&n(Layer::LinNorm), &[la.v_head_dim], 0.0)?,
+            out: self.one(&n(Layer::LinOut), &[c.hidden, la.value_dim()])?,
         })
     }
 }
@@ -178,7 +233,7 @@ impl<W> Weights<W> {
         Ok(Weights {
             embed: l.one(&naming.global(Global::Embed), &[c.vocab_size, c.hidden])?,
             layers,
-            final_norm: l.one(&naming.global(Global::FinalNorm), &[c.hidden])?,
+            final_norm: l.norm(&naming.global(Global::FinalNorm), c.hidden, c)?,
             lm_head: if c.tied_embeddings {
                 None
             } else {

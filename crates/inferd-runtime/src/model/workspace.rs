@@ -32,11 +32,33 @@ pub struct Workspace<B: Backend> {
     pub(crate) gate: B::Tensor, // [n_tokens, ffn]
     pub(crate) up: B::Tensor,   // [n_tokens, ffn]
     pub(crate) act: B::Tensor,  // [n_tokens, ffn]
+    /// Gated attention (Qwen3.5): the Q projection with each head's gate after its query,
+    /// and the gates split off.  // [n_tokens, 2 * q_dim], [n_tokens, q_dim] (empty otherwise)
+    pub(crate) q_gate: B::Tensor,
+    pub(crate) attn_gate: B::Tensor,
+    /// Gated DeltaNet layers (hybrid models; empty otherwise), see `model::delta_net`.
+    pub(crate) lin: DeltaNetBuffers<B>,
     /// The stream's rows that produce logits, and their final norm.  // [n_logits, hidden]
     pub(crate) last: B::Tensor,
     pub(crate) last_h: B::Tensor,
     /// The pass's result.  // [n_logits, vocab]
     pub(crate) logits: B::Tensor,
+}
+
+/// A Gated DeltaNet layer's activations.
+pub(crate) struct DeltaNetBuffers<B: Backend> {
+    pub(crate) qkv: B::Tensor, // [n_tokens, conv_dim]   Q|K|V before the convolution
+    pub(crate) z: B::Tensor,   // [n_tokens, value_dim]  the output gate
+    pub(crate) b: B::Tensor,   // [n_tokens, n_v_heads]  beta before its sigmoid
+    pub(crate) a: B::Tensor,   // [n_tokens, n_v_heads]  the decay's input
+    pub(crate) conv: B::Tensor, // [n_tokens, conv_dim]   Q|K|V after conv + SiLU
+    pub(crate) q: B::Tensor,   // [n_tokens, key_dim]
+    pub(crate) k: B::Tensor,   // [n_tokens, key_dim]
+    pub(crate) v: B::Tensor,   // [n_tokens, value_dim]
+    pub(crate) g: B::Tensor,   // [n_tokens, n_v_heads]  log decay
+    pub(crate) beta: B::Tensor, // [n_tokens, n_v_heads]
+    pub(crate) core: B::Tensor, // [n_tokens, value_dim]  the delta rule's output
+    pub(crate) gated: B::Tensor, // [n_tokens, value_dim]  after the gated RMSNorm
 }
 
 /// Elements of each buffer for `t` token rows and `l` logits rows.
@@ -46,18 +68,39 @@ struct Sizes {
     q: usize,
     kv: usize,
     ffn: usize,
+    q_gate: usize,
+    attn_gate: usize,
+    conv: usize,
+    key: usize,
+    value: usize,
+    heads: usize,
     last: usize,
     logits: usize,
 }
 
 fn sizes(cfg: &ModelConfig, t: usize, l: usize) -> Sizes {
-    let widest = (cfg.q_dim() + 2 * cfg.kv_dim()).max(2 * cfg.ffn_dim);
+    let (conv, key, value, heads) = match &cfg.linear {
+        Some(la) if cfg.state_layer_count() > 0 => {
+            (la.conv_dim(), la.key_dim(), la.value_dim(), la.n_v_heads)
+        }
+        _ => (0, 0, 0, 0),
+    };
+    let widest = (cfg.q_proj_dim() + 2 * cfg.kv_dim())
+        .max(2 * cfg.ffn_dim)
+        .max(conv + value + 2 * heads);
+    let gated = cfg.attn_output_gate as usize;
     Sizes {
         hidden: t * cfg.hidden,
         proj: t * widest,
         q: t * cfg.q_dim(),
         kv: t * cfg.kv_dim(),
         ffn: t * cfg.ffn_dim,
+        q_gate: gated * t * cfg.q_proj_dim(),
+        attn_gate: gated * t * cfg.q_dim(),
+        conv: t * conv,
+        key: t * key,
+        value: t * value,
+        heads: t * heads,
         last: l * cfg.hidden,
         logits: l * cfg.vocab_size,
     }
@@ -83,6 +126,22 @@ impl<B: Backend> Workspace<B> {
             gate: a(s.ffn)?,
             up: a(s.ffn)?,
             act: a(s.ffn)?,
+            q_gate: a(s.q_gate)?,
+            attn_gate: a(s.attn_gate)?,
+            lin: DeltaNetBuffers {
+                qkv: a(s.conv)?,
+                z: a(s.value)?,
+                b: a(s.heads)?,
+                a: a(s.heads)?,
+                conv: a(s.conv)?,
+                q: a(s.key)?,
+                k: a(s.key)?,
+                v: a(s.value)?,
+                g: a(s.heads)?,
+                beta: a(s.heads)?,
+                core: a(s.value)?,
+                gated: a(s.value)?,
+            },
             last: a(s.last)?,
             last_h: a(s.last)?,
             logits: a(s.logits)?,

@@ -24,6 +24,10 @@ pub fn argmax(v: &[f32]) -> u32 {
     best as u32
 }
 
+/// Recurrent-state slots of a runner's pool (hybrid models; dense ones get none): a
+/// sequence runs in slot `seq % STATE_SLOTS`.
+pub const STATE_SLOTS: usize = 48;
+
 /// A model plus its own KV pool and KV manager: enough to run sequences by hand.
 pub struct Runner<'m, B: Backend> {
     pub model: &'m Model<B>,
@@ -45,7 +49,7 @@ impl<'m, B: Backend> Runner<'m, B> {
 
     /// A runner with blocks of `bs` tokens.
     pub fn with_blocks(model: &'m Model<B>, tokens: usize, dtype: KvDtype, bs: usize) -> Self {
-        let layout = model.kv_layout(tokens.div_ceil(bs) + 8, bs, dtype);
+        let layout = model.kv_layout_with_states(tokens.div_ceil(bs) + 8, bs, dtype, STATE_SLOTS);
         let kv = model.alloc_kv(&layout).unwrap();
         Runner {
             model,
@@ -67,6 +71,11 @@ impl<'m, B: Backend> Runner<'m, B> {
         (self.next_seq, table)
     }
 
+    /// The recurrent-state slot of sequence `seq`.
+    pub fn slot(seq: u64) -> u32 {
+        (seq % STATE_SLOTS as u64) as u32
+    }
+
     /// Logits of every position of `ids`, prefilled in chunks of `chunk`.  -> [n][vocab]
     pub fn prompt_logits(&mut self, ids: &[u32], chunk: usize) -> Vec<Vec<f32>> {
         let (seq, table) = self.new_seq(ids.len());
@@ -74,7 +83,14 @@ impl<'m, B: Backend> Runner<'m, B> {
         let mut out = Vec::new();
         for (i, c) in ids.chunks(chunk).enumerate() {
             let mut b = ForwardBatch::default();
-            b.push(c, i * chunk, ids.len(), table.clone(), false);
+            b.push_in_slot(
+                c,
+                i * chunk,
+                ids.len(),
+                table.clone(),
+                Self::slot(seq),
+                false,
+            );
             b.logits_rows = (0..c.len()).collect();
             let l = self.model.forward(&mut self.kv, &self.layout, &b).unwrap();
             out.extend(l.chunks(vocab).map(|r| r.to_vec()));
@@ -86,8 +102,9 @@ impl<'m, B: Backend> Runner<'m, B> {
     /// Greedy continuation of `n` tokens (prefill in one pass, then one token per pass).
     pub fn greedy(&mut self, ids: &[u32], n: usize) -> Vec<u32> {
         let (seq, table) = self.new_seq(ids.len() + n);
+        let slot = Self::slot(seq);
         let mut b = ForwardBatch::default();
-        b.push(ids, 0, ids.len(), table.clone(), true);
+        b.push_in_slot(ids, 0, ids.len(), table.clone(), slot, true);
         let mut logits = self.model.forward(&mut self.kv, &self.layout, &b).unwrap();
         let mut out = Vec::new();
         for i in 0..n {
@@ -97,7 +114,7 @@ impl<'m, B: Backend> Runner<'m, B> {
                 break;
             }
             let mut b = ForwardBatch::default();
-            b.push(&[t], ids.len() + i, ids.len(), table.clone(), true);
+            b.push_in_slot(&[t], ids.len() + i, ids.len(), table.clone(), slot, true);
             logits = self.model.forward(&mut self.kv, &self.layout, &b).unwrap();
         }
         self.kvm.free(seq);

@@ -35,6 +35,10 @@ impl CpuBatch {
     ) -> Result<Self> {
         b.validate(kv.block_size, kv.num_blocks)
             .map_err(RuntimeError::BadBatch)?;
+        if kv.state.is_stateful() {
+            b.validate_state_slots(kv.state.slots)
+                .map_err(RuntimeError::BadBatch)?;
+        }
         let positions = b.positions();
         let mut slots = Vec::with_capacity(b.n_tokens());
         let mut seq_of_token = Vec::with_capacity(b.n_tokens());

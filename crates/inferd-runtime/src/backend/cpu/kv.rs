@@ -7,6 +7,7 @@
 //! Planes are allocated with `vec![0; n]`, which maps zeroed pages lazily: untouched
 //! blocks cost no RAM. Block operations touch only the blocks they name.
 
+use super::state::StatePool;
 use crate::kv::q8;
 use crate::kv::{KvDtype, KvLayout};
 use crate::{Result, RuntimeError};
@@ -150,11 +151,13 @@ fn get_f32(data: &[u8], x: &mut [f32]) {
     }
 }
 
-/// The paged KV pool of all layers.
+/// The paged KV pool of all attention layers, and the recurrent-state slots of the
+/// linear ones (hybrid models).
 pub struct CpuKv {
     pub layout: KvLayout,
     pub k: Vec<KvPlane>, // [n_layers]
     pub v: Vec<KvPlane>, // [n_layers]
+    pub state: StatePool,
 }
 
 impl CpuKv {
@@ -174,6 +177,7 @@ impl CpuKv {
             layout: *layout,
             k,
             v,
+            state: StatePool::new(&layout.state),
         })
     }
 

@@ -3,10 +3,14 @@
 
 mod attention;
 mod batch;
+mod conv;
+mod delta_net;
+pub mod delta_rule;
 mod kv;
 mod norm;
 mod rope;
 pub mod simd;
+mod state;
 mod tensor;
 mod weight;
 
@@ -16,6 +20,7 @@ use rayon::prelude::*;
 
 pub use batch::CpuBatch;
 pub use kv::{CpuKv, KvPlane};
+pub use state::StatePool;
 pub use tensor::{CpuTensor, CpuWeight, WeightBytes};
 
 use inferd_core::sampling::Sampled;
@@ -23,7 +28,8 @@ use inferd_core::sampling::Sampled;
 use super::{AttnConfig, Backend, DeviceTensor, RopeConfig, Rows, SampleRow, SharedSource};
 use crate::batch::ForwardBatch;
 use crate::kv::KvLayout;
-use crate::Result;
+use crate::model::LinearAttnConfig;
+use crate::{Result, RuntimeError};
 
 /// Element-wise work below this many elements stays on the calling thread.
 const PAR_MIN_ELEMS: usize = 1 << 15;
@@ -111,6 +117,12 @@ impl Backend for CpuBackend {
         weight::load(src, names)
     }
 
+    fn load_vector(&self, src: &SharedSource, name: &str, add: f32) -> Result<CpuWeight> {
+        let mut v = src.tensor(name)?.to_f32_vec()?;
+        v.iter_mut().for_each(|x| *x += add);
+        Ok(CpuWeight::Vector(v))
+    }
+
     fn alloc_kv(&self, layout: &KvLayout, k_offset: Option<&[f32]>) -> Result<CpuKv> {
         CpuKv::new(layout, k_offset)
     }
@@ -125,6 +137,22 @@ impl Backend for CpuBackend {
 
     fn import_blocks(&self, kv: &mut CpuKv, blocks: &[u32], data: &[u8]) -> Result<()> {
         kv.import_blocks(blocks, data)
+    }
+
+    fn supports_linear_attention(&self) -> bool {
+        true
+    }
+
+    fn copy_state_slots(&self, kv: &mut CpuKv, copies: &[(u32, u32)]) -> Result<()> {
+        kv.state.copy_slots(copies)
+    }
+
+    fn export_state_slots(&self, kv: &CpuKv, slots: &[u32], out: &mut [u8]) -> Result<()> {
+        kv.state.export_slots(slots, out)
+    }
+
+    fn import_state_slots(&self, kv: &mut CpuKv, slots: &[u32], data: &[u8]) -> Result<()> {
+        kv.state.import_slots(slots, data)
     }
 
     fn prepare_batch(
@@ -254,6 +282,139 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn split_head_pairs(
+        &self,
+        x: &CpuTensor,
+        head_dim: usize,
+        a: &mut CpuTensor,
+        b: &mut CpuTensor,
+    ) -> Result<()> {
+        if !x.cols.is_multiple_of(2 * head_dim) {
+            return Err(RuntimeError::BadBatch(format!(
+                "split_head_pairs: {} columns are not pairs of {head_dim}-wide heads",
+                x.cols
+            )));
+        }
+        a.set_shape(x.rows, x.cols / 2)?;
+        b.set_shape(x.rows, x.cols / 2)?;
+        delta_net::split_head_pairs(&x.data, head_dim, &mut a.data, &mut b.data);
+        Ok(())
+    }
+
+    fn sigmoid_mul(&self, x: &mut CpuTensor, gate: &CpuTensor) -> Result<()> {
+        check_same(x, gate, "sigmoid_mul")?;
+        delta_net::sigmoid_mul(&mut x.data, &gate.data);
+        Ok(())
+    }
+
+    fn causal_conv1d_silu(
+        &self,
+        x: &CpuTensor,
+        w: &CpuWeight,
+        kv: &mut CpuKv,
+        layer: usize,
+        batch: &CpuBatch,
+        cfg: &LinearAttnConfig,
+        out: &mut CpuTensor,
+    ) -> Result<()> {
+        check_state(kv, layer, batch)?;
+        if x.cols != cfg.conv_dim() || w.vector().len() != cfg.conv_dim() * cfg.conv_kernel {
+            return Err(RuntimeError::BadBatch(format!(
+                "causal_conv1d: input of {} columns or a kernel of {} values for {} channels of {} taps",
+                x.cols,
+                w.vector().len(),
+                cfg.conv_dim(),
+                cfg.conv_kernel
+            )));
+        }
+        out.set_shape(x.rows, x.cols)?;
+        conv::causal_conv1d_silu(x, w.vector(), &mut kv.state, layer, batch, cfg, out);
+        Ok(())
+    }
+
+    fn l2_norm_heads(
+        &self,
+        x: &mut CpuTensor,
+        head_dim: usize,
+        eps: f32,
+        scale: f32,
+    ) -> Result<()> {
+        delta_net::l2_norm_heads(&mut x.data, head_dim, eps, scale);
+        Ok(())
+    }
+
+    fn delta_gates(
+        &self,
+        a: &CpuTensor,
+        b: &CpuTensor,
+        a_log: &CpuWeight,
+        dt_bias: &CpuWeight,
+        g: &mut CpuTensor,
+        beta: &mut CpuTensor,
+    ) -> Result<()> {
+        check_same(a, b, "delta_gates")?;
+        g.set_shape(a.rows, a.cols)?;
+        beta.set_shape(a.rows, a.cols)?;
+        delta_net::delta_gates(
+            &a.data,
+            &b.data,
+            a_log.vector(),
+            dt_bias.vector(),
+            &mut g.data,
+            &mut beta.data,
+        );
+        Ok(())
+    }
+
+    fn gated_delta_rule(
+        &self,
+        q: &CpuTensor,
+        k: &CpuTensor,
+        v: &CpuTensor,
+        g: &CpuTensor,
+        beta: &CpuTensor,
+        kv: &mut CpuKv,
+        layer: usize,
+        batch: &CpuBatch,
+        cfg: &LinearAttnConfig,
+        out: &mut CpuTensor,
+    ) -> Result<()> {
+        check_state(kv, layer, batch)?;
+        let n = batch.tokens.len();
+        let shapes = [
+            (q, cfg.key_dim()),
+            (k, cfg.key_dim()),
+            (v, cfg.value_dim()),
+            (g, cfg.n_v_heads),
+            (beta, cfg.n_v_heads),
+        ];
+        if shapes.iter().any(|(t, c)| t.rows != n || t.cols != *c)
+            || kv.state.layout.delta_elems != cfg.delta_state_elems()
+        {
+            return Err(RuntimeError::BadBatch(
+                "gated_delta_rule: inputs do not match the DeltaNet geometry".into(),
+            ));
+        }
+        out.set_shape(n, cfg.value_dim())?;
+        delta_net::gated_delta_rule(q, k, v, g, beta, &mut kv.state, layer, batch, cfg, out);
+        Ok(())
+    }
+
+    fn gated_rms_norm(
+        &self,
+        x: &CpuTensor,
+        z: &CpuTensor,
+        w: &CpuWeight,
+        head_dim: usize,
+        eps: f32,
+        out: &mut CpuTensor,
+    ) -> Result<()> {
+        check_same(x, z, "gated_rms_norm")?;
+        out.set_shape(x.rows, x.cols)?;
+        delta_net::gated_rms_norm(&x.data, &z.data, w.vector(), head_dim, eps, &mut out.data);
+        Ok(())
+    }
+
     fn silu_mul(&self, gate: &CpuTensor, up: &CpuTensor, out: &mut CpuTensor) -> Result<()> {
         debug_assert_eq!(gate.data.len(), up.data.len());
         out.set_shape(gate.rows, gate.cols)?; // [n, ffn]
@@ -326,4 +487,46 @@ impl Backend for CpuBackend {
         });
         Ok(())
     }
+}
+
+fn check_same(a: &CpuTensor, b: &CpuTensor, op: &str) -> Result<()> {
+    if (a.rows, a.cols) == (b.rows, b.cols) {
+        Ok(())
+    } else {
+        Err(RuntimeError::BadBatch(format!(
+            "{op}: [{}, {}] and [{}, {}] differ",
+            a.rows, a.cols, b.rows, b.cols
+        )))
+    }
+}
+
+/// A state op's layer exists in the pool and the batch's slots are in it (checked
+/// again here: a batch prepared for another pool must not index past this one).
+fn check_state(kv: &CpuKv, layer: usize, batch: &CpuBatch) -> Result<()> {
+    let l = &kv.state.layout;
+    if layer >= l.n_layers {
+        return Err(RuntimeError::Kv(format!(
+            "state layer {layer} of a pool with {} linear layers",
+            l.n_layers
+        )));
+    }
+    let mut seen = vec![false; l.slots];
+    for s in &batch.seqs {
+        match seen.get_mut(s.state_slot as usize) {
+            None => {
+                return Err(RuntimeError::Kv(format!(
+                    "state slot {} of a pool with {} slots",
+                    s.state_slot, l.slots
+                )))
+            }
+            Some(true) => {
+                return Err(RuntimeError::BadBatch(format!(
+                    "state slot {} is used by two chunks of the pass",
+                    s.state_slot
+                )))
+            }
+            Some(used) => *used = true,
+        }
+    }
+    Ok(())
 }

@@ -40,6 +40,7 @@ mod tests {
             block_size: 256,
             num_blocks: 4,
             dtype: KvDtype::F32,
+            state: Default::default(),
         };
         let mut b = ForwardBatch::default();
         for &p in positions {

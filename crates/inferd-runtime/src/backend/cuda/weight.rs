@@ -13,6 +13,21 @@ use crate::backend::views::{weight_views, WeightViews};
 use crate::backend::SharedSource;
 use crate::{Result, RuntimeError};
 
+/// Tensor `name` of any rank as an f32 vector of its values, each plus `add`.
+pub fn load_vector(
+    dev: &Arc<Device>,
+    src: &SharedSource,
+    name: &str,
+    add: f32,
+) -> Result<CudaWeight> {
+    let mut v = src.tensor(name)?.to_f32_vec()?;
+    v.iter_mut().for_each(|x| *x += add);
+    let buf = dev.alloc(v.len() * 4)?;
+    dev.upload(&buf, 0, as_bytes(&v))?;
+    dev.sync()?;
+    Ok(CudaWeight::Vector { buf, len: v.len() })
+}
+
 pub fn load(dev: &Arc<Device>, src: &SharedSource, names: &[&str]) -> Result<CudaWeight> {
     let (views, rows, cols) = match weight_views(src, names)? {
         WeightViews::Vector(views) => {
