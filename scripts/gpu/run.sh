@@ -5,8 +5,8 @@
 #            memcheck and racecheck over two of them
 #   model8b  makes the Qwen3-8B-shaped random model (/tmp/q8b) and checks the GPU against
 #            transformers (float32) on it; make8b only makes it
-#   speed    decode at batch 1/8/32/64 and prefill on /tmp/q8b: graphs + gemv, graphs +
-#            cuBLASLt only, eager
+#   speed    decode at batch 1..64 over 4096 tokens and prefill on /tmp/q8b: the default,
+#            FlashInfer decode, cuBLASLt only, eager
 #   profile  ncu's device time of every kernel of one decode step on /tmp/q8b (batch 1 at
 #            512 and 4096 tokens, with gemv and with cuBLASLt; batch 32 at 4096) and of
 #            the last 2048-token prefill chunk of a 16k prompt
@@ -48,7 +48,7 @@ make8b|model8b)
   $B/cuda_check hf /tmp/q8b /tmp/q8b-ref.ids.json /tmp/q8b-ref.f32 2>&1 | tee -a $summary
   ;;
 speed)
-  timeout 300 $B/cuda_check speed /tmp/q8b 512 2>&1 | tee -a $summary
+  timeout 300 $B/cuda_check speed /tmp/q8b 4096 2>&1 | tee -a $summary
   ;;
 profile)
   for run in "512 1 gemv" "4096 1 gemv" "4096 32 gemv" "16384 1 prefill"; do

@@ -238,22 +238,42 @@ fn step_bytes<B: Backend>(model: &Model<B>, batch: usize, context: usize) -> (f6
 }
 
 fn speed(model_dir: &Path, context: usize) {
-    // Graphs with the matrix-vector kernel (the default), graphs with cuBLASLt only, and
-    // eager passes: each pair differs in one setting.
-    for (no_graphs, no_gemv) in [(false, false), (false, true), (true, false)] {
-        let cfg = inferd_runtime::CudaConfig {
-            device: 0,
-            no_graphs,
-            no_gemv,
-        };
+    // The default (graphs, the matrix-vector kernel, our decode attention), then one
+    // setting changed each.
+    let base = inferd_runtime::CudaConfig::default();
+    let configs = [
+        base,
+        inferd_runtime::CudaConfig {
+            flashinfer_decode: true,
+            ..base
+        },
+        inferd_runtime::CudaConfig {
+            no_gemv: true,
+            ..base
+        },
+        inferd_runtime::CudaConfig {
+            no_graphs: true,
+            ..base
+        },
+    ];
+    for cfg in configs {
         let kind = format!(
-            "decode passes {}, decode-sized products by {}",
-            if no_graphs {
+            "decode passes {}, decode-sized products by {}, decode attention by {}",
+            if cfg.no_graphs {
                 "eager"
             } else {
                 "replayed as CUDA graphs"
             },
-            if no_gemv { "cuBLASLt" } else { "inferd's gemv" }
+            if cfg.no_gemv {
+                "cuBLASLt"
+            } else {
+                "inferd's gemv"
+            },
+            if cfg.flashinfer_decode {
+                "FlashInfer"
+            } else {
+                "inferd"
+            }
         );
         let t0 = Instant::now();
         let model = Model::load(CudaBackend::new(cfg).unwrap(), model_dir).unwrap();
@@ -271,9 +291,9 @@ fn speed(model_dir: &Path, context: usize) {
 /// with `prefill`, instead the last 2048-token chunk of a `context`-token prompt.
 fn profile(model_dir: &Path, context: usize, batch: usize, no_gemv: bool, prefill: bool) {
     let cfg = inferd_runtime::CudaConfig {
-        device: 0,
         no_graphs: true,
         no_gemv,
+        ..Default::default()
     };
     let model = Model::load(CudaBackend::new(cfg).unwrap(), model_dir).unwrap();
     let vocab = model.cfg.vocab_size;

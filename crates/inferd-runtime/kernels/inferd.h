@@ -107,6 +107,15 @@ int ifd_kv_append(IfdPaged kv, const float* k, const float* v, const int32_t* sl
 int ifd_attention(IfdPaged kv, const float* q, int n, int n_heads, float scale,
                   const int32_t* seq, const int32_t* pos, const int32_t* bt_off,
                   const int32_t* bt, void* out, void* stream);
+
+// ---- decode.cu: attention of one query row per sequence over paged bf16 KV (GQA), each
+// (row, KV head) split into `splits` ranges of its positions (partials merged by a second
+// kernel through part f32 [rows, n_heads, splits, head_dim + 2]; unused with 1 split).
+// Rows as in ifd_attention.  q bf16 [rows, n_heads * head_dim] -> out bf16, same shape
+int ifd_decode_supported(int head_dim, int group);
+int ifd_decode_attention(IfdPaged kv, const void* q, int rows, int n_heads, float scale,
+                         const int32_t* seq, const int32_t* pos, const int32_t* bt_off,
+                         const int32_t* bt, int splits, float* part, void* out, void* stream);
 }
 
 extern "C" {

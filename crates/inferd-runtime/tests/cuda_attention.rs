@@ -188,14 +188,27 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
     };
     let tol = profile(&gpu).logit_tol;
     let mut failures = Vec::new();
-    // Graphs on and off; decode-sized products by the matrix-vector kernel or cuBLASLt.
-    for (no_graphs, no_gemv) in [(false, false), (true, false), (false, true)] {
-        let backend = CudaBackend::new(CudaConfig {
-            device: 0,
-            no_graphs,
-            no_gemv,
-        })
-        .unwrap();
+    // The default, then one setting changed each: graphs off; decode-sized products by
+    // cuBLASLt instead of the matrix-vector kernel; decode rows by FlashInfer's kernel
+    // instead of ours.
+    let base = CudaConfig::default();
+    let configs = [
+        base,
+        CudaConfig {
+            no_graphs: true,
+            ..base
+        },
+        CudaConfig {
+            no_gemv: true,
+            ..base
+        },
+        CudaConfig {
+            flashinfer_decode: true,
+            ..base
+        },
+    ];
+    for cfg in configs {
+        let backend = CudaBackend::new(cfg).unwrap();
         let gpu_model = Model::load(backend, &path).unwrap();
         for bs in [4, 16] {
             let got = scripted(&gpu_model, KvDtype::Bf16, bs);
@@ -208,9 +221,10 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
                     rows += 1;
                 }
                 let what = format!(
-                    "head_dim {head_dim}, blocks of {bs}, graphs {}, {}: {name}: {rows} rows, max |Δlogit| {worst}, top-1 equal {same}",
-                    if no_graphs { "off" } else { "on" },
-                    if no_gemv { "cuBLASLt only" } else { "gemv" },
+                    "head_dim {head_dim}, blocks of {bs}, graphs {}, {}, {} decode: {name}: {rows} rows, max |Δlogit| {worst}, top-1 equal {same}",
+                    if cfg.no_graphs { "off" } else { "on" },
+                    if cfg.no_gemv { "cuBLASLt only" } else { "gemv" },
+                    if cfg.flashinfer_decode { "FlashInfer's" } else { "inferd's" },
                 );
                 eprintln!("{what}");
                 if worst > tol {

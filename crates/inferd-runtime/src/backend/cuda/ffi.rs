@@ -182,6 +182,22 @@ extern "C" {
         out: *mut c_void,
         stream: Stream,
     ) -> c_int;
+    pub fn ifd_decode_supported(head_dim: c_int, group: c_int) -> c_int;
+    pub fn ifd_decode_attention(
+        kv: IfdPaged,
+        q: *const c_void,
+        rows: c_int,
+        n_heads: c_int,
+        scale: f32,
+        seq: *const i32,
+        pos: *const i32,
+        bt_off: *const i32,
+        bt: *const i32,
+        splits: c_int,
+        part: *mut f32,
+        out: *mut c_void,
+        stream: Stream,
+    ) -> c_int;
     pub fn ifd_argmax_rows(
         logits: *const f32,
         vocab: c_int,

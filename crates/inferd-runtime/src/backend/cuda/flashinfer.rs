@@ -283,10 +283,14 @@ pub fn to_bf16(q: *const f32, out: *mut c_void, n: usize, stream: *mut c_void) -
     )
 }
 
-/// The planned attention of a pass: each plan runs over its rows, the first from row 0,
-/// the second (a mixed pass's prompt chunks) from `rows[1]`.
+/// The planned attention of a pass (bf16 KV): its leading `own_rows` decode rows by
+/// inferd's decode kernel (`kernels/decode.cu`, in `splits` ranges per row), then each
+/// FlashInfer plan over its rows, the first from row `rows[0]`, the second (a mixed pass's
+/// prompt chunks) from `rows[1]`.
 #[derive(Clone, Copy)]
 pub struct Passes {
+    pub own_rows: usize,
+    pub splits: usize,
     pub plans: [Option<Plan>; 2],
     /// The first row of each plan.
     pub rows: [usize; 2],
@@ -297,7 +301,7 @@ pub struct Passes {
 impl Passes {
     /// What a graph over these runs depends on (graphs replay single-plan decode passes).
     pub fn fingerprint(&self) -> u64 {
-        let mut h = 0u64;
+        let mut h = (self.own_rows as u64) << 20 ^ self.splits as u64;
         for (p, g) in self.plans.iter().zip(self.generations) {
             if let Some(p) = p {
                 h = h.rotate_left(17) ^ p.fingerprint() ^ g.rotate_left(32);

@@ -54,6 +54,9 @@ pub struct CudaConfig {
     /// comparison: by default passes of up to [`GEMV_MAX_ROWS`] rows use inferd's own
     /// matrix-vector kernel).
     pub no_gemv: bool,
+    /// Decode rows through FlashInfer's decode kernel instead of inferd's
+    /// (`kernels/decode.cu`), for comparison.
+    pub flashinfer_decode: bool,
 }
 
 /// Passes of at most this many rows run their matrix products as inferd's matrix-vector
@@ -72,6 +75,11 @@ struct Inner {
     graphs: Option<graphs::Graphs>,
     /// Rows up to which products run as the matrix-vector kernel (0: never).
     gemv_rows: usize,
+    /// Decode rows by FlashInfer's decode kernel rather than ours.
+    flashinfer_decode: bool,
+    /// Our decode kernel's split partials, allocated once at its largest size (its
+    /// address is baked into graphs).  // f32 [8 · SMs · group · (head_dim + 2)]
+    decode_part: Mutex<Option<device::DeviceBuffer>>,
     rope: Mutex<Option<Arc<RopeTable>>>,
     /// Logits rows read back for host sampling.  // [rows drawn on the host, vocab]
     host_logits: Mutex<Vec<f32>>,
@@ -102,6 +110,8 @@ impl CudaBackend {
                 buckets: Mutex::default(),
                 graphs: (!cfg.no_graphs).then(graphs::Graphs::default),
                 gemv_rows: if cfg.no_gemv { 0 } else { GEMV_MAX_ROWS },
+                flashinfer_decode: cfg.flashinfer_decode,
+                decode_part: Mutex::new(None),
                 rope: Mutex::new(None),
                 host_logits: Mutex::new(Vec::new()),
                 draws: Mutex::new(None),
@@ -140,6 +150,37 @@ impl CudaBackend {
     ) -> Result<flashinfer::Passes> {
         let pad = b.n_tokens - batch.n_tokens();
         let lead = batch.seqs.iter().take_while(|s| s.n_tokens == 1).count();
+        let group = attn.n_heads / attn.n_kv_heads;
+        let own = !self.inner.flashinfer_decode
+            && lead > 0
+            && unsafe { ffi::ifd_decode_supported(int(attn.head_dim), int(group)) } != 0;
+        if own {
+            // Our decode kernel takes the leading decode rows (padding included, which
+            // follows them in a decode pass); FlashInfer's prefill the rest, if any.
+            let own_rows = if lead == batch.seqs.len() {
+                lead + pad
+            } else {
+                lead
+            };
+            let splits = self.decode_splits(own_rows, attn)?;
+            let mut out = flashinfer::Passes {
+                own_rows,
+                splits,
+                plans: [None, None],
+                rows: [0, lead],
+                generations: [0, 0],
+            };
+            if lead < batch.seqs.len() {
+                let mut rest = Part::default();
+                for s in &batch.seqs[lead..] {
+                    rest.push(&s.block_table, s.n_tokens, s.kv_len());
+                }
+                let (plan, generation) = self.plan_part(1, rest, attn, kv, false)?;
+                out.plans[1] = Some(plan);
+                out.generations[1] = generation;
+            }
+            return Ok(out);
+        }
         let split = lead > 0 && lead < batch.seqs.len();
         let mut parts: [Option<Part>; 2] = [None, None];
         let mut first = Part::default();
@@ -160,53 +201,88 @@ impl CudaBackend {
         if split {
             parts[1] = Some(second);
         }
+        let mut out = flashinfer::Passes {
+            own_rows: 0,
+            splits: 0,
+            plans: [None, None],
+            rows: [0, lead],
+            generations: [0, 0],
+        };
+        for (slot, part) in parts.into_iter().enumerate() {
+            let Some(part) = part else { continue };
+            let (plan, generation) = self.plan_part(slot, part, attn, kv, b.bucket.is_some())?;
+            out.plans[slot] = Some(plan);
+            out.generations[slot] = generation;
+        }
+        Ok(out)
+    }
+
+    /// FlashInfer's plan of one part of a pass in workspace `slot` (grown when the part
+    /// does not fit); the plan and the workspace's generation.
+    fn plan_part(
+        &self,
+        slot: usize,
+        mut part: Part,
+        attn: &AttnConfig,
+        kv: &KvLayout,
+        graph: bool,
+    ) -> Result<(flashinfer::Plan, u64)> {
         let shape = flashinfer::Shape {
             n_heads: attn.n_heads as i32,
             n_kv_heads: attn.n_kv_heads as i32,
             head_dim: attn.head_dim as i32,
             page_size: kv.block_size as i32,
         };
-        let mut out = flashinfer::Passes {
-            plans: [None, None],
-            rows: [0, lead],
-            generations: [0, 0],
-        };
+        part.finish();
+        let n_seqs = part.kv_len.len();
+        let tokens = *part.qo.last().unwrap() as usize;
+        let pages: usize = part
+            .kv_len
+            .iter()
+            .map(|&l| (l as usize).div_ceil(kv.block_size))
+            .sum();
         let mut ws = self.inner.fi.lock().unwrap();
-        for (slot, part) in parts.iter_mut().enumerate() {
-            let Some(part) = part.as_mut() else { continue };
-            part.finish();
-            let n_seqs = part.kv_len.len();
-            let tokens = *part.qo.last().unwrap() as usize;
-            let pages: usize = part
-                .kv_len
-                .iter()
-                .map(|&l| (l as usize).div_ceil(kv.block_size))
-                .sum();
-            if !ws[slot]
-                .as_ref()
-                .is_some_and(|w| w.holds(shape, n_seqs, tokens, pages))
-            {
-                ws[slot] = None; // its buffers go before the larger ones come
-                ws[slot] = Some(flashinfer::FiWorkspace::new(
-                    &self.inner.dev,
-                    shape,
-                    n_seqs.max(256).next_power_of_two(),
-                    tokens.max(8192).next_power_of_two(),
-                    pages.max(1 << 16).next_power_of_two(),
-                )?);
-            }
-            let w = ws[slot].as_ref().unwrap();
-            out.plans[slot] = Some(w.plan(
-                &part.qo,
-                &part.kv_len,
-                &part.bt_off,
-                &part.bt,
-                b.bucket.is_some(),
-                self.inner.dev.stream(),
+        if !ws[slot]
+            .as_ref()
+            .is_some_and(|w| w.holds(shape, n_seqs, tokens, pages))
+        {
+            ws[slot] = None; // its buffers go before the larger ones come
+            ws[slot] = Some(flashinfer::FiWorkspace::new(
+                &self.inner.dev,
+                shape,
+                n_seqs.max(256).next_power_of_two(),
+                tokens.max(8192).next_power_of_two(),
+                pages.max(1 << 16).next_power_of_two(),
             )?);
-            out.generations[slot] = w.generation;
         }
-        Ok(out)
+        let w = ws[slot].as_ref().unwrap();
+        let plan = w.plan(
+            &part.qo,
+            &part.kv_len,
+            &part.bt_off,
+            &part.bt,
+            graph,
+            self.inner.dev.stream(),
+        )?;
+        Ok((plan, w.generation))
+    }
+
+    /// How many ranges our decode kernel splits each (row, KV head) into for `rows` rows:
+    /// enough blocks for four per multiprocessor, at most 32; the partials' buffer is
+    /// allocated the first time (outside any capture: a shape's first pass runs eagerly).
+    fn decode_splits(&self, rows: usize, attn: &AttnConfig) -> Result<usize> {
+        let sms = (self.inner.dev.info.multiprocessors as usize).max(1);
+        let blocks = rows * attn.n_kv_heads;
+        let splits = (4 * sms).div_ceil(blocks).clamp(1, 32);
+        if splits > 1 {
+            let group = attn.n_heads / attn.n_kv_heads;
+            let floats = 8 * sms * group * (attn.head_dim + 2);
+            let mut part = self.inner.decode_part.lock().unwrap();
+            if part.as_ref().is_none_or(|p| p.bytes() < floats * 4) {
+                *part = Some(self.inner.dev.alloc(floats * 4)?);
+            }
+        }
+        Ok(splits)
     }
 
     /// Binds the device to this thread; the stream to queue on.
@@ -566,6 +642,32 @@ impl Backend for CudaBackend {
                     scratch
                 }
             };
+            if passes.own_rows > 0 {
+                let part = self.inner.decode_part.lock().unwrap();
+                let pp = part
+                    .as_ref()
+                    .map_or(std::ptr::null_mut(), |p| p.at::<f32>(0));
+                check(
+                    unsafe {
+                        ffi::ifd_decode_attention(
+                            paged,
+                            q_bf16.cast(),
+                            int(passes.own_rows),
+                            int(cfg.n_heads),
+                            cfg.scale,
+                            batch.seq(),
+                            batch.pos(),
+                            batch.bt_off(),
+                            batch.bt(),
+                            int(passes.splits),
+                            pp,
+                            op,
+                            s,
+                        )
+                    },
+                    "decode attention",
+                )?;
+            }
             let ws = self.inner.fi.lock().unwrap();
             let row_bytes = q.cols * 2; // bf16 rows of q and out alike
             for (slot, plan) in passes.plans.iter().enumerate() {
