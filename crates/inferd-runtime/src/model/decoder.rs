@@ -1,13 +1,14 @@
 //! The pre-norm decoder-only transformer shared by Llama, Qwen2, Qwen3 and Qwen3.5.
 //!
 //! For each layer ℓ, with x the residual stream of all tokens in the batch:
-//!   1. h = RMSNorm(x)                          (fused with the previous layer's 4th add;
-//!      Qwen3.5: every RMSNorm scales by 1 + w)
+//!   1. h = RMSNorm(x)              (fused with the previous layer's 4th add; Qwen3.5:
+//!      every RMSNorm scales by 1 + w)
 //!   2. x = x + Mixer_ℓ(h), by the layer's kind (`ModelConfig::layer_kinds`):
 //!      full attention (below) or a Gated DeltaNet (`model::delta_net`, hybrid models)
 //!   3. h = RMSNorm(x)                                                 (fused with 2's add)
 //!   4. x = x + (SiLU(h·W_gateᵀ) ⊙ h·W_upᵀ)·W_downᵀ                    (SwiGLU)
-//! then logits = RMSNorm(x)·W_lmᵀ for the requested rows (W_lm = W_embed when tied).
+//!
+//! Then logits = RMSNorm(x)·W_lmᵀ for the requested rows (W_lm = W_embed when tied).
 //!
 //! Fused projections (Q|K|V, gate|up) hand their whole output to one backend op
 //! (`qkv_prep`, `swiglu`), which a backend may run as one kernel.
