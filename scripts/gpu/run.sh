@@ -7,9 +7,8 @@
 #            transformers (float32) on it; make8b only makes it
 #   speed    decode at batch 1..64 over 4096 tokens and prefill on /tmp/q8b: the default,
 #            FlashInfer decode, cuBLASLt only, eager
-#   profile  ncu's device time of every kernel of one decode step on /tmp/q8b (batch 1 at
-#            512 and 4096 tokens, with gemv and with cuBLASLt; batch 32 at 4096) and of
-#            the last 2048-token prefill chunk of a 16k prompt
+#   profile  ncu's device time of every kernel of one decode step on /tmp/q8b (batch 1 and
+#            32 at 4096 tokens; `cuda_check profile ... prefill` times a long prefill chunk)
 #   fleet    `inferd serve --device cuda` on /tmp/q8b driven by `inferd bench fleet`
 #   smol1    keeps SmolLM2's first part (prepare with SMOL=1); smol2 (the next call on the
 #            same machine) joins it and compares the GPU with the CPU on real weights
@@ -51,7 +50,7 @@ speed)
   timeout 300 $B/cuda_check speed /tmp/q8b 4096 2>&1 | tee -a $summary
   ;;
 profile)
-  for run in "512 1 gemv" "4096 1 gemv" "4096 32 gemv" "16384 1 prefill"; do
+  for run in "4096 1 gemv" "4096 32 gemv"; do
     set -- $run
     timeout 100 ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv --page raw \
       $B/cuda_check profile /tmp/q8b $1 $2 $3 >$OUT/ncu-$1-b$2-$3.csv 2>$OUT/ncu-$1-b$2-$3.err
