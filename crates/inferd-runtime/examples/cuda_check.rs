@@ -244,7 +244,11 @@ fn speed(model_dir: &Path, context: usize) {
     let configs = [
         base,
         inferd_runtime::CudaConfig {
-            flashinfer_decode: true,
+            decode: inferd_runtime::DecodeAttention::FlashInfer,
+            ..base
+        },
+        inferd_runtime::CudaConfig {
+            decode: inferd_runtime::DecodeAttention::Inferd,
             ..base
         },
         inferd_runtime::CudaConfig {
@@ -269,10 +273,10 @@ fn speed(model_dir: &Path, context: usize) {
             } else {
                 "inferd's gemv"
             },
-            if cfg.flashinfer_decode {
-                "FlashInfer"
-            } else {
-                "inferd"
+            match cfg.decode {
+                inferd_runtime::DecodeAttention::Auto => "inferd's at 1 row, else FlashInfer's",
+                inferd_runtime::DecodeAttention::Inferd => "inferd's",
+                inferd_runtime::DecodeAttention::FlashInfer => "FlashInfer's",
             }
         );
         let t0 = Instant::now();

@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
 #pragma unroll
     for (int j = 0; j < kAhead; ++j) {
-      if (base + j >= t1) break;
+      if (base + j >= t1) continue;  // predicated: the loop stays unrolled, kv_* in registers
       float kf[N], vf[N];
       unpack<N>(kv_k[j], kf);
       unpack<N>(kv_v[j], vf);
@@ -153,22 +153,29 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+constexpr int kMaxSplits = 32;
+
 // Grid (rows * n_heads), D threads: out = Σ_s acc_s·2^(m_s - M) / Σ_s l_s·2^(m_s - M).
+// The splits' weights are computed once, in parallel, then every thread sums its column.
 template <int D>
 __global__ void merge_kernel(const float* __restrict__ part, int splits, bf16* __restrict__ out) {
+  __shared__ float w[kMaxSplits];
+  __shared__ float total;
   const size_t head = blockIdx.x;
   const int d = threadIdx.x;
   const float* p = part + head * splits * (D + 2);
-  float mx = -FLT_MAX;
-  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, p[s * (D + 2)]);
-  float lt = 0.f, at = 0.f;
-  for (int s = 0; s < splits; ++s) {
-    const float* q = p + s * (D + 2);
-    const float c = q[0] == -FLT_MAX ? 0.f : exp2f(q[0] - mx);
-    lt += q[1] * c;
-    at += q[2 + d] * c;
+  if (d < 32) {
+    const float m = d < splits ? p[d * (D + 2)] : -FLT_MAX;
+    float mx = ifd::warp_max(m);
+    const float c = m == -FLT_MAX ? 0.f : exp2f(m - mx);
+    if (d < splits) w[d] = c;
+    const float l = ifd::warp_sum(d < splits ? p[d * (D + 2) + 1] * c : 0.f);
+    if (d == 0) total = l;
   }
-  out[head * D + d] = __float2bfloat16(lt > 0.f ? at / lt : 0.f);
+  __syncthreads();
+  float at = 0.f;
+  for (int s = 0; s < splits; ++s) at += p[s * (D + 2) + 2 + d] * w[s];
+  out[head * D + d] = __float2bfloat16(total > 0.f ? at / total : 0.f);
 }
 
 template <int D, int G>
@@ -211,7 +218,8 @@ int ifd_decode_attention(IfdPaged kv, const void* q, int rows, int n_heads, floa
                          const int32_t* seq, const int32_t* pos, const int32_t* bt_off,
                          const int32_t* bt, int splits, float* part, void* out, void* stream) {
   if (rows == 0) return 0;
-  if (!kv.kv_bf16 || splits < 1 || n_heads % kv.n_kv_heads != 0 || (splits > 1 && !part) ||
+  if (!kv.kv_bf16 || splits < 1 || splits > kMaxSplits || n_heads % kv.n_kv_heads != 0 ||
+      (splits > 1 && !part) ||
       !ifd_decode_supported(kv.head_dim, n_heads / kv.n_kv_heads))
     return static_cast<int>(cudaErrorInvalidValue);
   const int g = n_heads / kv.n_kv_heads;

@@ -10,7 +10,9 @@ mod common;
 
 use common::*;
 use inferd_formats::{GgufWriter, MetaValue};
-use inferd_runtime::{Backend, CpuBackend, CudaBackend, CudaConfig, ForwardBatch, KvDtype, Model};
+use inferd_runtime::{
+    Backend, CpuBackend, CudaBackend, CudaConfig, DecodeAttention, ForwardBatch, KvDtype, Model,
+};
 
 /// A random Qwen3-shaped GGUF: 2 layers, `heads` query heads over 2 KV heads of `head_dim`.
 fn random_qwen3(head_dim: usize, heads: usize) -> std::path::PathBuf {
@@ -189,8 +191,8 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
     let tol = profile(&gpu).logit_tol;
     let mut failures = Vec::new();
     // The default, then one setting changed each: graphs off; decode-sized products by
-    // cuBLASLt instead of the matrix-vector kernel; decode rows by FlashInfer's kernel
-    // instead of ours.
+    // cuBLASLt instead of the matrix-vector kernel; decode rows by our kernel whatever
+    // their number, or by FlashInfer's.
     let base = CudaConfig::default();
     let configs = [
         base,
@@ -203,7 +205,11 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
             ..base
         },
         CudaConfig {
-            flashinfer_decode: true,
+            decode: DecodeAttention::Inferd,
+            ..base
+        },
+        CudaConfig {
+            decode: DecodeAttention::FlashInfer,
             ..base
         },
     ];
@@ -221,10 +227,10 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
                     rows += 1;
                 }
                 let what = format!(
-                    "head_dim {head_dim}, blocks of {bs}, graphs {}, {}, {} decode: {name}: {rows} rows, max |Δlogit| {worst}, top-1 equal {same}",
+                    "head_dim {head_dim}, blocks of {bs}, graphs {}, {}, decode {:?}: {name}: {rows} rows, max |Δlogit| {worst}, top-1 equal {same}",
                     if cfg.no_graphs { "off" } else { "on" },
                     if cfg.no_gemv { "cuBLASLt only" } else { "gemv" },
-                    if cfg.flashinfer_decode { "FlashInfer's" } else { "inferd's" },
+                    cfg.decode,
                 );
                 eprintln!("{what}");
                 if worst > tol {

@@ -54,9 +54,20 @@ pub struct CudaConfig {
     /// comparison: by default passes of up to [`GEMV_MAX_ROWS`] rows use inferd's own
     /// matrix-vector kernel).
     pub no_gemv: bool,
-    /// Decode rows through FlashInfer's decode kernel instead of inferd's
-    /// (`kernels/decode.cu`), for comparison.
-    pub flashinfer_decode: bool,
+    /// Which kernel attends decode rows (bf16 KV); the default picks by the number of rows.
+    pub decode: DecodeAttention,
+}
+
+/// The kernel of decode rows' attention.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DecodeAttention {
+    /// inferd's for passes of up to [`OWN_DECODE_MAX_ROWS`] rows, else FlashInfer's.
+    #[default]
+    Auto,
+    /// Always inferd's (`kernels/decode.cu`), where it supports the shape.
+    Inferd,
+    /// Always FlashInfer's.
+    FlashInfer,
 }
 
 /// Passes of at most this many rows run their matrix products as inferd's matrix-vector
@@ -67,6 +78,12 @@ pub struct CudaConfig {
 /// docs/gpu-notes.md.)
 pub const GEMV_MAX_ROWS: usize = 2;
 
+/// Decode passes of at most this many rows take inferd's decode attention
+/// (`kernels/decode.cu`), larger ones FlashInfer's: an 8B step at 4096 tokens on the H200
+/// took 5.49 against 5.73 ms at 1 row, the same at 2, and 6.80 against 6.09 at 4 (its
+/// serial online softmax per warp falls behind at many rows; docs/gpu-notes.md).
+pub const OWN_DECODE_MAX_ROWS: usize = 1;
+
 struct Inner {
     dev: Arc<Device>,
     gemm: gemm::Gemm,
@@ -75,8 +92,7 @@ struct Inner {
     graphs: Option<graphs::Graphs>,
     /// Rows up to which products run as the matrix-vector kernel (0: never).
     gemv_rows: usize,
-    /// Decode rows by FlashInfer's decode kernel rather than ours.
-    flashinfer_decode: bool,
+    decode: DecodeAttention,
     /// Our decode kernel's split partials, allocated once at its largest size (its
     /// address is baked into graphs).  // f32 [8 · SMs · group · (head_dim + 2)]
     decode_part: Mutex<Option<device::DeviceBuffer>>,
@@ -110,7 +126,7 @@ impl CudaBackend {
                 buckets: Mutex::default(),
                 graphs: (!cfg.no_graphs).then(graphs::Graphs::default),
                 gemv_rows: if cfg.no_gemv { 0 } else { GEMV_MAX_ROWS },
-                flashinfer_decode: cfg.flashinfer_decode,
+                decode: cfg.decode,
                 decode_part: Mutex::new(None),
                 rope: Mutex::new(None),
                 host_logits: Mutex::new(Vec::new()),
@@ -151,17 +167,22 @@ impl CudaBackend {
         let pad = b.n_tokens - batch.n_tokens();
         let lead = batch.seqs.iter().take_while(|s| s.n_tokens == 1).count();
         let group = attn.n_heads / attn.n_kv_heads;
-        let own = !self.inner.flashinfer_decode
-            && lead > 0
+        // Our decode kernel takes the leading decode rows (padding included, which follows
+        // them in a decode pass) where it measured faster; FlashInfer's prefill the rest.
+        let own_rows = if lead == batch.seqs.len() {
+            lead + pad
+        } else {
+            lead
+        };
+        let rows_ok = match self.inner.decode {
+            DecodeAttention::Auto => own_rows <= OWN_DECODE_MAX_ROWS,
+            DecodeAttention::Inferd => true,
+            DecodeAttention::FlashInfer => false,
+        };
+        let own = own_rows > 0
+            && rows_ok
             && unsafe { ffi::ifd_decode_supported(int(attn.head_dim), int(group)) } != 0;
         if own {
-            // Our decode kernel takes the leading decode rows (padding included, which
-            // follows them in a decode pass); FlashInfer's prefill the rest, if any.
-            let own_rows = if lead == batch.seqs.len() {
-                lead + pad
-            } else {
-                lead
-            };
             let splits = self.decode_splits(own_rows, attn)?;
             let mut out = flashinfer::Passes {
                 own_rows,
