@@ -34,7 +34,7 @@ tests)
     $B/$t --test-threads 1 --nocapture $filter >$OUT/test-$t.log 2>&1; note "test $t (cuda): rc=$? $(grep 'test result' $OUT/test-$t.log)"
     grep -E "panicked|Δ|differs" $OUT/test-$t.log | head -6 | tee -a $summary
   done
-  timeout 300 compute-sanitizer --tool memcheck $B/cuda_attention >$OUT/memcheck.log 2>&1
+  timeout 300 compute-sanitizer --tool memcheck $B/cuda_attention --test-threads 1 >$OUT/memcheck.log 2>&1
   note "memcheck cuda_attention: rc=$? $(grep -E 'ERROR SUMMARY' $OUT/memcheck.log | tail -1)"
   timeout 300 compute-sanitizer --tool racecheck $B/hf_reference --test-threads 1 cuda::qwen3 >$OUT/racecheck.log 2>&1
   note "racecheck hf_reference qwen3: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' $OUT/racecheck.log | tail -1)"
