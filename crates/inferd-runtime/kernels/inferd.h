@@ -70,6 +70,14 @@ int ifd_qkv_prep(const float* qkv, int rows, int hq, int hkv, int head_dim, cons
 // out[r, c] = silu(gate_up[r, c]) * gate_up[r, f + c]   f32 [rows, 2f] -> bf16 [rows, f]
 int ifd_swiglu(const float* gate_up, int rows, int f, void* out, void* stream);
 
+// ---- blocks.cu: KV blocks to and from a contiguous image (export order: per block, every
+// layer's K then V piece of pb bytes). planes: DEVICE array [n_layers * 2]
+// (K of layer l at 2l, V at 2l + 1); ids: DEVICE [n]; image: DEVICE [n * n_layers * 2 * pb]
+int ifd_gather_blocks(void* const* planes, int n_layers, const int32_t* ids, int n, size_t pb,
+                      void* image, void* stream);
+int ifd_scatter_blocks(void* const* planes, int n_layers, const int32_t* ids, int n, size_t pb,
+                       const void* image, void* stream);
+
 // ---- norm.cu: RMSNorm x / sqrt(mean(x^2) + eps) * w
 // x f32 [rows, cols], w f32 [cols] -> out bf16 [rows, cols]
 int ifd_rms_norm(const float* x, const float* w, int rows, int cols, float eps, void* out,

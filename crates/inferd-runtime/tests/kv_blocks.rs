@@ -1,5 +1,5 @@
-//! Block operations of the KV pool (`copy_block`, `export_block`, `import_block`) on
-//! both KV dtypes, through `Model`'s wrappers, and the Q8 rows the forward pass stores
+//! Block operations of the KV pool (`copy_block`, `export_block`, `import_block`, and
+//! batched exports and imports) on every KV dtype of a backend, through `Model`'s wrappers, and the Q8 rows the forward pass stores
 //! (K minus the model's K offset). Bodies are generic over `Backend`.
 
 mod common;
@@ -119,6 +119,49 @@ fn export_import_round_trip<B: Backend + Clone>(backend: B) {
             assert!(
                 want == got,
                 "{name} {dtype:?}: logits in a fresh pool differ"
+            );
+        }
+    }
+}
+
+/// Many blocks in one call (the way sessions are parked and restored): the image of
+/// blocks in any order is their single-block images end to end, and importing it into
+/// other blocks, in one call, writes each block's own image.
+fn batched_export_import_equals_one_at_a_time<B: Backend + Clone>(backend: B) {
+    let model = tiny(backend);
+    for &dtype in profile(&model.backend).kv_dtypes {
+        let mut run = Runner::with_dtype(&model, 64, dtype);
+        let ids = prompt(30, model.cfg.vocab_size);
+        let (_, table) = run.new_seq(31); // 8 blocks of 4
+        pass(&mut run, &ids, 0, &table);
+        let order: Vec<u32> = table
+            .iter()
+            .rev()
+            .step_by(2)
+            .chain(table.iter().step_by(2))
+            .copied()
+            .collect();
+        let bb = run.layout.block_bytes();
+        let mut image = vec![0u8; order.len() * bb];
+        model
+            .backend
+            .export_blocks(&run.kv, &order, &mut image)
+            .unwrap();
+        for (i, &b) in order.iter().enumerate() {
+            assert!(
+                image[i * bb..(i + 1) * bb] == export(&run, b)[..],
+                "{dtype:?}: piece {i} (block {b}) of a batched export"
+            );
+        }
+        let (_, other) = run.new_seq(order.len() * 4);
+        model
+            .backend
+            .import_blocks(&mut run.kv, &other, &image)
+            .unwrap();
+        for (i, &b) in other.iter().enumerate() {
+            assert!(
+                export(&run, b)[..] == image[i * bb..(i + 1) * bb],
+                "{dtype:?}: block {b} after a batched import"
             );
         }
     }
@@ -279,6 +322,10 @@ macro_rules! backend_tests {
             #[test]
             fn export_import_round_trips_bit_exactly() {
                 export_import_round_trip($backend);
+            }
+            #[test]
+            fn batched_export_import_equal_one_block_at_a_time() {
+                batched_export_import_equals_one_at_a_time($backend);
             }
             #[test]
             fn import_export_with_bad_length_or_block_error() {

@@ -270,3 +270,47 @@ impl Drop for DeviceBuffer {
         }
     }
 }
+
+/// Page-locked host memory (copies to and from it run at full PCIe speed, asynchronously),
+/// freed on drop.
+pub struct PinnedBuffer {
+    ptr: *mut c_void,
+    bytes: usize,
+}
+
+// SAFETY: plain host memory, owned.
+unsafe impl Send for PinnedBuffer {}
+unsafe impl Sync for PinnedBuffer {}
+
+impl PinnedBuffer {
+    pub fn new(bytes: usize) -> Result<PinnedBuffer> {
+        let mut ptr = std::ptr::null_mut();
+        check(
+            unsafe { ffi::ifd_host_alloc(&mut ptr, bytes.max(1)) },
+            &format!("allocating {bytes} bytes of pinned host memory"),
+        )?;
+        Ok(PinnedBuffer { ptr, bytes })
+    }
+
+    pub fn ptr(&self) -> *mut c_void {
+        self.ptr
+    }
+
+    /// The first `n` bytes (the caller has synchronized with any copy into them).
+    pub fn slice(&self, n: usize) -> &[u8] {
+        assert!(n <= self.bytes);
+        unsafe { std::slice::from_raw_parts(self.ptr.cast(), n) }
+    }
+
+    /// The first `n` bytes, to fill (no copy from them may be in flight).
+    pub fn slice_mut(&mut self, n: usize) -> &mut [u8] {
+        assert!(n <= self.bytes);
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.cast(), n) }
+    }
+}
+
+impl Drop for PinnedBuffer {
+    fn drop(&mut self) {
+        unsafe { ffi::ifd_host_free(self.ptr) };
+    }
+}

@@ -182,6 +182,24 @@ extern "C" {
         out: *mut c_void,
         stream: Stream,
     ) -> c_int;
+    pub fn ifd_gather_blocks(
+        planes: *const *mut c_void,
+        n_layers: c_int,
+        ids: *const i32,
+        n: c_int,
+        pb: usize,
+        image: *mut c_void,
+        stream: Stream,
+    ) -> c_int;
+    pub fn ifd_scatter_blocks(
+        planes: *const *mut c_void,
+        n_layers: c_int,
+        ids: *const i32,
+        n: c_int,
+        pb: usize,
+        image: *const c_void,
+        stream: Stream,
+    ) -> c_int;
     pub fn ifd_decode_supported(head_dim: c_int, group: c_int) -> c_int;
     pub fn ifd_decode_attention(
         kv: IfdPaged,

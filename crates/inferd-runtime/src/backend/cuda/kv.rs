@@ -1,15 +1,21 @@
 //! The paged KV pool on the GPU: per layer one K and one V plane of
 //! `[num_blocks, n_kv_heads, block_size, head_dim]` (the layout of [`crate::kv`]), f32 or
-//! bf16. A block of one plane is contiguous, so a block's image is two copies per layer.
+//! bf16. A block of one plane is contiguous, so a block's image is two pieces per layer.
+//! Export and import move up to [`STAGING_BYTES`] of images at a time: one kernel gathers
+//! (scatters) every piece of the chunk's blocks into (from) a device staging image, and
+//! one copy moves it through pinned host memory.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use super::device::{Device, DeviceBuffer};
-use super::ffi::IfdPaged;
+use super::device::{Device, DeviceBuffer, PinnedBuffer};
+use super::ffi::{self, check, IfdPaged};
 use crate::kv::{KvDtype, KvLayout};
 use crate::{Result, RuntimeError};
 
 static KV_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// Image bytes staged per chunk of an export or import (at least one block).
+pub const STAGING_BYTES: usize = 32 << 20;
 
 pub struct CudaKv {
     pub(super) layout: KvLayout,
@@ -17,6 +23,18 @@ pub struct CudaKv {
     pub(super) id: u64,
     k: Vec<DeviceBuffer>, // per layer
     v: Vec<DeviceBuffer>, // per layer
+    /// The planes' addresses as the block kernels read them.  // [n_layers * 2] pointers
+    planes: DeviceBuffer,
+    /// Export/import buffers, made at the first use.
+    staging: Mutex<Option<Staging>>,
+}
+
+/// One chunk's block ids and image, on the device and pinned on the host.
+struct Staging {
+    blocks: usize,
+    ids: DeviceBuffer,   // i32 [blocks]
+    image: DeviceBuffer, // [blocks * block_bytes]
+    host: PinnedBuffer,  // [blocks * block_bytes]
 }
 
 impl CudaKv {
@@ -37,13 +55,41 @@ impl CudaKv {
             k.push(dev.alloc_zeroed(bytes)?);
             v.push(dev.alloc_zeroed(bytes)?);
         }
+        let ptrs: Vec<u64> = k
+            .iter()
+            .zip(&v)
+            .flat_map(|(k, v)| [k.ptr() as u64, v.ptr() as u64])
+            .collect();
+        let planes = dev.alloc(ptrs.len() * 8)?;
+        dev.upload(&planes, 0, super::weight::as_bytes(&ptrs))?;
         dev.sync()?;
         Ok(CudaKv {
             layout: *layout,
             id: KV_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             k,
             v,
+            planes,
+            staging: Mutex::new(None),
         })
+    }
+
+    /// The staging buffers, made the first time.
+    fn staging<'a>(
+        &self,
+        dev: &Arc<Device>,
+        guard: &'a mut Option<Staging>,
+    ) -> Result<&'a mut Staging> {
+        if guard.is_none() {
+            let bb = self.layout.block_bytes();
+            let blocks = (STAGING_BYTES / bb.max(1)).max(1);
+            *guard = Some(Staging {
+                blocks,
+                ids: dev.alloc(blocks * 4)?,
+                image: dev.alloc(blocks * bb)?,
+                host: PinnedBuffer::new(blocks * bb)?,
+            });
+        }
+        Ok(guard.as_mut().unwrap())
     }
 
     /// Layer `layer`'s planes as the kernels take them.
@@ -91,32 +137,73 @@ impl CudaKv {
         Ok(())
     }
 
-    pub fn export_blocks(&self, dev: &Device, blocks: &[u32], out: &mut [u8]) -> Result<()> {
+    pub fn export_blocks(&self, dev: &Arc<Device>, blocks: &[u32], out: &mut [u8]) -> Result<()> {
         self.check_image(blocks, out.len())?;
-        let pb = self.plane_block_bytes();
-        let mut parts = out.chunks_exact_mut(pb);
-        for &b in blocks {
-            let off = b as usize * pb;
-            for l in 0..self.layout.n_layers {
-                dev.download(&self.k[l], off, parts.next().unwrap())?;
-                dev.download(&self.v[l], off, parts.next().unwrap())?;
-            }
+        let (pb, bb) = (self.plane_block_bytes(), self.layout.block_bytes());
+        let mut guard = self.staging.lock().unwrap();
+        let st = self.staging(dev, &mut guard)?;
+        let s = dev.stream();
+        for (chunk, out) in blocks.chunks(st.blocks).zip(out.chunks_mut(st.blocks * bb)) {
+            let ids: Vec<i32> = chunk.iter().map(|&b| b as i32).collect();
+            dev.upload(&st.ids, 0, super::weight::as_bytes(&ids))?;
+            let planes = self.planes.ptr() as *const *mut std::ffi::c_void;
+            check(
+                unsafe {
+                    ffi::ifd_gather_blocks(
+                        planes,
+                        self.layout.n_layers as i32,
+                        st.ids.at(0),
+                        ids.len() as i32,
+                        pb,
+                        st.image.ptr(),
+                        s,
+                    )
+                },
+                "gathering blocks",
+            )?;
+            check(
+                unsafe { ffi::ifd_copy(st.host.ptr(), st.image.ptr(), out.len(), s) },
+                "copying blocks to the host",
+            )?;
+            dev.sync()?;
+            out.copy_from_slice(st.host.slice(out.len()));
         }
         Ok(())
     }
 
-    pub fn import_blocks(&mut self, dev: &Device, blocks: &[u32], data: &[u8]) -> Result<()> {
+    pub fn import_blocks(&mut self, dev: &Arc<Device>, blocks: &[u32], data: &[u8]) -> Result<()> {
         self.check_image(blocks, data.len())?;
-        let pb = self.plane_block_bytes();
-        let mut parts = data.chunks_exact(pb);
-        for &b in blocks {
-            let off = b as usize * pb;
-            for l in 0..self.layout.n_layers {
-                dev.upload(&self.k[l], off, parts.next().unwrap())?;
-                dev.upload(&self.v[l], off, parts.next().unwrap())?;
-            }
+        let (pb, bb) = (self.plane_block_bytes(), self.layout.block_bytes());
+        let mut guard = self.staging.lock().unwrap();
+        let st = self.staging(dev, &mut guard)?;
+        let s = dev.stream();
+        for (chunk, data) in blocks.chunks(st.blocks).zip(data.chunks(st.blocks * bb)) {
+            // The previous chunk's copy out of the pinned buffer is done (synced below).
+            st.host.slice_mut(data.len()).copy_from_slice(data);
+            let ids: Vec<i32> = chunk.iter().map(|&b| b as i32).collect();
+            dev.upload(&st.ids, 0, super::weight::as_bytes(&ids))?;
+            check(
+                unsafe { ffi::ifd_copy(st.image.ptr(), st.host.ptr(), data.len(), s) },
+                "copying blocks to the device",
+            )?;
+            let planes = self.planes.ptr() as *const *mut std::ffi::c_void;
+            check(
+                unsafe {
+                    ffi::ifd_scatter_blocks(
+                        planes,
+                        self.layout.n_layers as i32,
+                        st.ids.at(0),
+                        ids.len() as i32,
+                        pb,
+                        st.image.ptr(),
+                        s,
+                    )
+                },
+                "scattering blocks",
+            )?;
+            dev.sync()?;
         }
-        dev.sync()
+        Ok(())
     }
 
     fn check_image(&self, blocks: &[u32], len: usize) -> Result<()> {
