@@ -139,30 +139,13 @@ impl CudaKv {
 
     pub fn export_blocks(&self, dev: &Arc<Device>, blocks: &[u32], out: &mut [u8]) -> Result<()> {
         self.check_image(blocks, out.len())?;
-        let (pb, bb) = (self.plane_block_bytes(), self.layout.block_bytes());
+        let bb = self.layout.block_bytes();
         let mut guard = self.staging.lock().unwrap();
         let st = self.staging(dev, &mut guard)?;
-        let s = dev.stream();
         for (chunk, out) in blocks.chunks(st.blocks).zip(out.chunks_mut(st.blocks * bb)) {
-            let ids: Vec<i32> = chunk.iter().map(|&b| b as i32).collect();
-            dev.upload(&st.ids, 0, super::weight::as_bytes(&ids))?;
-            let planes = self.planes.ptr() as *const *mut std::ffi::c_void;
+            self.move_blocks(dev, st, chunk, true)?;
             check(
-                unsafe {
-                    ffi::ifd_gather_blocks(
-                        planes,
-                        self.layout.n_layers as i32,
-                        st.ids.at(0),
-                        ids.len() as i32,
-                        pb,
-                        st.image.ptr(),
-                        s,
-                    )
-                },
-                "gathering blocks",
-            )?;
-            check(
-                unsafe { ffi::ifd_copy(st.host.ptr(), st.image.ptr(), out.len(), s) },
+                unsafe { ffi::ifd_copy(st.host.ptr(), st.image.ptr(), out.len(), dev.stream()) },
                 "copying blocks to the host",
             )?;
             dev.sync()?;
@@ -173,37 +156,42 @@ impl CudaKv {
 
     pub fn import_blocks(&mut self, dev: &Arc<Device>, blocks: &[u32], data: &[u8]) -> Result<()> {
         self.check_image(blocks, data.len())?;
-        let (pb, bb) = (self.plane_block_bytes(), self.layout.block_bytes());
+        let bb = self.layout.block_bytes();
         let mut guard = self.staging.lock().unwrap();
         let st = self.staging(dev, &mut guard)?;
-        let s = dev.stream();
         for (chunk, data) in blocks.chunks(st.blocks).zip(data.chunks(st.blocks * bb)) {
             // The previous chunk's copy out of the pinned buffer is done (synced below).
             st.host.slice_mut(data.len()).copy_from_slice(data);
-            let ids: Vec<i32> = chunk.iter().map(|&b| b as i32).collect();
-            dev.upload(&st.ids, 0, super::weight::as_bytes(&ids))?;
             check(
-                unsafe { ffi::ifd_copy(st.image.ptr(), st.host.ptr(), data.len(), s) },
+                unsafe { ffi::ifd_copy(st.image.ptr(), st.host.ptr(), data.len(), dev.stream()) },
                 "copying blocks to the device",
             )?;
-            let planes = self.planes.ptr() as *const *mut std::ffi::c_void;
-            check(
-                unsafe {
-                    ffi::ifd_scatter_blocks(
-                        planes,
-                        self.layout.n_layers as i32,
-                        st.ids.at(0),
-                        ids.len() as i32,
-                        pb,
-                        st.image.ptr(),
-                        s,
-                    )
-                },
-                "scattering blocks",
-            )?;
+            self.move_blocks(dev, st, chunk, false)?;
             dev.sync()?;
         }
         Ok(())
+    }
+
+    /// Queues the move of `chunk`'s blocks (at most `st.blocks`) from the planes into the
+    /// staging image (`gather`) or back.
+    fn move_blocks(&self, dev: &Device, st: &Staging, chunk: &[u32], gather: bool) -> Result<()> {
+        let ids: Vec<i32> = chunk.iter().map(|&b| b as i32).collect();
+        dev.upload(&st.ids, 0, super::weight::as_bytes(&ids))?;
+        let planes = self.planes.ptr() as *const *mut std::ffi::c_void;
+        let (layers, n, pb) = (
+            self.layout.n_layers as i32,
+            ids.len() as i32,
+            self.plane_block_bytes(),
+        );
+        let (ip, img, s) = (st.ids.at(0), st.image.ptr(), dev.stream());
+        let code = unsafe {
+            if gather {
+                ffi::ifd_gather_blocks(planes, layers, ip, n, pb, img, s)
+            } else {
+                ffi::ifd_scatter_blocks(planes, layers, ip, n, pb, img, s)
+            }
+        };
+        check(code, "moving blocks")
     }
 
     fn check_image(&self, blocks: &[u32], len: usize) -> Result<()> {
