@@ -10,7 +10,7 @@
 //! cargo run --release -p inferd-engine --example second_turn -- MODEL_DIR --context 2048
 //! ```
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -25,7 +25,7 @@ fn arg(args: &[String], name: &str, default: usize) -> usize {
         .map_or(default, |v| v.parse().expect("a number"))
 }
 
-fn engine(dir: &PathBuf, prefix_cache: bool) -> EngineHandle {
+fn engine(dir: &Path, prefix_cache: bool) -> EngineHandle {
     let model = Model::load(CpuBackend::new(), dir).expect("load");
     let tok = Tokenizer::from_tokenizer_json(&dir.join("tokenizer.json")).expect("tokenizer");
     let cfg = EngineConfig {
@@ -58,13 +58,21 @@ fn run(e: &EngineHandle, req: GenRequest) -> (f64, Vec<u32>, usize) {
 
 fn tokens(n: usize, seed: u32, vocab: u32) -> Vec<u32> {
     (0..n as u32)
-        .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed.wrapping_mul(40503)) >> 9) % vocab)
+        .map(|i| {
+            (i.wrapping_mul(2654435761)
+                .wrapping_add(seed.wrapping_mul(40503))
+                >> 9)
+                % vocab
+        })
         .collect()
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let dir = PathBuf::from(args.get(1).expect("usage: second_turn MODEL_DIR [--context N]"));
+    let dir = PathBuf::from(
+        args.get(1)
+            .expect("usage: second_turn MODEL_DIR [--context N]"),
+    );
     let (context, reply, new, reps) = (
         arg(&args, "--context", 2048),
         arg(&args, "--reply", 64),

@@ -154,7 +154,7 @@ impl KvManager {
         for _ in have..need {
             fresh.push(self.take_block().expect("checked by can_fit"));
         }
-        let table = self.tables.entry(seq).or_insert_with(Table::new);
+        let table = self.tables.entry(seq).or_default();
         table.blocks.extend(fresh);
         Some(&table.blocks)
     }
@@ -204,7 +204,7 @@ impl KvManager {
     ) -> usize {
         let bs = self.block_size;
         let limit = limit.min(tokens.len());
-        let table = self.tables.entry(seq).or_insert_with(Table::new);
+        let table = self.tables.entry(seq).or_default();
         if !table.blocks.is_empty() {
             return 0; // already holds blocks: nothing to share into
         }

@@ -58,7 +58,7 @@ impl KvManager {
             return Some(s);
         }
         let (slot, _) = self.state.allocate()?;
-        self.tables.entry(seq).or_insert_with(Table::new).running = Some(slot);
+        self.tables.entry(seq).or_default().running = Some(slot);
         Some(slot)
     }
 
@@ -162,7 +162,7 @@ impl KvManager {
     /// end, already held, or no slot free).
     pub fn snapshot(&mut self, seq: SeqId, n_tokens: usize, tail: bool) -> bool {
         let bs = self.block_size;
-        if !self.is_stateful() || n_tokens == 0 || n_tokens % bs != 0 {
+        if !self.is_stateful() || n_tokens == 0 || !n_tokens.is_multiple_of(bs) {
             return false;
         }
         let Some(t) = self.tables.get(&seq) else {

@@ -50,7 +50,7 @@ impl SnapshotPoints {
         let bs = self.block_size;
         pos > 0
             && pos <= target
-            && (pos % self.interval == 0
+            && (pos.is_multiple_of(self.interval)
                 || pos == target / bs * bs
                 || pos == target.saturating_sub(1) / bs * bs)
     }
@@ -95,9 +95,9 @@ impl SnapshotPoints {
     /// The snapshot after a decode step that leaves `pos + 1` tokens computed.
     pub fn after_decode(&self, pos: usize) -> Option<SnapshotKind> {
         let end = pos + 1;
-        if end % self.interval == 0 {
+        if end.is_multiple_of(self.interval) {
             Some(SnapshotKind::Keep)
-        } else if end % self.block_size == 0 {
+        } else if end.is_multiple_of(self.block_size) {
             Some(SnapshotKind::Tail)
         } else {
             None
