@@ -559,6 +559,11 @@ impl<B: Backend> Engine<B> {
         metrics::gauge!(names::RUNNING).set(running as f64);
         metrics::gauge!(names::KV_BLOCKS_FREE).set(free as f64);
         metrics::gauge!(names::KV_BLOCKS_USED).set((total - free) as f64);
+        if self.kvm.is_stateful() {
+            let state = self.kvm.state_pool();
+            metrics::gauge!(names::STATE_SLOTS_FREE).set(state.num_free() as f64);
+            metrics::gauge!(names::SNAPSHOTS).set(state.num_snapshots() as f64);
+        }
         let mut st = self.stats();
         st.waiting = waiting;
         st.running = running;

@@ -346,3 +346,38 @@ fn cache_drop_leaves_no_snapshot() {
     assert_eq!(report.blocks_cached, 0);
     e.shutdown();
 }
+
+#[test]
+fn pinning_counts_state_slots_too() {
+    let probe = engine(config());
+    let r = block_on(probe.cache_report()).unwrap();
+    probe.shutdown();
+    // Plenty of block bytes, 4 state slots: contexts of one snapshot each pin at most 2.
+    let budget = r.bytes_per_block * 200 + r.bytes_per_snapshot * 4;
+    let e = engine(EngineConfig {
+        kv_budget: KvBudget::Bytes(budget),
+        state_fraction: (r.bytes_per_snapshot * 4) as f64 / budget as f64 + 1e-9,
+        ..config()
+    });
+    let pin = |id: &str, seed| {
+        block_on(e.create_context(ContextSpec {
+            id: Some(id.into()),
+            tokens: prompt(20, seed),
+            pin: true,
+            meta: String::new(),
+        }))
+    };
+    assert!(pin("a", 60).is_ok());
+    assert!(pin("b", 61).is_ok());
+    let err = pin("c", 62).unwrap_err();
+    assert!(
+        matches!(err, inferd_engine::MemoryError::TooLarge(_)),
+        "{err:?}"
+    );
+    let report = block_on(e.cache_report()).unwrap();
+    assert_eq!(report.snapshots_pinned, 2);
+    // requests still run beside them
+    let out = run(&e, req(prompt(40, 63), 4));
+    assert_eq!(out.tokens.len(), 4);
+    e.shutdown();
+}
