@@ -73,14 +73,20 @@ impl<B: Backend> Engine<B> {
             ))));
             return;
         }
-        // Pinned blocks never come back, so a context must leave room to run requests.
-        let pinned: usize = self.pinned_blocks();
-        let total = self.kvm.pool().num_blocks();
-        let need = self.kvm.blocks_for(n + 1);
-        if spec.pin && pinned + need > total / 2 {
+        // Pinned memory never comes back, so a context must leave room to run requests:
+        // at most half of the budget's bytes, and of its state slots, may be pinned.
+        let pinned = self.pinned_bytes();
+        let total = self.total_bytes();
+        let need_blocks = self.kvm.blocks_for(n + 1);
+        let need_snaps = self.snapshots_for(n);
+        let need = need_blocks as u64 * self.bytes_per_block + need_snaps as u64 * self.slot_bytes;
+        let slots = self.kvm.state_pool().num_slots();
+        let pinned_snaps = self.pinned_snapshots();
+        if spec.pin && (pinned + need > total / 2 || (pinned_snaps + need_snaps) * 2 > slots) {
             let _ = reply.send(Err(MemoryError::TooLarge(format!(
-                "pinning {n} more tokens ({need} KV blocks) would pin {} of the {total} blocks of \
-                 the KV budget; at most half may be pinned (raise --kv-memory or unpin contexts)",
+                "pinning {n} more tokens ({need_blocks} KV blocks, {need_snaps} state snapshots: \
+                 {need} bytes) would pin {} of the {total} bytes of the KV budget; at most half \
+                 may be pinned (raise --kv-memory or unpin contexts)",
                 pinned + need
             ))));
             return;
@@ -253,6 +259,15 @@ impl<B: Backend> Engine<B> {
             .sum()
     }
 
+    /// Snapshots held by pinned contexts.
+    pub(crate) fn pinned_snapshots(&self) -> usize {
+        self.memory
+            .contexts
+            .values()
+            .map(|e| self.kvm.owner_snapshots(e.owner).len())
+            .sum()
+    }
+
     /// Blocks held by parked sessions.
     pub(crate) fn parked_blocks(&self) -> usize {
         self.memory
@@ -261,6 +276,47 @@ impl<B: Backend> Engine<B> {
             .filter_map(|e| self.kvm.table(e.owner))
             .map(|t| t.len())
             .sum()
+    }
+
+    /// Snapshots held by parked sessions.
+    pub(crate) fn parked_snapshots(&self) -> usize {
+        self.memory
+            .sessions
+            .values()
+            .map(|e| self.kvm.owner_snapshots(e.owner).len())
+            .sum()
+    }
+
+    /// Bytes of `blocks` KV blocks and `snaps` state snapshots.
+    fn bytes_of(&self, blocks: usize, snaps: usize) -> u64 {
+        blocks as u64 * self.bytes_per_block + snaps as u64 * self.slot_bytes
+    }
+
+    /// Bytes held by pinned contexts (blocks and snapshots).
+    pub(crate) fn pinned_bytes(&self) -> u64 {
+        self.bytes_of(self.pinned_blocks(), self.pinned_snapshots())
+    }
+
+    /// Bytes held by parked sessions (blocks and snapshots).
+    pub(crate) fn parked_bytes(&self) -> u64 {
+        self.bytes_of(self.parked_blocks(), self.parked_snapshots())
+    }
+
+    /// Bytes of the whole KV budget: blocks and state slots.
+    pub(crate) fn total_bytes(&self) -> u64 {
+        self.bytes_of(
+            self.kvm.pool().num_blocks(),
+            self.kvm.state_pool().num_slots(),
+        )
+    }
+
+    /// Snapshots a context of `n` tokens keeps (hybrid models): one per interval and
+    /// the one at its end.
+    fn snapshots_for(&self, n: usize) -> usize {
+        if !self.kvm.is_stateful() {
+            return 0;
+        }
+        n / self.snapshot_interval.max(1) + 1
     }
 
     /// Releases the least recently used parked session's blocks (they stay in the prefix
@@ -277,7 +333,7 @@ impl<B: Backend> Engine<B> {
 
     /// Parked sessions hold at most the park budget.
     pub(crate) fn enforce_park_budget(&mut self) {
-        while self.parked_blocks() > self.park_budget_blocks {
+        while self.parked_bytes() > self.park_budget_bytes {
             if !self.release_lru_session() {
                 break;
             }
@@ -310,7 +366,18 @@ impl<B: Backend> Engine<B> {
         let blocks_pinned = self.pinned_blocks();
         let blocks_parked = self.parked_blocks();
         let used = pool.num_blocks() - pool.num_free();
+        let state = self.kvm.state_pool();
+        let spilled_snaps = self.spill.as_ref().map_or((0, 0), |t| t.snapshot_usage());
         CacheReport {
+            bytes_per_snapshot: self.slot_bytes,
+            state_slots_total: state.num_slots(),
+            state_slots_free: state.num_free(),
+            snapshots: state.num_snapshots(),
+            snapshot_bytes: state.num_snapshots() as u64 * self.slot_bytes,
+            snapshots_pinned: self.pinned_snapshots(),
+            snapshots_parked: self.parked_snapshots(),
+            snapshots_spilled: spilled_snaps.0,
+            snapshot_bytes_spilled: spilled_snaps.1,
             block_size: self.kvm.block_size(),
             bytes_per_block: self.bytes_per_block,
             kv_dtype: self.kv_dtype_name.to_string(),

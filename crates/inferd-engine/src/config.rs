@@ -42,6 +42,10 @@ pub struct EngineConfig {
     /// A request not admitted within this time is refused (`SubmitError::QueueTimeout`);
     /// `None`: requests wait as long as it takes.
     pub queue_timeout: Option<std::time::Duration>,
+    /// Hybrid models: the share of the KV budget (bytes) given to recurrent-state slots
+    /// (each sequence running holds one; snapshots take the rest). Dense models give
+    /// the whole budget to blocks.
+    pub state_fraction: f64,
 }
 
 /// Default [`EngineConfig::queue_timeout`]: 10 minutes.
@@ -61,6 +65,7 @@ impl Default for EngineConfig {
             spill: None,
             prefix_cache: true,
             queue_timeout: Some(DEFAULT_QUEUE_TIMEOUT),
+            state_fraction: 0.5,
         }
     }
 }
@@ -78,14 +83,36 @@ pub fn available_memory() -> Option<u64> {
 /// after the weights and the workspace are in place), else of the host's available memory;
 /// 4 GiB when neither can be read.
 pub fn kv_blocks_for(budget: KvBudget, bytes_per_block: u64, device_free: Option<u64>) -> usize {
-    let bytes = match budget {
+    (kv_budget_bytes(budget, device_free) / bytes_per_block.max(1)) as usize
+}
+
+/// The bytes a budget allows (see [`kv_blocks_for`]).
+pub fn kv_budget_bytes(budget: KvBudget, device_free: Option<u64>) -> u64 {
+    match budget {
         KvBudget::Bytes(b) => b,
         KvBudget::FractionOfFree(f) => {
             let free = device_free.or_else(available_memory).unwrap_or(4 << 30);
             (free as f64 * f.clamp(0.0, 1.0)) as u64
         }
-    };
-    (bytes / bytes_per_block.max(1)) as usize
+    }
+}
+
+/// How a budget of `bytes` splits into KV blocks and recurrent-state slots: `fraction`
+/// of it to slots of `slot_bytes` (none when 0: a dense model), the rest to blocks.
+/// Returns `(blocks, slots)`.
+pub fn split_budget(
+    bytes: u64,
+    bytes_per_block: u64,
+    slot_bytes: u64,
+    fraction: f64,
+) -> (usize, usize) {
+    if slot_bytes == 0 {
+        return ((bytes / bytes_per_block.max(1)) as usize, 0);
+    }
+    let state = (bytes as f64 * fraction.clamp(0.0, 1.0)) as u64;
+    let slots = state / slot_bytes;
+    let blocks = (bytes - slots * slot_bytes) / bytes_per_block.max(1);
+    (blocks as usize, slots as usize)
 }
 
 /// Parses sizes like `512M`, `2G`, `1.5GiB`, `3000000` (bytes), or `30%` (of free memory).
@@ -141,5 +168,9 @@ mod tests {
             kv_blocks_for(KvBudget::FractionOfFree(0.5), 1000, Some(10_000)),
             5
         );
+        // dense: all to blocks; hybrid: the fraction to slots, the rest to blocks
+        assert_eq!(split_budget(10_000, 1000, 0, 0.5), (10, 0));
+        assert_eq!(split_budget(10_000, 1000, 3000, 0.5), (7, 1));
+        assert_eq!(split_budget(10_000, 100, 3000, 0.7), (40, 2));
     }
 }

@@ -6,12 +6,12 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use inferd_core::kv::{root_key, KvManager};
-use inferd_core::sched::{Request, Scheduler, SchedulerOutput};
+use inferd_core::sched::{Request, Scheduler, SchedulerOutput, SnapshotKind};
 use inferd_grammar::Grammars;
 use inferd_runtime::{Backend, ForwardBatch, KvDtype, KvLayout, Model, RuntimeError, Workspace};
 use inferd_text::Tokenizer;
 
-use crate::config::{kv_blocks_for, EngineConfig};
+use crate::config::{kv_budget_bytes, split_budget, EngineConfig};
 use crate::handle::{EngineHandle, ModelInfo, Msg, Shared};
 use crate::memory::Registry;
 use crate::request::Event;
@@ -32,18 +32,28 @@ pub fn start<B: Backend + 'static>(
 ) -> Result<EngineHandle, RuntimeError> {
     let bs = cfg.block_size.max(1);
     let dtype = cfg.kv_dtype;
-    let one = model.kv_layout(1, bs, dtype);
+    let one = model.kv_layout_with_states(1, bs, dtype, 1);
     let bytes_per_block = one.block_bytes() as u64;
+    let slot_bytes = one.state.slot_bytes() as u64;
     // The workspace first: on a GPU the KV pool takes a share of what is left.
     let ws = model.workspace(cfg.sched.max_batch_tokens, cfg.sched.max_running)?;
-    let num_blocks = kv_blocks_for(cfg.kv_budget, bytes_per_block, model.backend.free_memory());
+    let budget = kv_budget_bytes(cfg.kv_budget, model.backend.free_memory());
+    let (num_blocks, num_slots) =
+        split_budget(budget, bytes_per_block, slot_bytes, cfg.state_fraction);
     if num_blocks < 2 {
         return Err(RuntimeError::Kv(format!(
             "the KV budget holds {num_blocks} blocks of {bs} tokens ({bytes_per_block} bytes each); \
              at least 2 are needed"
         )));
     }
-    let layout = model.kv_layout(num_blocks, bs, dtype);
+    if slot_bytes > 0 && num_slots < 2 {
+        return Err(RuntimeError::Kv(format!(
+            "the KV budget holds {num_slots} recurrent-state slots of {slot_bytes} bytes \
+             (state fraction {}); at least 2 are needed",
+            cfg.state_fraction
+        )));
+    }
+    let layout = model.kv_layout_with_states(num_blocks, bs, dtype, num_slots);
     let kv = model.alloc_kv(&layout)?;
     // Longest sequence: model context, the configured cap, and what the pool holds.
     let pool_tokens = num_blocks * bs;
@@ -98,7 +108,16 @@ pub fn start<B: Backend + 'static>(
             ),
             block_bytes: bytes_per_block as usize,
         };
-        SpillTier::open(sc, id)
+        // Snapshots: their own store, named by the state layout beside the KV's.
+        let state_id = layout.state.is_stateful().then(|| StoreIdentity {
+            model: model.identity(),
+            layout: format!(
+                "state f32 l{} conv{} delta{} | {}",
+                layout.state.n_layers, layout.state.conv_elems, layout.state.delta_elems, id.layout
+            ),
+            block_bytes: slot_bytes as usize,
+        });
+        SpillTier::open(sc, id, state_id)
             .map_err(|e| {
                 eprintln!(
                     "inferd: warning: the KV spill tier at {} is unusable ({e}); running without it",
@@ -108,14 +127,19 @@ pub fn start<B: Backend + 'static>(
             .ok()
     });
     let mut engine = Engine {
-        kvm: KvManager::new(num_blocks, bs).with_root_key(root_key(&identity)),
+        kvm: KvManager::new(num_blocks, bs)
+            .with_root_key(root_key(&identity))
+            .with_state_slots(layout.state.slots),
         memory: Registry::default(),
         tick: 0,
-        park_budget_blocks: ((num_blocks as f64) * cfg.park_fraction.clamp(0.0, 1.0)) as usize,
+        park_budget_bytes: ((layout.total_bytes() + layout.state.total_bytes()) as f64
+            * cfg.park_fraction.clamp(0.0, 1.0)) as u64,
         bytes_per_block,
+        slot_bytes,
         kv_dtype_name: kv_dtype_name(dtype),
         spill,
         prefix_cache: cfg.prefix_cache,
+        snapshot_interval: cfg.sched.snapshot_interval,
         queue_timeout: cfg.queue_timeout,
         sched: Scheduler::new(cfg.sched.clone()),
         ws,
@@ -173,13 +197,17 @@ pub(crate) struct Engine<B: Backend> {
     pub(crate) memory: Registry,
     /// Use order for LRU decisions.
     pub(crate) tick: u64,
-    /// Most blocks parked sessions may hold.
-    pub(crate) park_budget_blocks: usize,
+    /// Most bytes (blocks and snapshots) parked sessions may hold.
+    pub(crate) park_budget_bytes: u64,
     pub(crate) bytes_per_block: u64,
+    /// Bytes of one recurrent-state slot (0: a dense model).
+    pub(crate) slot_bytes: u64,
     pub(crate) kv_dtype_name: &'static str,
     /// The SSD tier, when configured and usable.
     pub(crate) spill: Option<SpillTier>,
     prefix_cache: bool,
+    /// Tokens between recurrent-state snapshots (hybrid models).
+    pub(crate) snapshot_interval: usize,
     /// Refuse requests not admitted within this time.
     pub(crate) queue_timeout: Option<Duration>,
 }
@@ -319,6 +347,10 @@ impl<B: Backend> Engine<B> {
             self.fail(&out, &e.to_string());
             return true;
         }
+        if let Err(e) = self.run_state_copies() {
+            self.fail(&out, &e.to_string());
+            return true;
+        }
         let batch = self.build_batch(&mut out);
         metrics::histogram!(names::STEP_TOKENS).record(batch.n_tokens() as f64);
         phase.end("schedule");
@@ -330,9 +362,17 @@ impl<B: Backend> Engine<B> {
         self.sched.commit(&out);
         for c in &out.chunks {
             if let Some(seq) = self.seqs.get(&c.seq).filter(|s| !s.no_trace) {
-                self.kvm
-                    .register(c.seq, &seq.tokens[..c.start_pos + c.n_tokens]);
+                let end = c.start_pos + c.n_tokens;
+                self.kvm.register(c.seq, &seq.tokens[..end]);
+                if let Some(kind) = c.snapshot {
+                    self.kvm.snapshot(c.seq, end, kind == SnapshotKind::Tail);
+                }
             }
+        }
+        // Snapshots are copied now, before a session parks (and is written out).
+        if let Err(e) = self.run_state_copies() {
+            self.fail(&out, &e.to_string());
+            return true;
         }
         let mut finished = Vec::new();
         let mut builds = Vec::new();
@@ -392,6 +432,20 @@ impl<B: Backend> Engine<B> {
         drop(st);
         phase.end("finish");
         true
+    }
+
+    /// Runs the state-slot copies the KV manager queued (restores, snapshots), in order.
+    fn run_state_copies(&mut self) -> Result<(), RuntimeError> {
+        let copies: Vec<(u32, u32)> = self
+            .kvm
+            .take_state_copies()
+            .into_iter()
+            .map(|c| (c.src, c.dst))
+            .collect();
+        if copies.is_empty() {
+            return Ok(());
+        }
+        self.model.copy_state_slots(&mut self.kv, &copies)
     }
 
     /// Draws the next token of each `(seq, logits row, mask)` from the pass's logits, on
@@ -473,11 +527,12 @@ impl<B: Backend> Engine<B> {
         let mut batch = ForwardBatch::default();
         for c in &mut out.chunks {
             let seq = &self.seqs[&c.seq];
-            batch.push(
+            batch.push_in_slot(
                 &seq.tokens[c.start_pos..c.start_pos + c.n_tokens],
                 c.start_pos,
                 seq.prompt_len,
                 std::mem::take(&mut c.block_table),
+                self.kvm.running_slot(c.seq).unwrap_or(0),
                 c.samples,
             );
         }
@@ -504,6 +559,11 @@ impl<B: Backend> Engine<B> {
         metrics::gauge!(names::RUNNING).set(running as f64);
         metrics::gauge!(names::KV_BLOCKS_FREE).set(free as f64);
         metrics::gauge!(names::KV_BLOCKS_USED).set((total - free) as f64);
+        if self.kvm.is_stateful() {
+            let state = self.kvm.state_pool();
+            metrics::gauge!(names::STATE_SLOTS_FREE).set(state.num_free() as f64);
+            metrics::gauge!(names::SNAPSHOTS).set(state.num_snapshots() as f64);
+        }
         let mut st = self.stats();
         st.waiting = waiting;
         st.running = running;
@@ -522,12 +582,13 @@ impl<B: Backend> Engine<B> {
             .allocate_slots(u64::MAX, n + 1)
             .ok_or_else(|| RuntimeError::Kv("KV pool too small to warm up".into()))?
             .to_vec();
+        let slot = self.kvm.running_slot(u64::MAX).unwrap_or(0);
         let mut b = ForwardBatch::default();
-        b.push(&prompt, 0, n, table.clone(), true);
+        b.push_in_slot(&prompt, 0, n, table.clone(), slot, true);
         self.model
             .forward_in(&mut self.ws, &mut self.kv, &self.layout, &b)?;
         let mut b = ForwardBatch::default();
-        b.push(&[prompt[0]], n, n, table, true);
+        b.push_in_slot(&[prompt[0]], n, n, table, slot, true);
         self.model
             .forward_in(&mut self.ws, &mut self.kv, &self.layout, &b)?;
         self.kvm.free(u64::MAX);

@@ -14,12 +14,14 @@ mod memory;
 mod request;
 mod seq;
 mod spill;
+mod spill_state;
 mod stats;
 mod stop;
 mod throttle;
 
 pub use config::{
-    available_memory, kv_blocks_for, parse_kv_budget, EngineConfig, KvBudget, DEFAULT_QUEUE_TIMEOUT,
+    available_memory, kv_blocks_for, kv_budget_bytes, parse_kv_budget, split_budget, EngineConfig,
+    KvBudget, DEFAULT_QUEUE_TIMEOUT,
 };
 pub use engine::start;
 pub use handle::{EngineHandle, ModelInfo, RequestStream};

@@ -94,6 +94,20 @@ pub struct CacheReport {
     /// Blocks in the SSD tier and their bytes.
     pub blocks_spilled: usize,
     pub bytes_spilled: u64,
+    /// Hybrid models (all 0 for dense ones): bytes of one recurrent-state slot, the
+    /// slots of the budget and those free (some holding snapshots).
+    pub bytes_per_snapshot: u64,
+    pub state_slots_total: usize,
+    pub state_slots_free: usize,
+    /// Snapshots held in memory (referenced or cached) and their bytes.
+    pub snapshots: usize,
+    pub snapshot_bytes: u64,
+    /// Snapshots held by pinned contexts and by parked sessions.
+    pub snapshots_pinned: usize,
+    pub snapshots_parked: usize,
+    /// Snapshots in the SSD tier and their bytes (files).
+    pub snapshots_spilled: usize,
+    pub snapshot_bytes_spilled: u64,
     pub contexts: Vec<ContextInfo>,
     pub sessions: Vec<SessionInfo>,
 }

@@ -5,6 +5,12 @@
 //! instead of recomputing them. Writes run on an IO thread (the engine thread only
 //! copies the block out); reads are verified by the store, and anything that fails
 //! (corrupt, truncated, another model's file, an IO error) is simply recomputed.
+//!
+//! Hybrid models: the recurrent-state snapshots an owner holds are written beside
+//! its blocks, to a second store of their own kind and identity (the state layout),
+//! each keyed by the block it ends; `restore` is cut back to the deepest snapshot it
+//! finds (in memory or on disk) whose blocks all came back, since the state cannot be
+//! resumed anywhere else. The budget is then halved between the two stores.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -43,14 +49,19 @@ pub(crate) struct OwnerRecord {
     pub meta: String,
 }
 
-enum Job {
+pub(crate) enum Job {
     Block(BlockMeta, Vec<u8>),
+    Snapshot(BlockMeta, Vec<u8>),
     Record(&'static str, String, Vec<u8>),
     RemoveRecord(&'static str, String),
 }
 
 pub(crate) struct SpillTier {
     pub store: Arc<Mutex<SpillStore>>,
+    /// Recurrent-state snapshots (hybrid models only).
+    pub snapshots: Option<Arc<Mutex<SpillStore>>>,
+    /// Snapshot keys written or queued in this run.
+    pub(crate) written_snaps: HashSet<u64>,
     tx: Option<mpsc::Sender<Job>>,
     io: Option<JoinHandle<()>>,
     /// Keys written or queued in this run (so a block is exported once).
@@ -68,14 +79,36 @@ fn lock(store: &Mutex<SpillStore>) -> std::sync::MutexGuard<'_, SpillStore> {
 impl SpillTier {
     /// Opens the store and starts its IO thread; an unusable directory is an error the
     /// caller logs before running without the tier.
-    pub fn open(cfg: &SpillConfig, id: StoreIdentity) -> Result<Self, String> {
-        let mut store =
-            SpillStore::open(&cfg.dir, id, cfg.budget_bytes).map_err(|e| e.to_string())?;
+    /// `state_id`: the identity of the snapshot store, for hybrid models.
+    pub fn open(
+        cfg: &SpillConfig,
+        id: StoreIdentity,
+        state_id: Option<StoreIdentity>,
+    ) -> Result<Self, String> {
+        let budget = if state_id.is_some() {
+            cfg.budget_bytes / 2
+        } else {
+            cfg.budget_bytes
+        };
+        let mut store = SpillStore::open(&cfg.dir, id, budget).map_err(|e| e.to_string())?;
         for w in store.take_warnings() {
             warn(w);
         }
         let written = store.keys().collect();
         let store = Arc::new(Mutex::new(store));
+        let (snapshots, written_snaps) = match state_id {
+            Some(sid) => {
+                let mut st =
+                    SpillStore::open_snapshots(&cfg.dir, sid, budget).map_err(|e| e.to_string())?;
+                for w in st.take_warnings() {
+                    warn(w);
+                }
+                let keys = st.keys().collect();
+                (Some(Arc::new(Mutex::new(st))), keys)
+            }
+            None => (None, HashSet::new()),
+        };
+        let snaps_io = snapshots.clone();
         let (tx, rx) = mpsc::channel::<Job>();
         let s = store.clone();
         let io = std::thread::Builder::new()
@@ -87,6 +120,17 @@ impl SpillTier {
                     let mut st = lock(&s);
                     let r = match &job {
                         Job::Block(meta, data) => st.put(meta, data),
+                        Job::Snapshot(meta, data) => match &snaps_io {
+                            Some(ss) => {
+                                let mut ss = lock(ss);
+                                let r = ss.put(meta, data);
+                                for w in ss.take_warnings() {
+                                    warn(w);
+                                }
+                                r
+                            }
+                            None => Ok(()),
+                        },
                         Job::Record(kind, id, bytes) => st.put_record(kind, id, bytes),
                         Job::RemoveRecord(kind, id) => {
                             st.remove_record(kind, id);
@@ -107,13 +151,15 @@ impl SpillTier {
             .map_err(|e| e.to_string())?;
         Ok(SpillTier {
             store,
+            snapshots,
+            written_snaps,
             tx: Some(tx),
             io: Some(io),
             written,
         })
     }
 
-    fn send(&mut self, job: Job) {
+    pub(crate) fn send(&mut self, job: Job) {
         if let Some(tx) = &self.tx {
             let _ = tx.send(job);
         }
@@ -148,6 +194,14 @@ impl SpillTier {
             warn(w);
         }
         out
+    }
+
+    /// Snapshots on disk and their bytes.
+    pub fn snapshot_usage(&self) -> (usize, u64) {
+        self.snapshots.as_ref().map_or((0, 0), |s| {
+            let st = lock(s);
+            (st.num_blocks(), st.bytes_used())
+        })
     }
 
     /// How many of the blocks of `tokens` (keys from `root`) are on disk.
@@ -212,6 +266,10 @@ impl<B: Backend> Engine<B> {
             tier.written.insert(m.key);
             tier.send(Job::Block(m, data));
         }
+        self.persist_snapshots(&table, &tokens);
+        let Some(tier) = self.spill.as_mut() else {
+            return;
+        };
         tier.put_record(
             kind,
             id,
@@ -230,6 +288,14 @@ impl<B: Backend> Engine<B> {
     /// (one reference each, in order), their keys (full blocks only) and how many
     /// leading tokens they hold.
     pub(crate) fn restore(&mut self, tokens: &[u32]) -> (Vec<BlockId>, Vec<u64>, usize) {
+        let (blocks, keys, covered) = self.restore_blocks(tokens);
+        if self.kvm.is_stateful() {
+            return self.cut_to_snapshot(tokens, blocks, keys);
+        }
+        (blocks, keys, covered)
+    }
+
+    fn restore_blocks(&mut self, tokens: &[u32]) -> (Vec<BlockId>, Vec<u64>, usize) {
         let bs = self.kvm.block_size();
         let root = self.kvm.root_key();
         let (mut blocks, mut keys, mut covered) = (Vec::new(), Vec::new(), 0);

@@ -33,6 +33,9 @@ pub mod names {
     pub const RUNNING: &str = "inferd_requests_running";
     pub const KV_BLOCKS_USED: &str = "inferd_kv_blocks_used";
     pub const KV_BLOCKS_FREE: &str = "inferd_kv_blocks_free";
+    /// Hybrid models: recurrent-state slots unreferenced, and snapshots held.
+    pub const STATE_SLOTS_FREE: &str = "inferd_state_slots_free";
+    pub const SNAPSHOTS: &str = "inferd_state_snapshots";
     pub const PROMPT_TOKENS: &str = "inferd_prompt_tokens_total";
     /// Prompt tokens whose KV came from the prefix cache (not computed).
     pub const CACHED_TOKENS: &str = "inferd_cached_prompt_tokens_total";

@@ -13,6 +13,30 @@ use crate::identity::StoreIdentity;
 /// Magic bytes at the start of every block file.
 pub(crate) const BLOCK_MAGIC: &[u8; 8] = b"INFDKVB1";
 
+/// Magic bytes at the start of every recurrent-state snapshot file.
+pub(crate) const SNAPSHOT_MAGIC: &[u8; 8] = b"INFDKVS1";
+
+/// What a store's blobs are: KV blocks, or recurrent-state snapshots (hybrid models).
+/// Same envelope and checks; their own magic and file names, so neither is ever read
+/// as the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlobKind {
+    /// `b-<key>.kvb`, magic `INFDKVB1`: the KV of the block keyed `key`.
+    Block,
+    /// `s-<key>.kvs`, magic `INFDKVS1`: the recurrent state after the block keyed
+    /// `key` (its parent and tokens in the header, as for the block).
+    Snapshot,
+}
+
+impl BlobKind {
+    pub(crate) fn magic(self) -> &'static [u8; 8] {
+        match self {
+            BlobKind::Block => BLOCK_MAGIC,
+            BlobKind::Snapshot => SNAPSHOT_MAGIC,
+        }
+    }
+}
+
 /// Most tokens one block's header may list.
 pub const MAX_BLOCK_TOKENS: usize = 1 << 16;
 
@@ -28,8 +52,13 @@ pub struct BlockMeta {
 }
 
 /// The header bytes for `meta` under `id`, for a payload of `payload_len` bytes.
-pub(crate) fn encode_header(id: &StoreIdentity, meta: &BlockMeta, payload_len: usize) -> Vec<u8> {
-    let mut w = HeaderWriter::new(BLOCK_MAGIC);
+pub(crate) fn encode_header(
+    kind: BlobKind,
+    id: &StoreIdentity,
+    meta: &BlockMeta,
+    payload_len: usize,
+) -> Vec<u8> {
+    let mut w = HeaderWriter::new(kind.magic());
     w.identity(id);
     w.u64(meta.key);
     w.u64(meta.parent);
@@ -54,7 +83,11 @@ pub(crate) struct BlockHeader {
 
 /// Reads only the header of the block file `file`, checks magic, version,
 /// identity and that the file is exactly as long as the header says.
-pub(crate) fn read_header(file: &mut File, id: &StoreIdentity) -> Result<BlockHeader, ReadFailure> {
+pub(crate) fn read_header(
+    kind: BlobKind,
+    file: &mut File,
+    id: &StoreIdentity,
+) -> Result<BlockHeader, ReadFailure> {
     let file_len = file
         .metadata()
         .map_err(|e| ReadFailure::io("stat", e))?
@@ -62,7 +95,7 @@ pub(crate) fn read_header(file: &mut File, id: &StoreIdentity) -> Result<BlockHe
     let mut bytes = vec![0u8; PREFIX_LEN];
     file.read_exact(&mut bytes)
         .map_err(|e| ReadFailure::io("reading the prefix", e))?;
-    let header_len = codec::parse_prefix(&bytes, BLOCK_MAGIC)?;
+    let header_len = codec::parse_prefix(&bytes, kind.magic())?;
     if header_len as u64 > file_len {
         return Err(format!("header of {header_len} bytes in a {file_len} byte file").into());
     }
@@ -117,13 +150,14 @@ pub(crate) struct Expected<'a> {
 /// version, identity, key, parent, tokens, lengths and the checksum. On `Err`
 /// the contents of `out` are unspecified (the caller must not use them).
 pub(crate) fn read_verified(
+    kind: BlobKind,
     path: &Path,
     id: &StoreIdentity,
     expected: &Expected<'_>,
     out: &mut [u8],
 ) -> Result<(), ReadFailure> {
     let mut file = atomic::open_read(path).map_err(|e| ReadFailure::io("open", e))?;
-    let header = read_header(&mut file, id)?;
+    let header = read_header(kind, &mut file, id)?;
     let meta = &header.meta;
     if meta.key != expected.key {
         return Err(format!("header key {:016x}", meta.key).into());

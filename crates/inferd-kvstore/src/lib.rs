@@ -7,7 +7,11 @@
 //! directory), and verifies every byte on read: a corrupt, truncated or
 //! mismatching file is removed and reported as a miss plus a warning, so the
 //! caller recomputes. It also stores small named records (the engine's session
-//! and context manifests) the same way.
+//! and context manifests) the same way. A store opened with
+//! [`SpillStore::open_snapshots`] holds hybrid models' recurrent-state snapshots
+//! instead of blocks: the same envelope with magic `INFDKVS1`, files
+//! `s-<key:016x>.kvs`, keyed by the block at whose end the snapshot was taken (its
+//! parent and tokens in the header), under an identity naming the state layout.
 //!
 //! # Directory layout
 //!
@@ -71,7 +75,7 @@ mod record_file;
 mod store;
 mod warnings;
 
-pub use block_file::{BlockMeta, MAX_BLOCK_TOKENS};
+pub use block_file::{BlobKind, BlockMeta, MAX_BLOCK_TOKENS};
 pub use error::StoreError;
 pub use identity::{StoreIdentity, MAX_IDENTITY_STR};
 pub use names::{MAX_RECORD_ID_BYTES, MAX_RECORD_KIND};

@@ -1,6 +1,7 @@
 //! File names inside an identity directory:
 //!
-//! - blocks: `b-<key as 16 lowercase hex>.kvb`
+//! - blocks: `b-<key as 16 lowercase hex>.kvb`; snapshots (a store of snapshots):
+//!   `s-<key as 16 lowercase hex>.kvs`
 //! - records: `r-<kind>-<id as lowercase hex of its UTF-8>.rec` for ids of up to
 //!   [`HEX_ID_BYTES`] bytes, `r-<kind>-h<SHA-256 of the id, 64 lowercase hex>.rec` for
 //!   longer ones (whose id is then read from the header); any id is safe
@@ -11,6 +12,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use sha2::{Digest, Sha256};
+
+use crate::block_file::BlobKind;
 
 /// Longest record kind (ASCII `a-z`, `0-9`, `_`).
 pub const MAX_RECORD_KIND: usize = 32;
@@ -29,9 +32,29 @@ pub(crate) fn block_name(key: u64) -> String {
     format!("b-{key:016x}.kvb")
 }
 
+/// The file name of blob `key` of `kind` (snapshots: `s-<key>.kvs`).
+pub(crate) fn blob_name(kind: BlobKind, key: u64) -> String {
+    match kind {
+        BlobKind::Block => block_name(key),
+        BlobKind::Snapshot => format!("s-{key:016x}.kvs"),
+    }
+}
+
+/// The key of a blob file name of `kind`, if `name` is one.
+pub(crate) fn parse_blob_name(kind: BlobKind, name: &str) -> Option<u64> {
+    match kind {
+        BlobKind::Block => parse_block_name(name),
+        BlobKind::Snapshot => parse_hex_name(name, "s-", ".kvs"),
+    }
+}
+
 /// The key of a block file name, if `name` is one.
 pub(crate) fn parse_block_name(name: &str) -> Option<u64> {
-    let hex = name.strip_prefix("b-")?.strip_suffix(".kvb")?;
+    parse_hex_name(name, "b-", ".kvb")
+}
+
+fn parse_hex_name(name: &str, prefix: &str, suffix: &str) -> Option<u64> {
+    let hex = name.strip_prefix(prefix)?.strip_suffix(suffix)?;
     if hex.len() != 16 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
         return None;
     }
@@ -135,6 +158,10 @@ mod tests {
         assert_eq!(parse_block_name("b-0000000000000000A.kvb"), None);
         assert_eq!(parse_block_name("b-00000000000000AB.kvb"), None);
         assert_eq!(parse_block_name("x-0000000000000000.kvb"), None);
+        let s = blob_name(BlobKind::Snapshot, 42);
+        assert_eq!(parse_blob_name(BlobKind::Snapshot, &s), Some(42));
+        assert_eq!(parse_blob_name(BlobKind::Block, &s), None);
+        assert_eq!(parse_blob_name(BlobKind::Snapshot, &block_name(42)), None);
     }
 
     #[test]

@@ -206,7 +206,8 @@ pub async fn delete_session(
     Ok(Json(json!({"id": id, "object": "session.deleted", "deleted": true})).into_response())
 }
 
-/// `GET /v1/cache`: tokens and blocks cached, pinned, parked, spilled and free.
+/// `GET /v1/cache`: tokens and blocks cached, pinned, parked, spilled and free; for
+/// hybrid models also the recurrent-state slots and snapshots (`state`).
 pub async fn cache(State(state): State<AppState>) -> Result<Response, ApiError> {
     let r = state.engine.cache_report().await.map_err(api_error)?;
     let mut v = cache_json(&r);
@@ -229,8 +230,25 @@ fn cache_json(r: &CacheReport) -> Value {
         "parked": part(r.blocks_parked),
         "running": part(r.blocks_running),
         "spilled": {"blocks": r.blocks_spilled, "tokens": r.blocks_spilled * bs, "bytes": r.bytes_spilled},
+        "state": state_json(r),
         "contexts": r.contexts.iter().map(context_json).collect::<Vec<_>>(),
         "sessions": r.sessions.iter().map(session_json).collect::<Vec<_>>(),
+    })
+}
+
+/// Hybrid models' recurrent-state group: slots, and snapshots by where they are (all
+/// zero for dense models).
+fn state_json(r: &CacheReport) -> Value {
+    let b = r.bytes_per_snapshot;
+    let part = |n: usize| json!({"snapshots": n, "bytes": n as u64 * b});
+    json!({
+        "bytes_per_snapshot": b,
+        "slots": {"total": r.state_slots_total, "free": r.state_slots_free,
+                  "bytes": r.state_slots_total as u64 * b},
+        "snapshots": {"snapshots": r.snapshots, "bytes": r.snapshot_bytes},
+        "pinned": part(r.snapshots_pinned),
+        "parked": part(r.snapshots_parked),
+        "spilled": {"snapshots": r.snapshots_spilled, "bytes": r.snapshot_bytes_spilled},
     })
 }
 

@@ -16,11 +16,21 @@
 //! source also shares the owner's blocks past the hash chain, and copies the
 //! owner's partly matching block (a [`BlockCopy`] the runner executes before the
 //! next forward pass), so a context that ends mid-block is still reused whole.
+//!
+//! Hybrid models add a second cache group, the [`StatePool`] (see `snapshots.rs`):
+//! a running sequence holds one running state slot beside its blocks, allocated with
+//! them all-or-nothing and released with them; snapshots of it, keyed by the block at
+//! whose end they were taken, let a later sequence resume there. For dense models the
+//! state pool is empty and none of this happens.
 
 use std::collections::HashMap;
 
 use super::key::block_key;
 use super::pool::{BlockId, BlockPool};
+use super::state::{SlotId, StatePool};
+
+#[path = "snapshots.rs"]
+mod snapshots;
 
 /// Identifies a sequence (or an owner) for the KV manager.
 pub type SeqId = u64;
@@ -32,19 +42,31 @@ pub struct BlockCopy {
     pub dst: BlockId,
 }
 
-#[derive(Debug)]
+/// Copy state slot `src` into slot `dst` (a snapshot taken, or one restored into a
+/// running slot). Copies run in the order queued, before anything else writes a slot
+/// (the next forward pass), so a queued copy always reads what its source held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateCopy {
+    pub src: SlotId,
+    pub dst: SlotId,
+}
+
+#[derive(Debug, Default)]
 struct Table {
     blocks: Vec<BlockId>,
     /// Keys of the leading blocks registered so far (a prefix of `blocks`).
     keys: Vec<u64>,
+    /// The running state slot (hybrid models, running sequences).
+    running: Option<SlotId>,
+    /// Snapshot references held (owners: pinned contexts, parked sessions).
+    snaps: Vec<SlotId>,
+    /// The latest snapshot taken as a tail (decode block boundary), replaced by the next.
+    tail: Option<u64>,
 }
 
 impl Table {
     fn new() -> Self {
-        Table {
-            blocks: Vec::new(),
-            keys: Vec::new(),
-        }
+        Table::default()
     }
 }
 
@@ -58,6 +80,9 @@ pub struct KvManager {
     /// The tokens whose KV each owner's blocks hold.
     owners: HashMap<SeqId, Vec<u32>>,
     copies: Vec<BlockCopy>,
+    /// The recurrent-state group (empty for dense models).
+    state: StatePool,
+    state_copies: Vec<StateCopy>,
 }
 
 impl KvManager {
@@ -70,7 +95,15 @@ impl KvManager {
             tables: HashMap::new(),
             owners: HashMap::new(),
             copies: Vec::new(),
+            state: StatePool::new(0),
+            state_copies: Vec::new(),
         }
+    }
+
+    /// Gives the manager a recurrent-state pool of `slots` slots (hybrid models).
+    pub fn with_state_slots(mut self, slots: usize) -> Self {
+        self.state = StatePool::new(slots);
+        self
     }
 
     /// Sets the root key of the prefix cache (see [`super::key::root_key`]).
@@ -97,9 +130,13 @@ impl KvManager {
     }
 
     /// Whether `seq` could grow to `n_tokens` right now.
+    /// For a hybrid model this includes its running state slot.
     pub fn can_fit(&self, seq: SeqId, n_tokens: usize) -> bool {
-        let have = self.tables.get(&seq).map_or(0, |t| t.blocks.len());
+        let t = self.tables.get(&seq);
+        let have = t.map_or(0, |t| t.blocks.len());
+        let needs_slot = self.is_stateful() && t.and_then(|t| t.running).is_none();
         self.blocks_for(n_tokens).saturating_sub(have) <= self.pool.num_free()
+            && (!needs_slot || self.state.num_free() > 0)
     }
 
     /// Grows `seq`'s table to cover `n_tokens` positions; returns the new table, or
@@ -109,13 +146,27 @@ impl KvManager {
             return None;
         }
         let need = self.blocks_for(n_tokens);
-        let table = self.tables.entry(seq).or_insert_with(Table::new);
-        while table.blocks.len() < need {
-            table
-                .blocks
-                .push(self.pool.allocate().expect("checked by can_fit"));
+        if self.is_stateful() {
+            self.ensure_running_slot(seq).expect("checked by can_fit");
         }
+        let have = self.tables.get(&seq).map_or(0, |t| t.blocks.len());
+        let mut fresh = Vec::with_capacity(need.saturating_sub(have));
+        for _ in have..need {
+            fresh.push(self.take_block().expect("checked by can_fit"));
+        }
+        let table = self.tables.entry(seq).or_default();
+        table.blocks.extend(fresh);
         Some(&table.blocks)
+    }
+
+    /// A free block with one reference; the snapshot keyed by the content it evicts
+    /// (useless without its block) is forgotten with it.
+    fn take_block(&mut self) -> Option<BlockId> {
+        let (id, evicted) = self.pool.allocate_evicting()?;
+        if let Some(key) = evicted {
+            self.state.forget(key);
+        }
+        Some(id)
     }
 
     pub fn table(&self, seq: SeqId) -> Option<&[BlockId]> {
@@ -126,7 +177,25 @@ impl KvManager {
     /// keyed blocks along the hash chain, then (with `source`, an owner) the owner's
     /// blocks that still match, the last one copied if it matches only in part.
     /// Returns how many leading tokens are covered (their KV need not be computed).
+    ///
+    /// A hybrid model resumes only where a snapshot was taken: the prefix is cut back
+    /// to the deepest snapshot it covers (never mid-block), which is queued for a copy
+    /// into the sequence's running slot ([`Self::take_state_copies`]); none, nothing.
     pub fn share_prefix(
+        &mut self,
+        seq: SeqId,
+        tokens: &[u32],
+        limit: usize,
+        source: Option<SeqId>,
+    ) -> usize {
+        let covered = self.share_kv_prefix(seq, tokens, limit, source);
+        if self.is_stateful() && covered > 0 {
+            return self.resume_at_snapshot(seq, tokens, covered);
+        }
+        covered
+    }
+
+    fn share_kv_prefix(
         &mut self,
         seq: SeqId,
         tokens: &[u32],
@@ -135,7 +204,7 @@ impl KvManager {
     ) -> usize {
         let bs = self.block_size;
         let limit = limit.min(tokens.len());
-        let table = self.tables.entry(seq).or_insert_with(Table::new);
+        let table = self.tables.entry(seq).or_default();
         if !table.blocks.is_empty() {
             return 0; // already holds blocks: nothing to share into
         }
@@ -163,8 +232,7 @@ impl KvManager {
         }
         let src_blocks = src_table.blocks.clone();
         let src_tokens = src_tokens.clone();
-        let table = self.tables.get_mut(&seq).expect("created above");
-        while let Some(&src_block) = src_blocks.get(table.blocks.len()) {
+        while let Some(&src_block) = src_blocks.get(self.tables[&seq].blocks.len()) {
             let end = (covered + bs).min(limit).min(src_tokens.len());
             let common = tokens[covered..end]
                 .iter()
@@ -173,12 +241,14 @@ impl KvManager {
                 .count();
             if common == bs {
                 self.pool.acquire(src_block);
+                let table = self.tables.get_mut(&seq).expect("created above");
                 table.blocks.push(src_block);
                 covered += bs;
                 continue;
             }
             if common > 0 {
-                if let Some(dst) = self.pool.allocate() {
+                if let Some(dst) = self.take_block() {
+                    let table = self.tables.get_mut(&seq).expect("created above");
                     table.blocks.push(dst);
                     self.copies.push(BlockCopy {
                         src: src_block,
@@ -239,6 +309,7 @@ impl KvManager {
     }
 
     /// Releases every block of `seq` (e.g. on finish, cancellation or preemption).
+    /// Its running state slot and snapshot references go too.
     pub fn free(&mut self, seq: SeqId) {
         self.owners.remove(&seq);
         if let Some(t) = self.tables.remove(&seq) {
@@ -247,6 +318,7 @@ impl KvManager {
             for &b in t.blocks.iter().rev() {
                 self.pool.release(b);
             }
+            self.release_state(&t);
         }
     }
 
@@ -262,9 +334,16 @@ impl KvManager {
             self.pool.release(b);
         }
         t.keys.truncate(t.blocks.len());
+        self.release_state(&t);
+        let t = Table {
+            blocks: t.blocks,
+            keys: t.keys,
+            ..Table::new()
+        };
         self.free(owner);
         self.tables.insert(owner, t);
         self.owners.insert(owner, tokens);
+        self.hold_snapshots(owner);
     }
 
     /// Makes `owner` hold `blocks` (references already taken, e.g. by
@@ -277,8 +356,16 @@ impl KvManager {
         tokens: Vec<u32>,
     ) {
         self.free(owner);
-        self.tables.insert(owner, Table { blocks, keys });
+        self.tables.insert(
+            owner,
+            Table {
+                blocks,
+                keys,
+                ..Table::new()
+            },
+        );
         self.owners.insert(owner, tokens);
+        self.hold_snapshots(owner);
     }
 
     /// The tokens `owner`'s blocks hold.
@@ -314,3 +401,7 @@ impl KvManager {
 #[cfg(test)]
 #[path = "manager_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "snapshot_tests.rs"]
+mod snapshot_tests;

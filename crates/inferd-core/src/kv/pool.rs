@@ -84,6 +84,11 @@ impl BlockPool {
 
     /// Takes the least recently used free block (forgetting any cached content); `None` when all are referenced.
     pub fn allocate(&mut self) -> Option<BlockId> {
+        self.allocate_evicting().map(|(id, _)| id)
+    }
+
+    /// [`Self::allocate`], also returning the key of the cached content it evicted.
+    pub fn allocate_evicting(&mut self) -> Option<(BlockId, Option<u64>)> {
         let id = self.head;
         if id == NIL {
             return None;
@@ -91,10 +96,11 @@ impl BlockPool {
         self.unlink(id);
         let b = &mut self.blocks[id as usize];
         b.ref_count = 1;
-        if let Some(h) = b.hash.take() {
+        let evicted = b.hash.take();
+        if let Some(h) = evicted {
             self.cached.remove(&h);
         }
-        Some(id)
+        Some((id, evicted))
     }
 
     /// Adds a reference to `id`; a free block is taken off the free list with its content intact.

@@ -20,7 +20,14 @@
 //! When a running sequence cannot get a block, the lowest-priority, newest
 //! running sequence is preempted: its blocks are freed and it goes back to
 //! waiting, to be recomputed later.
+//!
+//! Hybrid models (the KV manager has a state group): admission and preemption count
+//! the running state slot too (it comes with the blocks, all-or-nothing), and prefill
+//! chunks end at the snapshot points of [`SnapshotPoints`]; a chunk that ends at one
+//! carries its [`SnapshotKind`] for the runner.
 
 mod scheduler;
+mod snapshot_points;
 
 pub use scheduler::{Request, ScheduledChunk, Scheduler, SchedulerConfig, SchedulerOutput};
+pub use snapshot_points::{SnapshotKind, SnapshotPoints, DELTA_CHUNK};

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 
+use super::snapshot_points::{SnapshotKind, SnapshotPoints};
 use crate::kv::{KvManager, SeqId};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -23,6 +24,9 @@ pub struct SchedulerConfig {
     pub lookahead: usize,
     /// Effective-priority bonus per step waited.
     pub aging_per_step: f64,
+    /// Hybrid models: a recurrent-state snapshot every this many tokens (rounded up to
+    /// whole blocks), besides those at the end of prompts and turns.
+    pub snapshot_interval: usize,
 }
 
 impl Default for SchedulerConfig {
@@ -35,6 +39,7 @@ impl Default for SchedulerConfig {
             max_running: 64,
             lookahead: 8,
             aging_per_step: 0.01,
+            snapshot_interval: 512,
         }
     }
 }
@@ -62,6 +67,9 @@ pub struct ScheduledChunk {
     /// True when this chunk reaches the end of the known tokens, so its last
     /// position's logits produce the next token.
     pub samples: bool,
+    /// Hybrid models: snapshot the sequence's state after this chunk (it ends on a
+    /// block boundary at a snapshot point).
+    pub snapshot: Option<SnapshotKind>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -86,6 +94,8 @@ struct Seq {
     num_tokens: usize,
     /// Tokens whose KV is in the cache.
     num_computed: usize,
+    /// What its prefill computes since admission (snapshot points depend on it).
+    prefill_target: usize,
     reuse_prefix: bool,
     prefix_source: Option<SeqId>,
 }
@@ -122,6 +132,7 @@ impl Scheduler {
             waiting_since: self.step,
             num_tokens: r.prompt_len,
             num_computed: 0,
+            prefill_target: r.prompt_len,
             reuse_prefix: r.reuse_prefix,
             prefix_source: r.prefix_source,
         };
@@ -230,6 +241,9 @@ impl Scheduler {
         self.step += 1;
         let mut out = SchedulerOutput::default();
         let mut budget = self.cfg.max_batch_tokens;
+        let points = kv
+            .is_stateful()
+            .then(|| SnapshotPoints::new(kv.block_size(), self.cfg.snapshot_interval));
 
         // Highest priority first, oldest first among equals.
         let mut order = self.running.clone();
@@ -248,12 +262,16 @@ impl Scheduler {
             if self.grow(id, pos + 1, kv, &mut out) {
                 budget -= 1;
                 let table = kv.table(id).unwrap_or_default().to_vec();
+                let snapshot = points
+                    .filter(|_| kv.is_stateful())
+                    .and_then(|p| p.after_decode(pos));
                 out.chunks.push(ScheduledChunk {
                     seq: id,
                     start_pos: pos,
                     n_tokens: 1,
                     block_table: table,
                     samples: true,
+                    snapshot,
                 });
             }
         }
@@ -302,6 +320,10 @@ impl Scheduler {
             if decoding {
                 n = area_capped(n, start, self.cfg.max_prefill_area_decoding);
             }
+            let (n, snapshot) = match points {
+                Some(p) => p.align(start, n, s.prefill_target),
+                None => (n, None),
+            };
             if self.grow(id, start + n, kv, &mut out) {
                 prefill_budget -= n;
                 let table = kv.table(id).unwrap_or_default().to_vec();
@@ -311,6 +333,7 @@ impl Scheduler {
                     n_tokens: n,
                     block_table: table,
                     samples: n == left,
+                    snapshot,
                 });
             }
         }
@@ -331,10 +354,7 @@ impl Scheduler {
             // Even a full prefix hit shares at most the full blocks before the last
             // token: when the rest cannot fit, skip the hashing (this runs every step for
             // every request waiting on memory).
-            let at_least = kv
-                .blocks_for(num_tokens + 1)
-                .saturating_sub((num_tokens - 1) / kv.block_size());
-            if at_least > kv.pool().num_free() {
+            if !kv.could_admit(num_tokens) {
                 out.kv_short = true;
                 continue;
             }
@@ -352,11 +372,17 @@ impl Scheduler {
                 continue;
             }
             let n = (num_tokens - cached).min(prefill_budget);
+            let (n, snapshot) = match points {
+                Some(p) => p.align(cached, n, num_tokens),
+                None => (n, None),
+            };
             kv.allocate_slots(id, cached + n)
                 .expect("checked by can_fit");
             self.waiting.retain(|&w| w != id);
             self.running.push(id);
-            self.seqs.get_mut(&id).expect("waiting").num_computed = cached;
+            let s = self.seqs.get_mut(&id).expect("waiting");
+            s.num_computed = cached;
+            s.prefill_target = num_tokens;
             prefill_budget -= n;
             let table = kv.table(id).unwrap_or_default().to_vec();
             out.admitted.push((id, cached));
@@ -366,6 +392,7 @@ impl Scheduler {
                 n_tokens: n,
                 block_table: table,
                 samples: cached + n == num_tokens,
+                snapshot,
             });
         }
         out

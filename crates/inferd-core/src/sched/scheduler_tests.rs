@@ -26,6 +26,7 @@ fn drive(
                 n_tokens: 0,
                 block_table: vec![],
                 samples: false,
+                snapshot: None,
             });
         }
         let total: usize = out.chunks.iter().map(|c| c.n_tokens).sum();
@@ -48,6 +49,11 @@ fn drive(
         kv.pool().num_free(),
         kv.pool().num_blocks(),
         "every block returned"
+    );
+    assert_eq!(
+        kv.state_pool().num_free(),
+        kv.state_pool().num_slots(),
+        "every state slot returned"
     );
     for (id, n) in max_new {
         assert_eq!(generated.get(id), Some(n), "sequence {id} completed");
@@ -397,4 +403,88 @@ fn shorter_running_prefills_go_first() {
     let out = s.schedule(&mut kv);
     assert_eq!((out.chunks[0].seq, out.chunks[0].n_tokens), (2, 100));
     assert!(out.chunks[0].samples);
+}
+
+#[test]
+fn hybrid_prefill_chunks_end_at_every_snapshot_point_and_decodes_snapshot_tails() {
+    let cfg = SchedulerConfig {
+        max_batch_tokens: 300,
+        max_prefill_tokens: 300,
+        snapshot_interval: 256,
+        ..Default::default()
+    };
+    let mut s = Scheduler::new(cfg);
+    let mut kv = KvManager::new(128, 16).with_state_slots(4);
+    s.add(Request {
+        id: 1,
+        prompt_len: 600,
+        ..Default::default()
+    });
+    let (log, _) = drive(&mut s, &mut kv, &HashMap::from([(1, 40)]));
+    let chunks = &log[&1];
+    assert_contiguous(chunks);
+    let snaps: Vec<(usize, SnapshotKind)> = chunks
+        .iter()
+        .filter_map(|c| c.snapshot.map(|k| (c.start_pos + c.n_tokens, k)))
+        .collect();
+    use SnapshotKind::*;
+    assert_eq!(
+        snaps,
+        vec![
+            (256, Keep),
+            (512, Keep),
+            (592, Keep),
+            (608, Tail),
+            (624, Tail)
+        ]
+    );
+    // prompt chunks that end at no point end on a multiple of 64
+    for c in chunks
+        .iter()
+        .filter(|c| c.n_tokens > 1 && c.snapshot.is_none())
+    {
+        let end = c.start_pos + c.n_tokens;
+        assert!(end % 64 == 0 || end == 600, "{c:?}");
+    }
+}
+
+#[test]
+fn hybrid_admission_counts_state_slots_and_preemption_frees_them() {
+    let cfg = SchedulerConfig {
+        max_batch_tokens: 64,
+        max_prefill_tokens: 64,
+        ..Default::default()
+    };
+    let mut s = Scheduler::new(cfg);
+    // blocks for everyone, slots for two at a time
+    let mut kv = KvManager::new(64, 16).with_state_slots(2);
+    for id in 1..=4 {
+        s.add(Request {
+            id,
+            prompt_len: 20,
+            ..Default::default()
+        });
+    }
+    let o = s.schedule(&mut kv);
+    assert_eq!(o.admitted.len(), 2, "two state slots, two running");
+    assert!(o.kv_short);
+    s.commit(&o);
+    let max_new = HashMap::from([(1, 5), (2, 5), (3, 5), (4, 5)]);
+    drive(&mut s, &mut kv, &max_new);
+    // a shortage of blocks preempts: the victim's slot comes back too
+    let mut s = Scheduler::new(SchedulerConfig {
+        max_batch_tokens: 64,
+        max_prefill_tokens: 64,
+        ..Default::default()
+    });
+    let mut kv = KvManager::new(4, 16).with_state_slots(3);
+    for id in 1..=2 {
+        s.add(Request {
+            id,
+            prompt_len: 17,
+            ..Default::default()
+        });
+    }
+    let (_, _) = drive(&mut s, &mut kv, &HashMap::from([(1, 30), (2, 30)]));
+    assert!(s.preemptions() > 0);
 }

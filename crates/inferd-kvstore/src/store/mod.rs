@@ -12,7 +12,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::atomic;
-use crate::block_file::{self, BlockMeta, Expected, MAX_BLOCK_TOKENS};
+use crate::block_file::{self, BlobKind, BlockMeta, Expected, MAX_BLOCK_TOKENS};
 use crate::codec::{self, ReadFailure, CRC_LEN};
 use crate::error::StoreError;
 use crate::identity::StoreIdentity;
@@ -32,6 +32,8 @@ pub struct SpillStore {
     /// The identity directory: `<store dir>/<identity hash>`.
     dir: PathBuf,
     id: StoreIdentity,
+    /// Blocks or snapshots.
+    kind: BlobKind,
     budget: u64,
     index: Index,
     warnings: Warnings,
@@ -79,11 +81,11 @@ impl SpillStore {
             self.index.touch(meta.key);
             return Ok(());
         }
-        let header = block_file::encode_header(&self.id, meta, data.len());
+        let header = block_file::encode_header(self.kind, &self.id, meta, data.len());
         let file_len = (header.len() + data.len() + CRC_LEN) as u64;
         self.make_room(meta.key, file_len)?;
         let crc = codec::crc32(&[&header, data]).to_le_bytes();
-        let name = names::block_name(meta.key);
+        let name = names::blob_name(self.kind, meta.key);
         if let Err(e) = atomic::write_atomic(&self.dir, &name, &[&header, data, &crc]) {
             // A failure after the rename leaves the file; unindexed, it must go.
             let _ = fs::remove_file(self.dir.join(&name));
@@ -138,7 +140,7 @@ impl SpillStore {
             parent: expect_parent,
             tokens: expect_tokens,
         };
-        match block_file::read_verified(&path, &self.id, &expected, out) {
+        match block_file::read_verified(self.kind, &path, &self.id, &expected, out) {
             Ok(()) => {
                 self.index.touch(key);
                 Ok(true)
@@ -213,7 +215,7 @@ impl SpillStore {
             parent: 0,
             tokens: vec![0; n_tokens],
         };
-        (block_file::encode_header(&self.id, &meta, self.id.block_bytes).len()
+        (block_file::encode_header(self.kind, &self.id, &meta, self.id.block_bytes).len()
             + self.id.block_bytes
             + CRC_LEN) as u64
     }
@@ -235,7 +237,7 @@ impl SpillStore {
     }
 
     fn block_path(&self, key: u64) -> PathBuf {
-        self.dir.join(names::block_name(key))
+        self.dir.join(names::blob_name(self.kind, key))
     }
 
     /// Evicts unpinned blocks, oldest first, until a file of `file_len` bytes fits.

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use super::SpillStore;
 use crate::atomic;
-use crate::block_file::{self, BlockMeta};
+use crate::block_file::{self, BlobKind, BlockMeta};
 use crate::codec::ReadFailure;
 use crate::error::StoreError;
 use crate::identity::StoreIdentity;
@@ -30,6 +30,26 @@ impl SpillStore {
     /// `Err` if `dir` (or a parent) is not a directory, cannot be created,
     /// listed or written to, or the identity cannot be stored.
     pub fn open(dir: &Path, id: StoreIdentity, budget_bytes: u64) -> Result<Self, StoreError> {
+        Self::open_kind(dir, id, budget_bytes, BlobKind::Block)
+    }
+
+    /// [`Self::open`] for a store of recurrent-state snapshots (hybrid models): the same
+    /// envelope, checks and budget rules, with the snapshot magic and file names; `id`
+    /// names the state layout, `block_bytes` the bytes of one snapshot.
+    pub fn open_snapshots(
+        dir: &Path,
+        id: StoreIdentity,
+        budget_bytes: u64,
+    ) -> Result<Self, StoreError> {
+        Self::open_kind(dir, id, budget_bytes, BlobKind::Snapshot)
+    }
+
+    fn open_kind(
+        dir: &Path,
+        id: StoreIdentity,
+        budget_bytes: u64,
+        kind: BlobKind,
+    ) -> Result<Self, StoreError> {
         id.validate()?;
         ensure_dir(dir)?;
         let sub = dir.join(id.dir_name());
@@ -38,6 +58,7 @@ impl SpillStore {
         let mut store = SpillStore {
             dir: sub,
             id,
+            kind,
             budget: budget_bytes,
             index: Index::default(),
             warnings: Warnings::default(),
@@ -75,10 +96,10 @@ impl SpillStore {
                 removed_any = true;
                 continue;
             }
-            let Some(key) = names::parse_block_name(name) else {
+            let Some(key) = names::parse_blob_name(self.kind, name) else {
                 continue;
             };
-            match read_block_header(&path, &self.id, key) {
+            match read_block_header(self.kind, &path, &self.id, key) {
                 Ok(found_block) => found.push(found_block),
                 Err(ReadFailure::Io(why)) => self.skip(&path, &why),
                 Err(ReadFailure::Invalid(why)) => {
@@ -110,12 +131,13 @@ impl SpillStore {
 /// Reads the header of the block file at `path`, named for `key`; returns its
 /// modification time, metadata and size.
 fn read_block_header(
+    kind: BlobKind,
     path: &Path,
     id: &StoreIdentity,
     key: u64,
 ) -> Result<(SystemTime, BlockMeta, u64), ReadFailure> {
     let mut file = atomic::open_read(path).map_err(|e| ReadFailure::io("open", e))?;
-    let header = block_file::read_header(&mut file, id)?;
+    let header = block_file::read_header(kind, &mut file, id)?;
     if header.meta.key != key {
         return Err(format!(
             "header key {:016x} differs from the file name",

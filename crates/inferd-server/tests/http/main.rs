@@ -9,6 +9,7 @@ mod errors;
 mod hostile;
 mod hostile_fields;
 mod hostile_protocols;
+mod hybrid;
 mod memory;
 mod ops;
 mod responses;

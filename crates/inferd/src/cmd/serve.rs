@@ -99,6 +99,14 @@ pub struct Args {
     /// SSD tier when --spill-dir is set).
     #[arg(long)]
     park_fraction: Option<f64>,
+    /// Hybrid models: share of --kv-memory for recurrent-state slots (running sequences
+    /// and snapshots), 0..1, default 0.5.
+    #[arg(long)]
+    state_fraction: Option<f64>,
+    /// Hybrid models: a recurrent-state snapshot every this many tokens (default 512),
+    /// besides those at the end of every context and session turn.
+    #[arg(long)]
+    snapshot_interval: Option<usize>,
     /// Directory of the SSD tier: contexts and sessions are written through to it and
     /// survive memory pressure and restarts (checksummed, atomic files).
     #[arg(long)]
@@ -183,6 +191,12 @@ pub fn run(a: Args) -> Result<()> {
         }
         engine_cfg.park_fraction = f;
     }
+    if let Some(f) = a.state_fraction {
+        if !(f > 0.0 && f < 1.0) {
+            bail!("--state-fraction must be in (0, 1), got {f}");
+        }
+        engine_cfg.state_fraction = f;
+    }
     if let Some(dir) = &a.spill_dir {
         engine_cfg.spill = Some(inferd_engine::SpillConfig {
             dir: dir.clone(),
@@ -215,6 +229,12 @@ pub fn run(a: Args) -> Result<()> {
     }
     if let Some(v) = a.max_running {
         engine_cfg.sched.max_running = v;
+    }
+    if let Some(v) = a.snapshot_interval {
+        if v == 0 {
+            bail!("--snapshot-interval must be at least 1");
+        }
+        engine_cfg.sched.snapshot_interval = v;
     }
     let responses = inferd_server::responses::store::ResponsesConfig {
         dir: a.spill_dir.as_ref().map(|d| d.join("responses")),

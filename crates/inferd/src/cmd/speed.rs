@@ -41,9 +41,11 @@ pub fn run(a: Args) -> Result<()> {
     let model = &m.model;
     let bs = 16;
     let total = a.prompt_tokens.max(a.gen_tokens) + 1;
-    let layout = model.kv_layout(total.div_ceil(bs), bs, KvDtype::F32);
+    // A hybrid model's one sequence runs in state slot 0 (every pass below starts at
+    // position 0 from a zero state, or continues it).
+    let layout = model.kv_layout_with_states(total.div_ceil(bs), bs, KvDtype::F32, 1);
     let mut kv = model.alloc_kv(&layout)?;
-    let mut kvm = KvManager::new(layout.num_blocks, bs);
+    let mut kvm = KvManager::new(layout.num_blocks, bs).with_state_slots(layout.state.slots);
     let table = kvm
         .allocate_slots(0, total)
         .expect("pool sized for the test")
@@ -58,7 +60,7 @@ pub fn run(a: Args) -> Result<()> {
     let mut ws = model.workspace(a.chunk.max(8), 1)?;
     let mut logits = Vec::new();
     let mut b = ForwardBatch::default();
-    b.push(&prompt[..prompt.len().min(8)], 0, 8, table.clone(), true);
+    b.push_in_slot(&prompt[..prompt.len().min(8)], 0, 8, table.clone(), 0, true);
     model.forward_into(&mut ws, &mut kv, &layout, &b, &mut logits)?;
 
     let mut pp = Vec::new();
@@ -67,7 +69,7 @@ pub fn run(a: Args) -> Result<()> {
         let t = Instant::now();
         for (i, c) in prompt.chunks(a.chunk.max(1)).enumerate() {
             let mut b = ForwardBatch::default();
-            b.push(c, i * a.chunk, prompt.len(), table.clone(), true);
+            b.push_in_slot(c, i * a.chunk, prompt.len(), table.clone(), 0, true);
             model.forward_into(&mut ws, &mut kv, &layout, &b, &mut logits)?;
         }
         pp.push(a.prompt_tokens as f64 / t.elapsed().as_secs_f64());
@@ -76,7 +78,7 @@ pub fn run(a: Args) -> Result<()> {
         for pos in 0..a.gen_tokens {
             let mut b = ForwardBatch::default();
             // Decode rows are generated tokens (prompt length 0 here: no prompt kept).
-            b.push(&[tok], pos, 0, table.clone(), true);
+            b.push_in_slot(&[tok], pos, 0, table.clone(), 0, true);
             model.forward_into(&mut ws, &mut kv, &layout, &b, &mut logits)?;
             tok = argmax(&logits);
         }

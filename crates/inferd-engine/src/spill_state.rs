@@ -1,0 +1,104 @@
+//! The SSD tier's side of recurrent-state snapshots (hybrid models): writing the
+//! snapshots an owner holds, and cutting a restore back to the deepest snapshot that
+//! can resume it (see the module docs of `spill.rs`).
+
+use inferd_core::kv::{BlockId, SlotId};
+use inferd_kvstore::BlockMeta;
+use inferd_runtime::Backend;
+
+use crate::engine::Engine;
+use crate::spill::{block_metas, Job};
+
+fn warn(msg: impl std::fmt::Display) {
+    eprintln!("inferd: warning: KV spill tier: {msg}");
+}
+
+impl<B: Backend> Engine<B> {
+    /// Queues the snapshots along `tokens`' full blocks (held in `table`) that are in
+    /// memory and not on disk yet.
+    pub(crate) fn persist_snapshots(&mut self, table: &[BlockId], tokens: &[u32]) {
+        let bs = self.kvm.block_size();
+        let root = self.kvm.root_key();
+        let slot_bytes = self.slot_bytes as usize;
+        let Some(tier) = self.spill.as_mut() else {
+            return;
+        };
+        if tier.snapshots.is_none() {
+            return;
+        }
+        let metas: Vec<BlockMeta> = block_metas(root, tokens, bs)
+            .take(table.len())
+            .filter(|m| m.tokens.len() == bs)
+            .collect();
+        for m in metas {
+            if tier.written_snaps.contains(&m.key) {
+                continue;
+            }
+            let Some(slot) = self.kvm.snapshot_at(m.key, m.parent) else {
+                continue;
+            };
+            let mut data = vec![0u8; slot_bytes];
+            if let Err(e) = self.model.export_state_slots(&self.kv, &[slot], &mut data) {
+                warn(e);
+                return;
+            }
+            tier.written_snaps.insert(m.key);
+            tier.send(Job::Snapshot(m, data));
+        }
+    }
+
+    /// `blocks` (restored for `tokens`, one reference each) cut back to the deepest
+    /// full block whose snapshot is in memory or verifies on disk (read into a free
+    /// slot, keyed, left in the cache); the blocks past it are released. Returns the
+    /// blocks kept, their keys and the tokens they cover (0 without a snapshot).
+    pub(crate) fn cut_to_snapshot(
+        &mut self,
+        tokens: &[u32],
+        mut blocks: Vec<BlockId>,
+        mut keys: Vec<u64>,
+    ) -> (Vec<BlockId>, Vec<u64>, usize) {
+        let bs = self.kvm.block_size();
+        let root = self.kvm.root_key();
+        let metas: Vec<BlockMeta> = block_metas(root, tokens, bs).take(keys.len()).collect();
+        let mut keep = 0;
+        for (j, m) in metas.iter().enumerate().rev() {
+            if self.kvm.snapshot_at(m.key, m.parent).is_some() || self.read_snapshot(m).is_some() {
+                keep = j + 1;
+                break;
+            }
+        }
+        for b in blocks.drain(keep..).rev() {
+            self.kvm.release_block(b);
+        }
+        keys.truncate(keep);
+        (blocks, keys, keep * bs)
+    }
+
+    /// Reads the snapshot ending at block `m` from disk into a free slot and keys it
+    /// (a cached snapshot, no reference held). `None`: not on disk, not verified, no
+    /// free slot, or the import failed.
+    fn read_snapshot(&mut self, m: &BlockMeta) -> Option<SlotId> {
+        let store = self.spill.as_ref()?.snapshots.clone()?;
+        let mut data = vec![0u8; self.slot_bytes as usize];
+        let ok = {
+            let mut st = store.lock().unwrap_or_else(|e| e.into_inner());
+            let ok = st.get_into(m.key, m.parent, &m.tokens, &mut data);
+            for w in st.take_warnings() {
+                warn(w);
+            }
+            matches!(ok, Ok(true))
+        };
+        if !ok {
+            return None;
+        }
+        let slot = self.kvm.fresh_slot()?;
+        if let Err(e) = self.model.import_state_slots(&mut self.kv, &[slot], &data) {
+            warn(e);
+            self.kvm.release_slot(slot);
+            return None;
+        }
+        self.kvm.mark_snapshot(slot, m.key, m.parent);
+        self.kvm.release_slot(slot);
+        Some(slot)
+    }
+}
