@@ -48,14 +48,6 @@ fn q8_vs_f32<B: Backend>(model: &Model<B>, seqs: &[Vec<u32>], chunk: usize) -> L
     d
 }
 
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
-
 fn check(name: &str, d: &LogitDiff, min_agreement: f64, max_abs: f32, mean_abs: f64) {
     eprintln!("{name}: q8 vs f32 KV: {}", d.summary());
     assert!(

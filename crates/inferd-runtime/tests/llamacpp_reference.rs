@@ -16,14 +16,6 @@ use serde_json::Value;
 const LOGIT_TOL: f32 = 1.5;
 const MARGIN: f32 = 0.5;
 
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
-
 /// The greedy continuation equals the fixture's `greedy` up to the first step whose
 /// reference margin is `<= tie` (a near-tie, after which the two may part). Returns that length.
 fn check_greedy<B: Backend>(run: &mut Runner<'_, B>, p: &Value, tie: f32) -> usize {

@@ -196,3 +196,41 @@ pub fn cuda() -> Option<inferd_runtime::CudaBackend> {
         }
     }
 }
+
+/// Token ids of a JSON array (fixtures).
+pub fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// Numbers of a JSON array (fixtures).
+pub fn floats(v: &serde_json::Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+/// A greedy continuation `got` equals the reference prompt `p`'s (`greedy`) up to the
+/// reference's first near-tie (a `greedy_margin` within 2·tol, after which the two may
+/// legitimately diverge), and wholly when there is none.
+pub fn assert_greedy_matches(got: &[u32], p: &serde_json::Value, tol: f32, name: &str) {
+    let want = ids(&p["greedy"]);
+    let n = floats(&p["greedy_margin"])
+        .iter()
+        .position(|&m| m <= 2.0 * tol)
+        .unwrap_or(want.len());
+    assert_eq!(
+        got[..n],
+        want[..n],
+        "{name} {}: greedy continuation",
+        p["name"]
+    );
+    if n == want.len() {
+        assert_eq!(got, &want[..]);
+    }
+}
