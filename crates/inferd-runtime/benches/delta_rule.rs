@@ -11,27 +11,8 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use inferd_runtime::backend::cpu::delta_rule::inputs::{noise, unit_rows};
 use inferd_runtime::backend::cpu::delta_rule::{chunked, recurrent, HeadInputs};
-
-fn noise(n: usize, seed: u64) -> Vec<f32> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ((x >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
-
-fn unit_rows(mut m: Vec<f32>, d: usize, scale: f32) -> Vec<f32> {
-    for r in m.chunks_mut(d) {
-        let n = r.iter().map(|v| v * v).sum::<f32>().sqrt();
-        r.iter_mut().for_each(|v| *v *= scale / n);
-    }
-    m
-}
 
 fn best_of(runs: usize, mut f: impl FnMut()) -> Duration {
     (0..runs)

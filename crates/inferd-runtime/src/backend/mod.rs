@@ -45,7 +45,7 @@ use inferd_core::sampling::{Extra, Sampled, Sampler};
 use crate::batch::ForwardBatch;
 use crate::kv::KvLayout;
 use crate::model::LinearAttnConfig;
-use crate::Result;
+use crate::{Result, RuntimeError};
 
 /// Tokens per chunk of the delta rule's chunked form; chunks start at absolute positions
 /// that are multiples of it (transformers' and fla's chunk size).
@@ -182,14 +182,20 @@ pub trait Backend: Send + Sync {
     /// every linear layer, conv and delta state (snapshot: running → snapshot slot;
     /// restore: the reverse). `src == dst` is a no-op; a slot outside the pool is a
     /// `RuntimeError::Kv` (nothing is copied then).
-    fn copy_state_slots(&self, kv: &mut Self::Kv, copies: &[(u32, u32)]) -> Result<()>;
+    fn copy_state_slots(&self, _kv: &mut Self::Kv, _copies: &[(u32, u32)]) -> Result<()> {
+        Err(linear_attention_unsupported(self.name()))
+    }
     /// Serializes state `slots` into `out`, exactly `slots.len()` ×
     /// [`crate::kv::StateLayout::slot_bytes`] long, one image after the other (the
     /// little-endian image documented there; the same on every backend).
-    fn export_state_slots(&self, kv: &Self::Kv, slots: &[u32], out: &mut [u8]) -> Result<()>;
+    fn export_state_slots(&self, _kv: &Self::Kv, _slots: &[u32], _out: &mut [u8]) -> Result<()> {
+        Err(linear_attention_unsupported(self.name()))
+    }
     /// The inverse of [`Backend::export_state_slots`]. A wrong length or a slot outside
     /// the pool is a `RuntimeError::Kv` (nothing is written then).
-    fn import_state_slots(&self, kv: &mut Self::Kv, slots: &[u32], data: &[u8]) -> Result<()>;
+    fn import_state_slots(&self, _kv: &mut Self::Kv, _slots: &[u32], _data: &[u8]) -> Result<()> {
+        Err(linear_attention_unsupported(self.name()))
+    }
     fn prepare_batch(
         &self,
         batch: &ForwardBatch,
@@ -289,13 +295,17 @@ pub trait Backend: Send + Sync {
     /// output gate).  x [n, heads * 2 * head_dim] -> a, b [n, heads * head_dim]
     fn split_head_pairs(
         &self,
-        x: &Self::Tensor,
-        head_dim: usize,
-        a: &mut Self::Tensor,
-        b: &mut Self::Tensor,
-    ) -> Result<()>;
+        _x: &Self::Tensor,
+        _head_dim: usize,
+        _a: &mut Self::Tensor,
+        _b: &mut Self::Tensor,
+    ) -> Result<()> {
+        Err(linear_attention_unsupported(self.name()))
+    }
     /// The attention output gate, in place: `x *= sigmoid(gate)`.  [n, d], [n, d]
-    fn sigmoid_mul(&self, x: &mut Self::Tensor, gate: &Self::Tensor) -> Result<()>;
+    fn sigmoid_mul(&self, _x: &mut Self::Tensor, _gate: &Self::Tensor) -> Result<()> {
+        Err(linear_attention_unsupported(self.name()))
+    }
     /// The causal depthwise convolution of a Gated DeltaNet over Q|K|V, then SiLU:
     /// `out[t][c] = silu(Σ_i w[c][i] · x[t - (taps-1) + i][c])`, where rows before a
     /// chunk's first token come from its state slot's conv state in state layer
@@ -304,36 +314,42 @@ pub trait Backend: Send + Sync {
     #[allow(clippy::too_many_arguments)]
     fn causal_conv1d_silu(
         &self,
-        x: &Self::Tensor,
-        w: &Self::Weight,
-        kv: &mut Self::Kv,
-        layer: usize,
-        batch: &Self::Batch,
-        cfg: &LinearAttnConfig,
-        out: &mut Self::Tensor,
-    ) -> Result<()>;
+        _x: &Self::Tensor,
+        _w: &Self::Weight,
+        _kv: &mut Self::Kv,
+        _layer: usize,
+        _batch: &Self::Batch,
+        _cfg: &LinearAttnConfig,
+        _out: &mut Self::Tensor,
+    ) -> Result<()> {
+        Err(linear_attention_unsupported(self.name()))
+    }
     /// L2-normalizes every `head_dim` slice of each row in place, then scales it:
     /// `x · rsqrt(Σx² + eps) · scale`.
     fn l2_norm_heads(
         &self,
-        x: &mut Self::Tensor,
-        head_dim: usize,
-        eps: f32,
-        scale: f32,
-    ) -> Result<()>;
+        _x: &mut Self::Tensor,
+        _head_dim: usize,
+        _eps: f32,
+        _scale: f32,
+    ) -> Result<()> {
+        Err(linear_attention_unsupported(self.name()))
+    }
     /// The DeltaNet's per-head gates: decay `g = -exp(a_log) · softplus(a + dt_bias)`
     /// (log space, ≤ 0) and `beta = sigmoid(b)`.
     /// a, b [n, n_v_heads]; a_log, dt_bias [n_v_heads] -> g, beta [n, n_v_heads]
     #[allow(clippy::too_many_arguments)]
     fn delta_gates(
         &self,
-        a: &Self::Tensor,
-        b: &Self::Tensor,
-        a_log: &Self::Weight,
-        dt_bias: &Self::Weight,
-        g: &mut Self::Tensor,
-        beta: &mut Self::Tensor,
-    ) -> Result<()>;
+        _a: &Self::Tensor,
+        _b: &Self::Tensor,
+        _a_log: &Self::Weight,
+        _dt_bias: &Self::Weight,
+        _g: &mut Self::Tensor,
+        _beta: &mut Self::Tensor,
+    ) -> Result<()> {
+        Err(linear_attention_unsupported(self.name()))
+    }
     /// The gated delta rule of every chunk, from and into its state slot of state layer
     /// `layer` (zero for a chunk at position 0). Per value head h (key head
     /// `h / (n_v_heads / n_k_heads)`), with S `[k_head_dim, v_head_dim]`, per token:
@@ -346,29 +362,33 @@ pub trait Backend: Send + Sync {
     #[allow(clippy::too_many_arguments)]
     fn gated_delta_rule(
         &self,
-        q: &Self::Tensor,
-        k: &Self::Tensor,
-        v: &Self::Tensor,
-        g: &Self::Tensor,
-        beta: &Self::Tensor,
-        kv: &mut Self::Kv,
-        layer: usize,
-        batch: &Self::Batch,
-        cfg: &LinearAttnConfig,
-        out: &mut Self::Tensor,
-    ) -> Result<()>;
+        _q: &Self::Tensor,
+        _k: &Self::Tensor,
+        _v: &Self::Tensor,
+        _g: &Self::Tensor,
+        _beta: &Self::Tensor,
+        _kv: &mut Self::Kv,
+        _layer: usize,
+        _batch: &Self::Batch,
+        _cfg: &LinearAttnConfig,
+        _out: &mut Self::Tensor,
+    ) -> Result<()> {
+        Err(linear_attention_unsupported(self.name()))
+    }
     /// The DeltaNet's gated RMSNorm, per `head_dim` slice:
     /// `out = x · rsqrt(mean(x²) + eps) · w · silu(z)`.
     /// x, z [n, heads * head_dim], w [head_dim] -> out [n, heads * head_dim]
     fn gated_rms_norm(
         &self,
-        x: &Self::Tensor,
-        z: &Self::Tensor,
-        w: &Self::Weight,
-        head_dim: usize,
-        eps: f32,
-        out: &mut Self::Tensor,
-    ) -> Result<()>;
+        _x: &Self::Tensor,
+        _z: &Self::Tensor,
+        _w: &Self::Weight,
+        _head_dim: usize,
+        _eps: f32,
+        _out: &mut Self::Tensor,
+    ) -> Result<()> {
+        Err(linear_attention_unsupported(self.name()))
+    }
     /// SwiGLU's gating: `silu(gate) * up`.  [n, ffn], [n, ffn] -> out [n, ffn]
     fn silu_mul(
         &self,
@@ -457,4 +477,13 @@ pub struct SampleRow<'a> {
     pub generated: &'a [u32],
     /// The grammar mask and the DRY breakers.
     pub extra: Extra<'a>,
+}
+
+/// What a backend without Gated DeltaNet layers answers to their ops (`Model::load` refuses
+/// hybrid models on it first, so a caller sees this only by calling the ops directly).
+pub(crate) fn linear_attention_unsupported(backend: &str) -> RuntimeError {
+    RuntimeError::Device(format!(
+        "Gated DeltaNet (linear-attention) layers and recurrent-state slots are not \
+         implemented on the {backend} backend yet: run hybrid models on the CPU backend"
+    ))
 }

@@ -290,12 +290,10 @@ fn one_chunk(x: HeadInputs<'_>, s: &mut [f32], out: &mut [f32]) {
     matmul_acc(s, &kdt, &vn, dk, l, dv);
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Deterministic pseudo-random values in (-1, 1).
-    fn noise(n: usize, seed: u64) -> Vec<f32> {
+/// Deterministic inputs of the delta rule, for its tests and its bench.
+pub mod inputs {
+    /// Pseudo-random values in (-1, 1) (xorshift from `seed`).
+    pub fn noise(n: usize, seed: u64) -> Vec<f32> {
         let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         (0..n)
             .map(|_| {
@@ -307,13 +305,20 @@ mod tests {
             .collect()
     }
 
-    fn unit_rows(mut m: Vec<f32>, d: usize) -> Vec<f32> {
+    /// Every `d`-long row of `m` scaled to norm `scale`.
+    pub fn unit_rows(mut m: Vec<f32>, d: usize, scale: f32) -> Vec<f32> {
         for r in m.chunks_mut(d) {
             let n = r.iter().map(|v| v * v).sum::<f32>().sqrt();
-            r.iter_mut().for_each(|v| *v /= n);
+            r.iter_mut().for_each(|v| *v = *v / n * scale);
         }
         m
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::inputs::{noise, unit_rows};
+    use super::*;
 
     struct Case {
         q: Vec<f32>,
@@ -329,11 +334,11 @@ mod tests {
         fn new(l: usize, dk: usize, dv: usize) -> Case {
             let scale = 1.0 / (dk as f32).sqrt();
             Case {
-                q: unit_rows(noise(l * dk, 1), dk)
+                q: unit_rows(noise(l * dk, 1), dk, 1.0)
                     .iter()
                     .map(|v| v * scale)
                     .collect(),
-                k: unit_rows(noise(l * dk, 2), dk),
+                k: unit_rows(noise(l * dk, 2), dk, 1.0),
                 v: noise(l * dv, 3),
                 g: noise(l, 4).iter().map(|v| -0.3 * (v + 1.0)).collect(),
                 beta: noise(l, 5).iter().map(|v| 0.5 + 0.5 * v).collect(),

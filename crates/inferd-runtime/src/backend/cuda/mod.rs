@@ -38,7 +38,6 @@ use inferd_core::sampling::Sampled;
 use super::{AttnConfig, Backend, RopeConfig, RopeStyle, Rows, SampleRow, SharedSource};
 use crate::batch::ForwardBatch;
 use crate::kv::{KvDtype, KvLayout};
-use crate::model::LinearAttnConfig;
 use crate::{Result, RuntimeError};
 
 /// Settings of the CUDA backend.
@@ -313,15 +312,6 @@ impl CudaBackend {
     }
 }
 
-/// What every Gated DeltaNet op of this backend answers (and `Model::load` says first).
-fn no_linear_attention() -> RuntimeError {
-    RuntimeError::Device(
-        "Gated DeltaNet (linear-attention) layers and recurrent-state slots are not \
-         implemented on the CUDA backend yet: run hybrid models on the CPU backend"
-            .into(),
-    )
-}
-
 fn int(v: usize) -> c_int {
     v as c_int
 }
@@ -375,7 +365,7 @@ impl Backend for CudaBackend {
         // The K offset matters to Q8 pools only, which this backend does not store.
         layout.check_k_offset(k_offset)?;
         if layout.state.is_stateful() {
-            return Err(no_linear_attention());
+            return Err(super::linear_attention_unsupported(self.name()));
         }
         self.inner.dev.bind()?;
         CudaKv::new(&self.inner.dev, layout)
@@ -398,17 +388,6 @@ impl Backend for CudaBackend {
 
     // Hybrid models (Gated DeltaNet layers) are refused at load (`supports_linear_attention`
     // is false) and a pool with state slots at `alloc_kv`; the ops below are not reached.
-    fn copy_state_slots(&self, _kv: &mut CudaKv, _copies: &[(u32, u32)]) -> Result<()> {
-        Err(no_linear_attention())
-    }
-
-    fn export_state_slots(&self, _kv: &CudaKv, _slots: &[u32], _out: &mut [u8]) -> Result<()> {
-        Err(no_linear_attention())
-    }
-
-    fn import_state_slots(&self, _kv: &mut CudaKv, _slots: &[u32], _data: &[u8]) -> Result<()> {
-        Err(no_linear_attention())
-    }
 
     fn prepare_batch(
         &self,
@@ -720,83 +699,6 @@ impl Backend for CudaBackend {
             },
             "attention",
         )
-    }
-
-    fn split_head_pairs(
-        &self,
-        _x: &CudaTensor,
-        _head_dim: usize,
-        _a: &mut CudaTensor,
-        _b: &mut CudaTensor,
-    ) -> Result<()> {
-        Err(no_linear_attention())
-    }
-
-    fn sigmoid_mul(&self, _x: &mut CudaTensor, _gate: &CudaTensor) -> Result<()> {
-        Err(no_linear_attention())
-    }
-
-    fn causal_conv1d_silu(
-        &self,
-        _x: &CudaTensor,
-        _w: &CudaWeight,
-        _kv: &mut CudaKv,
-        _layer: usize,
-        _batch: &CudaBatch,
-        _cfg: &LinearAttnConfig,
-        _out: &mut CudaTensor,
-    ) -> Result<()> {
-        Err(no_linear_attention())
-    }
-
-    fn l2_norm_heads(
-        &self,
-        _x: &mut CudaTensor,
-        _head_dim: usize,
-        _eps: f32,
-        _scale: f32,
-    ) -> Result<()> {
-        Err(no_linear_attention())
-    }
-
-    fn delta_gates(
-        &self,
-        _a: &CudaTensor,
-        _b: &CudaTensor,
-        _a_log: &CudaWeight,
-        _dt_bias: &CudaWeight,
-        _g: &mut CudaTensor,
-        _beta: &mut CudaTensor,
-    ) -> Result<()> {
-        Err(no_linear_attention())
-    }
-
-    fn gated_delta_rule(
-        &self,
-        _q: &CudaTensor,
-        _k: &CudaTensor,
-        _v: &CudaTensor,
-        _g: &CudaTensor,
-        _beta: &CudaTensor,
-        _kv: &mut CudaKv,
-        _layer: usize,
-        _batch: &CudaBatch,
-        _cfg: &LinearAttnConfig,
-        _out: &mut CudaTensor,
-    ) -> Result<()> {
-        Err(no_linear_attention())
-    }
-
-    fn gated_rms_norm(
-        &self,
-        _x: &CudaTensor,
-        _z: &CudaTensor,
-        _w: &CudaWeight,
-        _head_dim: usize,
-        _eps: f32,
-        _out: &mut CudaTensor,
-    ) -> Result<()> {
-        Err(no_linear_attention())
     }
 
     fn silu_mul(&self, gate: &CudaTensor, up: &CudaTensor, out: &mut CudaTensor) -> Result<()> {
