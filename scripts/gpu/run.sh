@@ -10,6 +10,11 @@
 #   profile  ncu's device time of every kernel of one decode step on /tmp/q8b (batch 1 and
 #            32 at 4096 tokens; `cuda_check profile ... prefill` times a long prefill chunk)
 #   fleet    `inferd serve --device cuda` on /tmp/q8b driven by `inferd bench fleet`
+#   peerbuild  starts building llama.cpp's CUDA llama-server (sm_90) in the background and
+#            makes /tmp/q8b with its bf16 GGUF /tmp/q8b.gguf (needs .device/peer from
+#            ../shared/gpu/prepare-carry.sh); peerwait waits for both
+#   peer     llama-server on /tmp/q8b.gguf driven by the same fleet runs as `fleet` and
+#            `long` (reports fleet-llama-*.json)
 #   smol1    keeps SmolLM2's first part (prepare with SMOL=1); smol2 (the next call on the
 #            same machine) joins it and compares the GPU with the CPU on real weights
 # Logs under $OUT; summary.txt has the results.
@@ -99,6 +104,26 @@ long)
   note "forked 32 x 8k brief: rc $?"; tail -15 $OUT/forked.txt | tee -a $summary
   kill $SP; wait $SP 2>/dev/null
   $B/inferd bench table $OUT/fleet-16384-*.json 2>&1 | tee -a $summary
+  ;;
+peerbuild)
+  mkdir -p /tmp/tok /tmp/lcd && cp $C/tokenizer/* /tmp/tok/ && xz -df /tmp/tok/tokenizer.json.xz
+  ln -sf $PWD/.device/peer/lc-src.txz /tmp/lcd/lc-src.txz && ln -sfn /tmp/tok /tmp/lcd/tokenizer
+  cp .device/peer/*.sh .device/peer/*.py /tmp/lcd/
+  # Its logs stay on the machine ($OUT is emptied before the next call): /tmp/lcd/logs.
+  mkdir -p /tmp/lcd/logs
+  OUT=/tmp/lcd/logs setsid bash /tmp/lcd/llamacpp-build.sh /tmp/lcd >/tmp/lcd/peerbuild.log 2>&1 < /dev/null &
+  echo $! > /tmp/peerbuild.pid
+  ;;
+peerwait)
+  while kill -0 $(cat /tmp/peerbuild.pid) 2>/dev/null; do sleep 2; done
+  note "peer build: $(tr '\n' ' ' < /tmp/lcd/peerbuild.log | tail -c 400)"
+  cp -r /tmp/lcd/logs $OUT/peerbuild-logs
+  ;;
+peer)
+  mkdir -p $OUT/llama
+  OUT=$OUT/llama bash /tmp/lcd/fleet-peer.sh $B/inferd 2>&1 | tee -a $summary
+  for f in $OUT/llama/fleet-*.json; do mv $f $OUT/fleet-llama-${f##*/fleet-}; done
+  $B/inferd bench table $OUT/fleet-*.json 2>&1 | tee -a $summary
   ;;
 smol1)
   cp .device/smol1/* /tmp/

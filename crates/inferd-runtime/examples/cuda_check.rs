@@ -91,7 +91,10 @@ fn max_abs(a: &[f32], b: &[f32]) -> f32 {
     a.iter()
         .zip(b)
         .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
+        .fold(
+            0.0,
+            |m: f32, d| if d.is_nan() { f32::INFINITY } else { m.max(d) },
+        )
 }
 
 /// Greedy continuation of `n` tokens.

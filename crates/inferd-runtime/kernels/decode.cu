@@ -1,10 +1,22 @@
 // Decode attention over paged bf16 KV: one query row per sequence, GQA. Flash-decoding
 // style: each (row, KV head) is split into `splits` contiguous ranges of its positions,
 // one block each, so a single long sequence still spreads over the GPU; a block reads each
-// K/V row once for all the query heads of its group. Its warps take positions in turn,
-// loading eight positions' K and V ahead (the loads are what a decode step waits on),
-// with an online softmax per query head; the warps' partials, then the splits', are
-// merged by their log-sum-exp. The grid depends only on the number of rows, so a CUDA
+// K/V row once for all the G query heads of its group.
+//
+// A warp works in rounds of 32 / G positions, so that a round has exactly 32 (position,
+// head) scores: each lane computes its partial dot products of all 32, and one transposed
+// butterfly (31 shuffles) leaves lane L with the whole score of position L / G, head L % G.
+// The softmax state (running max m and sum l of a head) lives on the lanes of that head;
+// a round updates it with one max and one sum over those lanes, and then every lane adds
+// the round's 32 weighted V rows to its slice of the G output heads. So there is no
+// dependent chain per position (the cost of a per-position online softmax), and the K/V
+// loads of a whole iteration (R rounds) are issued before any arithmetic on them. (A
+// register pipeline, V loading during the scores and the next K during the sums, measured
+// slower on the H200: 17.3 against 14.3 ms an 8B step at 32 rows; docs/gpu-notes.md.)
+//
+// The warps' partials are merged by their log-sum-exp in shared memory, then the splits'
+// by the last block of a (row, KV head) to finish (a counter per pair, reset by that
+// block, so a CUDA graph replays it). The grid depends only on the number of rows, so a
 // graph replays it for any context lengths (they are read from the device).
 #include <cfloat>
 
@@ -14,10 +26,16 @@ namespace {
 using ifd::bf16;
 
 constexpr int kWarps = 4;
-constexpr int kAhead = 8;  // positions a warp loads before it computes on them
+constexpr int kMaxSplits = 32;
+constexpr unsigned kFull = 0xffffffffu;
 
 template <int D>
 struct Lane;  // one lane's share of a head: D / 32 values, loaded as one vector
+template <>
+struct Lane<256> {
+  using Vec = uint4;  // 8 bf16
+  static constexpr int N = 8;
+};
 template <>
 struct Lane<128> {
   using Vec = uint2;  // 4 bf16
@@ -40,19 +58,65 @@ __device__ __forceinline__ void unpack(const V& v, float* out) {
   }
 }
 
+// One halving step of the transposed butterfly: of the C values v[0..C), a lane keeps
+// the upper half if bit O of its index is set, else the lower half, and adds the partner
+// lane's copy of the half it keeps.
+template <int C, int O>
+__device__ __forceinline__ void halve(float* v, int lane) {
+  const bool upper = lane & O;
+#pragma unroll
+  for (int i = 0; i < C / 2; ++i) {
+    const float send = upper ? v[i] : v[i + C / 2];
+    const float keep = upper ? v[i + C / 2] : v[i];
+    v[i] = keep + __shfl_xor_sync(kFull, send, O);
+  }
+}
+
+// v[0..32) per lane -> the sum over lanes of v[lane], returned on lane `lane`.
+__device__ __forceinline__ float transpose_sum(float* v, int lane) {
+  halve<32, 16>(v, lane);
+  halve<16, 8>(v, lane);
+  halve<8, 4>(v, lane);
+  halve<4, 2>(v, lane);
+  halve<2, 1>(v, lane);
+  return v[0];
+}
+
+// Max / sum over the lanes of one head (lanes L with equal L % G).
+template <int G>
+__device__ __forceinline__ float head_max(float v) {
+#pragma unroll
+  for (int o = G; o < 32; o <<= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
+  return v;
+}
+template <int G>
+__device__ __forceinline__ float head_sum(float v) {
+#pragma unroll
+  for (int o = G; o < 32; o <<= 1) v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+
 // Grid (splits, n_kv, rows). Row r: the token of sequence seq[r] at position pos[r],
-// attending positions 0..pos[r] through its block table. q bf16 [rows, n_heads * D];
-// with one split the result goes to out bf16 [rows, n_heads * D], else the split's
-// (m, l, acc[D]) per query head to part f32 [rows, n_heads, splits, D + 2].
+// attending positions 0..pos[r] through its block table. q bf16 [rows, n_heads * D] ->
+// out bf16 [rows, n_heads * D]. With several splits each block leaves its (m, l, acc[D])
+// per query head in part f32 [rows, n_heads, splits, D + 2] and the last block of a
+// (row, KV head) to finish, counted in done [rows * n_kv] (zero between launches),
+// merges them.
 template <int D, int G>
 __global__ void __launch_bounds__(kWarps * 32)
     decode_kernel(const bf16* __restrict__ kc, const bf16* __restrict__ vc,
                   const bf16* __restrict__ q, int n_kv, int block_size, float scale_log2,
                   const int32_t* __restrict__ seq, const int32_t* __restrict__ pos,
                   const int32_t* __restrict__ bt_off, const int32_t* __restrict__ bt,
-                  float* __restrict__ part, bf16* __restrict__ out) {
+                  float* __restrict__ part, int32_t* __restrict__ done,
+                  bf16* __restrict__ out) {
   using L = Lane<D>;
+  using Vec = typename L::Vec;
   constexpr int N = L::N;
+  constexpr int P = 32 / G;  // positions a round
+  // Rounds an iteration: about 16 positions' K and V in flight per lane (8 for D = 256).
+  constexpr int R = (D == 256 ? 8 : 16) / P > 0 ? (D == 256 ? 8 : 16) / P : 1;
+  constexpr int PI = P * R;  // positions an iteration
   const int split = blockIdx.x, kvh = blockIdx.y, r = blockIdx.z;
   const int splits = gridDim.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -68,64 +132,90 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     const bf16* qh = q + (static_cast<size_t>(r) * n_heads + kvh * G + g) * D + lane * N;
-    unpack<N>(*reinterpret_cast<const typename L::Vec*>(qh), qv[g]);
+    unpack<N>(*reinterpret_cast<const Vec*>(qh), qv[g]);
 #pragma unroll
     for (int i = 0; i < N; ++i) qv[g][i] *= scale_log2;  // scores in log2 units
   }
-  float m[G], l[G], acc[G][N];
+  // Lane L keeps the softmax state of head L % G; every lane its slice of all G heads.
+  float m = -FLT_MAX, l = 0.f;
+  float acc[G][N];
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
-    m[g] = -FLT_MAX;
-    l[g] = 0.f;
+  for (int g = 0; g < G; ++g)
 #pragma unroll
     for (int i = 0; i < N; ++i) acc[g][i] = 0.f;
-  }
+
   const size_t head_stride = static_cast<size_t>(block_size) * D;
-  for (int base = t0 + warp * kAhead; base < t1; base += kWarps * kAhead) {
-    typename L::Vec kv_k[kAhead], kv_v[kAhead];
+  for (int base = t0 + warp * PI; base < t1; base += kWarps * PI) {
+    Vec kr[PI], vr[PI];
 #pragma unroll
-    for (int j = 0; j < kAhead; ++j) {
+    for (int j = 0; j < PI; ++j) {
       const int t = base + j;
       if (t < t1) {
         const size_t off = (static_cast<size_t>(table[t / block_size]) * n_kv + kvh) * head_stride +
                            static_cast<size_t>(t % block_size) * D + lane * N;
-        kv_k[j] = *reinterpret_cast<const typename L::Vec*>(kc + off);
-        kv_v[j] = *reinterpret_cast<const typename L::Vec*>(vc + off);
+        kr[j] = *reinterpret_cast<const Vec*>(kc + off);
+        vr[j] = *reinterpret_cast<const Vec*>(vc + off);
+      } else {
+        kr[j] = Vec{};  // past the end: weight 0, so no stale register may be NaN
+        vr[j] = Vec{};
       }
     }
 #pragma unroll
-    for (int j = 0; j < kAhead; ++j) {
-      if (base + j >= t1) continue;  // predicated: the loop stays unrolled, kv_* in registers
-      float kf[N], vf[N];
-      unpack<N>(kv_k[j], kf);
-      unpack<N>(kv_v[j], vf);
+    for (int round = 0; round < R; ++round) {
+      const int rb = base + round * P;  // the round's first position
+      if (rb >= t1) break;              // warp-uniform
+      float s[32];                      // partial scores, index j * G + g
+#pragma unroll
+      for (int j = 0; j < P; ++j) {
+        float kf[N];
+        unpack<N>(kr[round * P + j], kf);
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          float d = 0.f;
+#pragma unroll
+          for (int i = 0; i < N; ++i) d = fmaf(qv[g][i], kf[i], d);
+          s[j * G + g] = d;
+        }
+      }
+      // Lane L: the score of position rb + L / G for head L % G (past the end: none).
+      const bool valid = rb + lane / G < t1;
+      float sc = transpose_sum(s, lane);  // every lane takes part in the shuffles
+      if (!valid) sc = -FLT_MAX;
+      const float mn = fmaxf(m, head_max<G>(sc));  // finite: the round's first position is valid
+      const float p = valid ? exp2f(sc - mn) : 0.f;
+      const float corr = exp2f(m - mn);
+      l = l * corr + head_sum<G>(p);
+      m = mn;
 #pragma unroll
       for (int g = 0; g < G; ++g) {
-        float s = 0.f;
+        const float c = __shfl_sync(kFull, corr, g);
 #pragma unroll
-        for (int i = 0; i < N; ++i) s = fmaf(qv[g][i], kf[i], s);
-        s = ifd::warp_sum(s);
-        const float mn = fmaxf(m[g], s);
-        const float corr = exp2f(m[g] - mn), p = exp2f(s - mn);
-        l[g] = l[g] * corr + p;
+        for (int i = 0; i < N; ++i) acc[g][i] *= c;
+      }
 #pragma unroll
-        for (int i = 0; i < N; ++i) acc[g][i] = fmaf(p, vf[i], acc[g][i] * corr);
-        m[g] = mn;
+      for (int j = 0; j < P; ++j) {
+        float vf[N];
+        unpack<N>(vr[round * P + j], vf);
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          const float pj = __shfl_sync(kFull, p, j * G + g);
+#pragma unroll
+          for (int i = 0; i < N; ++i) acc[g][i] = fmaf(pj, vf[i], acc[g][i]);
+        }
       }
     }
   }
   // Merge the warps: (m, l) then acc through shared memory.
   __shared__ float sm[kWarps][G], sl[kWarps][G];
   __shared__ float sacc[kWarps][G][D];
+  if (lane < G) {
+    sm[warp][lane] = m;
+    sl[warp][lane] = l;
+  }
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
-    if (lane == 0) {
-      sm[warp][g] = m[g];
-      sl[warp][g] = l[g];
-    }
+  for (int g = 0; g < G; ++g)
 #pragma unroll
     for (int i = 0; i < N; ++i) sacc[warp][g][lane * N + i] = acc[g][i];
-  }
   __syncthreads();
   for (int e = threadIdx.x; e < G * D; e += kWarps * 32) {
     const int g = e / D, d = e % D;
@@ -143,65 +233,74 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (splits == 1) {
       out[head * D + d] = __float2bfloat16(lt > 0.f ? at / lt : 0.f);
     } else {
-      float* p = part + (head * splits + split) * (D + 2);
-      p[2 + d] = at;
+      float* pp = part + (head * splits + split) * (D + 2);
+      pp[2 + d] = at;
       if (d == 0) {
-        p[0] = mx;
-        p[1] = lt;
+        pp[0] = mx;
+        pp[1] = lt;
       }
     }
   }
-}
+  if (splits == 1) return;
 
-constexpr int kMaxSplits = 32;
-
-// Grid (rows * n_heads), D threads: out = Σ_s acc_s·2^(m_s - M) / Σ_s l_s·2^(m_s - M).
-// The splits' weights are computed once, in parallel, then every thread sums its column.
-template <int D>
-__global__ void merge_kernel(const float* __restrict__ part, int splits, bf16* __restrict__ out) {
-  __shared__ float w[kMaxSplits];
-  __shared__ float total;
-  const size_t head = blockIdx.x;
-  const int d = threadIdx.x;
-  const float* p = part + head * splits * (D + 2);
-  if (d < 32) {
-    const float m = d < splits ? p[d * (D + 2)] : -FLT_MAX;
-    float mx = ifd::warp_max(m);
-    const float c = m == -FLT_MAX ? 0.f : exp2f(m - mx);
-    if (d < splits) w[d] = c;
-    const float l = ifd::warp_sum(d < splits ? p[d * (D + 2) + 1] * c : 0.f);
-    if (d == 0) total = l;
+  // The last block of this (row, KV head) merges the splits:
+  // out = Σ_s acc_s·2^(m_s - M) / Σ_s l_s·2^(m_s - M).
+  __shared__ bool last;
+  __threadfence();  // this block's partials are visible before it counts itself done
+  __syncthreads();
+  int32_t* counter = done + static_cast<size_t>(r) * n_kv + kvh;
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == splits - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  __shared__ float w[G][kMaxSplits];
+  __shared__ float total[G];
+  const size_t head0 = static_cast<size_t>(r) * n_heads + kvh * G;
+  for (int g = warp; g < G; g += kWarps) {
+    const float* ph = part + (head0 + g) * splits * (D + 2);
+    const float ms = lane < splits ? __ldcg(ph + lane * (D + 2)) : -FLT_MAX;
+    const float mx = ifd::warp_max(ms);
+    const float c = ms == -FLT_MAX ? 0.f : exp2f(ms - mx);
+    w[g][lane] = c;
+    const float lt = ifd::warp_sum(lane < splits ? __ldcg(ph + lane * (D + 2) + 1) * c : 0.f);
+    if (lane == 0) total[g] = lt;
   }
   __syncthreads();
-  float at = 0.f;
-  for (int s = 0; s < splits; ++s) at += p[s * (D + 2) + 2 + d] * w[s];
-  out[head * D + d] = __float2bfloat16(total > 0.f ? at / total : 0.f);
+  for (int e = threadIdx.x; e < G * D; e += kWarps * 32) {
+    const int g = e / D, d = e % D;
+    const float* ph = part + (head0 + g) * splits * (D + 2) + 2 + d;
+    float v[kMaxSplits];  // every split's value loaded before any is added
+#pragma unroll
+    for (int s = 0; s < kMaxSplits; ++s) v[s] = s < splits ? __ldcg(ph + s * (D + 2)) : 0.f;
+    float at = 0.f;
+#pragma unroll
+    for (int s = 0; s < kMaxSplits; ++s) at = fmaf(v[s], w[g][s], at);
+    out[(head0 + g) * D + d] = __float2bfloat16(total[g] > 0.f ? at / total[g] : 0.f);
+  }
+  if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
 }
 
 template <int D, int G>
 int launch(const IfdPaged& kv, const void* q, int rows, float scale, const int32_t* seq,
            const int32_t* pos, const int32_t* bt_off, const int32_t* bt, int splits,
-           float* part, void* out, cudaStream_t s) {
+           float* part, int32_t* done, void* out, cudaStream_t s) {
   const dim3 grid(splits, kv.n_kv_heads, rows);
   decode_kernel<D, G><<<grid, kWarps * 32, 0, s>>>(
       static_cast<const bf16*>(kv.k), static_cast<const bf16*>(kv.v),
       static_cast<const bf16*>(q), kv.n_kv_heads, kv.block_size, scale * 1.4426950408889634f,
-      seq, pos, bt_off, bt, part, static_cast<bf16*>(out));
-  if (splits > 1)
-    merge_kernel<D><<<rows * kv.n_kv_heads * G, D, 0, s>>>(part, splits,
-                                                           static_cast<bf16*>(out));
+      seq, pos, bt_off, bt, part, done, static_cast<bf16*>(out));
   return ifd::launched();
 }
 
 template <int D>
 int by_group(int g, const IfdPaged& kv, const void* q, int rows, float scale,
              const int32_t* seq, const int32_t* pos, const int32_t* bt_off, const int32_t* bt,
-             int splits, float* part, void* out, cudaStream_t s) {
+             int splits, float* part, int32_t* done, void* out, cudaStream_t s) {
   switch (g) {
-    case 1: return launch<D, 1>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, out, s);
-    case 2: return launch<D, 2>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, out, s);
-    case 4: return launch<D, 4>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, out, s);
-    case 8: return launch<D, 8>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, out, s);
+    case 1: return launch<D, 1>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
+    case 2: return launch<D, 2>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
+    case 4: return launch<D, 4>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
+    case 8: return launch<D, 8>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
     default: return static_cast<int>(cudaErrorInvalidValue);
   }
 }
@@ -210,23 +309,26 @@ int by_group(int g, const IfdPaged& kv, const void* q, int rows, float scale,
 extern "C" {
 
 int ifd_decode_supported(int head_dim, int group) {
-  return (head_dim == 64 || head_dim == 128) &&
+  return (head_dim == 64 || head_dim == 128 || head_dim == 256) &&
          (group == 1 || group == 2 || group == 4 || group == 8);
 }
 
 int ifd_decode_attention(IfdPaged kv, const void* q, int rows, int n_heads, float scale,
                          const int32_t* seq, const int32_t* pos, const int32_t* bt_off,
-                         const int32_t* bt, int splits, float* part, void* out, void* stream) {
+                         const int32_t* bt, int splits, float* part, int32_t* done, void* out,
+                         void* stream) {
   if (rows == 0) return 0;
   if (!kv.kv_bf16 || splits < 1 || splits > kMaxSplits || n_heads % kv.n_kv_heads != 0 ||
-      (splits > 1 && !part) ||
+      (splits > 1 && (!part || !done)) ||
       !ifd_decode_supported(kv.head_dim, n_heads / kv.n_kv_heads))
     return static_cast<int>(cudaErrorInvalidValue);
   const int g = n_heads / kv.n_kv_heads;
   const cudaStream_t s = ifd::as_stream(stream);
-  return kv.head_dim == 128
-             ? by_group<128>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, out, s)
-             : by_group<64>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, out, s);
+  switch (kv.head_dim) {
+    case 256: return by_group<256>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
+    case 128: return by_group<128>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
+    default: return by_group<64>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
+  }
 }
 
 }  // extern "C"

@@ -117,13 +117,15 @@ int ifd_attention(IfdPaged kv, const float* q, int n, int n_heads, float scale,
                   const int32_t* bt, void* out, void* stream);
 
 // ---- decode.cu: attention of one query row per sequence over paged bf16 KV (GQA), each
-// (row, KV head) split into `splits` ranges of its positions (partials merged by a second
-// kernel through part f32 [rows, n_heads, splits, head_dim + 2]; unused with 1 split).
-// Rows as in ifd_attention.  q bf16 [rows, n_heads * head_dim] -> out bf16, same shape
+// (row, KV head) split into `splits` ranges of its positions (partials in part f32 [rows,
+// n_heads, splits, head_dim + 2], merged by the last block of each (row, KV head), counted
+// in done int32 [rows * n_kv_heads], zero before a launch and after it; both unused with
+// 1 split). Rows as in ifd_attention.  q bf16 [rows, n_heads * head_dim] -> out bf16, same
 int ifd_decode_supported(int head_dim, int group);
 int ifd_decode_attention(IfdPaged kv, const void* q, int rows, int n_heads, float scale,
                          const int32_t* seq, const int32_t* pos, const int32_t* bt_off,
-                         const int32_t* bt, int splits, float* part, void* out, void* stream);
+                         const int32_t* bt, int splits, float* part, int32_t* done, void* out,
+                         void* stream);
 }
 
 extern "C" {

@@ -126,7 +126,15 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter()
         .zip(b)
-        .map(|(x, y)| (x - y).abs())
+        // A NaN on either side is as far off as it gets (f32::max would skip it).
+        .map(|(x, y)| {
+            let d = (x - y).abs();
+            if d.is_nan() {
+                f32::INFINITY
+            } else {
+                d
+            }
+        })
         .fold(0.0, f32::max)
 }
 

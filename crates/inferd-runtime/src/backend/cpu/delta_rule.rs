@@ -364,7 +364,10 @@ mod tests {
         a.iter()
             .zip(b)
             .map(|(x, y)| (x - y).abs())
-            .fold(0.0, f32::max)
+            .fold(
+                0.0,
+                |m: f32, d| if d.is_nan() { f32::INFINITY } else { m.max(d) },
+            )
     }
 
     #[test]

@@ -213,6 +213,7 @@ extern "C" {
         bt: *const i32,
         splits: c_int,
         part: *mut f32,
+        done: *mut i32,
         out: *mut c_void,
         stream: Stream,
     ) -> c_int;

@@ -79,8 +79,9 @@ pub const GEMV_MAX_ROWS: usize = 2;
 
 /// Decode passes of at most this many rows take inferd's decode attention
 /// (`kernels/decode.cu`), larger ones FlashInfer's: an 8B step at 4096 tokens on the H200
-/// took 5.49 against 5.73 ms at 1 row, the same at 2, and 6.80 against 6.09 at 4 (its
-/// serial online softmax per warp falls behind at many rows; docs/gpu-notes.md).
+/// took 5.25 against 5.76 ms at 1 row, 6.27 against 5.99 at 2 and 14.3 against 12.3 at 32
+/// (at many rows its loads, issued then waited for by each warp in turn, keep too little
+/// in flight; docs/gpu-notes.md).
 pub const OWN_DECODE_MAX_ROWS: usize = 1;
 
 struct Inner {
@@ -95,6 +96,9 @@ struct Inner {
     /// Our decode kernel's split partials, allocated once at its largest size (its
     /// address is baked into graphs).  // f32 [8 · SMs · group · (head_dim + 2)]
     decode_part: Mutex<Option<device::DeviceBuffer>>,
+    /// Its per-(row, KV head) counters of finished splits, zero between launches (the
+    /// last block to finish merges and resets).  // i32 [4 · SMs]
+    decode_done: Mutex<Option<device::DeviceBuffer>>,
     rope: Mutex<Option<Arc<RopeTable>>>,
     /// Logits rows read back for host sampling.  // [rows drawn on the host, vocab]
     host_logits: Mutex<Vec<f32>>,
@@ -127,6 +131,7 @@ impl CudaBackend {
                 gemv_rows: if cfg.no_gemv { 0 } else { GEMV_MAX_ROWS },
                 decode: cfg.decode,
                 decode_part: Mutex::new(None),
+                decode_done: Mutex::new(None),
                 rope: Mutex::new(None),
                 host_logits: Mutex::new(Vec::new()),
                 draws: Mutex::new(None),
@@ -300,6 +305,11 @@ impl CudaBackend {
             let mut part = self.inner.decode_part.lock().unwrap();
             if part.as_ref().is_none_or(|p| p.bytes() < floats * 4) {
                 *part = Some(self.inner.dev.alloc(floats * 4)?);
+            }
+            // Several splits only while rows · KV heads < 4 · SMs: one counter each.
+            let mut done = self.inner.decode_done.lock().unwrap();
+            if done.is_none() {
+                *done = Some(self.inner.dev.alloc_zeroed(4 * sms * 4)?);
             }
         }
         Ok(splits)
@@ -647,6 +657,10 @@ impl Backend for CudaBackend {
                 let pp = part
                     .as_ref()
                     .map_or(std::ptr::null_mut(), |p| p.at::<f32>(0));
+                let done = self.inner.decode_done.lock().unwrap();
+                let dp = done
+                    .as_ref()
+                    .map_or(std::ptr::null_mut(), |p| p.at::<i32>(0));
                 check(
                     unsafe {
                         ffi::ifd_decode_attention(
@@ -661,6 +675,7 @@ impl Backend for CudaBackend {
                             batch.bt(),
                             int(passes.splits),
                             pp,
+                            dp,
                             op,
                             s,
                         )
