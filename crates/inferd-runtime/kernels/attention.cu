@@ -14,6 +14,7 @@ __global__ void kv_append_kernel(T* __restrict__ kc, T* __restrict__ vc,
                                  const float* __restrict__ k, const float* __restrict__ v,
                                  const int32_t* __restrict__ slot, int n, int n_kv,
                                  int block_size, int head_dim) {
+  ifd::pdl_begin();
   const int row = n_kv * head_dim;
   const size_t total = static_cast<size_t>(n) * row;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
@@ -40,6 +41,7 @@ __global__ void __launch_bounds__(WARPS * 32)
                      int head_dim, float scale, const int32_t* __restrict__ seq,
                      const int32_t* __restrict__ pos, const int32_t* __restrict__ bt_off,
                      const int32_t* __restrict__ bt, bf16* __restrict__ out) {
+  ifd::pdl_begin();
   const int h = blockIdx.x, t = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int kvh = h / (n_heads / n_kv);
@@ -106,9 +108,9 @@ int launch_attention(const IfdPaged& kv, const float* q, int n, int n_heads, flo
                      const int32_t* seq, const int32_t* pos, const int32_t* bt_off,
                      const int32_t* bt, bf16* out, cudaStream_t s) {
   dim3 grid(n_heads, n);
-  attention_kernel<T, VPL><<<grid, WARPS * 32, 0, s>>>(
-      static_cast<const T*>(kv.k), static_cast<const T*>(kv.v), q, n_heads, kv.n_kv_heads,
-      kv.block_size, kv.head_dim, scale, seq, pos, bt_off, bt, out);
+  ifd::launch(attention_kernel<T, VPL>, grid, WARPS * 32, 0, s, static_cast<const T*>(kv.k),
+              static_cast<const T*>(kv.v), q, n_heads, kv.n_kv_heads, kv.block_size, kv.head_dim,
+              scale, seq, pos, bt_off, bt, out);
   return ifd::launched();
 }
 
@@ -138,13 +140,12 @@ int ifd_kv_append(IfdPaged kv, const float* k, const float* v, const int32_t* sl
   const unsigned grid = static_cast<unsigned>(b < 1u << 20 ? b : 1u << 20);
   cudaStream_t s = ifd::as_stream(stream);
   if (kv.kv_bf16)
-    kv_append_kernel<bf16><<<grid, 256, 0, s>>>(static_cast<bf16*>(kv.k),
-                                                static_cast<bf16*>(kv.v), k, v, slot, n,
-                                                kv.n_kv_heads, kv.block_size, kv.head_dim);
+    ifd::launch(kv_append_kernel<bf16>, grid, 256, 0, s, static_cast<bf16*>(kv.k),
+                static_cast<bf16*>(kv.v), k, v, slot, n, kv.n_kv_heads, kv.block_size, kv.head_dim);
   else
-    kv_append_kernel<float><<<grid, 256, 0, s>>>(static_cast<float*>(kv.k),
-                                                 static_cast<float*>(kv.v), k, v, slot, n,
-                                                 kv.n_kv_heads, kv.block_size, kv.head_dim);
+    ifd::launch(kv_append_kernel<float>, grid, 256, 0, s, static_cast<float*>(kv.k),
+                static_cast<float*>(kv.v), k, v, slot, n, kv.n_kv_heads, kv.block_size,
+                kv.head_dim);
   return ifd::launched();
 }
 

@@ -10,6 +10,7 @@ namespace {
 template <bool GATHER>
 __global__ void move_kernel(void* const* __restrict__ planes, int n_layers,
                             const int32_t* __restrict__ ids, size_t pb, char* __restrict__ image) {
+  ifd::pdl_begin();
   const size_t piece = blockIdx.x;  // (i * n_layers + l) * 2 + p
   const size_t i = piece / (2 * n_layers);
   const int lp = static_cast<int>(piece % (2 * n_layers));
@@ -29,11 +30,11 @@ int launch(bool gather, void* const* planes, int n_layers, const int32_t* ids, i
   if (n == 0) return 0;
   const unsigned pieces = static_cast<unsigned>(static_cast<size_t>(n) * n_layers * 2);
   if (gather)
-    move_kernel<true><<<pieces, 256, 0, ifd::as_stream(stream)>>>(planes, n_layers, ids, pb,
-                                                                  static_cast<char*>(image));
+    ifd::launch(move_kernel<true>, pieces, 256, 0, ifd::as_stream(stream), planes, n_layers, ids,
+                pb, static_cast<char*>(image));
   else
-    move_kernel<false><<<pieces, 256, 0, ifd::as_stream(stream)>>>(planes, n_layers, ids, pb,
-                                                                   static_cast<char*>(image));
+    ifd::launch(move_kernel<false>, pieces, 256, 0, ifd::as_stream(stream), planes, n_layers, ids,
+                pb, static_cast<char*>(image));
   return ifd::launched();
 }
 }  // namespace

@@ -14,6 +14,36 @@ inline cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 // The launch's own error (bad configuration), else 0.
 inline int launched() { return static_cast<int>(cudaGetLastError()); }
 
+// Programmatic dependent launch (sm_90): every kernel of ours is launched by `launch`, so
+// it may be scheduled while the kernel before it in the stream is still running, and
+// begins with `pdl_begin`: it lets the next kernel be scheduled in turn, then waits until
+// the previous kernel has finished and its writes are visible. Nothing before that wait
+// touches memory, so the overlap hides launch and ramp-up time and never a dependency.
+// (Kernels launched otherwise, cuBLASLt's and FlashInfer's, wait for the whole previous
+// kernel as usual; CUDA graphs keep the programmatic edges.)
+__device__ __forceinline__ void pdl_begin() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+// kernel<<<grid, block, smem, s>>>(args...) with programmatic stream serialization allowed;
+// errors are left for `launched`.
+template <typename... Params, typename... Args>
+inline void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                   Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...);
+}
+
 inline unsigned blocks_for(size_t n, unsigned threads) {
   return static_cast<unsigned>((n + threads - 1) / threads);
 }

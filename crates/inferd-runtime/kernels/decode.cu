@@ -110,6 +110,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                   const int32_t* __restrict__ bt_off, const int32_t* __restrict__ bt,
                   float* __restrict__ part, int32_t* __restrict__ done,
                   bf16* __restrict__ out) {
+  ifd::pdl_begin();
   using L = Lane<D>;
   using Vec = typename L::Vec;
   constexpr int N = L::N;
@@ -285,10 +286,10 @@ int launch(const IfdPaged& kv, const void* q, int rows, float scale, const int32
            const int32_t* pos, const int32_t* bt_off, const int32_t* bt, int splits,
            float* part, int32_t* done, void* out, cudaStream_t s) {
   const dim3 grid(splits, kv.n_kv_heads, rows);
-  decode_kernel<D, G><<<grid, kWarps * 32, 0, s>>>(
-      static_cast<const bf16*>(kv.k), static_cast<const bf16*>(kv.v),
-      static_cast<const bf16*>(q), kv.n_kv_heads, kv.block_size, scale * 1.4426950408889634f,
-      seq, pos, bt_off, bt, part, done, static_cast<bf16*>(out));
+  ifd::launch(decode_kernel<D, G>, grid, kWarps * 32, 0, s, static_cast<const bf16*>(kv.k),
+              static_cast<const bf16*>(kv.v), static_cast<const bf16*>(q), kv.n_kv_heads,
+              kv.block_size, scale * 1.4426950408889634f, seq, pos, bt_off, bt, part, done,
+              static_cast<bf16*>(out));
   return ifd::launched();
 }
 
@@ -297,10 +298,14 @@ int by_group(int g, const IfdPaged& kv, const void* q, int rows, float scale,
              const int32_t* seq, const int32_t* pos, const int32_t* bt_off, const int32_t* bt,
              int splits, float* part, int32_t* done, void* out, cudaStream_t s) {
   switch (g) {
-    case 1: return launch<D, 1>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
-    case 2: return launch<D, 2>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
-    case 4: return launch<D, 4>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
-    case 8: return launch<D, 8>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
+    case 1:
+      return launch<D, 1>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
+    case 2:
+      return launch<D, 2>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
+    case 4:
+      return launch<D, 4>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
+    case 8:
+      return launch<D, 8>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
     default: return static_cast<int>(cudaErrorInvalidValue);
   }
 }
@@ -325,9 +330,12 @@ int ifd_decode_attention(IfdPaged kv, const void* q, int rows, int n_heads, floa
   const int g = n_heads / kv.n_kv_heads;
   const cudaStream_t s = ifd::as_stream(stream);
   switch (kv.head_dim) {
-    case 256: return by_group<256>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
-    case 128: return by_group<128>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
-    default: return by_group<64>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
+    case 256:
+      return by_group<256>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
+    case 128:
+      return by_group<128>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
+    default:
+      return by_group<64>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
   }
 }
 

@@ -7,6 +7,7 @@ using ifd::bf16;
 
 __global__ void embed_kernel(const bf16* __restrict__ table, const int32_t* __restrict__ tokens,
                              int cols, float* __restrict__ out) {
+  ifd::pdl_begin();
   const size_t t = blockIdx.x;
   const bf16* row = table + static_cast<size_t>(tokens[t]) * cols;
   for (int c = threadIdx.x; c < cols; c += blockDim.x)
@@ -15,6 +16,7 @@ __global__ void embed_kernel(const bf16* __restrict__ table, const int32_t* __re
 
 __global__ void silu_mul_kernel(const float* __restrict__ g, const float* __restrict__ u,
                                 size_t n, bf16* __restrict__ out) {
+  ifd::pdl_begin();
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const float x = g[i];
@@ -23,6 +25,7 @@ __global__ void silu_mul_kernel(const float* __restrict__ g, const float* __rest
 }
 
 __global__ void add_kernel(float* __restrict__ x, const float* __restrict__ y, size_t n) {
+  ifd::pdl_begin();
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
     x[i] += y[i];
@@ -30,6 +33,7 @@ __global__ void add_kernel(float* __restrict__ x, const float* __restrict__ y, s
 
 __global__ void copy_cols_kernel(const float* __restrict__ x, int x_cols, int col0, int width,
                                  float* __restrict__ out) {
+  ifd::pdl_begin();
   const size_t r = blockIdx.x;
   for (int c = threadIdx.x; c < width; c += blockDim.x)
     out[r * width + c] = x[r * x_cols + col0 + c];
@@ -37,6 +41,7 @@ __global__ void copy_cols_kernel(const float* __restrict__ x, int x_cols, int co
 
 __global__ void gather_rows_kernel(const float* __restrict__ x, const int32_t* __restrict__ idx,
                                    int cols, float* __restrict__ out) {
+  ifd::pdl_begin();
   const size_t i = blockIdx.x;
   const float* row = x + static_cast<size_t>(idx[i]) * cols;
   for (int c = threadIdx.x; c < cols; c += blockDim.x) out[i * cols + c] = row[c];
@@ -53,35 +58,35 @@ extern "C" {
 int ifd_embed(const void* table, const int32_t* tokens, int n, int cols, float* out,
               void* stream) {
   if (n == 0) return 0;
-  embed_kernel<<<n, 256, 0, ifd::as_stream(stream)>>>(static_cast<const bf16*>(table), tokens,
-                                                      cols, out);
+  ifd::launch(embed_kernel, n, 256, 0, ifd::as_stream(stream), static_cast<const bf16*>(table),
+              tokens, cols, out);
   return ifd::launched();
 }
 
 int ifd_silu_mul(const float* gate, const float* up, size_t n, void* out, void* stream) {
   if (n == 0) return 0;
-  silu_mul_kernel<<<grid_for(n), 256, 0, ifd::as_stream(stream)>>>(gate, up, n,
-                                                                   static_cast<bf16*>(out));
+  ifd::launch(silu_mul_kernel, grid_for(n), 256, 0, ifd::as_stream(stream), gate, up, n,
+              static_cast<bf16*>(out));
   return ifd::launched();
 }
 
 int ifd_add(float* x, const float* y, size_t n, void* stream) {
   if (n == 0) return 0;
-  add_kernel<<<grid_for(n), 256, 0, ifd::as_stream(stream)>>>(x, y, n);
+  ifd::launch(add_kernel, grid_for(n), 256, 0, ifd::as_stream(stream), x, y, n);
   return ifd::launched();
 }
 
 int ifd_copy_cols(const float* x, int rows, int x_cols, int col0, int width, float* out,
                   void* stream) {
   if (rows == 0 || width == 0) return 0;
-  copy_cols_kernel<<<rows, 256, 0, ifd::as_stream(stream)>>>(x, x_cols, col0, width, out);
+  ifd::launch(copy_cols_kernel, rows, 256, 0, ifd::as_stream(stream), x, x_cols, col0, width, out);
   return ifd::launched();
 }
 
 int ifd_gather_rows(const float* x, const int32_t* idx, int n, int cols, float* out,
                     void* stream) {
   if (n == 0) return 0;
-  gather_rows_kernel<<<n, 256, 0, ifd::as_stream(stream)>>>(x, idx, cols, out);
+  ifd::launch(gather_rows_kernel, n, 256, 0, ifd::as_stream(stream), x, idx, cols, out);
   return ifd::launched();
 }
 

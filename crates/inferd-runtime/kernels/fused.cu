@@ -21,6 +21,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                     int half, int neox, const int32_t* __restrict__ pos,
                     const float* __restrict__ cos_tab, const float* __restrict__ sin_tab,
                     Q* __restrict__ q, float* __restrict__ k, float* __restrict__ v) {
+  ifd::pdl_begin();
   __shared__ float head[kWarps][kMaxHeadDim];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int heads = hq + 2 * hkv;
@@ -66,6 +67,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 // out[r, c] = silu(gu[r, c]) * gu[r, f + c]   gu f32 [rows, 2f] -> out bf16 [rows, f]
 __global__ void swiglu_kernel(const float* __restrict__ gu, size_t rows, int f,
                               bf16* __restrict__ out) {
+  ifd::pdl_begin();
   const size_t n = rows * f;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
@@ -88,13 +90,13 @@ int ifd_qkv_prep(const float* qkv, int rows, int hq, int hkv, int head_dim, cons
   const unsigned blocks = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
   const cudaStream_t s = ifd::as_stream(stream);
   if (q_bf16)
-    qkv_prep_kernel<bf16><<<blocks, kWarps * 32, 0, s>>>(qkv, rows, hq, hkv, head_dim, q_norm,
-                                                         k_norm, eps, half, neox, pos, cos_tab,
-                                                         sin_tab, static_cast<bf16*>(q), k, v);
+    ifd::launch(qkv_prep_kernel<bf16>, blocks, kWarps * 32, 0, s, qkv, rows, hq, hkv, head_dim,
+                q_norm, k_norm, eps, half, neox, pos, cos_tab, sin_tab, static_cast<bf16*>(q), k,
+                v);
   else
-    qkv_prep_kernel<float><<<blocks, kWarps * 32, 0, s>>>(
-        qkv, rows, hq, hkv, head_dim, q_norm, k_norm, eps, half, neox, pos, cos_tab, sin_tab,
-        static_cast<float*>(q), k, v);
+    ifd::launch(qkv_prep_kernel<float>, blocks, kWarps * 32, 0, s, qkv, rows, hq, hkv, head_dim,
+                q_norm, k_norm, eps, half, neox, pos, cos_tab, sin_tab, static_cast<float*>(q), k,
+                v);
   return ifd::launched();
 }
 
@@ -102,8 +104,8 @@ int ifd_swiglu(const float* gate_up, int rows, int f, void* out, void* stream) {
   const size_t n = static_cast<size_t>(rows) * f;
   if (n == 0) return 0;
   const size_t b = (n + 255) / 256;
-  swiglu_kernel<<<static_cast<unsigned>(b < 65535 * 16 ? b : 65535 * 16), 256, 0,
-                  ifd::as_stream(stream)>>>(gate_up, rows, f, static_cast<bf16*>(out));
+  ifd::launch(swiglu_kernel, static_cast<unsigned>(b < 65535 * 16 ? b : 65535 * 16), 256, 0,
+              ifd::as_stream(stream), gate_up, rows, f, static_cast<bf16*>(out));
   return ifd::launched();
 }
 

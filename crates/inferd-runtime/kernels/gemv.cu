@@ -2,7 +2,8 @@
 // for R ≤ 8 rows of x. Such a product is bound by reading W once: each warp streams one
 // row of W with 16-byte loads that bypass L1 and applies every load to all R rows of x
 // (read through L1, where they stay). The sum of a row runs in a fixed order that does
-// not depend on R, so a row's result is the same in any batch of up to 8 rows.
+// not depend on R, so a row's result is the same in any batch of up to 8 rows. A block's
+// first loads of W are issued before it waits for the kernel before (see ifd::pdl_begin).
 #include "common.cuh"
 
 namespace {
@@ -39,18 +40,28 @@ __global__ void __launch_bounds__(kWarps * 32)
                 const float* __restrict__ bias, float* __restrict__ y, int k, int out) {
   const int lane = threadIdx.x & 31;
   const int o = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  if (o >= out) return;
   const int kv = k >> 3;  // 16-byte vectors in a row
   const uint4* wr = reinterpret_cast<const uint4*>(w) + static_cast<size_t>(o) * kv;
   const uint4* xr = reinterpret_cast<const uint4*>(x);
+  // The weights do not depend on the kernel before: the first loads of W are issued
+  // before waiting for it (programmatic dependent launch), x is read only after.
+  int i = lane;
+  uint4 wv[kUnroll];
+  const bool full = o < out && i + 32 * (kUnroll - 1) < kv;
+  if (full) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) wv[u] = load_stream(wr + i + 32 * u);
+  }
+  ifd::pdl_begin();
+  if (o >= out) return;
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.f;
-  int i = lane;
-  for (; i + 32 * (kUnroll - 1) < kv; i += 32 * kUnroll) {
-    uint4 wv[kUnroll];
+  for (bool loaded = full; i + 32 * (kUnroll - 1) < kv; i += 32 * kUnroll, loaded = false) {
+    if (!loaded) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) wv[u] = load_stream(wr + i + 32 * u);
+      for (int u = 0; u < kUnroll; ++u) wv[u] = load_stream(wr + i + 32 * u);
+    }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
@@ -58,10 +69,10 @@ __global__ void __launch_bounds__(kWarps * 32)
         acc[r] = dot8(wv[u], __ldg(xr + static_cast<size_t>(r) * kv + i + 32 * u), acc[r]);
   }
   for (; i < kv; i += 32) {
-    const uint4 wv = load_stream(wr + i);
+    const uint4 wt = load_stream(wr + i);
 #pragma unroll
     for (int r = 0; r < R; ++r)
-      acc[r] = dot8(wv, __ldg(xr + static_cast<size_t>(r) * kv + i), acc[r]);
+      acc[r] = dot8(wt, __ldg(xr + static_cast<size_t>(r) * kv + i), acc[r]);
   }
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = ifd::warp_sum(acc[r]);
@@ -75,8 +86,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <int R>
 int launch(const void* x, const void* w, const float* bias, float* y, int k, int out,
            cudaStream_t s) {
-  gemv_kernel<R><<<(out + kWarps - 1) / kWarps, kWarps * 32, 0, s>>>(
-      static_cast<const bf16*>(x), static_cast<const bf16*>(w), bias, y, k, out);
+  ifd::launch(gemv_kernel<R>, (out + kWarps - 1) / kWarps, kWarps * 32, 0, s,
+              static_cast<const bf16*>(x), static_cast<const bf16*>(w), bias, y, k, out);
   return ifd::launched();
 }
 }  // namespace
@@ -87,7 +98,8 @@ extern "C" int ifd_gemv(const void* x, const void* w, const float* bias, float* 
   if (n == 0 || out == 0) return 0;
   if (k % 8 != 0) return static_cast<int>(cudaErrorInvalidValue);
   switch (n) {
-    case 1: return launch<1>(x, w, bias, y, k, out, s);
+    case 1:
+      return launch<1>(x, w, bias, y, k, out, s);
     case 2: return launch<2>(x, w, bias, y, k, out, s);
     case 3: return launch<3>(x, w, bias, y, k, out, s);
     case 4: return launch<4>(x, w, bias, y, k, out, s);

@@ -8,6 +8,7 @@ using ifd::bf16;
 
 __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ w,
                                 int cols, float eps, bf16* __restrict__ out) {
+  ifd::pdl_begin();
   const size_t r = blockIdx.x;
   const float* row = x + r * cols;
   float ss = 0.f;
@@ -20,6 +21,7 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __rest
 __global__ void add_rms_norm_kernel(float* __restrict__ x, const float* __restrict__ y,
                                     const float* __restrict__ w, int cols, float eps,
                                     bf16* __restrict__ out) {
+  ifd::pdl_begin();
   const size_t r = blockIdx.x;
   float* row = x + r * cols;
   const float* yr = y + r * cols;
@@ -37,6 +39,7 @@ __global__ void add_rms_norm_kernel(float* __restrict__ x, const float* __restri
 // One warp per head slice.
 __global__ void head_rms_norm_kernel(float* __restrict__ x, const float* __restrict__ w,
                                      int slices, int head_dim, float eps) {
+  ifd::pdl_begin();
   const int s = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (s >= slices) return;
@@ -55,16 +58,16 @@ extern "C" {
 int ifd_rms_norm(const float* x, const float* w, int rows, int cols, float eps, void* out,
                  void* stream) {
   if (rows == 0) return 0;
-  rms_norm_kernel<<<rows, threads_for(cols), 0, ifd::as_stream(stream)>>>(
-      x, w, cols, eps, static_cast<bf16*>(out));
+  ifd::launch(rms_norm_kernel, rows, threads_for(cols), 0, ifd::as_stream(stream), x, w, cols, eps,
+              static_cast<bf16*>(out));
   return ifd::launched();
 }
 
 int ifd_add_rms_norm(float* x, const float* y, const float* w, int rows, int cols, float eps,
                      void* out, void* stream) {
   if (rows == 0) return 0;
-  add_rms_norm_kernel<<<rows, threads_for(cols), 0, ifd::as_stream(stream)>>>(
-      x, y, w, cols, eps, static_cast<bf16*>(out));
+  ifd::launch(add_rms_norm_kernel, rows, threads_for(cols), 0, ifd::as_stream(stream), x, y, w,
+              cols, eps, static_cast<bf16*>(out));
   return ifd::launched();
 }
 
@@ -72,8 +75,8 @@ int ifd_head_rms_norm(float* x, const float* w, int slices, int head_dim, float 
                       void* stream) {
   if (slices == 0) return 0;
   const int per_block = 8;  // warps
-  head_rms_norm_kernel<<<(slices + per_block - 1) / per_block, per_block * 32, 0,
-                         ifd::as_stream(stream)>>>(x, w, slices, head_dim, eps);
+  ifd::launch(head_rms_norm_kernel, (slices + per_block - 1) / per_block, per_block * 32, 0,
+              ifd::as_stream(stream), x, w, slices, head_dim, eps);
   return ifd::launched();
 }
 

@@ -7,6 +7,7 @@ namespace {
 __global__ void rope_kernel(float* __restrict__ x, int rows, int cols, int head_dim, int half,
                             int neox, const int32_t* __restrict__ pos,
                             const float* __restrict__ cos_tab, const float* __restrict__ sin_tab) {
+  ifd::pdl_begin();
   const int heads = cols / head_dim;
   const size_t n = static_cast<size_t>(rows) * heads * half;
   for (size_t k = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; k < n;
@@ -31,8 +32,7 @@ extern "C" int ifd_rope(float* x, int rows, int cols, int head_dim, int half, in
   const size_t n = static_cast<size_t>(rows) * (cols / head_dim) * half;
   if (n == 0) return 0;
   const size_t b = (n + 255) / 256;
-  rope_kernel<<<static_cast<unsigned>(b < 1u << 20 ? b : 1u << 20), 256, 0,
-                ifd::as_stream(stream)>>>(x, rows, cols, head_dim, half, neox, pos, cos_tab,
-                                          sin_tab);
+  ifd::launch(rope_kernel, static_cast<unsigned>(b < 1u << 20 ? b : 1u << 20), 256, 0,
+              ifd::as_stream(stream), x, rows, cols, head_dim, half, neox, pos, cos_tab, sin_tab);
   return ifd::launched();
 }

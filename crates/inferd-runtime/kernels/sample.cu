@@ -22,6 +22,7 @@ __device__ __forceinline__ void better(float& v, int& i, float ov, int oi) {
 
 __global__ void argmax_rows_kernel(const float* __restrict__ logits, int vocab,
                                    const int32_t* __restrict__ rows, int32_t* __restrict__ out) {
+  ifd::pdl_begin();
   const float* row = logits + static_cast<size_t>(rows[blockIdx.x]) * vocab;
   float v = -INFINITY;
   int id = 0x7fffffff;
@@ -52,6 +53,6 @@ __global__ void argmax_rows_kernel(const float* __restrict__ logits, int vocab,
 extern "C" int ifd_argmax_rows(const float* logits, int vocab, const int32_t* rows, int n,
                                int32_t* out, void* stream) {
   if (n == 0) return 0;
-  argmax_rows_kernel<<<n, THREADS, 0, ifd::as_stream(stream)>>>(logits, vocab, rows, out);
+  ifd::launch(argmax_rows_kernel, n, THREADS, 0, ifd::as_stream(stream), logits, vocab, rows, out);
   return ifd::launched();
 }
