@@ -38,8 +38,7 @@ struct Pool<B: Backend> {
 
 impl<B: Backend> Pool<B> {
     fn new(model: &Model<B>, tokens: usize, dtype: KvDtype, slots: usize) -> Self {
-        let layout =
-            model.kv_layout_with_states(tokens.div_ceil(BLOCK) + 64, BLOCK, dtype, slots);
+        let layout = model.kv_layout_with_states(tokens.div_ceil(BLOCK) + 64, BLOCK, dtype, slots);
         let kv = model.alloc_kv(&layout).unwrap();
         Pool {
             layout,

@@ -48,7 +48,7 @@ fn write_safetensors(path: &Path, tensors: &[(String, Vec<usize>, Vec<f32>)]) {
         at += 4 * v.len();
     }
     let mut h = serde_json::to_vec(&header).unwrap();
-    while h.len() % 8 != 0 {
+    while !h.len().is_multiple_of(8) {
         h.push(b' ');
     }
     let mut out = (h.len() as u64).to_le_bytes().to_vec();
@@ -76,7 +76,11 @@ impl Noise {
 
     /// `[out, inp]`, variance 1/inp: activations stay O(1) through the layers.
     fn matrix(&mut self, name: String, out: usize, inp: usize) -> (String, Vec<usize>, Vec<f32>) {
-        (name, vec![out, inp], self.take(out * inp, (3.0 / inp as f32).sqrt()))
+        (
+            name,
+            vec![out, inp],
+            self.take(out * inp, (3.0 / inp as f32).sqrt()),
+        )
     }
 }
 
@@ -92,7 +96,11 @@ fn write_model() -> PathBuf {
     let mut r = Noise(0x2545_f491_4f6c_dd1d);
     let conv_dim = 2 * NK * DK + NV * DV;
     let mut t = vec![
-        ("model.embed_tokens.weight".into(), vec![VOCAB, HIDDEN], r.take(VOCAB * HIDDEN, 1.7)),
+        (
+            "model.embed_tokens.weight".into(),
+            vec![VOCAB, HIDDEN],
+            r.take(VOCAB * HIDDEN, 1.7),
+        ),
         ("model.norm.weight".into(), vec![HIDDEN], vec![0.0; HIDDEN]),
     ];
     let mut lm = r.matrix("lm_head.weight".into(), VOCAB, HIDDEN);
@@ -101,7 +109,11 @@ fn write_model() -> PathBuf {
     for l in 0..LAYERS {
         let p = |s: &str| format!("model.layers.{l}.{s}");
         t.push((p("input_layernorm.weight"), vec![HIDDEN], vec![0.0; HIDDEN]));
-        t.push((p("post_attention_layernorm.weight"), vec![HIDDEN], vec![0.0; HIDDEN]));
+        t.push((
+            p("post_attention_layernorm.weight"),
+            vec![HIDDEN],
+            vec![0.0; HIDDEN],
+        ));
         t.push(r.matrix(p("mlp.gate_proj.weight"), FFN, HIDDEN));
         t.push(r.matrix(p("mlp.up_proj.weight"), FFN, HIDDEN));
         t.push(r.matrix(p("mlp.down_proj.weight"), HIDDEN, FFN));
@@ -110,8 +122,16 @@ fn write_model() -> PathBuf {
             t.push(r.matrix(p("self_attn.k_proj.weight"), KV_HEADS * HEAD_DIM, HIDDEN));
             t.push(r.matrix(p("self_attn.v_proj.weight"), KV_HEADS * HEAD_DIM, HIDDEN));
             t.push(r.matrix(p("self_attn.o_proj.weight"), HIDDEN, HEADS * HEAD_DIM));
-            t.push((p("self_attn.q_norm.weight"), vec![HEAD_DIM], r.take(HEAD_DIM, 0.3)));
-            t.push((p("self_attn.k_norm.weight"), vec![HEAD_DIM], r.take(HEAD_DIM, 0.3)));
+            t.push((
+                p("self_attn.q_norm.weight"),
+                vec![HEAD_DIM],
+                r.take(HEAD_DIM, 0.3),
+            ));
+            t.push((
+                p("self_attn.k_norm.weight"),
+                vec![HEAD_DIM],
+                r.take(HEAD_DIM, 0.3),
+            ));
         } else {
             t.push(r.matrix(p("linear_attn.in_proj_qkv.weight"), conv_dim, HIDDEN));
             t.push(r.matrix(p("linear_attn.in_proj_z.weight"), NV * DV, HIDDEN));
@@ -119,9 +139,17 @@ fn write_model() -> PathBuf {
             t.push(r.matrix(p("linear_attn.in_proj_a.weight"), NV, HIDDEN));
             t.push(r.matrix(p("linear_attn.out_proj.weight"), HIDDEN, NV * DV));
             let conv = r.take(conv_dim * TAPS, 0.8);
-            t.push((p("linear_attn.conv1d.weight"), vec![conv_dim, 1, TAPS], conv));
+            t.push((
+                p("linear_attn.conv1d.weight"),
+                vec![conv_dim, 1, TAPS],
+                conv,
+            ));
             // A = exp(A_log) in [0.02, 1]: slow to fast decays.
-            let a_log = r.take(NV, 1.0).iter().map(|u| (0.51 + 0.49 * u).ln()).collect();
+            let a_log = r
+                .take(NV, 1.0)
+                .iter()
+                .map(|u| (0.51 + 0.49 * u).ln())
+                .collect();
             t.push((p("linear_attn.A_log"), vec![NV], a_log));
             t.push((p("linear_attn.dt_bias"), vec![NV], r.take(NV, 0.5)));
             let norm = r.take(DV, 0.5).iter().map(|x| 1.0 + x).collect();
@@ -130,7 +158,13 @@ fn write_model() -> PathBuf {
     }
     write_safetensors(&dir.join("model.safetensors"), &t);
     let layer_types: Vec<&str> = (0..LAYERS)
-        .map(|l| if l % 4 == 3 { "full_attention" } else { "linear_attention" })
+        .map(|l| {
+            if l % 4 == 3 {
+                "full_attention"
+            } else {
+                "linear_attention"
+            }
+        })
         .collect();
     let config = serde_json::json!({
         "architectures": ["Qwen3_5ForCausalLM"],
@@ -156,7 +190,11 @@ fn write_model() -> PathBuf {
         "hidden_act": "silu",
         "attention_bias": false,
     });
-    std::fs::write(dir.join("config.json"), serde_json::to_vec_pretty(&config).unwrap()).unwrap();
+    std::fs::write(
+        dir.join("config.json"),
+        serde_json::to_vec_pretty(&config).unwrap(),
+    )
+    .unwrap();
     dir
 }
 

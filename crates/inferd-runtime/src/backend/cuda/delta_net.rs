@@ -98,7 +98,9 @@ pub fn causal_conv1d_silu(
         )));
     }
     if kv.state.layout.conv_elems != cfg.conv_state_elems() {
-        return Err(bad("causal_conv1d: the pool's conv state has another size".into()));
+        return Err(bad(
+            "causal_conv1d: the pool's conv state has another size".into()
+        ));
     }
     let state = kv.state.conv(layer)?;
     let xp = x.f32_ptr("causal_conv1d")?;
@@ -126,7 +128,10 @@ pub fn causal_conv1d_silu(
 /// In place: every d-slice scaled to `scale / sqrt(Σx² + eps)` of itself.
 pub fn l2_norm_heads(s: Stream, x: &mut CudaTensor, d: usize, eps: f32, scale: f32) -> Result<()> {
     if d == 0 || !x.cols.is_multiple_of(d) {
-        return Err(bad(format!("l2_norm_heads: {} columns in heads of {d}", x.cols)));
+        return Err(bad(format!(
+            "l2_norm_heads: {} columns in heads of {d}",
+            x.cols
+        )));
     }
     let xp = x.f32_ptr("l2_norm_heads")?;
     check(
@@ -262,8 +267,7 @@ pub fn gated_rms_norm(
     out: &mut CudaTensor,
 ) -> Result<()> {
     let (wp, wlen) = w.vector("gated_rms_norm")?;
-    if x.rows != z.rows || x.cols != z.cols || wlen != d || d == 0 || !x.cols.is_multiple_of(d)
-    {
+    if x.rows != z.rows || x.cols != z.cols || wlen != d || d == 0 || !x.cols.is_multiple_of(d) {
         return Err(bad(format!(
             "gated_rms_norm: x [{}, {}], z [{}, {}], a weight of {wlen} for heads of {d}",
             x.rows, x.cols, z.rows, z.cols

@@ -229,7 +229,13 @@ impl CudaState {
 
     /// Queues the move of `chunk`'s slots (at most `st.slots`) into the staging image
     /// (`gather`) or back.
-    fn move_slots(&self, dev: &Arc<Device>, st: &Staging, chunk: &[u32], gather: bool) -> Result<()> {
+    fn move_slots(
+        &self,
+        dev: &Arc<Device>,
+        st: &Staging,
+        chunk: &[u32],
+        gather: bool,
+    ) -> Result<()> {
         let ids: Vec<i32> = chunk.iter().map(|&s| s as i32).collect();
         let ip = self.upload_ids(dev, &ids)?;
         let l = &self.layout;
@@ -241,9 +247,27 @@ impl CudaState {
         );
         let code = unsafe {
             if gather {
-                ffi::ifd_gather_state_slots(self.planes(), layers, l.conv_elems, l.delta_elems, ip, n, img, s)
+                ffi::ifd_gather_state_slots(
+                    self.planes(),
+                    layers,
+                    l.conv_elems,
+                    l.delta_elems,
+                    ip,
+                    n,
+                    img,
+                    s,
+                )
             } else {
-                ffi::ifd_scatter_state_slots(self.planes(), layers, l.conv_elems, l.delta_elems, ip, n, img, s)
+                ffi::ifd_scatter_state_slots(
+                    self.planes(),
+                    layers,
+                    l.conv_elems,
+                    l.delta_elems,
+                    ip,
+                    n,
+                    img,
+                    s,
+                )
             }
         };
         check(code, "moving state slots")
