@@ -291,17 +291,22 @@ int ifd_delta_rule_chunked(const float* q, const float* k, const float* v, const
   const Geometry geo{nk, nv, dk, dv};
   if (!geometry_ok(geo)) return static_cast<int>(cudaErrorInvalidValue);
   const size_t bytes = chunked_smem_floats(dk) * sizeof(float);
-  // Raised to the largest size asked so far (a host-side setting, not stream work; the
-  // first pass of a shape runs eagerly, outside any capture).
+  // Raised, per device, to the largest size asked so far (a host-side setting, not stream
+  // work; the first pass of a shape runs eagerly, outside any capture).
   {
+    constexpr int kDevices = 64;
     static std::mutex lock;
-    static size_t raised = 48 << 10;
+    static size_t raised[kDevices];
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return static_cast<int>(e);
+    if (dev < 0 || dev >= kDevices) return static_cast<int>(cudaErrorInvalidDevice);
     std::lock_guard<std::mutex> guard(lock);
-    if (bytes > raised) {
-      const cudaError_t e = cudaFuncSetAttribute(
-          chunked_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+    if (bytes > (48u << 10) && bytes > raised[dev]) {
+      e = cudaFuncSetAttribute(chunked_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(bytes));
       if (e != cudaSuccess) return static_cast<int>(e);
-      raised = bytes;
+      raised[dev] = bytes;
     }
   }
   const int tiles = (dv + kCols - 1) / kCols;
