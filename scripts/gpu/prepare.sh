@@ -9,13 +9,14 @@ rm -rf "$out" && mkdir -p "$out"
 cargo build --release -p inferd-runtime --features cuda --example cuda_check
 cargo build --release -p inferd --features cuda
 cargo test --release -p inferd-runtime --features cuda --no-run 2>&1 | tee /tmp/inferd-no-run.log
-for t in workspace kv_blocks hf_reference cuda_graphs cuda_attention; do
+for t in workspace kv_blocks hf_reference hybrid_reference cuda_graphs cuda_attention cuda_hybrid; do
   exe=$(grep -o "target/release/deps/$t-[0-9a-f]*" /tmp/inferd-no-run.log | head -1)
   strip -o "$out/$t" "$exe"
 done
 strip -o "$out/cuda_check" target/release/examples/cuda_check
 strip -o "$out/inferd" target/release/inferd
-xz -T2 -6 "$out"/workspace "$out"/kv_blocks "$out"/hf_reference "$out"/cuda_graphs "$out"/cuda_attention "$out"/cuda_check "$out"/inferd
+xz -T2 -6 "$out"/workspace "$out"/kv_blocks "$out"/hf_reference "$out"/hybrid_reference "$out"/cuda_graphs \
+  "$out"/cuda_attention "$out"/cuda_hybrid "$out"/cuda_check "$out"/inferd
 # The Qwen3 tokenizer, for serving the Qwen3-8B-shaped model made there.
 tok=${INFERD_CACHE_DIR:-$HOME/.cache/inferd}/models/qwen3-tokenizer
 mkdir -p "$out/tokenizer" && cp "$tok"/* "$out/tokenizer/" && xz -T2 -6 "$out"/tokenizer/tokenizer.json

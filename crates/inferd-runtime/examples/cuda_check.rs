@@ -8,8 +8,10 @@
 //!   same ids (written by `scripts/gpu/hf_logits.py`).
 //! - `speed MODEL_DIR [CONTEXT]`: decode steps at batch 1, 2, 4, 8, 32 and 64 over CONTEXT
 //!   prefilled tokens each, and one prefill pass: time per step, tokens/s, and the
-//!   fraction of the bandwidth roofline (weights + the KV read, over 4.3 TB/s); with
-//!   graphs and the matrix-vector kernel, with cuBLASLt only, and eager.
+//!   fraction of the bandwidth roofline (weights + the KV read, and a hybrid model's
+//!   recurrent state read and written, over 4.3 TB/s); with graphs and the matrix-vector
+//!   kernel, with cuBLASLt only, and eager. Hybrid models (Qwen3.5) run each sequence in
+//!   its own state slot.
 //! - `profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill]`: one eager decode step inside
 //!   the profiler's capture range (`ncu --profile-from-start off`); `prefill`: the last
 //!   2048-token chunk of a CONTEXT-token prompt instead.
@@ -26,7 +28,8 @@ const BLOCK: usize = 16;
 /// Measured device-to-device copy bandwidth of the H200 (KINDS.md), bytes/s.
 const BANDWIDTH: f64 = 4.3e12;
 
-/// A KV pool and a bump allocator of its blocks.
+/// A KV pool and a bump allocator of its blocks; `slots` recurrent-state slots for a
+/// hybrid model (sequence i of a pass runs in slot i; dense models keep none).
 struct Pool<B: Backend> {
     layout: KvLayout,
     kv: B::Kv,
@@ -34,8 +37,8 @@ struct Pool<B: Backend> {
 }
 
 impl<B: Backend> Pool<B> {
-    fn new(model: &Model<B>, tokens: usize, dtype: KvDtype) -> Self {
-        let layout = model.kv_layout(tokens.div_ceil(BLOCK) + 64, BLOCK, dtype);
+    fn new(model: &Model<B>, tokens: usize, dtype: KvDtype, slots: usize) -> Self {
+        let layout = model.kv_layout_with_states(tokens.div_ceil(BLOCK) + 64, BLOCK, dtype, slots);
         let kv = model.alloc_kv(&layout).unwrap();
         Pool {
             layout,
@@ -63,13 +66,13 @@ fn all_logits<B: Backend>(model: &Model<B>, ids: &[u32], chunk: usize) -> Vec<Ve
     } else {
         KvDtype::F32
     };
-    let mut pool = Pool::new(model, ids.len(), dtype);
+    let mut pool = Pool::new(model, ids.len(), dtype, 1);
     let table = pool.table(ids.len());
     let vocab = model.cfg.vocab_size;
     let mut out = Vec::new();
     for (i, c) in ids.chunks(chunk).enumerate() {
         let mut b = ForwardBatch::default();
-        b.push(c, i * chunk, ids.len(), table.clone(), false);
+        b.push_in_slot(c, i * chunk, ids.len(), table.clone(), 0, false);
         b.logits_rows = (0..c.len()).collect();
         let l = model.forward(&mut pool.kv, &pool.layout, &b).unwrap();
         out.extend(l.chunks(vocab).map(<[f32]>::to_vec));
@@ -104,17 +107,17 @@ fn greedy<B: Backend>(model: &Model<B>, ids: &[u32], n: usize) -> Vec<u32> {
     } else {
         KvDtype::F32
     };
-    let mut pool = Pool::new(model, ids.len() + n, dtype);
+    let mut pool = Pool::new(model, ids.len() + n, dtype, 1);
     let table = pool.table(ids.len() + n);
     let mut b = ForwardBatch::default();
-    b.push(ids, 0, ids.len(), table.clone(), true);
+    b.push_in_slot(ids, 0, ids.len(), table.clone(), 0, true);
     let mut logits = model.forward(&mut pool.kv, &pool.layout, &b).unwrap();
     let mut out = Vec::new();
     for i in 0..n {
         let t = argmax(&logits);
         out.push(t);
         let mut b = ForwardBatch::default();
-        b.push(&[t], ids.len() + i, ids.len(), table.clone(), true);
+        b.push_in_slot(&[t], ids.len() + i, ids.len(), table.clone(), 0, true);
         logits = model.forward(&mut pool.kv, &pool.layout, &b).unwrap();
     }
     out
@@ -178,11 +181,11 @@ fn batched_vs_alone<B: Backend>(model: &Model<B>, ids: &[u32]) {
         .iter()
         .map(|&n| all_logits(model, &ids[..n], n))
         .collect();
-    let mut pool = Pool::new(model, lens.iter().sum(), KvDtype::Bf16);
+    let mut pool = Pool::new(model, lens.iter().sum(), KvDtype::Bf16, lens.len());
     let mut b = ForwardBatch::default();
-    for &n in &lens {
+    for (i, &n) in lens.iter().enumerate() {
         let t = pool.table(n);
-        b.push(&ids[..n], 0, n, t, false);
+        b.push_in_slot(&ids[..n], 0, n, t, i as u32, false);
     }
     b.logits_rows = (0..b.tokens.len()).collect();
     let all = model.forward(&mut pool.kv, &pool.layout, &b).unwrap();
@@ -230,14 +233,24 @@ fn hf(model_dir: &Path, ids_json: &Path, logits_bin: &Path) {
     );
 }
 
-/// Bytes a decode step must read: every weight matrix but the input embedding, plus the KV.
+/// Bytes a decode step must move: every weight matrix but the input embedding, and the
+/// state: the KV read, and a hybrid model's recurrent state read and written per sequence.
 fn step_bytes<B: Backend>(model: &Model<B>, batch: usize, context: usize) -> (f64, f64) {
     let c = &model.cfg;
-    let per_layer =
-        c.hidden * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * c.hidden + 3 * c.hidden * c.ffn_dim;
-    let weights = 2.0 * (c.n_layers as f64 * per_layer as f64 + (c.vocab_size * c.hidden) as f64);
+    let ffn = 3 * c.hidden * c.ffn_dim;
+    let attention = c.hidden * (c.q_proj_dim() + 2 * c.kv_dim()) + c.q_dim() * c.hidden;
+    let mut matrices = (c.kv_layer_count() * (attention + ffn)) as f64;
+    let mut state = 0.0;
+    if let Some(la) = c.linear.as_ref().filter(|_| c.state_layer_count() > 0) {
+        let delta_net = c.hidden * (la.conv_dim() + la.value_dim() + 2 * la.n_v_heads)
+            + la.value_dim() * c.hidden;
+        matrices += (c.state_layer_count() * (delta_net + ffn)) as f64;
+        let per_seq = c.state_layer_count() * (la.conv_state_elems() + la.delta_state_elems());
+        state = 2.0 * 4.0 * (batch * per_seq) as f64;
+    }
+    let weights = 2.0 * (matrices + (c.vocab_size * c.hidden) as f64);
     let kv = 2.0 * 2.0 * (batch * context * c.kv_layer_count() * c.kv_dim()) as f64;
-    (weights, kv)
+    (weights, kv + state)
 }
 
 fn speed(model_dir: &Path, context: usize) {
@@ -304,7 +317,7 @@ fn profile(model_dir: &Path, context: usize, batch: usize, no_gemv: bool, prefil
     };
     let model = Model::load(CudaBackend::new(cfg).unwrap(), model_dir).unwrap();
     let vocab = model.cfg.vocab_size;
-    let mut pool = Pool::new(&model, batch * (context + 4), KvDtype::Bf16);
+    let mut pool = Pool::new(&model, batch * (context + 4), KvDtype::Bf16, batch);
     let mut ws = model.workspace(context.max(batch), batch).unwrap();
     let tables: Vec<Vec<u32>> = (0..batch).map(|_| pool.table(context + 4)).collect();
     let chunk = if prefill { 2048.min(context) } else { 0 };
@@ -321,7 +334,7 @@ fn profile(model_dir: &Path, context: usize, batch: usize, no_gemv: bool, prefil
             }
             let start = if i == 0 { 0 } else { context - chunk };
             let mut b = ForwardBatch::default();
-            b.push(piece, start, context, table.clone(), true);
+            b.push_in_slot(piece, start, context, table.clone(), s as u32, true);
             model.backend.synchronize().unwrap();
             let last = i == 1;
             if last {
@@ -347,8 +360,8 @@ fn profile(model_dir: &Path, context: usize, batch: usize, no_gemv: bool, prefil
     }
     for step in 0..3 {
         let mut b = ForwardBatch::default();
-        for table in &tables {
-            b.push(&[1], context + step, context, table.clone(), true);
+        for (s, table) in tables.iter().enumerate() {
+            b.push_in_slot(&[1], context + step, context, table.clone(), s as u32, true);
         }
         model.backend.synchronize().unwrap();
         if step == 2 {
@@ -374,7 +387,12 @@ fn speed_of(model: &Model<CudaBackend>, context: usize) {
     let vocab = model.cfg.vocab_size;
     let steps = 32;
     let max_batch = 64;
-    let mut pool = Pool::new(model, max_batch * (context + steps + 1), KvDtype::Bf16);
+    let mut pool = Pool::new(
+        model,
+        max_batch * (context + steps + 1),
+        KvDtype::Bf16,
+        max_batch,
+    );
     let mut ws = model.workspace(8 * context, max_batch).unwrap();
     let tables: Vec<Vec<u32>> = (0..max_batch)
         .map(|_| pool.table(context + steps + 1))
@@ -390,7 +408,7 @@ fn speed_of(model: &Model<CudaBackend>, context: usize) {
     for (g, group) in (0..max_batch).collect::<Vec<_>>().chunks(8).enumerate() {
         let mut b = ForwardBatch::default();
         for &s in group {
-            b.push(&prompt(s), 0, context, tables[s].clone(), true);
+            b.push_in_slot(&prompt(s), 0, context, tables[s].clone(), s as u32, true);
         }
         model.backend.synchronize().unwrap();
         let t = Instant::now();
@@ -408,7 +426,7 @@ fn speed_of(model: &Model<CudaBackend>, context: usize) {
         prefill_tokens,
         prefill_tokens as f64 / prefill_s
     );
-    println!("| batch | step ms (forward) | step ms (with sampling) | tok/s | weights+KV bytes / step | roofline fraction |");
+    println!("| batch | step ms (forward) | step ms (with sampling) | tok/s | weights+KV(+state) bytes / step | roofline fraction |");
     println!("|---|---|---|---|---|---|");
     for batch in [1usize, 2, 4, 8, 32, 64] {
         let mut samplers: Vec<Sampler> = (0..batch)
@@ -420,7 +438,7 @@ fn speed_of(model: &Model<CudaBackend>, context: usize) {
             let pos = context + step.min(steps);
             let mut b = ForwardBatch::default();
             for (s, &t) in next.iter().enumerate() {
-                b.push(&[t], pos, context, tables[s].clone(), true);
+                b.push_in_slot(&[t], pos, context, tables[s].clone(), s as u32, true);
             }
             model.backend.synchronize().unwrap();
             let t = Instant::now();

@@ -15,7 +15,7 @@
 //   * out: bf16 [n_tokens, n_heads*head_dim]; optional lse f32 [n_tokens, n_heads]:
 //     FlashInfer's convention, BASE-2 logsumexp of the scaled scores
 //     (log2(sum_j 2^(s_j * log2(e)))), i.e. natural lse * log2(e).
-//   * head_dim 64 or 128; n_heads % n_kv_heads == 0; any page_size >= 1 (16 default).
+//   * head_dim 64, 128 or 256; n_heads % n_kv_heads == 0; any page_size >= 1 (16 default).
 //     Decode kernel: GQA group n_heads/n_kv_heads in {1,2,3,4,6,8,16}; other groups
 //     are served by the prefill kernel (IFD_FI_AUTO does that by itself).
 //   * causal, no sliding window, no soft cap, no RoPE inside attention (q/k are
@@ -67,7 +67,7 @@ typedef struct IfdFiWorkspace {
 typedef struct IfdFiShape {
   int32_t n_heads;     // query heads
   int32_t n_kv_heads;  // KV heads (n_heads % n_kv_heads == 0)
-  int32_t head_dim;    // 64 or 128
+  int32_t head_dim;    // 64, 128 or 256
   int32_t page_size;   // = inferd block_size
 } IfdFiShape;
 

@@ -40,8 +40,8 @@ int fail(cudaError_t e, const std::string& msg) {
 
 bool shape_ok(const IfdFiShape* s, std::string* why) {
   if (!s) return *why = "shape is NULL", false;
-  if (s->head_dim != 64 && s->head_dim != 128)
-    return *why = "head_dim " + std::to_string(s->head_dim) + " not built (64, 128)", false;
+  if (s->head_dim != 64 && s->head_dim != 128 && s->head_dim != 256)
+    return *why = "head_dim " + std::to_string(s->head_dim) + " not built (64, 128, 256)", false;
   if (s->n_heads <= 0 || s->n_kv_heads <= 0 || s->n_heads % s->n_kv_heads != 0)
     return *why = "n_heads must be a positive multiple of n_kv_heads", false;
   if (s->page_size <= 0) return *why = "page_size must be positive", false;
@@ -197,19 +197,13 @@ int ifd_fi_plan(const IfdFiWorkspace* ws, const IfdFiShape* shape, const IfdFiBa
     std::vector<int32_t> kv_indptr_h(indptr_h, indptr_h + n + 1);
     int split = 0;
     if (kind == IFD_FI_DECODE) {
-      e = hd == 64 ? decode_plan<64>(b, kv_indptr_h.data(), n, shape->n_heads,
-                                     shape->n_kv_heads, ps, cuda_graph != 0, plan->fi_info,
-                                     &split, s)
-                   : decode_plan<128>(b, kv_indptr_h.data(), n, shape->n_heads,
-                                      shape->n_kv_heads, ps, cuda_graph != 0, plan->fi_info,
-                                      &split, s);
+      auto dec = hd == 64 ? decode_plan<64> : hd == 128 ? decode_plan<128> : decode_plan<256>;
+      e = dec(b, kv_indptr_h.data(), n, shape->n_heads, shape->n_kv_heads, ps, cuda_graph != 0,
+              plan->fi_info, &split, s);
     } else {
-      e = hd == 64 ? prefill_plan<64>(b, qo_h.data(), kv_indptr_h.data(), kv_len_h.data(), n,
-                                      n_tokens, shape->n_heads, shape->n_kv_heads, ps,
-                                      plan->fi_info, s)
-                   : prefill_plan<128>(b, qo_h.data(), kv_indptr_h.data(), kv_len_h.data(), n,
-                                       n_tokens, shape->n_heads, shape->n_kv_heads, ps,
-                                       plan->fi_info, s);
+      auto pre = hd == 64 ? prefill_plan<64> : hd == 128 ? prefill_plan<128> : prefill_plan<256>;
+      e = pre(b, qo_h.data(), kv_indptr_h.data(), kv_len_h.data(), n, n_tokens, shape->n_heads,
+              shape->n_kv_heads, ps, plan->fi_info, s);
     }
     if (e != cudaSuccess) {
       if (g_err.empty())
@@ -271,9 +265,11 @@ int ifd_fi_run(const IfdFiWorkspace* ws, const IfdFiPlan* plan, const IfdFiRunAr
     r.int_ws = static_cast<char*>(ws->int_ws) + L.bytes;
     r.info = plan->fi_info;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    const bool d = plan->kind == IFD_FI_DECODE, h64 = plan->shape.head_dim == 64;
-    cudaError_t e = d ? (h64 ? decode_run<64>(r, s) : decode_run<128>(r, s))
-                      : (h64 ? prefill_run<64>(r, s) : prefill_run<128>(r, s));
+    const bool d = plan->kind == IFD_FI_DECODE;
+    const int hd = plan->shape.head_dim;
+    auto run = d ? (hd == 64 ? decode_run<64> : hd == 128 ? decode_run<128> : decode_run<256>)
+                 : (hd == 64 ? prefill_run<64> : hd == 128 ? prefill_run<128> : prefill_run<256>);
+    cudaError_t e = run(r, s);
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess)
       return fail(e, std::string("FlashInfer run: ") + cudaGetErrorString(e));

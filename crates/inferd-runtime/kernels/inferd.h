@@ -126,6 +126,63 @@ int ifd_decode_attention(IfdPaged kv, const void* q, int rows, int n_heads, floa
                          const int32_t* seq, const int32_t* pos, const int32_t* bt_off,
                          const int32_t* bt, int splits, float* part, int32_t* done, void* out,
                          void* stream);
+
+// ---- state.cu: the recurrent-state slots of hybrid models (crate::kv::StateLayout): per
+// linear layer a conv plane f32 [slots, conv_elems] and a delta plane f32 [slots,
+// delta_elems]; planes: DEVICE array [n_layers * 2] (layer l's conv at 2l, delta at 2l + 1).
+// A slot's image: per layer its conv then its delta state (n_layers * (conv + delta) f32).
+// Copies slot pairs[2i] over pairs[2i + 1] for i < n (DEVICE int32 [n, 2]); the pairs of one
+// call must be independent (no slot written by one is read or written by another).
+int ifd_copy_state_slots(float* const* planes, int n_layers, size_t conv_elems,
+                         size_t delta_elems, const int32_t* pairs, int n, void* stream);
+// Slots ids[0..n] (DEVICE) into (from) image DEVICE f32 [n, slot image], one after the other.
+int ifd_gather_state_slots(float* const* planes, int n_layers, size_t conv_elems,
+                           size_t delta_elems, const int32_t* ids, int n, float* image,
+                           void* stream);
+int ifd_scatter_state_slots(float* const* planes, int n_layers, size_t conv_elems,
+                            size_t delta_elems, const int32_t* ids, int n, const float* image,
+                            void* stream);
+
+// ---- delta_net.cu and delta_rule.cu: Gated DeltaNet layers. chunks: DEVICE int32
+// [n_chunks, 4] = (first token row, tokens, start position, state slot) per chunk of the
+// pass (slot < 0: a padding row: zero output, no state kept); seq: DEVICE int32 [n_tokens],
+// each token's chunk.
+// Causal depthwise conv + SiLU: out[t, c] = silu(Σ_i w[c, i] x[t - (taps - 1) + i, c]), the
+// rows before a chunk from its slot's conv state (zeros at position 0), which keeps the
+// chunk's last taps - 1 rows after.  x f32 [n_tokens, dim], w f32 [dim, taps], state: the
+// layer's conv plane f32 [slots, taps - 1, dim] -> out f32 [n_tokens, dim]; taps <= 9
+int ifd_causal_conv1d_silu(const float* x, const float* w, float* state, const int32_t* chunks,
+                           int n_chunks, const int32_t* seq, int n_tokens, int dim, int taps,
+                           float* out, void* stream);
+// In place, every d-slice of x f32 [slices, d]: x * rsqrt(Σx² + eps) * scale.
+int ifd_l2_norm_heads(float* x, int slices, int d, float eps, float scale, void* stream);
+// g = -exp(a_log) * softplus(a + dt_bias), beta = sigmoid(b)
+// a, b f32 [rows, heads]; a_log, dt_bias f32 [heads] -> g, beta f32 [rows, heads]
+int ifd_delta_gates(const float* a, const float* b, const float* a_log, const float* dt_bias,
+                    int rows, int heads, float* g, float* beta, void* stream);
+// w * (x * rsqrt(mean(x²) + eps)) * silu(z) per d-slice.  x, z f32 [slices, d], w f32 [d]
+// -> out bf16 [slices, d]
+int ifd_gated_rms_norm(const float* x, const float* z, const float* w, int slices, int d,
+                       float eps, void* out, void* stream);
+// x f32 [rows, heads * 2d] -> a, b f32 [rows, heads * d]: each 2d-slice's halves.
+int ifd_split_head_pairs(const float* x, int rows, int heads, int d, float* a, float* b,
+                         void* stream);
+// x *= sigmoid(gate), in place; x f32 or bf16 (x_bf16) [n], gate f32 [n].
+int ifd_sigmoid_mul(void* x, int x_bf16, const float* gate, size_t n, void* stream);
+// The gated delta rule of every chunk, from and into its slot in the layer's delta plane
+// state f32 [slots, nv, dk, dv] (zero at position 0); value head h reads key head
+// h / (nv / nk). recurrent: the one-token chunks (others are left alone); chunked: the
+// longer ones, over 64-token pieces at absolute multiples of 64. The two together cover a
+// pass.  q, k f32 [n, nk * dk], v f32 [n, nv * dv], g, beta f32 [n, nv] -> out f32 [n, nv * dv]
+int ifd_delta_rule_recurrent(const float* q, const float* k, const float* v, const float* g,
+                             const float* beta, float* state, const int32_t* chunks,
+                             int n_chunks, int nk, int nv, int dk, int dv, float* out,
+                             void* stream);
+// Whether the chunked kernel's shared memory for key heads of dk fits this device.
+int ifd_delta_rule_chunked_supported(int dk);
+int ifd_delta_rule_chunked(const float* q, const float* k, const float* v, const float* g,
+                           const float* beta, float* state, const int32_t* chunks, int n_chunks,
+                           int nk, int nv, int dk, int dv, float* out, void* stream);
 }
 
 extern "C" {

@@ -1,6 +1,7 @@
 //! CUDA graphs: decode passes replayed from captured graphs give the bits of the same
 //! passes run eagerly (both padded to the graph buckets), over many steps, with batch
 //! sizes that share a bucket and ones that change it; padding rows never reach the caller.
+//! The same for a hybrid model (Gated DeltaNet layers: each sequence in its state slot).
 
 #![cfg(feature = "cuda")]
 
@@ -9,7 +10,7 @@ mod common;
 use common::*;
 use inferd_runtime::{CudaBackend, CudaConfig, ForwardBatch, Model};
 
-fn logits_of_decode(no_graphs: bool) -> Option<Vec<Vec<f32>>> {
+fn logits_of_decode(no_graphs: bool, model: &str) -> Option<Vec<Vec<f32>>> {
     cuda()?;
     let backend = CudaBackend::new(CudaConfig {
         device: 0,
@@ -17,7 +18,7 @@ fn logits_of_decode(no_graphs: bool) -> Option<Vec<Vec<f32>>> {
         ..CudaConfig::default()
     })
     .unwrap();
-    let model = Model::load(backend, &repo_root().join("fixtures/models/qwen3")).unwrap();
+    let model = Model::load(backend, &repo_root().join("fixtures/models").join(model)).unwrap();
     let vocab = model.cfg.vocab_size;
     let mut run = Runner::new(&model, 512);
     let mut ws = model.workspace(64, 8).unwrap();
@@ -35,7 +36,7 @@ fn logits_of_decode(no_graphs: bool) -> Option<Vec<Vec<f32>>> {
     let mut next = [0u32; 6];
     for (i, (p, table)) in seqs.iter().enumerate() {
         let mut b = ForwardBatch::default();
-        b.push(p, 0, p.len(), table.clone(), true);
+        b.push_in_slot(p, 0, p.len(), table.clone(), i as u32, true);
         let mut l = Vec::new();
         model
             .forward_into(&mut ws, &mut run.kv, &run.layout, &b, &mut l)
@@ -60,7 +61,7 @@ fn logits_of_decode(no_graphs: bool) -> Option<Vec<Vec<f32>>> {
                 } else {
                     12
                 };
-            b.push(&[next[i]], pos, p.len(), table.clone(), true);
+            b.push_in_slot(&[next[i]], pos, p.len(), table.clone(), i as u32, true);
         }
         let mut l = Vec::new();
         model
@@ -77,15 +78,24 @@ fn logits_of_decode(no_graphs: bool) -> Option<Vec<Vec<f32>>> {
 
 #[test]
 fn graph_replays_equal_eager_passes() {
-    let Some(eager) = logits_of_decode(true) else {
+    replays_equal_eager("qwen3");
+}
+
+#[test]
+fn hybrid_graph_replays_equal_eager_passes() {
+    replays_equal_eager("qwen35_hybrid");
+}
+
+fn replays_equal_eager(model: &str) {
+    let Some(eager) = logits_of_decode(true, model) else {
         return;
     };
-    let graphs = logits_of_decode(false).unwrap();
+    let graphs = logits_of_decode(false, model).unwrap();
     for (step, (a, b)) in eager.iter().zip(&graphs).enumerate() {
         let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
         assert!(
             same,
-            "step {step}: graph replay differs from the eager pass"
+            "{model} step {step}: graph replay differs from the eager pass"
         );
     }
 }

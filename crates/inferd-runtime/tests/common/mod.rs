@@ -168,6 +168,9 @@ pub struct Profile {
     pub batch_tol: f32,
     /// KV dtypes the backend stores.
     pub kv_dtypes: &'static [KvDtype],
+    /// Whether a row's bits are the same whatever the pass's shape (the CPU's fixed
+    /// arithmetic paths; the CUDA backend's matrix products follow the pass's row count).
+    pub shape_exact: bool,
 }
 
 /// The CPU computes in f32 (summation order aside); the CUDA backend rounds weights
@@ -179,11 +182,13 @@ pub fn profile<B: Backend>(b: &B) -> Profile {
             logit_tol: 0.25,
             batch_tol: 0.1,
             kv_dtypes: &[KvDtype::F32, KvDtype::Bf16],
+            shape_exact: false,
         },
         _ => Profile {
             logit_tol: 2e-3,
             batch_tol: 1e-4,
             kv_dtypes: &[KvDtype::F32, KvDtype::Q8],
+            shape_exact: true,
         },
     }
 }

@@ -1,6 +1,6 @@
 //! A forward pass's metadata on the GPU: token ids, positions, sequence of each token,
-//! KV slots, logits rows and block tables, packed into one i32 buffer and sent in one
-//! copy. Buffers come from a pool and go back to it when the pass ends, so a steady
+//! KV slots, logits rows, block tables and (hybrid models) each chunk's rows and state
+//! slot, packed into one i32 buffer and sent in one copy. Buffers come from a pool and go back to it when the pass ends, so a steady
 //! state allocates nothing. Rotary angles come from a per-position table built once.
 
 use std::sync::{Arc, Mutex};
@@ -120,6 +120,7 @@ struct Offsets {
     logits: usize,
     bt_off: usize,
     bt: usize,
+    chunks: usize,
 }
 
 enum Meta {
@@ -141,6 +142,12 @@ pub struct CudaBatch {
     pub fi: Option<super::flashinfer::Passes>,
     at: Offsets,
     pub n_tokens: usize,
+    /// Chunks of the pass, padding rows included (each its own one-token chunk).
+    pub n_chunks: usize,
+    /// Whether some chunk has one token (the delta rule's recurrent step) and some more
+    /// (its chunked form).
+    pub one_token_chunks: bool,
+    pub longer_chunks: bool,
     pub n_logits: usize,
     pub rope: Arc<RopeTable>,
     pub rope_style: RopeStyle,
@@ -160,6 +167,10 @@ impl CudaBatch {
     ) -> Result<CudaBatch> {
         b.validate(kv.block_size, kv.num_blocks)
             .map_err(RuntimeError::BadBatch)?;
+        if kv.state.is_stateful() {
+            b.validate_state_slots(kv.state.slots)
+                .map_err(RuntimeError::BadBatch)?;
+        }
         let bucket = decode_bucket(b);
         let real = b.n_tokens();
         let n = bucket.unwrap_or(real); // rows of the pass, padding included
@@ -175,8 +186,10 @@ impl CudaBatch {
             logits: 4 * n,
             bt_off: 4 * n + n_logits,
             bt: 4 * n + n_logits + n_seqs + 1,
+            chunks: 4 * n + n_logits + n_seqs + 1 + bt_total,
         };
-        let mut packed = vec![0i32; at.bt + bt_total]; // [all arrays]
+        // [all arrays]; chunks: [n_seqs, 4] = (first row, tokens, start position, state slot)
+        let mut packed = vec![0i32; at.chunks + 4 * n_seqs];
         let mut max_pos = 0;
         let mut bt_next = 0;
         for (si, s) in b.seqs.iter().enumerate() {
@@ -185,6 +198,13 @@ impl CudaBatch {
                 packed[at.bt + bt_next + j] = blk as i32;
             }
             bt_next += s.block_table.len();
+            let c = at.chunks + 4 * si;
+            packed[c..c + 4].copy_from_slice(&[
+                s.token_start as i32,
+                s.n_tokens as i32,
+                s.start_pos as i32,
+                s.state_slot as i32,
+            ]);
             for i in 0..s.n_tokens {
                 let t = s.token_start + i;
                 let p = s.start_pos + i;
@@ -204,6 +224,8 @@ impl CudaBatch {
             bt_next += 1;
             packed[at.slot + t] = -1;
             packed[at.seq + t] = si as i32;
+            let c = at.chunks + 4 * si;
+            packed[c..c + 4].copy_from_slice(&[t as i32, 1, 0, -1]); // no state slot
         }
         packed[at.bt_off + n_seqs] = bt_next as i32;
         for (i, &r) in b.logits_rows.iter().enumerate() {
@@ -242,6 +264,9 @@ impl CudaBatch {
             fi: None,
             at,
             n_tokens: n,
+            n_chunks: n_seqs,
+            one_token_chunks: n_seqs > b.seqs.len() || b.seqs.iter().any(|s| s.n_tokens == 1),
+            longer_chunks: b.seqs.iter().any(|s| s.n_tokens > 1),
             n_logits,
             rope: table,
             rope_style: rope.style,
@@ -285,6 +310,11 @@ impl CudaBatch {
     }
     pub fn bt(&self) -> *const i32 {
         self.arr(self.at.bt)
+    }
+    /// Per chunk (padding rows included): first row, tokens, start position, state slot
+    /// (-1 for padding).  // [n_chunks, 4]
+    pub fn chunks(&self) -> *const i32 {
+        self.arr(self.at.chunks)
     }
 
     pub fn rope_tables(&self) -> (*const f32, *const f32, usize) {

@@ -217,6 +217,131 @@ extern "C" {
         out: *mut c_void,
         stream: Stream,
     ) -> c_int;
+    pub fn ifd_copy_state_slots(
+        planes: *const *mut f32,
+        n_layers: c_int,
+        conv_elems: usize,
+        delta_elems: usize,
+        pairs: *const i32,
+        n: c_int,
+        stream: Stream,
+    ) -> c_int;
+    pub fn ifd_gather_state_slots(
+        planes: *const *mut f32,
+        n_layers: c_int,
+        conv_elems: usize,
+        delta_elems: usize,
+        ids: *const i32,
+        n: c_int,
+        image: *mut f32,
+        stream: Stream,
+    ) -> c_int;
+    pub fn ifd_scatter_state_slots(
+        planes: *const *mut f32,
+        n_layers: c_int,
+        conv_elems: usize,
+        delta_elems: usize,
+        ids: *const i32,
+        n: c_int,
+        image: *const f32,
+        stream: Stream,
+    ) -> c_int;
+    #[allow(clippy::too_many_arguments)]
+    pub fn ifd_causal_conv1d_silu(
+        x: *const f32,
+        w: *const f32,
+        state: *mut f32,
+        chunks: *const i32,
+        n_chunks: c_int,
+        seq: *const i32,
+        n_tokens: c_int,
+        dim: c_int,
+        taps: c_int,
+        out: *mut f32,
+        stream: Stream,
+    ) -> c_int;
+    pub fn ifd_l2_norm_heads(
+        x: *mut f32,
+        slices: c_int,
+        d: c_int,
+        eps: f32,
+        scale: f32,
+        stream: Stream,
+    ) -> c_int;
+    #[allow(clippy::too_many_arguments)]
+    pub fn ifd_delta_gates(
+        a: *const f32,
+        b: *const f32,
+        a_log: *const f32,
+        dt_bias: *const f32,
+        rows: c_int,
+        heads: c_int,
+        g: *mut f32,
+        beta: *mut f32,
+        stream: Stream,
+    ) -> c_int;
+    #[allow(clippy::too_many_arguments)]
+    pub fn ifd_gated_rms_norm(
+        x: *const f32,
+        z: *const f32,
+        w: *const f32,
+        slices: c_int,
+        d: c_int,
+        eps: f32,
+        out: *mut c_void,
+        stream: Stream,
+    ) -> c_int;
+    pub fn ifd_split_head_pairs(
+        x: *const f32,
+        rows: c_int,
+        heads: c_int,
+        d: c_int,
+        a: *mut f32,
+        b: *mut f32,
+        stream: Stream,
+    ) -> c_int;
+    pub fn ifd_sigmoid_mul(
+        x: *mut c_void,
+        x_bf16: c_int,
+        gate: *const f32,
+        n: usize,
+        stream: Stream,
+    ) -> c_int;
+    #[allow(clippy::too_many_arguments)]
+    pub fn ifd_delta_rule_recurrent(
+        q: *const f32,
+        k: *const f32,
+        v: *const f32,
+        g: *const f32,
+        beta: *const f32,
+        state: *mut f32,
+        chunks: *const i32,
+        n_chunks: c_int,
+        nk: c_int,
+        nv: c_int,
+        dk: c_int,
+        dv: c_int,
+        out: *mut f32,
+        stream: Stream,
+    ) -> c_int;
+    pub fn ifd_delta_rule_chunked_supported(dk: c_int) -> c_int;
+    #[allow(clippy::too_many_arguments)]
+    pub fn ifd_delta_rule_chunked(
+        q: *const f32,
+        k: *const f32,
+        v: *const f32,
+        g: *const f32,
+        beta: *const f32,
+        state: *mut f32,
+        chunks: *const i32,
+        n_chunks: c_int,
+        nk: c_int,
+        nv: c_int,
+        dk: c_int,
+        dv: c_int,
+        out: *mut f32,
+        stream: Stream,
+    ) -> c_int;
     pub fn ifd_argmax_rows(
         logits: *const f32,
         vocab: c_int,

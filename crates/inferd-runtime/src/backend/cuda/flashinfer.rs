@@ -1,6 +1,6 @@
 //! FlashInfer's paged attention (`kernels/flashinfer_api.h`): split-KV decode and the
 //! Hopper (FA3-style) causal prefill over inferd's block tables, for bf16 KV and head_dim
-//! 64 or 128. A pass is planned once on the host (FlashInfer's scheduler: tiles, KV
+//! 64, 128 or 256. A pass is planned once on the host (FlashInfer's scheduler: tiles, KV
 //! splits, exact page tables, copied into the workspace) and run per layer. Decode passes
 //! padded to a graph bucket are planned in graph mode, so a captured graph stays valid.
 
@@ -131,9 +131,9 @@ fn check(code: c_int, what: &str) -> Result<()> {
     )))
 }
 
-/// Whether FlashInfer serves this attention: bf16 KV, head_dim 64 or 128.
+/// Whether FlashInfer serves this attention: bf16 KV, head_dim 64, 128 or 256.
 pub fn supports(head_dim: usize, kv_bf16: bool) -> bool {
-    kv_bf16 && (head_dim == 64 || head_dim == 128)
+    kv_bf16 && matches!(head_dim, 64 | 128 | 256)
 }
 
 /// One plan's buffers: device float and int workspaces and the pinned staging area.

@@ -3,12 +3,14 @@
 //! bf16. A block of one plane is contiguous, so a block's image is two pieces per layer.
 //! Export and import move up to [`STAGING_BYTES`] of images at a time: one kernel gathers
 //! (scatters) every piece of the chunk's blocks into (from) a device staging image, and
-//! one copy moves it through pinned host memory.
+//! one copy moves it through pinned host memory. A hybrid model's pool also holds its
+//! recurrent-state slots ([`super::state`]).
 
 use std::sync::{Arc, Mutex};
 
 use super::device::{Device, DeviceBuffer, PinnedBuffer};
 use super::ffi::{self, check, IfdPaged};
+use super::state::CudaState;
 use crate::kv::{KvDtype, KvLayout};
 use crate::{Result, RuntimeError};
 
@@ -27,6 +29,8 @@ pub struct CudaKv {
     planes: DeviceBuffer,
     /// Export/import buffers, made at the first use.
     staging: Mutex<Option<Staging>>,
+    /// The recurrent-state slots (empty for a dense model).
+    pub(super) state: CudaState,
 }
 
 /// One chunk's block ids and image, on the device and pinned on the host.
@@ -61,7 +65,10 @@ impl CudaKv {
             .flat_map(|(k, v)| [k.ptr() as u64, v.ptr() as u64])
             .collect();
         let planes = dev.alloc(ptrs.len() * 8)?;
-        dev.upload(&planes, 0, super::weight::as_bytes(&ptrs))?;
+        if !ptrs.is_empty() {
+            dev.upload(&planes, 0, super::weight::as_bytes(&ptrs))?;
+        }
+        let state = CudaState::new(dev, &layout.state)?;
         dev.sync()?;
         Ok(CudaKv {
             layout: *layout,
@@ -70,6 +77,7 @@ impl CudaKv {
             v,
             planes,
             staging: Mutex::new(None),
+            state,
         })
     }
 

@@ -6,17 +6,19 @@
 //! The CUDA libraries are loaded at run time: a binary with this backend starts on a
 //! machine without a GPU, and [`CudaBackend::new`] says why it cannot run there.
 //!
-//! Still to come (issue 12): FlashInfer's paged attention, sampling on the device (the
-//! logits rows are read back and drawn by the host sampler for now), CUDA graphs, an 8-bit
-//! KV, pinned staging buffers.
+//! Hybrid models (Qwen3.5: Gated DeltaNet + gated attention) run here too: their
+//! recurrent-state slots live beside the KV blocks ([`state`]), their ops in
+//! [`delta_net`] (`kernels/delta_net.cu`, `kernels/delta_rule.cu`).
 
 mod batch;
+mod delta_net;
 mod device;
 mod ffi;
 mod flashinfer;
 mod gemm;
 mod graphs;
 mod kv;
+mod state;
 mod tensor;
 mod weight;
 
@@ -38,6 +40,7 @@ use inferd_core::sampling::Sampled;
 use super::{AttnConfig, Backend, RopeConfig, RopeStyle, Rows, SampleRow, SharedSource};
 use crate::batch::ForwardBatch;
 use crate::kv::{KvDtype, KvLayout};
+use crate::model::LinearAttnConfig;
 use crate::{Result, RuntimeError};
 
 /// Settings of the CUDA backend.
@@ -374,9 +377,6 @@ impl Backend for CudaBackend {
     fn alloc_kv(&self, layout: &KvLayout, k_offset: Option<&[f32]>) -> Result<CudaKv> {
         // The K offset matters to Q8 pools only, which this backend does not store.
         layout.check_k_offset(k_offset)?;
-        if layout.state.is_stateful() {
-            return Err(super::linear_attention_unsupported(self.name()));
-        }
         self.inner.dev.bind()?;
         CudaKv::new(&self.inner.dev, layout)
     }
@@ -396,8 +396,24 @@ impl Backend for CudaBackend {
         kv.import_blocks(&self.inner.dev, blocks, data)
     }
 
-    // Hybrid models (Gated DeltaNet layers) are refused at load (`supports_linear_attention`
-    // is false) and a pool with state slots at `alloc_kv`; the ops below are not reached.
+    fn supports_linear_attention(&self) -> bool {
+        true
+    }
+
+    fn copy_state_slots(&self, kv: &mut CudaKv, copies: &[(u32, u32)]) -> Result<()> {
+        self.inner.dev.bind()?;
+        kv.state.copy_slots(&self.inner.dev, copies)
+    }
+
+    fn export_state_slots(&self, kv: &CudaKv, slots: &[u32], out: &mut [u8]) -> Result<()> {
+        self.inner.dev.bind()?;
+        kv.state.export_slots(&self.inner.dev, slots, out)
+    }
+
+    fn import_state_slots(&self, kv: &mut CudaKv, slots: &[u32], data: &[u8]) -> Result<()> {
+        self.inner.dev.bind()?;
+        kv.state.import_slots(&self.inner.dev, slots, data)
+    }
 
     fn prepare_batch(
         &self,
@@ -714,6 +730,84 @@ impl Backend for CudaBackend {
             },
             "attention",
         )
+    }
+
+    fn split_head_pairs(
+        &self,
+        x: &CudaTensor,
+        head_dim: usize,
+        a: &mut CudaTensor,
+        b: &mut CudaTensor,
+    ) -> Result<()> {
+        delta_net::split_head_pairs(self.stream()?, x, head_dim, a, b)
+    }
+
+    fn sigmoid_mul(&self, x: &mut CudaTensor, gate: &CudaTensor) -> Result<()> {
+        delta_net::sigmoid_mul(self.stream()?, x, gate)
+    }
+
+    fn causal_conv1d_silu(
+        &self,
+        x: &CudaTensor,
+        w: &CudaWeight,
+        kv: &mut CudaKv,
+        layer: usize,
+        batch: &CudaBatch,
+        cfg: &LinearAttnConfig,
+        out: &mut CudaTensor,
+    ) -> Result<()> {
+        delta_net::causal_conv1d_silu(self.stream()?, x, w, kv, layer, batch, cfg, out)
+    }
+
+    fn l2_norm_heads(
+        &self,
+        x: &mut CudaTensor,
+        head_dim: usize,
+        eps: f32,
+        scale: f32,
+    ) -> Result<()> {
+        delta_net::l2_norm_heads(self.stream()?, x, head_dim, eps, scale)
+    }
+
+    fn delta_gates(
+        &self,
+        a: &CudaTensor,
+        b: &CudaTensor,
+        a_log: &CudaWeight,
+        dt_bias: &CudaWeight,
+        g: &mut CudaTensor,
+        beta: &mut CudaTensor,
+    ) -> Result<()> {
+        delta_net::delta_gates(self.stream()?, a, b, a_log, dt_bias, g, beta)
+    }
+
+    fn gated_delta_rule(
+        &self,
+        q: &CudaTensor,
+        k: &CudaTensor,
+        v: &CudaTensor,
+        g: &CudaTensor,
+        beta: &CudaTensor,
+        kv: &mut CudaKv,
+        layer: usize,
+        batch: &CudaBatch,
+        cfg: &LinearAttnConfig,
+        out: &mut CudaTensor,
+    ) -> Result<()> {
+        let s = self.stream()?;
+        delta_net::gated_delta_rule(s, q, k, v, g, beta, kv, layer, batch, cfg, out)
+    }
+
+    fn gated_rms_norm(
+        &self,
+        x: &CudaTensor,
+        z: &CudaTensor,
+        w: &CudaWeight,
+        head_dim: usize,
+        eps: f32,
+        out: &mut CudaTensor,
+    ) -> Result<()> {
+        delta_net::gated_rms_norm(self.stream()?, x, z, w, head_dim, eps, out)
     }
 
     fn silu_mul(&self, gate: &CudaTensor, up: &CudaTensor, out: &mut CudaTensor) -> Result<()> {
