@@ -17,6 +17,7 @@ __global__ void conv_kernel(const float* __restrict__ x, const float* __restrict
                             const float* __restrict__ state, const int32_t* __restrict__ chunks,
                             const int32_t* __restrict__ seq, int n_tokens, int dim, int taps,
                             float* __restrict__ out) {
+  ifd::pdl_begin();
   const size_t n = static_cast<size_t>(n_tokens) * dim;
   const int hist = taps - 1;
   for (size_t k = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; k < n;
@@ -47,6 +48,7 @@ constexpr int kMaxHist = 8;
 __global__ void conv_state_kernel(const float* __restrict__ x, float* __restrict__ state,
                                   const int32_t* __restrict__ chunks, int n_chunks, int dim,
                                   int hist) {
+  ifd::pdl_begin();
   const size_t n = static_cast<size_t>(n_chunks) * dim;
   for (size_t k = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; k < n;
        k += static_cast<size_t>(gridDim.x) * blockDim.x) {
@@ -70,6 +72,7 @@ __global__ void conv_state_kernel(const float* __restrict__ x, float* __restrict
 // One warp per d-slice: x * rsqrt(Σx² + eps) * scale, in place.
 __global__ void l2_norm_kernel(float* __restrict__ x, int slices, int d, float eps,
                                float scale) {
+  ifd::pdl_begin();
   const int s = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (s >= slices) return;
@@ -87,6 +90,7 @@ __global__ void gates_kernel(const float* __restrict__ a, const float* __restric
                              const float* __restrict__ a_log, const float* __restrict__ dt_bias,
                              size_t n, int heads, float* __restrict__ g,
                              float* __restrict__ beta) {
+  ifd::pdl_begin();
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const int h = static_cast<int>(i % heads);
@@ -100,6 +104,7 @@ __global__ void gates_kernel(const float* __restrict__ a, const float* __restric
 __global__ void gated_rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ z,
                                       const float* __restrict__ w, int slices, int d, float eps,
                                       bf16* __restrict__ out) {
+  ifd::pdl_begin();
   const int s = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (s >= slices) return;
@@ -116,6 +121,7 @@ __global__ void gated_rms_norm_kernel(const float* __restrict__ x, const float* 
 // x [rows, heads * 2d] -> a, b [rows, heads * d]: each 2d slice's halves.
 __global__ void split_pairs_kernel(const float* __restrict__ x, size_t n, int d,
                                    float* __restrict__ a, float* __restrict__ b) {
+  ifd::pdl_begin();
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const size_t slice = i / d, e = i % d;  // slice = row * heads + head
@@ -126,6 +132,7 @@ __global__ void split_pairs_kernel(const float* __restrict__ x, size_t n, int d,
 
 template <typename T>
 __global__ void sigmoid_mul_kernel(T* __restrict__ x, const float* __restrict__ gate, size_t n) {
+  ifd::pdl_begin();
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
     ifd::store(x + i, ifd::load(x + i) * sigmoid(gate[i]));
@@ -146,10 +153,12 @@ int ifd_causal_conv1d_silu(const float* x, const float* w, float* state, const i
   if (taps < 1 || taps - 1 > kMaxHist) return static_cast<int>(cudaErrorInvalidValue);
   const cudaStream_t s = ifd::as_stream(stream);
   const size_t n = static_cast<size_t>(n_tokens) * dim;
-  conv_kernel<<<grid_for(n), 256, 0, s>>>(x, w, state, chunks, seq, n_tokens, dim, taps, out);
+  ifd::launch(conv_kernel, grid_for(n), 256, 0, s, x, w, state, chunks, seq, n_tokens, dim, taps,
+              out);
   if (taps > 1) {
     const size_t m = static_cast<size_t>(n_chunks) * dim;
-    conv_state_kernel<<<grid_for(m), 256, 0, s>>>(x, state, chunks, n_chunks, dim, taps - 1);
+    ifd::launch(conv_state_kernel, grid_for(m), 256, 0, s, x, state, chunks, n_chunks, dim,
+                taps - 1);
   }
   return ifd::launched();
 }
@@ -157,8 +166,8 @@ int ifd_causal_conv1d_silu(const float* x, const float* w, float* state, const i
 int ifd_l2_norm_heads(float* x, int slices, int d, float eps, float scale, void* stream) {
   if (slices == 0) return 0;
   const int per_block = 8;  // warps
-  l2_norm_kernel<<<(slices + per_block - 1) / per_block, per_block * 32, 0,
-                   ifd::as_stream(stream)>>>(x, slices, d, eps, scale);
+  ifd::launch(l2_norm_kernel, (slices + per_block - 1) / per_block, per_block * 32, 0,
+              ifd::as_stream(stream), x, slices, d, eps, scale);
   return ifd::launched();
 }
 
@@ -166,8 +175,8 @@ int ifd_delta_gates(const float* a, const float* b, const float* a_log, const fl
                     int rows, int heads, float* g, float* beta, void* stream) {
   const size_t n = static_cast<size_t>(rows) * heads;
   if (n == 0) return 0;
-  gates_kernel<<<grid_for(n), 256, 0, ifd::as_stream(stream)>>>(a, b, a_log, dt_bias, n, heads,
-                                                                g, beta);
+  ifd::launch(gates_kernel, grid_for(n), 256, 0, ifd::as_stream(stream), a, b, a_log, dt_bias, n,
+              heads, g, beta);
   return ifd::launched();
 }
 
@@ -175,9 +184,8 @@ int ifd_gated_rms_norm(const float* x, const float* z, const float* w, int slice
                        float eps, void* out, void* stream) {
   if (slices == 0) return 0;
   const int per_block = 8;
-  gated_rms_norm_kernel<<<(slices + per_block - 1) / per_block, per_block * 32, 0,
-                          ifd::as_stream(stream)>>>(x, z, w, slices, d, eps,
-                                                    static_cast<bf16*>(out));
+  ifd::launch(gated_rms_norm_kernel, (slices + per_block - 1) / per_block, per_block * 32, 0,
+              ifd::as_stream(stream), x, z, w, slices, d, eps, static_cast<bf16*>(out));
   return ifd::launched();
 }
 
@@ -185,7 +193,7 @@ int ifd_split_head_pairs(const float* x, int rows, int heads, int d, float* a, f
                          void* stream) {
   const size_t n = static_cast<size_t>(rows) * heads * d;
   if (n == 0) return 0;
-  split_pairs_kernel<<<grid_for(n), 256, 0, ifd::as_stream(stream)>>>(x, n, d, a, b);
+  ifd::launch(split_pairs_kernel, grid_for(n), 256, 0, ifd::as_stream(stream), x, n, d, a, b);
   return ifd::launched();
 }
 
@@ -193,9 +201,9 @@ int ifd_sigmoid_mul(void* x, int x_bf16, const float* gate, size_t n, void* stre
   if (n == 0) return 0;
   const cudaStream_t s = ifd::as_stream(stream);
   if (x_bf16)
-    sigmoid_mul_kernel<bf16><<<grid_for(n), 256, 0, s>>>(static_cast<bf16*>(x), gate, n);
+    ifd::launch(sigmoid_mul_kernel<bf16>, grid_for(n), 256, 0, s, static_cast<bf16*>(x), gate, n);
   else
-    sigmoid_mul_kernel<float><<<grid_for(n), 256, 0, s>>>(static_cast<float*>(x), gate, n);
+    ifd::launch(sigmoid_mul_kernel<float>, grid_for(n), 256, 0, s, static_cast<float*>(x), gate, n);
   return ifd::launched();
 }
 

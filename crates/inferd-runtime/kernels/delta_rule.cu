@@ -34,6 +34,7 @@ __global__ void __launch_bounds__(kCols)
                      const float* __restrict__ v, const float* __restrict__ g,
                      const float* __restrict__ beta, float* __restrict__ state,
                      const int32_t* __restrict__ chunks, Geometry geo, float* __restrict__ out) {
+  ifd::pdl_begin();
   const int tiles = (geo.dv + kCols - 1) / kCols;
   const int h = blockIdx.x / tiles, j = (blockIdx.x % tiles) * kCols + threadIdx.x;
   const int32_t* c = chunks + 4 * blockIdx.y;
@@ -98,6 +99,7 @@ __global__ void __launch_bounds__(kThreads)
                    const float* __restrict__ v, const float* __restrict__ g,
                    const float* __restrict__ beta, float* __restrict__ state,
                    const int32_t* __restrict__ chunks, Geometry geo, float* __restrict__ out) {
+  ifd::pdl_begin();
   const int32_t* c = chunks + 4 * blockIdx.y;
   const int first = c[0], n = c[1], start = c[2], slot = c[3];
   if (n <= 1 || slot < 0) return;  // decode rows are the recurrent kernel's
@@ -246,8 +248,8 @@ int launch_recurrent(const float* q, const float* k, const float* v, const float
                      const float* beta, float* state, const int32_t* chunks, int n_chunks,
                      Geometry geo, float* out, cudaStream_t s) {
   const int tiles = (geo.dv + kCols - 1) / kCols;
-  recurrent_kernel<KMAX><<<dim3(geo.nv * tiles, n_chunks), kCols, 0, s>>>(q, k, v, g, beta, state,
-                                                                         chunks, geo, out);
+  ifd::launch(recurrent_kernel<KMAX>, dim3(geo.nv * tiles, n_chunks), kCols, 0, s, q, k, v, g, beta,
+              state, chunks, geo, out);
   return ifd::launched();
 }
 
@@ -310,8 +312,8 @@ int ifd_delta_rule_chunked(const float* q, const float* k, const float* v, const
     }
   }
   const int tiles = (dv + kCols - 1) / kCols;
-  chunked_kernel<<<dim3(nv * tiles, n_chunks), kThreads, bytes, ifd::as_stream(stream)>>>(
-      q, k, v, g, beta, state, chunks, geo, out);
+  ifd::launch(chunked_kernel, dim3(nv * tiles, n_chunks), kThreads, bytes, ifd::as_stream(stream),
+              q, k, v, g, beta, state, chunks, geo, out);
   return ifd::launched();
 }
 

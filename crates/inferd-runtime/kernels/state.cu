@@ -19,6 +19,7 @@ __device__ __forceinline__ size_t piece_offset(int lp, size_t conv, size_t delta
 // another: the host cuts the list into such waves).
 __global__ void copy_kernel(float* const* __restrict__ planes, size_t conv, size_t delta,
                             const int32_t* __restrict__ pairs) {
+  ifd::pdl_begin();
   const int i = blockIdx.x, lp = blockIdx.y;
   const int src = pairs[2 * i], dst = pairs[2 * i + 1];
   if (src == dst) return;
@@ -33,6 +34,7 @@ template <bool GATHER>
 __global__ void move_kernel(float* const* __restrict__ planes, int n_layers, size_t conv,
                             size_t delta, const int32_t* __restrict__ ids,
                             float* __restrict__ image) {
+  ifd::pdl_begin();
   const int i = blockIdx.x, lp = blockIdx.y;
   const size_t n = piece_elems(lp, conv, delta);
   float* plane = planes[lp] + static_cast<size_t>(ids[i]) * n;
@@ -52,8 +54,8 @@ extern "C" {
 int ifd_copy_state_slots(float* const* planes, int n_layers, size_t conv_elems,
                          size_t delta_elems, const int32_t* pairs, int n, void* stream) {
   if (n == 0 || n_layers == 0) return 0;
-  copy_kernel<<<dim3(n, 2 * n_layers), 256, 0, ifd::as_stream(stream)>>>(planes, conv_elems,
-                                                                        delta_elems, pairs);
+  ifd::launch(copy_kernel, dim3(n, 2 * n_layers), 256, 0, ifd::as_stream(stream), planes,
+              conv_elems, delta_elems, pairs);
   return ifd::launched();
 }
 
@@ -61,8 +63,8 @@ int ifd_gather_state_slots(float* const* planes, int n_layers, size_t conv_elems
                            size_t delta_elems, const int32_t* ids, int n, float* image,
                            void* stream) {
   if (n == 0 || n_layers == 0) return 0;
-  move_kernel<true><<<dim3(n, 2 * n_layers), 256, 0, ifd::as_stream(stream)>>>(
-      planes, n_layers, conv_elems, delta_elems, ids, image);
+  ifd::launch(move_kernel<true>, dim3(n, 2 * n_layers), 256, 0, ifd::as_stream(stream), planes,
+              n_layers, conv_elems, delta_elems, ids, image);
   return ifd::launched();
 }
 
@@ -70,8 +72,8 @@ int ifd_scatter_state_slots(float* const* planes, int n_layers, size_t conv_elem
                             size_t delta_elems, const int32_t* ids, int n, const float* image,
                             void* stream) {
   if (n == 0 || n_layers == 0) return 0;
-  move_kernel<false><<<dim3(n, 2 * n_layers), 256, 0, ifd::as_stream(stream)>>>(
-      planes, n_layers, conv_elems, delta_elems, ids, const_cast<float*>(image));
+  ifd::launch(move_kernel<false>, dim3(n, 2 * n_layers), 256, 0, ifd::as_stream(stream), planes,
+              n_layers, conv_elems, delta_elems, ids, const_cast<float*>(image));
   return ifd::launched();
 }
 
