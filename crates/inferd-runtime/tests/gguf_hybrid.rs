@@ -1,0 +1,218 @@
+//! Qwen3.5 hybrids loaded from GGUF: the tiny hybrid fixtures as llama.cpp's own
+//! converter writes them (`fixtures/models/qwen35_hybrid*/model.gguf`, made by
+//! `scripts/fixtures/make_hybrid_gguf.py` with the converter of llama-cpp-python 0.3.36:
+//! arch `qwen35`, norms stored as 1 + w, A_log as -exp(A_log), the conv kernel squeezed,
+//! value heads reordered when key heads are fewer), against the same transformers
+//! reference as the safetensors (`hybrid_reference.rs`, same tolerance), and against
+//! the safetensors load itself: the same config and the same logits.
+
+mod common;
+
+use common::*;
+use inferd_runtime::{Backend, CpuBackend, Model};
+use serde_json::Value;
+
+const MODELS: [&str; 2] = ["qwen35_hybrid", "qwen35_hybrid_nested"];
+
+fn model_dir(name: &str) -> std::path::PathBuf {
+    repo_root().join("fixtures/models").join(name)
+}
+
+fn gguf(name: &str) -> std::path::PathBuf {
+    model_dir(name).join("model.gguf")
+}
+
+fn reference(name: &str) -> Value {
+    let p = model_dir(name).join("reference.json");
+    serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
+}
+
+/// Every prompt's logits within the backend's tolerance of transformers (top-1 where
+/// the reference is no near-tie), and the greedy continuation equal to transformers'.
+fn gguf_matches_transformers<B: Backend>(backend: B, name: &str) {
+    let tol = profile(&backend).logit_tol;
+    let model = Model::load(backend, &gguf(name)).unwrap();
+    assert!(model.gguf.is_some(), "{name}: not loaded as GGUF");
+    assert!(model.cfg.state_layer_count() > 0 && model.cfg.kv_layer_count() > 0);
+    let r = reference(name);
+    let mut run = Runner::new(&model, 512);
+    for p in r["prompts"].as_array().unwrap() {
+        let input = ids(&p["input_ids"]);
+        let logits = run.prompt_logits(&input, input.len());
+        let want = p["logits"].as_array().unwrap();
+        let (margins, top1) = (floats(&p["margin"]), ids(&p["top1"]));
+        let mut worst = 0.0f32;
+        for (i, (row, w)) in logits.iter().zip(want).enumerate() {
+            let d = max_abs_diff(row, &floats(w));
+            assert!(
+                d <= tol,
+                "{name} {}: position {i}: |Δlogit| {d} > {tol}",
+                p["name"]
+            );
+            if margins[i] > 2.0 * tol {
+                assert_eq!(argmax(row), top1[i], "{name}: top-1 at position {i}");
+            }
+            worst = worst.max(d);
+        }
+        eprintln!(
+            "{name} (GGUF) {}: max |Δlogit| {worst:.2e} vs transformers",
+            p["name"]
+        );
+        let got = run.greedy(&input, ids(&p["greedy"]).len());
+        assert_greedy_matches(&got, p, tol, name);
+    }
+}
+
+/// The GGUF and the safetensors of one model: the same config (but for the norms'
+/// offset, which the converter folded into the stored weights) and the same logits at
+/// every position of the longest prompt, in one pass and in pieces of 37 (across the
+/// delta rule's 64-token chunks).
+fn gguf_equals_safetensors<B: Backend>(backend: B, other: B, name: &str) {
+    let a = Model::load(backend, &gguf(name)).unwrap();
+    let b = Model::load(other, &model_dir(name)).unwrap();
+    assert_eq!(a.cfg.norm_offset, 0.0);
+    assert_eq!(b.cfg.norm_offset, 1.0);
+    let mut cfg = a.cfg.clone();
+    cfg.norm_offset = b.cfg.norm_offset;
+    assert_eq!(cfg, b.cfg, "{name}: GGUF and safetensors configs differ");
+    let r = reference(name);
+    let input = r["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| ids(&p["input_ids"]))
+        .max_by_key(Vec::len)
+        .unwrap();
+    let (mut ra, mut rb) = (Runner::new(&a, 512), Runner::new(&b, 512));
+    // Every weight is the same bits either way except A_log, which comes back as
+    // ln(exp(A_log)) (f32 both ways): for these files that is the stored value exactly,
+    // so the logits are the same bits.
+    for chunk in [input.len(), 37] {
+        let (la, lb) = (
+            ra.prompt_logits(&input, chunk),
+            rb.prompt_logits(&input, chunk),
+        );
+        let worst = la
+            .iter()
+            .zip(&lb)
+            .map(|(x, y)| max_abs_diff(x, y))
+            .fold(0.0, f32::max);
+        assert!(
+            la == lb,
+            "{name}: chunk {chunk}: GGUF vs safetensors |Δlogit| {worst}"
+        );
+    }
+}
+
+/// A backend without the DeltaNet ops refuses the GGUF as it refuses the safetensors.
+fn refused_without_linear_attention<B: Backend>(backend: B) {
+    let e = Model::load(backend, &gguf(MODELS[0]))
+        .err()
+        .expect("a hybrid GGUF loads on a backend without linear attention")
+        .to_string();
+    assert!(e.contains("does not run linear-attention layers"), "{e}");
+}
+
+macro_rules! backend_tests {
+    ($modname:ident, $backend:expr) => {
+        mod $modname {
+            use super::*;
+            #[test]
+            fn hybrid_gguf_matches_transformers() {
+                let b = $backend;
+                if !b.supports_linear_attention() {
+                    return refused_without_linear_attention(b);
+                }
+                gguf_matches_transformers(b, MODELS[0]);
+            }
+            #[test]
+            fn nested_hybrid_gguf_matches_transformers() {
+                let b = $backend;
+                if !b.supports_linear_attention() {
+                    return refused_without_linear_attention(b);
+                }
+                gguf_matches_transformers(b, MODELS[1]);
+            }
+            #[test]
+            fn hybrid_gguf_equals_safetensors() {
+                let b = $backend;
+                if !b.supports_linear_attention() {
+                    return refused_without_linear_attention(b);
+                }
+                gguf_equals_safetensors(b, $backend, MODELS[0]);
+                gguf_equals_safetensors($backend, $backend, MODELS[1]);
+            }
+        }
+    };
+}
+
+backend_tests!(cpu, CpuBackend::new());
+
+#[cfg(feature = "cuda")]
+backend_tests!(
+    cuda,
+    match cuda() {
+        Some(b) => b,
+        None => return,
+    }
+);
+
+/// The converted files' metadata, read as a ModelConfig: what the converter wrote for
+/// each fixture's HF config.
+#[test]
+fn gguf_metadata_gives_the_hybrid_config() {
+    use inferd_runtime::{LayerKind::*, LinearAttnConfig};
+    let g = inferd_formats::GgufFile::open(gguf(MODELS[0])).unwrap();
+    assert_eq!(g.meta_str("general.architecture").unwrap(), "qwen35");
+    let m = Model::load(CpuBackend::new(), &gguf(MODELS[0])).unwrap();
+    let c = &m.cfg;
+    assert_eq!(
+        c.layer_kinds,
+        [
+            LinearAttention,
+            LinearAttention,
+            LinearAttention,
+            FullAttention
+        ]
+    );
+    assert_eq!(
+        c.linear,
+        Some(LinearAttnConfig {
+            n_k_heads: 2,
+            n_v_heads: 4,
+            k_head_dim: 16,
+            v_head_dim: 16,
+            conv_kernel: 4
+        })
+    );
+    assert_eq!(
+        (c.head_dim, c.rope.rotary_dim, c.n_heads, c.n_kv_heads),
+        (16, 4, 4, 2)
+    );
+    assert!(c.attn_output_gate && c.qk_norm && c.tied_embeddings && !c.qkv_bias && !c.o_bias);
+    let m = Model::load(CpuBackend::new(), &gguf(MODELS[1])).unwrap();
+    let c = &m.cfg;
+    assert_eq!(
+        c.layer_kinds,
+        [
+            FullAttention,
+            LinearAttention,
+            LinearAttention,
+            FullAttention,
+            LinearAttention
+        ]
+    );
+    let la = c.linear.unwrap();
+    assert_eq!(
+        (
+            la.n_k_heads,
+            la.n_v_heads,
+            la.k_head_dim,
+            la.v_head_dim,
+            la.conv_kernel
+        ),
+        (3, 3, 8, 12, 3)
+    );
+    assert_eq!((c.head_dim, c.rope.rotary_dim, c.rope.theta), (32, 16, 1e6));
+    assert!(!c.tied_embeddings);
+}
