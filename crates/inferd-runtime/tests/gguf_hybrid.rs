@@ -216,3 +216,23 @@ fn gguf_metadata_gives_the_hybrid_config() {
     assert_eq!((c.head_dim, c.rope.rotary_dim, c.rope.theta), (32, 16, 1e6));
     assert!(!c.tied_embeddings);
 }
+
+/// The converted files' vocabulary (`tokenizer.ggml.*`, pre-tokenizer `qwen35`) builds a
+/// tokenizer (what `inferd serve` takes from a GGUF) that encodes text as the fixtures'
+/// tokenizer.json does and covers the model's vocabulary.
+#[test]
+fn gguf_tokenizer_matches_tokenizer_json() {
+    let text = "Gated DeltaNet, x\u{301} ünïcödé — 12345\n\tend";
+    for name in MODELS {
+        let m = Model::load(CpuBackend::new(), &gguf(name)).unwrap();
+        let g = m.gguf.as_ref().unwrap();
+        let from_gguf = inferd_text::Tokenizer::from_gguf(g).unwrap();
+        let from_json =
+            inferd_text::Tokenizer::from_tokenizer_json(&model_dir(name).join("tokenizer.json"))
+                .unwrap();
+        assert_eq!(from_gguf.vocab_size(), m.cfg.vocab_size, "{name}");
+        let ids = from_gguf.encode(text, false).unwrap();
+        assert_eq!(ids, from_json.encode(text, false).unwrap(), "{name}");
+        assert_eq!(ids.len(), text.len(), "{name}: one token per byte");
+    }
+}
