@@ -104,6 +104,25 @@ fn gguf_equals_safetensors<B: Backend>(backend: B, other: B, name: &str) {
     }
 }
 
+/// The converter's `--fuse-qkv` file (the attention layer's Q|gate, K, V in one
+/// `attn_qkv`) computes the same logits as the file with them apart.
+fn fused_qkv_equals_separate<B: Backend>(backend: B, other: B) {
+    let name = MODELS[0];
+    let fused = model_dir(name).join("model-fused-qkv.gguf");
+    let g = inferd_formats::GgufFile::open(&fused).unwrap();
+    assert!(g.has("blk.3.attn_qkv.weight") && !g.has("blk.3.attn_q.weight"));
+    let a = Model::load(backend, &fused).unwrap();
+    let b = Model::load(other, &gguf(name)).unwrap();
+    assert_eq!(a.cfg, b.cfg);
+    let r = reference(name);
+    let input = ids(&r["prompts"][2]["input_ids"]);
+    let (la, lb) = (
+        Runner::new(&a, 512).prompt_logits(&input, input.len()),
+        Runner::new(&b, 512).prompt_logits(&input, input.len()),
+    );
+    assert!(la == lb, "{name}: fused Q|K|V differs from separate");
+}
+
 /// A backend without the DeltaNet ops refuses the GGUF as it refuses the safetensors.
 fn refused_without_linear_attention<B: Backend>(backend: B) {
     let e = Model::load(backend, &gguf(MODELS[0]))
@@ -141,6 +160,14 @@ macro_rules! backend_tests {
                 }
                 gguf_equals_safetensors(b, $backend, MODELS[0]);
                 gguf_equals_safetensors($backend, $backend, MODELS[1]);
+            }
+            #[test]
+            fn hybrid_gguf_with_fused_qkv() {
+                let b = $backend;
+                if !b.supports_linear_attention() {
+                    return refused_without_linear_attention(b);
+                }
+                fused_qkv_equals_separate(b, $backend);
             }
         }
     };

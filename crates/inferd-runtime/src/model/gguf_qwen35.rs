@@ -79,7 +79,8 @@ pub(super) fn apply(g: &GgufFile, arch_name: &str, cfg: &mut ModelConfig) -> Res
         .position(|k| *k == LayerKind::FullAttention)
     {
         let n = Naming::GgufQwen35;
-        cfg.qkv_bias = g.has(&n.layer(first, Layer::QBias));
+        cfg.qkv_bias =
+            g.has(&n.layer(first, Layer::QBias)) || g.has(&format!("blk.{first}.attn_qkv.bias"));
         cfg.o_bias = g.has(&n.layer(first, Layer::OBias));
     }
     Ok(())

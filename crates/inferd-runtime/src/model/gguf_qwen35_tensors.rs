@@ -18,6 +18,10 @@
 //!                                                        grouped order restored
 //! ```
 //!
+//! With `--fuse-qkv` the converter also writes a full-attention layer's Q (with its gate),
+//! K and V as one `attn_qkv` (rows Q|K|V, biases likewise): split here into the
+//! `attn_q` / `attn_k` / `attn_v` the loader reads (and fuses again as it sees fit).
+//!
 //! Rows move whole, so any stored type keeps its bytes. `ssm_out`'s columns move in runs
 //! of `v_head_dim`: whole blocks when the type's block length divides `v_head_dim`
 //! (f32/f16/bf16 always, Q8_0 and Q4_0 for heads of 128), else the matrix is dequantized
@@ -51,11 +55,17 @@ pub struct Qwen35Tensors {
 impl Qwen35Tensors {
     pub fn new(file: Arc<GgufFile>, cfg: &ModelConfig) -> Result<Self> {
         let mut owned = HashMap::new();
-        if let Some(la) = &cfg.linear {
-            for layer in
-                (0..cfg.n_layers).filter(|&l| cfg.layer_kinds[l] == LayerKind::LinearAttention)
-            {
-                rewrite_layer(&file, layer, cfg.hidden, la, &mut owned)?;
+        for layer in 0..cfg.n_layers {
+            match (cfg.layer_kinds[layer], &cfg.linear) {
+                (LayerKind::LinearAttention, Some(la)) => {
+                    rewrite_layer(&file, layer, cfg.hidden, la, &mut owned)?
+                }
+                (LayerKind::LinearAttention, None) => {
+                    return Err(RuntimeError::Other(format!(
+                        "layer {layer}: linear attention without its config"
+                    )))
+                }
+                (LayerKind::FullAttention, _) => split_fused_qkv(&file, layer, cfg, &mut owned)?,
             }
         }
         Ok(Qwen35Tensors { file, owned })
@@ -81,11 +91,21 @@ impl TensorSource for Qwen35Tensors {
     }
 
     fn has(&self, name: &str) -> bool {
-        self.file.has(name)
+        self.owned.contains_key(name) || self.file.has(name)
     }
 
+    /// The file's names, then the split parts of fused Q|K|V tensors.
     fn tensor_names(&self) -> Vec<&str> {
-        self.file.tensor_names()
+        let mut names = self.file.tensor_names();
+        let mut split: Vec<&str> = self
+            .owned
+            .keys()
+            .map(String::as_str)
+            .filter(|n| !self.file.has(n))
+            .collect();
+        split.sort_unstable();
+        names.extend(split);
+        names
     }
 }
 
@@ -174,6 +194,60 @@ fn rewrite_layer(
     w.expect_shape(&[hidden, la.value_dim()])?;
     let t = permute_cols(&w, vd, &perm)?;
     owned.insert(name, t);
+    Ok(())
+}
+
+/// A full-attention layer's fused `attn_qkv` (weight `[q_proj_dim + 2 kv_dim, hidden]`,
+/// bias likewise) split into its Q (with the output gate), K and V parts; nothing when
+/// the layer has them apart.
+fn split_fused_qkv(
+    file: &GgufFile,
+    layer: usize,
+    cfg: &ModelConfig,
+    owned: &mut HashMap<String, Owned>,
+) -> Result<()> {
+    let n = |t: Layer| Naming::GgufQwen35.layer(layer, t);
+    let widths = [cfg.q_proj_dim(), cfg.kv_dim(), cfg.kv_dim()];
+    let total: usize = widths.iter().sum();
+    let parts = [
+        (
+            "weight",
+            [Layer::Q, Layer::K, Layer::V],
+            vec![total, cfg.hidden],
+        ),
+        (
+            "bias",
+            [Layer::QBias, Layer::KBias, Layer::VBias],
+            vec![total],
+        ),
+    ];
+    for (suffix, names, shape) in parts {
+        let name = format!("blk.{layer}.attn_qkv.{suffix}");
+        if !file.has(&name) || file.has(&n(names[0])) {
+            continue;
+        }
+        let t = file.tensor(&name)?;
+        t.expect_shape(&shape)?;
+        // Bytes per output: a weight row, or one element of a bias.
+        let rb = match shape.len() {
+            1 => t.data.len() / total,
+            _ => t.row_bytes(),
+        };
+        let mut at = 0;
+        for (part, rows) in names.into_iter().zip(widths) {
+            let mut part_shape = shape.clone();
+            part_shape[0] = rows;
+            owned.insert(
+                n(part),
+                Owned {
+                    dtype: t.dtype,
+                    shape: part_shape,
+                    data: t.data[at * rb..(at + rows) * rb].to_vec(),
+                },
+            );
+            at += rows;
+        }
+    }
     Ok(())
 }
 
