@@ -263,3 +263,145 @@ fn gguf_tokenizer_matches_tokenizer_json() {
         assert_eq!(ids.len(), text.len(), "{name}: one token per byte");
     }
 }
+
+/// A copy of fixture `name`'s GGUF in the temp dir with metadata `set` (a `None` value
+/// drops the key) and tensors `replace`d (name, shape, f32 values), under `tag`.
+fn edited(
+    name: &str,
+    tag: &str,
+    set: &[(&str, Option<inferd_formats::MetaValue>)],
+    replace: &[(&str, Vec<usize>, Vec<f32>)],
+) -> std::path::PathBuf {
+    let g = inferd_formats::GgufFile::open(gguf(name)).unwrap();
+    let mut w = inferd_formats::GgufWriter::new();
+    for (k, v) in g.metadata() {
+        if !set.iter().any(|(s, _)| s == k) {
+            w.add_meta(k.clone(), v.clone());
+        }
+    }
+    for (k, v) in set {
+        if let Some(v) = v {
+            w.add_meta(*k, v.clone());
+        }
+    }
+    for t in g.tensor_infos() {
+        match replace.iter().find(|(n, ..)| *n == t.name) {
+            Some((_, shape, vals)) => w.add_f32_tensor(t.name.clone(), shape, vals),
+            None => w.add_tensor(
+                t.name.clone(),
+                t.dtype,
+                &t.shape,
+                g.tensor(&t.name).unwrap().data,
+            ),
+        }
+        .unwrap();
+    }
+    let path = std::env::temp_dir().join(format!(
+        "inferd-gguf-hybrid-{tag}-{}.gguf",
+        std::process::id()
+    ));
+    w.write_to_file(&path).unwrap();
+    path
+}
+
+fn load_err(path: &std::path::Path) -> String {
+    let e = Model::load(CpuBackend::new(), path)
+        .err()
+        .expect("loads")
+        .to_string();
+    std::fs::remove_file(path).ok();
+    e
+}
+
+/// Without `attention.recurrent_layers` the layer kinds come from
+/// `full_attention_interval` (llama.cpp's fallback): the same model here.
+#[test]
+fn layer_kinds_fall_back_to_the_interval() {
+    use inferd_formats::MetaValue;
+    let p = edited(
+        MODELS[0],
+        "interval",
+        &[("qwen35.attention.recurrent_layers", None)],
+        &[],
+    );
+    let a = Model::load(CpuBackend::new(), &p).unwrap();
+    let b = Model::load(CpuBackend::new(), &gguf(MODELS[0])).unwrap();
+    assert_eq!(a.cfg, b.cfg);
+    std::fs::remove_file(&p).ok();
+    let p = edited(
+        MODELS[0],
+        "interval2",
+        &[
+            ("qwen35.attention.recurrent_layers", None),
+            ("qwen35.full_attention_interval", Some(MetaValue::U32(2))),
+        ],
+        &[],
+    );
+    // Layers 1 and 3 full: layer 1 holds a DeltaNet's attn_qkv, which is no fused
+    // Q|gate, K, V of the attention's shape.
+    let e = load_err(&p);
+    assert!(
+        e.contains("blk.1.attn_qkv.weight") && e.contains("expected [192, 64]"),
+        "{e}"
+    );
+}
+
+/// Bad hybrid metadata and tensors are errors naming the key or tensor.
+#[test]
+fn bad_hybrid_files_are_clear_errors() {
+    use inferd_formats::MetaValue;
+    let e = load_err(&edited(
+        MODELS[0],
+        "inner",
+        &[("qwen35.ssm.inner_size", Some(MetaValue::U32(66)))],
+        &[],
+    ));
+    assert!(
+        e.contains("ssm.inner_size 66 is not a multiple of ssm.time_step_rank 4"),
+        "{e}"
+    );
+    let e = load_err(&edited(
+        MODELS[0],
+        "recurrent",
+        &[(
+            "qwen35.attention.recurrent_layers",
+            Some(MetaValue::Array(vec![MetaValue::Bool(true); 3])),
+        )],
+        &[],
+    ));
+    assert!(e.contains("3 entries for 4 blocks"), "{e}");
+    let e = load_err(&edited(
+        MODELS[0],
+        "nextn",
+        &[("qwen35.nextn_predict_layers", Some(MetaValue::U32(4)))],
+        &[],
+    ));
+    assert!(e.contains("4 MTP layers of 4 blocks"), "{e}");
+    let e = load_err(&edited(
+        MODELS[0],
+        "ssm_a",
+        &[],
+        &[("blk.1.ssm_a", vec![4], vec![-0.5, 0.25, -1.0, -0.1])],
+    ));
+    assert!(
+        e.contains("blk.1.ssm_a") && e.contains("not -exp(A_log)"),
+        "{e}"
+    );
+    let e = load_err(&edited(
+        MODELS[0],
+        "conv",
+        &[],
+        &[("blk.2.ssm_conv1d.weight", vec![128, 3], vec![0.0; 384])],
+    ));
+    assert!(
+        e.contains("blk.2.ssm_conv1d.weight") && e.contains("[128, 3]"),
+        "{e}"
+    );
+    let e = load_err(&edited(
+        MODELS[0],
+        "beta",
+        &[],
+        &[("blk.0.ssm_beta.weight", vec![3, 64], vec![0.0; 192])],
+    ));
+    assert!(e.contains("blk.0.ssm_beta.weight"), "{e}");
+}
