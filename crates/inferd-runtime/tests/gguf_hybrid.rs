@@ -253,6 +253,13 @@ fn gguf_tokenizer_matches_tokenizer_json() {
     for name in MODELS {
         let m = Model::load(CpuBackend::new(), &gguf(name)).unwrap();
         let g = m.gguf.as_ref().unwrap();
+        // llama.cpp refuses a gpt2 vocabulary without the merges key: it is there, empty.
+        let merges = g.meta("tokenizer.ggml.merges").and_then(|v| v.as_array());
+        assert_eq!(
+            merges.map(<[_]>::len),
+            Some(0),
+            "{name}: tokenizer.ggml.merges"
+        );
         let from_gguf = inferd_text::Tokenizer::from_gguf(g).unwrap();
         let from_json =
             inferd_text::Tokenizer::from_tokenizer_json(&model_dir(name).join("tokenizer.json"))
