@@ -68,13 +68,6 @@ fn gguf_matches_transformers<B: Backend>(backend: B, name: &str) {
 /// every position of the longest prompt, in one pass and in pieces of 37 (across the
 /// delta rule's 64-token chunks).
 fn gguf_equals_safetensors<B: Backend>(backend: B, other: B, name: &str) {
-    let a = Model::load(backend, &gguf(name)).unwrap();
-    let b = Model::load(other, &model_dir(name)).unwrap();
-    assert_eq!(a.cfg.norm_offset, 0.0);
-    assert_eq!(b.cfg.norm_offset, 1.0);
-    let mut cfg = a.cfg.clone();
-    cfg.norm_offset = b.cfg.norm_offset;
-    assert_eq!(cfg, b.cfg, "{name}: GGUF and safetensors configs differ");
     let r = reference(name);
     let input = r["prompts"]
         .as_array()
@@ -83,14 +76,28 @@ fn gguf_equals_safetensors<B: Backend>(backend: B, other: B, name: &str) {
         .map(|p| ids(&p["input_ids"]))
         .max_by_key(Vec::len)
         .unwrap();
+    same_model(backend, other, &model_dir(name), &input);
+}
+
+/// `dir/model.gguf` and the safetensors in `dir`: the same config (norm offset aside)
+/// and the same logits of `input`, in one pass and in pieces of 37.
+fn same_model<B: Backend>(backend: B, other: B, dir: &std::path::Path, input: &[u32]) {
+    let name = dir.display();
+    let a = Model::load(backend, &dir.join("model.gguf")).unwrap();
+    let b = Model::load(other, dir).unwrap();
+    assert_eq!(a.cfg.norm_offset, 0.0);
+    assert_eq!(b.cfg.norm_offset, 1.0);
+    let mut cfg = a.cfg.clone();
+    cfg.norm_offset = b.cfg.norm_offset;
+    assert_eq!(cfg, b.cfg, "{name}: GGUF and safetensors configs differ");
     let (mut ra, mut rb) = (Runner::new(&a, 512), Runner::new(&b, 512));
     // Every weight is the same bits either way except A_log, which comes back as
     // ln(exp(A_log)) (f32 both ways): for these files that is the stored value exactly,
     // so the logits are the same bits.
     for chunk in [input.len(), 37] {
         let (la, lb) = (
-            ra.prompt_logits(&input, chunk),
-            rb.prompt_logits(&input, chunk),
+            ra.prompt_logits(input, chunk),
+            rb.prompt_logits(input, chunk),
         );
         let worst = la
             .iter()
@@ -102,6 +109,25 @@ fn gguf_equals_safetensors<B: Backend>(backend: B, other: B, name: &str) {
             "{name}: chunk {chunk}: GGUF vs safetensors |Δlogit| {worst}"
         );
     }
+}
+
+/// `INFERD_HYBRID_GGUF_DIR`: a model folder with safetensors and the `model.gguf`
+/// converted from them (`make_hybrid_gguf.py --folder`, e.g. the `--bench` model): the
+/// same checks as on the fixtures, on 200 fixed token ids. Skipped (with a note) when
+/// unset.
+#[test]
+fn gguf_equals_safetensors_in_env_dir() {
+    let Some(dir) = std::env::var_os("INFERD_HYBRID_GGUF_DIR") else {
+        eprintln!("note: INFERD_HYBRID_GGUF_DIR unset, skipping");
+        return;
+    };
+    let input: Vec<u32> = (0..200u32).map(|i| (i * 97 + 13) % 251 + 3).collect();
+    same_model(
+        CpuBackend::new(),
+        CpuBackend::new(),
+        std::path::Path::new(&dir),
+        &input,
+    );
 }
 
 /// The converter's `--fuse-qkv` file (the attention layer's Q|gate, K, V in one
