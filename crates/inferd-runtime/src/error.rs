@@ -6,7 +6,9 @@ use inferd_formats::FormatError;
 pub enum RuntimeError {
     #[error(transparent)]
     Format(#[from] FormatError),
-    #[error("{path}: unsupported model architecture '{arch}' (supported: llama, qwen2, qwen3)")]
+    #[error(
+        "{path}: unsupported model architecture '{arch}' (supported: llama, qwen2, qwen3, qwen35)"
+    )]
     UnsupportedArch { path: String, arch: String },
     #[error("{path}: invalid model config: {reason}")]
     BadConfig { path: String, reason: String },

@@ -9,6 +9,10 @@ use serde_json::{json, Value};
 /// runs with trailing newlines, newline runs, whitespace.
 const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// Qwen3.5 split: Qwen2's, with combining marks (`\p{M}`) kept inside words and out of
+/// punctuation runs (llama.cpp's `qwen35` pre-tokenizer; its tokenizer.json's pattern).
+const QWEN35_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// Llama 3 split: as Qwen2 but digits are grouped in runs of up to three.
 const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
@@ -21,6 +25,8 @@ pub enum PreTokenizerKind {
     DigitsThenGpt2,
     /// The Qwen2 split (NFC-normalized first, as Qwen's tokenizer.json does).
     Qwen2,
+    /// The Qwen3.5 split (NFC-normalized first, as for Qwen2).
+    Qwen35,
     /// The Llama 3 split.
     Llama3,
 }
@@ -30,7 +36,8 @@ impl PreTokenizerKind {
     pub fn from_gguf_pre(pre: Option<&str>) -> Self {
         match pre.unwrap_or("default") {
             "smollm" | "starcoder" | "refact" => PreTokenizerKind::DigitsThenGpt2,
-            "qwen2" | "qwen35" | "deepseek-r1-qwen" => PreTokenizerKind::Qwen2,
+            "qwen2" | "deepseek-r1-qwen" => PreTokenizerKind::Qwen2,
+            "qwen35" => PreTokenizerKind::Qwen35,
             "llama-bpe" | "llama3" | "llama-v3" | "smaug-bpe" => PreTokenizerKind::Llama3,
             _ => PreTokenizerKind::Gpt2,
         }
@@ -50,6 +57,10 @@ impl PreTokenizerKind {
                 split(QWEN2_SPLIT),
                 byte_level(false),
             ]}),
+            PreTokenizerKind::Qwen35 => json!({"type": "Sequence", "pretokenizers": [
+                split(QWEN35_SPLIT),
+                byte_level(false),
+            ]}),
             PreTokenizerKind::Llama3 => json!({"type": "Sequence", "pretokenizers": [
                 split(LLAMA3_SPLIT),
                 byte_level(false),
@@ -60,7 +71,7 @@ impl PreTokenizerKind {
     /// The `normalizer` entry of a tokenizer.json.
     pub(crate) fn normalizer_json(self) -> Value {
         match self {
-            PreTokenizerKind::Qwen2 => json!({"type": "NFC"}),
+            PreTokenizerKind::Qwen2 | PreTokenizerKind::Qwen35 => json!({"type": "NFC"}),
             _ => Value::Null,
         }
     }
@@ -79,6 +90,10 @@ mod tests {
         assert_eq!(
             PreTokenizerKind::from_gguf_pre(Some("qwen2")),
             PreTokenizerKind::Qwen2
+        );
+        assert_eq!(
+            PreTokenizerKind::from_gguf_pre(Some("qwen35")),
+            PreTokenizerKind::Qwen35
         );
         assert_eq!(
             PreTokenizerKind::from_gguf_pre(Some("llama-bpe")),

@@ -5,7 +5,9 @@ use inferd_formats::GgufFile;
 use serde_json::Value;
 
 use super::*;
-use crate::test_support::{fixture_json, qwen3_tokenizer_dir, smollm2_gguf, tiny, tiny_gguf};
+use crate::test_support::{
+    byte_char, fixture_json, qwen3_tokenizer_dir, smollm2_gguf, tiny, tiny_gguf,
+};
 
 fn tiny_tok(pre: &str, add_bos: bool) -> Tokenizer {
     Tokenizer::from_gguf(&tiny_gguf(pre, add_bos)).expect("tiny tokenizer")
@@ -106,6 +108,37 @@ fn pre_tokenizer_choice_changes_digit_splits() {
     assert_eq!(
         tiny_tok("qwen2", false).encode(" hello", false).unwrap(),
         vec![32, tiny::HELLO]
+    );
+}
+
+#[test]
+fn qwen35_split_keeps_combining_marks_in_words() {
+    // "x" + U+0301 (no precomposed form, so NFC keeps it; UTF-8 CC 81) with merges
+    // spelling it as one token: Qwen3.5's split keeps the mark with its letter, so the
+    // merges apply; Qwen2's puts the mark in a piece of its own.
+    let (cc, x81) = (byte_char(0xCC), byte_char(0x81));
+    let mut tokens: Vec<String> = (0..=255u8).map(|b| byte_char(b).to_string()).collect();
+    tokens.push(format!("x{cc}"));
+    tokens.push(format!("x{cc}{x81}"));
+    let merges = vec![format!("x {cc}"), format!("x{cc} {x81}")];
+    let tok = |pre: &str| {
+        let mut w = inferd_formats::GgufWriter::new();
+        w.add_meta("tokenizer.ggml.model", "gpt2")
+            .add_meta("tokenizer.ggml.pre", pre)
+            .add_meta("tokenizer.ggml.tokens", tokens.clone())
+            .add_meta("tokenizer.ggml.merges", merges.clone());
+        let g = GgufFile::from_bytes("x.gguf", w.to_bytes().unwrap()).unwrap();
+        Tokenizer::from_gguf(&g).unwrap()
+    };
+    assert_eq!(tok("qwen35").encode("x\u{301}", false).unwrap(), vec![257]);
+    assert_eq!(
+        tok("qwen2").encode("x\u{301}", false).unwrap(),
+        vec![120, 0xCC, 0x81]
+    );
+    // Both NFC-normalize first: "e" + U+0301 becomes "é" (C3 A9).
+    assert_eq!(
+        tok("qwen35").encode("e\u{301}", false).unwrap(),
+        vec![0xC3, 0xA9]
     );
 }
 

@@ -27,7 +27,9 @@ impl Arch {
             "llama" | "LlamaForCausalLM" => Some(Arch::Llama),
             "qwen2" | "Qwen2ForCausalLM" => Some(Arch::Qwen2),
             "qwen3" | "Qwen3ForCausalLM" => Some(Arch::Qwen3),
-            "qwen3_5"
+            // `qwen35`: llama.cpp's name (GGUF `general.architecture`).
+            "qwen35"
+            | "qwen3_5"
             | "qwen3_5_text"
             | "Qwen3_5ForCausalLM"
             | "Qwen3_5ForConditionalGeneration" => Some(Arch::Qwen35),
@@ -214,7 +216,8 @@ impl ModelConfig {
         self.n_kv_heads * self.head_dim
     }
 
-    /// Reads `{arch}.*` keys of a GGUF file. `tied` is decided by the loader (no `output.weight`).
+    /// Reads `{arch}.*` keys of a GGUF file (a Qwen3.5 hybrid's also through
+    /// `gguf_qwen35`). `tied` is decided by the loader (no `output.weight`).
     pub fn from_gguf(g: &GgufFile, tied_embeddings: bool) -> Result<Self> {
         let path = g.path().display().to_string();
         let arch_name = g.meta_str("general.architecture")?;
@@ -243,7 +246,7 @@ impl ModelConfig {
             None => g.tensor("token_embd.weight")?.shape[0],
         };
         let n_layers = g.meta_u64(&k("block_count"))? as usize;
-        let cfg = ModelConfig {
+        let mut cfg = ModelConfig {
             arch,
             vocab_size,
             hidden,
@@ -283,6 +286,9 @@ impl ModelConfig {
                     reason: format!("rope scaling '{t}' is not supported yet"),
                 });
             }
+        }
+        if arch == Arch::Qwen35 {
+            super::gguf_qwen35::apply(g, arch_name, &mut cfg)?;
         }
         cfg.check(&path)?;
         Ok(cfg)

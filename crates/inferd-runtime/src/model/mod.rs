@@ -3,6 +3,8 @@
 mod config;
 mod decoder;
 mod delta_net;
+mod gguf_qwen35;
+mod gguf_qwen35_tensors;
 mod identity;
 mod kv_offset;
 pub mod names;
@@ -52,9 +54,16 @@ impl<B: Backend> Model<B> {
             let g = Arc::new(GgufFile::open(path)?);
             let tied = !g.has(&Naming::Gguf.global(Global::LmHead));
             let cfg = ModelConfig::from_gguf(&g, tied)?;
-            let src: SharedSource = g.clone();
-            let weights = Weights::load(&backend, &src, Naming::Gguf, &cfg)?;
-            let k_offset = kv_offset::k_offset(&cfg, &src, Naming::Gguf)?;
+            check_backend(&backend, &cfg, path)?;
+            // A Qwen3.5 file's DeltaNet tensors are read back into HF layout.
+            let (src, naming): (SharedSource, Naming) = if cfg.arch == Arch::Qwen35 {
+                let t = gguf_qwen35_tensors::Qwen35Tensors::new(g.clone(), &cfg)?;
+                (Arc::new(t), Naming::GgufQwen35)
+            } else {
+                (g.clone(), Naming::Gguf)
+            };
+            let weights = Weights::load(&backend, &src, naming, &cfg)?;
+            let k_offset = kv_offset::k_offset(&cfg, &src, naming)?;
             let file = WeightsFile {
                 path,
                 header_end: Some(g.data_offset() as u64),

@@ -5,6 +5,11 @@
 pub enum Naming {
     /// llama.cpp's GGUF names (`blk.N.attn_q.weight`).
     Gguf,
+    /// llama.cpp's names for its `qwen35` architecture: the GGUF names, but the norm
+    /// before the feed-forward is `blk.N.post_attention_norm.weight` (HF
+    /// `post_attention_layernorm`), and the Gated DeltaNet's tensors are `ssm_*` /
+    /// `attn_qkv` / `attn_gate`.
+    GgufQwen35,
     /// Hugging Face transformers names (`model.layers.N.self_attn.q_proj.weight`).
     Hf,
     /// Hugging Face names of a multimodal wrapper's language model
@@ -62,9 +67,9 @@ pub enum Layer {
 impl Naming {
     pub fn global(self, g: Global) -> String {
         match (self, g) {
-            (Naming::Gguf, Global::Embed) => "token_embd.weight",
-            (Naming::Gguf, Global::FinalNorm) => "output_norm.weight",
-            (Naming::Gguf, Global::LmHead) => "output.weight",
+            (Naming::Gguf | Naming::GgufQwen35, Global::Embed) => "token_embd.weight",
+            (Naming::Gguf | Naming::GgufQwen35, Global::FinalNorm) => "output_norm.weight",
+            (Naming::Gguf | Naming::GgufQwen35, Global::LmHead) => "output.weight",
             (Naming::Hf, Global::Embed) => "model.embed_tokens.weight",
             (Naming::Hf, Global::FinalNorm) => "model.norm.weight",
             (Naming::Hf, Global::LmHead) => "lm_head.weight",
@@ -78,7 +83,7 @@ impl Naming {
     pub fn layer(self, i: usize, t: Layer) -> String {
         use Layer::*;
         match self {
-            Naming::Gguf => {
+            Naming::Gguf | Naming::GgufQwen35 => {
                 let s = match t {
                     AttnNorm => "attn_norm.weight",
                     Q => "attn_q.weight",
@@ -91,12 +96,14 @@ impl Naming {
                     KNorm => "attn_k_norm.weight",
                     O => "attn_output.weight",
                     OBias => "attn_output.bias",
+                    FfnNorm if self == Naming::GgufQwen35 => "post_attention_norm.weight",
                     FfnNorm => "ffn_norm.weight",
                     Gate => "ffn_gate.weight",
                     Up => "ffn_up.weight",
                     Down => "ffn_down.weight",
-                    // llama.cpp's names for these; GGUF hybrid files are not read yet
-                    // (their converter also rewrites A_log), see `Arch::parse`.
+                    // The converter's layouts differ from HF's for these (A_log is
+                    // stored as -exp(A_log), value heads reordered, ...):
+                    // `gguf_qwen35_tensors` undoes that under these names.
                     LinQkv => "attn_qkv.weight",
                     LinZ => "attn_gate.weight",
                     LinB => "ssm_beta.weight",
