@@ -17,6 +17,10 @@
 #            ../shared/gpu/prepare-carry.sh); peerwait waits for both
 #   peer     llama-server on /tmp/q8b.gguf driven by the same fleet runs as `fleet` and
 #            `long` (reports fleet-llama-*.json)
+#   peerbuild35  starts building llama-server alone in the background (no /tmp/q8b);
+#            conv35 writes /tmp/q35.gguf (bf16) from /tmp/q35 with llama.cpp's converter
+#   fleet35  `inferd serve --device cuda` on /tmp/q35: fleet 1/8/32 x 4k, forked, resume
+#   peer35   llama-server on /tmp/q35.gguf: the same fleet and forked runs
 #   smol1    keeps SmolLM2's first part (prepare with SMOL=1); smol2 (the next call on the
 #            same machine) joins it and compares the GPU with the CPU on real weights
 # Logs under $OUT; summary.txt has the results.
@@ -136,6 +140,44 @@ peer)
   OUT=$OUT/llama bash /tmp/lcd/fleet-peer.sh $B/inferd 2>&1 | tee -a $summary
   for f in $OUT/llama/fleet-*.json; do mv $f $OUT/fleet-llama-${f##*/fleet-}; done
   $B/inferd bench table $OUT/fleet-*.json 2>&1 | tee -a $summary
+  ;;
+peerbuild35)
+  mkdir -p /tmp/lcw /tmp/lcd && tar xJf .device/peer/lc-src.txz -C /tmp/lcw
+  setsid bash -c 'cd /tmp/lcw && cmake -B build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF \
+    -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=Release >/tmp/lcd/cmake.log 2>&1 &&
+    cmake --build build -j16 --target llama-server >/tmp/lcd/build.log 2>&1; echo "llama-server build rc $?" >/tmp/lcd/peerbuild.log' \
+    </dev/null >/dev/null 2>&1 &
+  echo $! > /tmp/peerbuild.pid
+  ;;
+conv35)
+  PYTHONPATH=/tmp/lcw/gguf-py timeout 400 python3 /tmp/lcw/convert_hf_to_gguf.py /tmp/q35 --no-mtp --outtype bf16 \
+    --outfile /tmp/q35.gguf >$OUT/conv35.log 2>&1; note "convert q35: rc=$? $(ls -la /tmp/q35.gguf 2>&1)"
+  ;;
+fleet35|peer35)
+  if [ $stage = fleet35 ]; then
+    $B/inferd serve --device cuda -m /tmp/q35 --port 8191 >$OUT/serve35.log 2>&1 &
+    eng=inferd
+  else
+    /tmp/lcw/build/bin/llama-server -m /tmp/q35.gguf -ngl 99 -fa on -np 32 -c $((32 * 8448)) --cache-ram 0 \
+      --port 8191 --host 127.0.0.1 >$OUT/llama35.log 2>&1 &
+    eng=llama.cpp
+  fi
+  SP=$!
+  for i in $(seq 1 240); do curl -sf http://127.0.0.1:8191/health >/dev/null && break; sleep 0.5; done
+  for n in 1 8 32; do
+    timeout 120 $B/inferd bench fleet --url http://127.0.0.1:8191 --token-prompts -q --agents $n --context 4096 --reply 128 \
+      --label $eng --meta engine=$eng --meta model=qwen3.5-9b-shape-bf16 --out $OUT/h35-$eng-4096-n$n.json >/dev/null 2>&1
+    note "$eng fleet35 $n x 4096: rc $?"
+  done
+  timeout 100 $B/inferd bench forked --url http://127.0.0.1:8191 --token-prompts --brief 8192 --agents 32 --suffix 64 --reply 64 \
+    --label $eng --meta engine=$eng --meta model=qwen3.5-9b-shape-bf16 --out $OUT/h35-$eng-forked.json >$OUT/h35-$eng-forked.txt 2>&1
+  note "$eng forked35: rc $? $(grep -E 'relaunch|cached fraction' $OUT/h35-$eng-forked.txt | tr -s ' ' | tr '\n' ';')"
+  timeout 100 $B/inferd bench resume --url http://127.0.0.1:8191 --token-prompts --agents 8 --context 4096 --reply 64 --filler 16 \
+    --label $eng --meta engine=$eng --meta model=qwen3.5-9b-shape-bf16 --out $OUT/h35-$eng-resume.json >$OUT/h35-$eng-resume.txt 2>&1
+  note "$eng resume35: rc $? $(grep -iE 'return|cached' $OUT/h35-$eng-resume.txt | tr -s ' ' | tr '\n' ';' | head -c 400)"
+  [ $eng = inferd ] && curl -s http://127.0.0.1:8191/v1/cache | head -c 900 >> $summary
+  kill $SP; wait $SP 2>/dev/null
+  $B/inferd bench table $OUT/h35-*-n*.json 2>&1 | tee -a $summary
   ;;
 smol1)
   cp .device/smol1/* /tmp/
