@@ -368,6 +368,10 @@ mod tests {
             assert!(w[0].0 + w[0].1 <= w[1].0, "{spans:?} overlap");
         }
         let (last, len) = spans[spans.len() - 1];
-        assert_eq!(last + len, at.bt, "the block tables follow every other array");
+        assert_eq!(
+            last + len,
+            at.bt,
+            "the block tables follow every other array"
+        );
     }
 }
