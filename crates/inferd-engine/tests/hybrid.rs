@@ -41,6 +41,7 @@ fn engine(cfg: EngineConfig) -> EngineHandle {
     let backend = CpuBackend::with_config(CpuConfig {
         threads: 2,
         f32_activations: true,
+        ..Default::default()
     });
     let model = Model::load(backend, &fixture()).expect("load the hybrid fixture");
     let tok = Tokenizer::from_tokenizer_json(&fixture().join("tokenizer.json")).expect("tokenizer");

@@ -1,28 +1,28 @@
 #!/usr/bin/env bash
-# Runs the Gated DeltaNet CUDA kernels' own source on the host (no GPU): the kernel bodies of
-# kernels/delta_rule.cu and delta_net.cu, with CUDA's keywords turned into host C++ (shared
-# memory as statics, __syncthreads as a std::barrier over one std::thread per CUDA thread),
-# against reference computations. Usage: scripts/dev/kernel-emulation/run.sh (needs g++ >= 11).
+# Runs the Gated DeltaNet CUDA kernels' own source on the host (no GPU): copies of
+# kernels/delta_net.cu and delta_rule.cu compiled as C++ against common.cuh here (a host
+# stand-in for kernels/common.cuh: a block's threads as std::threads, __syncthreads and warp
+# shuffles as barriers, bf16 on f32 bits), each kernel called through its C entry point and
+# checked against the CPU backend's op (hybrid_ops_emu.cpp) at the tiny fixtures' shapes, the
+# CUDA test model's and the Qwen3.5-9B head shape.
+# Usage: scripts/dev/kernel-emulation/run.sh (needs g++ >= 11).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 k=$here/../../../crates/inferd-runtime/kernels
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# delta_rule.cu: from its anonymous namespace up to the first launch helper.
-awk '/^namespace \{/{on=1} /^template <int KMAX>$/{if(seen) exit; seen++} on{print}' "$k/delta_rule.cu" |
-  sed -e 's/extern __shared__ float smem\[\];/float* smem = g_smem;/' -e 's/__shared__ float/static float/' \
-      -e 's/__global__//' -e 's/__launch_bounds__([a-zA-Z0-9]*)//' -e 's/__host__ __device__//' \
-      > "$tmp/delta_rule.inc"
-echo "}  // namespace" >> "$tmp/delta_rule.inc"
-# delta_net.cu: its convolution kernels.
-awk '/^namespace \{/{on=1} /^__global__ void l2_norm_kernel/{exit} on{print}' "$k/delta_net.cu" |
-  sed -e 's/__global__//' -e 's/__device__ __forceinline__//' -e 's/using ifd::bf16;//' > "$tmp/conv.inc"
-echo "}" >> "$tmp/conv.inc"
-cp "$here"/*.cpp "$tmp/"
+cp "$here/common.cuh" "$here/hybrid_ops_emu.cpp" "$tmp/"
+# The one construct common.cuh cannot redefine: dynamic shared memory.
+sed -e 's/extern __shared__ float smem\[\];/float* smem = emu::dyn_smem;/' "$k/delta_rule.cu" > "$tmp/delta_rule.cu"
+cp "$k/delta_net.cu" "$tmp/delta_net.cu"
 cd "$tmp"
-for shape in "40 70 64" "128 128 128" "16 16 32"; do
-  set -- $shape
-  g++ -std=c++20 -O2 -pthread -DEMU_DK=$1 -DEMU_DV=$2 -DEMU_KMAX=$3 delta_rule_emu.cpp -o delta_rule
-  echo -n "delta rule, heads of $1 x $2: "; ./delta_rule
+g++ -std=c++20 -O2 -pthread -x c++ hybrid_ops_emu.cpp -o ops
+status=0
+#        nk nv dk  dv  taps head_dim
+for shape in "2 4 16 16 4 16" \
+             "3 3 8 12 3 32" \
+             "2 4 128 128 4 256" \
+             "1 2 40 70 4 64"; do
+  ./ops $shape || status=1
 done
-g++ -std=c++17 -O2 conv_emu.cpp -o conv && ./conv
+exit $status

@@ -43,6 +43,12 @@ pub struct CpuConfig {
     /// rounding them to 8 bits on the small-batch (decode) path. Slower; matches an
     /// f32 reference exactly. Used by accuracy tests.
     pub f32_activations: bool,
+    /// Round what the CUDA backend rounds to bf16 on the way into a matrix product: the
+    /// RMSNorms' outputs, attention's output (and after its sigmoid gate), SwiGLU's and
+    /// the gated RMSNorm's outputs. With bf16-exact weights the CPU then computes the GPU's
+    /// numbers up to summation order: accuracy tests check the CUDA backend against it on
+    /// models too sensitive for a float32 reference (tests/hybrid_reference.rs).
+    pub bf16_like_cuda: bool,
 }
 
 /// The CPU backend owns its worker pool (one thread per core unless configured).
@@ -51,6 +57,7 @@ pub struct CpuBackend {
     pool: Arc<rayon::ThreadPool>,
     linear: inferd_quant::LinearConfig,
     f32_activations: bool,
+    bf16_like_cuda: bool,
 }
 
 impl CpuBackend {
@@ -77,6 +84,17 @@ impl CpuBackend {
             pool: Arc::new(pool),
             linear,
             f32_activations: cfg.f32_activations,
+            bf16_like_cuda: cfg.bf16_like_cuda,
+        }
+    }
+
+    /// `x` rounded to bf16 in place with `bf16_like_cuda` (an activation the CUDA backend
+    /// stores in bf16).
+    fn round_like_cuda(&self, x: &mut [f32]) {
+        if self.bf16_like_cuda {
+            for v in x {
+                *v = half::bf16::from_f32(*v).to_f32();
+            }
         }
     }
 
@@ -187,6 +205,7 @@ impl Backend for CpuBackend {
         out.set_shape(x.rows, x.cols)?;
         out.data.copy_from_slice(&x.data);
         norm::rms_norm_rows(&mut out.data, x.cols, w.vector(), eps);
+        self.round_like_cuda(&mut out.data);
         Ok(())
     }
 
@@ -279,6 +298,7 @@ impl Backend for CpuBackend {
         attention::store_kv(kv, layer, k, v, batch);
         out.set_shape(q.rows, q.cols)?;
         attention::attend(q, kv, layer, batch, cfg, out);
+        self.round_like_cuda(&mut out.data);
         Ok(())
     }
 
@@ -304,6 +324,7 @@ impl Backend for CpuBackend {
     fn sigmoid_mul(&self, x: &mut CpuTensor, gate: &CpuTensor) -> Result<()> {
         check_same(x, gate, "sigmoid_mul")?;
         delta_net::sigmoid_mul(&mut x.data, &gate.data);
+        self.round_like_cuda(&mut x.data);
         Ok(())
     }
 
@@ -412,6 +433,7 @@ impl Backend for CpuBackend {
         check_same(x, z, "gated_rms_norm")?;
         out.set_shape(x.rows, x.cols)?;
         delta_net::gated_rms_norm(&x.data, &z.data, w.vector(), head_dim, eps, &mut out.data);
+        self.round_like_cuda(&mut out.data);
         Ok(())
     }
 
@@ -433,6 +455,7 @@ impl Backend for CpuBackend {
         } else {
             body(((&mut out.data[..], &gate.data[..]), &up.data[..]));
         }
+        self.round_like_cuda(&mut out.data);
         Ok(())
     }
 

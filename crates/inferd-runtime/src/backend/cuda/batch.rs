@@ -123,6 +123,26 @@ struct Offsets {
     chunks: usize,
 }
 
+impl Offsets {
+    /// Every array's offset follows the pass's shape (rows, logits rows, chunks) only, so
+    /// a bucket's graphs, which bake in these addresses, read each pass's own values: the
+    /// block tables, whose length grows with the sequences, come last.
+    fn new(n: usize, n_logits: usize, n_seqs: usize) -> Offsets {
+        let bt_off = 4 * n + n_logits;
+        let chunks = bt_off + n_seqs + 1;
+        Offsets {
+            tokens: 0,
+            pos: n,
+            seq: 2 * n,
+            slot: 3 * n,
+            logits: 4 * n,
+            bt_off,
+            chunks,
+            bt: chunks + 4 * n_seqs,
+        }
+    }
+}
+
 enum Meta {
     /// From the pool, handed back when the pass ends.
     Pooled(DeviceBuffer),
@@ -178,18 +198,9 @@ impl CudaBatch {
         let n_seqs = b.seqs.len() + (n - real);
         let bt_total: usize =
             b.seqs.iter().map(|s| s.block_table.len()).sum::<usize>() + (n - real);
-        let at = Offsets {
-            tokens: 0,
-            pos: n,
-            seq: 2 * n,
-            slot: 3 * n,
-            logits: 4 * n,
-            bt_off: 4 * n + n_logits,
-            bt: 4 * n + n_logits + n_seqs + 1,
-            chunks: 4 * n + n_logits + n_seqs + 1 + bt_total,
-        };
+        let at = Offsets::new(n, n_logits, n_seqs);
         // [all arrays]; chunks: [n_seqs, 4] = (first row, tokens, start position, state slot)
-        let mut packed = vec![0i32; at.chunks + 4 * n_seqs];
+        let mut packed = vec![0i32; at.bt + bt_total];
         let mut max_pos = 0;
         let mut bt_next = 0;
         for (si, s) in b.seqs.iter().enumerate() {
@@ -331,5 +342,36 @@ impl Drop for CudaBatch {
         if let Meta::Pooled(b) = std::mem::replace(&mut self.buf, Meta::Returned) {
             self.pool.free.lock().unwrap().push(b);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Offsets;
+
+    #[test]
+    fn offsets_follow_the_pass_shape_only_and_tables_come_last() {
+        // A decode bucket of 8 rows: the same offsets whatever the block tables hold (they
+        // are not an input), every array inside [0, bt) and disjoint.
+        let at = Offsets::new(8, 8, 8);
+        let mut spans = [
+            (at.tokens, 8),
+            (at.pos, 8),
+            (at.seq, 8),
+            (at.slot, 8),
+            (at.logits, 8),
+            (at.bt_off, 9),
+            (at.chunks, 32),
+        ];
+        spans.sort();
+        for w in spans.windows(2) {
+            assert!(w[0].0 + w[0].1 <= w[1].0, "{spans:?} overlap");
+        }
+        let (last, len) = spans[spans.len() - 1];
+        assert_eq!(
+            last + len,
+            at.bt,
+            "the block tables follow every other array"
+        );
     }
 }

@@ -1,0 +1,129 @@
+// Host stand-in for kernels/common.cuh (run.sh puts it beside copies of the kernel files):
+// CUDA's keywords as host C++, a block's threads as std::threads (blocks one after the
+// other), __syncthreads as a barrier over the block, warp shuffles as a barrier over the
+// warp, bf16 as round-to-nearest-even on f32 bits, ifd::launch running the grid at once.
+#pragma once
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <math.h>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __restrict__
+#define __launch_bounds__(x)
+#define __shared__ static thread_local_block
+#define thread_local_block  // block-shared: blocks run one at a time
+using std::max;
+using std::min;
+
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
+struct Idx {
+  int x = 0, y = 0, z = 0;
+};
+inline thread_local Idx threadIdx;
+inline Idx blockIdx, blockDim, gridDim;
+
+using cudaStream_t = void*;
+enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorInvalidDevice = 101 };
+inline int cudaGetLastError() { return 0; }
+inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
+enum { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97, cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+inline cudaError_t cudaDeviceGetAttribute(int* v, int, int) { *v = 227 << 10; return cudaSuccess; }
+template <typename F> cudaError_t cudaFuncSetAttribute(F, int, int) { return cudaSuccess; }
+
+struct __nv_bfloat16 {
+  uint16_t bits;
+};
+inline __nv_bfloat16 __float2bfloat16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fff + ((u >> 16) & 1);
+  return {static_cast<uint16_t>(u >> 16)};
+}
+inline float __bfloat162float(__nv_bfloat16 b) {
+  uint32_t u = static_cast<uint32_t>(b.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+namespace emu {
+inline std::barrier<>* block_bar;
+inline std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
+inline float warp_slots[1024];
+alignas(16) inline float dyn_smem[(227 << 10) / 4];
+}  // namespace emu
+#define __syncthreads() emu::block_bar->arrive_and_wait()
+
+namespace ifd {
+using bf16 = __nv_bfloat16;
+inline cudaStream_t as_stream(void* s) { return s; }
+inline int launched() { return 0; }
+inline void pdl_begin() {}
+
+// Every lane of the warp gets the sum (the lanes' values in lane order).
+inline float warp_sum(float v) {
+  const int t = threadIdx.x, w = t >> 5;
+  std::barrier<>& bar = *emu::warp_bars[w];
+  emu::warp_slots[t] = v;
+  bar.arrive_and_wait();
+  float s = 0.f;
+  for (int l = 0; l < 32; ++l) s += emu::warp_slots[w * 32 + l];
+  bar.arrive_and_wait();
+  return s;
+}
+inline float warp_max(float v) {
+  const int t = threadIdx.x, w = t >> 5;
+  std::barrier<>& bar = *emu::warp_bars[w];
+  emu::warp_slots[t] = v;
+  bar.arrive_and_wait();
+  float s = -INFINITY;
+  for (int l = 0; l < 32; ++l) s = std::max(s, emu::warp_slots[w * 32 + l]);
+  bar.arrive_and_wait();
+  return s;
+}
+
+inline float load(const float* p) { return *p; }
+inline float load(const bf16* p) { return __bfloat162float(*p); }
+inline void store(float* p, float v) { *p = v; }
+inline void store(bf16* p, float v) { *p = __float2bfloat16(v); }
+
+// Runs the grid: blocks in order, each block's threads at once.
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t, cudaStream_t,
+            Args&&... args) {
+  const int threads = static_cast<int>(block.x);
+  gridDim = {static_cast<int>(grid.x), static_cast<int>(grid.y), 1};
+  blockDim = {threads, 1, 1};
+  for (unsigned by = 0; by < grid.y; ++by)
+    for (unsigned bx = 0; bx < grid.x; ++bx) {
+      blockIdx = {static_cast<int>(bx), static_cast<int>(by), 0};
+      std::barrier<> bar(threads);
+      emu::block_bar = &bar;
+      emu::warp_bars.clear();
+      for (int w = 0; w < (threads + 31) / 32; ++w)
+        emu::warp_bars.emplace_back(new std::barrier<>(std::min(32, threads - 32 * w)));
+      std::vector<std::thread> ts;
+      for (int t = 0; t < threads; ++t)
+        ts.emplace_back([&, t] {
+          threadIdx = {t, 0, 0};
+          kernel(args...);
+          // A thread that returned early leaves the barriers it would have reached.
+          bar.arrive_and_drop();
+          emu::warp_bars[t >> 5]->arrive_and_drop();
+        });
+      for (auto& t : ts) t.join();
+    }
+}
+}  // namespace ifd
