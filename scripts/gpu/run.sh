@@ -17,6 +17,8 @@
 #            ../shared/gpu/prepare-carry.sh); peerwait waits for both
 #   peer     llama-server on /tmp/q8b.gguf driven by the same fleet runs as `fleet` and
 #            `long` (reports fleet-llama-*.json)
+#   tests35  the hybrid test bodies alone (hybrid_reference's CUDA ones, graphs, the 9B head
+#            shapes), and memcheck over the last
 #   peerbuild35  starts building llama-server alone in the background (no /tmp/q8b);
 #            conv35 writes /tmp/q35.gguf (bf16) from /tmp/q35 with llama.cpp's converter
 #   fleet35  `inferd serve --device cuda` on /tmp/q35: fleet 1/8/32 x 4k, forked, resume
@@ -140,6 +142,16 @@ peer)
   OUT=$OUT/llama bash /tmp/lcd/fleet-peer.sh $B/inferd 2>&1 | tee -a $summary
   for f in $OUT/llama/fleet-*.json; do mv $f $OUT/fleet-llama-${f##*/fleet-}; done
   $B/inferd bench table $OUT/fleet-*.json 2>&1 | tee -a $summary
+  ;;
+tests35)
+  for t in "hybrid_reference cuda" "hybrid_reference state_slot" cuda_graphs cuda_hybrid; do
+    set -- $t
+    timeout 120 $B/$1 --test-threads 1 --nocapture ${2:-} >$OUT/test35-$1-${2:-all}.log 2>&1
+    note "test $t: rc=$? $(grep 'test result' $OUT/test35-$1-${2:-all}.log)"
+    grep -E "panicked|Δ|differs" $OUT/test35-$1-${2:-all}.log | head -12 | tee -a $summary
+  done
+  timeout 150 compute-sanitizer --tool memcheck $B/cuda_hybrid --test-threads 1 >$OUT/memcheck35.log 2>&1
+  note "memcheck cuda_hybrid: rc=$? $(grep -E 'ERROR SUMMARY' $OUT/memcheck35.log | tail -1)"
   ;;
 peerbuild35)
   mkdir -p /tmp/lcw /tmp/lcd && tar xJf .device/peer/lc-src.txz -C /tmp/lcw
