@@ -131,6 +131,7 @@ impl<B: Backend> Engine<B> {
         let Some(mut seq) = self.seqs.remove(&seq_id) else {
             return;
         };
+        self.row_ended(seq_id);
         let Some(b) = seq.build.take() else {
             return;
         };

@@ -1,6 +1,7 @@
-//! The engine thread: inbox -> scheduler -> one forward pass -> sampling -> streams.
+//! The engine thread: inbox -> scheduler -> the model runner (one forward pass and the
+//! sampling rows' tokens) -> streams.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -8,17 +9,17 @@ use std::time::{Duration, Instant};
 use inferd_core::kv::{root_key, KvManager};
 use inferd_core::sched::{Request, Scheduler, SchedulerOutput, SnapshotKind};
 use inferd_grammar::Grammars;
-use inferd_runtime::{Backend, ForwardBatch, KvDtype, KvLayout, Model, RuntimeError, Workspace};
+use inferd_runtime::{Backend, ForwardBatch, KvDtype, Model, RuntimeError};
 use inferd_text::Tokenizer;
 
 use crate::config::{kv_budget_bytes, split_budget, EngineConfig};
 use crate::handle::{EngineHandle, ModelInfo, Msg, Shared};
 use crate::memory::Registry;
 use crate::request::Event;
+use crate::runner::{Launched, ModelRunner, NewRow, Prepared, StepChunk, StepInput};
 use crate::seq::{Outcome, Seq};
 use crate::spill::SpillTier;
 use crate::stats::{names, EngineStats};
-use inferd_core::sampling::Sampled;
 use inferd_grammar::TokenMask;
 use inferd_kvstore::StoreIdentity;
 
@@ -142,10 +143,8 @@ pub fn start<B: Backend + 'static>(
         snapshot_interval: cfg.sched.snapshot_interval,
         queue_timeout: cfg.queue_timeout,
         sched: Scheduler::new(cfg.sched.clone()),
-        ws,
-        model,
-        kv,
-        layout,
+        runner: ModelRunner::new(model, kv, layout, ws),
+        pending: StepInput::default(),
         seqs: HashMap::new(),
         inbox: rx,
         shared: shared.clone(),
@@ -180,11 +179,10 @@ fn kv_dtype_name(d: KvDtype) -> &'static str {
 }
 
 pub(crate) struct Engine<B: Backend> {
-    pub(crate) model: Model<B>,
-    pub(crate) kv: B::Kv,
-    layout: KvLayout,
-    /// The forward pass's device buffers, allocated once (grown if a pass is larger).
-    ws: Workspace<B>,
+    /// The model, the KV pool, the workspace and the persistent batch.
+    pub(crate) runner: ModelRunner<B>,
+    /// The diff for the runner's next step so far: rows ended or preempted since.
+    pending: StepInput,
     pub(crate) kvm: KvManager,
     pub(crate) sched: Scheduler,
     pub(crate) seqs: HashMap<u64, Seq>,
@@ -305,12 +303,20 @@ impl<B: Backend> Engine<B> {
     pub(crate) fn remove(&mut self, id: u64) {
         if let Some(seq) = self.seqs.remove(&id) {
             self.sched.finish(id, &mut self.kvm);
+            if seq.admitted {
+                self.row_ended(id);
+            }
             if let Some(b) = seq.build {
                 let _ = b.reply.send(Err(crate::memory::MemoryError::Failed(
                     "the context's prefill was cancelled".into(),
                 )));
             }
         }
+    }
+
+    /// An admitted sequence ended: its runner row goes at the next step.
+    pub(crate) fn row_ended(&mut self, id: u64) {
+        self.pending.finished.push(id);
     }
 
     /// One scheduling step and forward pass. `false` when nothing was scheduled.
@@ -323,10 +329,21 @@ impl<B: Backend> Engine<B> {
         if !out.preempted.is_empty() {
             metrics::counter!(names::PREEMPTIONS).increment(out.preempted.len() as u64);
         }
+        self.pending.preempted.extend_from_slice(&out.preempted);
+        let mut new = Vec::new();
         for &(id, cached) in &out.admitted {
             if let Some(s) = self.seqs.get_mut(&id) {
                 s.cached = cached;
                 s.admitted = true;
+                // The first admission makes its row (a re-admission finds it).
+                if let Some(sampling) = s.sampling.take() {
+                    new.push(NewRow {
+                        seq: id,
+                        prompt_len: s.prompt_len,
+                        dry_tokenizer: sampling.dry.is_on().then(|| self.tokenizer.clone()),
+                        sampling,
+                    });
+                }
                 metrics::counter!(names::CACHED_TOKENS).increment(cached as u64);
             }
         }
@@ -335,29 +352,26 @@ impl<B: Backend> Engine<B> {
             self.release_lru_session();
         }
         if out.chunks.is_empty() {
+            // Nothing runs: rows made now would wait for their chunks (none were).
+            debug_assert!(new.is_empty());
             return false;
         }
-        let copies: Vec<(u32, u32)> = self
-            .kvm
-            .take_copies()
-            .into_iter()
-            .map(|c| (c.src, c.dst))
-            .collect();
-        if let Err(e) = self.model.copy_blocks(&mut self.kv, &copies) {
-            self.fail(&out, &e.to_string());
-            return true;
-        }
-        if let Err(e) = self.run_state_copies() {
-            self.fail(&out, &e.to_string());
-            return true;
-        }
-        let batch = self.build_batch(&mut out);
-        metrics::histogram!(names::STEP_TOKENS).record(batch.n_tokens() as f64);
+        let prepared = match self.prepare(&mut out, new) {
+            Ok(p) => p,
+            Err(e) => {
+                self.fail(&out, &e.to_string());
+                return true;
+            }
+        };
+        metrics::histogram!(names::STEP_TOKENS).record(prepared.n_tokens() as f64);
         phase.end("schedule");
-        if let Err(e) = self.forward_with_masks(&out, &batch) {
-            self.fail(&out, &e.to_string());
-            return true;
-        }
+        let launched = match self.launch_with_masks(&out, prepared) {
+            Ok(l) => l,
+            Err(e) => {
+                self.fail(&out, &e.to_string());
+                return true;
+            }
+        };
         phase.end("forward");
         self.sched.commit(&out);
         for c in &out.chunks {
@@ -370,16 +384,17 @@ impl<B: Backend> Engine<B> {
             }
         }
         // Snapshots are copied now, before a session parks (and is written out).
-        if let Err(e) = self.run_state_copies() {
+        let copies = self.take_state_copies();
+        if let Err(e) = self.runner.copy_state_slots(&copies) {
             self.fail(&out, &e.to_string());
             return true;
         }
         let mut finished = Vec::new();
         let mut builds = Vec::new();
         let mut completed = 0;
-        // Each sampling row: its sequence and grammar mask (a failed constraint ends it).
-        let mut draws: Vec<(u64, usize, Option<TokenMask>)> = Vec::new();
-        for (row, c) in out.chunks.iter().filter(|c| c.samples).enumerate() {
+        // Each sampling row's grammar mask (a failed constraint ends its sequence).
+        let mut masks: Vec<(u64, Option<TokenMask>)> = Vec::new();
+        for c in out.chunks.iter().filter(|c| c.samples) {
             let Some(seq) = self.seqs.get_mut(&c.seq) else {
                 continue;
             };
@@ -388,33 +403,39 @@ impl<B: Backend> Engine<B> {
                 continue;
             }
             match seq.take_mask() {
-                Ok(mask) => draws.push((c.seq, row, mask)),
+                Ok(mask) => masks.push((c.seq, mask)),
                 Err(e) => {
                     seq.fail(e);
                     finished.push(c.seq);
                 }
             }
         }
-        let sampled = match self.sample(&draws) {
-            Ok(s) => s,
+        let draws: Vec<_> = masks
+            .into_iter()
+            .map(|(id, mask)| self.seqs[&id].draw(id, mask))
+            .collect();
+        let sampled = match self.runner.collect(launched, &draws) {
+            Ok(s) => s.sampled,
             Err(e) => {
+                drop(draws);
                 self.fail(&out, &e.to_string());
                 return true;
             }
         };
+        drop(draws);
         phase.end("sample");
-        for ((id, _, _), s) in draws.iter().zip(sampled) {
-            let Some(seq) = self.seqs.get_mut(id) else {
+        for (id, s) in sampled {
+            let Some(seq) = self.seqs.get_mut(&id) else {
                 continue;
             };
             match seq.accept(s) {
                 Outcome::Continue => {}
                 Outcome::Finished => {
-                    finished.push(*id);
+                    finished.push(id);
                     completed += 1;
                     metrics::counter!(names::REQUESTS_FINISHED).increment(1);
                 }
-                Outcome::Disconnected => finished.push(*id),
+                Outcome::Disconnected => finished.push(id),
             }
         }
         let generated = (out.chunks.iter().filter(|c| c.samples).count() - builds.len()) as u64;
@@ -434,52 +455,55 @@ impl<B: Backend> Engine<B> {
         true
     }
 
-    /// Runs the state-slot copies the KV manager queued (restores, snapshots), in order.
-    fn run_state_copies(&mut self) -> Result<(), RuntimeError> {
-        let copies: Vec<(u32, u32)> = self
-            .kvm
+    /// State-slot copies the KV manager queued (restores, snapshots), in order.
+    fn take_state_copies(&mut self) -> Vec<(u32, u32)> {
+        self.kvm
             .take_state_copies()
             .into_iter()
             .map(|c| (c.src, c.dst))
-            .collect();
-        if copies.is_empty() {
-            return Ok(());
-        }
-        self.model.copy_state_slots(&mut self.kv, &copies)
+            .collect()
     }
 
-    /// Draws the next token of each `(seq, logits row, mask)` from the pass's logits, on
-    /// the device; results in the same order.
-    fn sample(
+    /// The runner's step: the pending diff (rows ended or preempted since the last
+    /// step), the rows made now, the queued copies and the scheduled chunks, whose new
+    /// block ids move into it.
+    fn prepare(
         &mut self,
-        draws: &[(u64, usize, Option<TokenMask>)],
-    ) -> Result<Vec<Sampled>, RuntimeError> {
-        // Disjoint borrows of the drawing sequences, then in row order.
-        let ids: HashSet<u64> = draws.iter().map(|d| d.0).collect();
-        let mut seqs: HashMap<u64, &mut Seq> = self
-            .seqs
-            .iter_mut()
-            .filter(|(id, _)| ids.contains(id))
-            .map(|(&id, s)| (id, s))
+        out: &mut SchedulerOutput,
+        new: Vec<NewRow>,
+    ) -> Result<Prepared, RuntimeError> {
+        let mut step = std::mem::take(&mut self.pending);
+        step.new = new;
+        step.block_copies = self
+            .kvm
+            .take_copies()
+            .into_iter()
+            .map(|c| (c.src, c.dst))
             .collect();
-        let mut rows = Vec::with_capacity(draws.len());
-        for (id, row, mask) in draws {
-            let seq = seqs.remove(id).expect("a drawing sequence is present");
-            rows.push(seq.sample_row(*row, mask.as_ref()));
-        }
-        let mut out = Vec::with_capacity(rows.len());
-        self.model.sample(&self.ws, &mut rows, &mut out)?;
-        Ok(out)
+        step.state_copies = self.take_state_copies();
+        step.chunks = out
+            .chunks
+            .iter_mut()
+            .map(|c| StepChunk {
+                seq: c.seq,
+                start_pos: c.start_pos,
+                tokens: self.seqs[&c.seq].tokens[c.start_pos..c.start_pos + c.n_tokens].to_vec(),
+                new_blocks: std::mem::take(&mut c.new_blocks),
+                state_slot: self.kvm.running_slot(c.seq).unwrap_or(0),
+                samples: c.samples,
+            })
+            .collect();
+        self.runner.prepare(step)
     }
 
-    /// Runs the forward pass; meanwhile a helper thread computes the grammar masks of
-    /// the constrained sequences that sample this step, so masks cost the batch nothing
+    /// Launches the pass; meanwhile a helper thread computes the grammar masks of the
+    /// constrained sequences that sample this step, so masks cost the batch nothing
     /// while they take less time than the forward pass (`MASK_WAIT` records the rest).
-    fn forward_with_masks(
+    fn launch_with_masks(
         &mut self,
         out: &SchedulerOutput,
-        batch: &ForwardBatch,
-    ) -> Result<(), RuntimeError> {
+        prepared: Prepared,
+    ) -> Result<Launched, RuntimeError> {
         let constrained: Vec<u64> = out
             .chunks
             .iter()
@@ -492,13 +516,10 @@ impl<B: Backend> Engine<B> {
             })
             .collect();
         if constrained.is_empty() {
-            return self
-                .model
-                .forward_in(&mut self.ws, &mut self.kv, &self.layout, batch)
-                .map(|_| ());
+            return self.runner.launch(prepared);
         }
         let seqs = &mut self.seqs;
-        let (model, ws, kv, layout) = (&self.model, &mut self.ws, &mut self.kv, &self.layout);
+        let runner = &mut self.runner;
         std::thread::scope(|scope| {
             let masks = std::thread::Builder::new()
                 .name("inferd-masks".into())
@@ -509,7 +530,7 @@ impl<B: Backend> Engine<B> {
                         }
                     }
                 });
-            let result = model.forward_in(ws, kv, layout, batch);
+            let result = runner.launch(prepared);
             let waited = Instant::now();
             // A mask thread that could not start or panicked leaves masks unset: each
             // sequence then computes its own when it samples.
@@ -517,26 +538,8 @@ impl<B: Backend> Engine<B> {
                 let _ = h.join();
             }
             metrics::histogram!(names::MASK_WAIT).record(waited.elapsed().as_secs_f64());
-            result.map(|_| ())
+            result
         })
-    }
-
-    /// The scheduled chunks as one forward pass (logits rows in chunk order). The block
-    /// tables move into the batch (`commit` does not read them).
-    fn build_batch(&self, out: &mut SchedulerOutput) -> ForwardBatch {
-        let mut batch = ForwardBatch::default();
-        for c in &mut out.chunks {
-            let seq = &self.seqs[&c.seq];
-            batch.push_in_slot(
-                &seq.tokens[c.start_pos..c.start_pos + c.n_tokens],
-                c.start_pos,
-                seq.prompt_len,
-                std::mem::take(&mut c.block_table),
-                self.kvm.running_slot(c.seq).unwrap_or(0),
-                c.samples,
-            );
-        }
-        batch
     }
 
     /// A forward pass failed: every sequence in it gets the error and is dropped.
@@ -574,7 +577,7 @@ impl<B: Backend> Engine<B> {
     /// Runs a short prefill and one decode step through the whole model, so weights are
     /// paged in and thread pools started before the first request.
     fn warmup(&mut self) -> Result<(), RuntimeError> {
-        let vocab = self.model.cfg.vocab_size as u32;
+        let vocab = self.runner.model().cfg.vocab_size as u32;
         let n = 16.min(self.max_context - 1);
         let prompt: Vec<u32> = (0..n as u32).map(|i| (i * 7919 + 13) % vocab).collect();
         let table = self
@@ -585,12 +588,10 @@ impl<B: Backend> Engine<B> {
         let slot = self.kvm.running_slot(u64::MAX).unwrap_or(0);
         let mut b = ForwardBatch::default();
         b.push_in_slot(&prompt, 0, n, table.clone(), slot, true);
-        self.model
-            .forward_in(&mut self.ws, &mut self.kv, &self.layout, &b)?;
+        self.runner.forward_raw(&b)?;
         let mut b = ForwardBatch::default();
         b.push_in_slot(&[prompt[0]], n, n, table, slot, true);
-        self.model
-            .forward_in(&mut self.ws, &mut self.kv, &self.layout, &b)?;
+        self.runner.forward_raw(&b)?;
         self.kvm.free(u64::MAX);
         Ok(())
     }

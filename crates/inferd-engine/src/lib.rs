@@ -12,6 +12,7 @@ mod engine;
 mod handle;
 mod memory;
 mod request;
+mod runner;
 mod seq;
 mod spill;
 mod spill_state;

@@ -4,15 +4,15 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use inferd_core::sampling::{Extra, Sampled, Sampler};
+use inferd_core::sampling::{Sampled, SamplingParams};
 use inferd_grammar::{Constraint, GrammarError, TokenMask};
-use inferd_runtime::SampleRow;
 use inferd_text::{IncrementalDecoder, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::handle::Reply;
 use crate::memory::ContextInfo;
 use crate::request::{CacheMode, Delta, Event, FinishReason, GenRequest, TokenOut, Usage};
+use crate::runner::Draw;
 use crate::stats::names;
 use crate::stop::{StopMatcher, StopStep};
 
@@ -24,7 +24,9 @@ pub(crate) struct Seq {
     /// Longest the sequence may get (prompt + generated).
     max_len: usize,
     stop_ids: Vec<u32>,
-    sampler: Sampler,
+    /// Its sampling parameters until its first admission, when they go to the runner's
+    /// row (which keeps the sampler across preemptions).
+    pub sampling: Option<SamplingParams>,
     detok: IncrementalDecoder<Arc<Tokenizer>>,
     stop: StopMatcher,
     /// Tokens whose text is still held back (incomplete UTF-8 or a possible stop string).
@@ -49,9 +51,6 @@ pub(crate) struct Seq {
     /// Under a constraint: the ids that end the reply (the grammar allows them only
     /// where it may end, `ignore_eos` or not).
     grammar_eos: Vec<u32>,
-    /// With DRY on: the tokenizer, to tell sequence breakers, and per generated token
-    /// whether it is one.  // [generated]
-    dry: Option<(Arc<Tokenizer>, Vec<bool>)>,
 }
 
 /// A context being prefilled: where it goes when its KV is computed.
@@ -100,14 +99,9 @@ impl Seq {
             constraint: req.constraint,
             mask: None,
             grammar_eos,
-            dry: req
-                .sampling
-                .dry
-                .is_on()
-                .then(|| (tokenizer.clone(), Vec::new())),
             tokens: req.prompt,
             stop_ids,
-            sampler: Sampler::new(req.sampling),
+            sampling: Some(req.sampling),
             detok: IncrementalDecoder::new(tokenizer, true),
             stop: StopMatcher::new(&req.stop),
             pending: Vec::new(),
@@ -151,19 +145,15 @@ impl Seq {
         self.mask.take().transpose()
     }
 
-    /// What the device needs to draw this sequence's next token from logits row `row`,
-    /// held to `mask`.
-    pub fn sample_row<'a>(&'a mut self, row: usize, mask: Option<&'a TokenMask>) -> SampleRow<'a> {
+    /// What the runner needs to draw this sequence's next token: its history and this
+    /// step's `mask`.
+    pub fn draw(&self, id: u64, mask: Option<TokenMask>) -> Draw<'_> {
         let (prompt, generated) = self.tokens.split_at(self.prompt_len);
-        SampleRow {
-            row,
-            sampler: &mut self.sampler,
+        Draw {
+            seq: id,
             prompt,
             generated,
-            extra: Extra {
-                allowed: mask.map(TokenMask::words),
-                breaks: self.dry.as_ref().map_or(&[][..], |(_, b)| b.as_slice()),
-            },
+            mask,
         }
     }
 
@@ -184,11 +174,6 @@ impl Seq {
         self.last_token = Some(now);
         metrics::counter!(names::GENERATED_TOKENS).increment(1);
         self.tokens.push(s.token);
-        if let Some((tok, breaks)) = &mut self.dry {
-            let text = tok.decode(&[s.token], false).unwrap_or_default();
-            let breakers = &self.sampler.params().dry.sequence_breakers;
-            breaks.push(breakers.iter().any(|b| text.contains(b.as_str())));
-        }
         self.pending.push(TokenOut {
             id: s.token,
             logprob: s.logprob,

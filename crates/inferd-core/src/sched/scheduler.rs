@@ -63,7 +63,11 @@ pub struct ScheduledChunk {
     pub seq: SeqId,
     pub start_pos: usize,
     pub n_tokens: usize,
-    pub block_table: Vec<u32>,
+    /// The blocks appended to the sequence's block table since its previous chunk (the
+    /// whole table at admission, and again at re-admission after a preemption): the
+    /// runner keeps each running sequence's table and appends these, so the table is
+    /// never rebuilt. Together they cover `0 .. start_pos + n_tokens`.
+    pub new_blocks: Vec<u32>,
     /// True when this chunk reaches the end of the known tokens, so its last
     /// position's logits produce the next token.
     pub samples: bool,
@@ -98,6 +102,8 @@ struct Seq {
     prefill_target: usize,
     reuse_prefix: bool,
     prefix_source: Option<SeqId>,
+    /// Leading blocks of its KV table already handed out in chunks (`new_blocks`).
+    blocks_sent: usize,
 }
 
 #[derive(Debug)]
@@ -135,6 +141,7 @@ impl Scheduler {
             prefill_target: r.prompt_len,
             reuse_prefix: r.reuse_prefix,
             prefix_source: r.prefix_source,
+            blocks_sent: 0,
         };
         self.seqs.insert(r.id, s);
         self.waiting.push(r.id);
@@ -194,12 +201,22 @@ impl Scheduler {
         self.running.retain(|&s| s != id);
         let s = self.seqs.get_mut(&id).expect("running sequence");
         s.num_computed = 0;
+        s.blocks_sent = 0;
         s.waiting_since = self.step;
         self.waiting.insert(0, id);
         out.preempted.push(id);
         out.chunks.retain(|c| c.seq != id);
         out.kv_short = true;
         self.preemptions += 1;
+    }
+
+    /// The blocks of `seq`'s table not yet handed out, now marked as handed out.
+    fn new_blocks(&mut self, seq: SeqId, kv: &KvManager) -> Vec<u32> {
+        let table = kv.table(seq).unwrap_or_default();
+        let s = self.seqs.get_mut(&seq).expect("scheduled sequence");
+        let fresh = table.get(s.blocks_sent..).unwrap_or_default().to_vec();
+        s.blocks_sent = table.len();
+        fresh
     }
 
     /// Blocks for `seq` to reach `n_tokens`, preempting others (never `seq` itself
@@ -261,7 +278,7 @@ impl Scheduler {
             let pos = s.num_computed;
             if self.grow(id, pos + 1, kv, &mut out) {
                 budget -= 1;
-                let table = kv.table(id).unwrap_or_default().to_vec();
+                let new_blocks = self.new_blocks(id, kv);
                 let snapshot = points
                     .filter(|_| kv.is_stateful())
                     .and_then(|p| p.after_decode(pos));
@@ -269,7 +286,7 @@ impl Scheduler {
                     seq: id,
                     start_pos: pos,
                     n_tokens: 1,
-                    block_table: table,
+                    new_blocks,
                     samples: true,
                     snapshot,
                 });
@@ -326,12 +343,12 @@ impl Scheduler {
             };
             if self.grow(id, start + n, kv, &mut out) {
                 prefill_budget -= n;
-                let table = kv.table(id).unwrap_or_default().to_vec();
+                let new_blocks = self.new_blocks(id, kv);
                 out.chunks.push(ScheduledChunk {
                     seq: id,
                     start_pos: start,
                     n_tokens: n,
-                    block_table: table,
+                    new_blocks,
                     samples: n == left,
                     snapshot,
                 });
@@ -384,13 +401,13 @@ impl Scheduler {
             s.num_computed = cached;
             s.prefill_target = num_tokens;
             prefill_budget -= n;
-            let table = kv.table(id).unwrap_or_default().to_vec();
+            let new_blocks = self.new_blocks(id, kv);
             out.admitted.push((id, cached));
             out.chunks.push(ScheduledChunk {
                 seq: id,
                 start_pos: cached,
                 n_tokens: n,
-                block_table: table,
+                new_blocks,
                 samples: cached + n == num_tokens,
                 snapshot,
             });

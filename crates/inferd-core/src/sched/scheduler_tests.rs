@@ -12,6 +12,8 @@ fn drive(
     max_new: &HashMap<SeqId, usize>,
 ) -> (HashMap<SeqId, Vec<ScheduledChunk>>, usize) {
     let mut log: HashMap<SeqId, Vec<ScheduledChunk>> = HashMap::new();
+    // Each sequence's table as a runner keeps it: appended with `new_blocks`.
+    let mut tables: HashMap<SeqId, Vec<u32>> = HashMap::new();
     let mut generated: HashMap<SeqId, usize> = HashMap::new();
     let mut steps = 0;
     while sched.num_running() + sched.num_waiting() > 0 {
@@ -19,12 +21,13 @@ fn drive(
         assert!(steps < 10_000, "no progress");
         let out = sched.schedule(kv);
         for p in &out.preempted {
+            tables.insert(*p, Vec::new());
             // a preempted sequence restarts from scratch
             log.entry(*p).or_default().push(ScheduledChunk {
                 seq: *p,
                 start_pos: usize::MAX,
                 n_tokens: 0,
-                block_table: vec![],
+                new_blocks: vec![],
                 samples: false,
                 snapshot: None,
             });
@@ -33,8 +36,15 @@ fn drive(
         assert!(total <= sched.cfg.max_batch_tokens);
         sched.commit(&out);
         for c in &out.chunks {
-            // block table covers the chunk
-            assert!(c.block_table.len() * kv.block_size() >= c.start_pos + c.n_tokens);
+            // The appended table is the KV manager's and covers the chunk (a sequence
+            // scheduled before `drive` was handed its earlier blocks then).
+            let kv_table = kv.table(c.seq).unwrap_or_default();
+            let table = tables
+                .entry(c.seq)
+                .or_insert_with(|| kv_table[..kv_table.len() - c.new_blocks.len()].to_vec());
+            table.extend_from_slice(&c.new_blocks);
+            assert_eq!(table.as_slice(), kv_table, "sequence {}", c.seq);
+            assert!(table.len() * kv.block_size() >= c.start_pos + c.n_tokens);
             log.entry(c.seq).or_default().push(c.clone());
             if c.samples {
                 let g = generated.entry(c.seq).or_default();
@@ -487,4 +497,44 @@ fn hybrid_admission_counts_state_slots_and_preemption_frees_them() {
     }
     let (_, _) = drive(&mut s, &mut kv, &HashMap::from([(1, 30), (2, 30)]));
     assert!(s.preemptions() > 0);
+}
+
+#[test]
+fn chunks_hand_out_each_block_once_and_the_whole_table_again_after_preemption() {
+    // 4 blocks of 4 tokens: two sequences of 6 tokens fit, then decoding runs short.
+    let mut kv = KvManager::new(4, 4);
+    let mut s = Scheduler::new(SchedulerConfig::default());
+    for id in [1, 2] {
+        s.add(Request {
+            id,
+            prompt_len: 6,
+            ..Default::default()
+        });
+    }
+    let out = s.schedule(&mut kv);
+    // Admission hands out the whole table (6 + 1 tokens: 2 blocks each).
+    for c in &out.chunks {
+        assert_eq!(c.new_blocks, kv.table(c.seq).unwrap());
+        assert_eq!(c.new_blocks.len(), 2);
+    }
+    s.commit(&out);
+    // Positions 6 and 7 stay in the second block: nothing new.
+    for _ in 0..2 {
+        let out = s.schedule(&mut kv);
+        assert_eq!(out.chunks.len(), 2);
+        assert!(out.chunks.iter().all(|c| c.new_blocks.is_empty()));
+        s.commit(&out);
+    }
+    // Position 8 needs a third block each: the pool has 4, so the newest (2) is
+    // preempted, and sequence 1 gets exactly its one new block.
+    let out = s.schedule(&mut kv);
+    assert_eq!(out.preempted, vec![2]);
+    let c = out.chunks.iter().find(|c| c.seq == 1).unwrap();
+    assert_eq!(c.new_blocks, kv.table(1).unwrap()[2..]);
+    s.commit(&out);
+    s.finish(1, &mut kv);
+    // Re-admitted, sequence 2 gets its whole (new) table again.
+    let out = s.schedule(&mut kv);
+    assert_eq!(out.admitted, vec![(2, 0)]);
+    assert_eq!(out.chunks[0].new_blocks, kv.table(2).unwrap());
 }
