@@ -1,5 +1,5 @@
 //! The engine thread: inbox -> scheduler -> the model runner (one forward pass and the
-//! sampling rows' tokens) -> streams.
+//! sampling rows' tokens) -> the output thread (text, stop strings, events).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,9 +15,10 @@ use inferd_text::Tokenizer;
 use crate::config::{kv_budget_bytes, split_budget, EngineConfig};
 use crate::handle::{EngineHandle, ModelInfo, Msg, Shared};
 use crate::memory::Registry;
+use crate::output::{OutMsg, OutStream, Output, TokenMsg};
 use crate::request::Event;
 use crate::runner::{Launched, ModelRunner, NewRow, Prepared, StepChunk, StepInput};
-use crate::seq::{Outcome, Seq};
+use crate::seq::{Seq, Verdict};
 use crate::spill::SpillTier;
 use crate::stats::{names, EngineStats};
 use inferd_grammar::TokenMask;
@@ -127,7 +128,11 @@ pub fn start<B: Backend + 'static>(
             })
             .ok()
     });
+    let output = Output::start(shared.clone())
+        .map_err(|e| RuntimeError::Kv(format!("starting the output thread: {e}")))?;
     let mut engine = Engine {
+        output,
+        ended_turns: HashMap::new(),
         kvm: KvManager::new(num_blocks, bs)
             .with_root_key(root_key(&identity))
             .with_state_slots(layout.state.slots),
@@ -183,6 +188,12 @@ pub(crate) struct Engine<B: Backend> {
     pub(crate) runner: ModelRunner<B>,
     /// The diff for the runner's next step so far: rows ended or preempted since.
     pending: StepInput,
+    /// The output thread: every event of an accepted request goes through it.
+    pub(crate) output: Output,
+    /// Turns the engine ended and parked whose output side has not said yet how many
+    /// tokens the client got (a stop string may have ended the reply earlier): request
+    /// id -> (session, prompt length).
+    ended_turns: HashMap<u64, (String, usize)>,
     pub(crate) kvm: KvManager,
     pub(crate) sched: Scheduler,
     pub(crate) seqs: HashMap<u64, Seq>,
@@ -261,7 +272,15 @@ impl<B: Backend> Engine<B> {
                 let priority = req.priority;
                 metrics::counter!(names::PROMPT_TOKENS).increment(req.prompt.len() as u64);
                 let prefix_source = self.prefix_source(&req);
+                let stream = OutStream::new(
+                    tx.clone(),
+                    self.tokenizer.clone(),
+                    &req.stop,
+                    req.prompt.len(),
+                );
                 let seq = Seq::new(req, self.tokenizer.clone(), self.max_context, tx);
+                let stream = stream.confirming(seq.confirms_end());
+                self.output.send(OutMsg::Open(id, Box::new(stream)));
                 self.sched.add(Request {
                     id,
                     prompt_len: seq.tokens.len(),
@@ -275,6 +294,11 @@ impl<B: Backend> Engine<B> {
                 self.seqs.insert(id, seq);
             }
             Msg::Cancel(id) => self.remove(id),
+            Msg::Ended {
+                id,
+                generated,
+                by_stop,
+            } => self.reply_ended(id, generated, by_stop),
             Msg::Drain => self.draining = true,
             Msg::CreateContext(spec, reply) => self.create_context(spec, reply),
             Msg::GetContext(id, reply) => {
@@ -303,6 +327,7 @@ impl<B: Backend> Engine<B> {
     pub(crate) fn remove(&mut self, id: u64) {
         if let Some(seq) = self.seqs.remove(&id) {
             self.sched.finish(id, &mut self.kvm);
+            self.output.send(OutMsg::Close(id));
             if seq.admitted {
                 self.row_ended(id);
             }
@@ -405,7 +430,7 @@ impl<B: Backend> Engine<B> {
             match seq.take_mask() {
                 Ok(mask) => masks.push((c.seq, mask)),
                 Err(e) => {
-                    seq.fail(e);
+                    self.output.send(OutMsg::Error(c.seq, e.to_string()));
                     finished.push(c.seq);
                 }
             }
@@ -424,23 +449,46 @@ impl<B: Backend> Engine<B> {
         };
         drop(draws);
         phase.end("sample");
+        let mut tokens = Vec::with_capacity(sampled.len());
         for (id, s) in sampled {
             let Some(seq) = self.seqs.get_mut(&id) else {
                 continue;
             };
-            match seq.accept(s) {
-                Outcome::Continue => {}
-                Outcome::Finished => {
+            let mut end = None;
+            match seq.accept(s.token) {
+                Verdict::Continue => {}
+                Verdict::End(e) => {
+                    end = Some(e);
+                    if seq.confirms_end() {
+                        // Its output side says how many tokens the client got.
+                        let session = seq.parks_under().unwrap_or_default().to_string();
+                        self.ended_turns.insert(id, (session, seq.prompt_len));
+                    }
                     finished.push(id);
                     completed += 1;
                     metrics::counter!(names::REQUESTS_FINISHED).increment(1);
                 }
-                Outcome::Disconnected => finished.push(id),
+                Verdict::Failed(msg) => {
+                    self.output.send(OutMsg::Error(id, msg));
+                    finished.push(id);
+                    completed += 1;
+                    metrics::counter!(names::REQUESTS_FINISHED).increment(1);
+                    continue;
+                }
+                Verdict::Disconnected => finished.push(id),
             }
+            tokens.push(TokenMsg {
+                id,
+                sampled: s,
+                end,
+                cached: seq.cached,
+            });
         }
+        self.output.send(OutMsg::Tokens(tokens));
         let generated = (out.chunks.iter().filter(|c| c.samples).count() - builds.len()) as u64;
         for id in finished {
-            self.park_session(id);
+            let all = self.seqs.get(&id).map_or(0, |s| s.tokens.len());
+            self.park_session(id, all);
             self.remove(id);
         }
         for id in builds {
@@ -545,11 +593,31 @@ impl<B: Backend> Engine<B> {
     /// A forward pass failed: every sequence in it gets the error and is dropped.
     fn fail(&mut self, out: &SchedulerOutput, msg: &str) {
         for c in &out.chunks {
-            if let Some(seq) = self.seqs.get(&c.seq) {
-                seq.send(Event::Error(format!("model forward pass failed: {msg}")));
+            if self.seqs.contains_key(&c.seq) {
+                let e = format!("model forward pass failed: {msg}");
+                self.output.send(OutMsg::Error(c.seq, e));
             }
             self.remove(c.seq);
         }
+    }
+
+    /// The output side ended a reply after `generated` tokens (a stop string), or says
+    /// how a turn the engine ended came out: the sequence still running ends now (its
+    /// KV freed, its session parked with the tokens the client got); a turn already
+    /// parked keeps only those.
+    fn reply_ended(&mut self, id: u64, generated: usize, by_stop: bool) {
+        if let Some((session, prompt_len)) = self.ended_turns.remove(&id) {
+            self.trim_session(&session, prompt_len + generated);
+            return;
+        }
+        let Some(seq) = self.seqs.get(&id).filter(|_| by_stop) else {
+            return;
+        };
+        let seen = seq.prompt_len + generated;
+        self.park_session(id, seen);
+        self.remove(id);
+        metrics::counter!(names::REQUESTS_FINISHED).increment(1);
+        self.stats().requests_finished += 1;
     }
 
     fn publish(&self) {

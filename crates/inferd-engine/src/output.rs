@@ -67,8 +67,6 @@ pub(crate) struct OutStream {
     prompt_len: usize,
     /// Tokens this stream took (the reply's tokens so far).
     generated: usize,
-    /// Whether it has stop strings (only then can it end here).
-    stops: bool,
     /// Whether the engine waits to hear how the reply ended (a session is parked with
     /// exactly the reply's tokens): told for every end, not just stop strings.
     confirm: bool,
@@ -80,14 +78,12 @@ impl OutStream {
         tokenizer: Arc<Tokenizer>,
         stops: &[String],
         prompt_len: usize,
-        confirm: bool,
     ) -> Self {
         let stop = StopMatcher::new(stops);
         OutStream {
             tx,
             detok: IncrementalDecoder::new(tokenizer, true),
-            stops: stops.iter().any(|s| !s.is_empty()),
-            confirm,
+            confirm: false,
             stop,
             pending: Vec::new(),
             prompt_len,
@@ -95,9 +91,11 @@ impl OutStream {
         }
     }
 
-    /// Whether a stop string may end this reply before the engine does.
-    pub fn has_stops(&self) -> bool {
-        self.stops
+    /// Tells the engine how the reply ended, however it ended (see
+    /// [`crate::seq::Seq::confirms_end`]).
+    pub fn confirming(mut self, confirm: bool) -> Self {
+        self.confirm = confirm;
+        self
     }
 
     fn usage(&self, cached: usize) -> Usage {

@@ -1,20 +1,21 @@
-//! One request's state inside the engine: its tokens, sampler, detokenizer, stop
-//! matcher and the stream its events go to.
+//! One request's record inside the engine: its tokens, limits, grammar and where its KV
+//! goes. What the client sees (text, stop strings, events) is the output side's
+//! ([`crate::output`]); the sampler is the runner's row's.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use inferd_core::sampling::{Sampled, SamplingParams};
+use inferd_core::sampling::SamplingParams;
 use inferd_grammar::{Constraint, GrammarError, TokenMask};
-use inferd_text::{IncrementalDecoder, Tokenizer};
+use inferd_text::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::handle::Reply;
 use crate::memory::ContextInfo;
-use crate::request::{CacheMode, Delta, Event, FinishReason, GenRequest, TokenOut, Usage};
+use crate::output::EngineEnd;
+use crate::request::{CacheMode, Event, GenRequest};
 use crate::runner::Draw;
 use crate::stats::names;
-use crate::stop::{StopMatcher, StopStep};
 
 pub(crate) struct Seq {
     /// Prompt then generated tokens.  // [prompt_len + generated]
@@ -24,13 +25,13 @@ pub(crate) struct Seq {
     /// Longest the sequence may get (prompt + generated).
     max_len: usize,
     stop_ids: Vec<u32>,
+    /// Whether it has stop strings (the output side may end it before the engine does).
+    stops: bool,
     /// Its sampling parameters until its first admission, when they go to the runner's
     /// row (which keeps the sampler across preemptions).
     pub sampling: Option<SamplingParams>,
-    detok: IncrementalDecoder<Arc<Tokenizer>>,
-    stop: StopMatcher,
-    /// Tokens whose text is still held back (incomplete UTF-8 or a possible stop string).
-    pending: Vec<TokenOut>,
+    /// Its stream, only to notice a client that is gone: events go through the output
+    /// side, in order.
     tx: UnboundedSender<Event>,
     arrived: Instant,
     last_token: Option<Instant>,
@@ -61,11 +62,15 @@ pub(crate) struct Build {
     pub reply: Reply<ContextInfo>,
 }
 
-/// What happened to a sequence after a token.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Outcome {
+/// What a drawn token does to the sequence, as far as the engine can tell (stop strings
+/// are the output side's).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
     Continue,
-    Finished,
+    /// The reply ends with this token.
+    End(EngineEnd),
+    /// The grammar refused the token: the reply ends with this error.
+    Failed(String),
     /// The client is gone (its stream was dropped).
     Disconnected,
 }
@@ -101,10 +106,8 @@ impl Seq {
             grammar_eos,
             tokens: req.prompt,
             stop_ids,
+            stops: req.stop.iter().any(|s| !s.is_empty()),
             sampling: Some(req.sampling),
-            detok: IncrementalDecoder::new(tokenizer, true),
-            stop: StopMatcher::new(&req.stop),
-            pending: Vec::new(),
             tx,
             arrived: Instant::now(),
             last_token: None,
@@ -120,12 +123,16 @@ impl Seq {
         self.tokens.len() - self.prompt_len
     }
 
-    fn usage(&self) -> Usage {
-        Usage {
-            prompt_tokens: self.prompt_len,
-            completion_tokens: self.generated(),
-            cached_tokens: self.cached.min(self.prompt_len),
-        }
+    /// The session this turn parks under, if any (not with `cache: drop`).
+    pub fn parks_under(&self) -> Option<&str> {
+        self.session.as_deref().filter(|_| !self.no_trace)
+    }
+
+    /// Whether the engine must hear from the output side how the reply ended: a stop
+    /// string may cut it short of what the engine drew, and its session must park only
+    /// what the client got.
+    pub fn confirms_end(&self) -> bool {
+        self.stops && self.parks_under().is_some()
     }
 
     /// Computes this step's mask (a constrained sequence only). Runs on the mask
@@ -157,15 +164,9 @@ impl Seq {
         }
     }
 
-    /// The constraint failed: the client gets an error and the sequence ends.
-    pub fn fail(&mut self, e: GrammarError) -> Outcome {
-        self.send(Event::Error(e.to_string()));
-        Outcome::Finished
-    }
-
-    /// Handles the token drawn for this sequence: stop ids, the grammar, stop strings,
-    /// detokenized text to the stream, limits.
-    pub fn accept(&mut self, s: Sampled) -> Outcome {
+    /// Takes the token drawn for this sequence: end of sequence ids, the grammar,
+    /// limits, a client gone.
+    pub fn accept(&mut self, token: u32) -> Verdict {
         let now = Instant::now();
         match self.last_token {
             None => metrics::histogram!(names::TTFT).record((now - self.arrived).as_secs_f64()),
@@ -173,88 +174,31 @@ impl Seq {
         }
         self.last_token = Some(now);
         metrics::counter!(names::GENERATED_TOKENS).increment(1);
-        self.tokens.push(s.token);
-        self.pending.push(TokenOut {
-            id: s.token,
-            logprob: s.logprob,
-            top_logprobs: s.top_logprobs,
-        });
-        let mut grammar_done = false;
+        self.tokens.push(token);
+        let mut complete = false;
         if let Some(c) = &mut self.constraint {
-            if self.grammar_eos.contains(&s.token) {
+            if self.grammar_eos.contains(&token) {
                 // The grammar allowed the end here.
-                let (tail, _) = self.flush_tail();
-                return self.finish(tail, FinishReason::Stop);
+                return Verdict::End(EngineEnd::Eos);
             }
-            if let Err(e) = c.commit(s.token) {
-                return self.fail(e);
+            if let Err(e) = c.commit(token) {
+                return Verdict::Failed(e.to_string());
             }
-            grammar_done = c.is_finished();
+            complete = c.is_finished();
         }
-        if self.stop_ids.contains(&s.token) {
-            // End of sequence: its own text is not shown.
-            let (tail, _) = self.flush_tail();
-            return self.finish(tail, FinishReason::Stop);
+        if self.stop_ids.contains(&token) {
+            return Verdict::End(EngineEnd::Eos);
         }
-        let text = self.detok.push(s.token).unwrap_or_default();
-        match self.stop.push(&text) {
-            StopStep::Stopped(t) => return self.finish(t, FinishReason::Stop),
-            StopStep::Emit(t) if !t.is_empty() => {
-                let tokens = std::mem::take(&mut self.pending);
-                if !self.send(Event::Delta(Delta { text: t, tokens })) {
-                    return Outcome::Disconnected;
-                }
-            }
-            StopStep::Emit(_) => {}
-        }
-        if grammar_done {
+        if complete {
             // Complete: nothing but the end may follow, so the reply ends here.
-            let (tail, _) = self.flush_tail();
-            return self.finish(tail, FinishReason::Stop);
+            return Verdict::End(EngineEnd::Complete);
         }
         if self.generated() >= self.max_tokens || self.tokens.len() >= self.max_len {
-            let (tail, stopped) = self.flush_tail();
-            let reason = if stopped {
-                FinishReason::Stop
-            } else {
-                FinishReason::Length
-            };
-            return self.finish(tail, reason);
+            return Verdict::End(EngineEnd::Length);
         }
         if self.tx.is_closed() {
-            return Outcome::Disconnected;
+            return Verdict::Disconnected;
         }
-        Outcome::Continue
-    }
-
-    /// Text still held by the detokenizer and the stop matcher when generation ends, and
-    /// whether that last text completed a stop string.
-    fn flush_tail(&mut self) -> (String, bool) {
-        let tail = self.detok.finish().unwrap_or_default();
-        match self.stop.push(&tail) {
-            StopStep::Stopped(t) => (t, true),
-            StopStep::Emit(mut t) => {
-                t.push_str(&self.stop.flush());
-                (t, false)
-            }
-        }
-    }
-
-    fn finish(&mut self, text: String, reason: FinishReason) -> Outcome {
-        let tokens = std::mem::take(&mut self.pending);
-        if !text.is_empty() || tokens.iter().any(|t| t.logprob.is_some()) {
-            self.send(Event::Delta(Delta { text, tokens }));
-        }
-        self.send(Event::Done {
-            finish_reason: reason,
-            usage: self.usage(),
-            stop: self.stop.matched().map(str::to_string),
-        });
-        Outcome::Finished
-    }
-
-    /// Sends an event; `false` when the client is gone.
-    pub fn send(&self, ev: Event) -> bool {
-        self.tx.send(ev).is_ok()
+        Verdict::Continue
     }
 }

@@ -78,6 +78,7 @@ impl<B: Backend> ModelRunner<B> {
     }
 
     /// Rows in the persistent batch (admitted sequences not yet ended).
+    #[cfg(test)]
     pub fn num_rows(&self) -> usize {
         self.rows.len()
     }

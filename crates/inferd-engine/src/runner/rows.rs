@@ -102,6 +102,7 @@ impl Rows {
         self.rows.get_mut(&id)
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.rows.len()
     }
