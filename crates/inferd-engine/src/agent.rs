@@ -103,24 +103,25 @@ impl<B: Backend> Engine<B> {
             .unwrap_or_else(|| self.memory.fresh_context_id());
         let seq_id = self.memory.new_owner();
         let (tx, _rx) = tmpsc::unbounded_channel();
+        let state = self.sched.add(Request {
+            id: seq_id,
+            prompt_len: n,
+            priority: i32::MAX / 2,
+            reuse_prefix: true,
+            prefix_source: None,
+        });
         let mut seq = Seq::new(
             GenRequest::greedy(spec.tokens.clone(), 1),
             self.tokenizer.clone(),
             self.max_context,
             tx,
+            state,
         );
         seq.build = Some(Build {
             id,
             pin: spec.pin,
             meta: spec.meta,
             reply,
-        });
-        self.sched.add(Request {
-            id: seq_id,
-            prompt_len: n,
-            priority: i32::MAX / 2,
-            reuse_prefix: true,
-            prefix_source: None,
         });
         self.seqs.insert(seq_id, seq);
     }

@@ -18,7 +18,7 @@ use crate::memory::Registry;
 use crate::output::{OutMsg, OutStream, Output, TokenMsg};
 use crate::request::Event;
 use crate::runner::{Launched, ModelRunner, NewRow, Prepared, StepChunk, StepInput};
-use crate::seq::{Seq, Verdict};
+use crate::seq::{Seq, Seqs, Verdict};
 use crate::spill::SpillTier;
 use crate::stats::{names, EngineStats};
 use inferd_grammar::TokenMask;
@@ -150,7 +150,7 @@ pub fn start<B: Backend + 'static>(
         sched: Scheduler::new(cfg.sched.clone()),
         runner: ModelRunner::new(model, kv, layout, ws),
         pending: StepInput::default(),
-        seqs: HashMap::new(),
+        seqs: Seqs::default(),
         inbox: rx,
         shared: shared.clone(),
         tokenizer: tokenizer.clone(),
@@ -196,7 +196,8 @@ pub(crate) struct Engine<B: Backend> {
     ended_turns: HashMap<u64, (String, usize)>,
     pub(crate) kvm: KvManager,
     pub(crate) sched: Scheduler,
-    pub(crate) seqs: HashMap<u64, Seq>,
+    /// One record per request (the scheduler's part included).
+    pub(crate) seqs: Seqs,
     inbox: mpsc::Receiver<Msg>,
     shared: Arc<Shared>,
     pub(crate) tokenizer: Arc<Tokenizer>,
@@ -278,16 +279,16 @@ impl<B: Backend> Engine<B> {
                     &req.stop,
                     req.prompt.len(),
                 );
-                let seq = Seq::new(req, self.tokenizer.clone(), self.max_context, tx);
-                let stream = stream.confirming(seq.confirms_end());
-                self.output.send(OutMsg::Open(id, Box::new(stream)));
-                self.sched.add(Request {
+                let state = self.sched.add(Request {
                     id,
-                    prompt_len: seq.tokens.len(),
+                    prompt_len: req.prompt.len(),
                     priority,
                     reuse_prefix: self.prefix_cache,
                     prefix_source,
                 });
+                let seq = Seq::new(req, self.tokenizer.clone(), self.max_context, tx, state);
+                let stream = stream.confirming(seq.confirms_end());
+                self.output.send(OutMsg::Open(id, Box::new(stream)));
                 let mut st = self.stats();
                 st.prompt_tokens_total += seq.tokens.len() as u64;
                 drop(st);
@@ -347,10 +348,7 @@ impl<B: Backend> Engine<B> {
     /// One scheduling step and forward pass. `false` when nothing was scheduled.
     fn step(&mut self) -> bool {
         let mut phase = Phases::start();
-        let seqs = &self.seqs;
-        let mut out = self.sched.schedule_with(&mut self.kvm, &|id| {
-            seqs.get(&id).map_or(&[][..], |s| s.tokens.as_slice())
-        });
+        let mut out = self.sched.schedule(&mut self.seqs, &mut self.kvm);
         if !out.preempted.is_empty() {
             metrics::counter!(names::PREEMPTIONS).increment(out.preempted.len() as u64);
         }
@@ -398,7 +396,7 @@ impl<B: Backend> Engine<B> {
             }
         };
         phase.end("forward");
-        self.sched.commit(&out);
+        self.sched.commit(&out, &mut self.seqs);
         for c in &out.chunks {
             if let Some(seq) = self.seqs.get(&c.seq).filter(|s| !s.no_trace) {
                 let end = c.start_pos + c.n_tokens;

@@ -1,11 +1,15 @@
-//! One request's record inside the engine: its tokens, limits, grammar and where its KV
-//! goes. What the client sees (text, stop strings, events) is the output side's
-//! ([`crate::output`]); the sampler is the runner's row's.
+//! One request's record inside the engine: its tokens, limits, grammar, where its KV
+//! goes, and the scheduler's part of it ([`SeqState`]: the scheduler reads the engine's
+//! records, it keeps none). What the client sees (text, stop strings, events) is the
+//! output side's ([`crate::output`]); the sampler is the runner's row's.
 
+use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::time::Instant;
 
 use inferd_core::sampling::SamplingParams;
+use inferd_core::sched::{SeqState, SeqStore};
 use inferd_grammar::{Constraint, GrammarError, TokenMask};
 use inferd_text::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
@@ -18,8 +22,10 @@ use crate::runner::Draw;
 use crate::stats::names;
 
 pub(crate) struct Seq {
-    /// Prompt then generated tokens.  // [prompt_len + generated]
+    /// Prompt then generated tokens (the only copy).  // [prompt_len + generated]
     pub tokens: Vec<u32>,
+    /// The scheduler's part (priority, arrival, tokens counted and computed).
+    pub sched: SeqState,
     pub prompt_len: usize,
     max_tokens: usize,
     /// Longest the sequence may get (prompt + generated).
@@ -81,6 +87,7 @@ impl Seq {
         tokenizer: Arc<Tokenizer>,
         max_context: usize,
         tx: UnboundedSender<Event>,
+        sched: SeqState,
     ) -> Self {
         let grammar_eos = if req.constraint.is_some() {
             tokenizer.stop_ids().to_vec()
@@ -93,6 +100,7 @@ impl Seq {
             tokenizer.stop_ids().to_vec()
         };
         Seq {
+            sched,
             prompt_len: req.prompt.len(),
             max_tokens: req.max_tokens,
             max_len: max_context.min(req.max_context.unwrap_or(usize::MAX)),
@@ -200,5 +208,39 @@ impl Seq {
             return Verdict::Disconnected;
         }
         Verdict::Continue
+    }
+}
+
+/// The engine's request records by id: one record per request.
+#[derive(Default)]
+pub(crate) struct Seqs(HashMap<u64, Seq>);
+
+impl Deref for Seqs {
+    type Target = HashMap<u64, Seq>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl DerefMut for Seqs {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+/// The scheduler reads and updates its part of each record, and a waiting request's
+/// tokens for prefix sharing.
+impl SeqStore for Seqs {
+    fn state(&self, id: u64) -> Option<&SeqState> {
+        self.0.get(&id).map(|s| &s.sched)
+    }
+
+    fn state_mut(&mut self, id: u64) -> Option<&mut SeqState> {
+        self.0.get_mut(&id).map(|s| &mut s.sched)
+    }
+
+    fn tokens(&self, id: u64) -> &[u32] {
+        self.0.get(&id).map_or(&[], |s| s.tokens.as_slice())
     }
 }
