@@ -238,7 +238,16 @@ impl<B: Backend> Engine<B> {
             // Idle: block until a message arrives.
             if self.seqs.is_empty() {
                 if self.draining {
-                    return;
+                    // A turn the engine ended waits to be trimmed to what its client got:
+                    // the output side's word is on its way (bounded, should it be lost).
+                    if self.ended_turns.is_empty() {
+                        return;
+                    }
+                    match self.inbox.recv_timeout(Duration::from_secs(1)) {
+                        Ok(m) => self.handle(m),
+                        Err(_) => return,
+                    }
+                    continue;
                 }
                 match self.inbox.recv() {
                     Ok(m) => self.handle(m),

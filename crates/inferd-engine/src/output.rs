@@ -262,3 +262,7 @@ fn run(rx: mpsc::Receiver<OutMsg>, shared: Arc<Shared>) {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "output_tests.rs"]
+mod tests;
