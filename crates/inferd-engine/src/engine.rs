@@ -186,7 +186,8 @@ fn kv_dtype_name(d: KvDtype) -> &'static str {
 pub(crate) struct Engine<B: Backend> {
     /// The model, the KV pool, the workspace and the persistent batch.
     pub(crate) runner: ModelRunner<B>,
-    /// The diff for the runner's next step so far: rows ended or preempted since.
+    /// The diff for the runner's next step so far: rows made, ended or preempted since
+    /// the last step.
     pending: StepInput,
     /// The output thread: every event of an accepted request goes through it.
     pub(crate) output: Output,
@@ -362,14 +363,13 @@ impl<B: Backend> Engine<B> {
             metrics::counter!(names::PREEMPTIONS).increment(out.preempted.len() as u64);
         }
         self.pending.preempted.extend_from_slice(&out.preempted);
-        let mut new = Vec::new();
         for &(id, cached) in &out.admitted {
             if let Some(s) = self.seqs.get_mut(&id) {
                 s.cached = cached;
                 s.admitted = true;
                 // The first admission makes its row (a re-admission finds it).
                 if let Some(sampling) = s.sampling.take() {
-                    new.push(NewRow {
+                    self.pending.new.push(NewRow {
                         seq: id,
                         prompt_len: s.prompt_len,
                         dry_tokenizer: sampling.dry.is_on().then(|| self.tokenizer.clone()),
@@ -384,11 +384,9 @@ impl<B: Backend> Engine<B> {
             self.release_lru_session();
         }
         if out.chunks.is_empty() {
-            // Nothing runs: rows made now would wait for their chunks (none were).
-            debug_assert!(new.is_empty());
             return false;
         }
-        let prepared = match self.prepare(&mut out, new) {
+        let prepared = match self.prepare(&mut out) {
             Ok(p) => p,
             Err(e) => {
                 self.fail(&out, &e.to_string());
@@ -519,16 +517,11 @@ impl<B: Backend> Engine<B> {
             .collect()
     }
 
-    /// The runner's step: the pending diff (rows ended or preempted since the last
-    /// step), the rows made now, the queued copies and the scheduled chunks, whose new
-    /// block ids move into it.
-    fn prepare(
-        &mut self,
-        out: &mut SchedulerOutput,
-        new: Vec<NewRow>,
-    ) -> Result<Prepared, RuntimeError> {
+    /// The runner's step: the pending diff (rows made, ended or preempted since the
+    /// last step), the queued copies and the scheduled chunks, whose new block ids move
+    /// into it.
+    fn prepare(&mut self, out: &mut SchedulerOutput) -> Result<Prepared, RuntimeError> {
         let mut step = std::mem::take(&mut self.pending);
-        step.new = new;
         step.block_copies = self
             .kvm
             .take_copies()

@@ -56,9 +56,15 @@ pub(crate) struct Rows {
 }
 
 impl Rows {
-    /// Applies the step's diff: ended rows dropped, preempted rows emptied, new rows
-    /// made, each chunk's new blocks appended (and its position checked).
+    /// Applies the step's diff: new rows made (first, so that a row made and ended
+    /// within one diff goes), ended rows dropped, preempted rows emptied, then each
+    /// chunk's new blocks appended (and its position checked).
     pub fn apply(&mut self, step: &mut StepInput) -> Result<(), String> {
+        for n in step.new.drain(..) {
+            // The engine makes a row once, at the first admission.
+            debug_assert!(!self.rows.contains_key(&n.seq));
+            self.rows.entry(n.seq).or_insert_with(|| Row::new(n));
+        }
         for id in &step.finished {
             self.rows.remove(id);
         }
@@ -67,14 +73,6 @@ impl Rows {
                 r.table.clear();
                 r.position = None;
             }
-        }
-        for n in &step.new {
-            if self.rows.contains_key(&n.seq) {
-                return Err(format!("sequence {} already has a row", n.seq));
-            }
-        }
-        for n in step.new.drain(..) {
-            self.rows.insert(n.seq, Row::new(n));
         }
         for c in &step.chunks {
             let r = self

@@ -192,3 +192,16 @@ fn a_preempted_row_restarts_from_its_new_table() {
     g.push(run(&mut r, s, &[(1, &a, &g)])[0].1);
     assert_eq!(g, want);
 }
+
+#[test]
+fn a_row_made_and_ended_within_one_diff_is_gone() {
+    let mut r = runner();
+    let s = StepInput {
+        new: vec![new_row(1, 3), new_row(2, 3)],
+        finished: vec![1],
+        ..Default::default()
+    };
+    r.prepare(s).expect("a step without chunks");
+    assert_eq!(r.num_rows(), 1);
+    assert!(r.rows.get(2).is_some());
+}
