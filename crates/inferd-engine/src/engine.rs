@@ -17,7 +17,7 @@ use crate::handle::{EngineHandle, ModelInfo, Msg, Shared};
 use crate::memory::Registry;
 use crate::output::{OutMsg, OutStream, Output, TokenMsg};
 use crate::request::Event;
-use crate::runner::{Launched, ModelRunner, NewRow, Prepared, StepChunk, StepInput};
+use crate::runner::{ChunkTokens, Launched, ModelRunner, NewRow, Prepared, StepChunk, StepInput};
 use crate::seq::{Seq, Seqs, Verdict};
 use crate::spill::SpillTier;
 use crate::stats::{names, EngineStats};
@@ -532,13 +532,24 @@ impl<B: Backend> Engine<B> {
         step.chunks = out
             .chunks
             .iter_mut()
-            .map(|c| StepChunk {
-                seq: c.seq,
-                start_pos: c.start_pos,
-                tokens: self.seqs[&c.seq].tokens[c.start_pos..c.start_pos + c.n_tokens].to_vec(),
-                new_blocks: std::mem::take(&mut c.new_blocks),
-                state_slot: self.kvm.running_slot(c.seq).unwrap_or(0),
-                samples: c.samples,
+            .map(|c| {
+                let seq = &self.seqs[&c.seq];
+                let end = c.start_pos + c.n_tokens;
+                // A decode of a generated token runs the row's last draw: the runner
+                // fills it in (the placeholder an overlapped step needs).
+                let tokens = if c.n_tokens == 1 && c.start_pos >= seq.prompt_len {
+                    ChunkTokens::LastDrawn
+                } else {
+                    ChunkTokens::Known(seq.tokens[c.start_pos..end].to_vec())
+                };
+                StepChunk {
+                    seq: c.seq,
+                    start_pos: c.start_pos,
+                    tokens,
+                    new_blocks: std::mem::take(&mut c.new_blocks),
+                    state_slot: self.kvm.running_slot(c.seq).unwrap_or(0),
+                    samples: c.samples,
+                }
             })
             .collect();
         self.runner.prepare(step)

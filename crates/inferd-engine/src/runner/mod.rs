@@ -27,7 +27,7 @@ use inferd_grammar::TokenMask;
 use inferd_runtime::{Backend, ForwardBatch, KvLayout, Model, RuntimeError, SampleRow, Workspace};
 
 use rows::Rows;
-pub(crate) use step::{Draw, NewRow, StepChunk, StepInput, StepOutput};
+pub(crate) use step::{ChunkTokens, Draw, NewRow, StepChunk, StepInput, StepOutput};
 
 type Result<T> = std::result::Result<T, RuntimeError>;
 
@@ -90,8 +90,21 @@ impl<B: Backend> ModelRunner<B> {
         let mut sampling = Vec::new();
         for c in &step.chunks {
             let r = self.rows.get(c.seq).expect("apply made every chunk's row");
+            let last;
+            let tokens = match &c.tokens {
+                ChunkTokens::Known(t) => t.as_slice(),
+                ChunkTokens::LastDrawn => {
+                    last = [r.last_drawn.ok_or_else(|| {
+                        RuntimeError::BadBatch(format!(
+                            "sequence {}: a decode of its last draw, and it drew none",
+                            c.seq
+                        ))
+                    })?];
+                    &last[..]
+                }
+            };
             batch.push_in_slot(
-                &c.tokens,
+                tokens,
                 c.start_pos,
                 r.prompt_len,
                 r.table.clone(),

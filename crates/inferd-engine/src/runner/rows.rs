@@ -25,6 +25,8 @@ pub(crate) struct Row {
     /// With DRY on: the tokenizer, and per generated token whether it is a sequence
     /// breaker (the DRY penalty's history).  // [generated]
     pub dry: Option<(Arc<Tokenizer>, Vec<bool>)>,
+    /// The token it drew last ([`super::ChunkTokens::LastDrawn`] runs it).
+    pub last_drawn: Option<u32>,
 }
 
 impl Row {
@@ -35,12 +37,14 @@ impl Row {
             position: None,
             prompt_len: n.prompt_len,
             dry: n.dry_tokenizer.map(|t| (t, Vec::new())),
+            last_drawn: None,
             sampler: Sampler::new(n.sampling),
         }
     }
 
-    /// DRY's breaker flag for a token just sampled.
+    /// A token just drawn: the next decode's input, and DRY's breaker flag.
     pub fn note_sampled(&mut self, token: u32) {
+        self.last_drawn = Some(token);
         if let Some((tok, breaks)) = &mut self.dry {
             let text = tok.decode(&[token], false).unwrap_or_default();
             let breakers = &self.sampler.params().dry.sequence_breakers;

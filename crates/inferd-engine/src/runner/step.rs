@@ -12,7 +12,9 @@
 //!   queued (a shared block copied, a snapshot restored), run in order before the pass;
 //! - [`StepInput::chunks`]: the pass, in the scheduler's order (decodes first); each
 //!   chunk names only the blocks appended to its sequence's table since its previous
-//!   chunk.
+//!   chunk, and a decode's input may be a placeholder, [`ChunkTokens::LastDrawn`]: the
+//!   token the row drew at its previous step, filled in by the runner, so a step can be
+//!   laid out before the engine has seen the token (what overlapping steps needs).
 //!
 //! The runner answers [`StepOutput`]: per sampling row the engine asked to draw (a
 //! [`Draw`]), the token and the logprobs asked for, never logits.
@@ -33,12 +35,28 @@ pub(crate) struct NewRow {
     pub dry_tokenizer: Option<Arc<Tokenizer>>,
 }
 
+/// A chunk's input tokens.
+pub(crate) enum ChunkTokens {
+    /// These tokens.  // [n_tokens]
+    Known(Vec<u32>),
+    /// One token: the one the row drew last (a decode of a generated token).
+    LastDrawn,
+}
+
+impl ChunkTokens {
+    pub fn len(&self) -> usize {
+        match self {
+            ChunkTokens::Known(t) => t.len(),
+            ChunkTokens::LastDrawn => 1,
+        }
+    }
+}
+
 /// One sequence's tokens in the pass: positions `start_pos .. start_pos + tokens.len()`.
 pub(crate) struct StepChunk {
     pub seq: SeqId,
     pub start_pos: usize,
-    /// The tokens to run.  // [n_tokens]
-    pub tokens: Vec<u32>,
+    pub tokens: ChunkTokens,
     /// Blocks appended to the sequence's table since its previous chunk (all of them at
     /// (re)admission), from `ScheduledChunk::new_blocks`.
     pub new_blocks: Vec<u32>,

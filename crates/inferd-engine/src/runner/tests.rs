@@ -67,7 +67,7 @@ fn chunk(seq: SeqId, start: usize, tokens: &[u32], new_blocks: &[u32], samples: 
     StepChunk {
         seq,
         start_pos: start,
-        tokens: tokens.to_vec(),
+        tokens: ChunkTokens::Known(tokens.to_vec()),
         new_blocks: new_blocks.to_vec(),
         state_slot: 0,
         samples,
@@ -134,11 +134,11 @@ fn stepped_rows_draw_what_whole_tables_give() {
         };
         let na = nb(pa, &ta, r.rows.get(1).unwrap().table.len());
         let nbb = nb(pb, &tb, r.rows.get(2).unwrap().table.len());
+        // A's input is the placeholder for its last draw, B's the token itself.
+        let mut decode_a = chunk(1, pa, &[], &na, true);
+        decode_a.tokens = ChunkTokens::LastDrawn;
         let s = StepInput {
-            chunks: vec![
-                chunk(1, pa, &ga[ga.len() - 1..], &na, true),
-                chunk(2, pb, &gb[gb.len() - 1..], &nbb, true),
-            ],
+            chunks: vec![decode_a, chunk(2, pb, &gb[gb.len() - 1..], &nbb, true)],
             ..Default::default()
         };
         let got = run(&mut r, s, &[(1, &a, &ga), (2, &b, &gb)]);
@@ -204,4 +204,12 @@ fn a_row_made_and_ended_within_one_diff_is_gone() {
     r.prepare(s).expect("a step without chunks");
     assert_eq!(r.num_rows(), 1);
     assert!(r.rows.get(2).is_some());
+    // A row that drew nothing has no last draw to decode.
+    let mut c = chunk(2, 3, &[], &[0], true);
+    c.tokens = ChunkTokens::LastDrawn;
+    let s = StepInput {
+        chunks: vec![c],
+        ..Default::default()
+    };
+    assert!(r.prepare(s).is_err());
 }
