@@ -15,7 +15,8 @@ use std::collections::HashSet;
 use inferd_runtime::Backend;
 
 use crate::engine::Engine;
-use crate::request::{Event, SubmitError};
+use crate::output::OutMsg;
+use crate::request::SubmitError;
 
 impl<B: Backend> Engine<B> {
     /// Why `prompt` can never be admitted while the pinned contexts stay, if so.
@@ -78,7 +79,8 @@ impl<B: Backend> Engine<B> {
         for id in expired {
             if let Some(s) = self.seqs.get(&id) {
                 let waited_s = s.waited().as_secs();
-                s.send(Event::Rejected(SubmitError::QueueTimeout { waited_s }));
+                let e = SubmitError::QueueTimeout { waited_s };
+                self.output.send(OutMsg::Reject(id, e));
             }
             self.remove(id);
         }

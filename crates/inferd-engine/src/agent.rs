@@ -103,24 +103,25 @@ impl<B: Backend> Engine<B> {
             .unwrap_or_else(|| self.memory.fresh_context_id());
         let seq_id = self.memory.new_owner();
         let (tx, _rx) = tmpsc::unbounded_channel();
+        let state = self.sched.add(Request {
+            id: seq_id,
+            prompt_len: n,
+            priority: i32::MAX / 2,
+            reuse_prefix: true,
+            prefix_source: None,
+        });
         let mut seq = Seq::new(
             GenRequest::greedy(spec.tokens.clone(), 1),
             self.tokenizer.clone(),
             self.max_context,
             tx,
+            state,
         );
         seq.build = Some(Build {
             id,
             pin: spec.pin,
             meta: spec.meta,
             reply,
-        });
-        self.sched.add(Request {
-            id: seq_id,
-            prompt_len: n,
-            priority: i32::MAX / 2,
-            reuse_prefix: true,
-            prefix_source: None,
         });
         self.seqs.insert(seq_id, seq);
     }
@@ -131,6 +132,7 @@ impl<B: Backend> Engine<B> {
         let Some(mut seq) = self.seqs.remove(&seq_id) else {
             return;
         };
+        self.row_ended(seq_id);
         let Some(b) = seq.build.take() else {
             return;
         };
@@ -210,16 +212,18 @@ impl<B: Backend> Engine<B> {
     }
 
     /// A turn with a session ended: park its computed KV (prompt and reply) under the
-    /// session, replacing the previous turn's.
-    pub(crate) fn park_session(&mut self, seq_id: SeqId) {
+    /// session, replacing the previous turn's. `seen`: its tokens the client got (the
+    /// prompt and the reply up to where it ended for the client).
+    pub(crate) fn park_session(&mut self, seq_id: SeqId, seen: usize) {
         let Some(seq) = self.seqs.get(&seq_id) else {
             return;
         };
-        let Some(sid) = seq.session.clone().filter(|_| !seq.no_trace) else {
+        let Some(sid) = seq.parks_under().map(str::to_string) else {
             return;
         };
-        // The last sampled token was never fed back: its KV does not exist.
-        let computed = seq.tokens.len().saturating_sub(1);
+        // The last token the client got was never fed back (or not for this turn): its
+        // KV is not the turn's.
+        let computed = seen.min(seq.tokens.len()).saturating_sub(1);
         let tokens = seq.tokens[..computed].to_vec();
         let owner = match self.memory.sessions.get(&sid) {
             Some(e) => e.owner,
@@ -247,6 +251,26 @@ impl<B: Backend> Engine<B> {
         let e = e.clone();
         self.persist(spill::SESSION, &sid, owner, &e);
         self.enforce_park_budget();
+    }
+
+    /// A parked turn's reply ended earlier for the client than where the engine parked
+    /// it (a stop string found by the output side): the session keeps the tokens the
+    /// client got (`seen`: prompt and reply), less the last, and nothing past them.
+    pub(crate) fn trim_session(&mut self, sid: &str, seen: usize) {
+        let keep = seen.saturating_sub(1);
+        let Some(e) = self.memory.sessions.get_mut(sid) else {
+            return;
+        };
+        if e.tokens.len() <= keep {
+            return;
+        }
+        e.tokens.truncate(keep);
+        let e = e.clone();
+        if self.kvm.owner_tokens(e.owner).is_some() {
+            // Re-parked onto itself: blocks past `keep` tokens go back to the pool.
+            self.kvm.park(e.owner, e.owner, e.tokens.clone());
+        }
+        self.persist(spill::SESSION, sid, e.owner, &e);
     }
 
     /// Blocks held by pinned contexts.

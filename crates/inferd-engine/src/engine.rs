@@ -1,6 +1,7 @@
-//! The engine thread: inbox -> scheduler -> one forward pass -> sampling -> streams.
+//! The engine thread: inbox -> scheduler -> the model runner (one forward pass and the
+//! sampling rows' tokens) -> the output thread (text, stop strings, events).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -8,17 +9,18 @@ use std::time::{Duration, Instant};
 use inferd_core::kv::{root_key, KvManager};
 use inferd_core::sched::{Request, Scheduler, SchedulerOutput, SnapshotKind};
 use inferd_grammar::Grammars;
-use inferd_runtime::{Backend, ForwardBatch, KvDtype, KvLayout, Model, RuntimeError, Workspace};
+use inferd_runtime::{Backend, ForwardBatch, KvDtype, Model, RuntimeError};
 use inferd_text::Tokenizer;
 
 use crate::config::{kv_budget_bytes, split_budget, EngineConfig};
 use crate::handle::{EngineHandle, ModelInfo, Msg, Shared};
 use crate::memory::Registry;
+use crate::output::{OutMsg, OutStream, Output, TokenMsg};
 use crate::request::Event;
-use crate::seq::{Outcome, Seq};
+use crate::runner::{ChunkTokens, Launched, ModelRunner, NewRow, Prepared, StepChunk, StepInput};
+use crate::seq::{Seq, Seqs, Verdict};
 use crate::spill::SpillTier;
 use crate::stats::{names, EngineStats};
-use inferd_core::sampling::Sampled;
 use inferd_grammar::TokenMask;
 use inferd_kvstore::StoreIdentity;
 
@@ -126,7 +128,11 @@ pub fn start<B: Backend + 'static>(
             })
             .ok()
     });
+    let output = Output::start(shared.clone())
+        .map_err(|e| RuntimeError::Kv(format!("starting the output thread: {e}")))?;
     let mut engine = Engine {
+        output,
+        ended_turns: HashMap::new(),
         kvm: KvManager::new(num_blocks, bs)
             .with_root_key(root_key(&identity))
             .with_state_slots(layout.state.slots),
@@ -142,11 +148,9 @@ pub fn start<B: Backend + 'static>(
         snapshot_interval: cfg.sched.snapshot_interval,
         queue_timeout: cfg.queue_timeout,
         sched: Scheduler::new(cfg.sched.clone()),
-        ws,
-        model,
-        kv,
-        layout,
-        seqs: HashMap::new(),
+        runner: ModelRunner::new(model, kv, layout, ws),
+        pending: StepInput::default(),
+        seqs: Seqs::default(),
         inbox: rx,
         shared: shared.clone(),
         tokenizer: tokenizer.clone(),
@@ -180,14 +184,21 @@ fn kv_dtype_name(d: KvDtype) -> &'static str {
 }
 
 pub(crate) struct Engine<B: Backend> {
-    pub(crate) model: Model<B>,
-    pub(crate) kv: B::Kv,
-    layout: KvLayout,
-    /// The forward pass's device buffers, allocated once (grown if a pass is larger).
-    ws: Workspace<B>,
+    /// The model, the KV pool, the workspace and the persistent batch.
+    pub(crate) runner: ModelRunner<B>,
+    /// The diff for the runner's next step so far: rows made, ended or preempted since
+    /// the last step.
+    pending: StepInput,
+    /// The output thread: every event of an accepted request goes through it.
+    pub(crate) output: Output,
+    /// Turns the engine ended and parked whose output side has not said yet how many
+    /// tokens the client got (a stop string may have ended the reply earlier): request
+    /// id -> (session, prompt length).
+    ended_turns: HashMap<u64, (String, usize)>,
     pub(crate) kvm: KvManager,
     pub(crate) sched: Scheduler,
-    pub(crate) seqs: HashMap<u64, Seq>,
+    /// One record per request (the scheduler's part included).
+    pub(crate) seqs: Seqs,
     inbox: mpsc::Receiver<Msg>,
     shared: Arc<Shared>,
     pub(crate) tokenizer: Arc<Tokenizer>,
@@ -228,7 +239,16 @@ impl<B: Backend> Engine<B> {
             // Idle: block until a message arrives.
             if self.seqs.is_empty() {
                 if self.draining {
-                    return;
+                    // A turn the engine ended waits to be trimmed to what its client got:
+                    // the output side's word is on its way (bounded, should it be lost).
+                    if self.ended_turns.is_empty() {
+                        return;
+                    }
+                    match self.inbox.recv_timeout(Duration::from_secs(1)) {
+                        Ok(m) => self.handle(m),
+                        Err(_) => return,
+                    }
+                    continue;
                 }
                 match self.inbox.recv() {
                     Ok(m) => self.handle(m),
@@ -263,20 +283,33 @@ impl<B: Backend> Engine<B> {
                 let priority = req.priority;
                 metrics::counter!(names::PROMPT_TOKENS).increment(req.prompt.len() as u64);
                 let prefix_source = self.prefix_source(&req);
-                let seq = Seq::new(req, self.tokenizer.clone(), self.max_context, tx);
-                self.sched.add(Request {
+                let stream = OutStream::new(
+                    tx.clone(),
+                    self.tokenizer.clone(),
+                    &req.stop,
+                    req.prompt.len(),
+                );
+                let state = self.sched.add(Request {
                     id,
-                    prompt_len: seq.tokens.len(),
+                    prompt_len: req.prompt.len(),
                     priority,
                     reuse_prefix: self.prefix_cache,
                     prefix_source,
                 });
+                let seq = Seq::new(req, self.tokenizer.clone(), self.max_context, tx, state);
+                let stream = stream.confirming(seq.confirms_end());
+                self.output.send(OutMsg::Open(id, Box::new(stream)));
                 let mut st = self.stats();
                 st.prompt_tokens_total += seq.tokens.len() as u64;
                 drop(st);
                 self.seqs.insert(id, seq);
             }
             Msg::Cancel(id) => self.remove(id),
+            Msg::Ended {
+                id,
+                generated,
+                by_stop,
+            } => self.reply_ended(id, generated, by_stop),
             Msg::Drain => self.draining = true,
             Msg::CreateContext(spec, reply) => self.create_context(spec, reply),
             Msg::GetContext(id, reply) => {
@@ -305,6 +338,10 @@ impl<B: Backend> Engine<B> {
     pub(crate) fn remove(&mut self, id: u64) {
         if let Some(seq) = self.seqs.remove(&id) {
             self.sched.finish(id, &mut self.kvm);
+            self.output.send(OutMsg::Close(id));
+            if seq.admitted {
+                self.row_ended(id);
+            }
             if let Some(b) = seq.build {
                 let _ = b.reply.send(Err(crate::memory::MemoryError::Failed(
                     "the context's prefill was cancelled".into(),
@@ -313,20 +350,32 @@ impl<B: Backend> Engine<B> {
         }
     }
 
+    /// An admitted sequence ended: its runner row goes at the next step.
+    pub(crate) fn row_ended(&mut self, id: u64) {
+        self.pending.finished.push(id);
+    }
+
     /// One scheduling step and forward pass. `false` when nothing was scheduled.
     fn step(&mut self) -> bool {
         let mut phase = Phases::start();
-        let seqs = &self.seqs;
-        let mut out = self.sched.schedule_with(&mut self.kvm, &|id| {
-            seqs.get(&id).map_or(&[][..], |s| s.tokens.as_slice())
-        });
+        let mut out = self.sched.schedule(&mut self.seqs, &mut self.kvm);
         if !out.preempted.is_empty() {
             metrics::counter!(names::PREEMPTIONS).increment(out.preempted.len() as u64);
         }
+        self.pending.preempted.extend_from_slice(&out.preempted);
         for &(id, cached) in &out.admitted {
             if let Some(s) = self.seqs.get_mut(&id) {
                 s.cached = cached;
                 s.admitted = true;
+                // The first admission makes its row (a re-admission finds it).
+                if let Some(sampling) = s.sampling.take() {
+                    self.pending.new.push(NewRow {
+                        seq: id,
+                        prompt_len: s.prompt_len,
+                        dry_tokenizer: sampling.dry.is_on().then(|| self.tokenizer.clone()),
+                        sampling,
+                    });
+                }
                 metrics::counter!(names::CACHED_TOKENS).increment(cached as u64);
             }
         }
@@ -337,29 +386,24 @@ impl<B: Backend> Engine<B> {
         if out.chunks.is_empty() {
             return false;
         }
-        let copies: Vec<(u32, u32)> = self
-            .kvm
-            .take_copies()
-            .into_iter()
-            .map(|c| (c.src, c.dst))
-            .collect();
-        if let Err(e) = self.model.copy_blocks(&mut self.kv, &copies) {
-            self.fail(&out, &e.to_string());
-            return true;
-        }
-        if let Err(e) = self.run_state_copies() {
-            self.fail(&out, &e.to_string());
-            return true;
-        }
-        let batch = self.build_batch(&mut out);
-        metrics::histogram!(names::STEP_TOKENS).record(batch.n_tokens() as f64);
+        let prepared = match self.prepare(&mut out) {
+            Ok(p) => p,
+            Err(e) => {
+                self.fail(&out, &e.to_string());
+                return true;
+            }
+        };
+        metrics::histogram!(names::STEP_TOKENS).record(prepared.n_tokens() as f64);
         phase.end("schedule");
-        if let Err(e) = self.forward_with_masks(&out, &batch) {
-            self.fail(&out, &e.to_string());
-            return true;
-        }
+        let launched = match self.launch_with_masks(&out, prepared) {
+            Ok(l) => l,
+            Err(e) => {
+                self.fail(&out, &e.to_string());
+                return true;
+            }
+        };
         phase.end("forward");
-        self.sched.commit(&out);
+        self.sched.commit(&out, &mut self.seqs);
         for c in &out.chunks {
             if let Some(seq) = self.seqs.get(&c.seq).filter(|s| !s.no_trace) {
                 let end = c.start_pos + c.n_tokens;
@@ -370,16 +414,17 @@ impl<B: Backend> Engine<B> {
             }
         }
         // Snapshots are copied now, before a session parks (and is written out).
-        if let Err(e) = self.run_state_copies() {
+        let copies = self.take_state_copies();
+        if let Err(e) = self.runner.copy_state_slots(&copies) {
             self.fail(&out, &e.to_string());
             return true;
         }
         let mut finished = Vec::new();
         let mut builds = Vec::new();
         let mut completed = 0;
-        // Each sampling row: its sequence and grammar mask (a failed constraint ends it).
-        let mut draws: Vec<(u64, usize, Option<TokenMask>)> = Vec::new();
-        for (row, c) in out.chunks.iter().filter(|c| c.samples).enumerate() {
+        // Each sampling row's grammar mask (a failed constraint ends its sequence).
+        let mut masks: Vec<(u64, Option<TokenMask>)> = Vec::new();
+        for c in out.chunks.iter().filter(|c| c.samples) {
             let Some(seq) = self.seqs.get_mut(&c.seq) else {
                 continue;
             };
@@ -388,38 +433,67 @@ impl<B: Backend> Engine<B> {
                 continue;
             }
             match seq.take_mask() {
-                Ok(mask) => draws.push((c.seq, row, mask)),
+                Ok(mask) => masks.push((c.seq, mask)),
                 Err(e) => {
-                    seq.fail(e);
+                    self.output.send(OutMsg::Error(c.seq, e.to_string()));
                     finished.push(c.seq);
                 }
             }
         }
-        let sampled = match self.sample(&draws) {
-            Ok(s) => s,
+        let draws: Vec<_> = masks
+            .into_iter()
+            .map(|(id, mask)| self.seqs[&id].draw(id, mask))
+            .collect();
+        let sampled = match self.runner.collect(launched, &draws) {
+            Ok(s) => s.sampled,
             Err(e) => {
+                drop(draws);
                 self.fail(&out, &e.to_string());
                 return true;
             }
         };
+        drop(draws);
         phase.end("sample");
-        for ((id, _, _), s) in draws.iter().zip(sampled) {
-            let Some(seq) = self.seqs.get_mut(id) else {
+        let mut tokens = Vec::with_capacity(sampled.len());
+        for (id, s) in sampled {
+            let Some(seq) = self.seqs.get_mut(&id) else {
                 continue;
             };
-            match seq.accept(s) {
-                Outcome::Continue => {}
-                Outcome::Finished => {
-                    finished.push(*id);
+            let mut end = None;
+            match seq.accept(s.token) {
+                Verdict::Continue => {}
+                Verdict::End(e) => {
+                    end = Some(e);
+                    if seq.confirms_end() {
+                        // Its output side says how many tokens the client got.
+                        let session = seq.parks_under().unwrap_or_default().to_string();
+                        self.ended_turns.insert(id, (session, seq.prompt_len));
+                    }
+                    finished.push(id);
                     completed += 1;
                     metrics::counter!(names::REQUESTS_FINISHED).increment(1);
                 }
-                Outcome::Disconnected => finished.push(*id),
+                Verdict::Failed(msg) => {
+                    self.output.send(OutMsg::Error(id, msg));
+                    finished.push(id);
+                    completed += 1;
+                    metrics::counter!(names::REQUESTS_FINISHED).increment(1);
+                    continue;
+                }
+                Verdict::Disconnected => finished.push(id),
             }
+            tokens.push(TokenMsg {
+                id,
+                sampled: s,
+                end,
+                cached: seq.cached,
+            });
         }
+        self.output.send(OutMsg::Tokens(tokens));
         let generated = (out.chunks.iter().filter(|c| c.samples).count() - builds.len()) as u64;
         for id in finished {
-            self.park_session(id);
+            let all = self.seqs.get(&id).map_or(0, |s| s.tokens.len());
+            self.park_session(id, all);
             self.remove(id);
         }
         for id in builds {
@@ -434,52 +508,61 @@ impl<B: Backend> Engine<B> {
         true
     }
 
-    /// Runs the state-slot copies the KV manager queued (restores, snapshots), in order.
-    fn run_state_copies(&mut self) -> Result<(), RuntimeError> {
-        let copies: Vec<(u32, u32)> = self
-            .kvm
+    /// State-slot copies the KV manager queued (restores, snapshots), in order.
+    fn take_state_copies(&mut self) -> Vec<(u32, u32)> {
+        self.kvm
             .take_state_copies()
             .into_iter()
             .map(|c| (c.src, c.dst))
-            .collect();
-        if copies.is_empty() {
-            return Ok(());
-        }
-        self.model.copy_state_slots(&mut self.kv, &copies)
+            .collect()
     }
 
-    /// Draws the next token of each `(seq, logits row, mask)` from the pass's logits, on
-    /// the device; results in the same order.
-    fn sample(
-        &mut self,
-        draws: &[(u64, usize, Option<TokenMask>)],
-    ) -> Result<Vec<Sampled>, RuntimeError> {
-        // Disjoint borrows of the drawing sequences, then in row order.
-        let ids: HashSet<u64> = draws.iter().map(|d| d.0).collect();
-        let mut seqs: HashMap<u64, &mut Seq> = self
-            .seqs
+    /// The runner's step: the pending diff (rows made, ended or preempted since the
+    /// last step), the queued copies and the scheduled chunks, whose new block ids move
+    /// into it.
+    fn prepare(&mut self, out: &mut SchedulerOutput) -> Result<Prepared, RuntimeError> {
+        let mut step = std::mem::take(&mut self.pending);
+        step.block_copies = self
+            .kvm
+            .take_copies()
+            .into_iter()
+            .map(|c| (c.src, c.dst))
+            .collect();
+        step.state_copies = self.take_state_copies();
+        step.chunks = out
+            .chunks
             .iter_mut()
-            .filter(|(id, _)| ids.contains(id))
-            .map(|(&id, s)| (id, s))
+            .map(|c| {
+                let seq = &self.seqs[&c.seq];
+                let end = c.start_pos + c.n_tokens;
+                // A decode of a generated token runs the row's last draw: the runner
+                // fills it in (the placeholder an overlapped step needs).
+                let tokens = if c.n_tokens == 1 && c.start_pos >= seq.prompt_len {
+                    ChunkTokens::LastDrawn
+                } else {
+                    ChunkTokens::Known(seq.tokens[c.start_pos..end].to_vec())
+                };
+                StepChunk {
+                    seq: c.seq,
+                    start_pos: c.start_pos,
+                    tokens,
+                    new_blocks: std::mem::take(&mut c.new_blocks),
+                    state_slot: self.kvm.running_slot(c.seq).unwrap_or(0),
+                    samples: c.samples,
+                }
+            })
             .collect();
-        let mut rows = Vec::with_capacity(draws.len());
-        for (id, row, mask) in draws {
-            let seq = seqs.remove(id).expect("a drawing sequence is present");
-            rows.push(seq.sample_row(*row, mask.as_ref()));
-        }
-        let mut out = Vec::with_capacity(rows.len());
-        self.model.sample(&self.ws, &mut rows, &mut out)?;
-        Ok(out)
+        self.runner.prepare(step)
     }
 
-    /// Runs the forward pass; meanwhile a helper thread computes the grammar masks of
-    /// the constrained sequences that sample this step, so masks cost the batch nothing
+    /// Launches the pass; meanwhile a helper thread computes the grammar masks of the
+    /// constrained sequences that sample this step, so masks cost the batch nothing
     /// while they take less time than the forward pass (`MASK_WAIT` records the rest).
-    fn forward_with_masks(
+    fn launch_with_masks(
         &mut self,
         out: &SchedulerOutput,
-        batch: &ForwardBatch,
-    ) -> Result<(), RuntimeError> {
+        prepared: Prepared,
+    ) -> Result<Launched, RuntimeError> {
         let constrained: Vec<u64> = out
             .chunks
             .iter()
@@ -492,13 +575,10 @@ impl<B: Backend> Engine<B> {
             })
             .collect();
         if constrained.is_empty() {
-            return self
-                .model
-                .forward_in(&mut self.ws, &mut self.kv, &self.layout, batch)
-                .map(|_| ());
+            return self.runner.launch(prepared);
         }
         let seqs = &mut self.seqs;
-        let (model, ws, kv, layout) = (&self.model, &mut self.ws, &mut self.kv, &self.layout);
+        let runner = &mut self.runner;
         std::thread::scope(|scope| {
             let masks = std::thread::Builder::new()
                 .name("inferd-masks".into())
@@ -509,7 +589,7 @@ impl<B: Backend> Engine<B> {
                         }
                     }
                 });
-            let result = model.forward_in(ws, kv, layout, batch);
+            let result = runner.launch(prepared);
             let waited = Instant::now();
             // A mask thread that could not start or panicked leaves masks unset: each
             // sequence then computes its own when it samples.
@@ -517,36 +597,38 @@ impl<B: Backend> Engine<B> {
                 let _ = h.join();
             }
             metrics::histogram!(names::MASK_WAIT).record(waited.elapsed().as_secs_f64());
-            result.map(|_| ())
+            result
         })
-    }
-
-    /// The scheduled chunks as one forward pass (logits rows in chunk order). The block
-    /// tables move into the batch (`commit` does not read them).
-    fn build_batch(&self, out: &mut SchedulerOutput) -> ForwardBatch {
-        let mut batch = ForwardBatch::default();
-        for c in &mut out.chunks {
-            let seq = &self.seqs[&c.seq];
-            batch.push_in_slot(
-                &seq.tokens[c.start_pos..c.start_pos + c.n_tokens],
-                c.start_pos,
-                seq.prompt_len,
-                std::mem::take(&mut c.block_table),
-                self.kvm.running_slot(c.seq).unwrap_or(0),
-                c.samples,
-            );
-        }
-        batch
     }
 
     /// A forward pass failed: every sequence in it gets the error and is dropped.
     fn fail(&mut self, out: &SchedulerOutput, msg: &str) {
         for c in &out.chunks {
-            if let Some(seq) = self.seqs.get(&c.seq) {
-                seq.send(Event::Error(format!("model forward pass failed: {msg}")));
+            if self.seqs.contains_key(&c.seq) {
+                let e = format!("model forward pass failed: {msg}");
+                self.output.send(OutMsg::Error(c.seq, e));
             }
             self.remove(c.seq);
         }
+    }
+
+    /// The output side ended a reply after `generated` tokens (a stop string), or says
+    /// how a turn the engine ended came out: the sequence still running ends now (its
+    /// KV freed, its session parked with the tokens the client got); a turn already
+    /// parked keeps only those.
+    fn reply_ended(&mut self, id: u64, generated: usize, by_stop: bool) {
+        if let Some((session, prompt_len)) = self.ended_turns.remove(&id) {
+            self.trim_session(&session, prompt_len + generated);
+            return;
+        }
+        let Some(seq) = self.seqs.get(&id).filter(|_| by_stop) else {
+            return;
+        };
+        let seen = seq.prompt_len + generated;
+        self.park_session(id, seen);
+        self.remove(id);
+        metrics::counter!(names::REQUESTS_FINISHED).increment(1);
+        self.stats().requests_finished += 1;
     }
 
     fn publish(&self) {
@@ -574,7 +656,7 @@ impl<B: Backend> Engine<B> {
     /// Runs a short prefill and one decode step through the whole model, so weights are
     /// paged in and thread pools started before the first request.
     fn warmup(&mut self) -> Result<(), RuntimeError> {
-        let vocab = self.model.cfg.vocab_size as u32;
+        let vocab = self.runner.model().cfg.vocab_size as u32;
         let n = 16.min(self.max_context - 1);
         let prompt: Vec<u32> = (0..n as u32).map(|i| (i * 7919 + 13) % vocab).collect();
         let table = self
@@ -585,12 +667,10 @@ impl<B: Backend> Engine<B> {
         let slot = self.kvm.running_slot(u64::MAX).unwrap_or(0);
         let mut b = ForwardBatch::default();
         b.push_in_slot(&prompt, 0, n, table.clone(), slot, true);
-        self.model
-            .forward_in(&mut self.ws, &mut self.kv, &self.layout, &b)?;
+        self.runner.forward_raw(&b)?;
         let mut b = ForwardBatch::default();
         b.push_in_slot(&[prompt[0]], n, n, table, slot, true);
-        self.model
-            .forward_in(&mut self.ws, &mut self.kv, &self.layout, &b)?;
+        self.runner.forward_raw(&b)?;
         self.kvm.free(u64::MAX);
         Ok(())
     }

@@ -24,6 +24,13 @@ pub(crate) enum Msg {
         tx: tmpsc::UnboundedSender<Event>,
     },
     Cancel(u64),
+    /// From the output side: a reply ended there after `generated` tokens (by a stop
+    /// string, or, for a reply whose session waits for it, however it ended).
+    Ended {
+        id: u64,
+        generated: usize,
+        by_stop: bool,
+    },
     /// Stop admitting; exit once every running request finished.
     Drain,
     CreateContext(ContextSpec, Reply<ContextInfo>),

@@ -2,7 +2,7 @@
 //! and runs steps. Each step the scheduler picks the running decodes and prefill
 //! chunks that fit the token budgets (continuous batching, chunked prefill), the model
 //! runs them as one forward pass, each sampling sequence gets its next token, and the
-//! token's text goes out on the request's stream. Callers talk to it through an
+//! output thread turns the token into text on the request's stream. Callers talk to it through an
 //! [`EngineHandle`]; dropping a request's stream cancels it.
 
 mod admit;
@@ -11,7 +11,9 @@ mod config;
 mod engine;
 mod handle;
 mod memory;
+mod output;
 mod request;
+mod runner;
 mod seq;
 mod spill;
 mod spill_state;

@@ -1,34 +1,43 @@
-//! One request's state inside the engine: its tokens, sampler, detokenizer, stop
-//! matcher and the stream its events go to.
+//! One request's record inside the engine: its tokens, limits, grammar, where its KV
+//! goes, and the scheduler's part of it ([`SeqState`]: the scheduler reads the engine's
+//! records, it keeps none). What the client sees (text, stop strings, events) is the
+//! output side's ([`crate::output`]); the sampler is the runner's row's.
 
+use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::time::Instant;
 
-use inferd_core::sampling::{Extra, Sampled, Sampler};
+use inferd_core::sampling::SamplingParams;
+use inferd_core::sched::{SeqState, SeqStore};
 use inferd_grammar::{Constraint, GrammarError, TokenMask};
-use inferd_runtime::SampleRow;
-use inferd_text::{IncrementalDecoder, Tokenizer};
+use inferd_text::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::handle::Reply;
 use crate::memory::ContextInfo;
-use crate::request::{CacheMode, Delta, Event, FinishReason, GenRequest, TokenOut, Usage};
+use crate::output::EngineEnd;
+use crate::request::{CacheMode, Event, GenRequest};
+use crate::runner::Draw;
 use crate::stats::names;
-use crate::stop::{StopMatcher, StopStep};
 
 pub(crate) struct Seq {
-    /// Prompt then generated tokens.  // [prompt_len + generated]
+    /// Prompt then generated tokens (the only copy).  // [prompt_len + generated]
     pub tokens: Vec<u32>,
+    /// The scheduler's part (priority, arrival, tokens counted and computed).
+    pub sched: SeqState,
     pub prompt_len: usize,
     max_tokens: usize,
     /// Longest the sequence may get (prompt + generated).
     max_len: usize,
     stop_ids: Vec<u32>,
-    sampler: Sampler,
-    detok: IncrementalDecoder<Arc<Tokenizer>>,
-    stop: StopMatcher,
-    /// Tokens whose text is still held back (incomplete UTF-8 or a possible stop string).
-    pending: Vec<TokenOut>,
+    /// Whether it has stop strings (the output side may end it before the engine does).
+    stops: bool,
+    /// Its sampling parameters until its first admission, when they go to the runner's
+    /// row (which keeps the sampler across preemptions).
+    pub sampling: Option<SamplingParams>,
+    /// Its stream, only to notice a client that is gone: events go through the output
+    /// side, in order.
     tx: UnboundedSender<Event>,
     arrived: Instant,
     last_token: Option<Instant>,
@@ -49,9 +58,6 @@ pub(crate) struct Seq {
     /// Under a constraint: the ids that end the reply (the grammar allows them only
     /// where it may end, `ignore_eos` or not).
     grammar_eos: Vec<u32>,
-    /// With DRY on: the tokenizer, to tell sequence breakers, and per generated token
-    /// whether it is one.  // [generated]
-    dry: Option<(Arc<Tokenizer>, Vec<bool>)>,
 }
 
 /// A context being prefilled: where it goes when its KV is computed.
@@ -62,11 +68,15 @@ pub(crate) struct Build {
     pub reply: Reply<ContextInfo>,
 }
 
-/// What happened to a sequence after a token.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Outcome {
+/// What a drawn token does to the sequence, as far as the engine can tell (stop strings
+/// are the output side's).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
     Continue,
-    Finished,
+    /// The reply ends with this token.
+    End(EngineEnd),
+    /// The grammar refused the token: the reply ends with this error.
+    Failed(String),
     /// The client is gone (its stream was dropped).
     Disconnected,
 }
@@ -77,6 +87,7 @@ impl Seq {
         tokenizer: Arc<Tokenizer>,
         max_context: usize,
         tx: UnboundedSender<Event>,
+        sched: SeqState,
     ) -> Self {
         let grammar_eos = if req.constraint.is_some() {
             tokenizer.stop_ids().to_vec()
@@ -89,6 +100,7 @@ impl Seq {
             tokenizer.stop_ids().to_vec()
         };
         Seq {
+            sched,
             prompt_len: req.prompt.len(),
             max_tokens: req.max_tokens,
             max_len: max_context.min(req.max_context.unwrap_or(usize::MAX)),
@@ -100,17 +112,10 @@ impl Seq {
             constraint: req.constraint,
             mask: None,
             grammar_eos,
-            dry: req
-                .sampling
-                .dry
-                .is_on()
-                .then(|| (tokenizer.clone(), Vec::new())),
             tokens: req.prompt,
             stop_ids,
-            sampler: Sampler::new(req.sampling),
-            detok: IncrementalDecoder::new(tokenizer, true),
-            stop: StopMatcher::new(&req.stop),
-            pending: Vec::new(),
+            stops: req.stop.iter().any(|s| !s.is_empty()),
+            sampling: Some(req.sampling),
             tx,
             arrived: Instant::now(),
             last_token: None,
@@ -126,12 +131,16 @@ impl Seq {
         self.tokens.len() - self.prompt_len
     }
 
-    fn usage(&self) -> Usage {
-        Usage {
-            prompt_tokens: self.prompt_len,
-            completion_tokens: self.generated(),
-            cached_tokens: self.cached.min(self.prompt_len),
-        }
+    /// The session this turn parks under, if any (not with `cache: drop`).
+    pub fn parks_under(&self) -> Option<&str> {
+        self.session.as_deref().filter(|_| !self.no_trace)
+    }
+
+    /// Whether the engine must hear from the output side how the reply ended: a stop
+    /// string may cut it short of what the engine drew, and its session must park only
+    /// what the client got.
+    pub fn confirms_end(&self) -> bool {
+        self.stops && self.parks_under().is_some()
     }
 
     /// Computes this step's mask (a constrained sequence only). Runs on the mask
@@ -151,31 +160,21 @@ impl Seq {
         self.mask.take().transpose()
     }
 
-    /// What the device needs to draw this sequence's next token from logits row `row`,
-    /// held to `mask`.
-    pub fn sample_row<'a>(&'a mut self, row: usize, mask: Option<&'a TokenMask>) -> SampleRow<'a> {
+    /// What the runner needs to draw this sequence's next token: its history and this
+    /// step's `mask`.
+    pub fn draw(&self, id: u64, mask: Option<TokenMask>) -> Draw<'_> {
         let (prompt, generated) = self.tokens.split_at(self.prompt_len);
-        SampleRow {
-            row,
-            sampler: &mut self.sampler,
+        Draw {
+            seq: id,
             prompt,
             generated,
-            extra: Extra {
-                allowed: mask.map(TokenMask::words),
-                breaks: self.dry.as_ref().map_or(&[][..], |(_, b)| b.as_slice()),
-            },
+            mask,
         }
     }
 
-    /// The constraint failed: the client gets an error and the sequence ends.
-    pub fn fail(&mut self, e: GrammarError) -> Outcome {
-        self.send(Event::Error(e.to_string()));
-        Outcome::Finished
-    }
-
-    /// Handles the token drawn for this sequence: stop ids, the grammar, stop strings,
-    /// detokenized text to the stream, limits.
-    pub fn accept(&mut self, s: Sampled) -> Outcome {
+    /// Takes the token drawn for this sequence: end of sequence ids, the grammar,
+    /// limits, a client gone.
+    pub fn accept(&mut self, token: u32) -> Verdict {
         let now = Instant::now();
         match self.last_token {
             None => metrics::histogram!(names::TTFT).record((now - self.arrived).as_secs_f64()),
@@ -183,93 +182,65 @@ impl Seq {
         }
         self.last_token = Some(now);
         metrics::counter!(names::GENERATED_TOKENS).increment(1);
-        self.tokens.push(s.token);
-        if let Some((tok, breaks)) = &mut self.dry {
-            let text = tok.decode(&[s.token], false).unwrap_or_default();
-            let breakers = &self.sampler.params().dry.sequence_breakers;
-            breaks.push(breakers.iter().any(|b| text.contains(b.as_str())));
-        }
-        self.pending.push(TokenOut {
-            id: s.token,
-            logprob: s.logprob,
-            top_logprobs: s.top_logprobs,
-        });
-        let mut grammar_done = false;
+        self.tokens.push(token);
+        let mut complete = false;
         if let Some(c) = &mut self.constraint {
-            if self.grammar_eos.contains(&s.token) {
+            if self.grammar_eos.contains(&token) {
                 // The grammar allowed the end here.
-                let (tail, _) = self.flush_tail();
-                return self.finish(tail, FinishReason::Stop);
+                return Verdict::End(EngineEnd::Eos);
             }
-            if let Err(e) = c.commit(s.token) {
-                return self.fail(e);
+            if let Err(e) = c.commit(token) {
+                return Verdict::Failed(e.to_string());
             }
-            grammar_done = c.is_finished();
+            complete = c.is_finished();
         }
-        if self.stop_ids.contains(&s.token) {
-            // End of sequence: its own text is not shown.
-            let (tail, _) = self.flush_tail();
-            return self.finish(tail, FinishReason::Stop);
+        if self.stop_ids.contains(&token) {
+            return Verdict::End(EngineEnd::Eos);
         }
-        let text = self.detok.push(s.token).unwrap_or_default();
-        match self.stop.push(&text) {
-            StopStep::Stopped(t) => return self.finish(t, FinishReason::Stop),
-            StopStep::Emit(t) if !t.is_empty() => {
-                let tokens = std::mem::take(&mut self.pending);
-                if !self.send(Event::Delta(Delta { text: t, tokens })) {
-                    return Outcome::Disconnected;
-                }
-            }
-            StopStep::Emit(_) => {}
-        }
-        if grammar_done {
+        if complete {
             // Complete: nothing but the end may follow, so the reply ends here.
-            let (tail, _) = self.flush_tail();
-            return self.finish(tail, FinishReason::Stop);
+            return Verdict::End(EngineEnd::Complete);
         }
         if self.generated() >= self.max_tokens || self.tokens.len() >= self.max_len {
-            let (tail, stopped) = self.flush_tail();
-            let reason = if stopped {
-                FinishReason::Stop
-            } else {
-                FinishReason::Length
-            };
-            return self.finish(tail, reason);
+            return Verdict::End(EngineEnd::Length);
         }
         if self.tx.is_closed() {
-            return Outcome::Disconnected;
+            return Verdict::Disconnected;
         }
-        Outcome::Continue
+        Verdict::Continue
+    }
+}
+
+/// The engine's request records by id: one record per request.
+#[derive(Default)]
+pub(crate) struct Seqs(HashMap<u64, Seq>);
+
+impl Deref for Seqs {
+    type Target = HashMap<u64, Seq>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl DerefMut for Seqs {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+/// The scheduler reads and updates its part of each record, and a waiting request's
+/// tokens for prefix sharing.
+impl SeqStore for Seqs {
+    fn state(&self, id: u64) -> Option<&SeqState> {
+        self.0.get(&id).map(|s| &s.sched)
     }
 
-    /// Text still held by the detokenizer and the stop matcher when generation ends, and
-    /// whether that last text completed a stop string.
-    fn flush_tail(&mut self) -> (String, bool) {
-        let tail = self.detok.finish().unwrap_or_default();
-        match self.stop.push(&tail) {
-            StopStep::Stopped(t) => (t, true),
-            StopStep::Emit(mut t) => {
-                t.push_str(&self.stop.flush());
-                (t, false)
-            }
-        }
+    fn state_mut(&mut self, id: u64) -> Option<&mut SeqState> {
+        self.0.get_mut(&id).map(|s| &mut s.sched)
     }
 
-    fn finish(&mut self, text: String, reason: FinishReason) -> Outcome {
-        let tokens = std::mem::take(&mut self.pending);
-        if !text.is_empty() || tokens.iter().any(|t| t.logprob.is_some()) {
-            self.send(Event::Delta(Delta { text, tokens }));
-        }
-        self.send(Event::Done {
-            finish_reason: reason,
-            usage: self.usage(),
-            stop: self.stop.matched().map(str::to_string),
-        });
-        Outcome::Finished
-    }
-
-    /// Sends an event; `false` when the client is gone.
-    pub fn send(&self, ev: Event) -> bool {
-        self.tx.send(ev).is_ok()
+    fn tokens(&self, id: u64) -> &[u32] {
+        self.0.get(&id).map_or(&[], |s| s.tokens.as_slice())
     }
 }

@@ -259,7 +259,7 @@ impl<B: Backend> Engine<B> {
                 continue;
             }
             let mut data = vec![0u8; self.bytes_per_block as usize];
-            if let Err(err) = self.model.export_block(&self.kv, block, &mut data) {
+            if let Err(err) = self.runner.export_block(block, &mut data) {
                 warn(err);
                 return;
             }
@@ -328,7 +328,7 @@ impl<B: Backend> Engine<B> {
             let Some(id) = self.kvm.fresh_block() else {
                 break; // memory is short: the rest is recomputed
             };
-            if let Err(e) = self.model.import_block(&mut self.kv, id, &data) {
+            if let Err(e) = self.runner.import_block(id, &data) {
                 warn(e);
                 self.kvm.release_block(id);
                 break;

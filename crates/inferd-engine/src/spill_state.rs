@@ -38,7 +38,7 @@ impl<B: Backend> Engine<B> {
                 continue;
             };
             let mut data = vec![0u8; slot_bytes];
-            if let Err(e) = self.model.export_state_slots(&self.kv, &[slot], &mut data) {
+            if let Err(e) = self.runner.export_state_slots(&[slot], &mut data) {
                 warn(e);
                 return;
             }
@@ -92,7 +92,7 @@ impl<B: Backend> Engine<B> {
             return None;
         }
         let slot = self.kvm.fresh_slot()?;
-        if let Err(e) = self.model.import_state_slots(&mut self.kv, &[slot], &data) {
+        if let Err(e) = self.runner.import_state_slots(&[slot], &data) {
             warn(e);
             self.kvm.release_slot(slot);
             return None;

@@ -4,7 +4,9 @@
 mod common;
 
 use common::*;
-use inferd_engine::{CacheMode, ContextSpec, EngineConfig, GenRequest, KvBudget, MemoryError};
+use inferd_engine::{
+    CacheMode, ContextSpec, EngineConfig, FinishReason, GenRequest, KvBudget, MemoryError,
+};
 
 const MAX_TOKENS: usize = 12;
 
@@ -168,4 +170,62 @@ fn cache_drop_leaves_nothing_behind() {
     // and nothing of it is found again
     let again = run_one(&e, GenRequest::greedy(prompt, MAX_TOKENS));
     assert_eq!(again.cached_tokens, 0);
+}
+
+#[test]
+fn a_stop_string_ends_a_turn_and_its_session_parks_only_what_the_client_got() {
+    let Some(e) = engine(config()) else { return };
+    let turn1 = ask(&e, &brief(&e), "Name one crate and say what it does.");
+    let mut req = GenRequest::greedy(turn1.clone(), 24);
+    req.ignore_eos = true;
+    let full = run_one(&e, req);
+    let text = |n: usize| e.tokenizer.decode(&full.tokens[..n], true).unwrap();
+    // A stop string first complete with the reply's k-th token: the last 3 characters
+    // of the text so far, begun before that token's text.
+    let (k, stop, at) = (4..full.tokens.len())
+        .find_map(|k| {
+            let (before, upto) = (text(k - 1), text(k));
+            let stop: String = upto
+                .chars()
+                .skip(upto.chars().count().saturating_sub(3))
+                .collect();
+            let at = upto.len() - stop.len();
+            (stop.chars().count() == 3
+                && full.text.starts_with(&upto)
+                && at < before.len()
+                && before.len() < upto.len()
+                && full.text.find(&stop) == Some(at))
+            .then_some((k, stop, at))
+        })
+        .expect("a stop string to place");
+    // However far past the stop the engine draws before it hears of it (it may end
+    // the turn itself first), the client gets k tokens and the session parks them.
+    for (i, max_tokens) in [k, k + 1, k + 3, 24].into_iter().enumerate() {
+        let mut req = GenRequest::greedy(turn1.clone(), max_tokens);
+        req.ignore_eos = true;
+        req.stop = vec![stop.clone()];
+        req.session = Some(format!("s-{i}"));
+        let mut s = e.submit(req).expect("submit");
+        let out = collect(&mut s);
+        assert_eq!(
+            out.finish,
+            Some(FinishReason::Stop),
+            "max_tokens {max_tokens}"
+        );
+        assert_eq!(out.completion_tokens, k, "max_tokens {max_tokens}");
+        assert_eq!(out.text, full.text[..at], "max_tokens {max_tokens}");
+        let report = block_on(e.cache_report()).unwrap();
+        let parked = report
+            .sessions
+            .iter()
+            .find(|p| p.id == format!("s-{i}"))
+            .expect("the session is parked");
+        let want = turn1.len() + k - 1; // the last token's KV is not the turn's
+        assert_eq!(
+            (parked.tokens, parked.resident_tokens),
+            (want, want),
+            "max_tokens {max_tokens}"
+        );
+    }
+    wait_for(|| e.stats().running == 0, "the turns to end");
 }

@@ -21,6 +21,11 @@
 //! running sequence is preempted: its blocks are freed and it goes back to
 //! waiting, to be recomputed later.
 //!
+//! The scheduler keeps no per-sequence records of its own: it holds the waiting and
+//! running queues, and its part of each sequence's record ([`SeqState`]) lives in the
+//! caller's request record, reached through a [`SeqStore`] (with the sequence's tokens,
+//! for prefix sharing at admission).
+//!
 //! Hybrid models (the KV manager has a state group): admission and preemption count
 //! the running state slot too (it comes with the blocks, all-or-nothing), and prefill
 //! chunks end at the snapshot points of [`SnapshotPoints`]; a chunk that ends at one
@@ -29,5 +34,7 @@
 mod scheduler;
 mod snapshot_points;
 
-pub use scheduler::{Request, ScheduledChunk, Scheduler, SchedulerConfig, SchedulerOutput};
+pub use scheduler::{
+    Request, ScheduledChunk, Scheduler, SchedulerConfig, SchedulerOutput, SeqState, SeqStore,
+};
 pub use snapshot_points::{SnapshotKind, SnapshotPoints, DELTA_CHUNK};

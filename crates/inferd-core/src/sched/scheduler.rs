@@ -63,7 +63,11 @@ pub struct ScheduledChunk {
     pub seq: SeqId,
     pub start_pos: usize,
     pub n_tokens: usize,
-    pub block_table: Vec<u32>,
+    /// The blocks appended to the sequence's block table since its previous chunk (the
+    /// whole table at admission, and again at re-admission after a preemption): the
+    /// runner keeps each running sequence's table and appends these, so the table is
+    /// never rebuilt. Together they cover `0 .. start_pos + n_tokens`.
+    pub new_blocks: Vec<u32>,
     /// True when this chunk reaches the end of the known tokens, so its last
     /// position's logits produce the next token.
     pub samples: bool,
@@ -84,8 +88,11 @@ pub struct SchedulerOutput {
     pub kv_short: bool,
 }
 
-#[derive(Debug)]
-struct Seq {
+/// The scheduler's part of one sequence's record. The caller keeps it in its own
+/// request record (one record per id: the engine's), and hands the records to the
+/// scheduler through a [`SeqStore`]; only the scheduler reads or changes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeqState {
     priority: i32,
     arrival: u64,
     /// Step at which it started waiting (for aging).
@@ -98,12 +105,63 @@ struct Seq {
     prefill_target: usize,
     reuse_prefix: bool,
     prefix_source: Option<SeqId>,
+    /// Leading blocks of its KV table already handed out in chunks (`new_blocks`).
+    blocks_sent: usize,
+}
+
+impl SeqState {
+    /// Prompt plus generated tokens, as the scheduler counts them.
+    pub fn num_tokens(&self) -> usize {
+        self.num_tokens
+    }
+
+    /// Tokens whose KV is computed.
+    pub fn num_computed(&self) -> usize {
+        self.num_computed
+    }
+}
+
+/// Where the scheduler finds the records of its sequences (waiting and running): every
+/// id it was given by [`Scheduler::add`] and not yet [`Scheduler::finish`]ed. A record
+/// gone without `finish` is dropped from the queues (and its KV freed) at the next
+/// schedule.
+pub trait SeqStore {
+    fn state(&self, id: SeqId) -> Option<&SeqState>;
+    fn state_mut(&mut self, id: SeqId) -> Option<&mut SeqState>;
+    /// The sequence's known tokens (prompt and generated), which admission matches
+    /// against the prefix cache; fewer than it counts: no prefix sharing.
+    fn tokens(&self, id: SeqId) -> &[u32];
+}
+
+/// Records with no tokens (no prefix sharing): the scheduler alone, as in its tests.
+impl SeqStore for HashMap<SeqId, SeqState> {
+    fn state(&self, id: SeqId) -> Option<&SeqState> {
+        self.get(&id)
+    }
+
+    fn state_mut(&mut self, id: SeqId) -> Option<&mut SeqState> {
+        self.get_mut(&id)
+    }
+
+    fn tokens(&self, _: SeqId) -> &[u32] {
+        &[]
+    }
+}
+
+/// `id`'s record (present: [`Scheduler::schedule`] prunes ids without one first).
+fn st(seqs: &dyn SeqStore, id: SeqId) -> &SeqState {
+    seqs.state(id)
+        .expect("pruned: every queued id has a record")
+}
+
+fn st_mut(seqs: &mut dyn SeqStore, id: SeqId) -> &mut SeqState {
+    seqs.state_mut(id)
+        .expect("pruned: every queued id has a record")
 }
 
 #[derive(Debug)]
 pub struct Scheduler {
     cfg: SchedulerConfig,
-    seqs: HashMap<SeqId, Seq>,
     waiting: Vec<SeqId>,
     running: Vec<SeqId>,
     step: u64,
@@ -115,7 +173,6 @@ impl Scheduler {
     pub fn new(cfg: SchedulerConfig) -> Self {
         Scheduler {
             cfg,
-            seqs: HashMap::new(),
             waiting: Vec::new(),
             running: Vec::new(),
             step: 0,
@@ -124,9 +181,10 @@ impl Scheduler {
         }
     }
 
-    pub fn add(&mut self, r: Request) {
+    /// Queues a request; its record must hold the returned state from now on.
+    pub fn add(&mut self, r: Request) -> SeqState {
         self.arrivals += 1;
-        let s = Seq {
+        let s = SeqState {
             priority: r.priority,
             arrival: self.arrivals,
             waiting_since: self.step,
@@ -135,9 +193,10 @@ impl Scheduler {
             prefill_target: r.prompt_len,
             reuse_prefix: r.reuse_prefix,
             prefix_source: r.prefix_source,
+            blocks_sent: 0,
         };
-        self.seqs.insert(r.id, s);
         self.waiting.push(r.id);
+        s
     }
 
     pub fn num_waiting(&self) -> usize {
@@ -155,9 +214,9 @@ impl Scheduler {
 
     /// Records the result of a step: every scheduled chunk is now computed, and
     /// sampling chunks appended one token (unless the sequence then finished).
-    pub fn commit(&mut self, out: &SchedulerOutput) {
+    pub fn commit(&mut self, out: &SchedulerOutput, seqs: &mut dyn SeqStore) {
         for c in &out.chunks {
-            if let Some(s) = self.seqs.get_mut(&c.seq) {
+            if let Some(s) = seqs.state_mut(c.seq) {
                 s.num_computed = c.start_pos + c.n_tokens;
                 if c.samples {
                     s.num_tokens += 1;
@@ -166,34 +225,40 @@ impl Scheduler {
         }
     }
 
-    /// Removes a sequence (finished, cancelled) and frees its blocks.
+    /// Removes a sequence (finished, cancelled) and frees its blocks; its record may go.
     pub fn finish(&mut self, seq: SeqId, kv: &mut KvManager) {
-        self.seqs.remove(&seq);
         self.running.retain(|&s| s != seq);
         self.waiting.retain(|&s| s != seq);
         kv.free(seq);
     }
 
-    fn effective_priority(&self, id: SeqId) -> f64 {
-        let s = &self.seqs[&id];
+    fn effective_priority(&self, seqs: &dyn SeqStore, id: SeqId) -> f64 {
+        let s = st(seqs, id);
         s.priority as f64 + self.cfg.aging_per_step * (self.step - s.waiting_since) as f64
     }
 
     /// Running sequence to evict: lowest priority, then newest arrival.
-    fn victim(&self) -> Option<SeqId> {
-        self.running.iter().copied().min_by(|a, b| {
-            let (sa, sb) = (&self.seqs[a], &self.seqs[b]);
+    fn victim(&self, seqs: &dyn SeqStore) -> Option<SeqId> {
+        self.running.iter().copied().min_by(|&a, &b| {
+            let (sa, sb) = (st(seqs, a), st(seqs, b));
             sa.priority
                 .cmp(&sb.priority)
                 .then(sb.arrival.cmp(&sa.arrival))
         })
     }
 
-    fn preempt(&mut self, id: SeqId, kv: &mut KvManager, out: &mut SchedulerOutput) {
+    fn preempt(
+        &mut self,
+        seqs: &mut dyn SeqStore,
+        id: SeqId,
+        kv: &mut KvManager,
+        out: &mut SchedulerOutput,
+    ) {
         kv.free(id);
         self.running.retain(|&s| s != id);
-        let s = self.seqs.get_mut(&id).expect("running sequence");
+        let s = st_mut(seqs, id);
         s.num_computed = 0;
+        s.blocks_sent = 0;
         s.waiting_since = self.step;
         self.waiting.insert(0, id);
         out.preempted.push(id);
@@ -202,10 +267,20 @@ impl Scheduler {
         self.preemptions += 1;
     }
 
+    /// The blocks of `seq`'s table not yet handed out, now marked as handed out.
+    fn new_blocks(seqs: &mut dyn SeqStore, seq: SeqId, kv: &KvManager) -> Vec<u32> {
+        let table = kv.table(seq).unwrap_or_default();
+        let s = st_mut(seqs, seq);
+        let fresh = table.get(s.blocks_sent..).unwrap_or_default().to_vec();
+        s.blocks_sent = table.len();
+        fresh
+    }
+
     /// Blocks for `seq` to reach `n_tokens`, preempting others (never `seq` itself
     /// unless it is the only choice) until they fit. `false`: `seq` was preempted.
     fn grow(
         &mut self,
+        seqs: &mut dyn SeqStore,
         seq: SeqId,
         n_tokens: usize,
         kv: &mut KvManager,
@@ -215,29 +290,32 @@ impl Scheduler {
             if kv.allocate_slots(seq, n_tokens).is_some() {
                 return true;
             }
-            let victim = match self.victim() {
+            let victim = match self.victim(seqs) {
                 Some(v) if v != seq => v,
                 _ => {
-                    self.preempt(seq, kv, out);
+                    self.preempt(seqs, seq, kv, out);
                     return false;
                 }
             };
-            self.preempt(victim, kv, out);
+            self.preempt(seqs, victim, kv, out);
         }
     }
 
-    /// Builds the next step's batch, without prefix sharing.
-    pub fn schedule(&mut self, kv: &mut KvManager) -> SchedulerOutput {
-        self.schedule_with(kv, &|_| &[])
+    /// Drops queued ids whose record is gone (never `finish`ed), freeing their KV.
+    fn prune(&mut self, seqs: &dyn SeqStore, kv: &mut KvManager) {
+        for id in self.running.iter().chain(&self.waiting) {
+            if seqs.state(*id).is_none() {
+                kv.free(*id);
+            }
+        }
+        self.running.retain(|&id| seqs.state(id).is_some());
+        self.waiting.retain(|&id| seqs.state(id).is_some());
     }
 
-    /// Builds the next step's batch; `tokens(seq)` gives a waiting sequence's known
-    /// tokens, so its admission can start from the longest cached prefix.
-    pub fn schedule_with<'t>(
-        &mut self,
-        kv: &mut KvManager,
-        tokens: &dyn Fn(SeqId) -> &'t [u32],
-    ) -> SchedulerOutput {
+    /// Builds the next step's batch from the records in `seqs`; a waiting sequence's
+    /// admission starts from the longest cached prefix of its known tokens.
+    pub fn schedule(&mut self, seqs: &mut dyn SeqStore, kv: &mut KvManager) -> SchedulerOutput {
+        self.prune(seqs, kv);
         self.step += 1;
         let mut out = SchedulerOutput::default();
         let mut budget = self.cfg.max_batch_tokens;
@@ -247,21 +325,21 @@ impl Scheduler {
 
         // Highest priority first, oldest first among equals.
         let mut order = self.running.clone();
-        order.sort_by_key(|id| (-self.seqs[id].priority, self.seqs[id].arrival));
+        order.sort_by_key(|&id| (-st(seqs, id).priority, st(seqs, id).arrival));
 
         // 1. decodes
         for &id in &order {
             if !self.running.contains(&id) || budget == 0 {
                 continue;
             }
-            let s = &self.seqs[&id];
+            let s = st(seqs, id);
             if s.num_tokens - s.num_computed != 1 {
                 continue;
             }
             let pos = s.num_computed;
-            if self.grow(id, pos + 1, kv, &mut out) {
+            if self.grow(seqs, id, pos + 1, kv, &mut out) {
                 budget -= 1;
-                let table = kv.table(id).unwrap_or_default().to_vec();
+                let new_blocks = Self::new_blocks(seqs, id, kv);
                 let snapshot = points
                     .filter(|_| kv.is_stateful())
                     .and_then(|p| p.after_decode(pos));
@@ -269,7 +347,7 @@ impl Scheduler {
                     seq: id,
                     start_pos: pos,
                     n_tokens: 1,
-                    block_table: table,
+                    new_blocks,
                     samples: true,
                     snapshot,
                 });
@@ -292,12 +370,12 @@ impl Scheduler {
             .iter()
             .copied()
             .filter(|id| {
-                let s = &self.seqs[id];
+                let s = st(seqs, *id);
                 self.running.contains(id) && s.num_tokens - s.num_computed > 1
             })
             .collect();
         prefills.sort_by_key(|id| {
-            let s = &self.seqs[id];
+            let s = st(seqs, *id);
             (-s.priority, s.num_tokens - s.num_computed, s.arrival)
         });
         let admitting = !self.waiting.is_empty() && self.running.len() < self.cfg.max_running;
@@ -313,7 +391,7 @@ impl Scheduler {
             if !self.running.contains(&id) {
                 continue; // preempted to make room for an earlier one
             }
-            let s = &self.seqs[&id];
+            let s = st(seqs, id);
             let left = s.num_tokens - s.num_computed;
             let start = s.num_computed;
             let mut n = left.min(prefill_budget).min(slice_cap);
@@ -324,14 +402,14 @@ impl Scheduler {
                 Some(p) => p.align(start, n, s.prefill_target),
                 None => (n, None),
             };
-            if self.grow(id, start + n, kv, &mut out) {
+            if self.grow(seqs, id, start + n, kv, &mut out) {
                 prefill_budget -= n;
-                let table = kv.table(id).unwrap_or_default().to_vec();
+                let new_blocks = Self::new_blocks(seqs, id, kv);
                 out.chunks.push(ScheduledChunk {
                     seq: id,
                     start_pos: start,
                     n_tokens: n,
-                    block_table: table,
+                    new_blocks,
                     samples: n == left,
                     snapshot,
                 });
@@ -341,15 +419,15 @@ impl Scheduler {
         // 3. admission by KV budget with lookahead and aging
         let mut candidates: Vec<SeqId> = self.waiting.clone();
         candidates.sort_by(|a, b| {
-            self.effective_priority(*b)
-                .total_cmp(&self.effective_priority(*a))
-                .then(self.seqs[a].arrival.cmp(&self.seqs[b].arrival))
+            self.effective_priority(seqs, *b)
+                .total_cmp(&self.effective_priority(seqs, *a))
+                .then(st(seqs, *a).arrival.cmp(&st(seqs, *b).arrival))
         });
         for id in candidates.into_iter().take(self.cfg.lookahead) {
             if prefill_budget == 0 || self.running.len() >= self.cfg.max_running {
                 break;
             }
-            let s = &self.seqs[&id];
+            let s = st(seqs, id);
             let (num_tokens, source) = (s.num_tokens, s.prefix_source);
             // Even a full prefix hit shares at most the full blocks before the last
             // token: when the rest cannot fit, skip the hashing (this runs every step for
@@ -360,7 +438,7 @@ impl Scheduler {
             }
             let mut cached = 0;
             if s.reuse_prefix {
-                let t = tokens(id);
+                let t = seqs.tokens(id);
                 if t.len() >= num_tokens {
                     cached = kv.share_prefix(id, &t[..num_tokens], num_tokens - 1, source);
                 }
@@ -380,17 +458,17 @@ impl Scheduler {
                 .expect("checked by can_fit");
             self.waiting.retain(|&w| w != id);
             self.running.push(id);
-            let s = self.seqs.get_mut(&id).expect("waiting");
+            let s = st_mut(seqs, id);
             s.num_computed = cached;
             s.prefill_target = num_tokens;
             prefill_budget -= n;
-            let table = kv.table(id).unwrap_or_default().to_vec();
+            let new_blocks = Self::new_blocks(seqs, id, kv);
             out.admitted.push((id, cached));
             out.chunks.push(ScheduledChunk {
                 seq: id,
                 start_pos: cached,
                 n_tokens: n,
-                block_table: table,
+                new_blocks,
                 samples: cached + n == num_tokens,
                 snapshot,
             });

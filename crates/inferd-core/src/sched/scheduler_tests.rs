@@ -3,15 +3,87 @@ use std::collections::HashMap;
 use super::*;
 use crate::kv::KvManager;
 
+/// The scheduler with its sequences' records in a plain map, as a caller keeps them
+/// (the engine keeps them in its request records).
+struct Sched {
+    s: Scheduler,
+    seqs: HashMap<SeqId, SeqState>,
+    cfg: SchedulerConfig,
+}
+
+/// Records whose every sequence knows `tokens` (prefix sharing at admission).
+struct WithTokens<'a>(&'a mut HashMap<SeqId, SeqState>, &'a [u32]);
+
+impl SeqStore for WithTokens<'_> {
+    fn state(&self, id: SeqId) -> Option<&SeqState> {
+        self.0.get(&id)
+    }
+
+    fn state_mut(&mut self, id: SeqId) -> Option<&mut SeqState> {
+        self.0.get_mut(&id)
+    }
+
+    fn tokens(&self, _: SeqId) -> &[u32] {
+        self.1
+    }
+}
+
+impl Sched {
+    fn new(cfg: SchedulerConfig) -> Self {
+        Sched {
+            s: Scheduler::new(cfg.clone()),
+            seqs: HashMap::new(),
+            cfg,
+        }
+    }
+
+    fn add(&mut self, r: Request) {
+        let id = r.id;
+        let state = self.s.add(r);
+        self.seqs.insert(id, state);
+    }
+
+    fn schedule(&mut self, kv: &mut KvManager) -> SchedulerOutput {
+        self.s.schedule(&mut self.seqs, kv)
+    }
+
+    fn schedule_with(&mut self, kv: &mut KvManager, tokens: &[u32]) -> SchedulerOutput {
+        self.s.schedule(&mut WithTokens(&mut self.seqs, tokens), kv)
+    }
+
+    fn commit(&mut self, out: &SchedulerOutput) {
+        self.s.commit(out, &mut self.seqs);
+    }
+
+    fn finish(&mut self, id: SeqId, kv: &mut KvManager) {
+        self.s.finish(id, kv);
+        self.seqs.remove(&id);
+    }
+
+    fn num_running(&self) -> usize {
+        self.s.num_running()
+    }
+
+    fn num_waiting(&self) -> usize {
+        self.s.num_waiting()
+    }
+
+    fn preemptions(&self) -> u64 {
+        self.s.preemptions()
+    }
+}
+
 /// Runs the scheduler like an engine would (no model: sampled tokens are just
 /// counted) until every request has generated `max_new` tokens. Returns, per
 /// sequence, the chunks it was given, and the number of steps.
 fn drive(
-    sched: &mut Scheduler,
+    sched: &mut Sched,
     kv: &mut KvManager,
     max_new: &HashMap<SeqId, usize>,
 ) -> (HashMap<SeqId, Vec<ScheduledChunk>>, usize) {
     let mut log: HashMap<SeqId, Vec<ScheduledChunk>> = HashMap::new();
+    // Each sequence's table as a runner keeps it: appended with `new_blocks`.
+    let mut tables: HashMap<SeqId, Vec<u32>> = HashMap::new();
     let mut generated: HashMap<SeqId, usize> = HashMap::new();
     let mut steps = 0;
     while sched.num_running() + sched.num_waiting() > 0 {
@@ -19,12 +91,13 @@ fn drive(
         assert!(steps < 10_000, "no progress");
         let out = sched.schedule(kv);
         for p in &out.preempted {
+            tables.insert(*p, Vec::new());
             // a preempted sequence restarts from scratch
             log.entry(*p).or_default().push(ScheduledChunk {
                 seq: *p,
                 start_pos: usize::MAX,
                 n_tokens: 0,
-                block_table: vec![],
+                new_blocks: vec![],
                 samples: false,
                 snapshot: None,
             });
@@ -33,8 +106,15 @@ fn drive(
         assert!(total <= sched.cfg.max_batch_tokens);
         sched.commit(&out);
         for c in &out.chunks {
-            // block table covers the chunk
-            assert!(c.block_table.len() * kv.block_size() >= c.start_pos + c.n_tokens);
+            // The appended table is the KV manager's and covers the chunk (a sequence
+            // scheduled before `drive` was handed its earlier blocks then).
+            let kv_table = kv.table(c.seq).unwrap_or_default();
+            let table = tables
+                .entry(c.seq)
+                .or_insert_with(|| kv_table[..kv_table.len() - c.new_blocks.len()].to_vec());
+            table.extend_from_slice(&c.new_blocks);
+            assert_eq!(table.as_slice(), kv_table, "sequence {}", c.seq);
+            assert!(table.len() * kv.block_size() >= c.start_pos + c.n_tokens);
             log.entry(c.seq).or_default().push(c.clone());
             if c.samples {
                 let g = generated.entry(c.seq).or_default();
@@ -81,7 +161,7 @@ fn long_prompt_is_chunked_and_decodes_keep_going() {
         max_prefill_tokens: 16,
         ..Default::default()
     };
-    let mut s = Scheduler::new(cfg);
+    let mut s = Sched::new(cfg);
     let mut kv = KvManager::new(64, 16);
     s.add(Request {
         id: 1,
@@ -121,7 +201,7 @@ fn small_request_passes_a_big_one_that_does_not_fit_and_aging_lets_the_big_one_i
         aging_per_step: 0.5,
         ..Default::default()
     };
-    let mut s = Scheduler::new(cfg);
+    let mut s = Sched::new(cfg);
     let mut kv = KvManager::new(8, 16); // 128 token slots
     s.add(Request {
         id: 1,
@@ -160,7 +240,7 @@ fn higher_priority_is_admitted_first() {
         max_running: 1,
         ..Default::default()
     };
-    let mut s = Scheduler::new(cfg);
+    let mut s = Sched::new(cfg);
     let mut kv = KvManager::new(64, 16);
     s.add(Request {
         id: 1,
@@ -186,7 +266,7 @@ fn tiny_kv_budget_preempts_and_still_completes_everything() {
         max_prefill_tokens: 32,
         ..Default::default()
     };
-    let mut s = Scheduler::new(cfg);
+    let mut s = Sched::new(cfg);
     let mut kv = KvManager::new(6, 4); // 24 token slots for 4 sequences of up to 18 tokens
     let mut max_new = HashMap::new();
     for id in 0..4u64 {
@@ -216,7 +296,7 @@ fn prefill_slices_are_smaller_while_others_decode() {
         ..Default::default()
     };
     let mut kv = KvManager::new(64, 16);
-    let mut s = Scheduler::new(cfg);
+    let mut s = Sched::new(cfg);
     // Alone, a long prompt gets the full prefill budget.
     s.add(Request {
         id: 1,
@@ -265,7 +345,7 @@ fn late_slices_of_a_long_prompt_are_shorter_while_others_decode() {
         ..Default::default()
     };
     let mut kv = KvManager::new(512, 16);
-    let mut s = Scheduler::new(cfg);
+    let mut s = Sched::new(cfg);
     s.add(Request {
         id: 1,
         prompt_len: 8,
@@ -295,7 +375,7 @@ fn late_slices_of_a_long_prompt_are_shorter_while_others_decode() {
 
 #[test]
 fn admission_starts_from_the_cached_prefix() {
-    let mut s = Scheduler::new(SchedulerConfig::default());
+    let mut s = Sched::new(SchedulerConfig::default());
     let mut kv = KvManager::new(16, 4);
     let prompt: Vec<u32> = (0..10).collect();
     s.add(Request {
@@ -304,7 +384,7 @@ fn admission_starts_from_the_cached_prefix() {
         reuse_prefix: true,
         ..Default::default()
     });
-    let out = s.schedule_with(&mut kv, &|_| &prompt);
+    let out = s.schedule_with(&mut kv, &prompt);
     assert_eq!(out.admitted, vec![(1, 0)]);
     s.commit(&out);
     kv.register(1, &prompt);
@@ -316,7 +396,7 @@ fn admission_starts_from_the_cached_prefix() {
         reuse_prefix: true,
         ..Default::default()
     });
-    let out = s.schedule_with(&mut kv, &|_| &prompt);
+    let out = s.schedule_with(&mut kv, &prompt);
     assert_eq!(out.admitted, vec![(2, 8)]);
     assert_eq!(out.chunks[0].start_pos, 8);
     assert_eq!(out.chunks[0].n_tokens, 2);
@@ -328,7 +408,7 @@ fn admission_starts_from_the_cached_prefix() {
         prompt_len: 10,
         ..Default::default()
     });
-    let out = s.schedule_with(&mut kv, &|_| &prompt);
+    let out = s.schedule_with(&mut kv, &prompt);
     assert_eq!(out.admitted, vec![(3, 0)]);
 }
 
@@ -337,7 +417,7 @@ fn a_short_arrival_is_not_held_behind_a_long_prefill() {
     // Nothing decodes: a 5700-token prompt is being read 256 tokens a step when a
     // 16-token request arrives. It used to wait for the whole prompt (55 s on 2 cores).
     let mut kv = KvManager::new(1024, 16);
-    let mut s = Scheduler::new(SchedulerConfig::default());
+    let mut s = Sched::new(SchedulerConfig::default());
     s.add(Request {
         id: 1,
         prompt_len: 5700,
@@ -379,7 +459,7 @@ fn shorter_running_prefills_go_first() {
         max_prefill_tokens: 100,
         ..Default::default()
     };
-    let mut s = Scheduler::new(cfg);
+    let mut s = Sched::new(cfg);
     s.add(Request {
         id: 1,
         prompt_len: 1000,
@@ -413,7 +493,7 @@ fn hybrid_prefill_chunks_end_at_every_snapshot_point_and_decodes_snapshot_tails(
         snapshot_interval: 256,
         ..Default::default()
     };
-    let mut s = Scheduler::new(cfg);
+    let mut s = Sched::new(cfg);
     let mut kv = KvManager::new(128, 16).with_state_slots(4);
     s.add(Request {
         id: 1,
@@ -455,7 +535,7 @@ fn hybrid_admission_counts_state_slots_and_preemption_frees_them() {
         max_prefill_tokens: 64,
         ..Default::default()
     };
-    let mut s = Scheduler::new(cfg);
+    let mut s = Sched::new(cfg);
     // blocks for everyone, slots for two at a time
     let mut kv = KvManager::new(64, 16).with_state_slots(2);
     for id in 1..=4 {
@@ -472,7 +552,7 @@ fn hybrid_admission_counts_state_slots_and_preemption_frees_them() {
     let max_new = HashMap::from([(1, 5), (2, 5), (3, 5), (4, 5)]);
     drive(&mut s, &mut kv, &max_new);
     // a shortage of blocks preempts: the victim's slot comes back too
-    let mut s = Scheduler::new(SchedulerConfig {
+    let mut s = Sched::new(SchedulerConfig {
         max_batch_tokens: 64,
         max_prefill_tokens: 64,
         ..Default::default()
@@ -487,4 +567,76 @@ fn hybrid_admission_counts_state_slots_and_preemption_frees_them() {
     }
     let (_, _) = drive(&mut s, &mut kv, &HashMap::from([(1, 30), (2, 30)]));
     assert!(s.preemptions() > 0);
+}
+
+#[test]
+fn chunks_hand_out_each_block_once_and_the_whole_table_again_after_preemption() {
+    // 4 blocks of 4 tokens: two sequences of 6 tokens fit, then decoding runs short.
+    let mut kv = KvManager::new(4, 4);
+    let mut s = Sched::new(SchedulerConfig::default());
+    for id in [1, 2] {
+        s.add(Request {
+            id,
+            prompt_len: 6,
+            ..Default::default()
+        });
+    }
+    let out = s.schedule(&mut kv);
+    // Admission hands out the whole table (6 + 1 tokens: 2 blocks each).
+    for c in &out.chunks {
+        assert_eq!(c.new_blocks, kv.table(c.seq).unwrap());
+        assert_eq!(c.new_blocks.len(), 2);
+    }
+    s.commit(&out);
+    // Positions 6 and 7 stay in the second block: nothing new.
+    for _ in 0..2 {
+        let out = s.schedule(&mut kv);
+        assert_eq!(out.chunks.len(), 2);
+        assert!(out.chunks.iter().all(|c| c.new_blocks.is_empty()));
+        s.commit(&out);
+    }
+    // Position 8 needs a third block each: the pool has 4, so the newest (2) is
+    // preempted, and sequence 1 gets exactly its one new block.
+    let out = s.schedule(&mut kv);
+    assert_eq!(out.preempted, vec![2]);
+    let c = out.chunks.iter().find(|c| c.seq == 1).unwrap();
+    assert_eq!(c.new_blocks, kv.table(1).unwrap()[2..]);
+    s.commit(&out);
+    s.finish(1, &mut kv);
+    // Re-admitted, sequence 2 gets its whole (new) table again.
+    let out = s.schedule(&mut kv);
+    assert_eq!(out.admitted, vec![(2, 0)]);
+    assert_eq!(out.chunks[0].new_blocks, kv.table(2).unwrap());
+}
+
+#[test]
+fn a_record_dropped_without_finish_leaves_the_queues_and_frees_its_kv() {
+    let mut kv = KvManager::new(8, 4);
+    let mut s = Sched::new(SchedulerConfig::default());
+    for id in [1, 2] {
+        s.add(Request {
+            id,
+            prompt_len: 5,
+            ..Default::default()
+        });
+    }
+    let out = s.schedule(&mut kv);
+    s.commit(&out);
+    assert_eq!(s.num_running(), 2);
+    s.add(Request {
+        id: 3,
+        prompt_len: 5,
+        ..Default::default()
+    });
+    // The caller forgets 1 (running) and 3 (waiting) without telling the scheduler.
+    s.seqs.remove(&1);
+    s.seqs.remove(&3);
+    let out = s.schedule(&mut kv);
+    assert_eq!(
+        out.chunks.iter().map(|c| c.seq).collect::<Vec<_>>(),
+        vec![2]
+    );
+    assert_eq!((s.num_running(), s.num_waiting()), (1, 0));
+    assert!(kv.table(1).is_none());
+    assert_eq!(kv.pool().num_free(), 8 - kv.table(2).unwrap().len());
 }

@@ -1,0 +1,217 @@
+//! The model runner: between the engine loop and [`Model`]. It owns the model, the KV
+//! pool with its layout, the pass's [`Workspace`] and the persistent batch (a row per
+//! admitted sequence: its block table, state slot, position, sampler and DRY history),
+//! and runs a step in three phases so that a device can later overlap them:
+//!
+//! 1. [`ModelRunner::prepare`] (host only): applies the step's diff to the rows and
+//!    lays the pass out as one [`ForwardBatch`];
+//! 2. [`ModelRunner::launch`]: the block and state copies, then the forward pass
+//!    (its logits stay in the workspace); the engine computes grammar masks meanwhile;
+//! 3. [`ModelRunner::collect`]: each sampling row the engine asks for draws its token
+//!    from its logits row on the device; only ids and logprobs come back.
+//!
+//! The contract is in [`step`]. Invariants: a row's table only grows while its
+//! sequence runs (cleared by preemption, dropped at the end); a chunk starts where the
+//! row's previous chunk ended, or anywhere at (re)admission; the runner never decides
+//! anything (who runs, which block, which token is allowed): the scheduler, the KV
+//! manager and the engine's constraints do.
+
+mod rows;
+mod step;
+
+use std::collections::HashMap;
+
+use inferd_core::kv::SeqId;
+use inferd_core::sampling::Extra;
+use inferd_grammar::TokenMask;
+use inferd_runtime::{Backend, ForwardBatch, KvLayout, Model, RuntimeError, SampleRow, Workspace};
+
+use rows::Rows;
+pub(crate) use step::{ChunkTokens, Draw, NewRow, StepChunk, StepInput, StepOutput};
+
+type Result<T> = std::result::Result<T, RuntimeError>;
+
+pub(crate) struct ModelRunner<B: Backend> {
+    model: Model<B>,
+    kv: B::Kv,
+    layout: KvLayout,
+    /// The pass's device buffers, allocated once (grown if a pass is larger).
+    ws: Workspace<B>,
+    rows: Rows,
+}
+
+/// A step whose diff is applied and whose pass is laid out, not yet run.
+pub(crate) struct Prepared {
+    batch: ForwardBatch,
+    block_copies: Vec<(u32, u32)>,
+    state_copies: Vec<(u32, u32)>,
+    /// The sampling rows' sequences, in logits-row order.
+    sampling: Vec<SeqId>,
+}
+
+impl Prepared {
+    /// Tokens in the pass.
+    pub fn n_tokens(&self) -> usize {
+        self.batch.n_tokens()
+    }
+}
+
+/// A step whose pass ran: its logits wait in the workspace for [`ModelRunner::collect`].
+pub(crate) struct Launched {
+    /// The sampling rows' sequences, in logits-row order.
+    sampling: Vec<SeqId>,
+}
+
+impl<B: Backend> ModelRunner<B> {
+    pub fn new(model: Model<B>, kv: B::Kv, layout: KvLayout, ws: Workspace<B>) -> Self {
+        ModelRunner {
+            model,
+            kv,
+            layout,
+            ws,
+            rows: Rows::default(),
+        }
+    }
+
+    pub fn model(&self) -> &Model<B> {
+        &self.model
+    }
+
+    /// Rows in the persistent batch (admitted sequences not yet ended).
+    #[cfg(test)]
+    pub fn num_rows(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Phase 1: applies the diff and lays out the pass (host work only).
+    pub fn prepare(&mut self, mut step: StepInput) -> Result<Prepared> {
+        self.rows.apply(&mut step).map_err(RuntimeError::BadBatch)?;
+        let mut batch = ForwardBatch::default();
+        let mut sampling = Vec::new();
+        for c in &step.chunks {
+            let r = self.rows.get(c.seq).expect("apply made every chunk's row");
+            let last;
+            let tokens = match &c.tokens {
+                ChunkTokens::Known(t) => t.as_slice(),
+                ChunkTokens::LastDrawn => {
+                    last = [r.last_drawn.ok_or_else(|| {
+                        RuntimeError::BadBatch(format!(
+                            "sequence {}: a decode of its last draw, and it drew none",
+                            c.seq
+                        ))
+                    })?];
+                    &last[..]
+                }
+            };
+            batch.push_in_slot(
+                tokens,
+                c.start_pos,
+                r.prompt_len,
+                r.table.clone(),
+                r.state_slot,
+                c.samples,
+            );
+            if c.samples {
+                sampling.push(c.seq);
+            }
+        }
+        Ok(Prepared {
+            batch,
+            block_copies: step.block_copies,
+            state_copies: step.state_copies,
+            sampling,
+        })
+    }
+
+    /// Phase 2: the queued block copies, the queued state copies (in order), then the
+    /// forward pass.
+    pub fn launch(&mut self, p: Prepared) -> Result<Launched> {
+        self.model.copy_blocks(&mut self.kv, &p.block_copies)?;
+        self.copy_state_slots(&p.state_copies)?;
+        self.model
+            .forward_in(&mut self.ws, &mut self.kv, &self.layout, &p.batch)?;
+        Ok(Launched {
+            sampling: p.sampling,
+        })
+    }
+
+    /// Phase 3: draws the token of each of `draws` (sampling rows of the launched pass,
+    /// any subset, any order) on the device; `out.sampled[i]` is `draws[i]`'s.
+    pub fn collect(&mut self, launched: Launched, draws: &[Draw<'_>]) -> Result<StepOutput> {
+        let logits_row: HashMap<SeqId, usize> = launched
+            .sampling
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| (s, i))
+            .collect();
+        let mut rows = self.rows.many_mut(draws.iter().map(|d| d.seq));
+        let mut sample_rows = Vec::with_capacity(draws.len());
+        for d in draws {
+            let row = *logits_row.get(&d.seq).ok_or_else(|| {
+                RuntimeError::BadBatch(format!("sequence {} has no logits row", d.seq))
+            })?;
+            let r = rows.remove(&d.seq).ok_or_else(|| {
+                RuntimeError::BadBatch(format!("sequence {} has no row or draws twice", d.seq))
+            })?;
+            let breaks = r.dry.as_ref().map_or(&[][..], |(_, b)| b.as_slice());
+            sample_rows.push(SampleRow {
+                row,
+                sampler: &mut r.sampler,
+                prompt: d.prompt,
+                generated: d.generated,
+                extra: Extra {
+                    allowed: d.mask.as_ref().map(TokenMask::words),
+                    breaks,
+                },
+            });
+        }
+        let mut sampled = Vec::with_capacity(draws.len());
+        self.model
+            .sample(&self.ws, &mut sample_rows, &mut sampled)?;
+        drop(sample_rows);
+        let mut out = StepOutput::default();
+        for (d, s) in draws.iter().zip(sampled) {
+            if let Some(r) = self.rows.get_mut(d.seq) {
+                r.note_sampled(s.token);
+            }
+            out.sampled.push((d.seq, s));
+        }
+        Ok(out)
+    }
+
+    /// Runs state-slot copies `(src, dst)` in order (snapshots queued after a pass).
+    pub fn copy_state_slots(&mut self, copies: &[(u32, u32)]) -> Result<()> {
+        if copies.is_empty() {
+            return Ok(());
+        }
+        self.model.copy_state_slots(&mut self.kv, copies)
+    }
+
+    /// A pass outside the persistent batch (warm-up).
+    pub fn forward_raw(&mut self, batch: &ForwardBatch) -> Result<()> {
+        self.model
+            .forward_in(&mut self.ws, &mut self.kv, &self.layout, batch)
+            .map(|_| ())
+    }
+
+    /// One block's KV as its export image (the SSD tier).
+    pub fn export_block(&self, block: u32, out: &mut [u8]) -> Result<()> {
+        self.model.export_block(&self.kv, block, out)
+    }
+
+    pub fn import_block(&mut self, block: u32, data: &[u8]) -> Result<()> {
+        self.model.import_block(&mut self.kv, block, data)
+    }
+
+    /// State slots as their export image (the SSD tier's snapshots).
+    pub fn export_state_slots(&self, slots: &[u32], out: &mut [u8]) -> Result<()> {
+        self.model.export_state_slots(&self.kv, slots, out)
+    }
+
+    pub fn import_state_slots(&mut self, slots: &[u32], data: &[u8]) -> Result<()> {
+        self.model.import_state_slots(&mut self.kv, slots, data)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,215 @@
+//! The runner on the tiny committed Llama fixture: sequences stepped through the
+//! persistent batch (tables appended chunk by chunk, prefills split, decodes side by
+//! side, a preemption) draw exactly the tokens that whole-table passes give.
+
+use std::path::Path;
+
+use inferd_core::sampling::SamplingParams;
+use inferd_runtime::{CpuBackend, CpuConfig, ForwardBatch, KvDtype, Model};
+
+use super::*;
+
+const BS: usize = 4;
+const BLOCKS: usize = 32;
+
+fn model() -> Model<CpuBackend> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models/llama");
+    let backend = CpuBackend::with_config(CpuConfig {
+        threads: 1,
+        ..Default::default()
+    });
+    Model::load(backend, &dir).expect("load the Llama fixture")
+}
+
+fn runner() -> ModelRunner<CpuBackend> {
+    let model = model();
+    let layout = model.kv_layout(BLOCKS, BS, KvDtype::F32);
+    let kv = model.alloc_kv(&layout).expect("kv");
+    let ws = model.workspace(64, 8).expect("workspace");
+    ModelRunner::new(model, kv, layout, ws)
+}
+
+/// Greedy tokens of `prompt` run alone with its whole table every pass (the argmax
+/// of the logits `Model::forward` returns).
+fn reference(prompt: &[u32], table: &[u32], n: usize) -> Vec<u32> {
+    let model = model();
+    let layout = model.kv_layout(BLOCKS, BS, KvDtype::F32);
+    let mut kv = model.alloc_kv(&layout).expect("kv");
+    let vocab = model.cfg.vocab_size;
+    let mut tokens = prompt.to_vec();
+    let mut out = Vec::new();
+    let mut start = 0;
+    while out.len() < n {
+        let mut b = ForwardBatch::default();
+        b.push(&tokens[start..], start, prompt.len(), table.to_vec(), true);
+        let logits = model.forward(&mut kv, &layout, &b).expect("forward");
+        let last = &logits[logits.len() - vocab..];
+        let t = (0..vocab)
+            .max_by(|&a, &b| last[a].total_cmp(&last[b]).then(b.cmp(&a)))
+            .unwrap() as u32;
+        start = tokens.len();
+        tokens.push(t);
+        out.push(t);
+    }
+    out
+}
+
+fn new_row(seq: SeqId, prompt_len: usize) -> NewRow {
+    NewRow {
+        seq,
+        prompt_len,
+        sampling: SamplingParams::greedy(),
+        dry_tokenizer: None,
+    }
+}
+
+fn chunk(seq: SeqId, start: usize, tokens: &[u32], new_blocks: &[u32], samples: bool) -> StepChunk {
+    StepChunk {
+        seq,
+        start_pos: start,
+        tokens: ChunkTokens::Known(tokens.to_vec()),
+        new_blocks: new_blocks.to_vec(),
+        state_slot: 0,
+        samples,
+    }
+}
+
+/// Runs `step`, drawing every sampling row; the tokens by sequence.
+fn run(
+    r: &mut ModelRunner<CpuBackend>,
+    step: StepInput,
+    hist: &[(SeqId, &[u32], &[u32])],
+) -> Vec<(SeqId, u32)> {
+    let p = r.prepare(step).expect("prepare");
+    let l = r.launch(p).expect("launch");
+    let draws: Vec<Draw> = hist
+        .iter()
+        .map(|&(seq, prompt, generated)| Draw {
+            seq,
+            prompt,
+            generated,
+            mask: None,
+        })
+        .collect();
+    let out = r.collect(l, &draws).expect("collect");
+    out.sampled.into_iter().map(|(s, t)| (s, t.token)).collect()
+}
+
+#[test]
+fn stepped_rows_draw_what_whole_tables_give() {
+    let a: Vec<u32> = (0..7).map(|i| (i * 37 + 5) % 200).collect();
+    let b: Vec<u32> = (0..3).map(|i| (i * 11 + 3) % 200).collect();
+    // Blocks come as the sequences grow (one per 4 positions).
+    let (ta, tb) = ([3u32, 7, 1, 9], [4u32, 12, 13]);
+    let want_a = reference(&a, &ta, 6);
+    let want_b = reference(&b, &tb, 7);
+    let mut r = runner();
+    // Step 1: A's first 4 prompt tokens (no sample), B admitted whole.
+    let s = StepInput {
+        new: vec![new_row(1, a.len()), new_row(2, b.len())],
+        chunks: vec![
+            chunk(1, 0, &a[..4], &ta[..1], false),
+            chunk(2, 0, &b, &tb[..1], true),
+        ],
+        ..Default::default()
+    };
+    let got = run(&mut r, s, &[(2, &b, &[])]);
+    let (mut ga, mut gb) = (Vec::new(), vec![got[0].1]);
+    // Step 2: B decodes; A's last 3 prompt tokens sample.
+    let s = StepInput {
+        chunks: vec![
+            chunk(2, 3, &gb[..1], &tb[1..2], true),
+            chunk(1, 4, &a[4..], &ta[1..2], true),
+        ],
+        ..Default::default()
+    };
+    let got = run(&mut r, s, &[(2, &b, &gb), (1, &a, &[])]);
+    gb.push(got[0].1);
+    ga.push(got[1].1);
+    // Decodes side by side, A's table growing at position 8 and 12.
+    for _ in 0..5 {
+        let (pa, pb) = (a.len() + ga.len() - 1, b.len() + gb.len() - 1);
+        let nb = |pos: usize, t: &[u32], seq_blocks: usize| -> Vec<u32> {
+            t[seq_blocks.min(t.len())..(pos / BS + 1).min(t.len())].to_vec()
+        };
+        let na = nb(pa, &ta, r.rows.get(1).unwrap().table.len());
+        let nbb = nb(pb, &tb, r.rows.get(2).unwrap().table.len());
+        // A's input is the placeholder for its last draw, B's the token itself.
+        let mut decode_a = chunk(1, pa, &[], &na, true);
+        decode_a.tokens = ChunkTokens::LastDrawn;
+        let s = StepInput {
+            chunks: vec![decode_a, chunk(2, pb, &gb[gb.len() - 1..], &nbb, true)],
+            ..Default::default()
+        };
+        let got = run(&mut r, s, &[(1, &a, &ga), (2, &b, &gb)]);
+        ga.push(got[0].1);
+        gb.push(got[1].1);
+    }
+    assert_eq!(r.rows.get(1).unwrap().table, ta[..3]);
+    assert_eq!(r.rows.get(2).unwrap().table, tb);
+    assert_eq!(ga, want_a);
+    assert_eq!(gb, want_b);
+    // B ends: its row goes with the next step.
+    let s = StepInput {
+        finished: vec![2],
+        ..Default::default()
+    };
+    r.prepare(s).expect("an empty step");
+    assert_eq!(r.num_rows(), 1);
+}
+
+#[test]
+fn a_preempted_row_restarts_from_its_new_table() {
+    let a: Vec<u32> = (0..5).map(|i| (i * 53 + 2) % 200).collect();
+    let want = reference(&a, &[5, 6], 3);
+    let mut r = runner();
+    let s = StepInput {
+        new: vec![new_row(1, a.len())],
+        chunks: vec![chunk(1, 0, &a, &[10, 11], true)],
+        ..Default::default()
+    };
+    let mut g = vec![run(&mut r, s, &[(1, &a, &[])])[0].1];
+    // A chunk that does not continue the row is refused.
+    let s = StepInput {
+        chunks: vec![chunk(1, 4, &g, &[], true)],
+        ..Default::default()
+    };
+    assert!(r.prepare(s).is_err());
+    // Preempted: the KV is gone, the row restarts at 0 in other blocks, recomputing
+    // its prompt and the token it drew.
+    let known: Vec<u32> = a.iter().chain(&g).copied().collect();
+    let s = StepInput {
+        preempted: vec![1],
+        chunks: vec![chunk(1, 0, &known, &[5, 6], true)],
+        ..Default::default()
+    };
+    g.push(run(&mut r, s, &[(1, &a, &g)])[0].1);
+    assert_eq!(r.rows.get(1).unwrap().table, [5, 6]);
+    let s = StepInput {
+        chunks: vec![chunk(1, known.len(), &g[1..], &[], true)],
+        ..Default::default()
+    };
+    g.push(run(&mut r, s, &[(1, &a, &g)])[0].1);
+    assert_eq!(g, want);
+}
+
+#[test]
+fn a_row_made_and_ended_within_one_diff_is_gone() {
+    let mut r = runner();
+    let s = StepInput {
+        new: vec![new_row(1, 3), new_row(2, 3)],
+        finished: vec![1],
+        ..Default::default()
+    };
+    r.prepare(s).expect("a step without chunks");
+    assert_eq!(r.num_rows(), 1);
+    assert!(r.rows.get(2).is_some());
+    // A row that drew nothing has no last draw to decode.
+    let mut c = chunk(2, 3, &[], &[0], true);
+    c.tokens = ChunkTokens::LastDrawn;
+    let s = StepInput {
+        chunks: vec![c],
+        ..Default::default()
+    };
+    assert!(r.prepare(s).is_err());
+}
