@@ -1,23 +1,21 @@
 //! The paged KV pool on the GPU: per layer one K and one V plane of
 //! `[num_blocks, n_kv_heads, block_size, head_dim]` (the layout of [`crate::kv`]), f32 or
 //! bf16. A block of one plane is contiguous, so a block's image is two pieces per layer.
-//! Export and import move up to [`STAGING_BYTES`] of images at a time: one kernel gathers
-//! (scatters) every piece of the chunk's blocks into (from) a device staging image, and
-//! one copy moves it through pinned host memory. A hybrid model's pool also holds its
+//! Export and import move up to [`super::staging::STAGING_BYTES`] of images at a time:
+//! one kernel gathers (scatters) every piece of the chunk's blocks into (from) a device
+//! image, and one copy moves it through pinned host memory. A hybrid model's pool also holds its
 //! recurrent-state slots ([`super::state`]).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use super::device::{Device, DeviceBuffer, PinnedBuffer};
+use super::device::{Device, DeviceBuffer};
 use super::ffi::{self, check, IfdPaged};
+use super::staging::{Chunk, Staging};
 use super::state::CudaState;
 use crate::kv::{KvDtype, KvLayout};
 use crate::{Result, RuntimeError};
 
 static KV_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-
-/// Image bytes staged per chunk of an export or import (at least one block).
-pub const STAGING_BYTES: usize = 32 << 20;
 
 pub struct CudaKv {
     pub(super) layout: KvLayout,
@@ -28,17 +26,9 @@ pub struct CudaKv {
     /// The planes' addresses as the block kernels read them.  // [n_layers * 2] pointers
     planes: DeviceBuffer,
     /// Export/import buffers, made at the first use.
-    staging: Mutex<Option<Staging>>,
+    staging: Staging,
     /// The recurrent-state slots (empty for a dense model).
     pub(super) state: CudaState,
-}
-
-/// One chunk's block ids and image, on the device and pinned on the host.
-struct Staging {
-    blocks: usize,
-    ids: DeviceBuffer,   // i32 [blocks]
-    image: DeviceBuffer, // [blocks * block_bytes]
-    host: PinnedBuffer,  // [blocks * block_bytes]
 }
 
 impl CudaKv {
@@ -76,28 +66,9 @@ impl CudaKv {
             k,
             v,
             planes,
-            staging: Mutex::new(None),
+            staging: Staging::new(layout.block_bytes(), "blocks"),
             state,
         })
-    }
-
-    /// The staging buffers, made the first time.
-    fn staging<'a>(
-        &self,
-        dev: &Arc<Device>,
-        guard: &'a mut Option<Staging>,
-    ) -> Result<&'a mut Staging> {
-        if guard.is_none() {
-            let bb = self.layout.block_bytes();
-            let blocks = (STAGING_BYTES / bb.max(1)).max(1);
-            *guard = Some(Staging {
-                blocks,
-                ids: dev.alloc(blocks * 4)?,
-                image: dev.alloc(blocks * bb)?,
-                host: PinnedBuffer::new(blocks * bb)?,
-            });
-        }
-        Ok(guard.as_mut().unwrap())
     }
 
     /// Layer `layer`'s planes as the kernels take them.
@@ -147,56 +118,31 @@ impl CudaKv {
 
     pub fn export_blocks(&self, dev: &Arc<Device>, blocks: &[u32], out: &mut [u8]) -> Result<()> {
         self.check_image(blocks, out.len())?;
-        let bb = self.layout.block_bytes();
-        let mut guard = self.staging.lock().unwrap();
-        let st = self.staging(dev, &mut guard)?;
-        for (chunk, out) in blocks.chunks(st.blocks).zip(out.chunks_mut(st.blocks * bb)) {
-            self.move_blocks(dev, st, chunk, true)?;
-            check(
-                unsafe { ffi::ifd_copy(st.host.ptr(), st.image.ptr(), out.len(), dev.stream()) },
-                "copying blocks to the host",
-            )?;
-            dev.sync()?;
-            out.copy_from_slice(st.host.slice(out.len()));
-        }
-        Ok(())
+        self.staging
+            .export(dev, blocks, out, |c| self.move_blocks(dev, c, true))
     }
 
     pub fn import_blocks(&mut self, dev: &Arc<Device>, blocks: &[u32], data: &[u8]) -> Result<()> {
         self.check_image(blocks, data.len())?;
-        let bb = self.layout.block_bytes();
-        let mut guard = self.staging.lock().unwrap();
-        let st = self.staging(dev, &mut guard)?;
-        for (chunk, data) in blocks.chunks(st.blocks).zip(data.chunks(st.blocks * bb)) {
-            // The previous chunk's copy out of the pinned buffer is done (synced below).
-            st.host.slice_mut(data.len()).copy_from_slice(data);
-            check(
-                unsafe { ffi::ifd_copy(st.image.ptr(), st.host.ptr(), data.len(), dev.stream()) },
-                "copying blocks to the device",
-            )?;
-            self.move_blocks(dev, st, chunk, false)?;
-            dev.sync()?;
-        }
-        Ok(())
+        self.staging
+            .import(dev, blocks, data, |c| self.move_blocks(dev, c, false))
     }
 
-    /// Queues the move of `chunk`'s blocks (at most `st.blocks`) from the planes into the
-    /// staging image (`gather`) or back.
-    fn move_blocks(&self, dev: &Device, st: &Staging, chunk: &[u32], gather: bool) -> Result<()> {
-        let ids: Vec<i32> = chunk.iter().map(|&b| b as i32).collect();
-        dev.upload(&st.ids, 0, super::weight::as_bytes(&ids))?;
+    /// Queues the move of a chunk's blocks from the planes into its image (`gather`) or
+    /// back.
+    fn move_blocks(&self, dev: &Device, c: &Chunk, gather: bool) -> Result<()> {
         let planes = self.planes.ptr() as *const *mut std::ffi::c_void;
         let (layers, n, pb) = (
             self.layout.n_layers as i32,
-            ids.len() as i32,
+            c.n as i32,
             self.plane_block_bytes(),
         );
-        let (ip, img, s) = (st.ids.at(0), st.image.ptr(), dev.stream());
+        let s = dev.stream();
         let code = unsafe {
             if gather {
-                ffi::ifd_gather_blocks(planes, layers, ip, n, pb, img, s)
+                ffi::ifd_gather_blocks(planes, layers, c.ids, n, pb, c.image, s)
             } else {
-                ffi::ifd_scatter_blocks(planes, layers, ip, n, pb, img, s)
+                ffi::ifd_scatter_blocks(planes, layers, c.ids, n, pb, c.image, s)
             }
         };
         check(code, "moving blocks")

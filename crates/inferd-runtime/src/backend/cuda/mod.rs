@@ -18,6 +18,7 @@ mod flashinfer;
 mod gemm;
 mod graphs;
 mod kv;
+mod staging;
 mod state;
 mod tensor;
 mod weight;

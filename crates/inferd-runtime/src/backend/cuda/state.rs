@@ -5,15 +5,15 @@
 //! so a slot exported on one backend imports on the other.
 //!
 //! Copies run as one kernel per wave of independent pairs (usually one for the whole list);
-//! export and import move up to [`STAGING_BYTES`] (at least one slot) at a time: one kernel
-//! gathers (scatters) the slots' pieces into (from) a device image, one copy moves it
-//! through pinned host memory.
+//! export and import move up to [`super::staging::STAGING_BYTES`] (at least one slot) at a
+//! time: one kernel gathers (scatters) the slots' pieces into (from) a device image, one copy
+//! moves it through pinned host memory.
 
 use std::sync::{Arc, Mutex};
 
-use super::device::{Device, DeviceBuffer, PinnedBuffer};
+use super::device::{Device, DeviceBuffer};
 use super::ffi::{self, check};
-use super::kv::STAGING_BYTES;
+use super::staging::{Chunk, Staging};
 use super::weight::as_bytes;
 use crate::kv::StateLayout;
 use crate::{Result, RuntimeError};
@@ -27,14 +27,7 @@ pub struct CudaState {
     /// Slot ids of a copy or a move, on the device (grown to the longest list).
     ids: Mutex<Option<DeviceBuffer>>, // i32 [capacity]
     /// Export/import buffers, made at the first use.
-    staging: Mutex<Option<Staging>>,
-}
-
-/// One chunk's image on the device and pinned on the host.
-struct Staging {
-    slots: usize,
-    image: DeviceBuffer, // f32 [slots, slot image]
-    host: PinnedBuffer,  // [slots * slot_bytes]
+    staging: Staging,
 }
 
 impl CudaState {
@@ -62,7 +55,7 @@ impl CudaState {
             delta,
             planes,
             ids: Mutex::new(None),
-            staging: Mutex::new(None),
+            staging: Staging::new(layout.slot_bytes(), "state slots"),
         })
     }
 
@@ -168,106 +161,40 @@ impl CudaState {
         Ok(one)
     }
 
-    fn staging<'a>(
-        &self,
-        dev: &Arc<Device>,
-        guard: &'a mut Option<Staging>,
-    ) -> Result<&'a mut Staging> {
-        if guard.is_none() {
-            let one = self.layout.slot_bytes();
-            let slots = (STAGING_BYTES / one.max(1)).max(1);
-            *guard = Some(Staging {
-                slots,
-                image: dev.alloc(slots * one)?,
-                host: PinnedBuffer::new(slots * one)?,
-            });
-        }
-        Ok(guard.as_mut().unwrap())
-    }
-
     /// The images of `slots`, one after the other, into `out`.
     pub fn export_slots(&self, dev: &Arc<Device>, slots: &[u32], out: &mut [u8]) -> Result<()> {
-        let one = self.images_len(slots, out.len())?;
-        if one == 0 || slots.is_empty() {
+        if self.images_len(slots, out.len())? == 0 {
             return Ok(());
         }
-        let mut guard = self.staging.lock().unwrap();
-        let st = self.staging(dev, &mut guard)?;
-        for (chunk, out) in slots.chunks(st.slots).zip(out.chunks_mut(st.slots * one)) {
-            self.move_slots(dev, st, chunk, true)?;
-            check(
-                unsafe { ffi::ifd_copy(st.host.ptr(), st.image.ptr(), out.len(), dev.stream()) },
-                "copying state slots to the host",
-            )?;
-            dev.sync()?;
-            out.copy_from_slice(st.host.slice(out.len()));
-        }
-        Ok(())
+        self.staging
+            .export(dev, slots, out, |c| self.move_slots(dev, c, true))
     }
 
     /// Overwrites `slots` from their images in `data` (nothing is written unless every
     /// id and the length check).
     pub fn import_slots(&mut self, dev: &Arc<Device>, slots: &[u32], data: &[u8]) -> Result<()> {
-        let one = self.images_len(slots, data.len())?;
-        if one == 0 || slots.is_empty() {
+        if self.images_len(slots, data.len())? == 0 {
             return Ok(());
         }
-        let mut guard = self.staging.lock().unwrap();
-        let st = self.staging(dev, &mut guard)?;
-        for (chunk, data) in slots.chunks(st.slots).zip(data.chunks(st.slots * one)) {
-            // The previous chunk's copy out of the pinned buffer is done (synced below).
-            st.host.slice_mut(data.len()).copy_from_slice(data);
-            check(
-                unsafe { ffi::ifd_copy(st.image.ptr(), st.host.ptr(), data.len(), dev.stream()) },
-                "copying state slots to the device",
-            )?;
-            self.move_slots(dev, st, chunk, false)?;
-            dev.sync()?;
-        }
-        Ok(())
+        self.staging
+            .import(dev, slots, data, |c| self.move_slots(dev, c, false))
     }
 
-    /// Queues the move of `chunk`'s slots (at most `st.slots`) into the staging image
-    /// (`gather`) or back.
-    fn move_slots(
-        &self,
-        dev: &Arc<Device>,
-        st: &Staging,
-        chunk: &[u32],
-        gather: bool,
-    ) -> Result<()> {
-        let ids: Vec<i32> = chunk.iter().map(|&s| s as i32).collect();
-        let ip = self.upload_ids(dev, &ids)?;
+    /// Queues the move of a chunk's slots into its image (`gather`) or back.
+    fn move_slots(&self, dev: &Arc<Device>, c: &Chunk, gather: bool) -> Result<()> {
         let l = &self.layout;
         let (layers, n, img, s) = (
             l.n_layers as i32,
-            ids.len() as i32,
-            st.image.at::<f32>(0),
+            c.n as i32,
+            c.image.cast::<f32>(),
             dev.stream(),
         );
+        let (conv, delta) = (l.conv_elems, l.delta_elems);
         let code = unsafe {
             if gather {
-                ffi::ifd_gather_state_slots(
-                    self.planes(),
-                    layers,
-                    l.conv_elems,
-                    l.delta_elems,
-                    ip,
-                    n,
-                    img,
-                    s,
-                )
+                ffi::ifd_gather_state_slots(self.planes(), layers, conv, delta, c.ids, n, img, s)
             } else {
-                ffi::ifd_scatter_state_slots(
-                    self.planes(),
-                    layers,
-                    l.conv_elems,
-                    l.delta_elems,
-                    ip,
-                    n,
-                    img,
-                    s,
-                )
+                ffi::ifd_scatter_state_slots(self.planes(), layers, conv, delta, c.ids, n, img, s)
             }
         };
         check(code, "moving state slots")
