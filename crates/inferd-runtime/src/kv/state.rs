@@ -12,6 +12,7 @@
 //! Dense models have no linear layers: their layout is empty (`n_layers` 0, 0 bytes).
 
 use crate::model::LinearAttnConfig;
+use crate::{Result, RuntimeError};
 
 /// Geometry of the state pool.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -27,6 +28,34 @@ pub struct StateLayout {
 }
 
 impl StateLayout {
+    /// `slot` as an index, if it lies in the pool; `what` names it in the error.
+    pub fn check_slot(&self, slot: u32, what: &str) -> Result<usize> {
+        if (slot as usize) < self.slots {
+            Ok(slot as usize)
+        } else {
+            Err(RuntimeError::Kv(format!(
+                "{what} state slot {slot} is outside the pool ({} slots)",
+                self.slots
+            )))
+        }
+    }
+
+    /// Checks `slots` and that `len` bytes hold exactly their images; one image's length.
+    pub fn check_images(&self, slots: &[u32], len: usize) -> Result<usize> {
+        for &s in slots {
+            self.check_slot(s, "exported or imported")?;
+        }
+        let one = self.slot_bytes();
+        if len != one * slots.len() {
+            return Err(RuntimeError::Kv(format!(
+                "{} state slot images are {} bytes, not {len}",
+                slots.len(),
+                one * slots.len()
+            )));
+        }
+        Ok(one)
+    }
+
     /// The pool of `slots` states for `n_layers` layers of DeltaNet `la`.
     pub fn new(n_layers: usize, la: &LinearAttnConfig, slots: usize) -> StateLayout {
         StateLayout {

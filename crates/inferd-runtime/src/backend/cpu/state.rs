@@ -4,7 +4,7 @@
 //! slots cost no RAM.
 
 use crate::kv::StateLayout;
-use crate::{Result, RuntimeError};
+use crate::Result;
 
 pub struct StatePool {
     pub layout: StateLayout,
@@ -28,22 +28,11 @@ impl StatePool {
         }
     }
 
-    fn check_slot(&self, slot: u32, what: &str) -> Result<usize> {
-        let n = self.layout.slots;
-        if (slot as usize) < n {
-            Ok(slot as usize)
-        } else {
-            Err(RuntimeError::Kv(format!(
-                "{what} state slot {slot} is outside the pool ({n} slots)"
-            )))
-        }
-    }
-
     /// Copies slot `src` over `dst` for each pair in order, once every id is checked.
     pub fn copy_slots(&mut self, copies: &[(u32, u32)]) -> Result<()> {
         for &(src, dst) in copies {
-            self.check_slot(src, "source")?;
-            self.check_slot(dst, "destination")?;
+            self.layout.check_slot(src, "source")?;
+            self.layout.check_slot(dst, "destination")?;
         }
         let (c, d) = (self.layout.conv_elems, self.layout.delta_elems);
         for &(src, dst) in copies {
@@ -61,25 +50,9 @@ impl StatePool {
         Ok(())
     }
 
-    /// Checks `slots` and that `len` holds exactly their images; one image's length.
-    fn images_len(&self, slots: &[u32], len: usize) -> Result<usize> {
-        for &s in slots {
-            self.check_slot(s, "exported or imported")?;
-        }
-        let one = self.layout.slot_bytes();
-        if len != one * slots.len() {
-            return Err(RuntimeError::Kv(format!(
-                "{} state slot images are {} bytes, not {len}",
-                slots.len(),
-                one * slots.len()
-            )));
-        }
-        Ok(one)
-    }
-
     /// The images of `slots`, one after the other, into `out`.
     pub fn export_slots(&self, slots: &[u32], out: &mut [u8]) -> Result<()> {
-        let one = self.images_len(slots, out.len())?;
+        let one = self.layout.check_images(slots, out.len())?;
         if one == 0 {
             return Ok(());
         }
@@ -102,7 +75,7 @@ impl StatePool {
     /// Overwrites `slots` from their images in `data` (nothing is written unless every
     /// id and the length check).
     pub fn import_slots(&mut self, slots: &[u32], data: &[u8]) -> Result<()> {
-        let one = self.images_len(slots, data.len())?;
+        let one = self.layout.check_images(slots, data.len())?;
         if one == 0 {
             return Ok(());
         }

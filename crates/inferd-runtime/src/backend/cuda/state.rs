@@ -81,17 +81,6 @@ impl CudaState {
         Ok(())
     }
 
-    fn check_slot(&self, slot: u32, what: &str) -> Result<()> {
-        let n = self.layout.slots;
-        if (slot as usize) < n {
-            Ok(())
-        } else {
-            Err(RuntimeError::Kv(format!(
-                "{what} state slot {slot} is outside the pool ({n} slots)"
-            )))
-        }
-    }
-
     /// `ids` on the device (the buffer grown to fit; the stream orders the upload after
     /// any kernel still reading the previous list).
     fn upload_ids(&self, dev: &Arc<Device>, ids: &[i32]) -> Result<*const i32> {
@@ -111,8 +100,8 @@ impl CudaState {
     /// Copies slot `src` over `dst` for each pair in order, once every id is checked.
     pub fn copy_slots(&mut self, dev: &Arc<Device>, copies: &[(u32, u32)]) -> Result<()> {
         for &(src, dst) in copies {
-            self.check_slot(src, "source")?;
-            self.check_slot(dst, "destination")?;
+            self.layout.check_slot(src, "source")?;
+            self.layout.check_slot(dst, "destination")?;
         }
         let copies: Vec<(u32, u32)> = copies.iter().copied().filter(|(s, d)| s != d).collect();
         if copies.is_empty() || self.layout.n_layers == 0 {
@@ -145,25 +134,9 @@ impl CudaState {
         Ok(())
     }
 
-    /// Checks `slots` and that `len` holds exactly their images; one image's length.
-    fn images_len(&self, slots: &[u32], len: usize) -> Result<usize> {
-        for &s in slots {
-            self.check_slot(s, "exported or imported")?;
-        }
-        let one = self.layout.slot_bytes();
-        if len != one * slots.len() {
-            return Err(RuntimeError::Kv(format!(
-                "{} state slot images are {} bytes, not {len}",
-                slots.len(),
-                one * slots.len()
-            )));
-        }
-        Ok(one)
-    }
-
     /// The images of `slots`, one after the other, into `out`.
     pub fn export_slots(&self, dev: &Arc<Device>, slots: &[u32], out: &mut [u8]) -> Result<()> {
-        if self.images_len(slots, out.len())? == 0 {
+        if self.layout.check_images(slots, out.len())? == 0 {
             return Ok(());
         }
         self.staging
@@ -173,7 +146,7 @@ impl CudaState {
     /// Overwrites `slots` from their images in `data` (nothing is written unless every
     /// id and the length check).
     pub fn import_slots(&mut self, dev: &Arc<Device>, slots: &[u32], data: &[u8]) -> Result<()> {
-        if self.images_len(slots, data.len())? == 0 {
+        if self.layout.check_images(slots, data.len())? == 0 {
             return Ok(());
         }
         self.staging
