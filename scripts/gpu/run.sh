@@ -180,6 +180,11 @@ fleet35|peer35)
     timeout 120 $B/inferd bench fleet --url http://127.0.0.1:8191 --token-prompts -q --agents $n --context 4096 --reply 128 \
       --label $eng --meta engine=$eng --meta model=qwen3.5-9b-shape-bf16 --out $OUT/h35-$eng-4096-n$n.json >/dev/null 2>&1
     note "$eng fleet35 $n x 4096: rc $?"
+    if [ $eng = inferd ]; then
+      curl -s http://127.0.0.1:8191/metrics > $OUT/metrics35-n$n.txt
+      python3 $C/phases.py ${prev35:-/dev/null} $OUT/metrics35-n$n.txt "engine steps, hybrid $n x 4096" 2>&1 | tee -a $summary
+      prev35=$OUT/metrics35-n$n.txt
+    fi
   done
   timeout 100 $B/inferd bench forked --url http://127.0.0.1:8191 --token-prompts --brief 8192 --agents 32 --suffix 64 --reply 64 \
     --label $eng --meta engine=$eng --meta model=qwen3.5-9b-shape-bf16 --out $OUT/h35-$eng-forked.json >$OUT/h35-$eng-forked.txt 2>&1
