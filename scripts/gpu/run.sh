@@ -189,7 +189,8 @@ fleet35|peer35)
   timeout 100 $B/inferd bench forked --url http://127.0.0.1:8191 --token-prompts --brief 8192 --agents 32 --suffix 64 --reply 64 \
     --label $eng --meta engine=$eng --meta model=qwen3.5-9b-shape-bf16 --out $OUT/h35-$eng-forked.json >$OUT/h35-$eng-forked.txt 2>&1
   note "$eng forked35: rc $? $(grep -E 'relaunch|cached fraction' $OUT/h35-$eng-forked.txt | tr -s ' ' | tr '\n' ';')"
-  timeout 100 $B/inferd bench resume --url http://127.0.0.1:8191 --token-prompts --agents 8 --context 4096 --reply 64 --filler 16 \
+  # Its own corpus seed: turn 0 must not hit what the runs before it cached.
+  timeout 100 $B/inferd bench resume --url http://127.0.0.1:8191 --token-prompts --seed 7 --agents 8 --context 4096 --reply 64 --filler 16 \
     --label $eng --meta engine=$eng --meta model=qwen3.5-9b-shape-bf16 --out $OUT/h35-$eng-resume.json >$OUT/h35-$eng-resume.txt 2>&1
   note "$eng resume35: rc $? $(grep -iE 'return|cached' $OUT/h35-$eng-resume.txt | tr -s ' ' | tr '\n' ';' | head -c 400)"
   [ $eng = inferd ] && curl -s http://127.0.0.1:8191/v1/cache | head -c 900 >> $summary
