@@ -222,8 +222,16 @@ impl<B: Backend> Engine<B> {
             return;
         };
         // The last token the client got was never fed back (or not for this turn): its
-        // KV is not the turn's.
-        let computed = seen.min(seq.tokens.len()).saturating_sub(1);
+        // KV is not the turn's. A stop string can end a reply while its sequence is being
+        // recomputed after preemption: only tokens whose KV is computed are parked, and
+        // nothing when it holds none (the previous turn's stay parked).
+        let computed = seen
+            .min(seq.tokens.len())
+            .saturating_sub(1)
+            .min(seq.sched.num_computed());
+        if computed == 0 {
+            return;
+        }
         let tokens = seq.tokens[..computed].to_vec();
         let owner = match self.memory.sessions.get(&sid) {
             Some(e) => e.owner,

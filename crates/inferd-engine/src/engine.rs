@@ -535,9 +535,13 @@ impl<B: Backend> Engine<B> {
             .map(|c| {
                 let seq = &self.seqs[&c.seq];
                 let end = c.start_pos + c.n_tokens;
-                // A decode of a generated token runs the row's last draw: the runner
-                // fills it in (the placeholder an overlapped step needs).
-                let tokens = if c.n_tokens == 1 && c.start_pos >= seq.prompt_len {
+                // A decode of the last generated token runs the row's last draw: the
+                // runner fills it in (the placeholder an overlapped step needs). A
+                // one-token piece of a recompute after preemption is not the last token.
+                let tokens = if c.n_tokens == 1
+                    && c.start_pos >= seq.prompt_len
+                    && end == seq.tokens.len()
+                {
                     ChunkTokens::LastDrawn
                 } else {
                     ChunkTokens::Known(seq.tokens[c.start_pos..end].to_vec())
