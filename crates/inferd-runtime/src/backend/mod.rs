@@ -479,6 +479,39 @@ pub struct SampleRow<'a> {
     pub extra: Extra<'a>,
 }
 
+/// The gated delta rule's inputs for a pass of `n` tokens, as every backend checks them
+/// before it runs the op: q, k [n, key_dim], v [n, value_dim], g, beta [n, n_v_heads],
+/// state slots of `delta_elems` (the DeltaNet's), value heads grouped over key heads.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn check_delta_rule_inputs<T: DeviceTensor>(
+    n: usize,
+    q: &T,
+    k: &T,
+    v: &T,
+    g: &T,
+    beta: &T,
+    delta_elems: usize,
+    cfg: &LinearAttnConfig,
+) -> Result<()> {
+    let shapes = [
+        (q, cfg.key_dim()),
+        (k, cfg.key_dim()),
+        (v, cfg.value_dim()),
+        (g, cfg.n_v_heads),
+        (beta, cfg.n_v_heads),
+    ];
+    if shapes.iter().any(|(t, c)| t.rows() != n || t.cols() != *c)
+        || delta_elems != cfg.delta_state_elems()
+        || cfg.n_k_heads == 0
+        || !cfg.n_v_heads.is_multiple_of(cfg.n_k_heads)
+    {
+        return Err(RuntimeError::BadBatch(
+            "gated_delta_rule: inputs do not match the DeltaNet geometry".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// What a backend without Gated DeltaNet layers answers to their ops (`Model::load` refuses
 /// hybrid models on it first, so a caller sees this only by calling the ops directly).
 pub(crate) fn linear_attention_unsupported(backend: &str) -> RuntimeError {

@@ -402,20 +402,8 @@ impl Backend for CpuBackend {
     ) -> Result<()> {
         check_state(kv, layer, batch)?;
         let n = batch.tokens.len();
-        let shapes = [
-            (q, cfg.key_dim()),
-            (k, cfg.key_dim()),
-            (v, cfg.value_dim()),
-            (g, cfg.n_v_heads),
-            (beta, cfg.n_v_heads),
-        ];
-        if shapes.iter().any(|(t, c)| t.rows != n || t.cols != *c)
-            || kv.state.layout.delta_elems != cfg.delta_state_elems()
-        {
-            return Err(RuntimeError::BadBatch(
-                "gated_delta_rule: inputs do not match the DeltaNet geometry".into(),
-            ));
-        }
+        let delta_elems = kv.state.layout.delta_elems;
+        super::check_delta_rule_inputs(n, q, k, v, g, beta, delta_elems, cfg)?;
         out.set_shape(n, cfg.value_dim())?;
         delta_net::gated_delta_rule(q, k, v, g, beta, &mut kv.state, layer, batch, cfg, out);
         Ok(())

@@ -198,22 +198,8 @@ pub fn gated_delta_rule(
     out: &mut CudaTensor,
 ) -> Result<()> {
     let n = batch.n_tokens;
-    let shapes = [
-        (q, cfg.key_dim()),
-        (k, cfg.key_dim()),
-        (v, cfg.value_dim()),
-        (g, cfg.n_v_heads),
-        (beta, cfg.n_v_heads),
-    ];
-    if shapes.iter().any(|(t, c)| t.rows != n || t.cols != *c)
-        || kv.state.layout.delta_elems != cfg.delta_state_elems()
-        || cfg.n_k_heads == 0
-        || !cfg.n_v_heads.is_multiple_of(cfg.n_k_heads)
-    {
-        return Err(bad(
-            "gated_delta_rule: inputs do not match the DeltaNet geometry".into(),
-        ));
-    }
+    let delta_elems = kv.state.layout.delta_elems;
+    crate::backend::check_delta_rule_inputs(n, q, k, v, g, beta, delta_elems, cfg)?;
     let state = kv.state.delta(layer)?;
     let name = "gated_delta_rule";
     let (qp, kp, vp) = (q.f32_ptr(name)?, k.f32_ptr(name)?, v.f32_ptr(name)?);
