@@ -191,3 +191,11 @@ extern "C" {
 int ifd_argmax_rows(const float* logits, int vocab, const int32_t* rows, int n, int32_t* out,
                     void* stream);
 }
+
+extern "C" {
+// ---- sample_plan.cu: planned draws (inferd-core `Sampler::plan_draw`), one block per plan.
+// logits f32 [*, vocab]; plans SamplePlan [n]; words: the plans' masks; pens: their penalty
+// entries (token, count | repeated << 31); scratch f32 [n, 2, vocab]; out SampleOut [n].
+int ifd_sample_plans(const float* logits, int vocab, const void* plans, const uint32_t* words,
+                     const uint32_t* pens, int n, float* scratch, void* out, void* stream);
+}

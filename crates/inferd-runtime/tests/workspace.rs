@@ -211,6 +211,124 @@ fn device_sampling_matches_the_host_sampler<B: Backend>(backend: B) {
     assert!(model.sample(&ws, &mut rows, &mut Vec::new()).is_err());
 }
 
+/// Every kind of draw, on logits made here at a Qwen-sized vocabulary, is the host
+/// sampler's bit for bit (the token and every logprob): greedy with and without a mask or
+/// logprobs, temperature, top-k (cut inside a run of ties), top-p, min-p, penalties over a
+/// long prompt, special values, a mask that leaves one token, DRY (drawn on the host).
+fn every_draw_matches_the_host_sampler<B: Backend>(backend: B) {
+    use inferd_core::sampling::{Dry, Extra, Sampler, SamplingParams, Xoshiro256};
+    use inferd_runtime::SampleRow;
+    let vocab = 151_936;
+    let n = 12;
+    let mut rng = Xoshiro256::from_seed(5);
+    let mut host = vec![0f32; n * vocab];
+    for (r, row) in host.chunks_mut(vocab).enumerate() {
+        for x in row.iter_mut() {
+            let u = rng.next_f64();
+            // Even rows: few distinct values (ties everywhere); odd rows: a spread.
+            *x = if r % 2 == 0 {
+                (u * 8.0).floor() as f32 - 4.0
+            } else {
+                (u * 20.0 - 12.0) as f32
+            };
+        }
+    }
+    host[3 * vocab + 5] = f32::NAN;
+    host[3 * vocab + 6] = f32::INFINITY;
+    host[5 * vocab..6 * vocab].fill(f32::NEG_INFINITY);
+    let mut logits = backend.alloc(n * vocab).unwrap();
+    backend.from_host(&host, n, vocab, &mut logits).unwrap();
+    let params = |r: usize| {
+        let mut p = SamplingParams {
+            seed: Some(100 + r as u64),
+            temperature: 0.9,
+            ..SamplingParams::default()
+        };
+        match r {
+            0 => p.temperature = 0.0,
+            1 => p.logprobs = Some(20),
+            2 => p.top_k = 1000, // cuts a run of equal logits
+            3 => p.top_p = 0.95,
+            4 => {
+                p.top_k = 50;
+                p.top_p = 0.7;
+                p.min_p = 0.01;
+                p.logprobs = Some(5);
+            }
+            5 => p.logprobs = Some(3), // a row of -inf: uniform
+            6 => {
+                p.repetition_penalty = 1.5;
+                p.presence_penalty = 0.5;
+                p.frequency_penalty = 0.3;
+                p.top_p = 0.9;
+            }
+            7 => p.min_p = 0.3,
+            8 => {
+                p.temperature = 0.0;
+                p.logprobs = Some(2);
+            }
+            9 => p.temperature = 2.5,
+            10 => {
+                p.dry = Dry {
+                    multiplier: 0.8,
+                    ..Dry::default()
+                };
+            }
+            _ => p.top_k = 3,
+        }
+        p
+    };
+    // Row 8: greedy under a mask; row 11: a mask that leaves one token.
+    let mut mask = vec![0u32; vocab.div_ceil(32)];
+    for t in (7..vocab).step_by(97) {
+        mask[t / 32] |= 1 << (t % 32);
+    }
+    let mut one = vec![0u32; vocab.div_ceil(32)];
+    one[4000 / 32] |= 1 << (4000 % 32);
+    let prompt: Vec<u32> = (0..3000).map(|i| (i * 7919 % vocab) as u32).collect();
+    let generated: Vec<u32> = (0..40).map(|i| (i * 31 % vocab) as u32).collect();
+    let breaks = vec![false; generated.len()];
+    let extra = |r: usize| Extra {
+        allowed: match r {
+            8 => Some(&mask[..]),
+            11 => Some(&one[..]),
+            _ => None,
+        },
+        breaks: &breaks,
+    };
+    let mut device: Vec<Sampler> = (0..n).map(|r| Sampler::new(params(r))).collect();
+    let mut reference: Vec<Sampler> = (0..n).map(|r| Sampler::new(params(r))).collect();
+    for step in 0..4 {
+        let mut rows: Vec<SampleRow<'_>> = device
+            .iter_mut()
+            .enumerate()
+            .map(|(r, sampler)| SampleRow {
+                row: r,
+                sampler,
+                prompt: &prompt,
+                generated: &generated,
+                extra: extra(r),
+            })
+            .collect();
+        let mut out = Vec::new();
+        backend.sample(&logits, &mut rows, &mut out).unwrap();
+        for r in 0..n {
+            let want = reference[r].sample_with(
+                &host[r * vocab..(r + 1) * vocab],
+                &prompt,
+                &generated,
+                &extra(r),
+            );
+            assert_eq!(out[r], want, "row {r} step {step}");
+        }
+        assert_eq!(out[11].token, 4000, "the one allowed token");
+        assert_eq!(out[8].token % 97, 7, "greedy within the mask");
+    }
+    assert!(backend
+        .from_host(&host[1..], n, vocab, &mut logits)
+        .is_err());
+}
+
 macro_rules! backend_tests {
     ($modname:ident, $backend:expr) => {
         mod $modname {
@@ -226,6 +344,10 @@ macro_rules! backend_tests {
             #[test]
             fn device_sampling_is_the_host_sampler_row_for_row() {
                 device_sampling_matches_the_host_sampler($backend);
+            }
+            #[test]
+            fn every_draw_is_the_host_sampler_bit_for_bit() {
+                every_draw_matches_the_host_sampler($backend);
             }
             #[test]
             fn batched_block_calls_check_everything_first() {

@@ -58,6 +58,34 @@ inline float __bfloat162float(__nv_bfloat16 b) {
   return f;
 }
 
+// Atomics (threads of one block share memory; blocks run one at a time).
+#include <atomic>
+#include <cfloat>
+template <typename T>
+T atomicAdd(T* p, T v) {
+  return std::atomic_ref<T>(*p).fetch_add(v);
+}
+// Rounded arithmetic intrinsics: host IEEE operations (ISO C++ never contracts into FMA).
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dsub_rn(double a, double b) { return a - b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline float __double2float_rn(double a) { return static_cast<float>(a); }
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+using std::isnan;
+
 namespace emu {
 inline std::barrier<>* block_bar;
 inline std::vector<std::unique_ptr<std::barrier<>>> warp_bars;

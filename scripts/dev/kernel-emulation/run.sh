@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# Runs the Gated DeltaNet CUDA kernels' own source on the host (no GPU): copies of
-# kernels/delta_net.cu and delta_rule.cu compiled as C++ against common.cuh here (a host
-# stand-in for kernels/common.cuh: a block's threads as std::threads, __syncthreads and warp
-# shuffles as barriers, bf16 on f32 bits), each kernel called through its C entry point and
-# checked against the CPU backend's op (hybrid_ops_emu.cpp) at the tiny fixtures' shapes, the
-# CUDA test model's and the Qwen3.5-9B head shape.
+# Runs CUDA kernels' own source on the host (no GPU), compiled as C++ against common.cuh
+# here (a host stand-in for kernels/common.cuh: a block's threads as std::threads,
+# __syncthreads and warp shuffles as barriers, bf16 on f32 bits), each kernel called
+# through its C entry point:
+# - the Gated DeltaNet kernels (delta_net.cu, delta_rule.cu) against the CPU backend's op
+#   (hybrid_ops_emu.cpp) at the tiny fixtures' shapes, the CUDA test model's and the
+#   Qwen3.5-9B head shape;
+# - the planned draws (sample_plan.cu) over cases inferd-core writes, its results checked
+#   there against the host sampler, bit for bit (sample_emu.cpp).
 # Usage: scripts/dev/kernel-emulation/run.sh (needs g++ >= 11).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 k=$here/../../../crates/inferd-runtime/kernels
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cp "$here/common.cuh" "$here/hybrid_ops_emu.cpp" "$tmp/"
+cp "$here/common.cuh" "$here/hybrid_ops_emu.cpp" "$here/sample_emu.cpp" "$k/sample_plan.cu" "$tmp/"
 # The one construct common.cuh cannot redefine: dynamic shared memory.
 sed -e 's/extern __shared__ float smem\[\];/float* smem = emu::dyn_smem;/' "$k/delta_rule.cu" > "$tmp/delta_rule.cu"
 cp "$k/delta_net.cu" "$tmp/delta_net.cu"
@@ -25,4 +28,11 @@ for shape in "2 4 16 16 4 16" \
              "1 2 40 70 4 64"; do
   ./ops $shape || status=1
 done
+# Planned draws: cases from inferd-core, the kernel here, the check there.
+g++ -std=c++20 -O2 -pthread -I"$tmp" -x c++ sample_emu.cpp -o sample
+root=$here/../../..
+export INFERD_SAMPLE_EMU=$tmp
+(cd "$root" && cargo test -q -p inferd-core --lib planned_draws_on_the_emulated_kernel -- --ignored) >/dev/null
+./sample "$tmp/cases.bin" "$tmp/outs.bin"
+(cd "$root" && cargo test -q -p inferd-core --lib planned_draws_on_the_emulated_kernel -- --ignored) || status=1
 exit $status

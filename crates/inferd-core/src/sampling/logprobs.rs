@@ -1,15 +1,24 @@
 //! Log-softmax of the chosen token and the top alternatives.
 
+use super::canonical::lane_sum;
 use super::detexp::exp_nonpos;
 
 /// `log Σ exp(l)` over `logits` ([vocab], finite or `-inf`, not all `-inf`), in f64.
 pub fn log_sum_exp(logits: &[f32]) -> f64 {
     let max = logits.iter().fold(f32::NEG_INFINITY, |m, &l| m.max(l));
-    let sum: f64 = logits
-        .iter()
-        .map(|&l| exp_nonpos((l as f64 - max as f64) as f32) as f64)
-        .sum();
-    max as f64 + sum.ln()
+    lse_from(max, shifted_exp_sum(logits, max))
+}
+
+/// `Σ exp(l - max)` as a [`lane_sum`] (the order a device sampler reproduces).
+pub fn shifted_exp_sum(logits: &[f32], max: f32) -> f64 {
+    lane_sum(logits.len(), |i| {
+        exp_nonpos((logits[i] as f64 - max as f64) as f32) as f64
+    })
+}
+
+/// The log-sum-exp from the maximum and [`shifted_exp_sum`].
+pub fn lse_from(max: f32, shifted_sum: f64) -> f64 {
+    max as f64 + shifted_sum.ln()
 }
 
 /// The `k` largest logits as `(token, logprob)`, most likely first (ties: lower id first).

@@ -9,16 +9,20 @@
 //! 4. greedy argmax when `temperature == 0` or `top_k == 1`, otherwise temperature, then top-k,
 //!    top-p and min-p truncation ([`truncate`]) and one draw from a seeded PRNG ([`rng`]).
 
+mod canonical;
 mod detexp;
 mod dry;
 mod logprobs;
 mod params;
 mod penalties;
+mod plan;
 mod rng;
 mod sampler;
 mod truncate;
 
 pub use dry::Dry;
 pub use params::{SamplingError, SamplingParams, MAX_LOGPROBS};
+pub use penalties::{Penalties, PenaltyEntry};
+pub use plan::{DeviceDraw, DrawPlan};
 pub use rng::Xoshiro256;
 pub use sampler::{Extra, Sampled, Sampler};

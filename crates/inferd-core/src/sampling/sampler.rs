@@ -1,9 +1,10 @@
 //! [`Sampler`]: penalties, logprobs, greedy or truncated random choice, with reused scratch.
 
+use super::canonical::{draw_target, mass};
 use super::detexp::exp_nonpos;
 use super::logprobs::{log_sum_exp, top_logprobs};
 use super::params::SamplingParams;
-use super::penalties::{Penalties, PenaltyScratch};
+use super::penalties::{Penalties, PenaltyEntry, PenaltyScratch};
 use super::rng::Xoshiro256;
 use super::truncate::{truncate, Kept, TruncScratch, Truncation};
 
@@ -146,8 +147,25 @@ impl Sampler {
             && extra.allowed.is_none_or(|w| w.iter().all(|&x| x == 0))
     }
 
+    /// The penalties' entries for a draw planned elsewhere (see `plan.rs`).
+    pub(super) fn penalty_entries(
+        &mut self,
+        vocab: usize,
+        prompt: &[u32],
+        generated: &[u32],
+        p: Penalties,
+        out: &mut Vec<PenaltyEntry>,
+    ) {
+        self.penalties.entries(vocab, prompt, generated, p, out);
+    }
+
+    /// The PRNG's next uniform, as a random draw takes it.
+    pub(super) fn next_uniform(&mut self) -> f64 {
+        self.rng.next_f64()
+    }
+
     /// The penalties as applied (out-of-range values are off).
-    fn penalties_now(&self) -> Penalties {
+    pub(super) fn penalties_now(&self) -> Penalties {
         let p = &self.params;
         Penalties {
             repetition: if p.repetition_penalty > 0.0 {
@@ -209,19 +227,19 @@ impl Sampler {
                 0.0
             },
         };
-        let u = self.rng.next_f64();
-        match truncate(&self.weights, &mut self.trunc, t) {
-            Kept::AtLeast(min_w) => {
-                let w = &self.weights;
-                let kept = (0..w.len()).filter(|&i| w[i] >= min_w);
-                let total = kept.clone().map(|i| w[i] as f64).sum();
-                pick(total, u, kept.map(|i| (i as u32, w[i])))
-            }
-            Kept::Prefix(n) => {
-                let (w, ids) = (&self.weights, &self.trunc.idx[..n]);
-                let kept = ids.iter().map(|&i| (i, w[i as usize]));
-                pick(kept.clone().map(|(_, x)| x as f64).sum(), u, kept)
-            }
+        let u = self.next_uniform();
+        let w = &self.weights;
+        match truncate(w, &mut self.trunc, t) {
+            Kept::AtLeast(min_w) => pick(
+                u,
+                (0..w.len() as u32).filter(|&i| w[i as usize] >= min_w),
+                w,
+            ),
+            Kept::Prefix(n) => pick(
+                u,
+                self.trunc.kept_in_id_order(n, w.len()).iter().copied(),
+                w,
+            ),
         }
     }
 }
@@ -257,15 +275,18 @@ fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
-/// Inverse-CDF draw: the first candidate at which the running sum exceeds `u * total`.
-/// Falls back to the last candidate with positive weight (rounding at the very end).
-fn pick(total: f64, u: f64, candidates: impl Iterator<Item = (u32, f32)>) -> u32 {
-    let target = u * total;
-    let mut acc = 0.0;
+/// Inverse-CDF draw over the kept ids in id order, masses in fixed point
+/// ([`draw_target`]): the first id at which the running mass exceeds `u` of the total.
+/// Falls back to the last id with a positive mass (a total rounded up in f64).
+fn pick(u: f64, kept: impl Iterator<Item = u32> + Clone, weights: &[f32]) -> u32 {
+    let m = |i: u32| mass(weights[i as usize]);
+    let target = draw_target(u, kept.clone().map(m).sum());
+    let mut acc = 0u64;
     let mut last = None;
-    for (id, w) in candidates {
-        if w > 0.0 {
-            acc += w as f64;
+    for id in kept {
+        let x = m(id);
+        if x > 0 {
+            acc += x;
             last = Some(id);
             if acc > target {
                 return id;

@@ -3,6 +3,8 @@
 
 use std::cmp::Ordering;
 
+use super::canonical::{mass, top_p_target};
+
 /// The truncation knobs, already normalised: `top_k == 0` or `>= vocab` off, `top_p >= 1` off,
 /// `min_p <= 0` off.
 #[derive(Clone, Copy, Debug)]
@@ -35,10 +37,33 @@ const N_BUCKETS: usize = 32 * 256;
 pub struct TruncScratch {
     /// [vocab] token ids; the kept ones first after [`truncate`].
     pub idx: Vec<u32>,
-    /// [N_BUCKETS] probability mass per weight bucket.
-    mass: Vec<f64>,
+    /// [N_BUCKETS] probability mass per weight bucket (fixed point, see [`mass`]).
+    mass: Vec<u64>,
     /// [N_BUCKETS] number of tokens per weight bucket.
     count: Vec<u32>,
+    /// [vocab] kept marks, to put a large kept set in id order.
+    marks: Vec<bool>,
+}
+
+impl TruncScratch {
+    /// Puts the kept ids `idx[..n]` in ascending order (the order a draw walks them) and
+    /// returns them: a sort when few, a pass over the vocabulary's marks when many.
+    pub fn kept_in_id_order(&mut self, n: usize, vocab: usize) -> &[u32] {
+        if n <= vocab / 16 {
+            self.idx[..n].sort_unstable();
+        } else {
+            self.marks.clear();
+            self.marks.resize(vocab, false);
+            for &i in &self.idx[..n] {
+                self.marks[i as usize] = true;
+            }
+            let kept = self.marks.iter().enumerate().filter(|(_, &m)| m);
+            for (k, (i, _)) in kept.enumerate() {
+                self.idx[k] = i as u32;
+            }
+        }
+        &self.idx[..n]
+    }
 }
 
 /// Descending weight, then ascending token id: a total order (weights are never NaN).
@@ -63,7 +88,8 @@ fn extend_sorted(weights: &[f32], idx: &mut [u32], start: usize, end: usize) {
 /// ([vocab], unnormalised probabilities in `[0, 1]` whose maximum is exactly `1`).
 ///
 /// Top-p keeps the smallest set of most likely tokens (ties: lower id first) whose mass is at
-/// least `top_p` of the total; min-p then keeps tokens with weight `>= min_p`.
+/// least `top_p` of the total (masses in fixed point, [`top_p_target`]); min-p then keeps
+/// tokens with weight `>= min_p`.
 pub fn truncate(weights: &[f32], s: &mut TruncScratch, t: Truncation) -> Kept {
     let vocab = weights.len();
     let min_w = if t.min_p > 0.0 {
@@ -111,15 +137,15 @@ fn fill_ids(idx: &mut Vec<u32>, vocab: usize) {
 /// Smallest sorted prefix (within the top `cap`) whose mass is at least `top_p` of the top-`cap`
 /// mass. Sorts only as much as needed when `cap` is the whole vocabulary.
 fn top_p_sorted(weights: &[f32], idx: &mut [u32], cap: usize, top_p: f64) -> usize {
-    let total: f64 = if cap == weights.len() {
-        weights.iter().map(|&w| w as f64).sum()
+    let total: u64 = if cap == weights.len() {
+        weights.iter().map(|&w| mass(w)).sum()
     } else {
         extend_sorted(weights, idx, 0, cap);
-        idx[..cap].iter().map(|&i| weights[i as usize] as f64).sum()
+        idx[..cap].iter().map(|&i| mass(weights[i as usize])).sum()
     };
-    let target = top_p * total;
+    let target = top_p_target(top_p, total);
     let mut sorted = if cap == weights.len() { 0 } else { cap };
-    let mut cum = 0.0;
+    let mut cum = 0u64;
     let mut i = 0;
     loop {
         if i == sorted {
@@ -130,7 +156,7 @@ fn top_p_sorted(weights: &[f32], idx: &mut [u32], cap: usize, top_p: f64) -> usi
             extend_sorted(weights, idx, sorted, next);
             sorted = next;
         }
-        cum += weights[idx[i] as usize] as f64;
+        cum += mass(weights[idx[i] as usize]);
         i += 1;
         if cum >= target {
             return i;
@@ -152,17 +178,17 @@ impl TruncScratch {
     /// (heavier buckets in id order, then the boundary bucket's kept part, sorted).
     fn top_p_by_buckets(&mut self, weights: &[f32], top_p: f64) -> usize {
         self.mass.clear();
-        self.mass.resize(N_BUCKETS, 0.0);
+        self.mass.resize(N_BUCKETS, 0);
         self.count.clear();
         self.count.resize(N_BUCKETS, 0);
         for &w in weights {
             let b = bucket(w);
-            self.mass[b] += w as f64;
+            self.mass[b] += mass(w);
             self.count[b] += 1;
         }
-        let target = top_p * self.mass.iter().sum::<f64>();
+        let target = top_p_target(top_p, self.mass.iter().sum());
         // Boundary bucket: the first at which the cumulative mass reaches the target.
-        let mut cum = 0.0;
+        let mut cum = 0u64;
         let mut boundary = N_BUCKETS - 1;
         for (b, &m) in self.mass.iter().enumerate() {
             if cum + m >= target {
@@ -181,12 +207,12 @@ impl TruncScratch {
         let idx = &mut self.idx[..];
         idx[above..].sort_unstable_by(|&a, &b| heavier_first(weights, a, b));
         for (i, &id) in idx.iter().enumerate().skip(above) {
-            cum += weights[id as usize] as f64;
+            cum += mass(weights[id as usize]);
             if cum >= target {
                 return i + 1;
             }
         }
-        idx.len() // rounding left the target unreached: keep the whole boundary bucket
+        idx.len() // unreachable: integer masses reach the target within the boundary bucket
     }
 }
 
@@ -208,13 +234,13 @@ mod tests {
             order.truncate(t.top_k);
         }
         if t.top_p < 1.0 {
-            let total: f64 = order.iter().map(|&i| weights[i as usize] as f64).sum();
-            let mut cum = 0.0;
+            let total: u64 = order.iter().map(|&i| mass(weights[i as usize])).sum();
+            let mut cum = 0;
             let n = order
                 .iter()
                 .position(|&i| {
-                    cum += weights[i as usize] as f64;
-                    cum >= t.top_p * total
+                    cum += mass(weights[i as usize]);
+                    cum >= top_p_target(t.top_p, total)
                 })
                 .map_or(order.len(), |p| p + 1);
             order.truncate(n);

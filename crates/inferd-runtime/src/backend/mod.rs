@@ -454,6 +454,15 @@ pub trait Backend: Send + Sync {
     ) -> Result<()>;
     /// Copies `x` to host memory, row-major, into `out` (resized to fit).
     fn to_host(&self, x: &Self::Tensor, out: &mut Vec<f32>) -> Result<()>;
+    /// Writes host values (row-major `[rows, cols]`, f32) into `out`, within its capacity:
+    /// the reverse of `to_host`, for inputs made on the host (tests, tools).
+    fn from_host(
+        &self,
+        data: &[f32],
+        rows: usize,
+        cols: usize,
+        out: &mut Self::Tensor,
+    ) -> Result<()>;
     /// Draws each row's next token from its row of `logits` (`[n_logits, vocab]`) as its
     /// sampler says (greedy, temperature, top-k/top-p/min-p, penalties, DRY, the grammar
     /// mask, seeded PRNG) and reports the logprobs asked for: `out[i]` is `rows[i]`'s.
@@ -465,6 +474,17 @@ pub trait Backend: Send + Sync {
         rows: &mut [SampleRow<'_>],
         out: &mut Vec<Sampled>,
     ) -> Result<()>;
+}
+
+/// `from_host`'s argument check: `data` holds exactly `rows × cols` values.
+pub(crate) fn check_host_shape(data: &[f32], rows: usize, cols: usize) -> Result<()> {
+    if data.len() != rows * cols {
+        return Err(crate::RuntimeError::BadBatch(format!(
+            "from_host: {} values for a {rows} x {cols} tensor",
+            data.len()
+        )));
+    }
+    Ok(())
 }
 
 /// One sequence's sampling in a step: which logits row is its, its sampler (parameters,

@@ -474,6 +474,13 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn from_host(&self, data: &[f32], rows: usize, cols: usize, out: &mut CpuTensor) -> Result<()> {
+        super::check_host_shape(data, rows, cols)?;
+        out.set_shape(rows, cols)?;
+        out.data.copy_from_slice(data);
+        Ok(())
+    }
+
     fn sample(
         &self,
         logits: &CpuTensor,

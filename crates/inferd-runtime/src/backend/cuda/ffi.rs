@@ -350,6 +350,17 @@ extern "C" {
         out: *mut i32,
         stream: Stream,
     ) -> c_int;
+    pub fn ifd_sample_plans(
+        logits: *const f32,
+        vocab: c_int,
+        plans: *const std::ffi::c_void,
+        words: *const u32,
+        pens: *const u32,
+        n: c_int,
+        scratch: *mut f32,
+        out: *mut std::ffi::c_void,
+        stream: Stream,
+    ) -> c_int;
 }
 
 /// The CUDA error's name and text, e.g. "out of memory".

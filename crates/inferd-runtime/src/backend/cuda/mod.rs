@@ -18,6 +18,7 @@ mod flashinfer;
 mod gemm;
 mod graphs;
 mod kv;
+mod sample;
 mod staging;
 mod state;
 mod tensor;
@@ -25,8 +26,6 @@ mod weight;
 
 use std::ffi::c_int;
 use std::sync::{Arc, Mutex};
-
-use rayon::prelude::*;
 
 pub use batch::CudaBatch;
 pub use device::{device_count, device_info, DeviceInfo};
@@ -104,13 +103,11 @@ struct Inner {
     /// last block to finish merges and resets).  // i32 [4 · SMs]
     decode_done: Mutex<Option<device::DeviceBuffer>>,
     rope: Mutex<Option<Arc<RopeTable>>>,
-    /// Logits rows read back for host sampling.  // [rows drawn on the host, vocab]
-    host_logits: Mutex<Vec<f32>>,
     /// FlashInfer's plan workspaces (one pass's plans alive at a time: a pass is planned,
     /// then run): the whole pass or a mixed pass's decode rows, then its prompt chunks.
     fi: Mutex<[Option<flashinfer::FiWorkspace>; 2]>,
-    /// Device scratch of greedy draws: row ids then results, i32 each.  // [2, capacity]
-    draws: Mutex<Option<device::DeviceBuffer>>,
+    /// The `sample` op's buffers (sample.rs).
+    sampling: Mutex<sample::SampleScratch>,
 }
 
 /// A handle to one GPU's backend (cheap to clone: clones share the device and stream).
@@ -137,8 +134,7 @@ impl CudaBackend {
                 decode_part: Mutex::new(None),
                 decode_done: Mutex::new(None),
                 rope: Mutex::new(None),
-                host_logits: Mutex::new(Vec::new()),
-                draws: Mutex::new(None),
+                sampling: Mutex::default(),
                 fi: Mutex::new([None, None]),
             }),
         })
@@ -958,86 +954,25 @@ impl Backend for CudaBackend {
         }
     }
 
+    fn from_host(
+        &self,
+        data: &[f32],
+        rows: usize,
+        cols: usize,
+        out: &mut CudaTensor,
+    ) -> Result<()> {
+        super::check_host_shape(data, rows, cols)?;
+        out.prepare(rows, cols, Act::F32)?;
+        self.inner.dev.upload(&out.buf, 0, weight::as_bytes(data))
+    }
+
     fn sample(
         &self,
         logits: &CudaTensor,
         rows: &mut [SampleRow<'_>],
         out: &mut Vec<Sampled>,
     ) -> Result<()> {
-        if let Some(r) = rows.iter().find(|r| r.row >= logits.rows) {
-            return Err(RuntimeError::BadBatch(format!(
-                "sampling row {} of a pass with {} logits rows",
-                r.row, logits.rows
-            )));
-        }
-        let vocab = logits.cols;
-        let lp = logits.f32_ptr("sample")?;
-        // Plain greedy rows are drawn on the device (only their ids come back); the
-        // others read their own logits row back for the host sampler.
-        let (device_rows, host_rows): (Vec<usize>, Vec<usize>) =
-            (0..rows.len()).partition(|&i| rows[i].sampler.is_plain_argmax(&rows[i].extra));
-        let mut ids = vec![0i32; device_rows.len()];
-        if !device_rows.is_empty() {
-            let s = self.stream()?;
-            let n = device_rows.len();
-            let mut scratch = self.inner.draws.lock().unwrap();
-            if scratch.as_ref().is_none_or(|b| b.bytes() < 8 * n) {
-                *scratch = Some(self.inner.dev.alloc(8 * n.next_power_of_two().max(64))?);
-            }
-            let buf = scratch.as_ref().unwrap();
-            let which: Vec<i32> = device_rows.iter().map(|&i| rows[i].row as i32).collect();
-            let half = buf.bytes() / 2;
-            self.inner.dev.upload(buf, 0, weight::as_bytes(&which))?;
-            check(
-                unsafe { ffi::ifd_argmax_rows(lp, int(vocab), buf.at(0), int(n), buf.at(half), s) },
-                "argmax",
-            )?;
-            let out_bytes =
-                unsafe { std::slice::from_raw_parts_mut(ids.as_mut_ptr().cast::<u8>(), 4 * n) };
-            self.inner.dev.download(buf, half, out_bytes)?;
-        }
-        let mut host = self.inner.host_logits.lock().unwrap();
-        host.resize(host_rows.len() * vocab, 0.0);
-        for (k, &i) in host_rows.iter().enumerate() {
-            let dst = unsafe {
-                std::slice::from_raw_parts_mut(
-                    host[k * vocab..].as_mut_ptr().cast::<u8>(),
-                    4 * vocab,
-                )
-            };
-            self.inner
-                .dev
-                .download(&logits.buf, rows[i].row * vocab * 4, dst)?;
-        }
-        let host = &*host;
-        let mut drawn: Vec<Sampled> = Vec::new();
-        let mut host_sel: Vec<(usize, &mut SampleRow<'_>)> = rows
-            .iter_mut()
-            .enumerate()
-            .filter(|(i, _)| host_rows.binary_search(i).is_ok())
-            .collect();
-        host_sel
-            .par_iter_mut()
-            .map(|(i, r)| {
-                let k = host_rows.binary_search(i).unwrap();
-                let l = &host[k * vocab..(k + 1) * vocab];
-                r.sampler.sample_with(l, r.prompt, r.generated, &r.extra)
-            })
-            .collect_into_vec(&mut drawn);
-        out.clear();
-        let (mut d, mut h) = (ids.into_iter(), drawn.into_iter());
-        for i in 0..rows.len() {
-            out.push(if host_rows.binary_search(&i).is_ok() {
-                h.next().unwrap()
-            } else {
-                Sampled {
-                    token: d.next().unwrap() as u32,
-                    logprob: None,
-                    top_logprobs: Vec::new(),
-                }
-            });
-        }
-        Ok(())
+        self.sample_rows(logits, rows, out)
     }
 }
 

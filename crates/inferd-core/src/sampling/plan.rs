@@ -1,0 +1,411 @@
+//! A draw planned on the host and run where the logits are.
+//!
+//! [`Sampler::plan_draw`] takes every decision that needs the sampler's own state (the PRNG
+//! draw, the penalties' token counts, the normalised knobs); a backend runs the plan over
+//! the logits row (the CUDA backend's `sample.cu`: penalties, sanitising, the mask, then
+//! argmax or temperature, top-k, top-p, min-p and the draw, and the logprobs' pieces); and
+//! [`Sampler::finish_draw`] turns what it found into the [`Sampled`] that
+//! [`Sampler::sample_with`] returns for the same logits, bit for bit: the device follows
+//! the host's arithmetic (the order of its f32 operations, [`exp_nonpos`](super::detexp),
+//! and the fixed-point and lane sums of [`canonical`](super::canonical)).
+
+use super::logprobs::lse_from;
+use super::penalties::{Penalties, PenaltyEntry};
+use super::sampler::{Extra, Sampled, Sampler};
+
+/// One row's draw, for a backend to run (see the module docs for the steps' order).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DrawPlan {
+    /// Argmax of the processed logits (lowest id on ties) instead of a random draw.
+    pub greedy: bool,
+    /// `1 / temperature`, multiplying `(l - max)` in f32 before `exp_nonpos`.
+    pub inv_temp: f32,
+    /// Keep the `top_k` heaviest (ties: lower id first); 0 = off.
+    pub top_k: usize,
+    /// Then the smallest heaviest prefix reaching this fraction of the kept mass; 1 = off.
+    pub top_p: f64,
+    /// Then weights at least this (min-p times the top weight 1); 0 = off.
+    pub min_w: f32,
+    /// The PRNG's uniform in `[0, 1)` for this draw (0 when greedy).
+    pub u: f64,
+    /// `Some(k)`: the chosen token's logprob and the `k` most likely tokens' logits.
+    pub logprobs: Option<usize>,
+    /// Strengths for the penalty entries.
+    pub penalties: Penalties,
+}
+
+/// What a backend found for one row: enough for [`Sampler::finish_draw`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeviceDraw {
+    pub token: u32,
+    /// The chosen token's processed logit (penalties and mask applied).
+    pub chosen_logit: f32,
+    /// The largest processed logit.
+    pub max: f32,
+    /// `Σ exp_nonpos(l - max)` over the processed logits as a `lane_sum` (logprobs only).
+    pub shifted_sum: f64,
+    /// The `k` largest processed logits, largest first, ties lower id first.
+    pub top: Vec<(u32, f32)>,
+}
+
+impl Sampler {
+    /// Plans this step's draw for a backend that samples where the logits are: the
+    /// penalties' entries go to `entries` (each token once), the PRNG advances exactly as
+    /// [`sample_with`](Sampler::sample_with) advances it. `None` when the step needs the
+    /// host's sampler (DRY is on: it walks the generated tokens' text breaks).
+    pub fn plan_draw(
+        &mut self,
+        vocab: usize,
+        prompt: &[u32],
+        generated: &[u32],
+        _extra: &Extra<'_>,
+        entries: &mut Vec<PenaltyEntry>,
+    ) -> Option<DrawPlan> {
+        let p = self.params().clone();
+        if p.dry.is_on() {
+            return None;
+        }
+        let penalties = self.penalties_now();
+        self.penalty_entries(vocab, prompt, generated, penalties, entries);
+        let greedy = p.is_greedy();
+        Some(DrawPlan {
+            greedy,
+            inv_temp: if greedy { 1.0 } else { 1.0 / p.temperature },
+            top_k: if p.top_k >= vocab { 0 } else { p.top_k },
+            top_p: if p.top_p > 0.0 && p.top_p < 1.0 {
+                p.top_p as f64
+            } else {
+                1.0
+            },
+            min_w: if p.min_p > 0.0 {
+                (p.min_p as f64).min(1.0) as f32
+            } else {
+                0.0
+            },
+            u: if greedy { 0.0 } else { self.next_uniform() },
+            logprobs: p.logprobs,
+            penalties,
+        })
+    }
+
+    /// The [`Sampled`] of a planned draw from what the backend found.
+    pub fn finish_draw(&self, plan: &DrawPlan, d: &DeviceDraw) -> Sampled {
+        match plan.logprobs {
+            None => Sampled {
+                token: d.token,
+                logprob: None,
+                top_logprobs: Vec::new(),
+            },
+            Some(k) => {
+                let lse = lse_from(d.max, d.shifted_sum);
+                let lp = |l: f32| (l as f64 - lse) as f32;
+                Sampled {
+                    token: d.token,
+                    logprob: Some(lp(d.chosen_logit)),
+                    top_logprobs: d.top.iter().take(k).map(|&(i, l)| (i, lp(l))).collect(),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::canonical::{draw_target, mass, top_p_target};
+    use super::super::detexp::exp_nonpos;
+    use super::super::logprobs::shifted_exp_sum;
+    use super::super::{Dry, SamplingParams, Xoshiro256};
+    use super::*;
+
+    /// The plan's steps written the plain way (full sorts), as a device runs them.
+    fn run_plan(
+        raw: &[f32],
+        plan: &DrawPlan,
+        entries: &[PenaltyEntry],
+        mask: Option<&[u32]>,
+    ) -> DeviceDraw {
+        let vocab = raw.len();
+        let mut l = raw.to_vec();
+        for e in entries {
+            l[e.token as usize] = e.apply(l[e.token as usize], plan.penalties);
+        }
+        for x in l.iter_mut() {
+            *x = if x.is_nan() {
+                f32::NEG_INFINITY
+            } else if *x == f32::INFINITY {
+                f32::MAX
+            } else {
+                *x
+            };
+        }
+        if l.iter().all(|&x| x == f32::NEG_INFINITY) {
+            l.fill(0.0);
+        }
+        if let Some(m) = mask {
+            let ok = |t: usize| m.get(t / 32).is_some_and(|w| (w >> (t % 32)) & 1 == 1);
+            (0..vocab)
+                .filter(|&t| !ok(t))
+                .for_each(|t| l[t] = f32::NEG_INFINITY);
+            if l.iter().all(|&x| x == f32::NEG_INFINITY) {
+                (0..vocab).filter(|&t| ok(t)).for_each(|t| l[t] = 0.0);
+            }
+        }
+        let argmax = (0..vocab).fold(0, |b, i| if l[i] > l[b] { i } else { b });
+        let max = l[argmax];
+        let mut by_logit: Vec<usize> = (0..vocab).collect();
+        by_logit.sort_by(|&a, &b| l[b].total_cmp(&l[a]).then(a.cmp(&b)));
+        let k = plan.logprobs.unwrap_or(0).min(vocab);
+        let top = by_logit[..k].iter().map(|&i| (i as u32, l[i])).collect();
+        let token = if plan.greedy {
+            argmax
+        } else {
+            let w: Vec<f32> = l
+                .iter()
+                .map(|&x| exp_nonpos(((x as f64 - max as f64) as f32) * plan.inv_temp))
+                .collect();
+            let mut order: Vec<usize> = (0..vocab).collect();
+            order.sort_by(|&a, &b| w[b].total_cmp(&w[a]).then(a.cmp(&b)));
+            if plan.top_k > 0 {
+                order.truncate(plan.top_k);
+            }
+            if plan.top_p < 1.0 {
+                let target = top_p_target(plan.top_p, order.iter().map(|&i| mass(w[i])).sum());
+                let mut cum = 0;
+                let n = order
+                    .iter()
+                    .position(|&i| {
+                        cum += mass(w[i]);
+                        cum >= target
+                    })
+                    .unwrap()
+                    + 1;
+                order.truncate(n);
+            }
+            order.retain(|&i| w[i] >= plan.min_w);
+            order.sort();
+            let target = draw_target(plan.u, order.iter().map(|&i| mass(w[i])).sum());
+            let mut acc = 0;
+            let first = order.iter().find(|&&i| {
+                acc += mass(w[i]);
+                acc > target
+            });
+            // A mask that allows no token of the vocabulary leaves every weight 0: id 0.
+            *first.unwrap_or(order.iter().rfind(|&&i| mass(w[i]) > 0).unwrap_or(&0))
+        };
+        DeviceDraw {
+            token: token as u32,
+            chosen_logit: l[token],
+            max,
+            shifted_sum: if plan.logprobs.is_some() {
+                shifted_exp_sum(&l, max)
+            } else {
+                0.0
+            },
+            top,
+        }
+    }
+
+    /// One draw's inputs.
+    struct Case {
+        raw: Vec<f32>,
+        params: SamplingParams,
+        mask: Vec<u32>,
+        masked: bool,
+        prompt: Vec<u32>,
+        generated: Vec<u32>,
+    }
+
+    impl Case {
+        fn extra(&self) -> Extra<'_> {
+            Extra {
+                allowed: self.masked.then_some(&self.mask[..]),
+                breaks: &[],
+            }
+        }
+    }
+
+    /// Every kind of draw: ties, special values, masks (one all zero: no mask), penalties,
+    /// logprobs, vocabularies from 7 tokens to Qwen's.
+    fn cases(n: u64) -> Vec<Case> {
+        let mut rng = Xoshiro256::from_seed(11);
+        (0..n)
+            .map(|case| {
+                let vocab = [7, 40, 1000, 5000, 151_936][case as usize % 5];
+                let ties = case % 3 == 0;
+                let mut raw: Vec<f32> = (0..vocab)
+                    .map(|_| {
+                        let u = rng.next_f64();
+                        if ties {
+                            (u * 6.0).floor() as f32 - 3.0
+                        } else {
+                            (u * 16.0 - 8.0) as f32
+                        }
+                    })
+                    .collect();
+                if case % 7 == 1 {
+                    raw[1 % vocab] = f32::NAN;
+                    raw[2 % vocab] = f32::INFINITY;
+                    raw[3 % vocab] = f32::NEG_INFINITY;
+                }
+                let mut p = SamplingParams {
+                    seed: Some(case),
+                    ..SamplingParams::default()
+                };
+                match case % 6 {
+                    0 => p.temperature = 0.0,
+                    1 => p.top_k = 1 + (case as usize % 50),
+                    2 => p.top_p = [0.3, 0.9, 0.999][case as usize % 3] as f32,
+                    3 => {
+                        p.top_k = 40;
+                        p.top_p = 0.8;
+                        p.min_p = 0.05;
+                    }
+                    4 => p.min_p = 0.2,
+                    _ => p.temperature = 1.7,
+                }
+                if case % 4 == 1 {
+                    p.repetition_penalty = 1.3;
+                    p.presence_penalty = 0.4;
+                    p.frequency_penalty = 0.2;
+                }
+                if case % 5 == 2 {
+                    p.logprobs = Some((case as usize) % 21);
+                }
+                let mask: Vec<u32> = (0..vocab.div_ceil(32))
+                    .map(|_| (rng.next_u64() as u32) & 0x0101_0101)
+                    .collect();
+                Case {
+                    raw,
+                    params: p,
+                    mask,
+                    masked: case % 8 == 3,
+                    prompt: (0..30).map(|i| (i * 17 % vocab) as u32).collect(),
+                    generated: (0..9).map(|i| (i * 5 % vocab) as u32).collect(),
+                }
+            })
+            .collect()
+    }
+
+    /// Planned and finished, every kind of draw is the host sampler's, bit for bit.
+    #[test]
+    fn a_planned_draw_is_the_host_draw() {
+        let mut entries = Vec::new();
+        for (i, c) in cases(120).iter().enumerate() {
+            let vocab = c.raw.len();
+            let extra = c.extra();
+            let mut planned = Sampler::new(c.params.clone());
+            let mut host = Sampler::new(c.params.clone());
+            for step in 0..3 {
+                let plan = planned
+                    .plan_draw(vocab, &c.prompt, &c.generated, &extra, &mut entries)
+                    .unwrap();
+                // An all-zero bitset is no mask.
+                let mask = extra.allowed.filter(|w| w.iter().any(|&x| x != 0));
+                let found = run_plan(&c.raw, &plan, &entries, mask);
+                let got = planned.finish_draw(&plan, &found);
+                let want = host.sample_with(&c.raw, &c.prompt, &c.generated, &extra);
+                assert_eq!(got, want, "case {i} step {step} {plan:?}");
+            }
+        }
+    }
+
+    /// With `INFERD_SAMPLE_EMU=DIR` (scripts/dev/kernel-emulation/run.sh): writes the cases'
+    /// plans for the CUDA kernel run on the host (DIR/cases.bin), or, once its results are
+    /// there (DIR/outs.bin), checks them against the host sampler.
+    #[test]
+    #[ignore]
+    fn planned_draws_on_the_emulated_kernel() {
+        let Ok(dir) = std::env::var("INFERD_SAMPLE_EMU") else {
+            return;
+        };
+        let dir = std::path::Path::new(&dir);
+        let cases = cases(40);
+        let mut entries = Vec::new();
+        let outs = std::fs::read(dir.join("outs.bin")).ok();
+        let mut bin: Vec<u8> = (cases.len() as u32).to_le_bytes().to_vec();
+        for (i, c) in cases.iter().enumerate() {
+            let vocab = c.raw.len();
+            let extra = c.extra();
+            let mut s = Sampler::new(c.params.clone());
+            let plan = s
+                .plan_draw(vocab, &c.prompt, &c.generated, &extra, &mut entries)
+                .unwrap();
+            let Some(outs) = &outs else {
+                let mask = extra.allowed.filter(|w| w.iter().any(|&x| x != 0));
+                let put = |b: &mut Vec<u8>, x: &[u8]| b.extend_from_slice(x);
+                put(&mut bin, &(vocab as u32).to_le_bytes());
+                c.raw.iter().for_each(|x| put(&mut bin, &x.to_le_bytes()));
+                let pen = plan.penalties;
+                let flags = plan.greedy as i32 | (plan.logprobs.is_some() as i32) << 1;
+                for v in [
+                    0,
+                    flags,
+                    plan.top_k as i32,
+                    plan.logprobs.unwrap_or(0).min(20) as i32,
+                ] {
+                    put(&mut bin, &v.to_le_bytes());
+                }
+                for v in [
+                    plan.inv_temp,
+                    plan.min_w,
+                    pen.repetition,
+                    pen.presence,
+                    pen.frequency,
+                ] {
+                    put(&mut bin, &v.to_le_bytes());
+                }
+                let words = mask.unwrap_or(&[]);
+                let m = mask.map_or(-1, |_| 0);
+                for v in [m, words.len() as i32, 0, entries.len() as i32, 0] {
+                    put(&mut bin, &v.to_le_bytes());
+                }
+                put(&mut bin, &plan.top_p.to_le_bytes());
+                put(&mut bin, &plan.u.to_le_bytes());
+                put(&mut bin, &(words.len() as u32).to_le_bytes());
+                words.iter().for_each(|w| put(&mut bin, &w.to_le_bytes()));
+                put(&mut bin, &(entries.len() as u32).to_le_bytes());
+                for e in &entries {
+                    put(&mut bin, &e.token.to_le_bytes());
+                    put(
+                        &mut bin,
+                        &(e.count | (e.repeated as u32) << 31).to_le_bytes(),
+                    );
+                }
+                continue;
+            };
+            let o = &outs[184 * i..184 * (i + 1)];
+            let f = |at: usize| f32::from_le_bytes(o[at..at + 4].try_into().unwrap());
+            let n = |at: usize| i32::from_le_bytes(o[at..at + 4].try_into().unwrap());
+            let found = DeviceDraw {
+                token: n(0) as u32,
+                chosen_logit: f(4),
+                max: f(8),
+                shifted_sum: f64::from_le_bytes(o[16..24].try_into().unwrap()),
+                top: (0..n(12).clamp(0, 20) as usize)
+                    .map(|k| (n(24 + 4 * k) as u32, f(104 + 4 * k)))
+                    .collect(),
+            };
+            let want =
+                Sampler::new(c.params.clone()).sample_with(&c.raw, &c.prompt, &c.generated, &extra);
+            assert_eq!(s.finish_draw(&plan, &found), want, "case {i} {plan:?}");
+        }
+        if outs.is_none() {
+            std::fs::write(dir.join("cases.bin"), bin).unwrap();
+        }
+    }
+
+    #[test]
+    fn dry_needs_the_host() {
+        let p = SamplingParams {
+            dry: Dry {
+                multiplier: 0.8,
+                ..Dry::default()
+            },
+            ..SamplingParams::default()
+        };
+        let mut s = Sampler::new(p);
+        assert!(s
+            .plan_draw(10, &[], &[], &Extra::default(), &mut Vec::new())
+            .is_none());
+    }
+}
