@@ -11,7 +11,9 @@
 #            transformers (float32) on it; make35 only makes it; speed35 is `speed` on it
 #   profile  ncu's device time of every kernel of one decode step on /tmp/q8b (batch 1 and
 #            32 at 4096 tokens; `cuda_check profile ... prefill` times a long prefill chunk)
-#   fleet    `inferd serve --device cuda` on /tmp/q8b driven by `inferd bench fleet`
+#   fleet    `inferd serve --device cuda` on /tmp/q8b driven by `inferd bench fleet`;
+#            fleettemp the same at temperature 0.8 (32 and 64 x 4k)
+#   sampling the sample op on the device against the host sampler (cuda_check sampling)
 #   peerbuild  starts building llama.cpp's CUDA llama-server (sm_90) in the background and
 #            makes /tmp/q8b with its bf16 GGUF /tmp/q8b.gguf (needs .device/peer from
 #            ../shared/gpu/prepare-carry.sh); peerwait waits for both
@@ -61,6 +63,26 @@ make8b|model8b)
   ;;
 speed)
   timeout 300 $B/cuda_check speed /tmp/q8b 4096 2>&1 | tee -a $summary
+  ;;
+sampling)
+  timeout 200 $B/cuda_check sampling 2>&1 | tee -a $summary
+  ;;
+fleettemp)
+  $B/inferd serve --device cuda -m /tmp/q8b --port 8183 --no-prefix-cache >$OUT/serve-temp.log 2>&1 &
+  SP=$!
+  for i in $(seq 1 240); do curl -sf http://127.0.0.1:8183/health >/dev/null && break; sleep 0.5; done
+  curl -s http://127.0.0.1:8183/metrics > $OUT/metrics-temp-0.txt
+  prev=$OUT/metrics-temp-0.txt
+  for n in 32 64; do
+    timeout 120 $B/inferd bench fleet --url http://127.0.0.1:8183 --token-prompts -q --agents $n --context 4096 --reply 128 \
+      --temperature 0.8 --label inferd-t0.8 --meta engine=inferd --meta model=qwen3-8b-shape-bf16 --out $OUT/fleettemp-4096-n$n.json >/dev/null 2>&1
+    note "fleet temperature 0.8, agents $n x 4096: rc $?"
+    curl -s http://127.0.0.1:8183/metrics > $OUT/metrics-temp-n$n.txt
+    python3 $C/phases.py $prev $OUT/metrics-temp-n$n.txt "engine steps, temperature 0.8, $n x 4096" 2>&1 | tee -a $summary
+    prev=$OUT/metrics-temp-n$n.txt
+  done
+  kill $SP; wait $SP 2>/dev/null
+  $B/inferd bench table $OUT/fleettemp-*.json 2>&1 | tee -a $summary
   ;;
 make35|model35)
   [ -e /tmp/tok/tokenizer.json ] || { mkdir -p /tmp/tok && cp $C/tokenizer/* /tmp/tok/ && xz -df /tmp/tok/tokenizer.json.xz; }

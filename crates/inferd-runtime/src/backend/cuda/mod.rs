@@ -58,6 +58,9 @@ pub struct CudaConfig {
     pub no_gemv: bool,
     /// Which kernel attends decode rows (bf16 KV); the default picks by the number of rows.
     pub decode: DecodeAttention,
+    /// Every row but a plain greedy one drawn by the host sampler from its logits row read
+    /// back (for comparison: by default the device runs every draw the sampler can plan).
+    pub host_sampling: bool,
 }
 
 /// The kernel of decode rows' attention.
@@ -96,6 +99,7 @@ struct Inner {
     /// Rows up to which products run as the matrix-vector kernel (0: never).
     gemv_rows: usize,
     decode: DecodeAttention,
+    host_sampling: bool,
     /// Our decode kernel's split partials, allocated once at its largest size (its
     /// address is baked into graphs).  // f32 [8 · SMs · group · (head_dim + 2)]
     decode_part: Mutex<Option<device::DeviceBuffer>>,
@@ -131,6 +135,7 @@ impl CudaBackend {
                 graphs: (!cfg.no_graphs).then(graphs::Graphs::default),
                 gemv_rows: if cfg.no_gemv { 0 } else { GEMV_MAX_ROWS },
                 decode: cfg.decode,
+                host_sampling: cfg.host_sampling,
                 decode_part: Mutex::new(None),
                 decode_done: Mutex::new(None),
                 rope: Mutex::new(None),

@@ -110,6 +110,9 @@ impl CudaBackend {
                 if r.sampler.is_plain_argmax(&r.extra) {
                     return Way::Argmax;
                 }
+                if self.inner.host_sampling {
+                    return Way::Host;
+                }
                 let Some(plan) =
                     r.sampler
                         .plan_draw(vocab, r.prompt, r.generated, &r.extra, &mut entries)
