@@ -150,11 +150,26 @@ __device__ void select_desc(Shared& s, int vocab, Key key, Weight weight, u64 ne
     const unsigned hi = shift == 24 ? 0u : (~0u << (shift + 8));
     for (int d = t; d < 256; d += T) s.hist[d] = 0;
     __syncthreads();
-    for (int i = t; i < vocab; i += T) {
-      const unsigned k = key(i);
-      if ((k & hi) != prefix) continue;
-      const u64 w = weight(i);
-      if (w) atomicAdd(&s.hist[(k >> shift) & 255], w);
+    // Logits and weights crowd into few digits (their sign and exponent bits), so a warp's
+    // lanes with equal digits add up first: one shared atomic per distinct digit.
+    for (int base = 0; base < vocab; base += T) {
+      const int i = base + t;
+      unsigned bin = 256;  // none
+      u64 w = 0;
+      if (i < vocab) {
+        const unsigned k = key(i);
+        if ((k & hi) == prefix) w = weight(i);
+        if (w) bin = (k >> shift) & 255;
+      }
+      const unsigned peers = __match_any_sync(0xffffffffu, bin);
+      s.v[t] = w;
+      __syncwarp();
+      if (bin < 256 && (t & 31) == __ffs(peers) - 1) {
+        u64 sum = 0;
+        for (unsigned m = peers; m; m &= m - 1) sum += s.v[(t & ~31) + __ffs(m) - 1];
+        atomicAdd(&s.hist[bin], sum);
+      }
+      __syncwarp();
     }
     __syncthreads();
     if (t == 0) {
@@ -231,6 +246,7 @@ __global__ void __launch_bounds__(T)
   const float* raw = logits + static_cast<size_t>(p.row) * vocab;
 
   // 1. Penalties (each token once in the list, so no two threads touch one logit).
+#pragma unroll 4
   for (int i = t; i < vocab; i += T) L[i] = raw[i];
   __syncthreads();
   for (int e = t; e < p.pen_n; e += T) {
@@ -245,6 +261,7 @@ __global__ void __launch_bounds__(T)
   __syncthreads();
   // 2. Special values.
   u64 any = 0;
+#pragma unroll 4
   for (int i = t; i < vocab; i += T) {
     float l = L[i];
     l = isnan(l) ? -INFINITY : (l == INFINITY ? FLT_MAX : l);
@@ -259,6 +276,7 @@ __global__ void __launch_bounds__(T)
     const uint32_t* m = words + p.mask_off;
     auto allowed = [&](int i) { return (i >> 5) < p.mask_words && ((m[i >> 5] >> (i & 31)) & 1u); };
     any = 0;
+#pragma unroll 4
     for (int i = t; i < vocab; i += T) {
       if (!allowed(i)) L[i] = -INFINITY;
       any |= L[i] > -INFINITY;
@@ -271,6 +289,7 @@ __global__ void __launch_bounds__(T)
   // The argmax and the maximum: (order key, ~id) packed, largest first; -0 counts as +0
   // (the host compares floats, where they are equal).
   u64 best = 0;
+#pragma unroll 4
   for (int i = t; i < vocab; i += T) {
     const float l = L[i] == 0.0f ? 0.0f : L[i];
     const u64 k = (static_cast<u64>(order_key(l)) << 32) | (0xffffffffu - static_cast<unsigned>(i));
@@ -285,6 +304,7 @@ __global__ void __launch_bounds__(T)
   int n_top = 0;
   if (p.flags & 2) {
     double own = 0.0;
+#pragma unroll 4
     for (int i = t; i < vocab; i += T)
       own = __dadd_rn(own, static_cast<double>(exp_nonpos(shifted(L[i], max))));
     sum = lane_sum(s, own);
@@ -297,6 +317,7 @@ __global__ void __launch_bounds__(T)
       const int last = first_reaching(s, vocab, [&](int i) { return u64{key(i) == kt}; }, rem);
       if (t == 0) s.top_n = 0;
       __syncthreads();
+#pragma unroll 4
       for (int i = t; i < vocab; i += T) {
         const unsigned k = key(i);
         if (k > kt || (k == kt && i <= last)) {
@@ -332,6 +353,7 @@ __global__ void __launch_bounds__(T)
   // 5. The token.
   int token = argmax;
   if (!(p.flags & 1)) {
+#pragma unroll 4
     for (int i = t; i < vocab; i += T) W[i] = exp_nonpos(__fmul_rn(shifted(L[i], max), p.inv_temp));
     __syncthreads();
     auto wkey = [&](int i) { return __float_as_uint(W[i]); };
@@ -352,6 +374,7 @@ __global__ void __launch_bounds__(T)
     int last2 = vocab;
     if (p.top_p < 1.0) {
       u64 own = 0;
+#pragma unroll 4
       for (int i = t; i < vocab; i += T)
         if (in1(i)) own += mass(W[i]);
       const u64 total = block_sum(s, own);
@@ -369,12 +392,14 @@ __global__ void __launch_bounds__(T)
     };
     auto kept_mass = [&](int i) { return kept(i) ? mass(W[i]) : u64{0}; };
     u64 own = 0;
+#pragma unroll 4
     for (int i = t; i < vocab; i += T) own += kept_mass(i);
     const u64 total = block_sum(s, own);
     const u64 target = static_cast<u64>(__dmul_rn(p.u, static_cast<double>(total)));
     token = first_reaching(s, vocab, kept_mass, target + 1);
     if (token < 0) {  // a total rounded up in f64: the last kept id with mass
       u64 last = 0;
+#pragma unroll 4
       for (int i = t; i < vocab; i += T)
         if (kept_mass(i)) last = static_cast<u64>(i) + 1;
       last = block_max(s, last);

@@ -94,6 +94,25 @@ alignas(16) inline float dyn_smem[(227 << 10) / 4];
 }  // namespace emu
 #define __syncthreads() emu::block_bar->arrive_and_wait()
 
+namespace emu {
+inline unsigned match_slots[1024];
+}
+// The lanes of the calling warp holding the same value (the whole warp takes part).
+inline unsigned __match_any_sync(unsigned, unsigned v) {
+  const int t = threadIdx.x, w = t >> 5;
+  std::barrier<>& bar = *emu::warp_bars[w];
+  emu::match_slots[t] = v;
+  bar.arrive_and_wait();
+  unsigned m = 0;
+  const int lanes = std::min(32, blockDim.x - 32 * w);
+  for (int l = 0; l < lanes; ++l)
+    if (emu::match_slots[w * 32 + l] == v) m |= 1u << l;
+  bar.arrive_and_wait();
+  return m;
+}
+inline void __syncwarp(unsigned = 0xffffffffu) { emu::warp_bars[threadIdx.x >> 5]->arrive_and_wait(); }
+inline int __ffs(unsigned x) { return x ? __builtin_ctz(x) + 1 : 0; }
+
 namespace ifd {
 using bf16 = __nv_bfloat16;
 inline cudaStream_t as_stream(void* s) { return s; }
