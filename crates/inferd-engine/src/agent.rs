@@ -4,7 +4,7 @@
 //! cache report. Policy lives in [`crate::memory`]; block mechanics in
 //! `inferd_core::kv::KvManager`.
 
-use inferd_core::kv::{KvManager, SeqId};
+use inferd_core::kv::SeqId;
 use inferd_core::sched::Request;
 use inferd_runtime::Backend;
 use tokio::sync::mpsc as tmpsc;
@@ -18,18 +18,12 @@ use crate::request::GenRequest;
 use crate::seq::{Build, Seq};
 use crate::spill;
 
-/// An entry's tokens when its owner holds no KV (to read it back), else `None`: the
-/// tokens are copied only when needed.
-fn absent_tokens(kvm: &KvManager, owner: SeqId, tokens: &[u32]) -> Option<Vec<u32>> {
-    kvm.owner_tokens(owner).is_none().then(|| tokens.to_vec())
-}
-
 impl<B: Backend> Engine<B> {
-    /// The owner a new request continues: its session if parked, else its context.
+    /// The owner a new request continues: its session if parked, else its context, when
+    /// it holds KV in memory (one on disk was read back first: `load.rs`).
     pub(crate) fn prefix_source(&mut self, req: &GenRequest) -> Option<SeqId> {
         self.tick += 1;
         let tick = self.tick;
-        let kvm = &self.kvm;
         let session = req
             .session
             .as_ref()
@@ -37,26 +31,18 @@ impl<B: Backend> Engine<B> {
             .map(|e| {
                 e.last_used = unix_now();
                 e.tick = tick;
-                (e.owner, absent_tokens(kvm, e.owner, &e.tokens))
+                e.owner
             });
-        if let Some((owner, missing)) = session {
-            // Released under memory pressure, or from before a restart: read it back.
-            if let Some(tokens) = missing {
-                self.revive(owner, &tokens, true);
-            }
+        if let Some(owner) = session {
             if self.kvm.owner_tokens(owner).is_some() {
                 return Some(owner);
             }
         }
-        let kvm = &self.kvm;
-        let (owner, missing, pinned) = req
+        let owner = req
             .context
             .as_ref()
             .and_then(|c| self.memory.contexts.get(c))
-            .map(|e| (e.owner, absent_tokens(kvm, e.owner, &e.tokens), e.pinned))?;
-        if let Some(tokens) = missing {
-            self.revive(owner, &tokens, pinned);
-        }
+            .map(|e| e.owner)?;
         self.kvm.owner_tokens(owner).is_some().then_some(owner)
     }
 
@@ -400,6 +386,7 @@ impl<B: Backend> Engine<B> {
         let used = pool.num_blocks() - pool.num_free();
         let state = self.kvm.state_pool();
         let spilled_snaps = self.spill.as_ref().map_or((0, 0), |t| t.snapshot_usage());
+        let spilled_blocks = self.spill.as_ref().map_or((0, 0), |t| t.block_usage());
         CacheReport {
             bytes_per_snapshot: self.slot_bytes,
             state_slots_total: state.num_slots(),
@@ -419,18 +406,8 @@ impl<B: Backend> Engine<B> {
             blocks_pinned,
             blocks_parked,
             blocks_running: used.saturating_sub(blocks_pinned + blocks_parked),
-            blocks_spilled: self.spill.as_ref().map_or(0, |t| {
-                t.store
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .num_blocks()
-            }),
-            bytes_spilled: self.spill.as_ref().map_or(0, |t| {
-                t.store
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .bytes_used()
-            }),
+            blocks_spilled: spilled_blocks.0,
+            bytes_spilled: spilled_blocks.1,
             contexts,
             sessions,
         }

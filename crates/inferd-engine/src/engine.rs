@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use inferd_core::kv::{root_key, KvManager};
+use inferd_core::kv::{root_key, KvManager, SeqId};
 use inferd_core::sched::{Request, Scheduler, SchedulerOutput, SnapshotKind};
 use inferd_grammar::Grammars;
 use inferd_runtime::{Backend, ForwardBatch, KvDtype, Model, RuntimeError};
@@ -14,15 +14,17 @@ use inferd_text::Tokenizer;
 
 use crate::config::{kv_budget_bytes, split_budget, EngineConfig};
 use crate::handle::{EngineHandle, ModelInfo, Msg, Shared};
+use crate::load::{Load, Waiting};
 use crate::memory::Registry;
 use crate::output::{OutMsg, OutStream, Output, TokenMsg};
-use crate::request::Event;
+use crate::request::{Event, GenRequest};
 use crate::runner::{ChunkTokens, Launched, ModelRunner, NewRow, Prepared, StepChunk, StepInput};
 use crate::seq::{Seq, Seqs, Verdict};
 use crate::spill::SpillTier;
 use crate::stats::{names, EngineStats};
 use inferd_grammar::TokenMask;
 use inferd_kvstore::StoreIdentity;
+use tokio::sync::mpsc as tmpsc;
 
 /// Loads nothing: takes a loaded model, sizes and allocates the KV pool, optionally
 /// warms up, and starts the engine thread.
@@ -80,7 +82,7 @@ pub fn start<B: Backend + 'static>(
     }
     let (tx, rx) = mpsc::channel();
     let shared = Arc::new(Shared {
-        inbox: Mutex::new(tx),
+        inbox: Mutex::new(tx.clone()),
         stats: Mutex::new(EngineStats {
             kv_blocks_total: num_blocks,
             kv_blocks_free: num_blocks,
@@ -119,7 +121,7 @@ pub fn start<B: Backend + 'static>(
             ),
             block_bytes: slot_bytes as usize,
         });
-        SpillTier::open(sc, id, state_id)
+        SpillTier::open(sc, id, state_id, tx.clone())
             .map_err(|e| {
                 eprintln!(
                     "inferd: warning: the KV spill tier at {} is unusable ({e}); running without it",
@@ -144,6 +146,7 @@ pub fn start<B: Backend + 'static>(
         slot_bytes,
         kv_dtype_name: kv_dtype_name(dtype),
         spill,
+        loads: HashMap::new(),
         prefix_cache: cfg.prefix_cache,
         snapshot_interval: cfg.sched.snapshot_interval,
         queue_timeout: cfg.queue_timeout,
@@ -216,6 +219,8 @@ pub(crate) struct Engine<B: Backend> {
     pub(crate) kv_dtype_name: &'static str,
     /// The SSD tier, when configured and usable.
     pub(crate) spill: Option<SpillTier>,
+    /// Owners being read back from the SSD tier, with the requests waiting on each.
+    pub(crate) loads: HashMap<SeqId, Load>,
     prefix_cache: bool,
     /// Tokens between recurrent-state snapshots (hybrid models).
     pub(crate) snapshot_interval: usize,
@@ -241,7 +246,7 @@ impl<B: Backend> Engine<B> {
                 if self.draining {
                     // A turn the engine ended waits to be trimmed to what its client got:
                     // the output side's word is on its way (bounded, should it be lost).
-                    if self.ended_turns.is_empty() {
+                    if self.ended_turns.is_empty() && self.loads.is_empty() {
                         return;
                     }
                     match self.inbox.recv_timeout(Duration::from_secs(1)) {
@@ -280,31 +285,19 @@ impl<B: Backend> Engine<B> {
                     let _ = tx.send(Event::Rejected(e));
                     return;
                 }
-                let priority = req.priority;
                 metrics::counter!(names::PROMPT_TOKENS).increment(req.prompt.len() as u64);
-                let prefix_source = self.prefix_source(&req);
-                let stream = OutStream::new(
-                    tx.clone(),
-                    self.tokenizer.clone(),
-                    &req.stop,
-                    req.prompt.len(),
-                );
-                let state = self.sched.add(Request {
+                self.submit_or_wait(Waiting {
                     id,
-                    prompt_len: req.prompt.len(),
-                    priority,
-                    reuse_prefix: self.prefix_cache,
-                    prefix_source,
+                    req,
+                    tx,
+                    tried: Vec::new(),
                 });
-                let seq = Seq::new(req, self.tokenizer.clone(), self.max_context, tx, state);
-                let stream = stream.confirming(seq.confirms_end());
-                self.output.send(OutMsg::Open(id, Box::new(stream)));
-                let mut st = self.stats();
-                st.prompt_tokens_total += seq.tokens.len() as u64;
-                drop(st);
-                self.seqs.insert(id, seq);
             }
-            Msg::Cancel(id) => self.remove(id),
+            Msg::Loaded(done) => self.finish_load(*done),
+            Msg::Cancel(id) => {
+                self.cancel_waiting(id);
+                self.remove(id);
+            }
             Msg::Ended {
                 id,
                 generated,
@@ -328,6 +321,32 @@ impl<B: Backend> Engine<B> {
                 let _ = reply.send(Ok(self.cache_report()));
             }
         }
+    }
+
+    /// Hands a new request to the scheduler (its prefix source, if any, is in memory).
+    pub(crate) fn admit(&mut self, id: u64, req: GenRequest, tx: tmpsc::UnboundedSender<Event>) {
+        let priority = req.priority;
+        let prefix_source = self.prefix_source(&req);
+        let stream = OutStream::new(
+            tx.clone(),
+            self.tokenizer.clone(),
+            &req.stop,
+            req.prompt.len(),
+        );
+        let state = self.sched.add(Request {
+            id,
+            prompt_len: req.prompt.len(),
+            priority,
+            reuse_prefix: self.prefix_cache,
+            prefix_source,
+        });
+        let seq = Seq::new(req, self.tokenizer.clone(), self.max_context, tx, state);
+        let stream = stream.confirming(seq.confirms_end());
+        self.output.send(OutMsg::Open(id, Box::new(stream)));
+        let mut st = self.stats();
+        st.prompt_tokens_total += seq.tokens.len() as u64;
+        drop(st);
+        self.seqs.insert(id, seq);
     }
 
     fn stats(&self) -> std::sync::MutexGuard<'_, EngineStats> {

@@ -38,6 +38,8 @@ pub(crate) enum Msg {
     DeleteContext(String, Reply<()>),
     DeleteSession(String, Reply<()>),
     Report(Reply<CacheReport>),
+    /// From the SSD tier's reader thread: an owner's blocks read back (`load.rs`).
+    Loaded(Box<crate::spill_read::ReadDone>),
 }
 
 /// Facts about the loaded model the server needs.

@@ -3,8 +3,12 @@
 //! key, plus a small record per context or session), so a session released under
 //! memory pressure, or everything after a restart, comes back by reading blocks
 //! instead of recomputing them. Writes run on an IO thread (the engine thread only
-//! copies the block out); reads are verified by the store, and anything that fails
-//! (corrupt, truncated, another model's file, an IO error) is simply recomputed.
+//! copies the block out), reads on a reader thread while the request waits in an
+//! admission state of its own (`spill_read.rs`, `load.rs`); reads are verified by the
+//! store, and anything that fails (corrupt, truncated, another model's file, an IO
+//! error) is simply recomputed. The engine thread never takes the stores' lock while
+//! serving (the IO threads hold it through file IO and fsync): what it needs to know of
+//! the disk (keys, counts, bytes) is a [`TierView`] the IO threads keep current.
 //!
 //! Hybrid models: the recurrent-state snapshots an owner holds are written beside
 //! its blocks, to a second store of their own kind and identity (the state layout),
@@ -24,7 +28,9 @@ use inferd_runtime::Backend;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::Engine;
+use crate::handle::Msg;
 use crate::memory::Entry;
+use crate::spill_read::{self, ReadJob};
 use crate::throttle::{kind_of, Throttle};
 
 /// Where and how much the SSD tier may hold.
@@ -33,6 +39,8 @@ pub struct SpillConfig {
     pub dir: PathBuf,
     /// Most bytes of block files (least recently used evicted past it).
     pub budget_bytes: u64,
+    /// For tests: the reader thread waits this long before each read job (a slow disk).
+    pub read_delay: Duration,
 }
 
 /// Record kinds in the store.
@@ -56,10 +64,56 @@ pub(crate) enum Job {
     RemoveRecord(&'static str, String),
 }
 
+/// What the engine thread knows of the disk, kept current by the IO threads after every
+/// job (its lock is never held through file IO).
+#[derive(Debug, Default)]
+pub(crate) struct TierView {
+    /// Keys of the blocks on disk.
+    keys: HashSet<u64>,
+    blocks: usize,
+    bytes: u64,
+    snapshots: usize,
+    snapshot_bytes: u64,
+}
+
+/// Brings `view` up to date with the stores (called with the block store locked).
+pub(crate) fn refresh_view(
+    view: &Mutex<TierView>,
+    st: &SpillStore,
+    snaps: Option<&Mutex<SpillStore>>,
+    stored: Option<u64>,
+) {
+    let (snapshots, snapshot_bytes) = snaps.map_or((0, 0), |ss| {
+        let ss = lock(ss);
+        (ss.num_blocks(), ss.bytes_used())
+    });
+    let n = st.num_blocks();
+    let mut v = view.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(k) = stored {
+        v.keys.insert(k);
+    }
+    // Evictions and removed damaged files: rebuild the key set (rare; in memory only).
+    if v.keys.len() != n {
+        drop(v);
+        let keys: HashSet<u64> = st.keys().collect();
+        v = view.lock().unwrap_or_else(|e| e.into_inner());
+        v.keys = keys;
+    }
+    v.blocks = n;
+    v.bytes = st.bytes_used();
+    v.snapshots = snapshots;
+    v.snapshot_bytes = snapshot_bytes;
+}
+
 pub(crate) struct SpillTier {
+    /// Taken by the IO threads; by the engine thread only at startup (`records`).
     pub store: Arc<Mutex<SpillStore>>,
     /// Recurrent-state snapshots (hybrid models only).
     pub snapshots: Option<Arc<Mutex<SpillStore>>>,
+    pub(crate) view: Arc<Mutex<TierView>>,
+    /// To the reader thread.
+    reads: Option<mpsc::Sender<ReadJob>>,
+    reader: Option<JoinHandle<()>>,
     /// Snapshot keys written or queued in this run.
     pub(crate) written_snaps: HashSet<u64>,
     tx: Option<mpsc::Sender<Job>>,
@@ -80,10 +134,12 @@ impl SpillTier {
     /// Opens the store and starts its IO thread; an unusable directory is an error the
     /// caller logs before running without the tier.
     /// `state_id`: the identity of the snapshot store, for hybrid models.
+    /// `inbox`: the engine's, where the reader thread sends what it read.
     pub fn open(
         cfg: &SpillConfig,
         id: StoreIdentity,
         state_id: Option<StoreIdentity>,
+        inbox: mpsc::Sender<Msg>,
     ) -> Result<Self, String> {
         let budget = if state_id.is_some() {
             cfg.budget_bytes / 2
@@ -108,9 +164,12 @@ impl SpillTier {
             }
             None => (None, HashSet::new()),
         };
+        let view = Arc::new(Mutex::new(TierView::default()));
+        refresh_view(&view, &lock(&store), snapshots.as_deref(), None);
         let snaps_io = snapshots.clone();
         let (tx, rx) = mpsc::channel::<Job>();
         let s = store.clone();
+        let view_io = view.clone();
         let io = std::thread::Builder::new()
             .name("inferd-spill".into())
             .spawn(move || {
@@ -137,6 +196,7 @@ impl SpillTier {
                             Ok(())
                         }
                     };
+                    let ok = r.is_ok();
                     if let Err(e) = r {
                         let msg = format!("{e} (the KV will be recomputed when needed)");
                         if let Some(line) = throttle.admit(&kind_of(&e), &msg, Instant::now()) {
@@ -146,17 +206,54 @@ impl SpillTier {
                     for w in st.take_warnings() {
                         warn(w);
                     }
+                    let stored = match &job {
+                        Job::Block(meta, _) if ok => Some(meta.key),
+                        _ => None,
+                    };
+                    refresh_view(&view_io, &st, snaps_io.as_deref(), stored);
                 }
             })
             .map_err(|e| e.to_string())?;
+        let (reads, reader) = spill_read::start(
+            store.clone(),
+            snapshots.clone(),
+            view.clone(),
+            inbox,
+            cfg.read_delay,
+        )?;
         Ok(SpillTier {
             store,
             snapshots,
+            view,
+            reads: Some(reads),
+            reader: Some(reader),
             written_snaps,
             tx: Some(tx),
             io: Some(io),
             written,
         })
+    }
+
+    /// Queues a read for the reader thread.
+    pub(crate) fn read(&self, job: ReadJob) {
+        if let Some(tx) = &self.reads {
+            let _ = tx.send(job);
+        }
+    }
+
+    /// Whether block `key` is on disk, as the IO threads last saw it.
+    pub(crate) fn on_disk(&self, key: u64) -> bool {
+        self.view().keys.contains(&key)
+    }
+
+    fn view(&self) -> std::sync::MutexGuard<'_, TierView> {
+        self.view.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Blocks on disk and their bytes.
+    pub fn block_usage(&self) -> (usize, u64) {
+        let v = self.view();
+        (v.blocks, v.bytes)
     }
 
     pub(crate) fn send(&mut self, job: Job) {
@@ -176,7 +273,8 @@ impl SpillTier {
         self.send(Job::RemoveRecord(kind, id.to_string()));
     }
 
-    /// Every record of `kind` on disk (corrupt ones are skipped by the store).
+    /// Every record of `kind` on disk (corrupt ones are skipped by the store). At startup
+    /// only: it reads files under the store's lock.
     pub fn records(&self, kind: &str) -> Vec<(String, OwnerRecord)> {
         let mut st = lock(&self.store);
         let out = st
@@ -198,26 +296,28 @@ impl SpillTier {
 
     /// Snapshots on disk and their bytes.
     pub fn snapshot_usage(&self) -> (usize, u64) {
-        self.snapshots.as_ref().map_or((0, 0), |s| {
-            let st = lock(s);
-            (st.num_blocks(), st.bytes_used())
-        })
+        let v = self.view();
+        (v.snapshots, v.snapshot_bytes)
     }
 
     /// How many of the blocks of `tokens` (keys from `root`) are on disk.
     pub fn count_blocks(&self, root: u64, tokens: &[u32], bs: usize) -> usize {
-        let st = lock(&self.store);
+        let v = self.view();
         block_metas(root, tokens, bs)
-            .filter(|m| st.contains(m.key))
+            .filter(|m| v.keys.contains(&m.key))
             .count()
     }
 }
 
 impl Drop for SpillTier {
-    /// Finishes queued writes.
+    /// Finishes queued writes (reads in flight are dropped with the engine).
     fn drop(&mut self) {
         self.tx.take();
+        self.reads.take();
         if let Some(t) = self.io.take() {
+            let _ = t.join();
+        }
+        if let Some(t) = self.reader.take() {
             let _ = t.join();
         }
     }
@@ -283,90 +383,6 @@ impl<B: Backend> Engine<B> {
         );
     }
 
-    /// Brings the KV of `tokens` back from disk as far as it verifies: full blocks
-    /// already in memory are shared, others read into fresh blocks. Returns the blocks
-    /// (one reference each, in order), their keys (full blocks only) and how many
-    /// leading tokens they hold.
-    pub(crate) fn restore(&mut self, tokens: &[u32]) -> (Vec<BlockId>, Vec<u64>, usize) {
-        let (blocks, keys, covered) = self.restore_blocks(tokens);
-        if self.kvm.is_stateful() {
-            return self.cut_to_snapshot(tokens, blocks, keys);
-        }
-        (blocks, keys, covered)
-    }
-
-    fn restore_blocks(&mut self, tokens: &[u32]) -> (Vec<BlockId>, Vec<u64>, usize) {
-        let bs = self.kvm.block_size();
-        let root = self.kvm.root_key();
-        let (mut blocks, mut keys, mut covered) = (Vec::new(), Vec::new(), 0);
-        let Some(tier) = self.spill.as_ref() else {
-            return (blocks, keys, covered);
-        };
-        let store = tier.store.clone();
-        let mut data = vec![0u8; self.bytes_per_block as usize];
-        for m in block_metas(root, tokens, bs) {
-            let full = m.tokens.len() == bs;
-            if full {
-                if let Some(id) = self.kvm.claim_cached(m.key, m.parent, &m.tokens) {
-                    blocks.push(id);
-                    keys.push(m.key);
-                    covered += bs;
-                    continue;
-                }
-            }
-            let read = {
-                let mut st = lock(&store);
-                let ok = st.get_into(m.key, m.parent, &m.tokens, &mut data);
-                for w in st.take_warnings() {
-                    warn(w);
-                }
-                matches!(ok, Ok(true))
-            };
-            if !read {
-                break;
-            }
-            let Some(id) = self.kvm.fresh_block() else {
-                break; // memory is short: the rest is recomputed
-            };
-            if let Err(e) = self.runner.import_block(id, &data) {
-                warn(e);
-                self.kvm.release_block(id);
-                break;
-            }
-            if full {
-                self.kvm.mark_cached(id, m.key, m.parent, &m.tokens);
-                keys.push(m.key);
-            }
-            blocks.push(id);
-            covered += m.tokens.len();
-            if !full {
-                break;
-            }
-        }
-        (blocks, keys, covered)
-    }
-
-    /// Makes a named entry's KV resident again from disk (a released session, or any
-    /// entry after a restart). Pinned contexts and sessions get their owner back;
-    /// an unpinned context's full blocks go back to the prefix cache.
-    pub(crate) fn revive(&mut self, owner: SeqId, tokens: &[u32], hold: bool) {
-        if self.spill.is_none() || self.kvm.owner_tokens(owner).is_some() {
-            return;
-        }
-        let (blocks, keys, covered) = self.restore(tokens);
-        if blocks.is_empty() {
-            return;
-        }
-        if hold {
-            self.kvm
-                .install(owner, blocks, keys, tokens[..covered].to_vec());
-        } else {
-            for b in blocks {
-                self.kvm.release_block(b);
-            }
-        }
-    }
-
     /// At startup: every context and session on disk becomes a named entry again;
     /// pinned contexts are read back into memory now, sessions when next used.
     pub(crate) fn load_records(&mut self) {
@@ -391,7 +407,7 @@ impl<B: Backend> Engine<B> {
                 if kind == CONTEXT {
                     if e.pinned {
                         let t = e.tokens.clone();
-                        self.revive(owner, &t, true);
+                        self.load_now(owner, &t, true);
                     }
                     self.memory.contexts.insert(id, e);
                 } else {

@@ -48,9 +48,9 @@ impl<B: Backend> Engine<B> {
     }
 
     /// `blocks` (restored for `tokens`, one reference each) cut back to the deepest
-    /// full block whose snapshot is in memory or verifies on disk (read into a free
-    /// slot, keyed, left in the cache); the blocks past it are released. Returns the
-    /// blocks kept, their keys and the tokens they cover (0 without a snapshot).
+    /// full block whose snapshot is in memory (one read from disk was imported first,
+    /// `import_snapshot`); the blocks past it are released. Returns the blocks kept,
+    /// their keys and the tokens they cover (0 without a snapshot).
     pub(crate) fn cut_to_snapshot(
         &mut self,
         tokens: &[u32],
@@ -62,7 +62,7 @@ impl<B: Backend> Engine<B> {
         let metas: Vec<BlockMeta> = block_metas(root, tokens, bs).take(keys.len()).collect();
         let mut keep = 0;
         for (j, m) in metas.iter().enumerate().rev() {
-            if self.kvm.snapshot_at(m.key, m.parent).is_some() || self.read_snapshot(m).is_some() {
+            if self.kvm.snapshot_at(m.key, m.parent).is_some() {
                 keep = j + 1;
                 break;
             }
@@ -74,25 +74,12 @@ impl<B: Backend> Engine<B> {
         (blocks, keys, keep * bs)
     }
 
-    /// Reads the snapshot ending at block `m` from disk into a free slot and keys it
-    /// (a cached snapshot, no reference held). `None`: not on disk, not verified, no
-    /// free slot, or the import failed.
-    fn read_snapshot(&mut self, m: &BlockMeta) -> Option<SlotId> {
-        let store = self.spill.as_ref()?.snapshots.clone()?;
-        let mut data = vec![0u8; self.slot_bytes as usize];
-        let ok = {
-            let mut st = store.lock().unwrap_or_else(|e| e.into_inner());
-            let ok = st.get_into(m.key, m.parent, &m.tokens, &mut data);
-            for w in st.take_warnings() {
-                warn(w);
-            }
-            matches!(ok, Ok(true))
-        };
-        if !ok {
-            return None;
-        }
+    /// Imports the snapshot ending at block `m` (verified bytes read from disk) into a
+    /// free slot and keys it (a cached snapshot, no reference held). `None`: no free
+    /// slot, or the import failed.
+    pub(crate) fn import_snapshot(&mut self, m: &BlockMeta, data: &[u8]) -> Option<SlotId> {
         let slot = self.kvm.fresh_slot()?;
-        if let Err(e) = self.runner.import_state_slots(&[slot], &data) {
+        if let Err(e) = self.runner.import_state_slots(&[slot], data) {
             warn(e);
             self.kvm.release_slot(slot);
             return None;

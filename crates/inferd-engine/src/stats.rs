@@ -53,4 +53,7 @@ pub mod names {
     /// launches), `sample` (the draws, which on a GPU wait for the pass), `finish`
     /// (tokens accepted: detokenizing, stop strings, streams, prefix registration).
     pub const STEP_PHASE: &str = "inferd_step_phase_seconds";
+    /// From a request parking to wait for the SSD tier to the bytes being back (the
+    /// reader's queue, the reads and their verification).
+    pub const SPILL_READ_SECONDS: &str = "inferd_spill_read_seconds";
 }

@@ -231,6 +231,7 @@ fn a_session_resumes_from_the_ssd_tier_after_a_restart() {
         spill: Some(SpillConfig {
             dir: dir.clone(),
             budget_bytes: 1 << 30,
+            read_delay: std::time::Duration::ZERO,
         }),
         ..config()
     };

@@ -5,6 +5,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use common::*;
 use inferd_engine::{ContextSpec, EngineConfig, EngineHandle, GenRequest, SpillConfig};
@@ -22,6 +23,7 @@ fn spill_config(dir: &Path) -> EngineConfig {
         spill: Some(SpillConfig {
             dir: dir.to_path_buf(),
             budget_bytes: 1 << 30,
+            read_delay: std::time::Duration::ZERO,
         }),
         ..config()
     }
@@ -208,6 +210,55 @@ fn a_session_released_under_pressure_comes_back_from_disk() {
     req.session = Some("agent-2".into());
     let r2 = run_one(&e, req);
     assert_eq!(r2.cached_tokens, turn1.len() + MAX_TOKENS - 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// SSD-tier reads are an admission state off the engine thread: while a session's KV is
+/// read back from a slow disk (800 ms a read here), a request that needs no disk runs
+/// to completion, and the session still gets every block back.
+#[test]
+fn a_request_reading_from_disk_does_not_hold_up_the_others() {
+    let dir = temp_dir("slow-disk");
+    let slow = Duration::from_millis(800);
+    let cfg = EngineConfig {
+        park_fraction: 0.0, // every session is released to disk right after its turn
+        spill: Some(SpillConfig {
+            dir: dir.to_path_buf(),
+            budget_bytes: 1 << 30,
+            read_delay: slow,
+        }),
+        ..config()
+    };
+    let Some(e) = engine(cfg) else { return };
+    let mut turn1 = text(&e, BRIEF);
+    turn1.extend(text(&e, QUESTION));
+    let mut req = GenRequest::greedy(turn1.clone(), MAX_TOKENS);
+    req.session = Some("agent-4".into());
+    req.ignore_eos = true;
+    let r1 = run_one(&e, req);
+    for p in prompts(&e.tokenizer, 8) {
+        run_one(&e, GenRequest::greedy(p, 8)); // evicts its blocks from the prefix cache
+    }
+    let mut turn2 = turn1.clone();
+    turn2.extend(&r1.tokens);
+    turn2.extend(text(
+        &e,
+        "<|im_end|>\n<|im_start|>user\nAnd then?<|im_end|>\n<|im_start|>assistant\n",
+    ));
+    let mut req = GenRequest::greedy(turn2, MAX_TOKENS);
+    req.session = Some("agent-4".into());
+    let t0 = Instant::now();
+    let mut resumed = e.submit(req).unwrap();
+    let other = run_one(&e, GenRequest::greedy(prompts(&e.tokenizer, 9)[8].clone(), 4));
+    let other_done = t0.elapsed();
+    let r2 = collect(&mut resumed);
+    let resumed_done = t0.elapsed();
+    assert_eq!(other.completion_tokens, 4);
+    assert!(
+        other_done < slow && resumed_done >= slow,
+        "the other request took {other_done:?}, the resumed one {resumed_done:?} (a read {slow:?})"
+    );
+    assert_eq!(r2.cached_tokens, turn1.len() + MAX_TOKENS - 1, "all of it from disk");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

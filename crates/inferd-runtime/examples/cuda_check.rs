@@ -518,9 +518,16 @@ fn sampling() {
         ..Default::default()
     })
     .unwrap();
-    let mut logits = [device.alloc(max_rows * vocab).unwrap(), on_host.alloc(max_rows * vocab).unwrap()];
-    device.from_host(&host, max_rows, vocab, &mut logits[0]).unwrap();
-    on_host.from_host(&host, max_rows, vocab, &mut logits[1]).unwrap();
+    let mut logits = [
+        device.alloc(max_rows * vocab).unwrap(),
+        on_host.alloc(max_rows * vocab).unwrap(),
+    ];
+    device
+        .from_host(&host, max_rows, vocab, &mut logits[0])
+        .unwrap();
+    on_host
+        .from_host(&host, max_rows, vocab, &mut logits[1])
+        .unwrap();
     for (name, set) in kinds {
         for rows in [1usize, 8, 32, 64] {
             let mut ms = [0.0; 2];
@@ -558,7 +565,12 @@ fn sampling() {
                 }
                 ms[k] = 1e3 * total / iters as f64;
             }
-            println!("| {name} | {rows} | {:.3} | {:.3} | {:.1}x |", ms[0], ms[1], ms[1] / ms[0]);
+            println!(
+                "| {name} | {rows} | {:.3} | {:.3} | {:.1}x |",
+                ms[0],
+                ms[1],
+                ms[1] / ms[0]
+            );
         }
     }
 }

@@ -33,6 +33,12 @@ pub fn install() -> Option<&'static PrometheusHandle> {
                 .and_then(|b| {
                     b.set_buckets_for_metric(Matcher::Full(names::STEP_TOKENS.into()), STEP_BUCKETS)
                 })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(names::SPILL_READ_SECONDS.into()),
+                        LATENCY_BUCKETS,
+                    )
+                })
                 .ok()?;
             let handle = builder.install_recorder().ok()?;
             describe();
@@ -54,6 +60,11 @@ fn describe() {
     describe_histogram!(names::TTFT, Unit::Seconds, "Time to first token");
     describe_histogram!(names::ITL, Unit::Seconds, "Time between tokens");
     describe_histogram!(names::STEP_TOKENS, "Tokens per engine step");
+    describe_histogram!(
+        names::SPILL_READ_SECONDS,
+        Unit::Seconds,
+        "Time a request waited for its KV to be read back from the SSD tier"
+    );
     describe_histogram!(
         names::STEP_PHASE,
         Unit::Seconds,

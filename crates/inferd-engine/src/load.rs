@@ -1,0 +1,245 @@
+//! The admission state "waiting for the SSD tier": a request whose session or context
+//! holds no KV in memory but has blocks on disk waits here, not in the scheduler, while
+//! the reader thread reads them (`spill_read.rs`); every other request runs meanwhile.
+//! When the bytes arrive the engine imports them into fresh blocks (a device copy), gives
+//! the owner its KV back, and admits every request that waited on it. Requests for an
+//! owner already being read join that read. A read that brings nothing back leaves the
+//! request to try its next prefix source (a session's context), then to recompute.
+
+use std::time::Instant;
+
+use inferd_core::kv::{BlockId, SeqId};
+use inferd_runtime::Backend;
+use tokio::sync::mpsc as tmpsc;
+
+use crate::engine::Engine;
+use crate::request::{Event, GenRequest};
+use crate::spill::block_metas;
+use crate::spill_read::{self, ReadDone, ReadJob};
+
+/// A request waiting for its owner's KV to come back from disk.
+pub(crate) struct Waiting {
+    pub id: u64,
+    pub req: GenRequest,
+    pub tx: tmpsc::UnboundedSender<Event>,
+    /// Owners already read back for it (a second read would find the same).
+    pub tried: Vec<SeqId>,
+}
+
+/// One owner's read in flight.
+pub(crate) struct Load {
+    /// Install the blocks for the owner (a session, a pinned context), or leave them in
+    /// the prefix cache (an unpinned context).
+    hold: bool,
+    tokens: Vec<u32>,
+    waiting: Vec<Waiting>,
+}
+
+impl<B: Backend> Engine<B> {
+    /// Admits `w` now, or parks it until its prefix source is read back from disk.
+    pub(crate) fn submit_or_wait(&mut self, w: Waiting) {
+        if let Some((owner, tokens, hold)) = self.source_on_disk(&w.req, &w.tried) {
+            if self.start_load(owner, tokens, hold) {
+                self.loads.get_mut(&owner).unwrap().waiting.push(w);
+                return;
+            }
+        }
+        self.admit(w.id, w.req, w.tx);
+    }
+
+    /// The owner `req` would continue (its session, else its context) when it holds no
+    /// KV in memory but its first block is on disk: (owner, tokens, hold).
+    fn source_on_disk(&self, req: &GenRequest, tried: &[SeqId]) -> Option<(SeqId, Vec<u32>, bool)> {
+        let tier = self.spill.as_ref()?;
+        let absent = |owner: SeqId, tokens: &[u32]| {
+            self.kvm.owner_tokens(owner).is_none()
+                && !tried.contains(&owner)
+                && block_metas(self.kvm.root_key(), tokens, self.kvm.block_size())
+                    .next()
+                    .is_some_and(|m| tier.on_disk(m.key) || self.loads.contains_key(&owner))
+        };
+        if let Some(e) = req
+            .session
+            .as_ref()
+            .and_then(|s| self.memory.sessions.get(s))
+        {
+            if self.kvm.owner_tokens(e.owner).is_some() {
+                return None;
+            }
+            if absent(e.owner, &e.tokens) {
+                return Some((e.owner, e.tokens.clone(), true));
+            }
+        }
+        let e = req
+            .context
+            .as_ref()
+            .and_then(|c| self.memory.contexts.get(c))?;
+        absent(e.owner, &e.tokens).then(|| (e.owner, e.tokens.clone(), e.pinned))
+    }
+
+    /// Starts reading `owner`'s blocks (or joins the read in flight). `false`: nothing
+    /// to read.
+    fn start_load(&mut self, owner: SeqId, tokens: Vec<u32>, hold: bool) -> bool {
+        if self.loads.contains_key(&owner) {
+            return true;
+        }
+        let Some(job) = self.read_job(owner, &tokens) else {
+            return false;
+        };
+        let Some(tier) = self.spill.as_ref() else {
+            return false;
+        };
+        tier.read(job);
+        self.loads.insert(
+            owner,
+            Load {
+                hold,
+                tokens,
+                waiting: Vec::new(),
+            },
+        );
+        true
+    }
+
+    /// At startup (nothing is served yet): reads `owner`'s blocks on this thread.
+    pub(crate) fn load_now(&mut self, owner: SeqId, tokens: &[u32], hold: bool) {
+        let Some(job) = self.read_job(owner, tokens) else {
+            return;
+        };
+        let Some(tier) = self.spill.as_ref() else {
+            return;
+        };
+        let done = spill_read::read(job, &tier.store, tier.snapshots.as_deref());
+        let st = tier.store.lock().unwrap_or_else(|e| e.into_inner());
+        crate::spill::refresh_view(&tier.view, &st, tier.snapshots.as_deref(), None);
+        drop(st);
+        self.install_read(done, tokens, hold);
+    }
+
+    /// What to read for `owner`: its blocks, which of them (and of its snapshots) are
+    /// in memory already.
+    fn read_job(&self, owner: SeqId, tokens: &[u32]) -> Option<ReadJob> {
+        self.spill.as_ref()?;
+        let metas: Vec<_> =
+            block_metas(self.kvm.root_key(), tokens, self.kvm.block_size()).collect();
+        let bs = self.kvm.block_size();
+        let resident = metas
+            .iter()
+            .map(|m| {
+                m.tokens.len() == bs && self.kvm.pool().lookup(m.key, m.parent, &m.tokens).is_some()
+            })
+            .collect();
+        let snaps_resident = self.kvm.is_stateful().then(|| {
+            metas
+                .iter()
+                .filter(|m| m.tokens.len() == bs)
+                .map(|m| self.kvm.snapshot_at(m.key, m.parent).is_some())
+                .collect()
+        });
+        Some(ReadJob {
+            owner,
+            bs,
+            metas,
+            resident,
+            snaps_resident,
+            since: Instant::now(),
+        })
+    }
+
+    /// The reader's bytes arrived: the owner gets its KV, the requests waiting on it go
+    /// on (to the scheduler, or to their next prefix source).
+    pub(crate) fn finish_load(&mut self, done: ReadDone) {
+        let owner = done.owner;
+        let Some(load) = self.loads.remove(&owner) else {
+            return;
+        };
+        metrics::histogram!(crate::stats::names::SPILL_READ_SECONDS)
+            .record(done.since.elapsed().as_secs_f64());
+        // The entry may have been deleted while its blocks were read.
+        let registered = self
+            .memory
+            .contexts
+            .values()
+            .chain(self.memory.sessions.values())
+            .any(|e| e.owner == owner);
+        self.install_read(done, &load.tokens, load.hold && registered);
+        for mut w in load.waiting {
+            w.tried.push(owner);
+            self.submit_or_wait(w);
+        }
+    }
+
+    /// Imports what was read: blocks that were in memory are claimed again (the read
+    /// ends at one evicted since), the others fill fresh blocks (the read ends where
+    /// memory is short); a hybrid owner is cut back to its deepest snapshot. Then the
+    /// owner holds them (`hold`), or they stay in the prefix cache.
+    fn install_read(&mut self, done: ReadDone, tokens: &[u32], hold: bool) {
+        if self.kvm.owner_tokens(done.owner).is_some() {
+            return;
+        }
+        let bs = self.kvm.block_size();
+        let (mut blocks, mut keys, mut covered): (Vec<BlockId>, Vec<u64>, usize) =
+            (Vec::new(), Vec::new(), 0);
+        for (m, data) in done.metas.iter().zip(done.blocks) {
+            let full = m.tokens.len() == bs;
+            let id = match data {
+                None => match self.kvm.claim_cached(m.key, m.parent, &m.tokens) {
+                    Some(id) => id,
+                    None => break,
+                },
+                Some(bytes) => {
+                    let Some(id) = self.kvm.fresh_block() else {
+                        break; // memory is short: the rest is recomputed
+                    };
+                    if let Err(e) = self.runner.import_block(id, &bytes) {
+                        eprintln!("inferd: warning: KV spill tier: {e}");
+                        self.kvm.release_block(id);
+                        break;
+                    }
+                    if full {
+                        self.kvm.mark_cached(id, m.key, m.parent, &m.tokens);
+                    }
+                    id
+                }
+            };
+            blocks.push(id);
+            if full {
+                keys.push(m.key);
+            }
+            covered += m.tokens.len();
+            if !full {
+                break;
+            }
+        }
+        if self.kvm.is_stateful() {
+            if let Some((n, Some(bytes))) = &done.snapshot {
+                if let Some(m) = done
+                    .metas
+                    .get(n.wrapping_sub(1))
+                    .filter(|_| *n <= keys.len())
+                {
+                    self.import_snapshot(m, bytes);
+                }
+            }
+            (blocks, keys, covered) = self.cut_to_snapshot(tokens, blocks, keys);
+        }
+        if blocks.is_empty() {
+            return;
+        }
+        if hold {
+            self.kvm
+                .install(done.owner, blocks, keys, tokens[..covered].to_vec());
+        } else {
+            for b in blocks {
+                self.kvm.release_block(b);
+            }
+        }
+    }
+
+    /// A request was cancelled while it waited for the disk.
+    pub(crate) fn cancel_waiting(&mut self, id: u64) {
+        for load in self.loads.values_mut() {
+            load.waiting.retain(|w| w.id != id);
+        }
+    }
+}
