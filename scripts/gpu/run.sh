@@ -8,7 +8,8 @@
 #   speed    decode at batch 1..64 over 4096 tokens and prefill on /tmp/q8b: the default,
 #            FlashInfer decode, cuBLASLt only, eager
 #   model35  makes the Qwen3.5-9B-shaped random hybrid (/tmp/q35) and checks the GPU against
-#            transformers (float32) on it; make35 only makes it; speed35 is `speed` on it
+#            transformers (float32) on it; make35 only makes it, hf35 only checks it;
+#            speed35 is `speed` on it
 #   profile  ncu's device time of every kernel of one decode step on /tmp/q8b (batch 1 and
 #            32 at 4096 tokens; `cuda_check profile ... prefill` times a long prefill chunk)
 #   fleet    `inferd serve --device cuda` on /tmp/q8b driven by `inferd bench fleet`;
@@ -42,7 +43,7 @@ for f in $C/*.xz; do n=$B/$(basename "$f" .xz); xz -dc "$f" > $n; chmod +x $n; d
 summary=$OUT/summary.txt
 note() { echo "$*" | tee -a $summary; }
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm --format=csv > $OUT/gpu.txt
-for stage in "$@"; do case $stage in
+for stage in "$@"; do note "== $stage (load average $(cut -d' ' -f1-3 /proc/loadavg))"; case $stage in
 tests)
   for t in workspace kv_blocks hf_reference hybrid_reference cuda_graphs cuda_attention cuda_hybrid; do
     case $t in cuda_*) filter= ;; hybrid_reference) filter=cuda ;; *) filter=cuda:: ;; esac
@@ -84,9 +85,11 @@ fleettemp)
   kill $SP; wait $SP 2>/dev/null
   $B/inferd bench table $OUT/fleettemp-*.json 2>&1 | tee -a $summary
   ;;
-make35|model35)
+make35|model35|hf35)
   [ -e /tmp/tok/tokenizer.json ] || { mkdir -p /tmp/tok && cp $C/tokenizer/* /tmp/tok/ && xz -df /tmp/tok/tokenizer.json.xz; }
-  python3 $C/make_qwen35_9b.py /tmp/q35 /tmp/tok >$OUT/make35.log 2>&1; note "make 3.5-9b: rc=$? $(tail -1 $OUT/make35.log)"
+  if [ $stage != hf35 ]; then
+    python3 $C/make_qwen35_9b.py /tmp/q35 /tmp/tok >$OUT/make35.log 2>&1; note "make 3.5-9b: rc=$? $(tail -1 $OUT/make35.log)"
+  fi
   [ $stage = make35 ] && continue
   python3 $C/hf_logits.py /tmp/q35 /tmp/q35-ref 64 >$OUT/hf35.log 2>&1; note "hf logits 3.5: rc=$? $(tail -1 $OUT/hf35.log)"
   $B/cuda_check hf /tmp/q35 /tmp/q35-ref.ids.json /tmp/q35-ref.f32 2>&1 | tee -a $summary
