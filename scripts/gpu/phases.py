@@ -3,8 +3,9 @@
 
 Usage: phases.py BEFORE.txt AFTER.txt LABEL
 Reads `inferd_step_phase_seconds_sum{phase=...}` and `_count` and prints, per phase, the
-mean milliseconds over the steps taken between the two snapshots, and the mean tokens a
-step (`inferd_step_tokens_sum`).
+mean milliseconds over the steps taken between the two snapshots, the mean tokens a
+step (`inferd_step_tokens_sum`), and how the decode passes between them ran (eager, captured
+into a graph, replayed: `inferd_backend_events{event=...}`).
 """
 import re
 import sys
@@ -18,6 +19,8 @@ def read(path):
         return out
     for m in re.finditer(r'inferd_step_phase_seconds_(sum|count)\{phase="(\w+)"\}\s+([0-9.eE+-]+)', text):
         out[(m.group(2), m.group(1))] = float(m.group(3))
+    for m in re.finditer(r'inferd_backend_events\{event="(\w+)"\}\s+([0-9.eE+-]+)', text):
+        out[(m.group(1), "events")] = float(m.group(2))
     m = re.search(r"^inferd_step_tokens_sum\s+([0-9.eE+-]+)", text, re.M)
     if m:
         out[("tokens", "sum")] = float(m.group(1))
@@ -35,7 +38,13 @@ def main() -> None:
         parts.append(f"{phase} {1e3 * s / n:.3f} ms" if n else f"{phase} -")
     tok = b.get(("tokens", "sum"), 0) - a.get(("tokens", "sum"), 0)
     per = f", {tok / steps:.0f} tokens a step" if steps else ""
-    print(f"{label}: {steps:.0f} steps{per}, mean " + ", ".join(parts))
+    events = [
+        f"{e} {b.get((e, 'events'), 0) - a.get((e, 'events'), 0):.0f}"
+        for e in ("decode_eager", "graph_captured", "graph_replayed")
+        if (e, "events") in b
+    ]
+    ev = f"; decode passes: {', '.join(events)}" if events else ""
+    print(f"{label}: {steps:.0f} steps{per}, mean " + ", ".join(parts) + ev)
 
 
 if __name__ == "__main__":

@@ -669,6 +669,9 @@ impl<B: Backend> Engine<B> {
             metrics::gauge!(names::STATE_SLOTS_FREE).set(state.num_free() as f64);
             metrics::gauge!(names::SNAPSHOTS).set(state.num_snapshots() as f64);
         }
+        for (event, n) in self.runner.model().backend.counters() {
+            metrics::gauge!(names::BACKEND_EVENTS, "event" => event).set(n as f64);
+        }
         let mut st = self.stats();
         st.waiting = waiting;
         st.running = running;

@@ -56,4 +56,7 @@ pub mod names {
     /// From a request parking to wait for the SSD tier to the bytes being back (the
     /// reader's queue, the reads and their verification).
     pub const SPILL_READ_SECONDS: &str = "inferd_spill_read_seconds";
+    /// The backend's own event counts, label `event` (CUDA: `decode_eager`,
+    /// `graph_captured`, `graph_replayed`: how decode passes ran).
+    pub const BACKEND_EVENTS: &str = "inferd_backend_events";
 }

@@ -249,7 +249,10 @@ fn a_request_reading_from_disk_does_not_hold_up_the_others() {
     req.session = Some("agent-4".into());
     let t0 = Instant::now();
     let mut resumed = e.submit(req).unwrap();
-    let other = run_one(&e, GenRequest::greedy(prompts(&e.tokenizer, 9)[8].clone(), 4));
+    let other = run_one(
+        &e,
+        GenRequest::greedy(prompts(&e.tokenizer, 9)[8].clone(), 4),
+    );
     let other_done = t0.elapsed();
     let r2 = collect(&mut resumed);
     let resumed_done = t0.elapsed();
@@ -258,7 +261,11 @@ fn a_request_reading_from_disk_does_not_hold_up_the_others() {
         other_done < slow && resumed_done >= slow,
         "the other request took {other_done:?}, the resumed one {resumed_done:?} (a read {slow:?})"
     );
-    assert_eq!(r2.cached_tokens, turn1.len() + MAX_TOKENS - 1, "all of it from disk");
+    assert_eq!(
+        r2.cached_tokens,
+        turn1.len() + MAX_TOKENS - 1,
+        "all of it from disk"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -60,6 +60,10 @@ fn describe() {
     describe_histogram!(names::TTFT, Unit::Seconds, "Time to first token");
     describe_histogram!(names::ITL, Unit::Seconds, "Time between tokens");
     describe_histogram!(names::STEP_TOKENS, "Tokens per engine step");
+    describe_gauge!(
+        names::BACKEND_EVENTS,
+        "The backend's own event counts since start (CUDA: decode passes eager, captured, replayed)"
+    );
     describe_histogram!(
         names::SPILL_READ_SECONDS,
         Unit::Seconds,

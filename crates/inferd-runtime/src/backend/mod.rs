@@ -133,6 +133,12 @@ pub trait Backend: Send + Sync {
         None
     }
 
+    /// Counts of the backend's own events since it started, for metrics (the CUDA
+    /// backend: decode passes run eagerly, captured into graphs, replayed).
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+
     /// Waits for the work queued so far; its first error, if any.
     fn synchronize(&self) -> Result<()>;
 

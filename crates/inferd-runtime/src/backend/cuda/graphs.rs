@@ -8,6 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use super::ffi::{self, check};
@@ -48,6 +49,10 @@ pub struct Graphs {
     execs: Mutex<HashMap<Key, Exec>>,
     /// Keys whose pass ran eagerly once: the next pass of each is captured.
     warm: Mutex<HashSet<Key>>,
+    /// Decode passes run eagerly (a key's first), captured (its second), replayed.
+    pub(super) eager: AtomicU64,
+    pub(super) captured: AtomicU64,
+    pub(super) replayed: AtomicU64,
 }
 
 impl Graphs {
@@ -69,8 +74,10 @@ impl Graphs {
             let mut warm = self.warm.lock().unwrap();
             warm.retain(|k| k.buffers() == key.buffers() && (k.bucket != key.bucket || *k == key));
             if warm.insert(key) {
+                self.eager.fetch_add(1, Ordering::Relaxed);
                 return pass();
             }
+            self.captured.fetch_add(1, Ordering::Relaxed);
             check(
                 unsafe { ffi::ifd_capture_begin(stream) },
                 "beginning a graph capture",
@@ -85,6 +92,7 @@ impl Graphs {
             ended?;
             execs.insert(key, Exec(exec));
         }
+        self.replayed.fetch_add(1, Ordering::Relaxed);
         check(
             unsafe { ffi::ifd_graph_launch(execs[&key].0, stream) },
             "launching a decode graph",

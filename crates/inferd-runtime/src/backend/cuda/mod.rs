@@ -959,6 +959,17 @@ impl Backend for CudaBackend {
         }
     }
 
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.inner.graphs.as_ref().map_or_else(Vec::new, |g| {
+            vec![
+                ("decode_eager", g.eager.load(Relaxed)),
+                ("graph_captured", g.captured.load(Relaxed)),
+                ("graph_replayed", g.replayed.load(Relaxed)),
+            ]
+        })
+    }
+
     fn from_host(
         &self,
         data: &[f32],
