@@ -95,31 +95,25 @@ struct Shared {
   float top_logit[MAX_TOP];
 };
 
-// Sum over the block (every thread gets it).
-__device__ u64 block_sum(Shared& s, u64 x) {
+// `op` over the block's values (every thread gets the result).
+template <class Op>
+__device__ u64 block_reduce(Shared& s, u64 x, Op op) {
   const int t = threadIdx.x;
   s.v[t] = x;
   __syncthreads();
   for (int o = T / 2; o > 0; o >>= 1) {
-    if (t < o) s.v[t] += s.v[t + o];
+    if (t < o) s.v[t] = op(s.v[t], s.v[t + o]);
     __syncthreads();
   }
   const u64 r = s.v[0];
   __syncthreads();
   return r;
 }
-
+__device__ u64 block_sum(Shared& s, u64 x) {
+  return block_reduce(s, x, [](u64 a, u64 b) { return a + b; });
+}
 __device__ u64 block_max(Shared& s, u64 x) {
-  const int t = threadIdx.x;
-  s.v[t] = x;
-  __syncthreads();
-  for (int o = T / 2; o > 0; o >>= 1) {
-    if (t < o && s.v[t + o] > s.v[t]) s.v[t] = s.v[t + o];
-    __syncthreads();
-  }
-  const u64 r = s.v[0];
-  __syncthreads();
-  return r;
+  return block_reduce(s, x, [](u64 a, u64 b) { return a > b ? a : b; });
 }
 
 // The inclusive lane sum of doubles (inferd-core `lane_sum`: lane t holds its strided

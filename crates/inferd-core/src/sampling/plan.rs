@@ -66,7 +66,8 @@ impl Sampler {
             return None;
         }
         let penalties = self.penalties_now();
-        self.penalty_entries(vocab, prompt, generated, penalties, entries);
+        self.penalties
+            .entries(vocab, prompt, generated, penalties, entries);
         let greedy = p.is_greedy();
         Some(DrawPlan {
             greedy,

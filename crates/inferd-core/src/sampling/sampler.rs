@@ -4,7 +4,7 @@ use super::canonical::{draw_target, mass};
 use super::detexp::exp_nonpos;
 use super::logprobs::{log_sum_exp, top_logprobs};
 use super::params::SamplingParams;
-use super::penalties::{Penalties, PenaltyEntry, PenaltyScratch};
+use super::penalties::{Penalties, PenaltyScratch};
 use super::rng::Xoshiro256;
 use super::truncate::{truncate, Kept, TruncScratch, Truncation};
 
@@ -49,7 +49,8 @@ pub struct Sampler {
     weights: Vec<f32>,
     /// Token-id and histogram scratch for truncation and top logprobs.
     trunc: TruncScratch,
-    penalties: PenaltyScratch,
+    /// Also the penalties' entries of a draw planned elsewhere (`plan.rs`).
+    pub(super) penalties: PenaltyScratch,
 }
 
 impl Sampler {
@@ -145,18 +146,6 @@ impl Sampler {
             && !self.params.dry.is_on()
             && self.penalties_now().is_off()
             && extra.allowed.is_none_or(|w| w.iter().all(|&x| x == 0))
-    }
-
-    /// The penalties' entries for a draw planned elsewhere (see `plan.rs`).
-    pub(super) fn penalty_entries(
-        &mut self,
-        vocab: usize,
-        prompt: &[u32],
-        generated: &[u32],
-        p: Penalties,
-        out: &mut Vec<PenaltyEntry>,
-    ) {
-        self.penalties.entries(vocab, prompt, generated, p, out);
     }
 
     /// The PRNG's next uniform, as a random draw takes it.
