@@ -139,6 +139,7 @@ impl<B: Backend> Engine<B> {
             last_used: now,
             tick: self.tick,
             meta: b.meta,
+            turn: 0,
         };
         self.persist(spill::CONTEXT, &b.id, owner, &e);
         if !b.pin {
@@ -238,8 +239,10 @@ impl<B: Backend> Engine<B> {
                 last_used: now,
                 tick: 0,
                 meta: String::new(),
+                turn: 0,
             });
         e.tokens = tokens;
+        e.turn = seq_id;
         e.last_used = now;
         e.tick = self.tick;
         let e = e.clone();
@@ -250,9 +253,10 @@ impl<B: Backend> Engine<B> {
     /// A parked turn's reply ended earlier for the client than where the engine parked
     /// it (a stop string found by the output side): the session keeps the tokens the
     /// client got (`seen`: prompt and reply), less the last, and nothing past them.
-    pub(crate) fn trim_session(&mut self, sid: &str, seen: usize) {
+    /// Only the turn of request `turn` is trimmed: a later turn parked since is kept.
+    pub(crate) fn trim_session(&mut self, sid: &str, turn: u64, seen: usize) {
         let keep = seen.saturating_sub(1);
-        let Some(e) = self.memory.sessions.get_mut(sid) else {
+        let Some(e) = self.memory.sessions.get_mut(sid).filter(|e| e.turn == turn) else {
             return;
         };
         if e.tokens.len() <= keep {

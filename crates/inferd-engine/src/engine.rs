@@ -641,7 +641,7 @@ impl<B: Backend> Engine<B> {
     /// parked keeps only those.
     fn reply_ended(&mut self, id: u64, generated: usize, by_stop: bool) {
         if let Some((session, prompt_len)) = self.ended_turns.remove(&id) {
-            self.trim_session(&session, prompt_len + generated);
+            self.trim_session(&session, id, prompt_len + generated);
             return;
         }
         let Some(seq) = self.seqs.get(&id).filter(|_| by_stop) else {

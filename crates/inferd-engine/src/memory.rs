@@ -139,6 +139,9 @@ pub(crate) struct Entry {
     /// Use order (larger = more recent).
     pub tick: u64,
     pub meta: String,
+    /// The request whose turn parked the session (0: none), so that word of how an
+    /// earlier turn ended never trims a later one.
+    pub turn: u64,
 }
 
 /// Named contexts and sessions and their owner ids.
@@ -196,6 +199,7 @@ mod tests {
             last_used: 0,
             tick,
             meta: String::new(),
+            turn: 0,
         }
     }
 

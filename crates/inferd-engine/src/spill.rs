@@ -403,6 +403,7 @@ impl<B: Backend> Engine<B> {
                     last_used: r.last_used,
                     tick: self.tick,
                     meta: r.meta,
+                    turn: 0,
                 };
                 if kind == CONTEXT {
                     if e.pinned {
