@@ -14,7 +14,7 @@ use tokio::sync::mpsc as tmpsc;
 
 use crate::engine::Engine;
 use crate::request::{Event, GenRequest};
-use crate::spill::block_metas;
+use crate::spill::{self, block_metas};
 use crate::spill_read::{self, ReadDone, ReadJob};
 
 /// A request waiting for its owner's KV to come back from disk.
@@ -178,10 +178,10 @@ impl<B: Backend> Engine<B> {
             return;
         }
         let bs = self.kvm.block_size();
-        let (mut blocks, mut keys, mut covered): (Vec<BlockId>, Vec<u64>, usize) =
-            (Vec::new(), Vec::new(), 0);
+        let mut blocks: Vec<BlockId> = Vec::new();
+        // Read blocks: (their place in `blocks`, their bytes), imported below.
+        let mut fresh: Vec<(usize, Vec<u8>)> = Vec::new();
         for (m, data) in done.metas.iter().zip(done.blocks) {
-            let full = m.tokens.len() == bs;
             let id = match data {
                 None => match self.kvm.claim_cached(m.key, m.parent, &m.tokens) {
                     Some(id) => id,
@@ -191,26 +191,48 @@ impl<B: Backend> Engine<B> {
                     let Some(id) = self.kvm.fresh_block() else {
                         break; // memory is short: the rest is recomputed
                     };
-                    if let Err(e) = self.runner.import_block(id, &bytes) {
-                        eprintln!("inferd: warning: KV spill tier: {e}");
-                        self.kvm.release_block(id);
-                        break;
-                    }
-                    if full {
-                        self.kvm.mark_cached(id, m.key, m.parent, &m.tokens);
-                    }
+                    fresh.push((blocks.len(), bytes));
                     id
                 }
             };
             blocks.push(id);
-            if full {
-                keys.push(m.key);
-            }
-            covered += m.tokens.len();
-            if !full {
+            if m.tokens.len() < bs {
                 break;
             }
         }
+        // Batched imports; where one fails, the blocks from there on are given back.
+        let mut end = blocks.len();
+        for group in fresh.chunks(spill::batch_blocks(self.bytes_per_block as usize)) {
+            let ids: Vec<BlockId> = group.iter().map(|(at, _)| blocks[*at]).collect();
+            let mut data = Vec::with_capacity(group.iter().map(|(_, b)| b.len()).sum());
+            for (_, b) in group {
+                data.extend_from_slice(b);
+            }
+            if let Err(e) = self.runner.import_blocks(&ids, &data) {
+                eprintln!("inferd: warning: KV spill tier: {e}");
+                end = group[0].0;
+                break;
+            }
+        }
+        for b in blocks.drain(end..).rev() {
+            self.kvm.release_block(b);
+        }
+        // Only imported blocks join the prefix cache.
+        for (at, _) in fresh.iter().filter(|(at, _)| *at < end) {
+            let m = &done.metas[*at];
+            if m.tokens.len() == bs {
+                self.kvm
+                    .mark_cached(blocks[*at], m.key, m.parent, &m.tokens);
+            }
+        }
+        let full = done.metas[..blocks.len()]
+            .iter()
+            .take_while(|m| m.tokens.len() == bs);
+        let mut keys: Vec<u64> = full.map(|m| m.key).collect();
+        let mut covered: usize = done.metas[..blocks.len()]
+            .iter()
+            .map(|m| m.tokens.len())
+            .sum();
         if self.kvm.is_stateful() {
             if let Some((n, Some(bytes))) = &done.snapshot {
                 if let Some(m) = done

@@ -323,6 +323,11 @@ impl Drop for SpillTier {
     }
 }
 
+/// Blocks a batched export or import moves at once: 64 MiB of images, at least one.
+pub(crate) fn batch_blocks(block_bytes: usize) -> usize {
+    ((64 << 20) / block_bytes.max(1)).max(1)
+}
+
 /// The blocks of `tokens` in order: full blocks along the key chain from `root`, then
 /// a partly filled last block keyed the same way (its length is part of its key).
 pub(crate) fn block_metas(
@@ -354,17 +359,23 @@ impl<B: Backend> Engine<B> {
         let tokens = self.kvm.owner_tokens(owner).unwrap_or_default().to_vec();
         let bs = self.kvm.block_size();
         let root = self.kvm.root_key();
-        for (m, &block) in block_metas(root, &tokens, bs).zip(&table) {
-            if tier.written.contains(&m.key) {
-                continue;
-            }
-            let mut data = vec![0u8; self.bytes_per_block as usize];
-            if let Err(err) = self.runner.export_block(block, &mut data) {
+        let todo: Vec<(BlockMeta, BlockId)> = block_metas(root, &tokens, bs)
+            .zip(table.iter().copied())
+            .filter(|(m, _)| !tier.written.contains(&m.key))
+            .collect();
+        // Batched exports (one copy through pinned memory each), a bounded host buffer.
+        let bytes = self.bytes_per_block as usize;
+        for group in todo.chunks(batch_blocks(bytes)) {
+            let ids: Vec<BlockId> = group.iter().map(|(_, b)| *b).collect();
+            let mut data = vec![0u8; bytes * ids.len()];
+            if let Err(err) = self.runner.export_blocks(&ids, &mut data) {
                 warn(err);
                 return;
             }
-            tier.written.insert(m.key);
-            tier.send(Job::Block(m, data));
+            for ((m, _), img) in group.iter().zip(data.chunks_exact(bytes)) {
+                tier.written.insert(m.key);
+                tier.send(Job::Block(m.clone(), img.to_vec()));
+            }
         }
         self.persist_snapshots(&table, &tokens);
         let Some(tier) = self.spill.as_mut() else {

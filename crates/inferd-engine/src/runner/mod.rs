@@ -195,12 +195,13 @@ impl<B: Backend> ModelRunner<B> {
     }
 
     /// One block's KV as its export image (the SSD tier).
-    pub fn export_block(&self, block: u32, out: &mut [u8]) -> Result<()> {
-        self.model.export_block(&self.kv, block, out)
+    /// Blocks as their images, end to end (one batched copy: `Backend::export_blocks`).
+    pub fn export_blocks(&self, blocks: &[u32], out: &mut [u8]) -> Result<()> {
+        self.model.backend.export_blocks(&self.kv, blocks, out)
     }
 
-    pub fn import_block(&mut self, block: u32, data: &[u8]) -> Result<()> {
-        self.model.import_block(&mut self.kv, block, data)
+    pub fn import_blocks(&mut self, blocks: &[u32], data: &[u8]) -> Result<()> {
+        self.model.backend.import_blocks(&mut self.kv, blocks, data)
     }
 
     /// State slots as their export image (the SSD tier's snapshots).
