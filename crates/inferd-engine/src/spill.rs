@@ -122,11 +122,11 @@ pub(crate) struct SpillTier {
     written: HashSet<u64>,
 }
 
-fn warn(msg: impl std::fmt::Display) {
+pub(crate) fn warn(msg: impl std::fmt::Display) {
     eprintln!("inferd: warning: KV spill tier: {msg}");
 }
 
-fn lock(store: &Mutex<SpillStore>) -> std::sync::MutexGuard<'_, SpillStore> {
+pub(crate) fn lock(store: &Mutex<SpillStore>) -> std::sync::MutexGuard<'_, SpillStore> {
     store.lock().unwrap_or_else(|e| e.into_inner())
 }
 

@@ -12,7 +12,7 @@ use inferd_core::kv::SeqId;
 use inferd_kvstore::{BlockMeta, SpillStore};
 
 use crate::handle::Msg;
-use crate::spill::{refresh_view, TierView};
+use crate::spill::{lock, refresh_view, warn, TierView};
 
 /// What to read for one owner.
 #[derive(Debug)]
@@ -42,14 +42,6 @@ pub(crate) struct ReadDone {
     /// the number of full blocks it covers, with its bytes when read from disk.
     pub snapshot: Option<(usize, Option<Vec<u8>>)>,
     pub since: Instant,
-}
-
-fn warn(msg: impl std::fmt::Display) {
-    eprintln!("inferd: warning: KV spill tier: {msg}");
-}
-
-fn lock(store: &Mutex<SpillStore>) -> std::sync::MutexGuard<'_, SpillStore> {
-    store.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Starts the reader thread: jobs in, [`Msg::Loaded`] out to `inbox`.

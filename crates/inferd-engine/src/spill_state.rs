@@ -7,11 +7,7 @@ use inferd_kvstore::BlockMeta;
 use inferd_runtime::Backend;
 
 use crate::engine::Engine;
-use crate::spill::{block_metas, Job};
-
-fn warn(msg: impl std::fmt::Display) {
-    eprintln!("inferd: warning: KV spill tier: {msg}");
-}
+use crate::spill::{block_metas, warn, Job};
 
 impl<B: Backend> Engine<B> {
     /// Queues the snapshots along `tokens`' full blocks (held in `table`) that are in

@@ -11,7 +11,7 @@
 
 use super::logprobs::lse_from;
 use super::penalties::{Penalties, PenaltyEntry};
-use super::sampler::{Extra, Sampled, Sampler};
+use super::sampler::{Sampled, Sampler};
 
 /// One row's draw, for a backend to run (see the module docs for the steps' order).
 #[derive(Clone, Debug, PartialEq)]
@@ -49,27 +49,24 @@ pub struct DeviceDraw {
 }
 
 impl Sampler {
-    /// Plans this step's draw for a backend that samples where the logits are: the
-    /// penalties' entries go to `entries` (each token once), the PRNG advances exactly as
-    /// [`sample_with`](Sampler::sample_with) advances it. `None` when the step needs the
+    /// Plans this step's draw for a backend that samples where the logits are (the grammar
+    /// mask goes to the backend as it is): the penalties' entries go to `entries` (each
+    /// token once), the PRNG advances exactly as [`sample_with`](Sampler::sample_with)
+    /// advances it. `None` when the step needs the
     /// host's sampler (DRY is on: it walks the generated tokens' text breaks).
     pub fn plan_draw(
         &mut self,
         vocab: usize,
         prompt: &[u32],
         generated: &[u32],
-        _extra: &Extra<'_>,
         entries: &mut Vec<PenaltyEntry>,
     ) -> Option<DrawPlan> {
-        let p = self.params().clone();
+        let p = self.params();
         if p.dry.is_on() {
             return None;
         }
-        let penalties = self.penalties_now();
-        self.penalties
-            .entries(vocab, prompt, generated, penalties, entries);
         let greedy = p.is_greedy();
-        Some(DrawPlan {
+        let mut plan = DrawPlan {
             greedy,
             inv_temp: if greedy { 1.0 } else { 1.0 / p.temperature },
             top_k: if p.top_k >= vocab { 0 } else { p.top_k },
@@ -83,10 +80,16 @@ impl Sampler {
             } else {
                 0.0
             },
-            u: if greedy { 0.0 } else { self.next_uniform() },
+            u: 0.0,
             logprobs: p.logprobs,
-            penalties,
-        })
+            penalties: self.penalties_now(),
+        };
+        self.penalties
+            .entries(vocab, prompt, generated, plan.penalties, entries);
+        if !greedy {
+            plan.u = self.next_uniform();
+        }
+        Some(plan)
     }
 
     /// The [`Sampled`] of a planned draw from what the backend found.
@@ -115,7 +118,7 @@ mod tests {
     use super::super::canonical::{draw_target, mass, top_p_target};
     use super::super::detexp::exp_nonpos;
     use super::super::logprobs::shifted_exp_sum;
-    use super::super::{Dry, SamplingParams, Xoshiro256};
+    use super::super::{Dry, Extra, SamplingParams, Xoshiro256};
     use super::*;
 
     /// The plan's steps written the plain way (full sorts), as a device runs them.
@@ -298,7 +301,7 @@ mod tests {
             let mut host = Sampler::new(c.params.clone());
             for step in 0..3 {
                 let plan = planned
-                    .plan_draw(vocab, &c.prompt, &c.generated, &extra, &mut entries)
+                    .plan_draw(vocab, &c.prompt, &c.generated, &mut entries)
                     .unwrap();
                 // An all-zero bitset is no mask.
                 let mask = extra.allowed.filter(|w| w.iter().any(|&x| x != 0));
@@ -329,7 +332,7 @@ mod tests {
             let extra = c.extra();
             let mut s = Sampler::new(c.params.clone());
             let plan = s
-                .plan_draw(vocab, &c.prompt, &c.generated, &extra, &mut entries)
+                .plan_draw(vocab, &c.prompt, &c.generated, &mut entries)
                 .unwrap();
             let Some(outs) = &outs else {
                 let mask = extra.allowed.filter(|w| w.iter().any(|&x| x != 0));
@@ -405,8 +408,6 @@ mod tests {
             ..SamplingParams::default()
         };
         let mut s = Sampler::new(p);
-        assert!(s
-            .plan_draw(10, &[], &[], &Extra::default(), &mut Vec::new())
-            .is_none());
+        assert!(s.plan_draw(10, &[], &[], &mut Vec::new()).is_none());
     }
 }

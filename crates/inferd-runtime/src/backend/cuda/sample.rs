@@ -113,9 +113,9 @@ impl CudaBackend {
                 if self.inner.host_sampling {
                     return Way::Host;
                 }
-                let Some(plan) =
-                    r.sampler
-                        .plan_draw(vocab, r.prompt, r.generated, &r.extra, &mut entries)
+                let Some(plan) = r
+                    .sampler
+                    .plan_draw(vocab, r.prompt, r.generated, &mut entries)
                 else {
                     return Way::Host;
                 };
