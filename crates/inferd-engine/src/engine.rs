@@ -177,13 +177,9 @@ pub fn start<B: Backend + 'static>(
     })
 }
 
-/// "f32" / "q8": the KV element type as reports name it.
+/// "f32" / "q8" / …: the KV element type as reports name it.
 fn kv_dtype_name(d: KvDtype) -> &'static str {
-    match d {
-        KvDtype::F32 => "f32",
-        KvDtype::Bf16 => "bf16",
-        KvDtype::Q8 => "q8",
-    }
+    d.name()
 }
 
 pub(crate) struct Engine<B: Backend> {

@@ -1,4 +1,4 @@
-// Decode attention over paged bf16 KV: one query row per sequence, GQA. Flash-decoding
+// Decode attention over paged bf16 or 8-bit KV: one query row per sequence, GQA. Flash-decoding
 // style: each (row, KV head) is split into `splits` contiguous ranges of its positions,
 // one block each, so a single long sequence still spreads over the GPU; a block reads each
 // K/V row once for all the G query heads of its group.
@@ -21,6 +21,7 @@
 #include <cfloat>
 
 #include "common.cuh"
+#include "kv8.cuh"
 
 namespace {
 using ifd::bf16;
@@ -45,6 +46,35 @@ template <>
 struct Lane<64> {
   using Vec = uint32_t;  // 2 bf16
   static constexpr int N = 2;
+};
+
+// A lane's share of an 8-bit head: D / 32 codes.
+template <int D>
+struct Lane8;
+template <>
+struct Lane8<256> {
+  using Vec = uint2;
+};
+template <>
+struct Lane8<128> {
+  using Vec = uint32_t;
+};
+template <>
+struct Lane8<64> {
+  using Vec = uint16_t;
+};
+
+// The element type, a lane's vector and its unpacking for KV dtype KV (IFD_KV_*).
+template <int D, int KV>
+struct Kv {
+  using Elem = uint8_t;
+  using Vec = typename Lane8<D>::Vec;
+  static constexpr bool kScaled = true;
+  __device__ __forceinline__ static void unpack(const Vec& v, float* out) {
+    const uint8_t* c = reinterpret_cast<const uint8_t*>(&v);
+#pragma unroll
+    for (int i = 0; i < D / 32; ++i) out[i] = ifd::Code8<KV>::decode(c[i]);
+  }
 };
 
 template <int N, typename V>
@@ -102,18 +132,34 @@ __device__ __forceinline__ float head_sum(float v) {
 // per query head in part f32 [rows, n_heads, splits, D + 2] and the last block of a
 // (row, KV head) to finish, counted in done [rows * n_kv] (zero between launches),
 // merges them.
-template <int D, int G>
+template <int D>
+struct Kv<D, IFD_KV_BF16> {
+  using Elem = bf16;
+  using Vec = typename Lane<D>::Vec;
+  static constexpr bool kScaled = false;
+  __device__ __forceinline__ static void unpack(const Vec& v, float* out) {
+    ::unpack<Lane<D>::N>(v, out);
+  }
+};
+
+// 8-bit KV (KV = IFD_KV_Q8 / IFD_KV_FP8): a position's K and V rows each have a scale (ks,
+// vs [num_blocks, n_kv, block_size]); a score is the codes' dot product times the K
+// scale, and a weight times the V scale multiplies the V codes (the sums l take the
+// weights alone).
+template <int D, int G, int KV>
 __global__ void __launch_bounds__(kWarps * 32)
-    decode_kernel(const bf16* __restrict__ kc, const bf16* __restrict__ vc,
+    decode_kernel(const typename Kv<D, KV>::Elem* __restrict__ kc,
+                  const typename Kv<D, KV>::Elem* __restrict__ vc, const float* __restrict__ ks,
+                  const float* __restrict__ vs,
                   const bf16* __restrict__ q, int n_kv, int block_size, float scale_log2,
                   const int32_t* __restrict__ seq, const int32_t* __restrict__ pos,
                   const int32_t* __restrict__ bt_off, const int32_t* __restrict__ bt,
                   float* __restrict__ part, int32_t* __restrict__ done,
                   bf16* __restrict__ out) {
   ifd::pdl_begin();
-  using L = Lane<D>;
-  using Vec = typename L::Vec;
-  constexpr int N = L::N;
+  using K = Kv<D, KV>;
+  using Vec = typename K::Vec;
+  constexpr int N = Lane<D>::N;
   constexpr int P = 32 / G;  // positions a round
   // Rounds an iteration: about 16 positions' K and V in flight per lane (8 for D = 256).
   constexpr int R = (D == 256 ? 8 : 16) / P > 0 ? (D == 256 ? 8 : 16) / P : 1;
@@ -161,6 +207,21 @@ __global__ void __launch_bounds__(kWarps * 32)
         vr[j] = Vec{};
       }
     }
+    // 8-bit: the scales of the position whose score a lane ends up with, per round.
+    float ksr[R], vsr[R];
+#pragma unroll
+    for (int round = 0; round < R; ++round) {
+      ksr[round] = vsr[round] = 0.f;
+      if constexpr (K::kScaled) {
+        const int t = base + round * P + lane / G;
+        if (t < t1) {
+          const size_t row =
+              (static_cast<size_t>(table[t / block_size]) * n_kv + kvh) * block_size + t % block_size;
+          ksr[round] = ks[row];
+          vsr[round] = vs[row];
+        }
+      }
+    }
 #pragma unroll
     for (int round = 0; round < R; ++round) {
       const int rb = base + round * P;  // the round's first position
@@ -169,7 +230,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int j = 0; j < P; ++j) {
         float kf[N];
-        unpack<N>(kr[round * P + j], kf);
+        K::unpack(kr[round * P + j], kf);
 #pragma unroll
         for (int g = 0; g < G; ++g) {
           float d = 0.f;
@@ -181,12 +242,14 @@ __global__ void __launch_bounds__(kWarps * 32)
       // Lane L: the score of position rb + L / G for head L % G (past the end: none).
       const bool valid = rb + lane / G < t1;
       float sc = transpose_sum(s, lane);  // every lane takes part in the shuffles
+      if constexpr (K::kScaled) sc *= ksr[round];
       if (!valid) sc = -FLT_MAX;
       const float mn = fmaxf(m, head_max<G>(sc));  // finite: the round's first position is valid
       const float p = valid ? exp2f(sc - mn) : 0.f;
       const float corr = exp2f(m - mn);
       l = l * corr + head_sum<G>(p);
       m = mn;
+      const float pv = K::kScaled ? p * vsr[round] : p;  // the weight of the V codes
 #pragma unroll
       for (int g = 0; g < G; ++g) {
         const float c = __shfl_sync(kFull, corr, g);
@@ -196,10 +259,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int j = 0; j < P; ++j) {
         float vf[N];
-        unpack<N>(vr[round * P + j], vf);
+        K::unpack(vr[round * P + j], vf);
 #pragma unroll
         for (int g = 0; g < G; ++g) {
-          const float pj = __shfl_sync(kFull, p, j * G + g);
+          const float pj = __shfl_sync(kFull, pv, j * G + g);
 #pragma unroll
           for (int i = 0; i < N; ++i) acc[g][i] = fmaf(pj, vf[i], acc[g][i]);
         }
@@ -281,16 +344,36 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
 }
 
+template <int D, int G, int KV>
+int launch_kv(const IfdPaged& kv, const void* q, int rows, float scale, const int32_t* seq,
+              const int32_t* pos, const int32_t* bt_off, const int32_t* bt, int splits,
+              float* part, int32_t* done, void* out, cudaStream_t s) {
+  using E = typename Kv<D, KV>::Elem;
+  const dim3 grid(splits, kv.n_kv_heads, rows);
+  ifd::launch(decode_kernel<D, G, KV>, grid, kWarps * 32, 0, s, static_cast<const E*>(kv.k),
+              static_cast<const E*>(kv.v), static_cast<const float*>(kv.k_scale),
+              static_cast<const float*>(kv.v_scale), static_cast<const bf16*>(q), kv.n_kv_heads,
+              kv.block_size, scale * 1.4426950408889634f, seq, pos, bt_off, bt, part, done,
+              static_cast<bf16*>(out));
+  return ifd::launched();
+}
+
 template <int D, int G>
 int launch(const IfdPaged& kv, const void* q, int rows, float scale, const int32_t* seq,
            const int32_t* pos, const int32_t* bt_off, const int32_t* bt, int splits,
            float* part, int32_t* done, void* out, cudaStream_t s) {
-  const dim3 grid(splits, kv.n_kv_heads, rows);
-  ifd::launch(decode_kernel<D, G>, grid, kWarps * 32, 0, s, static_cast<const bf16*>(kv.k),
-              static_cast<const bf16*>(kv.v), static_cast<const bf16*>(q), kv.n_kv_heads,
-              kv.block_size, scale * 1.4426950408889634f, seq, pos, bt_off, bt, part, done,
-              static_cast<bf16*>(out));
-  return ifd::launched();
+  switch (kv.dtype) {
+    case IFD_KV_BF16:
+      return launch_kv<D, G, IFD_KV_BF16>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part,
+                                          done, out, s);
+    case IFD_KV_Q8:
+      return launch_kv<D, G, IFD_KV_Q8>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part,
+                                        done, out, s);
+    case IFD_KV_FP8:
+      return launch_kv<D, G, IFD_KV_FP8>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part,
+                                         done, out, s);
+    default: return static_cast<int>(cudaErrorInvalidValue);
+  }
 }
 
 template <int D>
@@ -323,7 +406,9 @@ int ifd_decode_attention(IfdPaged kv, const void* q, int rows, int n_heads, floa
                          const int32_t* bt, int splits, float* part, int32_t* done, void* out,
                          void* stream) {
   if (rows == 0) return 0;
-  if (!kv.kv_bf16 || splits < 1 || splits > kMaxSplits || n_heads % kv.n_kv_heads != 0 ||
+  const bool eight = kv.dtype == IFD_KV_Q8 || kv.dtype == IFD_KV_FP8;
+  if ((kv.dtype != IFD_KV_BF16 && !eight) || (eight && (!kv.k_scale || !kv.v_scale)) ||
+      splits < 1 || splits > kMaxSplits || n_heads % kv.n_kv_heads != 0 ||
       (splits > 1 && (!part || !done)) ||
       !ifd_decode_supported(kv.head_dim, n_heads / kv.n_kv_heads))
     return static_cast<int>(cudaErrorInvalidValue);

@@ -71,12 +71,18 @@ int ifd_qkv_prep(const float* qkv, int rows, int hq, int hkv, int head_dim, cons
 int ifd_swiglu(const float* gate_up, int rows, int f, void* out, void* stream);
 
 // ---- blocks.cu: KV blocks to and from a contiguous image (export order: per block, every
-// layer's K then V piece of pb bytes). planes: DEVICE array [n_layers * 2]
-// (K of layer l at 2l, V at 2l + 1); ids: DEVICE [n]; image: DEVICE [n * n_layers * 2 * pb]
-int ifd_gather_blocks(void* const* planes, int n_layers, const int32_t* ids, int n, size_t pb,
-                      void* image, void* stream);
-int ifd_scatter_blocks(void* const* planes, int n_layers, const int32_t* ids, int n, size_t pb,
-                       const void* image, void* stream);
+// layer's pieces: K values then V values, or for 8-bit KV K values, K scales, V values,
+// V scales; piece p of a block is bytes[p] long). planes: DEVICE array [n_layers * n]
+// (layer l's piece p at l * n + p); ids: DEVICE [count]; image: DEVICE [count * n_layers *
+// sum(bytes)]
+struct IfdPieces {
+  int n;              // pieces per layer: 2 or 4
+  size_t bytes[4];    // bytes of one block of each piece's plane
+};
+int ifd_gather_blocks(void* const* planes, int n_layers, IfdPieces pieces, const int32_t* ids,
+                      int count, void* image, void* stream);
+int ifd_scatter_blocks(void* const* planes, int n_layers, IfdPieces pieces, const int32_t* ids,
+                       int count, const void* image, void* stream);
 
 // ---- norm.cu: RMSNorm x / sqrt(mean(x^2) + eps) * w
 // x f32 [rows, cols], w f32 [cols] -> out bf16 [rows, cols]
@@ -96,19 +102,32 @@ int ifd_rope(float* x, int rows, int cols, int head_dim, int half, int neox,
              const int32_t* pos, const float* cos_tab, const float* sin_tab, void* stream);
 
 // ---- attention.cu: paged KV, per layer K and V [num_blocks, n_kv, block_size, head_dim]
-// of f32 (kv_bf16 = 0) or bf16 (kv_bf16 = 1).
+// of f32, bf16, or 8-bit codes (i8 or fp8 e4m3) with one f32 scale per (block, head, slot)
+// row in k_scale / v_scale [num_blocks, n_kv, block_size]; 8-bit K rows are stored minus
+// the layer's K offset k_offset [n_kv, head_dim] (NULL: zero). crate::kv has the formats.
+enum { IFD_KV_F32 = 0, IFD_KV_BF16 = 1, IFD_KV_Q8 = 2, IFD_KV_FP8 = 3 };
 struct IfdPaged {
   void* k;            // this layer's K plane
   void* v;            // this layer's V plane
-  int kv_bf16;
+  int dtype;          // IFD_KV_*
   int n_kv_heads;
   int block_size;
   int head_dim;
+  float* k_scale;     // 8-bit only
+  float* v_scale;     // 8-bit only
+  const float* k_offset;  // 8-bit only; may be NULL
 };
 // Stores K/V rows of the pass: token t goes to physical slot slot[t] = block * block_size
-// + offset; a negative slot (a padding row) stores nothing.  k, v f32 [n, n_kv_heads * head_dim]
+// + offset; a negative slot (a padding row) stores nothing. 8-bit rows are quantized as
+// crate::kv::q8 / fp8 do it on the host, to the same codes and scales for the same input.
+// k, v f32 [n, n_kv_heads * head_dim]
 int ifd_kv_append(IfdPaged kv, const float* k, const float* v, const int32_t* slot, int n,
                   void* stream);
+// 8-bit layers: pages (blocks) src[0..n) dequantized to bf16 pages 0..n of k_out / v_out
+// ([n, n_kv_heads, block_size, head_dim] each; head_dim a multiple of 4), what FlashInfer's
+// prefill reads for an 8-bit pool.  src: DEVICE int32 [n]
+int ifd_kv_dequant_pages(IfdPaged kv, const int32_t* src, int n, void* k_out, void* v_out,
+                         void* stream);
 // Causal GQA attention of every token over its sequence's positions 0..=pos[t]:
 // q f32 [n, n_heads * head_dim] -> out bf16 [n, n_heads * head_dim]. Token t belongs to
 // sequence seq[t], whose block table is bt[bt_off[seq[t]] ..].
@@ -116,7 +135,7 @@ int ifd_attention(IfdPaged kv, const float* q, int n, int n_heads, float scale,
                   const int32_t* seq, const int32_t* pos, const int32_t* bt_off,
                   const int32_t* bt, void* out, void* stream);
 
-// ---- decode.cu: attention of one query row per sequence over paged bf16 KV (GQA), each
+// ---- decode.cu: attention of one query row per sequence over paged bf16 or 8-bit KV (GQA), each
 // (row, KV head) split into `splits` ranges of its positions (partials in part f32 [rows,
 // n_heads, splits, head_dim + 2], merged by the last block of each (row, KV head), counted
 // in done int32 [rows * n_kv_heads], zero before a launch and after it; both unused with

@@ -2,7 +2,9 @@
 //! backend (f32, itself checked against transformers) on small random Qwen3-style models
 //! written as GGUF here: whole prefills, chunked prefills that start mid-context, decode
 //! steps of several sequences (padded to a graph bucket and replayed), and a pass that
-//! mixes prefill and decode rows.
+//! mixes prefill and decode rows. Then the same script over 8-bit KV (Q8, Fp8) against
+//! the CPU's own 8-bit KV: our decode kernel on the codes, FlashInfer's prefill on bf16
+//! copies of the pages, and the simple kernel where our decode kernel has no group.
 
 #![cfg(feature = "cuda")]
 
@@ -96,8 +98,11 @@ fn random_qwen3(head_dim: usize, heads: usize) -> std::path::PathBuf {
             rand(&[hidden, ffn], 0.08),
         );
     }
+    // One file per call: tests of one shape may run side by side, each removing its own.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let path = std::env::temp_dir().join(format!(
-        "inferd-fi-{head_dim}-{heads}-{}.gguf",
+        "inferd-fi-{head_dim}-{heads}-{}-{call}.gguf",
         std::process::id()
     ));
     w.write_to_file(&path).unwrap();
@@ -251,4 +256,61 @@ fn flashinfer_head_dim_64_gqa_3_matches_the_cpu() {
 #[test]
 fn flashinfer_head_dim_128_gqa_4_matches_the_cpu() {
     flashinfer_matches_the_cpu(128, 8);
+}
+
+/// 8-bit KV on the GPU against the CPU's 8-bit KV of the same dtype (the same formats,
+/// quantized from K/V rows that differ by the GPU's bf16 rounding, so a code now and then
+/// lands one step away: the tolerance is the bf16 one plus a margin for that).
+fn eight_bit_kv_matches_the_cpu(head_dim: usize, heads: usize) {
+    let path = random_qwen3(head_dim, heads);
+    let cpu_model = Model::load(CpuBackend::new(), &path).unwrap();
+    let Some(gpu) = cuda() else {
+        let _ = std::fs::remove_file(&path);
+        return;
+    };
+    let tol = profile(&gpu).logit_tol;
+    let mut failures = Vec::new();
+    for dtype in [KvDtype::Q8, KvDtype::Fp8] {
+        let want = scripted(&cpu_model, dtype, 16);
+        let limit = if dtype == KvDtype::Fp8 { 2.0 * tol } else { 1.2 * tol };
+        for no_graphs in [false, true] {
+            let cfg = CudaConfig {
+                no_graphs,
+                ..CudaConfig::default()
+            };
+            let gpu_model = Model::load(CudaBackend::new(cfg).unwrap(), &path).unwrap();
+            let got = scripted(&gpu_model, dtype, 16);
+            assert_eq!(want.len(), got.len());
+            for (p, name) in PHASES.iter().enumerate() {
+                let (mut worst, mut same, mut rows) = (0f32, 0, 0);
+                for ((_, a), (_, b)) in want.iter().zip(&got).filter(|(w, _)| w.0 == p) {
+                    worst = worst.max(max_abs_diff(a, b));
+                    same += (argmax(a) == argmax(b)) as usize;
+                    rows += 1;
+                }
+                let what = format!(
+                    "{} KV, head_dim {head_dim}, graphs {}: {name}: {rows} rows, max |Δlogit| {worst} vs the CPU's {}, top-1 equal {same}",
+                    dtype.name(),
+                    if no_graphs { "off" } else { "on" },
+                    dtype.name(),
+                );
+                eprintln!("{what}");
+                if !(worst <= limit) {
+                    failures.push(what);
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+    assert!(failures.is_empty(), "over the limit: {failures:#?}");
+}
+
+#[test]
+fn eight_bit_kv_head_dim_128_gqa_4_matches_the_cpu() {
+    eight_bit_kv_matches_the_cpu(128, 8);
+}
+
+#[test]
+fn eight_bit_kv_head_dim_64_gqa_3_matches_the_cpu() {
+    eight_bit_kv_matches_the_cpu(64, 6);
 }

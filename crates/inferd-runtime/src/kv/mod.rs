@@ -8,9 +8,9 @@
 //! Per layer, K and V are each stored as
 //! `[num_blocks, n_kv_heads, block_size, head_dim]` (row-major): within a block one
 //! head's slots are contiguous, which is what a per-head attention loop streams,
-//! on CPU and GPU alike. With [`KvDtype::Q8`] the values are i8 and each
-//! (block, head, slot) row has one f32 scale, per layer and separately for K and V:
-//! `[num_blocks, n_kv_heads, block_size]` (see [`q8`]). Who owns which block
+//! on CPU and GPU alike. With the 8-bit dtypes ([`KvDtype::Q8`]: i8, [`KvDtype::Fp8`]:
+//! e4m3) each (block, head, slot) row has one f32 scale, per layer and separately for K
+//! and V: `[num_blocks, n_kv_heads, block_size]` (see [`q8`] and [`fp8`]). Who owns which block
 //! (allocation, reference counts, LRU, prefix hashing) is not decided here: that is
 //! the engine's KV manager (`inferd_core::kv`); the runtime only reads and writes
 //! through block tables.
@@ -19,9 +19,9 @@
 //! image is [`KvLayout::block_bytes`] long, in the order documented at
 //! [`KvLayout::block_bytes`].
 //!
-//! # The K offset (Q8)
+//! # The K offset (Q8 and Fp8)
 //!
-//! With [`KvDtype::Q8`], a K row of (layer ℓ, kv head h) is stored as
+//! With an 8-bit dtype, a K row of (layer ℓ, kv head h) is stored as
 //! `q8(k - c[ℓ][h])`, where `c` is a constant `[head_dim]` vector per (layer, kv head)
 //! (`Model::k_offset`, handed to `Backend::alloc_kv`), and attention uses the
 //! dequantized `k - c` directly. That is exact (in real arithmetic; f32 rounds the
@@ -42,6 +42,7 @@
 //! stays valid for the same model. V is stored as it is (no offset: V alone in Q8 costs
 //! little), as are F32 K and V.
 
+pub mod fp8;
 pub mod q8;
 pub mod state;
 
@@ -57,6 +58,12 @@ pub enum KvDtype {
     /// `x ≈ q · scale`, `scale = max|x| / 127` (symmetric, see [`q8`]); K rows are
     /// stored minus the model's K offset (see the module docs).
     Q8,
+    /// fp8 e4m3 values with one f32 scale per (token, kv head) row, as Q8 otherwise:
+    /// `x ≈ e4m3(x / scale) · scale`, `scale = max|x| / 448` (see [`fp8`]). For the
+    /// users of other servers' `fp8` KV; Q8 is the more accurate of the two at the same
+    /// bytes (a row's largest value sets the step of both, and i8 has 8 bits of
+    /// mantissa where e4m3 has 4).
+    Fp8,
 }
 
 impl KvDtype {
@@ -65,7 +72,7 @@ impl KvDtype {
         match self {
             KvDtype::F32 => 4,
             KvDtype::Bf16 => 2,
-            KvDtype::Q8 => 1,
+            KvDtype::Q8 | KvDtype::Fp8 => 1,
         }
     }
 
@@ -73,7 +80,7 @@ impl KvDtype {
     /// (Q8: its f32 scale; float types: none).
     pub fn row_scale_bytes(self) -> usize {
         match self {
-            KvDtype::Q8 => 4,
+            KvDtype::Q8 | KvDtype::Fp8 => 4,
             KvDtype::F32 | KvDtype::Bf16 => 0,
         }
     }
@@ -83,12 +90,29 @@ impl KvDtype {
         head_dim * self.bytes() + self.row_scale_bytes()
     }
 
-    /// Lowercase name (`f32`, `bf16`, `q8`), for logs and file headers.
+    /// Lowercase name (`f32`, `bf16`, `q8`, `fp8`), for logs and file headers.
     pub fn name(self) -> &'static str {
         match self {
             KvDtype::F32 => "f32",
             KvDtype::Bf16 => "bf16",
             KvDtype::Q8 => "q8",
+            KvDtype::Fp8 => "fp8",
+        }
+    }
+
+    /// Whether values are 8-bit codes with a scale per row (Q8, Fp8).
+    pub fn is_8bit(self) -> bool {
+        matches!(self, KvDtype::Q8 | KvDtype::Fp8)
+    }
+
+    /// The dtype a name (as [`Self::name`] writes it, or `int8`) stands for.
+    pub fn from_name(name: &str) -> Option<KvDtype> {
+        match name {
+            "f32" => Some(KvDtype::F32),
+            "bf16" => Some(KvDtype::Bf16),
+            "q8" | "int8" => Some(KvDtype::Q8),
+            "fp8" | "fp8_e4m3" => Some(KvDtype::Fp8),
+            _ => None,
         }
     }
 }
@@ -140,15 +164,15 @@ impl KvLayout {
     ///
     /// ```text
     /// for layer in 0..n_layers:
-    ///     K values  [n_kv_heads, block_size, head_dim]  f32 (F32) | bf16 (Bf16) | i8 (Q8, of k - c)
-    ///     K scales  [n_kv_heads, block_size]            f32, Q8 only
-    ///     V values  [n_kv_heads, block_size, head_dim]  f32 (F32) | bf16 (Bf16) | i8 (Q8)
-    ///     V scales  [n_kv_heads, block_size]            f32, Q8 only
+    ///     K values  [n_kv_heads, block_size, head_dim]  f32 | bf16 | i8 (Q8) | e4m3 (Fp8); 8-bit: of k - c
+    ///     K scales  [n_kv_heads, block_size]            f32, 8-bit dtypes only
+    ///     V values  [n_kv_heads, block_size, head_dim]  f32 | bf16 | i8 (Q8) | e4m3 (Fp8)
+    ///     V scales  [n_kv_heads, block_size]            f32, 8-bit dtypes only
     /// ```
     ///
     /// Value (h, s, e) is at index `(h * block_size + s) * head_dim + e` of its part,
     /// scale (h, s) at `h * block_size + s`. An image is only meaningful for the same
-    /// model (see `Model::identity`; Q8 K values also depend on the model's K offset,
+    /// model (see `Model::identity`; 8-bit K values also depend on the model's K offset,
     /// a function of its weights), dtype, `block_size` and geometry.
     pub fn block_bytes(&self) -> usize {
         self.bytes_per_token() * self.block_size

@@ -181,13 +181,13 @@ pub fn profile<B: Backend>(b: &B) -> Profile {
         "cuda" => Profile {
             logit_tol: 0.25,
             batch_tol: 0.1,
-            kv_dtypes: &[KvDtype::F32, KvDtype::Bf16],
+            kv_dtypes: &[KvDtype::F32, KvDtype::Bf16, KvDtype::Q8, KvDtype::Fp8],
             shape_exact: false,
         },
         _ => Profile {
             logit_tol: 2e-3,
             batch_tol: 1e-4,
-            kv_dtypes: &[KvDtype::F32, KvDtype::Q8],
+            kv_dtypes: &[KvDtype::F32, KvDtype::Q8, KvDtype::Fp8],
             shape_exact: true,
         },
     }

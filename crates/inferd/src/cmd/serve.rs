@@ -89,10 +89,11 @@ pub struct Args {
     /// Name clients use in `model` (default: the model name or file stem); repeat for aliases.
     #[arg(long)]
     served_model_name: Vec<String>,
-    /// KV cache element type: f32 or q8 (8-bit values with a scale per token and head:
-    /// about a quarter of the memory, so about 4x the agents at a fixed --kv-memory) on the
-    /// CPU; bf16 or f32 on a GPU. Default: f32 on the CPU, bf16 on a GPU.
-    #[arg(long, value_parser = ["f32", "q8", "int8", "bf16"])]
+    /// KV cache element type. 8-bit, with one scale per token and head: q8 (int8) or fp8
+    /// (e4m3); a quarter of f32's memory, half of bf16's, so that many more agents at a
+    /// fixed --kv-memory; q8 is the more accurate of the two. Also f32 (the CPU's
+    /// default) and bf16 (the GPU's default; GPU only).
+    #[arg(long, value_parser = ["f32", "bf16", "q8", "int8", "fp8"])]
     kv_dtype: Option<String>,
     /// Share of the KV pool parked sessions may hold (0..1, default 0.5); past it, or when
     /// requests wait for memory, the least recently used session is released (to the
@@ -181,9 +182,10 @@ pub fn run(a: Args) -> Result<()> {
         (a.queue_timeout > 0).then(|| std::time::Duration::from_secs(a.queue_timeout));
     engine_cfg.prefix_cache = !a.no_prefix_cache;
     engine_cfg.kv_dtype = match (a.kv_dtype.as_deref(), on_gpu) {
-        (None, false) | (Some("f32"), _) => KvDtype::F32,
-        (None, true) | (Some("bf16"), _) => KvDtype::Bf16,
-        _ => KvDtype::Q8,
+        (None, false) => KvDtype::F32,
+        (None, true) => KvDtype::Bf16,
+        (Some(name), _) => KvDtype::from_name(name)
+            .ok_or_else(|| anyhow!("--kv-dtype: unknown element type {name:?}"))?,
     };
     if let Some(f) = a.park_fraction {
         if !(0.0..=1.0).contains(&f) {

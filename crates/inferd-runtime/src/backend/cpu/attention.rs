@@ -21,12 +21,12 @@
 //! bit-identical to [`simd::dot`] / [`simd::axpy`] one row at a time; `exp` is
 //! std's f32 `exp`; nothing is fused (no FMA contraction).
 //!
-//! Q8 KV keeps it too: a K or V block is first dequantized (its first rows the
+//! 8-bit KV (Q8, Fp8) keeps it too: a K or V block is first dequantized (its first rows the
 //! tile needs) into a per-item f32 scratch, one exact product `q · scale` per
 //! value, so every row sees the same f32 K/V values whatever item dequantized
 //! them, and the f32 kernels above run unchanged.
 //!
-//! Q8 K rows are stored minus the layer's K offset c (one `[head_dim]` vector per
+//! 8-bit K rows are stored minus the layer's K offset c (one `[head_dim]` vector per
 //! kv head, see [`crate::kv`]) and the scores use the dequantized `k - c` as they
 //! are, with nothing added back: `q·(k_p - c) = q·k_p - q·c` shifts all of a query
 //! row's scores by the same amount, and the softmax (max subtracted, then `exp`,
@@ -133,7 +133,7 @@ pub fn attend(
 struct Scratch {
     /// [nt, group, cmax] attention weights of the item's rows
     scores: Vec<f32>,
-    /// [block_size, head_dim] one dequantized K or V block (Q8 only)
+    /// [block_size, head_dim] one dequantized K or V block (8-bit dtypes only)
     rows: Vec<f32>,
 }
 

@@ -1,6 +1,6 @@
 //! The CPU KV pool: per layer, K and V planes in the layout of [`crate::kv`], stored
-//! as f32 or as Q8 (i8 values + one f32 scale per row), plus the block operations
-//! (copy, export, import) of the `Backend` trait. A Q8 K plane stores its rows minus
+//! as f32 or 8-bit (Q8: i8, Fp8: e4m3; one f32 scale per row), plus the block
+//! operations (copy, export, import) of the `Backend` trait. An 8-bit K plane stores its rows minus
 //! the layer's K offset (one `[head_dim]` vector per kv head, see [`crate::kv`]), and
 //! gives them back that way: attention uses `k - c` as is.
 //!
@@ -8,7 +8,7 @@
 //! blocks cost no RAM. Block operations touch only the blocks they name.
 
 use super::state::StatePool;
-use crate::kv::q8;
+use crate::kv::{fp8, q8};
 use crate::kv::{KvDtype, KvLayout};
 use crate::{Result, RuntimeError};
 
@@ -16,8 +16,10 @@ use crate::{Result, RuntimeError};
 pub enum KvPlane {
     /// [num_blocks, n_kv_heads, block_size, head_dim]
     F32(Vec<f32>),
-    Q8 {
-        q: Vec<i8>,      // [num_blocks, n_kv_heads, block_size, head_dim]
+    /// 8-bit codes with one f32 scale per row: i8 (Q8, stored as its bits) or e4m3 (Fp8).
+    Scaled {
+        dtype: KvDtype,
+        q: Vec<u8>,      // [num_blocks, n_kv_heads, block_size, head_dim]
         scale: Vec<f32>, // [num_blocks, n_kv_heads, block_size]
         /// Subtracted from every row of a head before quantizing (K planes of a model
         /// with a K offset; `None` = zero).  // [n_kv_heads, head_dim]
@@ -25,41 +27,58 @@ pub enum KvPlane {
     },
 }
 
+/// i8 codes as the bytes a plane stores. SAFETY of the casts: i8 and u8 have one size
+/// and alignment, and every bit pattern is valid for both.
+fn as_i8(q: &[u8]) -> &[i8] {
+    unsafe { std::slice::from_raw_parts(q.as_ptr().cast(), q.len()) }
+}
+fn as_i8_mut(q: &mut [u8]) -> &mut [i8] {
+    unsafe { std::slice::from_raw_parts_mut(q.as_mut_ptr().cast(), q.len()) }
+}
+
 impl KvPlane {
-    /// A zeroed plane; `offset` ([n_kv_heads, head_dim]) is kept by Q8 planes only.
+    /// A zeroed plane; `offset` ([n_kv_heads, head_dim]) is kept by 8-bit planes only.
     fn zeros(l: &KvLayout, offset: Option<&[f32]>) -> Result<KvPlane> {
         match l.dtype {
             KvDtype::F32 => Ok(KvPlane::F32(vec![0.0; l.layer_elems()])),
-            KvDtype::Q8 => Ok(KvPlane::Q8 {
+            KvDtype::Q8 | KvDtype::Fp8 => Ok(KvPlane::Scaled {
+                dtype: l.dtype,
                 q: vec![0; l.layer_elems()],
                 scale: vec![0.0; l.layer_rows()],
                 offset: offset.map(<[f32]>::to_vec),
             }),
             KvDtype::Bf16 => Err(RuntimeError::Kv(
-                "the CPU backend stores KV as f32 or q8, not bf16".into(),
+                "the CPU backend stores KV as f32, q8 or fp8, not bf16".into(),
             )),
         }
     }
 
     /// Writes row `row` (a [`KvLayout::row`] index) of kv head `head` from `x`:
-    /// `[head_dim]`. Q8 stores `x - offset[head]` when the plane has an offset.
+    /// `[head_dim]`. 8-bit planes store `x - offset[head]` when the plane has an offset.
     #[inline]
     pub fn store_row(&mut self, row: usize, head: usize, x: &[f32]) {
         let d = x.len();
         match self {
             KvPlane::F32(v) => v[row * d..(row + 1) * d].copy_from_slice(x),
-            KvPlane::Q8 { q, scale, offset } => {
+            KvPlane::Scaled {
+                dtype,
+                q,
+                scale,
+                offset,
+            } => {
                 let q = &mut q[row * d..(row + 1) * d];
-                scale[row] = match offset {
-                    Some(c) => q8::quantize_row_minus(x, &c[head * d..(head + 1) * d], q),
-                    None => q8::quantize_row(x, q),
+                let c = offset.as_deref().map(|c| &c[head * d..(head + 1) * d]);
+                scale[row] = match (*dtype, c) {
+                    (KvDtype::Fp8, c) => fp8::quantize_row(x, c, q),
+                    (_, Some(c)) => q8::quantize_row_minus(x, c, as_i8_mut(q)),
+                    (_, None) => q8::quantize_row(x, as_i8_mut(q)),
                 };
             }
         }
     }
 
     /// The first `n` slots of (block, head) as f32: [n, head_dim]. Borrowed from the
-    /// plane (F32) or dequantized into `scratch` (Q8, one exact product per value, so
+    /// plane (F32) or dequantized into `scratch` (8-bit, one exact product per value, so
     /// the values are the same whoever asks; a K plane's rows come back minus its
     /// offset, which attention does not need to undo).
     #[inline(always)]
@@ -75,7 +94,9 @@ impl KvPlane {
         let row = l.row(block, head, 0);
         match self {
             KvPlane::F32(v) => &v[row * d..(row + n) * d],
-            KvPlane::Q8 { q, scale, .. } => {
+            KvPlane::Scaled {
+                dtype, q, scale, ..
+            } => {
                 scratch.resize(n * d, 0.0);
                 let q = &q[row * d..(row + n) * d]; // [n, d]
                 for ((o, qr), &s) in scratch
@@ -83,7 +104,10 @@ impl KvPlane {
                     .zip(q.chunks_exact(d))
                     .zip(&scale[row..row + n])
                 {
-                    q8::dequantize_row(qr, s, o);
+                    match dtype {
+                        KvDtype::Fp8 => fp8::dequantize_row(qr, s, o),
+                        _ => q8::dequantize_row(as_i8(qr), s, o),
+                    }
                 }
                 &scratch[..n * d]
             }
@@ -99,23 +123,21 @@ impl KvPlane {
         let (e, r) = (l.block_elems(), l.block_rows());
         match self {
             KvPlane::F32(v) => v.copy_within(src * e..(src + 1) * e, dst * e),
-            KvPlane::Q8 { q, scale, .. } => {
+            KvPlane::Scaled { q, scale, .. } => {
                 q.copy_within(src * e..(src + 1) * e, dst * e);
                 scale.copy_within(src * r..(src + 1) * r, dst * r);
             }
         }
     }
 
-    /// Writes the block's values then scales (Q8) into `out`: [block_image_bytes].
+    /// Writes the block's values then scales (8-bit) into `out`: [block_image_bytes].
     fn export_block(&self, l: &KvLayout, block: usize, out: &mut [u8]) {
         let (e, r) = (l.block_elems(), l.block_rows());
         match self {
             KvPlane::F32(v) => put_f32(&v[block * e..(block + 1) * e], out),
-            KvPlane::Q8 { q, scale, .. } => {
+            KvPlane::Scaled { q, scale, .. } => {
                 let (qo, so) = out.split_at_mut(e);
-                for (o, &x) in qo.iter_mut().zip(&q[block * e..(block + 1) * e]) {
-                    *o = x as u8;
-                }
+                qo.copy_from_slice(&q[block * e..(block + 1) * e]);
                 put_f32(&scale[block * r..(block + 1) * r], so);
             }
         }
@@ -126,11 +148,9 @@ impl KvPlane {
         let (e, r) = (l.block_elems(), l.block_rows());
         match self {
             KvPlane::F32(v) => get_f32(data, &mut v[block * e..(block + 1) * e]),
-            KvPlane::Q8 { q, scale, .. } => {
+            KvPlane::Scaled { q, scale, .. } => {
                 let (qd, sd) = data.split_at(e);
-                for (x, &b) in q[block * e..(block + 1) * e].iter_mut().zip(qd) {
-                    *x = b as i8;
-                }
+                q[block * e..(block + 1) * e].copy_from_slice(qd);
                 get_f32(sd, &mut scale[block * r..(block + 1) * r]);
             }
         }
@@ -161,8 +181,8 @@ pub struct CpuKv {
 }
 
 impl CpuKv {
-    /// A zeroed pool (lazily mapped) of `layout`'s dtype: F32 or Q8. `k_offset`
-    /// ([n_layers, n_kv_heads, head_dim], finite) is what Q8 K rows are stored minus
+    /// A zeroed pool (lazily mapped) of `layout`'s dtype: F32, Q8 or Fp8. `k_offset`
+    /// ([n_layers, n_kv_heads, head_dim], finite) is what 8-bit K rows are stored minus
     /// (see [`crate::Backend::alloc_kv`]); F32 ignores it.
     pub fn new(layout: &KvLayout, k_offset: Option<&[f32]>) -> Result<CpuKv> {
         let per_layer = layout.n_kv_heads * layout.head_dim;

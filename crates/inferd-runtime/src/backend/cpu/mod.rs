@@ -1,5 +1,5 @@
 //! The CPU backend: f32 activations, weights in their stored type (SIMD
-//! quantized dot products from `inferd-quant`), paged f32 or Q8 KV, all cores via rayon.
+//! quantized dot products from `inferd-quant`), paged f32, Q8 or Fp8 KV, all cores via rayon.
 
 mod attention;
 mod batch;

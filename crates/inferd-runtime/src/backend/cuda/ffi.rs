@@ -13,10 +13,36 @@ pub type Stream = *mut c_void;
 pub struct IfdPaged {
     pub k: *mut c_void,
     pub v: *mut c_void,
-    pub kv_bf16: c_int,
+    /// `IFD_KV_*` (inferd.h): 0 f32, 1 bf16, 2 q8, 3 fp8
+    pub dtype: c_int,
     pub n_kv_heads: c_int,
     pub block_size: c_int,
     pub head_dim: c_int,
+    /// 8-bit only: [num_blocks, n_kv_heads, block_size] f32
+    pub k_scale: *mut f32,
+    pub v_scale: *mut f32,
+    /// 8-bit only, may be null: [n_kv_heads, head_dim] f32
+    pub k_offset: *const f32,
+}
+
+/// A layer's planes as a block image orders them (inferd.h `IfdPieces`): how many, and
+/// the bytes of one block of each.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct IfdPieces {
+    pub n: c_int,
+    pub bytes: [usize; 4],
+}
+
+/// The `IFD_KV_*` code of a KV dtype.
+pub fn kv_code(d: crate::kv::KvDtype) -> c_int {
+    use crate::kv::KvDtype;
+    match d {
+        KvDtype::F32 => 0,
+        KvDtype::Bf16 => 1,
+        KvDtype::Q8 => 2,
+        KvDtype::Fp8 => 3,
+    }
 }
 
 extern "C" {
@@ -168,6 +194,14 @@ extern "C" {
         n: c_int,
         stream: Stream,
     ) -> c_int;
+    pub fn ifd_kv_dequant_pages(
+        kv: IfdPaged,
+        src: *const i32,
+        n: c_int,
+        k_out: *mut c_void,
+        v_out: *mut c_void,
+        stream: Stream,
+    ) -> c_int;
     #[allow(clippy::too_many_arguments)]
     pub fn ifd_attention(
         kv: IfdPaged,
@@ -185,18 +219,18 @@ extern "C" {
     pub fn ifd_gather_blocks(
         planes: *const *mut c_void,
         n_layers: c_int,
+        pieces: IfdPieces,
         ids: *const i32,
         n: c_int,
-        pb: usize,
         image: *mut c_void,
         stream: Stream,
     ) -> c_int;
     pub fn ifd_scatter_blocks(
         planes: *const *mut c_void,
         n_layers: c_int,
+        pieces: IfdPieces,
         ids: *const i32,
         n: c_int,
-        pb: usize,
         image: *const c_void,
         stream: Stream,
     ) -> c_int;

@@ -283,7 +283,7 @@ pub fn to_bf16(q: *const f32, out: *mut c_void, n: usize, stream: *mut c_void) -
     )
 }
 
-/// The planned attention of a pass (bf16 KV): its leading `own_rows` decode rows by
+/// The planned attention of a pass (bf16 KV, or 8-bit with bf16 page copies): its leading `own_rows` decode rows by
 /// inferd's decode kernel (`kernels/decode.cu`, in `splits` ranges per row), then each
 /// FlashInfer plan over its rows, the first from row `rows[0]`, the second (a mixed pass's
 /// prompt chunks) from `rows[1]`.
@@ -296,6 +296,58 @@ pub struct Passes {
     pub rows: [usize; 2],
     /// The generation of the workspace each plan lives in.
     pub generations: [u64; 2],
+    /// 8-bit pools: the bf16 pages the prompt chunks' plan reads.
+    pub pages: Option<PassPages>,
+}
+
+/// The bf16 pages of one pass over an 8-bit pool: `n` pages, page i a copy of block
+/// `src[i]` (device addresses; filled per layer by `ifd_kv_dequant_pages`).
+#[derive(Clone, Copy)]
+pub struct PassPages {
+    pub src: *const i32,
+    pub n: i32,
+    pub k: *mut c_void,
+    pub v: *mut c_void,
+}
+
+// SAFETY: plain data; its pointers are device addresses.
+unsafe impl Send for PassPages {}
+unsafe impl Sync for PassPages {}
+
+/// Scratch bf16 K and V pages, and the ids of the blocks they copy.
+pub struct ScratchPages {
+    pages: usize,
+    page_bytes: usize,
+    k: DeviceBuffer, // bf16 [pages, n_kv_heads, block_size, head_dim]
+    v: DeviceBuffer, // bf16 [pages, n_kv_heads, block_size, head_dim]
+    src: DeviceBuffer, // i32 [pages]
+}
+
+impl ScratchPages {
+    pub fn new(dev: &Arc<Device>, pages: usize, page_bytes: usize) -> Result<Self> {
+        Ok(ScratchPages {
+            pages,
+            page_bytes,
+            k: dev.alloc(pages * page_bytes)?,
+            v: dev.alloc(pages * page_bytes)?,
+            src: dev.alloc(pages * 4)?,
+        })
+    }
+
+    pub fn holds(&self, pages: usize, page_bytes: usize) -> bool {
+        pages <= self.pages && page_bytes == self.page_bytes
+    }
+
+    /// Queues the upload of the blocks to copy; the pass's view of the pages.
+    pub fn load(&self, dev: &Device, src: &[i32]) -> Result<PassPages> {
+        dev.upload(&self.src, 0, super::weight::as_bytes(src))?;
+        Ok(PassPages {
+            src: self.src.at::<i32>(0),
+            n: src.len() as i32,
+            k: self.k.ptr(),
+            v: self.v.ptr(),
+        })
+    }
 }
 
 impl Passes {

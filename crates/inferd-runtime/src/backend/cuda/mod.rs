@@ -110,6 +110,11 @@ struct Inner {
     /// FlashInfer's plan workspaces (one pass's plans alive at a time: a pass is planned,
     /// then run): the whole pass or a mixed pass's decode rows, then its prompt chunks.
     fi: Mutex<[Option<flashinfer::FiWorkspace>; 2]>,
+    /// bf16 copies of the pages an 8-bit pool's prompt chunks read (FlashInfer's prefill
+    /// reads bf16), grown as passes need.
+    kv8_pages: Mutex<Option<flashinfer::ScratchPages>>,
+    /// Block id -> its scratch page while a pass is planned (-1: none).  // [num_blocks]
+    kv8_map: Mutex<Vec<i32>>,
     /// The `sample` op's buffers (sample.rs).
     sampling: Mutex<sample::SampleScratch>,
 }
@@ -141,6 +146,8 @@ impl CudaBackend {
                 rope: Mutex::new(None),
                 sampling: Mutex::default(),
                 fi: Mutex::new([None, None]),
+                kv8_pages: Mutex::new(None),
+                kv8_map: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -183,27 +190,39 @@ impl CudaBackend {
         } else {
             lead
         };
+        // 8-bit KV: FlashInfer reads bf16 only, so every decode row is ours, and the
+        // prompt chunks read bf16 copies of their pages (`kv8_gather`).
+        let eight = kv.dtype.is_8bit();
         let rows_ok = match self.inner.decode {
+            _ if eight => true,
             DecodeAttention::Auto => own_rows <= OWN_DECODE_MAX_ROWS,
             DecodeAttention::Inferd => true,
             DecodeAttention::FlashInfer => false,
         };
-        let own = own_rows > 0
+        let own = (own_rows > 0 || eight)
             && rows_ok
             && unsafe { ffi::ifd_decode_supported(int(attn.head_dim), int(group)) } != 0;
         if own {
-            let splits = self.decode_splits(own_rows, attn)?;
+            let splits = if own_rows > 0 {
+                self.decode_splits(own_rows, attn)?
+            } else {
+                0
+            };
             let mut out = flashinfer::Passes {
                 own_rows,
                 splits,
                 plans: [None, None],
                 rows: [0, lead],
                 generations: [0, 0],
+                pages: None,
             };
             if lead < batch.seqs.len() {
                 let mut rest = Part::default();
                 for s in &batch.seqs[lead..] {
                     rest.push(&s.block_table, s.n_tokens, s.kv_len());
+                }
+                if eight {
+                    out.pages = Some(self.kv8_gather(&mut rest, kv)?);
                 }
                 let (plan, generation) = self.plan_part(1, rest, attn, kv, false)?;
                 out.plans[1] = Some(plan);
@@ -237,6 +256,7 @@ impl CudaBackend {
             plans: [None, None],
             rows: [0, lead],
             generations: [0, 0],
+            pages: None,
         };
         for (slot, part) in parts.into_iter().enumerate() {
             let Some(part) = part else { continue };
@@ -245,6 +265,28 @@ impl CudaBackend {
             out.generations[slot] = generation;
         }
         Ok(out)
+    }
+
+    /// The bf16 pages a part of an 8-bit pass reads: its distinct blocks get scratch pages
+    /// 0..n in the order first met, its block tables are rewritten to them, and the
+    /// blocks' ids go up to the device for `ifd_kv_dequant_pages` (run per layer).
+    fn kv8_gather(&self, part: &mut Part, kv: &KvLayout) -> Result<flashinfer::PassPages> {
+        let mut map = self.inner.kv8_map.lock().unwrap();
+        if map.len() < kv.num_blocks {
+            map.resize(kv.num_blocks, -1);
+        }
+        let src = part.remap(kv.block_size, &mut map)?;
+        let mut pages = self.inner.kv8_pages.lock().unwrap();
+        let page_bytes = kv.block_elems() * 2; // one bf16 page of K (or V)
+        if !pages.as_ref().is_some_and(|p| p.holds(src.len(), page_bytes)) {
+            *pages = None; // the old buffers go before the larger ones come
+            *pages = Some(flashinfer::ScratchPages::new(
+                &self.inner.dev,
+                src.len().max(256).next_power_of_two(),
+                page_bytes,
+            )?);
+        }
+        pages.as_ref().unwrap().load(&self.inner.dev, &src)
     }
 
     /// FlashInfer's plan of one part of a pass in workspace `slot` (grown when the part
@@ -377,10 +419,10 @@ impl Backend for CudaBackend {
     }
 
     fn alloc_kv(&self, layout: &KvLayout, k_offset: Option<&[f32]>) -> Result<CudaKv> {
-        // The K offset matters to Q8 pools only, which this backend does not store.
+        // The K offset matters to 8-bit pools only (their K rows are stored minus it).
         layout.check_k_offset(k_offset)?;
         self.inner.dev.bind()?;
-        CudaKv::new(&self.inner.dev, layout)
+        CudaKv::new(&self.inner.dev, layout, k_offset)
     }
 
     fn copy_blocks(&self, kv: &mut CudaKv, copies: &[(u32, u32)]) -> Result<()> {
@@ -427,7 +469,15 @@ impl Backend for CudaBackend {
         self.inner.dev.bind()?;
         let i = &self.inner;
         let mut b = CudaBatch::new(&i.dev, &i.batches, &i.buckets, &i.rope, batch, rope, kv)?;
-        if flashinfer::supports(attn.head_dim, kv.dtype == KvDtype::Bf16) {
+        let paged_ok = kv.dtype == KvDtype::Bf16
+            || (kv.dtype.is_8bit()
+                && unsafe {
+                    ffi::ifd_decode_supported(
+                        int(attn.head_dim),
+                        int(attn.n_heads / attn.n_kv_heads.max(1)),
+                    )
+                } != 0);
+        if paged_ok && flashinfer::supports(attn.head_dim, true) {
             b.fi = Some(self.plan_attention(&b, batch, attn, kv)?);
         }
         Ok(b)
@@ -701,6 +751,17 @@ impl Backend for CudaBackend {
                     "decode attention",
                 )?;
             }
+            // An 8-bit pool's prompt chunks read bf16 copies of their pages.
+            let (pk, pv) = match &passes.pages {
+                Some(p) => {
+                    check(
+                        unsafe { ffi::ifd_kv_dequant_pages(paged, p.src, p.n, p.k, p.v, s) },
+                        "kv dequant pages",
+                    )?;
+                    (p.k, p.v)
+                }
+                None => (paged.k, paged.v),
+            };
             let ws = self.inner.fi.lock().unwrap();
             let row_bytes = q.cols * 2; // bf16 rows of q and out alike
             for (slot, plan) in passes.plans.iter().enumerate() {
@@ -709,7 +770,7 @@ impl Backend for CudaBackend {
                 let at = passes.rows[slot] * row_bytes;
                 // SAFETY: the plan's rows lie inside q and out.
                 let (qp, o) = unsafe { (q_bf16.add(at), op.cast::<u8>().add(at)) };
-                w.run(plan, qp.cast(), paged.k, paged.v, o.cast(), cfg.scale, s)?;
+                w.run(plan, qp.cast(), pk, pv, o.cast(), cfg.scale, s)?;
             }
             return Ok(());
         }
@@ -1017,5 +1078,56 @@ impl Part {
             self.qo.push(0);
         }
         self.bt_off.push(self.bt.len() as i32);
+    }
+
+    /// Rewrites the block tables (the blocks each sequence's kv_len reaches) to pages
+    /// 0..n, one per distinct block in the order first met, and returns those blocks.
+    /// `map` (block id -> page, -1 for none, at least as long as the pool) is left as
+    /// it was found.
+    fn remap(&mut self, block_size: usize, map: &mut [i32]) -> Result<Vec<i32>> {
+        let mut src = Vec::new();
+        let pool = map.len();
+        for (i, &len) in self.kv_len.iter().enumerate() {
+            let start = self.bt_off[i] as usize;
+            let np = (len as usize).div_ceil(block_size);
+            for b in &mut self.bt[start..start + np] {
+                let slot = map.get_mut(*b as usize).ok_or_else(|| {
+                    RuntimeError::BadBatch(format!("block {b} outside the pool of {pool}"))
+                })?;
+                if *slot < 0 {
+                    *slot = src.len() as i32;
+                    src.push(*b);
+                }
+                *b = *slot;
+            }
+        }
+        for &b in &src {
+            map[b as usize] = -1;
+        }
+        Ok(src)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Part;
+
+    #[test]
+    fn remap_gives_each_distinct_block_one_page() {
+        // Two sequences sharing blocks 7 and 3 (a forked prefix), block tables longer
+        // than their kv_len needs.
+        let mut p = Part::default();
+        p.push(&[7, 3, 9, 11], 5, 40); // 40 tokens in blocks of 16: 3 blocks
+        p.push(&[7, 3, 2], 2, 33); // 3 blocks
+        p.finish();
+        let mut map = vec![-1; 16];
+        let src = p.remap(16, &mut map).unwrap();
+        assert_eq!(src, vec![7, 3, 9, 2]);
+        assert_eq!(p.bt, vec![0, 1, 2, 11, 0, 1, 3]); // the unread entry stays as it was
+        assert!(map.iter().all(|&m| m == -1), "the map is left as found");
+        let mut q = Part::default();
+        q.push(&[20], 1, 1);
+        q.finish();
+        assert!(q.remap(16, &mut map).is_err(), "a block outside the pool");
     }
 }
