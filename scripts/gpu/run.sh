@@ -13,7 +13,9 @@
 #   profile  ncu's device time of every kernel of one decode step on /tmp/q8b (batch 1 and
 #            32 at 4096 tokens; `cuda_check profile ... prefill` times a long prefill chunk)
 #   fleet    `inferd serve --device cuda` on /tmp/q8b driven by `inferd bench fleet`;
-#            fleettemp the same at temperature 0.8 (32 and 64 x 4k)
+#            fleettemp the same at temperature 0.8 (32 and 64 x 4k); fleetq8 / fleetfp8 (and
+#            longq8 / longfp8) with --kv-dtype q8 / fp8
+#   speedkv  `speed` once per KV dtype (bf16, q8, fp8), default settings
 #   sampling the sample op on the device against the host sampler (cuda_check sampling)
 #   peerbuild  starts building llama.cpp's CUDA llama-server (sm_90) in the background and
 #            makes /tmp/q8b with its bf16 GGUF /tmp/q8b.gguf (needs .device/peer from
@@ -65,6 +67,9 @@ make8b|model8b)
 speed)
   timeout 300 $B/cuda_check speed /tmp/q8b 4096 2>&1 | tee -a $summary
   ;;
+speedkv)
+  timeout 300 $B/cuda_check speed /tmp/q8b 4096 bf16,q8,fp8 2>&1 | tee -a $summary
+  ;;
 sampling)
   timeout 200 $B/cuda_check sampling 2>&1 | tee -a $summary
   ;;
@@ -106,8 +111,9 @@ profile)
     python3 $C/ncu_summary.py $OUT/ncu-$1-b$2-$3.csv 14 2>&1 | tee -a $summary
   done
   ;;
-fleet)
-  $B/inferd serve --device cuda -m /tmp/q8b --port 8181 --no-prefix-cache >$OUT/serve.log 2>&1 &
+fleet|fleetq8|fleetfp8)
+  kv=${stage#fleet}; kvflag=${kv:+--kv-dtype $kv}; tag=${kv:+-$kv}
+  $B/inferd serve --device cuda -m /tmp/q8b --port 8181 --no-prefix-cache $kvflag >$OUT/serve$tag.log 2>&1 &
   SP=$!
   for i in $(seq 1 240); do curl -sf http://127.0.0.1:8181/health >/dev/null && break; sleep 0.5; done
   note "server: $(curl -s http://127.0.0.1:8181/health | head -c 300)"
@@ -116,19 +122,20 @@ fleet)
   for run in "1 4096" "8 4096" "32 4096" "64 4096"; do
     set -- $run
     timeout 120 $B/inferd bench fleet --url http://127.0.0.1:8181 --token-prompts -q --agents $1 --context $2 --reply 128 \
-      --label inferd --meta engine=inferd --meta model=qwen3-8b-shape-bf16 --out $OUT/fleet-$2-n$1.json >/dev/null 2>&1
-    note "fleet agents $1 x $2: rc $?"
-    curl -s http://127.0.0.1:8181/metrics > $OUT/metrics-$2-n$1.txt
-    python3 $C/phases.py $prev $OUT/metrics-$2-n$1.txt "engine steps, $1 x $2" 2>&1 | tee -a $summary
-    prev=$OUT/metrics-$2-n$1.txt
+      --label inferd$tag --meta engine=inferd --meta model=qwen3-8b-shape-bf16 --meta kv=${kv:-bf16} --out $OUT/fleet$tag-$2-n$1.json >/dev/null 2>&1
+    note "fleet${kv:+ kv $kv} agents $1 x $2: rc $?"
+    curl -s http://127.0.0.1:8181/metrics > $OUT/metrics$tag-$2-n$1.txt
+    python3 $C/phases.py $prev $OUT/metrics$tag-$2-n$1.txt "engine steps${kv:+ kv $kv}, $1 x $2" 2>&1 | tee -a $summary
+    prev=$OUT/metrics$tag-$2-n$1.txt
   done
   kill $SP; wait $SP 2>/dev/null
-  $B/inferd bench table $OUT/fleet-*.json 2>&1 | tee -a $summary
-  tail -5 $OUT/serve.log
+  $B/inferd bench table $OUT/fleet$tag-4096-*.json 2>&1 | tee -a $summary
+  tail -5 $OUT/serve$tag.log
   ;;
-long)
+long|longq8|longfp8)
   # Long contexts and a shared brief, with the prefix cache on (the default).
-  $B/inferd serve --device cuda -m /tmp/q8b --port 8182 >$OUT/serve-long.log 2>&1 &
+  kv=${stage#long}; kvflag=${kv:+--kv-dtype $kv}; tag=${kv:+-$kv}
+  $B/inferd serve --device cuda -m /tmp/q8b --port 8182 $kvflag >$OUT/serve-long$tag.log 2>&1 &
   SP=$!
   for i in $(seq 1 240); do curl -sf http://127.0.0.1:8182/health >/dev/null && break; sleep 0.5; done
   curl -s http://127.0.0.1:8182/metrics > $OUT/metrics-long-0.txt
@@ -136,17 +143,17 @@ long)
   for run in "1 16384" "32 16384"; do
     set -- $run
     timeout 100 $B/inferd bench fleet --url http://127.0.0.1:8182 --token-prompts -q --agents $1 --context $2 --reply 128 \
-      --label inferd --meta engine=inferd --meta model=qwen3-8b-shape-bf16 --out $OUT/fleet-$2-n$1.json >/dev/null 2>&1
-    note "fleet agents $1 x $2: rc $?"
-    curl -s http://127.0.0.1:8182/metrics > $OUT/metrics-$2-n$1.txt
-    python3 $C/phases.py $prev $OUT/metrics-$2-n$1.txt "engine steps, $1 x $2" 2>&1 | tee -a $summary
-    prev=$OUT/metrics-$2-n$1.txt
+      --label inferd$tag --meta engine=inferd --meta model=qwen3-8b-shape-bf16 --meta kv=${kv:-bf16} --out $OUT/fleet$tag-$2-n$1.json >/dev/null 2>&1
+    note "fleet${kv:+ kv $kv} agents $1 x $2: rc $?"
+    curl -s http://127.0.0.1:8182/metrics > $OUT/metrics$tag-$2-n$1.txt
+    python3 $C/phases.py $prev $OUT/metrics$tag-$2-n$1.txt "engine steps${kv:+ kv $kv}, $1 x $2" 2>&1 | tee -a $summary
+    prev=$OUT/metrics$tag-$2-n$1.txt
   done
   timeout 100 $B/inferd bench forked --url http://127.0.0.1:8182 --token-prompts --brief 8192 --agents 32 --suffix 64 --reply 64 \
-    --label inferd --meta engine=inferd --meta model=qwen3-8b-shape-bf16 --out $OUT/forked.json >$OUT/forked.txt 2>&1
-  note "forked 32 x 8k brief: rc $?"; tail -15 $OUT/forked.txt | tee -a $summary
+    --label inferd$tag --meta engine=inferd --meta model=qwen3-8b-shape-bf16 --out $OUT/forked$tag.json >$OUT/forked$tag.txt 2>&1
+  note "forked${kv:+ kv $kv} 32 x 8k brief: rc $?"; tail -15 $OUT/forked$tag.txt | tee -a $summary
   kill $SP; wait $SP 2>/dev/null
-  $B/inferd bench table $OUT/fleet-16384-*.json 2>&1 | tee -a $summary
+  $B/inferd bench table $OUT/fleet$tag-16384-*.json 2>&1 | tee -a $summary
   ;;
 peerbuild)
   mkdir -p /tmp/tok /tmp/lcd && cp $C/tokenizer/* /tmp/tok/ && xz -df /tmp/tok/tokenizer.json.xz

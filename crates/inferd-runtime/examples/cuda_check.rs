@@ -6,7 +6,7 @@
 //!   continuations, and one batch of eight prompts against each prompt alone.
 //! - `hf MODEL_DIR IDS_JSON LOGITS_F32`: the GPU against transformers' logits for the
 //!   same ids (written by `scripts/gpu/hf_logits.py`).
-//! - `speed MODEL_DIR [CONTEXT]`: decode steps at batch 1, 2, 4, 8, 32 and 64 over CONTEXT
+//! - `speed MODEL_DIR [CONTEXT [DTYPE,…]]`: decode steps at batch 1, 2, 4, 8, 32 and 64 over CONTEXT
 //!   prefilled tokens each, and one prefill pass: time per step, tokens/s, and the
 //!   fraction of the bandwidth roofline (weights + the KV read, and a hybrid model's
 //!   recurrent state read and written, over 4.3 TB/s); with graphs and the matrix-vector
@@ -236,8 +236,14 @@ fn hf(model_dir: &Path, ids_json: &Path, logits_bin: &Path) {
 }
 
 /// Bytes a decode step must move: every weight matrix but the input embedding, and the
-/// state: the KV read, and a hybrid model's recurrent state read and written per sequence.
-fn step_bytes<B: Backend>(model: &Model<B>, batch: usize, context: usize) -> (f64, f64) {
+/// state: the KV read (scales included), and a hybrid model's recurrent state read and
+/// written per sequence.
+fn step_bytes<B: Backend>(
+    model: &Model<B>,
+    batch: usize,
+    context: usize,
+    dtype: KvDtype,
+) -> (f64, f64) {
     let c = &model.cfg;
     let ffn = 3 * c.hidden * c.ffn_dim;
     let attention = c.hidden * (c.q_proj_dim() + 2 * c.kv_dim()) + c.q_dim() * c.hidden;
@@ -251,8 +257,20 @@ fn step_bytes<B: Backend>(model: &Model<B>, batch: usize, context: usize) -> (f6
         state = 2.0 * 4.0 * (batch * per_seq) as f64;
     }
     let weights = 2.0 * (matrices + (c.vocab_size * c.hidden) as f64);
-    let kv = 2.0 * 2.0 * (batch * context * c.kv_layer_count() * c.kv_dim()) as f64;
+    let kv = 2.0
+        * (batch * context * c.kv_layer_count() * c.n_kv_heads) as f64
+        * dtype.row_bytes(c.head_dim) as f64;
     (weights, kv + state)
+}
+
+/// `cuda_check speed DIR CONTEXT DTYPE,…`: the default configuration once per KV dtype.
+fn speed_by_dtype(model_dir: &Path, context: usize, dtypes: &str) {
+    let model = Model::load(CudaBackend::new(Default::default()).unwrap(), model_dir).unwrap();
+    for name in dtypes.split(',') {
+        let dtype = KvDtype::from_name(name).expect("a KV dtype: bf16, q8, fp8");
+        println!("{}: KV {}", model_dir.display(), dtype.name());
+        speed_of(&model, context, dtype);
+    }
 }
 
 fn speed(model_dir: &Path, context: usize) {
@@ -304,7 +322,7 @@ fn speed(model_dir: &Path, context: usize) {
             model_dir.display(),
             t0.elapsed().as_secs_f64()
         );
-        speed_of(&model, context);
+        speed_of(&model, context, KvDtype::Bf16);
     }
 }
 
@@ -385,16 +403,11 @@ fn profile(model_dir: &Path, context: usize, batch: usize, no_gemv: bool, prefil
     }
 }
 
-fn speed_of(model: &Model<CudaBackend>, context: usize) {
+fn speed_of(model: &Model<CudaBackend>, context: usize, dtype: KvDtype) {
     let vocab = model.cfg.vocab_size;
     let steps = 32;
     let max_batch = 64;
-    let mut pool = Pool::new(
-        model,
-        max_batch * (context + steps + 1),
-        KvDtype::Bf16,
-        max_batch,
-    );
+    let mut pool = Pool::new(model, max_batch * (context + steps + 1), dtype, max_batch);
     let mut ws = model.workspace(8 * context, max_batch).unwrap();
     let tables: Vec<Vec<u32>> = (0..max_batch)
         .map(|_| pool.table(context + steps + 1))
@@ -470,7 +483,7 @@ fn speed_of(model: &Model<CudaBackend>, context: usize) {
             }
         }
         let (fwd, total) = (fwd / steps as f64, total / steps as f64);
-        let (w, kv) = step_bytes(model, batch, context);
+        let (w, kv) = step_bytes(model, batch, context, dtype);
         println!(
             "| {batch} | {:.2} | {:.2} | {:.0} | {:.1} GB | {:.0}% |",
             fwd * 1e3,
@@ -581,10 +594,14 @@ fn main() {
     match a.get(1).map(String::as_str) {
         Some("agree") => agree(p(2).expect("MODEL"), p(3)),
         Some("hf") => hf(p(2).expect("MODEL_DIR"), p(3).expect("IDS_JSON"), p(4).expect("LOGITS")),
-        Some("speed") => speed(
-            p(2).expect("MODEL_DIR"),
-            a.get(3).map_or(512, |c| c.parse().expect("CONTEXT")),
-        ),
+        Some("speed") => {
+            let dir = p(2).expect("MODEL_DIR");
+            let context = a.get(3).map_or(512, |c| c.parse().expect("CONTEXT"));
+            match a.get(4) {
+                Some(dtypes) => speed_by_dtype(dir, context, dtypes),
+                None => speed(dir, context),
+            }
+        }
         Some("sampling") => sampling(),
         Some("profile") => profile(
             p(2).expect("MODEL_DIR"),

@@ -233,27 +233,37 @@ fn bad_k_offset_errors<B: Backend + Clone>(backend: B) {
     }
 }
 
-/// Layer 0's K/V depend only on the tokens, so the f32 and Q8 pools hold the same rows
-/// up to quantization: each Q8 value is within half a step (its row's scale / 2) of f32,
-/// after subtracting the model's K offset from K (tiny Qwen2 has a K bias, so a nonzero
-/// offset; tiny Llama none).
+/// Layer 0's K/V depend only on the tokens, so the f32 and 8-bit pools hold the same rows
+/// up to quantization: each stored code is exactly the host quantizer's of the f32 row
+/// (`crate::kv::q8` / `fp8`: on the GPU, the append kernel and CUDA's e4m3 conversion
+/// against the host's own), so each Q8 value is within half a step (its row's scale / 2)
+/// of f32 and each Fp8 value within 1/16 of itself, after subtracting the model's K offset
+/// from K (tiny Qwen2 has a K bias, so a nonzero offset; tiny Llama none).
 fn q8_rows_within_half_step<B: Backend + Clone>(backend: B) {
-    if !profile(&backend).kv_dtypes.contains(&KvDtype::Q8) {
-        eprintln!("note: {} stores no Q8 KV", backend.name());
-        return;
-    }
-    for name in ["llama", "qwen2"] {
-        let model = tiny_named(backend.clone(), name);
-        let offset = model.k_offset().map(<[f32]>::to_vec);
-        assert_eq!(offset.is_some(), name == "qwen2", "{name}: K offset");
-        q8_rows_within_half_step_of(&model, offset.as_deref());
+    for dtype in [KvDtype::Q8, KvDtype::Fp8] {
+        if !profile(&backend).kv_dtypes.contains(&dtype) {
+            eprintln!("note: {} stores no {} KV", backend.name(), dtype.name());
+            continue;
+        }
+        for name in ["llama", "qwen2"] {
+            let model = tiny_named(backend.clone(), name);
+            let offset = model.k_offset().map(<[f32]>::to_vec);
+            assert_eq!(offset.is_some(), name == "qwen2", "{name}: K offset");
+            rows_as_the_host_quantizes_them(&model, offset.as_deref(), dtype);
+        }
     }
 }
 
-fn q8_rows_within_half_step_of<B: Backend>(model: &Model<B>, offset: Option<&[f32]>) {
+fn rows_as_the_host_quantizes_them<B: Backend>(
+    model: &Model<B>,
+    offset: Option<&[f32]>,
+    dtype: KvDtype,
+) {
+    use inferd_runtime::kv::fp8;
+    let fp = dtype == KvDtype::Fp8;
     let ids = prompt(12, model.cfg.vocab_size);
     let mut f = Runner::with_dtype(model, 16, KvDtype::F32);
-    let mut q = Runner::with_dtype(model, 16, KvDtype::Q8);
+    let mut q = Runner::with_dtype(model, 16, dtype);
     let (_, tf) = f.new_seq(12);
     let (_, tq) = q.new_seq(12);
     pass(&mut f, &ids, 0, &tf);
@@ -284,22 +294,38 @@ fn q8_rows_within_half_step_of<B: Backend>(model: &Model<B>, offset: Option<&[f3
                 }
             }
             let base = part * (e + 4 * r);
-            let qs = &img_q[base..base + e]; // [n_kv_heads, block_size, d] i8
+            let qs = &img_q[base..base + e]; // [n_kv_heads, block_size, d] codes
             let scales = le_f32(&img_q[base + e..base + e + 4 * r]); // [n_kv_heads, block_size]
             for (row, &s) in scales.iter().enumerate() {
                 let amax = xs[row * d..(row + 1) * d]
                     .iter()
                     .fold(0f32, |m, v| m.max(v.abs()));
-                assert_eq!(s, amax / 127.0, "scale of row {row}");
+                let want_scale = amax / if fp { fp8::MAX } else { 127.0 };
+                assert_eq!(s, want_scale, "{}: scale of row {row}", dtype.name());
                 for (&x, &qv) in xs[row * d..(row + 1) * d]
                     .iter()
                     .zip(&qs[row * d..(row + 1) * d])
                 {
-                    let err = (x - qv as i8 as f32 * s).abs();
-                    assert!(
-                        err <= s / 2.0 * (1.0 + 1e-6) + x.abs() * f32::EPSILON,
-                        "{x} vs {qv} × {s}"
-                    );
+                    let want = if s == 0.0 {
+                        0
+                    } else if fp {
+                        fp8::encode(x / s)
+                    } else {
+                        (x / s).round().clamp(-127.0, 127.0) as i8 as u8
+                    };
+                    assert_eq!(qv, want, "{}: {x} / {s}", dtype.name());
+                    let back = if fp {
+                        fp8::decode(qv) * s
+                    } else {
+                        qv as i8 as f32 * s
+                    };
+                    let err = (x - back).abs();
+                    let bound = if fp {
+                        (x.abs() / 16.0).max(s / 1024.0) * (1.0 + 1e-6)
+                    } else {
+                        s / 2.0 * (1.0 + 1e-6) + x.abs() * f32::EPSILON
+                    };
+                    assert!(err <= bound, "{x} vs {qv} × {s}");
                     if s > 0.0 {
                         worst = worst.max(err / s);
                     }

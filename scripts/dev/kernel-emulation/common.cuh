@@ -24,6 +24,18 @@
 using std::max;
 using std::min;
 
+#include "inferd.h"
+
+struct uint2 {
+  uint32_t x, y;
+};
+struct uint4 {
+  uint32_t x, y, z, w;
+};
+struct float2 {
+  float x, y;
+};
+
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;
   dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
@@ -70,6 +82,7 @@ inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __expf(float x) { return std::exp(x); }  // the device's is approximate
 inline double __dadd_rn(double a, double b) { return a + b; }
 inline double __dsub_rn(double a, double b) { return a - b; }
 inline double __dmul_rn(double a, double b) { return a * b; }
@@ -84,7 +97,23 @@ inline float __uint_as_float(unsigned u) {
   std::memcpy(&f, &u, 4);
   return f;
 }
+using std::isfinite;
 using std::isnan;
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+template <typename T>
+T __ldcg(const T* p) {
+  return *p;
+}
+
+struct __nv_bfloat162 {
+  __nv_bfloat16 x, y;
+};
+inline float2 __bfloat1622float2(__nv_bfloat162 v) {
+  return {__bfloat162float(v.x), __bfloat162float(v.y)};
+}
+inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
+  return {__float2bfloat16(a), __float2bfloat16(b)};
+}
 
 namespace emu {
 inline std::barrier<>* block_bar;
@@ -109,6 +138,19 @@ inline unsigned __match_any_sync(unsigned, unsigned v) {
     if (emu::match_slots[w * 32 + l] == v) m |= 1u << l;
   bar.arrive_and_wait();
   return m;
+}
+// Warp shuffles: every lane posts its value, then reads its source lane's.
+inline float __shfl_sync(unsigned, float v, int src) {
+  const int t = threadIdx.x, w = t >> 5;
+  std::barrier<>& bar = *emu::warp_bars[w];
+  emu::warp_slots[t] = v;
+  bar.arrive_and_wait();
+  const float r = emu::warp_slots[w * 32 + (src & 31)];
+  bar.arrive_and_wait();
+  return r;
+}
+inline float __shfl_xor_sync(unsigned m, float v, int o) {
+  return __shfl_sync(m, v, (threadIdx.x & 31) ^ o);
 }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::warp_bars[threadIdx.x >> 5]->arrive_and_wait(); }
 inline int __ffs(unsigned x) { return x ? __builtin_ctz(x) + 1 : 0; }
@@ -151,11 +193,12 @@ template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t, cudaStream_t,
             Args&&... args) {
   const int threads = static_cast<int>(block.x);
-  gridDim = {static_cast<int>(grid.x), static_cast<int>(grid.y), 1};
+  gridDim = {static_cast<int>(grid.x), static_cast<int>(grid.y), static_cast<int>(grid.z)};
   blockDim = {threads, 1, 1};
+  for (unsigned bz = 0; bz < grid.z; ++bz)
   for (unsigned by = 0; by < grid.y; ++by)
     for (unsigned bx = 0; bx < grid.x; ++bx) {
-      blockIdx = {static_cast<int>(bx), static_cast<int>(by), 0};
+      blockIdx = {static_cast<int>(bx), static_cast<int>(by), static_cast<int>(bz)};
       std::barrier<> bar(threads);
       emu::block_bar = &bar;
       emu::warp_bars.clear();

@@ -7,7 +7,11 @@
 #   (hybrid_ops_emu.cpp) at the tiny fixtures' shapes, the CUDA test model's and the
 #   Qwen3.5-9B head shape;
 # - the planned draws (sample_plan.cu) over cases inferd-core writes, its results checked
-#   there against the host sampler, bit for bit (sample_emu.cpp).
+#   there against the host sampler, bit for bit (sample_emu.cpp);
+# - the 8-bit KV kernels (attention.cu's append, page dequantization and simple attention,
+#   decode.cu) for Q8 and Fp8: codes and scales bit for bit against a quantizer of its own,
+#   attention against double precision over the dequantized rows (kv8_emu.cpp; cuda_fp8.h
+#   stands in for CUDA's e4m3 conversions).
 # Usage: scripts/dev/kernel-emulation/run.sh (needs g++ >= 11).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -15,6 +19,7 @@ k=$here/../../../crates/inferd-runtime/kernels
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cp "$here/common.cuh" "$here/hybrid_ops_emu.cpp" "$here/sample_emu.cpp" "$k/sample_plan.cu" "$tmp/"
+cp "$here/cuda_fp8.h" "$here/kv8_emu.cpp" "$k/attention.cu" "$k/decode.cu" "$k/kv8.cuh" "$k/inferd.h" "$tmp/"
 # The one construct common.cuh cannot redefine: dynamic shared memory.
 sed -e 's/extern __shared__ float smem\[\];/float* smem = emu::dyn_smem;/' "$k/delta_rule.cu" > "$tmp/delta_rule.cu"
 cp "$k/delta_net.cu" "$tmp/delta_net.cu"
@@ -35,4 +40,7 @@ export INFERD_SAMPLE_EMU=$tmp
 (cd "$root" && cargo test -q -p inferd-core --lib planned_draws_on_the_emulated_kernel -- --ignored) >/dev/null
 ./sample "$tmp/cases.bin" "$tmp/outs.bin"
 (cd "$root" && cargo test -q -p inferd-core --lib planned_draws_on_the_emulated_kernel -- --ignored) || status=1
+# 8-bit KV: append, pages, decode and simple attention.
+g++ -std=c++20 -O2 -pthread -I"$tmp" -x c++ kv8_emu.cpp -o kv8
+./kv8 || status=1
 exit $status
