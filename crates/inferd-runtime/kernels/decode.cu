@@ -73,7 +73,7 @@ struct Kv {
   __device__ __forceinline__ static void unpack(const Vec& v, float* out) {
     const uint8_t* c = reinterpret_cast<const uint8_t*>(&v);
 #pragma unroll
-    for (int i = 0; i < D / 32; ++i) out[i] = ifd::Code8<KV>::decode(c[i]);
+    for (int i = 0; i < D / 32; i += 2) ifd::Code8<KV>::decode2(c + i, out + i);
   }
 };
 
@@ -161,8 +161,11 @@ __global__ void __launch_bounds__(kWarps * 32)
   using Vec = typename K::Vec;
   constexpr int N = Lane<D>::N;
   constexpr int P = 32 / G;  // positions a round
-  // Rounds an iteration: about 16 positions' K and V in flight per lane (8 for D = 256).
-  constexpr int R = (D == 256 ? 8 : 16) / P > 0 ? (D == 256 ? 8 : 16) / P : 1;
+  // Rounds an iteration: about 16 positions' K and V in flight per lane (8 for D = 256);
+  // twice as many for 8-bit codes, so that as many bytes are in flight in as many
+  // registers.
+  constexpr int kFlight = (D == 256 ? 8 : 16) * (K::kScaled ? 2 : 1);
+  constexpr int R = kFlight / P > 0 ? kFlight / P : 1;
   constexpr int PI = P * R;  // positions an iteration
   const int split = blockIdx.x, kvh = blockIdx.y, r = blockIdx.z;
   const int splits = gridDim.x;

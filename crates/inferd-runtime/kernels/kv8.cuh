@@ -24,6 +24,11 @@ struct Code8<IFD_KV_Q8> {
   __device__ __forceinline__ static float decode(uint8_t c) {
     return static_cast<float>(static_cast<int8_t>(c));
   }
+  // Two codes at once (c[0], c[1]) -> out[0], out[1].
+  __device__ __forceinline__ static void decode2(const uint8_t* c, float* out) {
+    out[0] = decode(c[0]);
+    out[1] = decode(c[1]);
+  }
 };
 
 template <>
@@ -35,6 +40,15 @@ struct Code8<IFD_KV_FP8> {
   __device__ __forceinline__ static float decode(uint8_t c) {
     const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(c), __NV_E4M3);
     return __half2float(__half(h));
+  }
+  // Two codes at once (one conversion instruction): c[0], c[1] -> out[0], out[1].
+  __device__ __forceinline__ static void decode2(const uint8_t* c, float* out) {
+    const __nv_fp8x2_storage_t pair =
+        static_cast<__nv_fp8x2_storage_t>(c[0] | static_cast<unsigned>(c[1]) << 8);
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
+    const float2 f = __half22float2(__half2(h));
+    out[0] = f.x;
+    out[1] = f.y;
   }
 };
 

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common.cuh"  // float2
+
 typedef uint8_t __nv_fp8_storage_t;
 enum __nv_saturation_t { __NV_NOSAT, __NV_SATFINITE };
 enum __nv_fp8_interpretation_t { __NV_E4M3, __NV_E5M2 };
@@ -16,6 +18,15 @@ struct __half {
   __half(__half_raw r) : f(r.f) {}
 };
 inline float __half2float(__half h) { return h.f; }
+typedef uint16_t __nv_fp8x2_storage_t;
+struct __half2_raw {
+  float x, y;
+};
+struct __half2 {
+  float x, y;
+  __half2(__half2_raw r) : x(r.x), y(r.y) {}
+};
+inline float2 __half22float2(__half2 h) { return {h.x, h.y}; }
 
 inline float emu_e4m3_value(uint8_t c) {
   const int e = (c >> 3) & 15, m = c & 7;
@@ -26,6 +37,9 @@ inline float emu_e4m3_value(uint8_t c) {
 }
 inline __half_raw __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t c, __nv_fp8_interpretation_t) {
   return {emu_e4m3_value(c)};
+}
+inline __half2_raw __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t c, __nv_fp8_interpretation_t) {
+  return {emu_e4m3_value(static_cast<uint8_t>(c & 0xff)), emu_e4m3_value(static_cast<uint8_t>(c >> 8))};
 }
 inline __nv_fp8_storage_t __nv_cvt_float_to_fp8(float x, __nv_saturation_t,
                                                 __nv_fp8_interpretation_t) {
