@@ -18,10 +18,10 @@
 //! - `attention` first writes the pass's K/V rows into the cache slots given by
 //!   the block tables, then computes causal attention of each token over its
 //!   sequence's positions `0..=pos`.
-//! - Q8 K rows are stored minus the layer's K offset (given to `alloc_kv`):
+//! - 8-bit (Q8, Fp8) K rows are stored minus the layer's K offset (given to `alloc_kv`):
 //!   `q8(k - c[layer][kv head])`, quantized as [`crate::kv::q8`] says, and attention
 //!   scores use the dequantized `k - c` as is (softmax makes that exact, see
-//!   [`crate::kv`]). Exported Q8 blocks hold `k - c`, the same on every backend.
+//!   [`crate::kv`]). Exported 8-bit blocks hold `k - c`, the same on every backend.
 //! - Ops are deterministic for the same inputs and batch composition.
 //! - Hybrid models (v3): the KV pool also holds the recurrent-state slots of its
 //!   layout's [`crate::kv::StateLayout`]; the DeltaNet ops (`causal_conv1d_silu`,
@@ -156,7 +156,7 @@ pub trait Backend: Send + Sync {
     /// dtypes it does not implement with `RuntimeError::Kv`).
     ///
     /// `k_offset`: the model's K offset c, `[n_layers, n_kv_heads, head_dim]` (`None` =
-    /// zero; a wrong length or a non-finite value is a `RuntimeError::Kv`). **Q8 K rows
+    /// zero; a wrong length or a non-finite value is a `RuntimeError::Kv`). **8-bit K rows
     /// are stored minus the layer's K offset**: a (layer, kv head, token) K row k is
     /// stored as `q8(k - c[layer][head])` and attention uses the dequantized `k - c` as
     /// it is, with no correction (exact: see [`crate::kv`]). F32 (and F16) K, and V of
@@ -165,14 +165,14 @@ pub trait Backend: Send + Sync {
     /// weights, see `Model::k_offset`).
     fn alloc_kv(&self, layout: &KvLayout, k_offset: Option<&[f32]>) -> Result<Self::Kv>;
     /// For each `(src, dst)` in order, copies block `src` over block `dst` in every
-    /// layer: K and V values and, for Q8, their scales (copy-on-write of shared, partly
+    /// layer: K and V values and, for 8-bit dtypes, their scales (copy-on-write of shared, partly
     /// filled blocks). `src == dst` is a no-op; an id outside the pool is a
     /// `RuntimeError::Kv` (nothing is copied then).
     fn copy_blocks(&self, kv: &mut Self::Kv, copies: &[(u32, u32)]) -> Result<()>;
     /// Serializes `blocks` into `out`, which must be exactly `blocks.len()` ×
     /// [`KvLayout::block_bytes`] long, one image after the other: the little-endian
     /// image documented there (per layer K values, K scales, V values, V scales; scales
-    /// only for Q8). The image is stable (it is written to disk) and the same on every
+    /// only for 8-bit dtypes). The image is stable (it is written to disk) and the same on every
     /// backend.
     fn export_blocks(&self, kv: &Self::Kv, blocks: &[u32], out: &mut [u8]) -> Result<()>;
     /// The inverse of [`Backend::export_blocks`]: overwrites `blocks` from `data` (their

@@ -177,7 +177,7 @@ impl<B: Backend> Model<B> {
         self.backend.import_state_slots(kv, slots, data)
     }
 
-    /// What Q8 K rows are stored minus, per (layer, kv head):
+    /// What 8-bit (Q8, Fp8) K rows are stored minus, per (layer, kv head):
     /// `[kv_layers, n_kv_heads, head_dim]` (one per attention layer), `None` = zero. A
     /// pure function of the weights
     /// (see the `kv_offset` module); [`Model::alloc_kv`] hands it to the backend.
