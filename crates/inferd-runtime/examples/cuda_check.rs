@@ -263,12 +263,30 @@ fn step_bytes<B: Backend>(
     (weights, kv + state)
 }
 
-/// `cuda_check speed DIR CONTEXT DTYPE,…`: the default configuration once per KV dtype.
+/// `cuda_check speed DIR CONTEXT DTYPE[:inferd],…`: the default configuration once per KV
+/// dtype (`:inferd`: decode attention by our kernel at every row count).
 fn speed_by_dtype(model_dir: &Path, context: usize, dtypes: &str) {
-    let model = Model::load(CudaBackend::new(Default::default()).unwrap(), model_dir).unwrap();
-    for name in dtypes.split(',') {
+    for spec in dtypes.split(',') {
+        let (name, ours) = match spec.split_once(':') {
+            Some((n, "inferd")) => (n, true),
+            _ => (spec, false),
+        };
         let dtype = KvDtype::from_name(name).expect("a KV dtype: bf16, q8, fp8");
-        println!("{}: KV {}", model_dir.display(), dtype.name());
+        let cfg = inferd_runtime::CudaConfig {
+            decode: if ours {
+                inferd_runtime::DecodeAttention::Inferd
+            } else {
+                inferd_runtime::DecodeAttention::Auto
+            },
+            ..Default::default()
+        };
+        let model = Model::load(CudaBackend::new(cfg).unwrap(), model_dir).unwrap();
+        println!(
+            "{}: KV {}{}",
+            model_dir.display(),
+            dtype.name(),
+            if ours { ", decode attention by inferd's at every row count" } else { "" }
+        );
         speed_of(&model, context, dtype);
     }
 }

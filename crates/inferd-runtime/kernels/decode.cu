@@ -19,6 +19,7 @@
 // block, so a CUDA graph replays it). The grid depends only on the number of rows, so a
 // graph replays it for any context lengths (they are read from the device).
 #include <cfloat>
+#include <cstdlib>
 
 #include "common.cuh"
 #include "kv8.cuh"
@@ -146,8 +147,12 @@ struct Kv<D, IFD_KV_BF16> {
 // vs [num_blocks, n_kv, block_size]); a score is the codes' dot product times the K
 // scale, and a weight times the V scale multiplies the V codes (the sums l take the
 // weights alone).
-template <int D, int G, int KV>
-__global__ void __launch_bounds__(kWarps * 32)
+// LEAN: half the positions in flight per iteration, at most 96 registers a thread (5 blocks
+// of 4 warps per SM instead of 3-4): the kernel is bound by the latency it can hide, which
+// the warps resident decide more than the loads each keeps in flight (a measured choice,
+// docs/gpu-notes.md; INFERD_DECODE_LEAN picks it while both are measured).
+template <int D, int G, int KV, bool LEAN>
+__global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
     decode_kernel(const typename Kv<D, KV>::Elem* __restrict__ kc,
                   const typename Kv<D, KV>::Elem* __restrict__ vc, const float* __restrict__ ks,
                   const float* __restrict__ vs,
@@ -161,10 +166,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   using Vec = typename K::Vec;
   constexpr int N = Lane<D>::N;
   constexpr int P = 32 / G;  // positions a round
-  // Rounds an iteration: about 16 positions' K and V in flight per lane (8 for D = 256);
-  // twice as many for 8-bit codes, so that as many bytes are in flight in as many
-  // registers.
-  constexpr int kFlight = (D == 256 ? 8 : 16) * (K::kScaled ? 2 : 1);
+  // Rounds an iteration: about 16 positions' K and V in flight per lane (8 for D = 256),
+  // half that when LEAN. (Twice as many for 8-bit codes, as many bytes in as many
+  // registers, measured slower: 168 registers, 3 blocks an SM.)
+  constexpr int kFlight = (D == 256 ? 8 : 16) / (LEAN ? 2 : 1);
   constexpr int R = kFlight / P > 0 ? kFlight / P : 1;
   constexpr int PI = P * R;  // positions an iteration
   const int split = blockIdx.x, kvh = blockIdx.y, r = blockIdx.z;
@@ -347,13 +352,21 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
 }
 
+bool lean() {
+  static const bool on = [] {
+    const char* v = getenv("INFERD_DECODE_LEAN");
+    return v && v[0] == '1';
+  }();
+  return on;
+}
+
 template <int D, int G, int KV>
 int launch_kv(const IfdPaged& kv, const void* q, int rows, float scale, const int32_t* seq,
               const int32_t* pos, const int32_t* bt_off, const int32_t* bt, int splits,
               float* part, int32_t* done, void* out, cudaStream_t s) {
   using E = typename Kv<D, KV>::Elem;
   const dim3 grid(splits, kv.n_kv_heads, rows);
-  ifd::launch(decode_kernel<D, G, KV>, grid, kWarps * 32, 0, s, static_cast<const E*>(kv.k),
+  ifd::launch(lean() ? decode_kernel<D, G, KV, true> : decode_kernel<D, G, KV, false>, grid, kWarps * 32, 0, s, static_cast<const E*>(kv.k),
               static_cast<const E*>(kv.v), static_cast<const float*>(kv.k_scale),
               static_cast<const float*>(kv.v_scale), static_cast<const bf16*>(q), kv.n_kv_heads,
               kv.block_size, scale * 1.4426950408889634f, seq, pos, bt_off, bt, part, done,

@@ -18,7 +18,7 @@
 #define __host__
 #define __forceinline__ inline
 #define __restrict__
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __shared__ static thread_local_block
 #define thread_local_block  // block-shared: blocks run one at a time
 using std::max;
