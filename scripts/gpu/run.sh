@@ -15,8 +15,8 @@
 #   fleet    `inferd serve --device cuda` on /tmp/q8b driven by `inferd bench fleet`;
 #            fleettemp the same at temperature 0.8 (32 and 64 x 4k); fleetq8 / fleetfp8 (and
 #            longq8 / longfp8) with --kv-dtype q8 / fp8
-#   speedkv  `speed` once per KV dtype (bf16, q8, fp8), default settings; lean: our decode
-#            kernel on bf16 and q8 as built and with INFERD_DECODE_LEAN=1
+#   speedkv  `speed` once per KV dtype (bf16, q8, fp8), default settings; owndecode: our
+#            decode kernel at every row count, bf16 and q8
 #   sampling the sample op on the device against the host sampler (cuda_check sampling)
 #   peerbuild  starts building llama.cpp's CUDA llama-server (sm_90) in the background and
 #            makes /tmp/q8b with its bf16 GGUF /tmp/q8b.gguf (needs .device/peer from
@@ -71,12 +71,9 @@ speed)
 speedkv)
   timeout 300 $B/cuda_check speed /tmp/q8b 4096 bf16,q8,fp8 2>&1 | tee -a $summary
   ;;
-lean)
-  # Our decode kernel, as built and LEAN (fewer registers, more warps an SM), bf16 and q8.
-  for lean in 0 1; do
-    note "INFERD_DECODE_LEAN=$lean"
-    INFERD_DECODE_LEAN=$lean timeout 250 $B/cuda_check speed /tmp/q8b 4096 bf16:inferd,q8 2>&1 | tee -a $summary
-  done
+owndecode)
+  # Our decode kernel at every row count, bf16 and q8.
+  timeout 250 $B/cuda_check speed /tmp/q8b 4096 bf16:inferd,q8 2>&1 | tee -a $summary
   ;;
 sampling)
   timeout 200 $B/cuda_check sampling 2>&1 | tee -a $summary

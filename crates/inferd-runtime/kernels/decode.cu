@@ -19,7 +19,6 @@
 // block, so a CUDA graph replays it). The grid depends only on the number of rows, so a
 // graph replays it for any context lengths (they are read from the device).
 #include <cfloat>
-#include <cstdlib>
 
 #include "common.cuh"
 #include "kv8.cuh"
@@ -148,9 +147,10 @@ struct Kv<D, IFD_KV_BF16> {
 // scale, and a weight times the V scale multiplies the V codes (the sums l take the
 // weights alone).
 // LEAN: half the positions in flight per iteration, at most 96 registers a thread (5 blocks
-// of 4 warps per SM instead of 3-4): the kernel is bound by the latency it can hide, which
-// the warps resident decide more than the loads each keeps in flight (a measured choice,
-// docs/gpu-notes.md; INFERD_DECODE_LEAN picks it while both are measured).
+// of 4 warps per SM instead of 3-4). With several rows the kernel is bound by the latency
+// it can hide, which the warps resident decide more than the loads each keeps in flight:
+// LEAN is 10% faster at 64 rows and 8 rows, 3% slower at 1 row, where a row's splits leave
+// most of the GPU idle anyway (docs/gpu-notes.md, session 6). So: LEAN from 2 rows.
 template <int D, int G, int KV, bool LEAN>
 __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
     decode_kernel(const typename Kv<D, KV>::Elem* __restrict__ kc,
@@ -352,21 +352,13 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
   if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
 }
 
-bool lean() {
-  static const bool on = [] {
-    const char* v = getenv("INFERD_DECODE_LEAN");
-    return v && v[0] == '1';
-  }();
-  return on;
-}
-
 template <int D, int G, int KV>
 int launch_kv(const IfdPaged& kv, const void* q, int rows, float scale, const int32_t* seq,
               const int32_t* pos, const int32_t* bt_off, const int32_t* bt, int splits,
               float* part, int32_t* done, void* out, cudaStream_t s) {
   using E = typename Kv<D, KV>::Elem;
   const dim3 grid(splits, kv.n_kv_heads, rows);
-  ifd::launch(lean() ? decode_kernel<D, G, KV, true> : decode_kernel<D, G, KV, false>, grid, kWarps * 32, 0, s, static_cast<const E*>(kv.k),
+  ifd::launch(rows > 1 ? decode_kernel<D, G, KV, true> : decode_kernel<D, G, KV, false>, grid, kWarps * 32, 0, s, static_cast<const E*>(kv.k),
               static_cast<const E*>(kv.v), static_cast<const float*>(kv.k_scale),
               static_cast<const float*>(kv.v_scale), static_cast<const bf16*>(q), kv.n_kv_heads,
               kv.block_size, scale * 1.4426950408889634f, seq, pos, bt_off, bt, part, done,
