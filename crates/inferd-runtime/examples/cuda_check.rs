@@ -285,7 +285,11 @@ fn speed_by_dtype(model_dir: &Path, context: usize, dtypes: &str) {
             "{}: KV {}{}",
             model_dir.display(),
             dtype.name(),
-            if ours { ", decode attention by inferd's at every row count" } else { "" }
+            if ours {
+                ", decode attention by inferd's at every row count"
+            } else {
+                ""
+            }
         );
         speed_of(&model, context, dtype);
     }

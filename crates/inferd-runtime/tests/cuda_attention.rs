@@ -184,6 +184,21 @@ fn scripted<B: Backend>(model: &Model<B>, dtype: KvDtype, bs: usize) -> Vec<(usi
     out
 }
 
+/// Of the rows of phase `p`: the largest |Δlogit|, the rows whose top-1 agrees, the rows.
+fn phase_diff(
+    want: &[(usize, Vec<f32>)],
+    got: &[(usize, Vec<f32>)],
+    p: usize,
+) -> (f32, usize, usize) {
+    let (mut worst, mut same, mut rows) = (0f32, 0, 0);
+    for ((_, a), (_, b)) in want.iter().zip(got).filter(|(w, _)| w.0 == p) {
+        worst = worst.max(max_abs_diff(a, b));
+        same += (argmax(a) == argmax(b)) as usize;
+        rows += 1;
+    }
+    (worst, same, rows)
+}
+
 fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
     let path = random_qwen3(head_dim, heads);
     let cpu_model = Model::load(CpuBackend::new(), &path).unwrap();
@@ -225,12 +240,7 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
             let got = scripted(&gpu_model, KvDtype::Bf16, bs);
             assert_eq!(want.len(), got.len());
             for (p, name) in PHASES.iter().enumerate() {
-                let (mut worst, mut same, mut rows) = (0f32, 0, 0);
-                for ((_, a), (_, b)) in want.iter().zip(&got).filter(|(w, _)| w.0 == p) {
-                    worst = worst.max(max_abs_diff(a, b));
-                    same += (argmax(a) == argmax(b)) as usize;
-                    rows += 1;
-                }
+                let (worst, same, rows) = phase_diff(&want, &got, p);
                 let what = format!(
                     "head_dim {head_dim}, blocks of {bs}, graphs {}, {}, decode {:?}: {name}: {rows} rows, max |Δlogit| {worst}, top-1 equal {same}",
                     if cfg.no_graphs { "off" } else { "on" },
@@ -272,7 +282,11 @@ fn eight_bit_kv_matches_the_cpu(head_dim: usize, heads: usize) {
     let mut failures = Vec::new();
     for dtype in [KvDtype::Q8, KvDtype::Fp8] {
         let want = scripted(&cpu_model, dtype, 16);
-        let limit = if dtype == KvDtype::Fp8 { 2.0 * tol } else { 1.2 * tol };
+        let limit = if dtype == KvDtype::Fp8 {
+            2.0 * tol
+        } else {
+            1.2 * tol
+        };
         for no_graphs in [false, true] {
             let cfg = CudaConfig {
                 no_graphs,
@@ -282,12 +296,7 @@ fn eight_bit_kv_matches_the_cpu(head_dim: usize, heads: usize) {
             let got = scripted(&gpu_model, dtype, 16);
             assert_eq!(want.len(), got.len());
             for (p, name) in PHASES.iter().enumerate() {
-                let (mut worst, mut same, mut rows) = (0f32, 0, 0);
-                for ((_, a), (_, b)) in want.iter().zip(&got).filter(|(w, _)| w.0 == p) {
-                    worst = worst.max(max_abs_diff(a, b));
-                    same += (argmax(a) == argmax(b)) as usize;
-                    rows += 1;
-                }
+                let (worst, same, rows) = phase_diff(&want, &got, p);
                 let what = format!(
                     "{} KV, head_dim {head_dim}, graphs {}: {name}: {rows} rows, max |Δlogit| {worst} vs the CPU's {}, top-1 equal {same}",
                     dtype.name(),

@@ -155,7 +155,13 @@ fn smollm2(dtype: KvDtype) {
         KvDtype::Fp8 => FP8_SMOL,
         _ => (0.95, 1.5, 0.15),
     };
-    check(&format!("smollm2-135m {}", dtype.name()), &d, agree, max, mean);
+    check(
+        &format!("smollm2-135m {}", dtype.name()),
+        &d,
+        agree,
+        max,
+        mean,
+    );
 }
 
 #[test]
@@ -188,7 +194,13 @@ fn qwen2_5(dtype: KvDtype) {
         KvDtype::Fp8 => FP8_QWEN,
         _ => (QWEN_AGREE, QWEN_MAX_ABS, QWEN_MEAN_ABS),
     };
-    check(&format!("qwen2.5-coder-0.5b {}", dtype.name()), &d, agree, max, mean);
+    check(
+        &format!("qwen2.5-coder-0.5b {}", dtype.name()),
+        &d,
+        agree,
+        max,
+        mean,
+    );
 }
 
 #[test]

@@ -80,23 +80,9 @@ static LUT: [f32; 256] = {
 };
 
 /// Quantizes `x` (minus `offset`, elementwise, when given) into `q` (same length) and
-/// returns the scale.
+/// returns the scale (the arithmetic of [`super::q8::quantize_with`]).
 pub fn quantize_row(x: &[f32], offset: Option<&[f32]>, q: &mut [u8]) -> f32 {
-    debug_assert_eq!(x.len(), q.len());
-    let diff = |i: usize| match offset {
-        Some(c) => x[i] - c[i],
-        None => x[i],
-    };
-    let amax = (0..x.len()).fold(0f32, |m, i| m.max(diff(i).abs()));
-    let scale = amax / MAX;
-    if scale == 0.0 || !scale.is_finite() {
-        q.fill(0);
-        return scale;
-    }
-    for (i, qi) in q.iter_mut().enumerate() {
-        *qi = encode(diff(i) / scale);
-    }
-    scale
+    super::q8::quantize_with(x, offset, MAX, q, encode)
 }
 
 /// `out[i] = value(q[i]) · scale`: one exact product per value.
@@ -136,15 +122,23 @@ mod tests {
             let mid = 0.5 * (a + b);
             assert_eq!(encode(a + (mid - a) * 0.99), c0);
             assert_eq!(encode(mid + (b - mid) * 0.01), c1);
-            assert_eq!(encode(mid), if c0 % 2 == 0 { c0 } else { c1 }, "tie between {a} and {b}");
+            assert_eq!(
+                encode(mid),
+                if c0 % 2 == 0 { c0 } else { c1 },
+                "tie between {a} and {b}"
+            );
         }
     }
 
     #[test]
     fn rows_stay_within_the_bound() {
         let mut rows: Vec<Vec<f32>> = vec![
-            (0..64).map(|i| ((i as f32 + 1.0) * 0.37).sin() * 3.0).collect(),
-            (0..128).map(|i| ((i as f32 + 1.0) * 0.11).sin() * 250.0).collect(),
+            (0..64)
+                .map(|i| ((i as f32 + 1.0) * 0.37).sin() * 3.0)
+                .collect(),
+            (0..128)
+                .map(|i| ((i as f32 + 1.0) * 0.11).sin() * 250.0)
+                .collect(),
             vec![0.0; 16],
             vec![-5.0; 16],
         ];
@@ -164,7 +158,10 @@ mod tests {
         let c: Vec<f32> = (0..32).map(|i| (i % 5) as f32).collect();
         let d: Vec<f32> = x.iter().zip(&c).map(|(a, b)| a - b).collect();
         let (mut q1, mut q2) = (vec![0u8; 32], vec![0u8; 32]);
-        assert_eq!(quantize_row(&x, Some(&c), &mut q1), quantize_row(&d, None, &mut q2));
+        assert_eq!(
+            quantize_row(&x, Some(&c), &mut q1),
+            quantize_row(&d, None, &mut q2)
+        );
         assert_eq!(q1, q2);
         let mut q = vec![1u8; 4];
         assert!(quantize_row(&[f32::NAN, 1.0, 2.0, 3.0], None, &mut q).is_finite());

@@ -13,19 +13,7 @@
 /// Quantizes `x` into `q` (same length) and returns the scale.
 #[inline]
 pub fn quantize_row(x: &[f32], q: &mut [i8]) -> f32 {
-    debug_assert_eq!(x.len(), q.len());
-    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let scale = amax / 127.0;
-    if scale == 0.0 || !scale.is_finite() {
-        // zeros (scale 0), or non-finite input (kept visible: dequantizes to NaN)
-        q.fill(0);
-        return scale;
-    }
-    for (qi, &xi) in q.iter_mut().zip(x) {
-        // `as i8` saturates (and maps NaN to 0); the clamp documents the range.
-        *qi = (xi / scale).round().clamp(-127.0, 127.0) as i8;
-    }
-    scale
+    quantize_with(x, None, 127.0, q, to_i8)
 }
 
 /// Quantizes `x - offset` (elementwise, one f32 subtraction each) into `q` and returns
@@ -33,17 +21,42 @@ pub fn quantize_row(x: &[f32], q: &mut [i8]) -> f32 {
 /// stored minus their (layer, kv head)'s K offset (see [`crate::kv`]).
 #[inline]
 pub fn quantize_row_minus(x: &[f32], offset: &[f32], q: &mut [i8]) -> f32 {
+    quantize_with(x, Some(offset), 127.0, q, to_i8)
+}
+
+/// `v` rounded half away from zero, clamped to ±127 (`as i8` saturates and maps NaN to 0;
+/// the clamp documents the range).
+#[inline(always)]
+fn to_i8(v: f32) -> i8 {
+    v.round().clamp(-127.0, 127.0) as i8
+}
+
+/// The arithmetic both 8-bit row formats share (Q8 here, Fp8 in [`super::fp8`]): with
+/// `d = x - offset` (or `x`), `scale = max|d| / max` and code i `encode(d[i] / scale)`.
+/// A zero or non-finite scale (a row of zeros; non-finite input, kept visible: it
+/// dequantizes to NaN) gives zero codes.
+#[inline]
+pub(crate) fn quantize_with<T: Copy + Default>(
+    x: &[f32],
+    offset: Option<&[f32]>,
+    max: f32,
+    q: &mut [T],
+    encode: impl Fn(f32) -> T,
+) -> f32 {
     debug_assert_eq!(x.len(), q.len());
-    debug_assert_eq!(x.len(), offset.len());
-    let diff = |i: usize| x[i] - offset[i];
+    debug_assert!(offset.is_none_or(|c| c.len() == x.len()));
+    let diff = |i: usize| match offset {
+        Some(c) => x[i] - c[i],
+        None => x[i],
+    };
     let amax = (0..x.len()).fold(0f32, |m, i| m.max(diff(i).abs()));
-    let scale = amax / 127.0;
+    let scale = amax / max;
     if scale == 0.0 || !scale.is_finite() {
-        q.fill(0);
+        q.fill(T::default());
         return scale;
     }
     for (i, qi) in q.iter_mut().enumerate() {
-        *qi = (diff(i) / scale).round().clamp(-127.0, 127.0) as i8;
+        *qi = encode(diff(i) / scale);
     }
     scale
 }

@@ -318,8 +318,8 @@ unsafe impl Sync for PassPages {}
 pub struct ScratchPages {
     pages: usize,
     page_bytes: usize,
-    k: DeviceBuffer, // bf16 [pages, n_kv_heads, block_size, head_dim]
-    v: DeviceBuffer, // bf16 [pages, n_kv_heads, block_size, head_dim]
+    k: DeviceBuffer,   // bf16 [pages, n_kv_heads, block_size, head_dim]
+    v: DeviceBuffer,   // bf16 [pages, n_kv_heads, block_size, head_dim]
     src: DeviceBuffer, // i32 [pages]
 }
 

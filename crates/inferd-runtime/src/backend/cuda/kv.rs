@@ -68,7 +68,12 @@ impl CudaKv {
         let ptrs: Vec<u64> = layers
             .iter()
             .flat_map(|p| match &p.scales {
-                Some((ks, vs)) => vec![p.k.ptr() as u64, ks.ptr() as u64, p.v.ptr() as u64, vs.ptr() as u64],
+                Some((ks, vs)) => vec![
+                    p.k.ptr() as u64,
+                    ks.ptr() as u64,
+                    p.v.ptr() as u64,
+                    vs.ptr() as u64,
+                ],
                 None => vec![p.k.ptr() as u64, p.v.ptr() as u64],
             })
             .collect();
@@ -117,10 +122,9 @@ impl CudaKv {
             head_dim: l.head_dim as i32,
             k_scale,
             v_scale,
-            k_offset: self
-                .k_offset
-                .as_ref()
-                .map_or(std::ptr::null(), |c| c.at::<f32>(layer * per_layer).cast_const()),
+            k_offset: self.k_offset.as_ref().map_or(std::ptr::null(), |c| {
+                c.at::<f32>(layer * per_layer).cast_const()
+            }),
         }
     }
 

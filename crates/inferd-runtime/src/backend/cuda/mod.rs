@@ -278,7 +278,10 @@ impl CudaBackend {
         let src = part.remap(kv.block_size, &mut map)?;
         let mut pages = self.inner.kv8_pages.lock().unwrap();
         let page_bytes = kv.block_elems() * 2; // one bf16 page of K (or V)
-        if !pages.as_ref().is_some_and(|p| p.holds(src.len(), page_bytes)) {
+        if !pages
+            .as_ref()
+            .is_some_and(|p| p.holds(src.len(), page_bytes))
+        {
             *pages = None; // the old buffers go before the larger ones come
             *pages = Some(flashinfer::ScratchPages::new(
                 &self.inner.dev,
