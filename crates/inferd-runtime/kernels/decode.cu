@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     const bf16* qh = q + (static_cast<size_t>(r) * n_heads + kvh * G + g) * D + lane * N;
-    unpack<N>(*reinterpret_cast<const Vec*>(qh), qv[g]);
+    unpack<N>(*reinterpret_cast<const typename Lane<D>::Vec*>(qh), qv[g]);  // q is bf16
 #pragma unroll
     for (int i = 0; i < N; ++i) qv[g][i] *= scale_log2;  // scores in log2 units
   }

@@ -239,7 +239,7 @@ fn bad_k_offset_errors<B: Backend + Clone>(backend: B) {
 /// against the host's own), so each Q8 value is within half a step (its row's scale / 2)
 /// of f32 and each Fp8 value within 1/16 of itself, after subtracting the model's K offset
 /// from K (tiny Qwen2 has a K bias, so a nonzero offset; tiny Llama none).
-fn q8_rows_within_half_step<B: Backend + Clone>(backend: B) {
+fn eight_bit_rows_as_the_host_writes_them<B: Backend + Clone>(backend: B) {
     for dtype in [KvDtype::Q8, KvDtype::Fp8] {
         if !profile(&backend).kv_dtypes.contains(&dtype) {
             eprintln!("note: {} stores no {} KV", backend.name(), dtype.name());
@@ -362,8 +362,8 @@ macro_rules! backend_tests {
                 bad_k_offset_errors($backend);
             }
             #[test]
-            fn q8_stored_rows_within_half_a_step_of_f32() {
-                q8_rows_within_half_step($backend);
+            fn eight_bit_stored_rows_are_the_host_quantizers() {
+                eight_bit_rows_as_the_host_writes_them($backend);
             }
         }
     };

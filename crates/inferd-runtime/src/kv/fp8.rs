@@ -8,18 +8,20 @@
 //!
 //! Error bound: within a row, `|x - x̂| ≤ |x| / 16` for `|x / scale| ≥ 2^-6` (3 mantissa
 //! bits, half a step), and `≤ scale · 2^-10` below (subnormals, steps of 2^-9). A row of
-//! zeros has scale 0 and dequantizes to zeros; non-finite input keeps a non-finite scale.
+//! zeros has scale 0 and dequantizes to zeros; an infinite value makes the scale infinite
+//! (codes zero); a NaN value is skipped by the row's max and stored as the NaN code.
 
 /// The largest finite e4m3 value.
 pub const MAX: f32 = 448.0;
 
-/// `x` rounded to e4m3 (nearest even, saturating to ±448; NaN stays NaN).
+/// `x` rounded to e4m3 (nearest even, saturating to ±448; any NaN is 0x7f, as CUDA's
+/// conversion writes it).
 pub fn encode(x: f32) -> u8 {
+    if x.is_nan() {
+        return 0x7f;
+    }
     let sign = if x.is_sign_negative() { 0x80 } else { 0 };
     let a = x.abs();
-    if a.is_nan() {
-        return sign | 0x7f;
-    }
     if a >= MAX {
         return sign | 0x7e;
     }
@@ -104,6 +106,7 @@ mod tests {
             let v = decode(c);
             if v.is_nan() {
                 assert!(c & 0x7f == 0x7f, "code {c:#x}");
+                assert_eq!(encode(v), 0x7f);
                 continue;
             }
             // -0 encodes as 0x80, which is -0's own code
@@ -115,6 +118,8 @@ mod tests {
         assert_eq!(encode(1e9), 0x7e);
         assert_eq!(encode(-1e9), 0xfe);
         assert_eq!(encode(f32::INFINITY), 0x7e);
+        assert_eq!(encode(f32::NAN), 0x7f);
+        assert_eq!(encode(-f32::NAN), 0x7f);
         // Every value between two neighbours goes to the nearer, ties to the even code.
         let finite: Vec<(u8, f32)> = (0..0x7fu8).map(|c| (c, decode(c))).collect();
         for w in finite.windows(2) {

@@ -33,8 +33,9 @@ fn to_i8(v: f32) -> i8 {
 
 /// The arithmetic both 8-bit row formats share (Q8 here, Fp8 in [`super::fp8`]): with
 /// `d = x - offset` (or `x`), `scale = max|d| / max` and code i `encode(d[i] / scale)`.
-/// A zero or non-finite scale (a row of zeros; non-finite input, kept visible: it
-/// dequantizes to NaN) gives zero codes.
+/// A zero or non-finite scale (a row of zeros; an infinite value: the scale is kept, so
+/// the row dequantizes to NaN and stays visible) gives zero codes. A NaN value is skipped
+/// by the max and encoded as `encode(NaN)` (Q8: 0).
 #[inline]
 pub(crate) fn quantize_with<T: Copy + Default>(
     x: &[f32],

@@ -1090,13 +1090,22 @@ impl Part {
     fn remap(&mut self, block_size: usize, map: &mut [i32]) -> Result<Vec<i32>> {
         let mut src = Vec::new();
         let pool = map.len();
-        for (i, &len) in self.kv_len.iter().enumerate() {
-            let start = self.bt_off[i] as usize;
+        let mut bad = None;
+        'seqs: for (i, &len) in self.kv_len.iter().enumerate() {
+            let (start, end) = (self.bt_off[i] as usize, self.bt_off[i + 1] as usize);
             let np = (len as usize).div_ceil(block_size);
+            if start + np > end {
+                bad = Some(format!(
+                    "sequence {i}: {} blocks for {len} tokens",
+                    end - start
+                ));
+                break;
+            }
             for b in &mut self.bt[start..start + np] {
-                let slot = map.get_mut(*b as usize).ok_or_else(|| {
-                    RuntimeError::BadBatch(format!("block {b} outside the pool of {pool}"))
-                })?;
+                let Some(slot) = map.get_mut(*b as usize) else {
+                    bad = Some(format!("block {b} outside the pool of {pool}"));
+                    break 'seqs;
+                };
                 if *slot < 0 {
                     *slot = src.len() as i32;
                     src.push(*b);
@@ -1105,9 +1114,12 @@ impl Part {
             }
         }
         for &b in &src {
-            map[b as usize] = -1;
+            map[b as usize] = -1; // left as found, on success or not
         }
-        Ok(src)
+        match bad {
+            Some(why) => Err(RuntimeError::BadBatch(why)),
+            None => Ok(src),
+        }
     }
 }
 
@@ -1129,8 +1141,20 @@ mod tests {
         assert_eq!(p.bt, vec![0, 1, 2, 11, 0, 1, 3]); // the unread entry stays as it was
         assert!(map.iter().all(|&m| m == -1), "the map is left as found");
         let mut q = Part::default();
-        q.push(&[20], 1, 1);
+        q.push(&[5, 20], 1, 20);
         q.finish();
         assert!(q.remap(16, &mut map).is_err(), "a block outside the pool");
+        assert!(
+            map.iter().all(|&m| m == -1),
+            "the map is left as found after an error"
+        );
+        let mut r = Part::default();
+        r.push(&[1], 1, 40); // 40 tokens need 3 blocks
+        r.push(&[2, 3, 4], 1, 40);
+        r.finish();
+        assert!(
+            r.remap(16, &mut map).is_err(),
+            "a table shorter than its kv_len"
+        );
     }
 }
