@@ -321,14 +321,22 @@ fn another_kv_layout_never_reads_these_files() {
     let brief = text(&e, BRIEF);
     pin_and_stop(e, &brief, "");
     // same model, 8-bit KV: another identity, so another directory and no records
-    let cfg = EngineConfig {
-        kv_dtype: inferd_runtime::KvDtype::Q8,
+    let with = |kv_dtype| EngineConfig {
+        kv_dtype,
         ..spill_config(&dir)
     };
-    let e = engine(cfg).unwrap();
+    let e = engine(with(inferd_runtime::KvDtype::Q8)).unwrap();
     let report = block_on(e.cache_report()).unwrap();
     assert!(report.contexts.is_empty());
     assert_eq!(report.blocks_spilled, 0);
+    // Q8 and Fp8 blocks have the same size and order but not the same codes: a Q8
+    // context is not read by an Fp8 pool, and is still there for the next Q8 one.
+    pin_and_stop(e, &brief, "");
+    let e = engine(with(inferd_runtime::KvDtype::Fp8)).unwrap();
+    assert!(block_on(e.cache_report()).unwrap().contexts.is_empty());
+    e.shutdown();
+    let e = engine(with(inferd_runtime::KvDtype::Q8)).unwrap();
+    assert_eq!(block_on(e.cache_report()).unwrap().contexts.len(), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
