@@ -84,11 +84,12 @@ pub enum DecodeAttention {
 pub const GEMV_MAX_ROWS: usize = 2;
 
 /// Decode passes of at most this many rows take inferd's decode attention
-/// (`kernels/decode.cu`), larger ones FlashInfer's: an 8B step at 4096 tokens on the H200
-/// took 5.25 against 5.76 ms at 1 row, 6.27 against 5.99 at 2 and 14.3 against 12.3 at 32
-/// (at many rows its loads, issued then waited for by each warp in turn, keep too little
-/// in flight; docs/gpu-notes.md).
-pub const OWN_DECODE_MAX_ROWS: usize = 1;
+/// (`kernels/decode.cu`), larger ones FlashInfer's (bf16 pools; 8-bit ones are ours at any
+/// row count): an 8B step at 4096 tokens on the H200, forward ms, ours against FlashInfer's
+/// (session 6, calls 6-7): 4.98-5.01 against 5.76 at 1 row, 5.66 (lean build) against
+/// 5.78-5.83 at 2, 6.36 against 5.87 at 4, 21.15 against 19.33-19.71 at 64 (at many rows
+/// the kernel is bound by the latency its warps hide; docs/gpu-notes.md).
+pub const OWN_DECODE_MAX_ROWS: usize = 2;
 
 struct Inner {
     dev: Arc<Device>,
@@ -1092,7 +1093,9 @@ impl Part {
         let pool = map.len();
         let mut bad = None;
         'seqs: for (i, &len) in self.kv_len.iter().enumerate() {
-            let (start, end) = (self.bt_off[i] as usize, self.bt_off[i + 1] as usize);
+            // Before `finish` the last table runs to the end of `bt`.
+            let start = self.bt_off[i] as usize;
+            let end = self.bt_off.get(i + 1).map_or(self.bt.len(), |&e| e as usize);
             let np = (len as usize).div_ceil(block_size);
             if start + np > end {
                 bad = Some(format!(
@@ -1131,10 +1134,10 @@ mod tests {
     fn remap_gives_each_distinct_block_one_page() {
         // Two sequences sharing blocks 7 and 3 (a forked prefix), block tables longer
         // than their kv_len needs.
+        // Remapped before `finish`, as plan_attention does.
         let mut p = Part::default();
         p.push(&[7, 3, 9, 11], 5, 40); // 40 tokens in blocks of 16: 3 blocks
         p.push(&[7, 3, 2], 2, 33); // 3 blocks
-        p.finish();
         let mut map = vec![-1; 16];
         let src = p.remap(16, &mut map).unwrap();
         assert_eq!(src, vec![7, 3, 9, 2]);
@@ -1151,10 +1154,14 @@ mod tests {
         let mut r = Part::default();
         r.push(&[1], 1, 40); // 40 tokens need 3 blocks
         r.push(&[2, 3, 4], 1, 40);
-        r.finish();
         assert!(
             r.remap(16, &mut map).is_err(),
             "a table shorter than its kv_len"
         );
+        // After `finish` too.
+        let mut f = Part::default();
+        f.push(&[4, 5], 1, 17);
+        f.finish();
+        assert_eq!(f.remap(16, &mut map).unwrap(), vec![4, 5]);
     }
 }
