@@ -1095,7 +1095,10 @@ impl Part {
         'seqs: for (i, &len) in self.kv_len.iter().enumerate() {
             // Before `finish` the last table runs to the end of `bt`.
             let start = self.bt_off[i] as usize;
-            let end = self.bt_off.get(i + 1).map_or(self.bt.len(), |&e| e as usize);
+            let end = self
+                .bt_off
+                .get(i + 1)
+                .map_or(self.bt.len(), |&e| e as usize);
             let np = (len as usize).div_ceil(block_size);
             if start + np > end {
                 bad = Some(format!(
