@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use inferd_core::kv::{root_key, KvManager, SeqId};
 use inferd_core::sched::{Request, Scheduler, SchedulerOutput, SnapshotKind};
 use inferd_grammar::Grammars;
-use inferd_runtime::{Backend, ForwardBatch, KvDtype, Model, RuntimeError};
+use inferd_runtime::{Backend, ForwardBatch, Model, RuntimeError};
 use inferd_text::Tokenizer;
 
 use crate::config::{kv_budget_bytes, split_budget, EngineConfig};
@@ -105,7 +105,7 @@ pub fn start<B: Backend + 'static>(
             model: model.identity(),
             layout: format!(
                 "{} kv2 l{} kvh{} d{} bs{bs}",
-                kv_dtype_name(dtype),
+                dtype.name(),
                 layout.n_layers,
                 layout.n_kv_heads,
                 layout.head_dim
@@ -144,7 +144,7 @@ pub fn start<B: Backend + 'static>(
             * cfg.park_fraction.clamp(0.0, 1.0)) as u64,
         bytes_per_block,
         slot_bytes,
-        kv_dtype_name: kv_dtype_name(dtype),
+        kv_dtype_name: dtype.name(),
         spill,
         loads: HashMap::new(),
         prefix_cache: cfg.prefix_cache,
@@ -175,11 +175,6 @@ pub fn start<B: Backend + 'static>(
         tokenizer,
         grammars,
     })
-}
-
-/// "f32" / "q8" / …: the KV element type as reports name it.
-fn kv_dtype_name(d: KvDtype) -> &'static str {
-    d.name()
 }
 
 pub(crate) struct Engine<B: Backend> {
