@@ -11,7 +11,7 @@
 #            transformers (float32) on it; make35 only makes it, hf35 only checks it;
 #            speed35 is `speed` on it
 #   profile  ncu's device time of every kernel of one decode step on /tmp/q8b (batch 1 and
-#            32 at 4096 tokens; `cuda_check profile ... prefill` times a long prefill chunk)
+#            32 at 4096 tokens) and of one prefill pass of 8 x 4096 tokens (speed's pass)
 #   fleet    `inferd serve --device cuda` on /tmp/q8b driven by `inferd bench fleet`;
 #            fleettemp the same at temperature 0.8 (32 and 64 x 4k); fleetq8 / fleetfp8 (and
 #            longq8 / longfp8) with --kv-dtype q8 / fp8
@@ -108,12 +108,12 @@ speed35)
   timeout 500 $B/cuda_check speed /tmp/q35 4096 2>&1 | tee -a $summary
   ;;
 profile)
-  for run in "4096 1 gemv" "4096 32 gemv"; do
-    set -- $run
-    timeout 100 ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv --page raw \
-      $B/cuda_check profile /tmp/q8b $1 $2 $3 >$OUT/ncu-$1-b$2-$3.csv 2>$OUT/ncu-$1-b$2-$3.err
-    note "ncu context $1 batch $2 $3: rc=$? $(grep -a 'profiled' $OUT/ncu-$1-b$2-$3.csv)"
-    python3 $C/ncu_summary.py $OUT/ncu-$1-b$2-$3.csv 14 2>&1 | tee -a $summary
+  for run in "4096 1 gemv" "4096 32 gemv" "4096 8 prefill 4096"; do
+    set -- $run; tag=$(echo $run | tr ' ' '-')
+    timeout 150 ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv --page raw \
+      $B/cuda_check profile /tmp/q8b $@ >$OUT/ncu-$tag.csv 2>$OUT/ncu-$tag.err
+    note "ncu $run: rc=$? $(grep -a 'profiled' $OUT/ncu-$tag.csv)"
+    python3 $C/ncu_summary.py $OUT/ncu-$tag.csv 16 2>&1 | tee -a $summary
   done
   ;;
 fleet|fleetq8|fleetfp8)

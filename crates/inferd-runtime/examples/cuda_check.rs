@@ -14,9 +14,9 @@
 //!   its own state slot.
 //! - `sampling`: the `sample` op over 1 to 64 rows of Qwen-sized random logits, per kind
 //!   of draw, on the device (the default) and by the host sampler from rows read back.
-//! - `profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill]`: one eager decode step inside
-//!   the profiler's capture range (`ncu --profile-from-start off`); `prefill`: the last
-//!   2048-token chunk of a CONTEXT-token prompt instead.
+//! - `profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill [CHUNK]]`: one eager decode step
+//!   inside the profiler's capture range (`ncu --profile-from-start off`); `prefill`: one
+//!   pass of the last CHUNK (default 2048) tokens of BATCH CONTEXT-token prompts instead.
 
 use std::path::Path;
 use std::time::Instant;
@@ -350,8 +350,11 @@ fn speed(model_dir: &Path, context: usize) {
 
 /// One eager decode step of `batch` sequences over `context` tokens each inside the
 /// profiler's capture range (for `ncu --profile-from-start off`), after two warm-up steps;
-/// with `prefill`, instead the last 2048-token chunk of a `context`-token prompt.
-fn profile(model_dir: &Path, context: usize, batch: usize, no_gemv: bool, prefill: bool) {
+/// with `prefill: Some(chunk)`, instead one pass of the last `chunk` tokens of `batch`
+/// `context`-token prompts (their earlier tokens prefilled before, one sequence a pass),
+/// after a warm-up pass of the same shape on other slots. `chunk == context` is the
+/// prefill pass that `speed` times.
+fn profile(model_dir: &Path, context: usize, batch: usize, no_gemv: bool, prefill: Option<usize>) {
     let cfg = inferd_runtime::CudaConfig {
         no_graphs: true,
         no_gemv,
@@ -359,63 +362,80 @@ fn profile(model_dir: &Path, context: usize, batch: usize, no_gemv: bool, prefil
     };
     let model = Model::load(CudaBackend::new(cfg).unwrap(), model_dir).unwrap();
     let vocab = model.cfg.vocab_size;
-    let mut pool = Pool::new(&model, batch * (context + 4), KvDtype::Bf16, batch);
-    let mut ws = model.workspace(context.max(batch), batch).unwrap();
-    let tables: Vec<Vec<u32>> = (0..batch).map(|_| pool.table(context + 4)).collect();
-    let chunk = if prefill { 2048.min(context) } else { 0 };
-    for (s, table) in tables.iter().enumerate() {
-        let ids: Vec<u32> = (0..context)
+    let seqs = if prefill.is_some() { 2 * batch } else { batch };
+    let mut pool = Pool::new(&model, seqs * (context + 4), KvDtype::Bf16, seqs);
+    let chunk = prefill.map_or(0, |c| c.min(context));
+    let mut ws = model
+        .workspace((batch * chunk).max(context).max(batch), seqs)
+        .unwrap();
+    let tables: Vec<Vec<u32>> = (0..seqs).map(|_| pool.table(context + 4)).collect();
+    let ids = |s: usize| -> Vec<u32> {
+        (0..context)
             .map(|i| ((i * 7919 + s * 104729) % vocab) as u32)
-            .collect();
-        for (i, piece) in [&ids[..context - chunk], &ids[context - chunk..]]
-            .into_iter()
-            .enumerate()
-        {
-            if piece.is_empty() {
-                continue;
-            }
-            let start = if i == 0 { 0 } else { context - chunk };
+            .collect()
+    };
+    let run = |pool: &mut Pool<CudaBackend>, ws: &mut _, b: &ForwardBatch| {
+        model.forward_in(ws, &mut pool.kv, &pool.layout, b).unwrap();
+        model.backend.synchronize().unwrap();
+    };
+    if let Some(_) = prefill {
+        // Every sequence's head, one a pass; then the warm-up pass (slots batch..2·batch)
+        // and the profiled one (slots 0..batch), each over `batch` last chunks.
+        for (s, table) in tables.iter().enumerate().filter(|_| chunk < context) {
             let mut b = ForwardBatch::default();
-            b.push_in_slot(piece, start, context, table.clone(), s as u32, true);
-            model.backend.synchronize().unwrap();
-            let last = i == 1;
-            if last {
-                CudaBackend::profiler(true);
-            }
-            let t = Instant::now();
-            model
-                .forward_in(&mut ws, &mut pool.kv, &pool.layout, &b)
-                .unwrap();
-            model.backend.synchronize().unwrap();
-            if last {
-                CudaBackend::profiler(false);
-                println!(
-                    "profiled prefill: {chunk} tokens at {}: {:.2} ms",
+            b.push_in_slot(
+                &ids(s)[..context - chunk],
+                0,
+                context,
+                table.clone(),
+                s as u32,
+                true,
+            );
+            run(&mut pool, &mut ws, &b);
+        }
+        for profiled in [false, true] {
+            let mut b = ForwardBatch::default();
+            for s in (0..batch).map(|s| if profiled { s } else { s + batch }) {
+                let tail = &ids(s)[context - chunk..];
+                b.push_in_slot(
+                    tail,
                     context - chunk,
-                    t.elapsed().as_secs_f64() * 1e3
+                    context,
+                    tables[s].clone(),
+                    s as u32,
+                    true,
+                );
+            }
+            CudaBackend::profiler(profiled);
+            let t = Instant::now();
+            run(&mut pool, &mut ws, &b);
+            CudaBackend::profiler(false);
+            if profiled {
+                println!(
+                    "profiled prefill: {batch} x {chunk} tokens at {}: {:.2} ms ({:.0} tok/s)",
+                    context - chunk,
+                    t.elapsed().as_secs_f64() * 1e3,
+                    (batch * chunk) as f64 / t.elapsed().as_secs_f64()
                 );
             }
         }
-    }
-    if prefill {
         return;
+    }
+    for (s, table) in tables.iter().enumerate() {
+        let mut b = ForwardBatch::default();
+        b.push_in_slot(&ids(s), 0, context, table.clone(), s as u32, true);
+        run(&mut pool, &mut ws, &b);
     }
     for step in 0..3 {
         let mut b = ForwardBatch::default();
         for (s, table) in tables.iter().enumerate() {
             b.push_in_slot(&[1], context + step, context, table.clone(), s as u32, true);
         }
-        model.backend.synchronize().unwrap();
-        if step == 2 {
-            CudaBackend::profiler(true);
-        }
+        CudaBackend::profiler(step == 2);
         let t = Instant::now();
-        model
-            .forward_in(&mut ws, &mut pool.kv, &pool.layout, &b)
-            .unwrap();
-        model.backend.synchronize().unwrap();
+        run(&mut pool, &mut ws, &b);
+        CudaBackend::profiler(false);
         if step == 2 {
-            CudaBackend::profiler(false);
             println!(
                 "profiled step: batch {batch}, context {context}, {}: {:.2} ms",
                 if no_gemv { "cuBLASLt" } else { "gemv" },
@@ -630,8 +650,10 @@ fn main() {
             a.get(3).map_or(512, |c| c.parse().expect("CONTEXT")),
             a.get(4).map_or(1, |c| c.parse().expect("BATCH")),
             a.get(5).is_some_and(|c| c == "cublas"),
-            a.get(5).is_some_and(|c| c == "prefill"),
+            a.get(5).filter(|c| *c == "prefill").map(|_| {
+                a.get(6).map_or(2048, |c| c.parse().expect("CHUNK"))
+            }),
         ),
-        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT] | sampling | profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill]"),
+        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT] | sampling | profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill [CHUNK]]"),
     }
 }
