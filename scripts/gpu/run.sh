@@ -16,7 +16,8 @@
 #            fleettemp the same at temperature 0.8 (32 and 64 x 4k); fleetq8 / fleetfp8 (and
 #            longq8 / longfp8) with --kv-dtype q8 / fp8
 #   speedkv  `speed` once per KV dtype (bf16, q8, fp8), default settings; owndecode: our
-#            decode kernel at every row count, bf16 and q8
+#            decode kernel at every row count, bf16 and q8; gemvloads: the matrix-vector
+#            kernel's loads in flight (4, 8, 16)
 #   sampling the sample op on the device against the host sampler (cuda_check sampling)
 #   peerbuild  starts building llama.cpp's CUDA llama-server (sm_90) in the background and
 #            makes /tmp/q8b with its bf16 GGUF /tmp/q8b.gguf (needs .device/peer from
@@ -46,7 +47,17 @@ for f in $C/*.xz; do n=$B/$(basename "$f" .xz); xz -dc "$f" > $n; chmod +x $n; d
 summary=$OUT/summary.txt
 note() { echo "$*" | tee -a $summary; }
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm --format=csv > $OUT/gpu.txt
-for stage in "$@"; do note "== $stage (load average $(cut -d' ' -f1-3 /proc/loadavg))"; case $stage in
+# SM clock, power and temperature every 200 ms through the call (clocks.csv; a summary per
+# stage in summary.txt).
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 200 > $OUT/clocks.csv 2>/dev/null &
+SMI=$!
+clocks() {  # the samples since line $1 of clocks.csv: SM MHz min / median, power max
+  tail -n +$1 $OUT/clocks.csv | awk -F', ' '{print $2, $3}' | sort -n | awk '{c[NR]=$1; if ($2>p) p=$2} END {if (NR) printf "SM clock %d-%d MHz (median %d), power up to %.0f W\n", c[1], c[NR], c[int((NR+1)/2)], p}'
+}
+for stage in "$@"; do
+  [ -n "${mark:-}" ] && note "   ($(clocks $mark))"
+  mark=$(($(wc -l < $OUT/clocks.csv) + 1))
+  note "== $stage (load average $(cut -d' ' -f1-3 /proc/loadavg))"; case $stage in
 tests)
   for t in workspace kv_blocks hf_reference hybrid_reference cuda_graphs cuda_attention cuda_hybrid; do
     case $t in cuda_*) filter= ;; hybrid_reference) filter=cuda ;; *) filter=cuda:: ;; esac
@@ -70,6 +81,10 @@ speed)
   ;;
 speedkv)
   timeout 300 $B/cuda_check speed /tmp/q8b 4096 bf16,q8,fp8 2>&1 | tee -a $summary
+  ;;
+gemvloads)
+  # The matrix-vector kernel with 4 / 8 (the default) / 16 loads in flight a lane.
+  timeout 300 $B/cuda_check speed /tmp/q8b 4096 bf16:loads4,bf16,bf16:loads16 2>&1 | tee -a $summary
   ;;
 owndecode)
   # Our decode kernel at every row count, bf16 and q8.
@@ -243,4 +258,6 @@ smol2)
   ;;
 esac; done
 # What comes back is at most 8 files: the summary, and everything else in one archive.
+[ -n "${mark:-}" ] && note "   ($(clocks $mark))"
+kill $SMI 2>/dev/null
 (cd $OUT && tar czf logs.tgz --exclude summary.txt --exclude logs.tgz * && find . -type f ! -name summary.txt ! -name logs.tgz -delete)

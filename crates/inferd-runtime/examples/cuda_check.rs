@@ -6,7 +6,7 @@
 //!   continuations, and one batch of eight prompts against each prompt alone.
 //! - `hf MODEL_DIR IDS_JSON LOGITS_F32`: the GPU against transformers' logits for the
 //!   same ids (written by `scripts/gpu/hf_logits.py`).
-//! - `speed MODEL_DIR [CONTEXT [DTYPE,…]]`: decode steps at batch 1, 2, 4, 8, 32 and 64 over CONTEXT
+//! - `speed MODEL_DIR [CONTEXT [DTYPE[:inferd|:loadsN],…]]`: decode steps at batch 1, 2, 4, 8, 32 and 64 over CONTEXT
 //!   prefilled tokens each, and one prefill pass: time per step, tokens/s, and the
 //!   fraction of the bandwidth roofline (weights + the KV read, and a hybrid model's
 //!   recurrent state read and written, over 4.3 TB/s); with graphs and the matrix-vector
@@ -265,30 +265,40 @@ fn step_bytes<B: Backend>(
 
 /// `cuda_check speed DIR CONTEXT DTYPE[:inferd],…`: the default configuration once per KV
 /// dtype (`:inferd`: decode attention by our kernel at every row count).
-fn speed_by_dtype(model_dir: &Path, context: usize, dtypes: &str) {
-    for spec in dtypes.split(',') {
-        let (name, ours) = match spec.split_once(':') {
-            Some((n, "inferd")) => (n, true),
-            _ => (spec, false),
-        };
+/// `speed` once per spec of `specs` (comma-separated): a KV dtype (bf16, q8, fp8), and
+/// optionally `:inferd` (our decode attention at every row count) or `:loadsN` (the
+/// matrix-vector kernel with N loads in flight a lane).
+fn speed_by_dtype(model_dir: &Path, context: usize, specs: &str) {
+    for spec in specs.split(',') {
+        let (name, variant) = spec.split_once(':').unwrap_or((spec, ""));
         let dtype = KvDtype::from_name(name).expect("a KV dtype: bf16, q8, fp8");
+        let ours = variant == "inferd";
+        let loads = variant
+            .strip_prefix("loads")
+            .map_or(0, |n| n.parse().expect("loadsN"));
         let cfg = inferd_runtime::CudaConfig {
             decode: if ours {
                 inferd_runtime::DecodeAttention::Inferd
             } else {
                 inferd_runtime::DecodeAttention::Auto
             },
+            gemv_loads: loads,
             ..Default::default()
         };
         let model = Model::load(CudaBackend::new(cfg).unwrap(), model_dir).unwrap();
         println!(
-            "{}: KV {}{}",
+            "{}: KV {}{}{}",
             model_dir.display(),
             dtype.name(),
             if ours {
                 ", decode attention by inferd's at every row count"
             } else {
                 ""
+            },
+            if loads > 0 {
+                format!(", gemv with {loads} loads in flight a lane")
+            } else {
+                String::new()
             }
         );
         speed_of(&model, context, dtype);
@@ -461,6 +471,7 @@ fn speed_of(model: &Model<CudaBackend>, context: usize, dtype: KvDtype) {
     };
     // Prefill every sequence, 8 per pass; the first pass is warm-up, the rest timed.
     let mut prefill_s = 0.0;
+    let mut queue_s = 0.0; // until forward_in returns: the host's share, if the GPU waits on it
     let mut prefill_tokens = 0;
     for (g, group) in (0..max_batch).collect::<Vec<_>>().chunks(8).enumerate() {
         let mut b = ForwardBatch::default();
@@ -472,16 +483,21 @@ fn speed_of(model: &Model<CudaBackend>, context: usize, dtype: KvDtype) {
         model
             .forward_in(&mut ws, &mut pool.kv, &pool.layout, &b)
             .unwrap();
+        let queued = t.elapsed().as_secs_f64();
         model.backend.synchronize().unwrap();
         if g > 0 {
             prefill_s += t.elapsed().as_secs_f64();
+            queue_s += queued;
             prefill_tokens += b.n_tokens();
         }
     }
+    let passes = (max_batch / 8 - 1).max(1) as f64;
     println!(
-        "prefill: {} tokens in passes of 8 x {context}: {:.0} tok/s",
+        "prefill: {} tokens in passes of 8 x {context}: {:.0} tok/s ({:.1} ms a pass, {:.1} ms of it queueing on the host)",
         prefill_tokens,
-        prefill_tokens as f64 / prefill_s
+        prefill_tokens as f64 / prefill_s,
+        prefill_s / passes * 1e3,
+        queue_s / passes * 1e3
     );
     println!("| batch | step ms (forward) | step ms (with sampling) | tok/s | weights+KV(+state) bytes / step | roofline fraction |");
     println!("|---|---|---|---|---|---|");

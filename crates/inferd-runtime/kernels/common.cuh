@@ -25,6 +25,26 @@ __device__ __forceinline__ void pdl_begin() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
 }
+// pdl_begin in two halves, for a kernel that reads memory no kernel of the pass writes
+// (weights, KV rows of earlier passes, the pass's metadata) before it waits.
+__device__ __forceinline__ void pdl_trigger() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+// Asynchronous global -> shared copies (sm_80+): 16 or 4 bytes, both addresses aligned
+// to the size; complete after cp_async_wait_all (each thread waits for its own).
+__device__ __forceinline__ void cp_async16(void* smem, const void* global) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(global) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* smem, const void* global) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(global) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+}
 
 // kernel<<<grid, block, smem, s>>>(args...) with programmatic stream serialization allowed;
 // errors are left for `launched`.

@@ -14,6 +14,12 @@
 // register pipeline, V loading during the scores and the next K during the sums, measured
 // slower on the H200: 17.3 against 14.3 ms an 8B step at 32 rows; docs/gpu-notes.md.)
 //
+// With one row (the PRE build) a block first copies the K/V rows of its range, up to
+// `pre_cap` positions, into shared memory, before it waits for the kernel before it
+// (ifd::pdl_trigger / pdl_wait): those rows were written by earlier passes, so their read
+// overlaps the Q/K/V projection of this layer instead of following it. Only the newest
+// position, which the KV append right before writes, is read again after the wait.
+//
 // The warps' partials are merged by their log-sum-exp in shared memory, then the splits'
 // by the last block of a (row, KV head) to finish (a counter per pair, reset by that
 // block, so a CUDA graph replays it). The grid depends only on the number of rows, so a
@@ -159,10 +165,11 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
                   const bf16* __restrict__ q, int n_kv, int block_size, float scale_log2,
                   const int32_t* __restrict__ seq, const int32_t* __restrict__ pos,
                   const int32_t* __restrict__ bt_off, const int32_t* __restrict__ bt,
-                  float* __restrict__ part, int32_t* __restrict__ done,
+                  float* __restrict__ part, int32_t* __restrict__ done, int pre_cap,
                   bf16* __restrict__ out) {
-  ifd::pdl_begin();
+  ifd::pdl_trigger();
   using K = Kv<D, KV>;
+  using E = typename K::Elem;
   using Vec = typename K::Vec;
   constexpr int N = Lane<D>::N;
   constexpr int P = 32 / G;  // positions a round
@@ -182,6 +189,55 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
   const int blocks = (len + block_size - 1) / block_size;
   const int per = (blocks + splits - 1) / splits;
   const int t0 = min(len, split * per * block_size), t1 = min(len, (split + 1) * per * block_size);
+  const size_t head_stride = static_cast<size_t>(block_size) * D;
+  const auto row_of = [&](int t) {  // position t's row in a [num_blocks, n_kv, block_size] plane
+    return (static_cast<size_t>(table[t / block_size]) * n_kv + kvh) * block_size + t % block_size;
+  };
+
+  // Positions [t0, pre_end) come from shared memory: K rows [pre_cap][D], V rows, then
+  // (8-bit) their K and V scales [pre_cap] each.
+  extern __shared__ float smem[];
+  E* const pk = reinterpret_cast<E*>(smem);
+  E* const pv = pk + static_cast<size_t>(pre_cap) * D;
+  float* const pks = reinterpret_cast<float*>(pv + static_cast<size_t>(pre_cap) * D);
+  float* const pvs = pks + pre_cap;
+  const int pre_end = min(t1, t0 + pre_cap);
+  constexpr int kChunks = D * static_cast<int>(sizeof(E)) / 16;  // 16-byte pieces a row
+  for (int c = threadIdx.x; c < (pre_end - t0) * kChunks; c += kWarps * 32) {
+    const int p = c / kChunks, piece = c % kChunks;
+    const size_t off = row_of(t0 + p) * D;
+    ifd::cp_async16(reinterpret_cast<char*>(pk + static_cast<size_t>(p) * D) + 16 * piece,
+                    reinterpret_cast<const char*>(kc + off) + 16 * piece);
+    ifd::cp_async16(reinterpret_cast<char*>(pv + static_cast<size_t>(p) * D) + 16 * piece,
+                    reinterpret_cast<const char*>(vc + off) + 16 * piece);
+  }
+  if constexpr (K::kScaled) {
+    for (int p = threadIdx.x; p < pre_end - t0; p += kWarps * 32) {
+      ifd::cp_async4(pks + p, ks + row_of(t0 + p));
+      ifd::cp_async4(pvs + p, vs + row_of(t0 + p));
+    }
+  }
+  ifd::pdl_wait();
+  if (pre_end > t0) {
+    ifd::cp_async_wait_all();
+    __syncthreads();
+    // The newest position's rows, which the append before this kernel wrote.
+    const int t = len - 1;
+    if (t < pre_end && warp == 0) {
+      const size_t off = row_of(t) * D;
+      for (int i = lane; i < D; i += 32) {
+        pk[static_cast<size_t>(t - t0) * D + i] = kc[off + i];
+        pv[static_cast<size_t>(t - t0) * D + i] = vc[off + i];
+      }
+      if constexpr (K::kScaled) {
+        if (lane == 0) {
+          pks[t - t0] = ks[row_of(t)];
+          pvs[t - t0] = vs[row_of(t)];
+        }
+      }
+    }
+    __syncthreads();
+  }
 
   float qv[G][N];
 #pragma unroll
@@ -199,13 +255,16 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
 #pragma unroll
     for (int i = 0; i < N; ++i) acc[g][i] = 0.f;
 
-  const size_t head_stride = static_cast<size_t>(block_size) * D;
   for (int base = t0 + warp * PI; base < t1; base += kWarps * PI) {
     Vec kr[PI], vr[PI];
 #pragma unroll
     for (int j = 0; j < PI; ++j) {
       const int t = base + j;
-      if (t < t1) {
+      if (t < pre_end) {
+        const size_t off = static_cast<size_t>(t - t0) * D + lane * N;
+        kr[j] = *reinterpret_cast<const Vec*>(pk + off);
+        vr[j] = *reinterpret_cast<const Vec*>(pv + off);
+      } else if (t < t1) {
         const size_t off = (static_cast<size_t>(table[t / block_size]) * n_kv + kvh) * head_stride +
                            static_cast<size_t>(t % block_size) * D + lane * N;
         kr[j] = *reinterpret_cast<const Vec*>(kc + off);
@@ -222,9 +281,11 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
       ksr[round] = vsr[round] = 0.f;
       if constexpr (K::kScaled) {
         const int t = base + round * P + lane / G;
-        if (t < t1) {
-          const size_t row =
-              (static_cast<size_t>(table[t / block_size]) * n_kv + kvh) * block_size + t % block_size;
+        if (t < pre_end) {
+          ksr[round] = pks[t - t0];
+          vsr[round] = pvs[t - t0];
+        } else if (t < t1) {
+          const size_t row = row_of(t);
           ksr[round] = ks[row];
           vsr[round] = vs[row];
         }
@@ -352,16 +413,54 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
   if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
 }
 
+// Blocks of the one-row build resident per multiprocessor: its registers allow 3.
+constexpr int kPreBlocks = 3;
+
+// The one-row build's prefetch: as many positions as fit beside its static shared memory
+// with kPreBlocks blocks a multiprocessor (at most 64 KiB), after raising the kernel's
+// dynamic shared memory limit to it once. 0 where none fit, or on an error (then `err`).
+template <int D, int G, int KV>
+int pre_positions(int* err) {
+  using K = Kv<D, KV>;
+  static int cap = -1;  // per instantiation; the same answer for every device of one kind
+  if (cap >= 0) return cap;
+  int dev = 0, per_sm = 0;
+  cudaFuncAttributes a{};
+  if ((*err = cudaGetDevice(&dev)) != 0 ||
+      (*err = cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev)) !=
+          0 ||
+      (*err = cudaFuncGetAttributes(&a, decode_kernel<D, G, KV, false>)) != 0)
+    return 0;
+  const int row = 2 * D * static_cast<int>(sizeof(typename K::Elem)) + (K::kScaled ? 8 : 0);
+  const int budget = per_sm / kPreBlocks - 1024 - static_cast<int>(a.sharedSizeBytes);
+  const int n = budget < (64 << 10) ? budget / row : (64 << 10) / row;
+  const int positions = n > 0 ? n / 16 * 16 : 0;
+  if (positions > 0 &&
+      (*err = cudaFuncSetAttribute(decode_kernel<D, G, KV, false>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, positions * row)) != 0)
+    return 0;
+  cap = positions;
+  return cap;
+}
+
 template <int D, int G, int KV>
 int launch_kv(const IfdPaged& kv, const void* q, int rows, float scale, const int32_t* seq,
               const int32_t* pos, const int32_t* bt_off, const int32_t* bt, int splits,
               float* part, int32_t* done, void* out, cudaStream_t s) {
-  using E = typename Kv<D, KV>::Elem;
+  using K = Kv<D, KV>;
+  using E = typename K::Elem;
   const dim3 grid(splits, kv.n_kv_heads, rows);
-  ifd::launch(rows > 1 ? decode_kernel<D, G, KV, true> : decode_kernel<D, G, KV, false>, grid, kWarps * 32, 0, s, static_cast<const E*>(kv.k),
-              static_cast<const E*>(kv.v), static_cast<const float*>(kv.k_scale),
-              static_cast<const float*>(kv.v_scale), static_cast<const bf16*>(q), kv.n_kv_heads,
-              kv.block_size, scale * 1.4426950408889634f, seq, pos, bt_off, bt, part, done,
+  int err = 0, pre = 0;
+  if (rows == 1) {
+    pre = pre_positions<D, G, KV>(&err);
+    if (err != 0) return err;
+  }
+  const size_t smem = static_cast<size_t>(pre) * (2 * D * sizeof(E) + (K::kScaled ? 8 : 0));
+  ifd::launch(rows > 1 ? decode_kernel<D, G, KV, true> : decode_kernel<D, G, KV, false>, grid,
+              kWarps * 32, smem, s, static_cast<const E*>(kv.k), static_cast<const E*>(kv.v),
+              static_cast<const float*>(kv.k_scale), static_cast<const float*>(kv.v_scale),
+              static_cast<const bf16*>(q), kv.n_kv_heads, kv.block_size,
+              scale * 1.4426950408889634f, seq, pos, bt_off, bt, part, done, pre,
               static_cast<bf16*>(out));
   return ifd::launched();
 }

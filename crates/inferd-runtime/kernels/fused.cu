@@ -64,16 +64,122 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// The same with 16-byte loads and stores (head_dim % 4 == 0): lane L owns the groups of 4
+// values L, L + 32, ... of its head.
+template <typename Q>
+__global__ void __launch_bounds__(kWarps * 32)
+    qkv_prep4_kernel(const float* __restrict__ qkv, int rows, int hq, int hkv, int d,
+                     const float* __restrict__ qn, const float* __restrict__ kn, float eps,
+                     int half, int neox, const int32_t* __restrict__ pos,
+                     const float* __restrict__ cos_tab, const float* __restrict__ sin_tab,
+                     Q* __restrict__ q, float* __restrict__ k, float* __restrict__ v) {
+  ifd::pdl_begin();
+  constexpr int kPer = kMaxHeadDim / 128;  // groups a lane at most
+  __shared__ float4 head[kWarps][kMaxHeadDim / 4];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int heads = hq + 2 * hkv, groups = d >> 2;
+  const size_t g = static_cast<size_t>(blockIdx.x) * kWarps + warp;  // row * heads + head
+  if (g >= static_cast<size_t>(rows) * heads) return;
+  const size_t r = g / heads;
+  const int h = static_cast<int>(g % heads);
+  const float4* src = reinterpret_cast<const float4*>(qkv + g * d);
+  if (h >= hq + hkv) {
+    float4* dst = reinterpret_cast<float4*>(v + (r * hkv + (h - hq - hkv)) * d);
+    for (int i = lane; i < groups; i += 32) dst[i] = src[i];
+    return;
+  }
+  float4 x[kPer];
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = lane + 32 * j;
+    x[j] = i < groups ? src[i] : float4{0.f, 0.f, 0.f, 0.f};
+    ss += x[j].x * x[j].x + x[j].y * x[j].y + x[j].z * x[j].z + x[j].w * x[j].w;
+  }
+  const float* w = h < hq ? qn : kn;
+  if (w) {
+    const float inv = rsqrtf(ifd::warp_sum(ss) / d + eps);
+    const float4* w4 = reinterpret_cast<const float4*>(w);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int i = lane + 32 * j;
+      if (i < groups) {
+        const float4 s4 = w4[i];
+        x[j] = float4{x[j].x * inv * s4.x, x[j].y * inv * s4.y, x[j].z * inv * s4.z,
+                      x[j].w * inv * s4.w};
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kPer; ++j)
+    if (lane + 32 * j < groups) head[warp][lane + 32 * j] = x[j];
+  __syncwarp();
+  const float* sh = reinterpret_cast<const float*>(head[warp]);
+  const float* c = cos_tab + static_cast<size_t>(pos[r]) * half;
+  const float* s = sin_tab + static_cast<size_t>(pos[r]) * half;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i4 = lane + 32 * j;
+    if (i4 >= groups) break;
+    float val[4];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const int i = 4 * i4 + t;
+      val[t] = sh[i];
+      if (i < 2 * half) {
+        // The pair (a, b) that i belongs to, and its angle jj.
+        const int jj = neox ? (i < half ? i : i - half) : i >> 1;
+        const int a = neox ? jj : 2 * jj, b = neox ? jj + half : 2 * jj + 1;
+        const float x0 = sh[a], x1 = sh[b];
+        val[t] = i == a ? x0 * c[jj] - x1 * s[jj] : x0 * s[jj] + x1 * c[jj];
+      }
+    }
+    if (h < hq) {
+      Q* dst = q + (r * hq + h) * d + 4 * i4;
+      if constexpr (sizeof(Q) == 2) {
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(val[0], val[1]);
+        const __nv_bfloat162 hi = __floats2bfloat162_rn(val[2], val[3]);
+        uint2 packed;
+        packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+        packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+        *reinterpret_cast<uint2*>(dst) = packed;
+      } else {
+        *reinterpret_cast<float4*>(dst) = float4{val[0], val[1], val[2], val[3]};
+      }
+    } else {
+      *reinterpret_cast<float4*>(k + (r * hkv + (h - hq)) * d + 4 * i4) =
+          float4{val[0], val[1], val[2], val[3]};
+    }
+  }
+}
+
 // out[r, c] = silu(gu[r, c]) * gu[r, f + c]   gu f32 [rows, 2f] -> out bf16 [rows, f]
-__global__ void swiglu_kernel(const float* __restrict__ gu, size_t rows, int f,
+// Grid (column groups, row groups): a thread takes V consecutive columns (V = 4 with
+// 16-byte loads when f % 4 == 0, else 1) of rows blockIdx.y, + gridDim.y, ...
+template <int V>
+__global__ void swiglu_kernel(const float* __restrict__ gu, int rows, int f,
                               bf16* __restrict__ out) {
   ifd::pdl_begin();
-  const size_t n = rows * f;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t r = i / f, c = i % f;
-    const float x = gu[r * 2 * f + c];
-    out[i] = __float2bfloat16(x / (1.f + __expf(-x)) * gu[r * 2 * f + f + c]);
+  const int c = (blockIdx.x * blockDim.x + threadIdx.x) * V;
+  if (c >= f) return;
+  for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+    const float* g = gu + static_cast<size_t>(r) * 2 * f + c;
+    bf16* o = out + static_cast<size_t>(r) * f + c;
+    if constexpr (V == 4) {
+      const float4 a = *reinterpret_cast<const float4*>(g);
+      const float4 u = *reinterpret_cast<const float4*>(g + f);
+      __nv_bfloat162 lo = __floats2bfloat162_rn(a.x / (1.f + __expf(-a.x)) * u.x,
+                                                a.y / (1.f + __expf(-a.y)) * u.y);
+      __nv_bfloat162 hi = __floats2bfloat162_rn(a.z / (1.f + __expf(-a.z)) * u.z,
+                                                a.w / (1.f + __expf(-a.w)) * u.w);
+      uint2 packed;
+      packed.x = *reinterpret_cast<uint32_t*>(&lo);
+      packed.y = *reinterpret_cast<uint32_t*>(&hi);
+      *reinterpret_cast<uint2*>(o) = packed;
+    } else {
+      const float x = g[0];
+      o[0] = __float2bfloat16(x / (1.f + __expf(-x)) * g[f]);
+    }
   }
 }
 }  // namespace
@@ -89,6 +195,19 @@ int ifd_qkv_prep(const float* qkv, int rows, int hq, int hkv, int head_dim, cons
   if (head_dim > kMaxHeadDim || 2 * half > head_dim) return static_cast<int>(cudaErrorInvalidValue);
   const unsigned blocks = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
   const cudaStream_t s = ifd::as_stream(stream);
+  const auto addr = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
+  if (head_dim % 4 == 0 && ((addr(qkv) | addr(q_norm) | addr(k_norm) | addr(k) | addr(v)) & 15) == 0 &&
+      (addr(q) & (q_bf16 ? 7 : 15)) == 0) {
+    if (q_bf16)
+      ifd::launch(qkv_prep4_kernel<bf16>, blocks, kWarps * 32, 0, s, qkv, rows, hq, hkv, head_dim,
+                  q_norm, k_norm, eps, half, neox, pos, cos_tab, sin_tab, static_cast<bf16*>(q), k,
+                  v);
+    else
+      ifd::launch(qkv_prep4_kernel<float>, blocks, kWarps * 32, 0, s, qkv, rows, hq, hkv, head_dim,
+                  q_norm, k_norm, eps, half, neox, pos, cos_tab, sin_tab, static_cast<float*>(q),
+                  k, v);
+    return ifd::launched();
+  }
   if (q_bf16)
     ifd::launch(qkv_prep_kernel<bf16>, blocks, kWarps * 32, 0, s, qkv, rows, hq, hkv, head_dim,
                 q_norm, k_norm, eps, half, neox, pos, cos_tab, sin_tab, static_cast<bf16*>(q), k,
@@ -101,11 +220,17 @@ int ifd_qkv_prep(const float* qkv, int rows, int hq, int hkv, int head_dim, cons
 }
 
 int ifd_swiglu(const float* gate_up, int rows, int f, void* out, void* stream) {
-  const size_t n = static_cast<size_t>(rows) * f;
-  if (n == 0) return 0;
-  const size_t b = (n + 255) / 256;
-  ifd::launch(swiglu_kernel, static_cast<unsigned>(b < 65535 * 16 ? b : 65535 * 16), 256, 0,
-              ifd::as_stream(stream), gate_up, rows, f, static_cast<bf16*>(out));
+  if (rows == 0 || f == 0) return 0;
+  constexpr unsigned kThreads = 256;
+  const int v = f % 4 == 0 ? 4 : 1;
+  const dim3 grid(ifd::blocks_for(static_cast<size_t>(f / v), kThreads),
+                  static_cast<unsigned>(rows < 65535 ? rows : 65535));
+  if (v == 4)
+    ifd::launch(swiglu_kernel<4>, grid, kThreads, 0, ifd::as_stream(stream), gate_up, rows, f,
+                static_cast<bf16*>(out));
+  else
+    ifd::launch(swiglu_kernel<1>, grid, kThreads, 0, ifd::as_stream(stream), gate_up, rows, f,
+                static_cast<bf16*>(out));
   return ifd::launched();
 }
 

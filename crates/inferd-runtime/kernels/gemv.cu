@@ -1,7 +1,10 @@
 // Matrix-vector products for decode-sized batches: y[r, o] = x[r, :] · W[o, :] (+ b[o])
 // for R ≤ 8 rows of x. Such a product is bound by reading W once: each warp streams one
 // row of W with 16-byte loads that bypass L1 and applies every load to all R rows of x
-// (read through L1, where they stay). The sum of a row runs in a fixed order that does
+// (read through L1, where they stay). A lane keeps U loads of W in flight (U · 512 bytes
+// a warp): the products of a decode step are small (an 8B model's are 34-201 MB, 8-50 µs),
+// so a kernel is over before many rounds of loads, and what a multiprocessor has in
+// flight, not the number of rounds, sets how close it comes to the bandwidth. The sum of a row runs in a fixed order that does
 // not depend on R, so a row's result is the same in any batch of up to 8 rows. A block's
 // first loads of W are issued before it waits for the kernel before (see ifd::pdl_begin).
 #include "common.cuh"
@@ -9,8 +12,7 @@
 namespace {
 using ifd::bf16;
 
-constexpr int kWarps = 8;   // output rows per block, one per warp
-constexpr int kUnroll = 4;  // 16-byte loads of W in flight per lane
+constexpr int kWarps = 8;  // output rows per block, one per warp
 
 __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   uint4 v;
@@ -34,7 +36,7 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc)
 }
 
 // x bf16 [R, k], w bf16 [out, k], bias f32 [out] or null -> y f32 [R, out]; k % 8 == 0.
-template <int R>
+template <int R, int kUnroll>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
                 const float* __restrict__ bias, float* __restrict__ y, int k, int out) {
@@ -83,30 +85,41 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-template <int R>
-int launch(const void* x, const void* w, const float* bias, float* y, int k, int out,
-           cudaStream_t s) {
-  ifd::launch(gemv_kernel<R>, (out + kWarps - 1) / kWarps, kWarps * 32, 0, s,
+template <int R, int U>
+int launch_u(const void* x, const void* w, const float* bias, float* y, int k, int out,
+             cudaStream_t s) {
+  ifd::launch(gemv_kernel<R, U>, (out + kWarps - 1) / kWarps, kWarps * 32, 0, s,
               static_cast<const bf16*>(x), static_cast<const bf16*>(w), bias, y, k, out);
   return ifd::launched();
+}
+
+// U loads in flight per lane: 4, 8 or 16 (more rows of x, fewer: their registers).
+template <int R>
+int launch(const void* x, const void* w, const float* bias, float* y, int k, int out, int loads,
+           cudaStream_t s) {
+  if constexpr (R <= 2)
+    if (loads >= 16) return launch_u<R, 16>(x, w, bias, y, k, out, s);
+  if constexpr (R <= 4)
+    if (loads >= 8) return launch_u<R, 8>(x, w, bias, y, k, out, s);
+  return launch_u<R, 4>(x, w, bias, y, k, out, s);
 }
 }  // namespace
 
 extern "C" int ifd_gemv(const void* x, const void* w, const float* bias, float* y, int n,
-                        int k, int out, void* stream) {
+                        int k, int out, int loads, void* stream) {
   const cudaStream_t s = ifd::as_stream(stream);
   if (n == 0 || out == 0) return 0;
   if (k % 8 != 0) return static_cast<int>(cudaErrorInvalidValue);
   switch (n) {
     case 1:
-      return launch<1>(x, w, bias, y, k, out, s);
-    case 2: return launch<2>(x, w, bias, y, k, out, s);
-    case 3: return launch<3>(x, w, bias, y, k, out, s);
-    case 4: return launch<4>(x, w, bias, y, k, out, s);
-    case 5: return launch<5>(x, w, bias, y, k, out, s);
-    case 6: return launch<6>(x, w, bias, y, k, out, s);
-    case 7: return launch<7>(x, w, bias, y, k, out, s);
-    case 8: return launch<8>(x, w, bias, y, k, out, s);
+      return launch<1>(x, w, bias, y, k, out, loads, s);
+    case 2: return launch<2>(x, w, bias, y, k, out, loads, s);
+    case 3: return launch<3>(x, w, bias, y, k, out, loads, s);
+    case 4: return launch<4>(x, w, bias, y, k, out, loads, s);
+    case 5: return launch<5>(x, w, bias, y, k, out, loads, s);
+    case 6: return launch<6>(x, w, bias, y, k, out, loads, s);
+    case 7: return launch<7>(x, w, bias, y, k, out, loads, s);
+    case 8: return launch<8>(x, w, bias, y, k, out, loads, s);
     default: return static_cast<int>(cudaErrorInvalidValue);
   }
 }

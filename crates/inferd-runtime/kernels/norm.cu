@@ -6,6 +6,53 @@
 namespace {
 using ifd::bf16;
 
+// The 16-byte path (cols % 4 == 0, cols ≤ 4 · V · blockDim.x): each thread keeps the V
+// groups of 4 values it owns (groups threadIdx.x + j · blockDim.x) in registers between
+// the sum of squares and the scaling, so x is read once; with RESIDUAL, y is added to x
+// first and the sum written back.
+template <int V, bool RESIDUAL>
+__global__ void norm4_kernel(float* __restrict__ x, const float* __restrict__ y,
+                             const float* __restrict__ w, int cols, float eps,
+                             bf16* __restrict__ out) {
+  ifd::pdl_begin();
+  const size_t r = blockIdx.x;
+  const int groups = cols >> 2;
+  float4* row = reinterpret_cast<float4*>(x + r * cols);
+  float4 v[V];
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int c = threadIdx.x + j * blockDim.x;
+    v[j] = c < groups ? row[c] : float4{0.f, 0.f, 0.f, 0.f};
+    if constexpr (RESIDUAL) {
+      if (c < groups) {
+        const float4 b = reinterpret_cast<const float4*>(y + r * cols)[c];
+        v[j].x += b.x;
+        v[j].y += b.y;
+        v[j].z += b.z;
+        v[j].w += b.w;
+        row[c] = v[j];
+      }
+    }
+    ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+  }
+  const float inv = rsqrtf(ifd::block_sum(ss) / cols + eps);
+  const float4* w4 = reinterpret_cast<const float4*>(w);
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int c = threadIdx.x + j * blockDim.x;
+    if (c >= groups) break;
+    const float4 g = w4[c];
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(v[j].x * inv * g.x, v[j].y * inv * g.y);
+    const __nv_bfloat162 hi = __floats2bfloat162_rn(v[j].z * inv * g.z, v[j].w * inv * g.w);
+    uint2 packed;
+    packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+    packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+    reinterpret_cast<uint2*>(out + r * cols)[c] = packed;
+  }
+}
+
+// Any width: one value per thread at a time, x read twice.
 __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ w,
                                 int cols, float eps, bf16* __restrict__ out) {
   ifd::pdl_begin();
@@ -51,6 +98,27 @@ __global__ void head_rms_norm_kernel(float* __restrict__ x, const float* __restr
 }
 
 unsigned threads_for(int cols) { return cols >= 2048 ? 1024 : cols >= 512 ? 256 : 128; }
+
+// Launches the 16-byte path when the row fits it (true), for x [rows, cols].
+template <bool RESIDUAL>
+bool launch_norm4(float* x, const float* y, const float* w, int rows, int cols, float eps,
+                  bf16* out, cudaStream_t s) {
+  const auto addr = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
+  if (cols % 4 != 0 || ((addr(x) | addr(y) | addr(w)) & 15) != 0 || (addr(out) & 7) != 0)
+    return false;
+  const int groups = cols / 4;
+  // The fewest groups a thread (V) for at most 1024 threads, threads a multiple of 32.
+  const int v = groups <= 1024 ? 1 : groups <= 2048 ? 2 : groups <= 4096 ? 4 : 0;
+  if (v == 0) return false;
+  const unsigned threads = static_cast<unsigned>(((groups + v - 1) / v + 31) / 32 * 32);
+  if (v == 1)
+    ifd::launch(norm4_kernel<1, RESIDUAL>, rows, threads, 0, s, x, y, w, cols, eps, out);
+  else if (v == 2)
+    ifd::launch(norm4_kernel<2, RESIDUAL>, rows, threads, 0, s, x, y, w, cols, eps, out);
+  else
+    ifd::launch(norm4_kernel<4, RESIDUAL>, rows, threads, 0, s, x, y, w, cols, eps, out);
+  return true;
+}
 }  // namespace
 
 extern "C" {
@@ -58,16 +126,22 @@ extern "C" {
 int ifd_rms_norm(const float* x, const float* w, int rows, int cols, float eps, void* out,
                  void* stream) {
   if (rows == 0) return 0;
-  ifd::launch(rms_norm_kernel, rows, threads_for(cols), 0, ifd::as_stream(stream), x, w, cols, eps,
-              static_cast<bf16*>(out));
+  const cudaStream_t s = ifd::as_stream(stream);
+  // The 16-byte path does not write x without RESIDUAL.
+  if (!launch_norm4<false>(const_cast<float*>(x), nullptr, w, rows, cols, eps,
+                           static_cast<bf16*>(out), s))
+    ifd::launch(rms_norm_kernel, rows, threads_for(cols), 0, s, x, w, cols, eps,
+                static_cast<bf16*>(out));
   return ifd::launched();
 }
 
 int ifd_add_rms_norm(float* x, const float* y, const float* w, int rows, int cols, float eps,
                      void* out, void* stream) {
   if (rows == 0) return 0;
-  ifd::launch(add_rms_norm_kernel, rows, threads_for(cols), 0, ifd::as_stream(stream), x, y, w,
-              cols, eps, static_cast<bf16*>(out));
+  const cudaStream_t s = ifd::as_stream(stream);
+  if (!launch_norm4<true>(x, y, w, rows, cols, eps, static_cast<bf16*>(out), s))
+    ifd::launch(add_rms_norm_kernel, rows, threads_for(cols), 0, s, x, y, w, cols, eps,
+                static_cast<bf16*>(out));
   return ifd::launched();
 }
 

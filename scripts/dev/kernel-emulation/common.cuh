@@ -35,6 +35,9 @@ struct uint4 {
 struct float2 {
   float x, y;
 };
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
 
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;
@@ -50,9 +53,25 @@ using cudaStream_t = void*;
 enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorInvalidDevice = 101 };
 inline int cudaGetLastError() { return 0; }
 inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
-enum { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97, cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
-inline cudaError_t cudaDeviceGetAttribute(int* v, int, int) { *v = 227 << 10; return cudaSuccess; }
+enum {
+  cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
+  cudaDevAttrMaxSharedMemoryPerMultiprocessor = 81,
+  cudaFuncAttributeMaxDynamicSharedMemorySize = 8
+};
+// An H100/H200's shared memory: 227 KiB a block, 228 KiB a multiprocessor.
+inline cudaError_t cudaDeviceGetAttribute(int* v, int attr, int) {
+  *v = attr == cudaDevAttrMaxSharedMemoryPerMultiprocessor ? 228 << 10 : 227 << 10;
+  return cudaSuccess;
+}
 template <typename F> cudaError_t cudaFuncSetAttribute(F, int, int) { return cudaSuccess; }
+// Static shared memory is not tracked here: 0 bytes.
+struct cudaFuncAttributes {
+  size_t sharedSizeBytes = 0;
+};
+template <typename F> cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, F) {
+  *a = {};
+  return cudaSuccess;
+}
 
 struct __nv_bfloat16 {
   uint16_t bits;
@@ -83,6 +102,7 @@ inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __expf(float x) { return std::exp(x); }  // the device's is approximate
+inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
 inline double __dadd_rn(double a, double b) { return a + b; }
 inline double __dsub_rn(double a, double b) { return a - b; }
 inline double __dmul_rn(double a, double b) { return a * b; }
@@ -160,6 +180,11 @@ using bf16 = __nv_bfloat16;
 inline cudaStream_t as_stream(void* s) { return s; }
 inline int launched() { return 0; }
 inline void pdl_begin() {}
+inline void pdl_trigger() {}
+inline void pdl_wait() {}
+inline void cp_async16(void* smem, const void* global) { std::memcpy(smem, global, 16); }
+inline void cp_async4(void* smem, const void* global) { std::memcpy(smem, global, 4); }
+inline void cp_async_wait_all() {}
 
 // Every lane of the warp gets the sum (the lanes' values in lane order).
 inline float warp_sum(float v) {
@@ -187,6 +212,22 @@ inline float load(const float* p) { return *p; }
 inline float load(const bf16* p) { return __bfloat162float(*p); }
 inline void store(float* p, float v) { *p = v; }
 inline void store(bf16* p, float v) { *p = __float2bfloat16(v); }
+
+inline unsigned blocks_for(size_t n, unsigned threads) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
+
+// Sum over the block: every thread posts its value, then each adds them all in thread
+// order (the device adds per warp, then the warps' sums).
+inline float block_slots[1024];
+inline float block_sum(float v) {
+  block_slots[threadIdx.x] = v;
+  __syncthreads();
+  float s = 0.f;
+  for (int t = 0; t < blockDim.x; ++t) s += block_slots[t];
+  __syncthreads();
+  return s;
+}
 
 // Runs the grid: blocks in order, each block's threads at once.
 template <typename... Params, typename... Args>

@@ -11,7 +11,9 @@
 # - the 8-bit KV kernels (attention.cu's append, page dequantization and simple attention,
 #   decode.cu) for Q8 and Fp8: codes and scales bit for bit against a quantizer of its own,
 #   attention against double precision over the dequantized rows (kv8_emu.cpp; cuda_fp8.h
-#   stands in for CUDA's e4m3 conversions).
+#   stands in for CUDA's e4m3 conversions);
+# - the norms', SwiGLU's and qkv_prep's 16-byte paths against the scalar kernels they
+#   replace, on the same inputs (elementwise_emu.cpp).
 # Usage: scripts/dev/kernel-emulation/run.sh (needs g++ >= 11).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -19,9 +21,11 @@ k=$here/../../../crates/inferd-runtime/kernels
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cp "$here/common.cuh" "$here/hybrid_ops_emu.cpp" "$here/sample_emu.cpp" "$k/sample_plan.cu" "$tmp/"
-cp "$here/cuda_fp8.h" "$here/kv8_emu.cpp" "$k/attention.cu" "$k/decode.cu" "$k/kv8.cuh" "$k/inferd.h" "$tmp/"
+cp "$here/cuda_fp8.h" "$here/kv8_emu.cpp" "$k/attention.cu" "$k/kv8.cuh" "$k/inferd.h" "$tmp/"
+cp "$here/elementwise_emu.cpp" "$k/fused.cu" "$k/norm.cu" "$tmp/"
 # The one construct common.cuh cannot redefine: dynamic shared memory.
 sed -e 's/extern __shared__ float smem\[\];/float* smem = emu::dyn_smem;/' "$k/delta_rule.cu" > "$tmp/delta_rule.cu"
+sed -e 's/extern __shared__ float smem\[\];/float* smem = emu::dyn_smem;/' "$k/decode.cu" > "$tmp/decode.cu"
 cp "$k/delta_net.cu" "$tmp/delta_net.cu"
 cd "$tmp"
 g++ -std=c++20 -O2 -pthread -x c++ hybrid_ops_emu.cpp -o ops
@@ -43,4 +47,7 @@ export INFERD_SAMPLE_EMU=$tmp
 # 8-bit KV: append, pages, decode and simple attention.
 g++ -std=c++20 -O2 -pthread -I"$tmp" -x c++ kv8_emu.cpp -o kv8
 ./kv8 || status=1
+# The norms, SwiGLU and qkv_prep.
+g++ -std=c++20 -O2 -pthread -I"$tmp" -x c++ elementwise_emu.cpp -o elementwise
+./elementwise || status=1
 exit $status

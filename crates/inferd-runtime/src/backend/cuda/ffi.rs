@@ -83,6 +83,7 @@ extern "C" {
         n: c_int,
         k: c_int,
         out: c_int,
+        loads: c_int,
         stream: Stream,
     ) -> c_int;
     pub fn ifd_qkv_prep(

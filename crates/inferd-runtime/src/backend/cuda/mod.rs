@@ -56,6 +56,9 @@ pub struct CudaConfig {
     /// comparison: by default passes of up to [`GEMV_MAX_ROWS`] rows use inferd's own
     /// matrix-vector kernel).
     pub no_gemv: bool,
+    /// 16-byte loads of a weight row each lane of the matrix-vector kernel keeps in flight
+    /// (4, 8 or 16); 0: [`GEMV_LOADS`].
+    pub gemv_loads: usize,
     /// Which kernel attends decode rows (bf16 KV); the default picks by the number of rows.
     pub decode: DecodeAttention,
     /// Every row but a plain greedy one drawn by the host sampler from its logits row read
@@ -83,6 +86,11 @@ pub enum DecodeAttention {
 /// docs/gpu-notes.md.)
 pub const GEMV_MAX_ROWS: usize = 2;
 
+/// The matrix-vector kernel's loads in flight per lane (see `kernels/gemv.cu`): an 8B
+/// decode step at 4096 tokens, one row, took 4.83 / 4.91 / 4.75 ms with 4 / 8 / 16 on the
+/// H200 (session 7, one run; docs/gpu-notes.md).
+pub const GEMV_LOADS: usize = 16;
+
 /// Decode passes of at most this many rows take inferd's decode attention
 /// (`kernels/decode.cu`), larger ones FlashInfer's (bf16 pools; 8-bit ones are ours at any
 /// row count): an 8B step at 4096 tokens on the H200, forward ms, ours against FlashInfer's
@@ -99,6 +107,7 @@ struct Inner {
     graphs: Option<graphs::Graphs>,
     /// Rows up to which products run as the matrix-vector kernel (0: never).
     gemv_rows: usize,
+    gemv_loads: usize,
     decode: DecodeAttention,
     host_sampling: bool,
     /// Our decode kernel's split partials, allocated once at its largest size (its
@@ -140,6 +149,11 @@ impl CudaBackend {
                 buckets: Mutex::default(),
                 graphs: (!cfg.no_graphs).then(graphs::Graphs::default),
                 gemv_rows: if cfg.no_gemv { 0 } else { GEMV_MAX_ROWS },
+                gemv_loads: if cfg.gemv_loads == 0 {
+                    GEMV_LOADS
+                } else {
+                    cfg.gemv_loads
+                },
                 decode: cfg.decode,
                 host_sampling: cfg.host_sampling,
                 decode_part: Mutex::new(None),
@@ -619,7 +633,17 @@ impl Backend for CudaBackend {
             let bp = b.map_or(std::ptr::null(), |(p, _)| p);
             return check(
                 unsafe {
-                    ffi::ifd_gemv(xp, wb.ptr(), bp, op, int(x.rows), int(w_in), int(w_out), s)
+                    ffi::ifd_gemv(
+                        xp,
+                        wb.ptr(),
+                        bp,
+                        op,
+                        int(x.rows),
+                        int(w_in),
+                        int(w_out),
+                        int(self.inner.gemv_loads),
+                        s,
+                    )
                 },
                 "gemv",
             );

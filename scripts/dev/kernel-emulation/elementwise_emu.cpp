@@ -1,0 +1,179 @@
+// The 16-byte paths of kernels/norm.cu (rms_norm, add_rms_norm) and kernels/fused.cu
+// (qkv_prep) run on the host (see run.sh) against the one-value-a-thread kernels they
+// replace, which the same entry points still take for rows they cannot load 16 bytes at a
+// time: the same inputs are given once aligned and once one float off, so each call goes
+// down one path. SwiGLU (both widths) is checked against the formula. Shapes: the model
+// widths of SmolLM2 (576), Qwen3-8B (4096) and one past the 16-byte path's register
+// budget; heads of 64, 128 and 256 values, NeoX and interleaved rotation, whole and
+// partial rotary, with and without QK-norm, q in f32 and bf16.
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "fused.cu"
+#include "norm.cu"
+
+namespace {
+int failures = 0;
+
+void expect(bool ok, const char* what, double got = 0, double limit = 0) {
+  if (!ok) {
+    std::printf("FAIL %s (%g, limit %g)\n", what, got, limit);
+    ++failures;
+  }
+}
+
+// A buffer holding `n` floats at `data()`, 16-byte aligned, or one float past that.
+struct Buf {
+  std::vector<float4> store;
+  bool shifted;
+  Buf(size_t n, bool shift) : store(n / 4 + 2), shifted(shift) {}
+  float* data() { return reinterpret_cast<float*>(store.data()) + (shifted ? 1 : 0); }
+};
+
+std::vector<float> randn(size_t n, unsigned seed, float scale = 1.f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = g(rng);
+  return v;
+}
+
+// Largest difference of two bf16 arrays in units of the larger's last place, and of f32
+// arrays relative to their magnitude.
+double bf16_ulps(const bf16* a, const bf16* b, size_t n) {
+  double worst = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double x = __bfloat162float(a[i]), y = __bfloat162float(b[i]);
+    const double ulp = std::max(std::abs(x), std::abs(y)) / 128.0 + 1e-30;
+    worst = std::max(worst, std::abs(x - y) / ulp);
+  }
+  return worst;
+}
+double f32_rel(const float* a, const float* b, size_t n) {
+  double worst = 0;
+  for (size_t i = 0; i < n; ++i)
+    worst = std::max(worst, std::abs(double(a[i]) - b[i]) / (std::abs(double(b[i])) + 1e-3));
+  return worst;
+}
+
+void norms(int rows, int cols) {
+  const size_t n = static_cast<size_t>(rows) * cols;
+  const auto x0 = randn(n, cols, 2.f), y0 = randn(n, cols + 1), w0 = randn(cols, cols + 2);
+  for (bool residual : {false, true}) {
+    std::vector<float> xs[2];
+    std::vector<bf16> outs[2];
+    for (int shift = 0; shift < 2; ++shift) {
+      Buf x(n, shift), y(n, shift), w(cols, shift);
+      std::copy(x0.begin(), x0.end(), x.data());
+      std::copy(y0.begin(), y0.end(), y.data());
+      std::copy(w0.begin(), w0.end(), w.data());
+      outs[shift].resize(n);
+      if (residual)
+        expect(ifd_add_rms_norm(x.data(), y.data(), w.data(), rows, cols, 1e-6f,
+                                outs[shift].data(), nullptr) == 0, "add_rms_norm");
+      else
+        expect(ifd_rms_norm(x.data(), w.data(), rows, cols, 1e-6f, outs[shift].data(),
+                            nullptr) == 0, "rms_norm");
+      xs[shift].assign(x.data(), x.data() + n);
+    }
+    char what[96];
+    std::snprintf(what, sizeof what, "%s %d x %d: 16-byte path against the scalar one",
+                  residual ? "add_rms_norm" : "rms_norm", rows, cols);
+    // The sums of squares add in another order: at most one bf16 place apart.
+    const double ulps = bf16_ulps(outs[0].data(), outs[1].data(), n);
+    expect(ulps <= 1.0, what, ulps, 1.0);
+    // The residual sum itself is exact either way.
+    expect(xs[0] == xs[1], "the residual stream written back");
+    std::printf("%s: %.2f places\n", what, ulps);
+  }
+}
+
+void swiglu(int rows, int f) {
+  const auto gu = randn(static_cast<size_t>(rows) * 2 * f, f, 3.f);
+  Buf in(gu.size(), false);
+  std::copy(gu.begin(), gu.end(), in.data());
+  std::vector<bf16> out(static_cast<size_t>(rows) * f);
+  expect(ifd_swiglu(in.data(), rows, f, out.data(), nullptr) == 0, "swiglu");
+  int wrong = 0;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < f; ++c) {
+      const float x = gu[static_cast<size_t>(r) * 2 * f + c];
+      const float u = gu[static_cast<size_t>(r) * 2 * f + f + c];
+      const bf16 want = __float2bfloat16(x / (1.f + __expf(-x)) * u);
+      wrong += want.bits != out[static_cast<size_t>(r) * f + c].bits;
+    }
+  char what[64];
+  std::snprintf(what, sizeof what, "swiglu %d x %d: values off the formula", rows, f);
+  expect(wrong == 0, what, wrong, 0);
+  std::printf("%s: %d\n", what, wrong);
+}
+
+struct Heads {
+  int hq, hkv, d, half, neox;
+  bool norm, q_bf16;
+};
+
+void qkv(int rows, const Heads& h) {
+  const int width = (h.hq + 2 * h.hkv) * h.d, positions = rows + 3;
+  const size_t n = static_cast<size_t>(rows) * width;
+  const auto src = randn(n, h.d * 7 + h.half, 1.5f);
+  const auto qn0 = randn(h.d, 11), kn0 = randn(h.d, 12);
+  std::vector<float> cos_tab(static_cast<size_t>(positions) * h.half),
+      sin_tab(cos_tab.size());
+  for (int p = 0; p < positions; ++p)
+    for (int j = 0; j < h.half; ++j) {
+      const double a = p * std::pow(10000.0, -2.0 * j / (2 * h.half));
+      cos_tab[p * h.half + j] = static_cast<float>(std::cos(a));
+      sin_tab[p * h.half + j] = static_cast<float>(std::sin(a));
+    }
+  std::vector<int32_t> pos(rows);
+  for (int r = 0; r < rows; ++r) pos[r] = (r * 5 + 2) % positions;
+  const size_t nq = static_cast<size_t>(rows) * h.hq * h.d, nk = static_cast<size_t>(rows) * h.hkv * h.d;
+  std::vector<float> q32[2], k[2], v[2];
+  std::vector<bf16> q16[2];
+  for (int shift = 0; shift < 2; ++shift) {
+    Buf in(n, shift), qn(h.d, shift), kn(h.d, shift), qo(nq, shift), ko(nk, shift), vo(nk, shift);
+    std::copy(src.begin(), src.end(), in.data());
+    std::copy(qn0.begin(), qn0.end(), qn.data());
+    std::copy(kn0.begin(), kn0.end(), kn.data());
+    std::vector<bf16> qb(nq + 4);
+    void* q = h.q_bf16 ? static_cast<void*>(qb.data() + shift) : static_cast<void*>(qo.data());
+    expect(ifd_qkv_prep(in.data(), rows, h.hq, h.hkv, h.d, h.norm ? qn.data() : nullptr,
+                        h.norm ? kn.data() : nullptr, 1e-6f, h.half, h.neox, pos.data(),
+                        cos_tab.data(), sin_tab.data(), q, h.q_bf16, ko.data(), vo.data(),
+                        nullptr) == 0, "qkv_prep");
+    q32[shift].assign(qo.data(), qo.data() + nq);
+    q16[shift].assign(qb.data() + shift, qb.data() + shift + nq);
+    k[shift].assign(ko.data(), ko.data() + nk);
+    v[shift].assign(vo.data(), vo.data() + nk);
+  }
+  char what[128];
+  std::snprintf(what, sizeof what, "qkv_prep %d rows, %d/%d heads of %d, rotary %d%s%s%s", rows,
+                h.hq, h.hkv, h.d, 2 * h.half, h.neox ? " neox" : " interleaved",
+                h.norm ? ", QK-norm" : "", h.q_bf16 ? ", q bf16" : "");
+  // QK-norm's sum adds in another order; without it the paths are equal.
+  const double lim = h.norm ? 1e-5 : 0.0;
+  const double dk = f32_rel(k[0].data(), k[1].data(), nk);
+  const double dq = h.q_bf16 ? bf16_ulps(q16[0].data(), q16[1].data(), nq) / 128.0
+                             : f32_rel(q32[0].data(), q32[1].data(), nq);
+  expect(dk <= lim, what, dk, lim);
+  expect(dq <= (h.q_bf16 && h.norm ? 1.0 / 128 : lim), what, dq, lim);
+  expect(v[0] == v[1], "v copied");
+  std::printf("%s: q %.2e, k %.2e\n", what, dq, dk);
+}
+}  // namespace
+
+int main() {
+  for (int cols : {576, 4096, 16388}) norms(3, cols);
+  norms(2, 18);  // under one warp of groups
+  swiglu(3, 1536);
+  swiglu(2, 37);  // not a multiple of 4: one value a thread
+  qkv(5, {4, 2, 128, 64, 1, true, true});    // Qwen3
+  qkv(4, {4, 2, 128, 64, 1, true, false});
+  qkv(3, {3, 1, 64, 32, 1, false, false});   // SmolLM2-like, no QK-norm
+  qkv(3, {2, 2, 64, 32, 0, false, true});    // interleaved pairs
+  qkv(3, {4, 1, 256, 32, 1, true, true});    // Qwen3.5: partial rotary
+  std::printf(failures ? "elementwise: %d failures\n" : "elementwise: all passed\n", failures);
+  return failures ? 1 : 0;
+}
