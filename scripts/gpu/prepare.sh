@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Here: builds what a GPU run needs into .device/carry (git-ignored): the runtime's test
-# binaries and cuda_check with feature cuda, stripped and xz-compressed, the scripts
+# binaries, cuda_check and inferd with feature cuda, stripped, in one xz archive, the scripts
 # run.sh calls, and SmolLM2's GGUF in two xz parts (a call carries at most 64 MiB).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -15,8 +15,11 @@ for t in workspace kv_blocks hf_reference hybrid_reference cuda_graphs cuda_atte
 done
 strip -o "$out/cuda_check" target/release/examples/cuda_check
 strip -o "$out/inferd" target/release/inferd
-xz -T2 -6 "$out"/workspace "$out"/kv_blocks "$out"/hf_reference "$out"/hybrid_reference "$out"/cuda_graphs \
-  "$out"/cuda_attention "$out"/cuda_hybrid "$out"/cuda_check "$out"/inferd
+# One solid archive with a dictionary wider than a binary: the nine share the kernel
+# library, which is then stored once (about 15 MB in all, against 54 as nine .xz files).
+bins="workspace kv_blocks hf_reference hybrid_reference cuda_graphs cuda_attention cuda_hybrid cuda_check inferd"
+tar -C "$out" -cf - $bins | xz -T1 --lzma2=preset=6,dict=192MiB > "$out/bins.tar.xz"
+(cd "$out" && rm $bins)
 # The Qwen3 tokenizer, for serving the Qwen3-8B-shaped model made there.
 tok=${INFERD_CACHE_DIR:-$HOME/.cache/inferd}/models/qwen3-tokenizer
 mkdir -p "$out/tokenizer" && cp "$tok"/* "$out/tokenizer/" && xz -T2 -6 "$out"/tokenizer/tokenizer.json

@@ -14,7 +14,8 @@
 #            32 at 4096 tokens) and of one prefill pass of 8 x 4096 tokens (speed's pass)
 #   fleet    `inferd serve --device cuda` on /tmp/q8b driven by `inferd bench fleet`;
 #            fleettemp the same at temperature 0.8 (32 and 64 x 4k); fleetq8 / fleetfp8 (and
-#            longq8 / longfp8) with --kv-dtype q8 / fp8
+#            longq8 / longfp8) with --kv-dtype q8 / fp8; wide: 8/32/64 x 4k and 32 x 16k
+#            with prompt slices twice the default
 #   speedkv  `speed` once per KV dtype (bf16, q8, fp8), default settings; owndecode: our
 #            decode kernel at every row count, bf16 and q8; gemvloads: the matrix-vector
 #            kernel's loads in flight (4, 8, 16)
@@ -43,7 +44,7 @@ mkdir -p $B
 # records it): that path points at this copy here.
 root=$(cat $C/build-root.txt)
 [ -e "$root" ] || { mkdir -p "$(dirname "$root")" && ln -s "$PWD" "$root"; }
-for f in $C/*.xz; do n=$B/$(basename "$f" .xz); xz -dc "$f" > $n; chmod +x $n; done
+xz -dc $C/bins.tar.xz | tar -C $B -xf -
 summary=$OUT/summary.txt
 note() { echo "$*" | tee -a $summary; }
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm --format=csv > $OUT/gpu.txt
@@ -151,6 +152,27 @@ fleet|fleetq8|fleetfp8)
   kill $SP; wait $SP 2>/dev/null
   $B/inferd bench table $OUT/fleet$tag-4096-*.json 2>&1 | tee -a $summary
   tail -5 $OUT/serve$tag.log
+  ;;
+wide)
+  # Larger prompt slices: 4096 prompt tokens a pass while others decode (default 2048),
+  # 8192 when none do (4096), passes of up to 8192 tokens (4096).
+  wide="--max-batch-tokens 8192 --max-prefill-tokens 8192 --max-prefill-tokens-decoding 4096"
+  $B/inferd serve --device cuda -m /tmp/q8b --port 8184 --no-prefix-cache $wide >$OUT/serve-wide.log 2>&1 &
+  SP=$!
+  for i in $(seq 1 240); do curl -sf http://127.0.0.1:8184/health >/dev/null && break; sleep 0.5; done
+  curl -s http://127.0.0.1:8184/metrics > $OUT/metrics-wide-0.txt
+  prev=$OUT/metrics-wide-0.txt
+  for run in "8 4096" "32 4096" "64 4096" "32 16384"; do
+    set -- $run
+    timeout 120 $B/inferd bench fleet --url http://127.0.0.1:8184 --token-prompts -q --agents $1 --context $2 --reply 128 \
+      --label inferd-wide --meta engine=inferd --meta model=qwen3-8b-shape-bf16 --meta slices=4096 --out $OUT/fleet-wide-$2-n$1.json >/dev/null 2>&1
+    note "fleet wide slices, agents $1 x $2: rc $?"
+    curl -s http://127.0.0.1:8184/metrics > $OUT/metrics-wide-$2-n$1.txt
+    python3 $C/phases.py $prev $OUT/metrics-wide-$2-n$1.txt "engine steps, wide slices, $1 x $2" 2>&1 | tee -a $summary
+    prev=$OUT/metrics-wide-$2-n$1.txt
+  done
+  kill $SP; wait $SP 2>/dev/null
+  $B/inferd bench table $OUT/fleet-wide-*.json 2>&1 | tee -a $summary
   ;;
 long|longq8|longfp8)
   # Long contexts and a shared brief, with the prefix cache on (the default).

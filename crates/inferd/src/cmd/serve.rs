@@ -50,13 +50,13 @@ pub struct Args {
     /// Seconds a request may wait for admission before it gets a 503 (0: no limit).
     #[arg(long, default_value_t = inferd_engine::DEFAULT_QUEUE_TIMEOUT.as_secs())]
     queue_timeout: u64,
-    /// Tokens per forward pass (decodes and prefill chunks together; default 512, 4096 on a GPU).
+    /// Tokens per forward pass (decodes and prefill chunks together; default 512, 8192 on a GPU).
     #[arg(long)]
     max_batch_tokens: Option<usize>,
-    /// Prefill tokens per forward pass when nothing is decoding (default 256; 4096 on a GPU).
+    /// Prefill tokens per forward pass when nothing is decoding (default 256; 8192 on a GPU).
     #[arg(long)]
     max_prefill_tokens: Option<usize>,
-    /// Prefill tokens per forward pass while other requests decode (default 128; 2048 on a
+    /// Prefill tokens per forward pass while other requests decode (default 128; 4096 on a
     /// GPU): a long prompt is read in slices this size between their tokens.
     #[arg(long)]
     max_prefill_tokens_decoding: Option<usize>,
@@ -151,8 +151,8 @@ fn default_name(model: &str) -> String {
     model.to_string()
 }
 
-/// Prompt tokens a GPU step takes at most, by default.
-const GPU_BATCH_TOKENS: usize = 4096;
+/// Prompt tokens a GPU step takes at most, by default (half that while others decode).
+const GPU_BATCH_TOKENS: usize = 8192;
 
 pub fn run(a: Args) -> Result<()> {
     // Removes this server's state files however `run` ends.
@@ -211,11 +211,14 @@ pub fn run(a: Args) -> Result<()> {
     }
     if on_gpu {
         // A GPU step reads every weight whatever its size, so small slices waste it: up to
-        // 4096 prompt tokens a step, 2048 while others decode (about 50 ms a step on the
-        // H200 for an 8B model). Late slices of a long prompt are not shortened: there
-        // attention runs near the tensor cores' peak (a 2048-token slice at 14k-16k took
-        // 83 ms), and shortening them made 32 prompts of 16k take 54 s instead of ~20.
-        // (The sizes the H200 fleet figures in docs/RESULTS.md were measured with.)
+        // 8192 prompt tokens a step, 4096 while others decode (about 110 ms a step on the
+        // H200 for an 8B model, the longest pause a decoding request sees). Against 4096 /
+        // 2048, 64 agents x 4k finished in 9.70 s instead of 10.10 (last first token 7.57 s
+        // instead of 8.35) and 32 x 16k had their first tokens by 19.9 s instead of 20.8,
+        // for a worst gap of 250-380 ms instead of 150-200 (session 7, docs/gpu-notes.md).
+        // Late slices of a long prompt are not shortened: there attention runs near the
+        // tensor cores' peak, and shortening them made 32 prompts of 16k take 54 s instead
+        // of ~20. (The sizes the H200 fleet figures in docs/RESULTS.md were measured with.)
         engine_cfg.sched.max_batch_tokens = GPU_BATCH_TOKENS;
         engine_cfg.sched.max_prefill_tokens = GPU_BATCH_TOKENS;
         engine_cfg.sched.max_prefill_tokens_decoding = GPU_BATCH_TOKENS / 2;
