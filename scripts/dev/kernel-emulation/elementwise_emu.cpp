@@ -13,15 +13,11 @@
 #include "fused.cu"
 #include "norm.cu"
 
-namespace {
-int failures = 0;
+#include "expect.h"
 
-void expect(bool ok, const char* what, double got = 0, double limit = 0) {
-  if (!ok) {
-    std::printf("FAIL %s (%g, limit %g)\n", what, got, limit);
-    ++failures;
-  }
-}
+namespace {
+using emu::expect;
+using emu::failures;
 
 // A buffer holding `n` floats at `data()`, 16-byte aligned, or one float past that.
 struct Buf {

@@ -10,15 +10,11 @@
 #include "attention.cu"
 #include "decode.cu"
 
-namespace {
-int failures = 0;
+#include "expect.h"
 
-void expect(bool ok, const char* what, double got = 0, double limit = 0) {
-  if (!ok) {
-    std::printf("FAIL %s (%g, limit %g)\n", what, got, limit);
-    ++failures;
-  }
-}
+namespace {
+using emu::expect;
+using emu::failures;
 
 // The host's row format (crate::kv::q8 / fp8), written out here once more.
 uint8_t code_of(int dtype, float v) {

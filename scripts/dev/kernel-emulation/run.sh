@@ -22,7 +22,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cp "$here/common.cuh" "$here/hybrid_ops_emu.cpp" "$here/sample_emu.cpp" "$k/sample_plan.cu" "$tmp/"
 cp "$here/cuda_fp8.h" "$here/kv8_emu.cpp" "$k/attention.cu" "$k/kv8.cuh" "$k/inferd.h" "$tmp/"
-cp "$here/elementwise_emu.cpp" "$k/fused.cu" "$k/norm.cu" "$tmp/"
+cp "$here/elementwise_emu.cpp" "$here/expect.h" "$k/fused.cu" "$k/norm.cu" "$tmp/"
 # The one construct common.cuh cannot redefine: dynamic shared memory.
 sed -e 's/extern __shared__ float smem\[\];/float* smem = emu::dyn_smem;/' "$k/delta_rule.cu" > "$tmp/delta_rule.cu"
 sed -e 's/extern __shared__ float smem\[\];/float* smem = emu::dyn_smem;/' "$k/decode.cu" > "$tmp/decode.cu"
