@@ -388,7 +388,7 @@ fn profile(model_dir: &Path, context: usize, batch: usize, no_gemv: bool, prefil
         model.forward_in(ws, &mut pool.kv, &pool.layout, b).unwrap();
         model.backend.synchronize().unwrap();
     };
-    if let Some(_) = prefill {
+    if prefill.is_some() {
         // Every sequence's head, one a pass; then the warm-up pass (slots batch..2·batch)
         // and the profiled one (slots 0..batch), each over `batch` last chunks.
         for (s, table) in tables.iter().enumerate().filter(|_| chunk < context) {
