@@ -14,7 +14,9 @@
 #            32 at 4096 tokens) and of one prefill pass of 8 x 4096 tokens (speed's pass)
 #   fleet    `inferd serve --device cuda` on /tmp/q8b driven by `inferd bench fleet`;
 #            fleettemp the same at temperature 0.8 (32 and 64 x 4k); fleetq8 / fleetfp8 (and
-#            longq8 / longfp8) with --kv-dtype q8 / fp8; wide: 8/32/64 x 4k and 32 x 16k
+#            longq8 / longfp8) with --kv-dtype q8 / fp8; fleetmma with
+#            --decode-attention tensor-cores; mmadecode: `speed` by the default kernels and
+#            by our tensor-core decode build at every row count; wide: 8/32/64 x 4k and 32 x 16k
 #            with prompt slices twice the default
 #   speedkv  `speed` once per KV dtype (bf16, q8, fp8), default settings; owndecode: our
 #            decode kernel at every row count, bf16 and q8; gemvloads: the matrix-vector
@@ -83,6 +85,10 @@ speed)
 speedkv)
   timeout 300 $B/cuda_check speed /tmp/q8b 4096 bf16,q8,fp8 2>&1 | tee -a $summary
   ;;
+mmadecode)
+  # Decode attention by the default kernels against our tensor-core build at every row count.
+  timeout 300 $B/cuda_check speed /tmp/q8b 4096 bf16,bf16:mma 2>&1 | tee -a $summary
+  ;;
 gemvloads)
   # The matrix-vector kernel with 4 / 8 (the default) / 16 loads in flight a lane.
   timeout 300 $B/cuda_check speed /tmp/q8b 4096 bf16:loads4,bf16,bf16:loads16 2>&1 | tee -a $summary
@@ -132,8 +138,9 @@ profile)
     python3 $C/ncu_summary.py $OUT/ncu-$tag.csv 16 2>&1 | tee -a $summary
   done
   ;;
-fleet|fleetq8|fleetfp8)
-  kv=${stage#fleet}; kvflag=${kv:+--kv-dtype $kv}; tag=${kv:+-$kv}
+fleet|fleetq8|fleetfp8|fleetmma)
+  kv=${stage#fleet}; [ "$kv" = mma ] && kv=; kvflag=${kv:+--kv-dtype $kv}; tag=${kv:+-$kv}
+  if [ $stage = fleetmma ]; then kvflag="--decode-attention tensor-cores"; tag=-mma; fi
   $B/inferd serve --device cuda -m /tmp/q8b --port 8181 --no-prefix-cache $kvflag >$OUT/serve$tag.log 2>&1 &
   SP=$!
   for i in $(seq 1 240); do curl -sf http://127.0.0.1:8181/health >/dev/null && break; sleep 0.5; done

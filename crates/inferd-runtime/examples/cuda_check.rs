@@ -6,7 +6,7 @@
 //!   continuations, and one batch of eight prompts against each prompt alone.
 //! - `hf MODEL_DIR IDS_JSON LOGITS_F32`: the GPU against transformers' logits for the
 //!   same ids (written by `scripts/gpu/hf_logits.py`).
-//! - `speed MODEL_DIR [CONTEXT [DTYPE[:inferd|:loadsN],…]]`: decode steps at batch 1, 2, 4, 8, 32 and 64 over CONTEXT
+//! - `speed MODEL_DIR [CONTEXT [DTYPE[:inferd|:mma|:loadsN],…]]`: decode steps at batch 1, 2, 4, 8, 32 and 64 over CONTEXT
 //!   prefilled tokens each, and one prefill pass: time per step, tokens/s, and the
 //!   fraction of the bandwidth roofline (weights + the KV read, and a hybrid model's
 //!   recurrent state read and written, over 4.3 TB/s); with graphs and the matrix-vector
@@ -266,19 +266,23 @@ fn step_bytes<B: Backend>(
 /// `cuda_check speed DIR CONTEXT DTYPE[:inferd],…`: the default configuration once per KV
 /// dtype (`:inferd`: decode attention by our kernel at every row count).
 /// `speed` once per spec of `specs` (comma-separated): a KV dtype (bf16, q8, fp8), and
-/// optionally `:inferd` (our decode attention at every row count) or `:loadsN` (the
-/// matrix-vector kernel with N loads in flight a lane).
+/// optionally `:inferd` (our decode attention at every row count), `:mma` (its tensor-core
+/// build at every row count) or `:loadsN` (the matrix-vector kernel with N loads in flight a
+/// lane).
 fn speed_by_dtype(model_dir: &Path, context: usize, specs: &str) {
     for spec in specs.split(',') {
         let (name, variant) = spec.split_once(':').unwrap_or((spec, ""));
         let dtype = KvDtype::from_name(name).expect("a KV dtype: bf16, q8, fp8");
         let ours = variant == "inferd";
+        let mma = variant == "mma";
         let loads = variant
             .strip_prefix("loads")
             .map_or(0, |n| n.parse().expect("loadsN"));
         let cfg = inferd_runtime::CudaConfig {
             decode: if ours {
                 inferd_runtime::DecodeAttention::Inferd
+            } else if mma {
+                inferd_runtime::DecodeAttention::TensorCores
             } else {
                 inferd_runtime::DecodeAttention::Auto
             },
@@ -292,6 +296,8 @@ fn speed_by_dtype(model_dir: &Path, context: usize, specs: &str) {
             dtype.name(),
             if ours {
                 ", decode attention by inferd's at every row count"
+            } else if mma {
+                ", decode attention by inferd's tensor-core build at every row count"
             } else {
                 ""
             },
@@ -345,6 +351,7 @@ fn speed(model_dir: &Path, context: usize) {
                 inferd_runtime::DecodeAttention::Auto => "inferd's at 1 row, else FlashInfer's",
                 inferd_runtime::DecodeAttention::Inferd => "inferd's",
                 inferd_runtime::DecodeAttention::FlashInfer => "FlashInfer's",
+                inferd_runtime::DecodeAttention::TensorCores => "inferd's tensor-core build",
             }
         );
         let t0 = Instant::now();

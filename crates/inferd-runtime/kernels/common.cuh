@@ -45,6 +45,54 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* global) {
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
 }
+// 16 bytes, or 16 zero bytes where !valid (the source is not read then).
+__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* global, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(global),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+// Groups: a thread's copies since its last commit form one; wait until at most N of its
+// groups are still in flight.
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// Tensor cores (warp-wide). ldmatrix: four 8x8 bf16 matrices from shared memory, lane
+// 8m + i giving the address of row i of matrix m; lane t receives (row t / 4, columns
+// 2 (t % 4) and + 1) of each, or with TRANS the transposed pair (rows 2 (t % 4) and + 1,
+// column t / 4).
+template <bool TRANS>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  if constexpr (TRANS)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+// c[16x8] += a[16x16] · b[16x8], bf16 in, f32 accumulate. Lane t holds a: (row t / 4,
+// k 2 (t % 4) and + 1), (row + 8, same), (row, k + 8), (row + 8, k + 8); b: (k 2 (t % 4) and
+// + 1, column t / 4), (k + 8, same); c: (row t / 4, columns 2 (t % 4) and + 1), (row + 8, same).
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4],
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
 
 // kernel<<<grid, block, smem, s>>>(args...) with programmatic stream serialization allowed;
 // errors are left for `launched`.

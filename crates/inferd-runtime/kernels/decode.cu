@@ -132,6 +132,87 @@ __device__ __forceinline__ float head_sum(float v) {
   return v;
 }
 
+// A block's warps' softmax partials of their G heads: running max m, sum l, acc[D].
+template <int D, int G>
+struct Partials {
+  float m[kWarps][G], l[kWarps][G];
+  float acc[kWarps][G][D];
+};
+
+// The end of a block of either decode kernel, its warps' partials in `sp`: merges them by
+// log-sum-exp, then writes the (row, KV head)'s G output heads (one split), or its split's
+// partial to `part` and, in the last block of the (row, KV head) to finish, merges the
+// splits' (a counter per pair in `done`, reset by that block, so a graph replays it).
+template <int D, int G>
+__device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n_kv, int split,
+                                       int splits, float* __restrict__ part,
+                                       int32_t* __restrict__ done, bf16* __restrict__ out) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n_heads = n_kv * G;
+  __syncthreads();
+  for (int e = threadIdx.x; e < G * D; e += kWarps * 32) {
+    const int g = e / D, d = e % D;
+    float mx = -FLT_MAX;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sp.m[w][g]);
+    float lt = 0.f, at = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float c = sp.m[w][g] == -FLT_MAX ? 0.f : exp2f(sp.m[w][g] - mx);
+      lt += sp.l[w][g] * c;
+      at += sp.acc[w][g][d] * c;
+    }
+    const size_t head = static_cast<size_t>(r) * n_heads + kvh * G + g;
+    if (splits == 1) {
+      out[head * D + d] = __float2bfloat16(lt > 0.f ? at / lt : 0.f);
+    } else {
+      float* pp = part + (head * splits + split) * (D + 2);
+      pp[2 + d] = at;
+      if (d == 0) {
+        pp[0] = mx;
+        pp[1] = lt;
+      }
+    }
+  }
+  if (splits == 1) return;
+
+  // The last block of this (row, KV head) merges the splits:
+  // out = Σ_s acc_s·2^(m_s - M) / Σ_s l_s·2^(m_s - M).
+  __shared__ bool last;
+  __threadfence();  // this block's partials are visible before it counts itself done
+  __syncthreads();
+  int32_t* counter = done + static_cast<size_t>(r) * n_kv + kvh;
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == splits - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  __shared__ float w[G][kMaxSplits];
+  __shared__ float total[G];
+  const size_t head0 = static_cast<size_t>(r) * n_heads + kvh * G;
+  for (int g = warp; g < G; g += kWarps) {
+    const float* ph = part + (head0 + g) * splits * (D + 2);
+    const float ms = lane < splits ? __ldcg(ph + lane * (D + 2)) : -FLT_MAX;
+    const float mx = ifd::warp_max(ms);
+    const float c = ms == -FLT_MAX ? 0.f : exp2f(ms - mx);
+    w[g][lane] = c;
+    const float lt = ifd::warp_sum(lane < splits ? __ldcg(ph + lane * (D + 2) + 1) * c : 0.f);
+    if (lane == 0) total[g] = lt;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < G * D; e += kWarps * 32) {
+    const int g = e / D, d = e % D;
+    const float* ph = part + (head0 + g) * splits * (D + 2) + 2 + d;
+    float v[kMaxSplits];  // every split's value loaded before any is added
+#pragma unroll
+    for (int s = 0; s < kMaxSplits; ++s) v[s] = s < splits ? __ldcg(ph + s * (D + 2)) : 0.f;
+    float at = 0.f;
+#pragma unroll
+    for (int s = 0; s < kMaxSplits; ++s) at = fmaf(v[s], w[g][s], at);
+    out[(head0 + g) * D + d] = __float2bfloat16(total[g] > 0.f ? at / total[g] : 0.f);
+  }
+  if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
+}
+
 // Grid (splits, n_kv, rows). Row r: the token of sequence seq[r] at position pos[r],
 // attending positions 0..pos[r] through its block table. q bf16 [rows, n_heads * D] ->
 // out bf16 [rows, n_heads * D]. With several splits each block leaves its (m, l, acc[D])
@@ -339,78 +420,194 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
     }
   }
   // Merge the warps: (m, l) then acc through shared memory.
-  __shared__ float sm[kWarps][G], sl[kWarps][G];
-  __shared__ float sacc[kWarps][G][D];
+  __shared__ Partials<D, G> sp;
   if (lane < G) {
-    sm[warp][lane] = m;
-    sl[warp][lane] = l;
+    sp.m[warp][lane] = m;
+    sp.l[warp][lane] = l;
   }
 #pragma unroll
   for (int g = 0; g < G; ++g)
 #pragma unroll
-    for (int i = 0; i < N; ++i) sacc[warp][g][lane * N + i] = acc[g][i];
-  __syncthreads();
-  for (int e = threadIdx.x; e < G * D; e += kWarps * 32) {
-    const int g = e / D, d = e % D;
-    float mx = -FLT_MAX;
+    for (int i = 0; i < N; ++i) sp.acc[warp][g][lane * N + i] = acc[g][i];
+  finish<D, G>(sp, r, kvh, n_kv, split, splits, part, done, out);
+}
+
+// The tensor-core build (bf16 KV, D = 64 or 128): the same grid, splits and merge, but each
+// warp streams tiles of T = 16 positions of K and V into its own double-buffered shared
+// memory (cp.async, 16-byte pieces, swizzled by row so ldmatrix reads without bank
+// conflicts) and computes with mma.sync m16n8k16: the scores S = Q·Kᵀ with the G query
+// heads as the M rows (padded to 16 with zeros), the positions as N; then O += P·V with P
+// taken from S's accumulators as the A operand, in bf16. The arithmetic is no longer what
+// bounds it: a warp has a whole tile (2·T·D·2 bytes) in flight while it computes the last.
+constexpr int kTile = 16;
+
+// Shared memory a block of the tensor-core build takes: per warp 2 stages of a K and a V tile.
+template <int D>
+constexpr size_t mma_smem() {
+  return static_cast<size_t>(kWarps) * 2 * 2 * kTile * D * sizeof(bf16);
+}
+
+// Where piece `c` (16 bytes, 8 values) of row `p` of a [kTile, D] tile lives: pieces are
+// permuted by the row's low 3 bits, so the 8 rows of one ldmatrix read 8 different banks.
+template <int D>
+__device__ __forceinline__ int swz(int p, int c) {
+  return p * D + ((c ^ (p & 7)) << 3);
+}
+
+template <int D, int G>
+__global__ void __launch_bounds__(kWarps * 32, 3)
+    decode_mma_kernel(const bf16* __restrict__ kc, const bf16* __restrict__ vc,
+                      const bf16* __restrict__ q, int n_kv, int block_size, float scale_log2,
+                      const int32_t* __restrict__ seq, const int32_t* __restrict__ pos,
+                      const int32_t* __restrict__ bt_off, const int32_t* __restrict__ bt,
+                      float* __restrict__ part, int32_t* __restrict__ done,
+                      bf16* __restrict__ out) {
+  static_assert(D == 64 || D == 128, "the tensor-core build takes head_dim 64 or 128");
+  static_assert(G <= 8, "at most 8 query heads a KV head (the M rows 0..7)");
+  ifd::pdl_begin();
+  constexpr int KS = D / 16;     // k-steps of Q·Kᵀ
+  constexpr int NT = D / 8;      // n-tiles of P·V
+  constexpr int CH = D / 8;      // 16-byte pieces a row
+  const int split = blockIdx.x, kvh = blockIdx.y, r = blockIdx.z;
+  const int splits = gridDim.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n_heads = n_kv * G;
+  const int len = pos[r] + 1;
+  const int32_t* table = bt + bt_off[seq[r]];
+  const int blocks = (len + block_size - 1) / block_size;
+  const int per = (blocks + splits - 1) / splits;
+  const int t0 = min(len, split * per * block_size), t1 = min(len, (split + 1) * per * block_size);
+  const size_t head_stride = static_cast<size_t>(block_size) * D;
+
+  extern __shared__ float smem[];
+  bf16* const tiles = reinterpret_cast<bf16*>(smem) + static_cast<size_t>(warp) * 4 * kTile * D;
+  // Tile of positions tb.. into stage st: K at tiles[2 st], V at tiles[2 st + 1]; rows past
+  // t1 are zeros.
+  const auto issue = [&](int tb, int st) {
+    bf16* kt = tiles + (2 * st) * kTile * D;
+    bf16* vt = kt + kTile * D;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sm[w][g]);
-    float lt = 0.f, at = 0.f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float c = sm[w][g] == -FLT_MAX ? 0.f : exp2f(sm[w][g] - mx);
-      lt += sl[w][g] * c;
-      at += sacc[w][g][d] * c;
+    for (int c = lane; c < kTile * CH; c += 32) {
+      const int p = c / CH, piece = c % CH, t = tb + p;
+      const bool ok = t < t1;
+      const size_t off = ok ? (static_cast<size_t>(table[t / block_size]) * n_kv + kvh) * head_stride +
+                                  static_cast<size_t>(t % block_size) * D + piece * 8
+                            : 0;
+      ifd::cp_async16_zfill(kt + swz<D>(p, piece), kc + off, ok);
+      ifd::cp_async16_zfill(vt + swz<D>(p, piece), vc + off, ok);
     }
-    const size_t head = static_cast<size_t>(r) * n_heads + kvh * G + g;
-    if (splits == 1) {
-      out[head * D + d] = __float2bfloat16(lt > 0.f ? at / lt : 0.f);
+    ifd::cp_async_commit();
+  };
+
+  // Q as the A operand: rows lane / 4 (< G: query head kvh·G + row), k-pairs 2 (lane % 4).
+  // Rows 8..15 (a[1], a[3]) are zero.
+  uint32_t qa[KS][4];
+  {
+    const int row = lane >> 2;
+    const uint32_t* qh = reinterpret_cast<const uint32_t*>(
+        q + (static_cast<size_t>(r) * n_heads + kvh * G + (row < G ? row : 0)) * D);
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      qa[ks][0] = row < G ? qh[ks * 8 + (lane & 3)] : 0u;
+      qa[ks][2] = row < G ? qh[ks * 8 + 4 + (lane & 3)] : 0u;
+      qa[ks][1] = qa[ks][3] = 0u;
+    }
+  }
+  // Softmax state of row lane / 4 (every lane of a quad holds the same), and O's
+  // accumulators: n-tile n holds O[row][8n + 2 (lane % 4) + {0, 1}] in [0], [1].
+  float m = -FLT_MAX, l = 0.f;
+  float o[NT][4];
+#pragma unroll
+  for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+
+  int tb = t0 + warp * kTile;
+  if (tb < t1) issue(tb, 0);
+  for (int st = 0; tb < t1; tb += kWarps * kTile, st ^= 1) {
+    const int next = tb + kWarps * kTile;
+    if (next < t1) {
+      issue(next, st ^ 1);
+      ifd::cp_async_wait<1>();
     } else {
-      float* pp = part + (head * splits + split) * (D + 2);
-      pp[2 + d] = at;
-      if (d == 0) {
-        pp[0] = mx;
-        pp[1] = lt;
+      ifd::cp_async_wait<0>();
+    }
+    __syncwarp();
+    const bf16* kt = tiles + (2 * st) * kTile * D;
+    const bf16* vt = kt + kTile * D;
+    // S = Q·Kᵀ: n-tile j covers positions tb + 8j .. + 7.
+    float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int ks = 0; ks < KS; ks += 2) {
+        // Matrices: k-step ks (pieces 2ks, 2ks + 1), k-step ks + 1 (pieces 2ks + 2, + 3), of
+        // rows (positions) 8j .. 8j + 7.
+        uint32_t b[4];
+        const int mi = lane >> 3, row = 8 * j + (lane & 7);
+        ifd::ldmatrix_x4<false>(b, kt + swz<D>(row, 2 * ks + mi));
+        ifd::mma_bf16(sc[j], qa[ks], b[0], b[1]);
+        ifd::mma_bf16(sc[j], qa[ks + 1], b[2], b[3]);
       }
     }
+    // Online softmax over the tile's 16 positions (in log2 units), rows lane / 4.
+    float tile_max = -FLT_MAX;
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int t = tb + 8 * j + 2 * (lane & 3) + e;
+        sc[j][e] = t < t1 ? sc[j][e] * scale_log2 : -FLT_MAX;
+        tile_max = fmaxf(tile_max, sc[j][e]);
+      }
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(kFull, tile_max, 1));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(kFull, tile_max, 2));
+    const float mn = fmaxf(m, tile_max);  // finite: position tb is valid
+    const float corr = exp2f(m - mn);
+    float rs = 0.f;
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        sc[j][e] = sc[j][e] == -FLT_MAX ? 0.f : exp2f(sc[j][e] - mn);
+        rs += sc[j][e];
+      }
+    rs += __shfl_xor_sync(kFull, rs, 1);
+    rs += __shfl_xor_sync(kFull, rs, 2);
+    l = l * corr + rs;
+    m = mn;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      o[n][0] *= corr;
+      o[n][1] *= corr;
+    }
+    // O += P·V: P (rows, k = the 16 positions) from the score accumulators.
+    const uint32_t pa[4] = {ifd::pack_bf16(sc[0][0], sc[0][1]), 0u,
+                            ifd::pack_bf16(sc[1][0], sc[1][1]), 0u};
+#pragma unroll
+    for (int n = 0; n < NT; n += 2) {
+      // Matrices (transposed): positions 0..7 and 8..15 of dims 8n .., then of 8 (n + 1) ..
+      uint32_t b[4];
+      const int mi = lane >> 3, row = 8 * (mi & 1) + (lane & 7);
+      ifd::ldmatrix_x4<true>(b, vt + swz<D>(row, n + (mi >> 1)));
+      ifd::mma_bf16(o[n], pa, b[0], b[1]);
+      ifd::mma_bf16(o[n + 1], pa, b[2], b[3]);
+    }
+    __syncwarp();  // this stage is read before the next tile's copies overwrite it
   }
-  if (splits == 1) return;
 
-  // The last block of this (row, KV head) merges the splits:
-  // out = Σ_s acc_s·2^(m_s - M) / Σ_s l_s·2^(m_s - M).
-  __shared__ bool last;
-  __threadfence();  // this block's partials are visible before it counts itself done
-  __syncthreads();
-  int32_t* counter = done + static_cast<size_t>(r) * n_kv + kvh;
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1) == splits - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  __shared__ float w[G][kMaxSplits];
-  __shared__ float total[G];
-  const size_t head0 = static_cast<size_t>(r) * n_heads + kvh * G;
-  for (int g = warp; g < G; g += kWarps) {
-    const float* ph = part + (head0 + g) * splits * (D + 2);
-    const float ms = lane < splits ? __ldcg(ph + lane * (D + 2)) : -FLT_MAX;
-    const float mx = ifd::warp_max(ms);
-    const float c = ms == -FLT_MAX ? 0.f : exp2f(ms - mx);
-    w[g][lane] = c;
-    const float lt = ifd::warp_sum(lane < splits ? __ldcg(ph + lane * (D + 2) + 1) * c : 0.f);
-    if (lane == 0) total[g] = lt;
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < G * D; e += kWarps * 32) {
-    const int g = e / D, d = e % D;
-    const float* ph = part + (head0 + g) * splits * (D + 2) + 2 + d;
-    float v[kMaxSplits];  // every split's value loaded before any is added
+  __shared__ Partials<D, G> sp;
+  const int row = lane >> 2;
+  if (row < G) {
+    if ((lane & 3) == 0) {
+      sp.m[warp][row] = m;
+      sp.l[warp][row] = l;
+    }
 #pragma unroll
-    for (int s = 0; s < kMaxSplits; ++s) v[s] = s < splits ? __ldcg(ph + s * (D + 2)) : 0.f;
-    float at = 0.f;
-#pragma unroll
-    for (int s = 0; s < kMaxSplits; ++s) at = fmaf(v[s], w[g][s], at);
-    out[(head0 + g) * D + d] = __float2bfloat16(total[g] > 0.f ? at / total[g] : 0.f);
+    for (int n = 0; n < NT; ++n) {
+      sp.acc[warp][row][8 * n + 2 * (lane & 3)] = o[n][0];
+      sp.acc[warp][row][8 * n + 2 * (lane & 3) + 1] = o[n][1];
+    }
   }
-  if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
+  finish<D, G>(sp, r, kvh, n_kv, split, splits, part, done, out);
 }
 
 // Blocks of the one-row build resident per multiprocessor: its registers allow 3.
@@ -443,12 +640,36 @@ int pre_positions(int* err) {
   return cap;
 }
 
+// The tensor-core build, where it takes the shape (bf16, D 64 or 128, G ≤ 8).
+template <int D, int G>
+int launch_mma(const IfdPaged& kv, const void* q, int rows, float scale, const int32_t* seq,
+               const int32_t* pos, const int32_t* bt_off, const int32_t* bt, int splits,
+               float* part, int32_t* done, void* out, cudaStream_t s) {
+  if constexpr ((D == 64 || D == 128) && G <= 8) {
+    static int err = -1;  // the shared memory limit, raised once per instantiation
+    if (err < 0)
+      err = cudaFuncSetAttribute(decode_mma_kernel<D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(mma_smem<D>()));
+    if (err != 0) return err;
+    ifd::launch(decode_mma_kernel<D, G>, dim3(splits, kv.n_kv_heads, rows), kWarps * 32,
+                mma_smem<D>(), s, static_cast<const bf16*>(kv.k), static_cast<const bf16*>(kv.v),
+                static_cast<const bf16*>(q), kv.n_kv_heads, kv.block_size,
+                scale * 1.4426950408889634f, seq, pos, bt_off, bt, part, done,
+                static_cast<bf16*>(out));
+    return ifd::launched();
+  } else {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+}
+
 template <int D, int G, int KV>
 int launch_kv(const IfdPaged& kv, const void* q, int rows, float scale, const int32_t* seq,
               const int32_t* pos, const int32_t* bt_off, const int32_t* bt, int splits,
-              float* part, int32_t* done, void* out, cudaStream_t s) {
+              float* part, int32_t* done, int mma, void* out, cudaStream_t s) {
   using K = Kv<D, KV>;
   using E = typename K::Elem;
+  if constexpr (KV == IFD_KV_BF16)
+    if (mma) return launch_mma<D, G>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
   const dim3 grid(splits, kv.n_kv_heads, rows);
   int err = 0, pre = 0;
   if (rows == 1) {
@@ -468,17 +689,17 @@ int launch_kv(const IfdPaged& kv, const void* q, int rows, float scale, const in
 template <int D, int G>
 int launch(const IfdPaged& kv, const void* q, int rows, float scale, const int32_t* seq,
            const int32_t* pos, const int32_t* bt_off, const int32_t* bt, int splits,
-           float* part, int32_t* done, void* out, cudaStream_t s) {
+           float* part, int32_t* done, int mma, void* out, cudaStream_t s) {
   switch (kv.dtype) {
     case IFD_KV_BF16:
       return launch_kv<D, G, IFD_KV_BF16>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part,
-                                          done, out, s);
+                                          done, mma, out, s);
     case IFD_KV_Q8:
       return launch_kv<D, G, IFD_KV_Q8>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part,
-                                        done, out, s);
+                                        done, mma, out, s);
     case IFD_KV_FP8:
       return launch_kv<D, G, IFD_KV_FP8>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part,
-                                         done, out, s);
+                                         done, mma, out, s);
     default: return static_cast<int>(cudaErrorInvalidValue);
   }
 }
@@ -486,16 +707,16 @@ int launch(const IfdPaged& kv, const void* q, int rows, float scale, const int32
 template <int D>
 int by_group(int g, const IfdPaged& kv, const void* q, int rows, float scale,
              const int32_t* seq, const int32_t* pos, const int32_t* bt_off, const int32_t* bt,
-             int splits, float* part, int32_t* done, void* out, cudaStream_t s) {
+             int splits, float* part, int32_t* done, int mma, void* out, cudaStream_t s) {
   switch (g) {
     case 1:
-      return launch<D, 1>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
+      return launch<D, 1>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
     case 2:
-      return launch<D, 2>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
+      return launch<D, 2>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
     case 4:
-      return launch<D, 4>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
+      return launch<D, 4>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
     case 8:
-      return launch<D, 8>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
+      return launch<D, 8>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
     default: return static_cast<int>(cudaErrorInvalidValue);
   }
 }
@@ -508,26 +729,32 @@ int ifd_decode_supported(int head_dim, int group) {
          (group == 1 || group == 2 || group == 4 || group == 8);
 }
 
+int ifd_decode_mma_supported(int kv_dtype, int head_dim, int group) {
+  return kv_dtype == IFD_KV_BF16 && (head_dim == 64 || head_dim == 128) &&
+         (group == 1 || group == 2 || group == 4 || group == 8);
+}
+
 int ifd_decode_attention(IfdPaged kv, const void* q, int rows, int n_heads, float scale,
                          const int32_t* seq, const int32_t* pos, const int32_t* bt_off,
-                         const int32_t* bt, int splits, float* part, int32_t* done, void* out,
-                         void* stream) {
+                         const int32_t* bt, int splits, float* part, int32_t* done, int mma,
+                         void* out, void* stream) {
   if (rows == 0) return 0;
   const bool eight = kv.dtype == IFD_KV_Q8 || kv.dtype == IFD_KV_FP8;
   if ((kv.dtype != IFD_KV_BF16 && !eight) || (eight && (!kv.k_scale || !kv.v_scale)) ||
       splits < 1 || splits > kMaxSplits || n_heads % kv.n_kv_heads != 0 ||
       (splits > 1 && (!part || !done)) ||
-      !ifd_decode_supported(kv.head_dim, n_heads / kv.n_kv_heads))
+      !ifd_decode_supported(kv.head_dim, n_heads / kv.n_kv_heads) ||
+      (mma && !ifd_decode_mma_supported(kv.dtype, kv.head_dim, n_heads / kv.n_kv_heads)))
     return static_cast<int>(cudaErrorInvalidValue);
   const int g = n_heads / kv.n_kv_heads;
   const cudaStream_t s = ifd::as_stream(stream);
   switch (kv.head_dim) {
     case 256:
-      return by_group<256>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
+      return by_group<256>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
     case 128:
-      return by_group<128>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
+      return by_group<128>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
     default:
-      return by_group<64>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
+      return by_group<64>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
   }
 }
 

@@ -232,6 +232,10 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
             decode: DecodeAttention::FlashInfer,
             ..base
         },
+        CudaConfig {
+            decode: DecodeAttention::TensorCores,
+            ..base
+        },
     ];
     for cfg in configs {
         let backend = CudaBackend::new(cfg).unwrap();

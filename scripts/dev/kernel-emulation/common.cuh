@@ -185,6 +185,76 @@ inline void pdl_wait() {}
 inline void cp_async16(void* smem, const void* global) { std::memcpy(smem, global, 16); }
 inline void cp_async4(void* smem, const void* global) { std::memcpy(smem, global, 4); }
 inline void cp_async_wait_all() {}
+inline void cp_async16_zfill(void* smem, const void* global, bool valid) {
+  if (valid)
+    std::memcpy(smem, global, 16);
+  else
+    std::memset(smem, 0, 16);
+}
+inline void cp_async_commit() {}
+template <int N>
+void cp_async_wait() {}
+
+// Tensor-core fragments, warp-wide: every lane posts its operands, then computes its own
+// part of the result from the whole warp's (the layouts of kernels/common.cuh).
+namespace frag {
+inline const void* ptr_slots[1024];
+inline uint32_t frag_slots[1024][6];
+inline float bf16_at(const void* p, int i) {
+  return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+}
+inline uint32_t pack2(float lo, float hi) {
+  return static_cast<uint32_t>(__float2bfloat16(lo).bits) |
+         static_cast<uint32_t>(__float2bfloat16(hi).bits) << 16;
+}
+inline float lo_of(uint32_t v) { return __bfloat162float({static_cast<uint16_t>(v & 0xffff)}); }
+inline float hi_of(uint32_t v) { return __bfloat162float({static_cast<uint16_t>(v >> 16)}); }
+}  // namespace frag
+template <bool TRANS>
+void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  const int t = threadIdx.x, w = t >> 5, l = t & 31;
+  std::barrier<>& bar = *::emu::warp_bars[w];
+  frag::ptr_slots[t] = row;
+  bar.arrive_and_wait();
+  for (int m = 0; m < 4; ++m) {
+    const void* const* rows = frag::ptr_slots + w * 32 + 8 * m;  // matrix m's rows
+    if (TRANS)
+      r[m] = frag::pack2(frag::bf16_at(rows[2 * (l % 4)], l / 4), frag::bf16_at(rows[2 * (l % 4) + 1], l / 4));
+    else
+      r[m] = frag::pack2(frag::bf16_at(rows[l / 4], 2 * (l % 4)), frag::bf16_at(rows[l / 4], 2 * (l % 4) + 1));
+  }
+  bar.arrive_and_wait();
+}
+inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  const int t = threadIdx.x, w = t >> 5, l = t & 31;
+  std::barrier<>& bar = *::emu::warp_bars[w];
+  for (int i = 0; i < 4; ++i) frag::frag_slots[t][i] = a[i];
+  frag::frag_slots[t][4] = b0;
+  frag::frag_slots[t][5] = b1;
+  bar.arrive_and_wait();
+  float A[16][16], B[16][8];
+  for (int s = 0; s < 32; ++s) {
+    const uint32_t* f = frag::frag_slots[w * 32 + s];
+    const int row = s / 4, k = 2 * (s % 4);
+    for (int i = 0; i < 4; ++i) {  // a0: (row, k), a1: (row + 8, k), a2: (row, k + 8), a3: both
+      const int rr = row + (i & 1) * 8, kk = k + (i >> 1) * 8;
+      A[rr][kk] = frag::lo_of(f[i]);
+      A[rr][kk + 1] = frag::hi_of(f[i]);
+    }
+    for (int i = 0; i < 2; ++i) {  // b0: (k, col s / 4), b1: (k + 8, col)
+      B[k + 8 * i][row] = frag::lo_of(f[4 + i]);
+      B[k + 8 * i + 1][row] = frag::hi_of(f[4 + i]);
+    }
+  }
+  bar.arrive_and_wait();
+  for (int i = 0; i < 4; ++i) {
+    const int rr = l / 4 + (i >> 1) * 8, cc = 2 * (l % 4) + (i & 1);
+    float acc = c[i];
+    for (int k = 0; k < 16; ++k) acc += A[rr][k] * B[k][cc];
+    c[i] = acc;
+  }
+}
+inline uint32_t pack_bf16(float lo, float hi) { return frag::pack2(lo, hi); }
 
 // Every lane of the warp gets the sum (the lanes' values in lane order).
 inline float warp_sum(float v) {

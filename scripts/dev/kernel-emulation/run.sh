@@ -13,7 +13,9 @@
 #   attention against double precision over the dequantized rows (kv8_emu.cpp; cuda_fp8.h
 #   stands in for CUDA's e4m3 conversions);
 # - the norms', SwiGLU's and qkv_prep's 16-byte paths against the scalar kernels they
-#   replace, on the same inputs (elementwise_emu.cpp).
+#   replace, on the same inputs (elementwise_emu.cpp);
+# - decode attention over bf16 pages, its SIMT and tensor-core builds (decode_emu.cpp; mma
+#   and ldmatrix computed warp-wide from the lanes' fragments), against double precision.
 # Usage: scripts/dev/kernel-emulation/run.sh (needs g++ >= 11).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,7 +24,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cp "$here/common.cuh" "$here/hybrid_ops_emu.cpp" "$here/sample_emu.cpp" "$k/sample_plan.cu" "$tmp/"
 cp "$here/cuda_fp8.h" "$here/kv8_emu.cpp" "$k/attention.cu" "$k/kv8.cuh" "$k/inferd.h" "$tmp/"
-cp "$here/elementwise_emu.cpp" "$here/expect.h" "$k/fused.cu" "$k/norm.cu" "$tmp/"
+cp "$here/elementwise_emu.cpp" "$here/decode_emu.cpp" "$here/expect.h" "$k/fused.cu" "$k/norm.cu" "$tmp/"
 # The one construct common.cuh cannot redefine: dynamic shared memory.
 sed -e 's/extern __shared__ float smem\[\];/float* smem = emu::dyn_smem;/' "$k/delta_rule.cu" > "$tmp/delta_rule.cu"
 sed -e 's/extern __shared__ float smem\[\];/float* smem = emu::dyn_smem;/' "$k/decode.cu" > "$tmp/decode.cu"
@@ -47,6 +49,9 @@ export INFERD_SAMPLE_EMU=$tmp
 # 8-bit KV: append, pages, decode and simple attention.
 g++ -std=c++20 -O2 -pthread -I"$tmp" -x c++ kv8_emu.cpp -o kv8
 ./kv8 || status=1
+# Decode attention over bf16 pages, SIMT and tensor-core builds.
+g++ -std=c++20 -O2 -pthread -I"$tmp" -x c++ decode_emu.cpp -o decode
+./decode || status=1
 # The norms, SwiGLU and qkv_prep.
 g++ -std=c++20 -O2 -pthread -I"$tmp" -x c++ elementwise_emu.cpp -o elementwise
 ./elementwise || status=1

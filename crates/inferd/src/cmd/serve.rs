@@ -37,6 +37,11 @@ pub struct Args {
     /// On a GPU, run decode steps eagerly instead of replaying CUDA graphs (for comparison).
     #[arg(long)]
     no_graphs: bool,
+    /// On a GPU, the kernel of decode rows' attention (for comparison): auto (inferd's for
+    /// passes of up to 2 rows, FlashInfer's above), inferd, flashinfer, or tensor-cores
+    /// (inferd's tensor-core build at every row count).
+    #[arg(long, default_value = "auto")]
+    decode_attention: String,
     /// KV cache memory: a size (512M, 2G) or a share of free memory (25%; on a GPU, of
     /// the device memory left after the weights). Default: 25% on the CPU, 85% on a GPU.
     #[arg(long)]
@@ -259,7 +264,11 @@ pub fn run(a: Args) -> Result<()> {
 
     // Metrics recorded during warm-up and later need the recorder first.
     inferd_server::metrics::install();
-    let (engine, template) = start_engine(device, a.no_graphs, &a.model, &name, engine_cfg)?;
+    let gpu = GpuOptions {
+        no_graphs: a.no_graphs,
+        decode_attention: a.decode_attention.clone(),
+    };
+    let (engine, template) = start_engine(device, &gpu, &a.model, &name, engine_cfg)?;
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -316,11 +325,18 @@ pub fn run(a: Args) -> Result<()> {
     Ok(())
 }
 
+/// The GPU backend's settings `serve` takes (the CPU ignores them).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+struct GpuOptions {
+    no_graphs: bool,
+    decode_attention: String,
+}
+
 /// Loads the model on `device` and starts the engine (the one place the backend type is
 /// chosen: above it everything is backend-neutral).
 fn start_engine(
     device: Device,
-    no_graphs: bool,
+    gpu: &GpuOptions,
     model: &str,
     name: &str,
     cfg: EngineConfig,
@@ -342,14 +358,25 @@ fn start_engine(
             .context("starting the engine")?;
         Ok((engine, template))
     }
-    let _ = no_graphs; // read by the CUDA arm only
+    let _ = gpu; // read by the CUDA arm only
     match device {
         Device::Cpu => go(inferd_runtime::CpuBackend::new(), model, name, cfg),
         #[cfg(feature = "cuda")]
         Device::Cuda(n) => {
+            use inferd_runtime::DecodeAttention;
+            let decode = match gpu.decode_attention.as_str() {
+                "auto" => DecodeAttention::Auto,
+                "inferd" => DecodeAttention::Inferd,
+                "flashinfer" => DecodeAttention::FlashInfer,
+                "tensor-cores" => DecodeAttention::TensorCores,
+                other => bail!(
+                    "--decode-attention {other}: expected auto, inferd, flashinfer or tensor-cores"
+                ),
+            };
             let b = inferd_runtime::CudaBackend::new(inferd_runtime::CudaConfig {
                 device: n,
-                no_graphs,
+                no_graphs: gpu.no_graphs,
+                decode,
                 ..Default::default()
             })?;
             eprintln!(

@@ -236,6 +236,7 @@ extern "C" {
         stream: Stream,
     ) -> c_int;
     pub fn ifd_decode_supported(head_dim: c_int, group: c_int) -> c_int;
+    pub fn ifd_decode_mma_supported(kv_dtype: c_int, head_dim: c_int, group: c_int) -> c_int;
     pub fn ifd_decode_attention(
         kv: IfdPaged,
         q: *const c_void,
@@ -249,6 +250,7 @@ extern "C" {
         splits: c_int,
         part: *mut f32,
         done: *mut i32,
+        mma: c_int,
         out: *mut c_void,
         stream: Stream,
     ) -> c_int;

@@ -291,6 +291,8 @@ pub fn to_bf16(q: *const f32, out: *mut c_void, n: usize, stream: *mut c_void) -
 pub struct Passes {
     pub own_rows: usize,
     pub splits: usize,
+    /// The own rows by the decode kernel's tensor-core build.
+    pub mma: bool,
     pub plans: [Option<Plan>; 2],
     /// The first row of each plan.
     pub rows: [usize; 2],
@@ -353,7 +355,7 @@ impl ScratchPages {
 impl Passes {
     /// What a graph over these runs depends on (graphs replay single-plan decode passes).
     pub fn fingerprint(&self) -> u64 {
-        let mut h = (self.own_rows as u64) << 20 ^ self.splits as u64;
+        let mut h = (self.own_rows as u64) << 20 ^ (self.splits as u64) << 1 ^ self.mma as u64;
         for (p, g) in self.plans.iter().zip(self.generations) {
             if let Some(p) = p {
                 h = h.rotate_left(17) ^ p.fingerprint() ^ g.rotate_left(32);

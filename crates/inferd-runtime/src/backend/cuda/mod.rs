@@ -76,6 +76,9 @@ pub enum DecodeAttention {
     Inferd,
     /// Always FlashInfer's.
     FlashInfer,
+    /// Always inferd's, its tensor-core build where that takes the shape (bf16 KV,
+    /// head_dim 64 or 128, up to 8 query heads a KV head), else its other build.
+    TensorCores,
 }
 
 /// Passes of at most this many rows run their matrix products as inferd's matrix-vector
@@ -211,9 +214,17 @@ impl CudaBackend {
         let rows_ok = match self.inner.decode {
             _ if eight => true,
             DecodeAttention::Auto => own_rows <= OWN_DECODE_MAX_ROWS,
-            DecodeAttention::Inferd => true,
+            DecodeAttention::Inferd | DecodeAttention::TensorCores => true,
             DecodeAttention::FlashInfer => false,
         };
+        let mma = self.inner.decode == DecodeAttention::TensorCores
+            && unsafe {
+                ffi::ifd_decode_mma_supported(
+                    ffi::kv_code(kv.dtype),
+                    int(attn.head_dim),
+                    int(group),
+                )
+            } != 0;
         let own = (own_rows > 0 || eight)
             && rows_ok
             && unsafe { ffi::ifd_decode_supported(int(attn.head_dim), int(group)) } != 0;
@@ -226,6 +237,7 @@ impl CudaBackend {
             let mut out = flashinfer::Passes {
                 own_rows,
                 splits,
+                mma,
                 plans: [None, None],
                 rows: [0, lead],
                 generations: [0, 0],
@@ -268,6 +280,7 @@ impl CudaBackend {
         let mut out = flashinfer::Passes {
             own_rows: 0,
             splits: 0,
+            mma: false,
             plans: [None, None],
             rows: [0, lead],
             generations: [0, 0],
@@ -772,6 +785,7 @@ impl Backend for CudaBackend {
                             int(passes.splits),
                             pp,
                             dp,
+                            passes.mma as c_int,
                             op,
                             s,
                         )

@@ -1,0 +1,90 @@
+// kernels/decode.cu over bf16 pages on the host (see run.sh): its SIMT builds (1 row; the
+// lean one from 2 rows) and its tensor-core build (mma.sync and ldmatrix stood in for by
+// common.cuh here, warp-wide), against attention in double over the same bf16 rows, at
+// head_dim 64 and 128 with 1, 4 and 8 query heads a KV head; blocks out of order, rows
+// ending inside a block, one and three splits.
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "decode.cu"
+#include "expect.h"
+
+namespace {
+using emu::expect;
+using emu::failures;
+
+void run(int hd, int group) {
+  const int n_kv = 2, n_heads = n_kv * group, bs = 16, blocks = 12;
+  std::mt19937 rng(hd * 10 + group);
+  std::normal_distribution<float> g(0.f, 1.f);
+  // Two sequences: 150 positions through 10 blocks out of order, 37 through 3.
+  const std::vector<int32_t> table = {6, 2, 8, 0, 5, 1, 7, 11, 9, 3, 10, 4, 2};
+  const std::vector<int32_t> bt_off = {0, 10, 13};
+  const std::vector<int32_t> seq = {0, 1, 0}, pos = {149, 36, 63};
+  const size_t plane = static_cast<size_t>(blocks) * n_kv * bs * hd;
+  std::vector<__nv_bfloat16> kc(plane), vc(plane);
+  for (size_t i = 0; i < plane; ++i) {
+    kc[i] = __float2bfloat16(g(rng) * 2.f);
+    vc[i] = __float2bfloat16(g(rng));
+  }
+  const int nr = static_cast<int>(pos.size());
+  std::vector<__nv_bfloat16> qb(static_cast<size_t>(nr) * n_heads * hd);
+  for (auto& x : qb) x = __float2bfloat16(g(rng));
+  const float sm = 1.f / std::sqrt(static_cast<float>(hd));
+  std::vector<double> ref(qb.size());
+  for (int r = 0; r < nr; ++r)
+    for (int h = 0; h < n_heads; ++h) {
+      const int kh = h / group;
+      const int32_t* tab = table.data() + bt_off[seq[r]];
+      const auto row = [&](int t) {
+        return ((static_cast<size_t>(tab[t / bs]) * n_kv + kh) * bs + t % bs) * hd;
+      };
+      std::vector<double> s(pos[r] + 1);
+      double m = -1e300, l = 0;
+      for (int t = 0; t <= pos[r]; ++t) {
+        double d = 0;
+        for (int e = 0; e < hd; ++e)
+          d += double(__bfloat162float(qb[(r * n_heads + h) * hd + e])) * __bfloat162float(kc[row(t) + e]);
+        s[t] = d * sm;
+        m = std::max(m, s[t]);
+      }
+      for (auto& x : s) l += (x = std::exp(x - m));
+      for (int e = 0; e < hd; ++e) {
+        double o = 0;
+        for (int t = 0; t <= pos[r]; ++t) o += s[t] / l * __bfloat162float(vc[row(t) + e]);
+        ref[(r * n_heads + h) * hd + e] = o;
+      }
+    }
+  IfdPaged kv{kc.data(), vc.data(), IFD_KV_BF16, n_kv, bs, hd, nullptr, nullptr, nullptr};
+  for (int mma : {0, 1})
+    for (int splits : {1, 3})
+      for (int rows : {1, nr}) {
+        std::vector<float> part(static_cast<size_t>(nr) * n_heads * splits * (hd + 2));
+        std::vector<int32_t> done(nr * n_kv, 0);
+        std::vector<__nv_bfloat16> out(qb.size());
+        char what[128];
+        std::snprintf(what, sizeof what, "head_dim %d, group %d, %s, %d row(s), %d split(s)", hd,
+                      group, mma ? "tensor cores" : "SIMT", rows, splits);
+        expect(ifd_decode_attention(kv, qb.data(), rows, n_heads, sm, seq.data(), pos.data(),
+                                    bt_off.data(), table.data(), splits, part.data(),
+                                    done.data(), mma, out.data(), nullptr) == 0,
+               what);
+        double w = 0;
+        for (size_t i = 0; i < static_cast<size_t>(rows) * n_heads * hd; ++i)
+          w = std::max(w, std::fabs(__bfloat162float(out[i]) - ref[i]) / (1.0 + std::fabs(ref[i])));
+        // The tensor-core build weights V by bf16 probabilities: a looser bound.
+        const double limit = mma ? 2e-2 : 1e-2;
+        std::printf("  %s: worst |Δ| / (1 + |ref|) %.2e\n", what, w);
+        expect(w < limit, what, w, limit);
+        for (int x : done) expect(x == 0, "split counters reset");
+      }
+}
+}  // namespace
+
+int main() {
+  for (int hd : {64, 128})
+    for (int group : {1, 4, 8}) run(hd, group);
+  std::printf(failures ? "decode: %d failure(s)\n" : "decode: ok\n", failures);
+  return failures ? 1 : 0;
+}
