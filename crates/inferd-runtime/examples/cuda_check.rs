@@ -348,7 +348,9 @@ fn speed(model_dir: &Path, context: usize) {
                 "inferd's gemv"
             },
             match cfg.decode {
-                inferd_runtime::DecodeAttention::Auto => "inferd's at 1 row, else FlashInfer's",
+                inferd_runtime::DecodeAttention::Auto => {
+                    "inferd's to 2 rows, its tensor-core build above (where it takes the shape)"
+                }
                 inferd_runtime::DecodeAttention::Inferd => "inferd's",
                 inferd_runtime::DecodeAttention::FlashInfer => "FlashInfer's",
                 inferd_runtime::DecodeAttention::TensorCores => "inferd's tensor-core build",

@@ -38,8 +38,9 @@ pub struct Args {
     #[arg(long)]
     no_graphs: bool,
     /// On a GPU, the kernel of decode rows' attention (for comparison): auto (inferd's for
-    /// passes of up to 2 rows, FlashInfer's above), inferd, flashinfer, or tensor-cores
-    /// (inferd's tensor-core build at every row count).
+    /// passes of up to 2 rows, its tensor-core build above where it takes the shape, else
+    /// FlashInfer's), inferd, flashinfer, or tensor-cores (the tensor-core build at every
+    /// row count).
     #[arg(long, default_value = "auto")]
     decode_attention: String,
     /// KV cache memory: a size (512M, 2G) or a share of free memory (25%; on a GPU, of

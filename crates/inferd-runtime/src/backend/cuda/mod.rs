@@ -69,7 +69,8 @@ pub struct CudaConfig {
 /// The kernel of decode rows' attention.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum DecodeAttention {
-    /// inferd's for passes of up to [`OWN_DECODE_MAX_ROWS`] rows, else FlashInfer's.
+    /// inferd's for passes of up to [`OWN_DECODE_MAX_ROWS`] rows; above, its tensor-core
+    /// build where that takes the shape, else FlashInfer's.
     #[default]
     Auto,
     /// Always inferd's (`kernels/decode.cu`), where it supports the shape.
@@ -94,12 +95,13 @@ pub const GEMV_MAX_ROWS: usize = 2;
 /// H200 (session 7, one run; docs/gpu-notes.md).
 pub const GEMV_LOADS: usize = 16;
 
-/// Decode passes of at most this many rows take inferd's decode attention
-/// (`kernels/decode.cu`), larger ones FlashInfer's (bf16 pools; 8-bit ones are ours at any
-/// row count): an 8B step at 4096 tokens on the H200, forward ms, ours against FlashInfer's
-/// (session 6, calls 6-7): 4.98-5.01 against 5.76 at 1 row, 5.66 (lean build) against
-/// 5.78-5.83 at 2, 6.36 against 5.87 at 4, 21.15 against 19.33-19.71 at 64 (at many rows
-/// the kernel is bound by the latency its warps hide; docs/gpu-notes.md).
+/// Decode passes of at most this many rows take inferd's SIMT decode attention
+/// (`kernels/decode.cu`); larger ones its tensor-core build where that takes the shape
+/// (bf16, head_dim 64 / 128), else FlashInfer's (8-bit pools are the SIMT build's at any row
+/// count). An 8B step at 4096 tokens on the H200, forward ms (session 7, call 6, one run):
+/// the default before (SIMT to 2 rows, FlashInfer above) 4.87 / 5.66 / 5.75 / 6.86 / 11.92 /
+/// 19.90 at 1 / 2 / 4 / 8 / 32 / 64 rows, the tensor-core build 4.81 / 5.86 / 5.71 / 6.59 /
+/// 9.82 / 15.54 (docs/gpu-notes.md).
 pub const OWN_DECODE_MAX_ROWS: usize = 2;
 
 struct Inner {
@@ -211,20 +213,18 @@ impl CudaBackend {
         // 8-bit KV: FlashInfer reads bf16 only, so every decode row is ours, and the
         // prompt chunks read bf16 copies of their pages (`kv8_gather`).
         let eight = kv.dtype.is_8bit();
-        let rows_ok = match self.inner.decode {
-            _ if eight => true,
-            DecodeAttention::Auto => own_rows <= OWN_DECODE_MAX_ROWS,
-            DecodeAttention::Inferd | DecodeAttention::TensorCores => true,
-            DecodeAttention::FlashInfer => false,
+        let mma_ok = unsafe {
+            ffi::ifd_decode_mma_supported(ffi::kv_code(kv.dtype), int(attn.head_dim), int(group))
+        } != 0;
+        // (ours at all, by its tensor-core build)
+        let (rows_ok, mma) = match self.inner.decode {
+            _ if eight => (true, false),
+            DecodeAttention::Auto if own_rows <= OWN_DECODE_MAX_ROWS => (true, false),
+            DecodeAttention::Auto => (mma_ok, mma_ok),
+            DecodeAttention::Inferd => (true, false),
+            DecodeAttention::TensorCores => (true, mma_ok),
+            DecodeAttention::FlashInfer => (false, false),
         };
-        let mma = self.inner.decode == DecodeAttention::TensorCores
-            && unsafe {
-                ffi::ifd_decode_mma_supported(
-                    ffi::kv_code(kv.dtype),
-                    int(attn.head_dim),
-                    int(group),
-                )
-            } != 0;
         let own = (own_rows > 0 || eight)
             && rows_ok
             && unsafe { ffi::ifd_decode_supported(int(attn.head_dim), int(group)) } != 0;
