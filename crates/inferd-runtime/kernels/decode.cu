@@ -132,6 +132,31 @@ __device__ __forceinline__ float head_sum(float v) {
   return v;
 }
 
+// A block's share of the grid (splits, n_kv, rows): row r (the token of sequence seq[r] at
+// position pos[r]), KV head kvh, and of the row's positions 0..pos[r] the split's range
+// [t0, t1): whole blocks of its table, as even as they divide.
+struct Range {
+  int split, splits, kvh, r, len, t0, t1;
+  const int32_t* table;
+};
+__device__ __forceinline__ Range range_of(const int32_t* __restrict__ seq,
+                                          const int32_t* __restrict__ pos,
+                                          const int32_t* __restrict__ bt_off,
+                                          const int32_t* __restrict__ bt, int block_size) {
+  Range g;
+  g.split = blockIdx.x;
+  g.splits = gridDim.x;
+  g.kvh = blockIdx.y;
+  g.r = blockIdx.z;
+  g.len = pos[g.r] + 1;
+  g.table = bt + bt_off[seq[g.r]];
+  const int blocks = (g.len + block_size - 1) / block_size;
+  const int per = (blocks + g.splits - 1) / g.splits;
+  g.t0 = min(g.len, g.split * per * block_size);
+  g.t1 = min(g.len, (g.split + 1) * per * block_size);
+  return g;
+}
+
 // A block's warps' softmax partials of their G heads: running max m, sum l, acc[D].
 template <int D, int G>
 struct Partials {
@@ -260,16 +285,12 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
   constexpr int kFlight = (D == 256 ? 8 : 16) / (LEAN ? 2 : 1);
   constexpr int R = kFlight / P > 0 ? kFlight / P : 1;
   constexpr int PI = P * R;  // positions an iteration
-  const int split = blockIdx.x, kvh = blockIdx.y, r = blockIdx.z;
-  const int splits = gridDim.x;
+  const Range rg = range_of(seq, pos, bt_off, bt, block_size);
+  const int split = rg.split, splits = rg.splits, kvh = rg.kvh, r = rg.r, len = rg.len;
+  const int t0 = rg.t0, t1 = rg.t1;
+  const int32_t* table = rg.table;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n_heads = n_kv * G;
-  const int len = pos[r] + 1;
-  const int32_t* table = bt + bt_off[seq[r]];
-  // This split's positions: whole blocks, as even as they divide.
-  const int blocks = (len + block_size - 1) / block_size;
-  const int per = (blocks + splits - 1) / splits;
-  const int t0 = min(len, split * per * block_size), t1 = min(len, (split + 1) * per * block_size);
   const size_t head_stride = static_cast<size_t>(block_size) * D;
   const auto row_of = [&](int t) {  // position t's row in a [num_blocks, n_kv, block_size] plane
     return (static_cast<size_t>(table[t / block_size]) * n_kv + kvh) * block_size + t % block_size;
@@ -468,15 +489,12 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   constexpr int KS = D / 16;     // k-steps of Q·Kᵀ
   constexpr int NT = D / 8;      // n-tiles of P·V
   constexpr int CH = D / 8;      // 16-byte pieces a row
-  const int split = blockIdx.x, kvh = blockIdx.y, r = blockIdx.z;
-  const int splits = gridDim.x;
+  const Range rg = range_of(seq, pos, bt_off, bt, block_size);
+  const int split = rg.split, splits = rg.splits, kvh = rg.kvh, r = rg.r;
+  const int t0 = rg.t0, t1 = rg.t1;
+  const int32_t* table = rg.table;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n_heads = n_kv * G;
-  const int len = pos[r] + 1;
-  const int32_t* table = bt + bt_off[seq[r]];
-  const int blocks = (len + block_size - 1) / block_size;
-  const int per = (blocks + splits - 1) / splits;
-  const int t0 = min(len, split * per * block_size), t1 = min(len, (split + 1) * per * block_size);
   const size_t head_stride = static_cast<size_t>(block_size) * D;
 
   extern __shared__ float smem[];
