@@ -93,6 +93,10 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
 }
+// p[0..4) = a, b, c, d rounded to bf16, in one 8-byte store (p 8-byte aligned).
+__device__ __forceinline__ void store4(bf16* p, float a, float b, float c, float d) {
+  *reinterpret_cast<uint2*>(p) = uint2{pack_bf16(a, b), pack_bf16(c, d)};
+}
 
 // kernel<<<grid, block, smem, s>>>(args...) with programmatic stream serialization allowed;
 // errors are left for `launched`.

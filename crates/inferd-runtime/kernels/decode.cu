@@ -138,12 +138,21 @@ __device__ __forceinline__ float head_sum(float v) {
 struct Range {
   int split, splits, kvh, r, len, t0, t1;
   const int32_t* table;
+  int n_kv, block_size;
+  // Position t's row in a [num_blocks, n_kv, block_size] plane (its first value at
+  // row · D in a K or V plane, its scale at row in a scale plane).
+  __device__ __forceinline__ size_t row(int t) const {
+    return (static_cast<size_t>(table[t / block_size]) * n_kv + kvh) * block_size + t % block_size;
+  }
 };
 __device__ __forceinline__ Range range_of(const int32_t* __restrict__ seq,
                                           const int32_t* __restrict__ pos,
                                           const int32_t* __restrict__ bt_off,
-                                          const int32_t* __restrict__ bt, int block_size) {
+                                          const int32_t* __restrict__ bt, int n_kv,
+                                          int block_size) {
   Range g;
+  g.n_kv = n_kv;
+  g.block_size = block_size;
   g.split = blockIdx.x;
   g.splits = gridDim.x;
   g.kvh = blockIdx.y;
@@ -285,16 +294,11 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
   constexpr int kFlight = (D == 256 ? 8 : 16) / (LEAN ? 2 : 1);
   constexpr int R = kFlight / P > 0 ? kFlight / P : 1;
   constexpr int PI = P * R;  // positions an iteration
-  const Range rg = range_of(seq, pos, bt_off, bt, block_size);
+  const Range rg = range_of(seq, pos, bt_off, bt, n_kv, block_size);
   const int split = rg.split, splits = rg.splits, kvh = rg.kvh, r = rg.r, len = rg.len;
   const int t0 = rg.t0, t1 = rg.t1;
-  const int32_t* table = rg.table;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n_heads = n_kv * G;
-  const size_t head_stride = static_cast<size_t>(block_size) * D;
-  const auto row_of = [&](int t) {  // position t's row in a [num_blocks, n_kv, block_size] plane
-    return (static_cast<size_t>(table[t / block_size]) * n_kv + kvh) * block_size + t % block_size;
-  };
 
   // Positions [t0, pre_end) come from shared memory: K rows [pre_cap][D], V rows, then
   // (8-bit) their K and V scales [pre_cap] each.
@@ -303,11 +307,12 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
   E* const pv = pk + static_cast<size_t>(pre_cap) * D;
   float* const pks = reinterpret_cast<float*>(pv + static_cast<size_t>(pre_cap) * D);
   float* const pvs = pks + pre_cap;
-  const int pre_end = min(t1, t0 + pre_cap);
+  // (The lean build never prefetches: it runs with several rows.)
+  const int pre_end = LEAN ? t0 : min(t1, t0 + pre_cap);
   constexpr int kChunks = D * static_cast<int>(sizeof(E)) / 16;  // 16-byte pieces a row
   for (int c = threadIdx.x; c < (pre_end - t0) * kChunks; c += kWarps * 32) {
     const int p = c / kChunks, piece = c % kChunks;
-    const size_t off = row_of(t0 + p) * D;
+    const size_t off = rg.row(t0 + p) * D;
     ifd::cp_async16(reinterpret_cast<char*>(pk + static_cast<size_t>(p) * D) + 16 * piece,
                     reinterpret_cast<const char*>(kc + off) + 16 * piece);
     ifd::cp_async16(reinterpret_cast<char*>(pv + static_cast<size_t>(p) * D) + 16 * piece,
@@ -315,26 +320,26 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
   }
   if constexpr (K::kScaled) {
     for (int p = threadIdx.x; p < pre_end - t0; p += kWarps * 32) {
-      ifd::cp_async4(pks + p, ks + row_of(t0 + p));
-      ifd::cp_async4(pvs + p, vs + row_of(t0 + p));
+      ifd::cp_async4(pks + p, ks + rg.row(t0 + p));
+      ifd::cp_async4(pvs + p, vs + rg.row(t0 + p));
     }
   }
   ifd::pdl_wait();
-  if (pre_end > t0) {
+  if (!LEAN && pre_end > t0) {
     ifd::cp_async_wait_all();
     __syncthreads();
     // The newest position's rows, which the append before this kernel wrote.
     const int t = len - 1;
     if (t < pre_end && warp == 0) {
-      const size_t off = row_of(t) * D;
+      const size_t off = rg.row(t) * D;
       for (int i = lane; i < D; i += 32) {
         pk[static_cast<size_t>(t - t0) * D + i] = kc[off + i];
         pv[static_cast<size_t>(t - t0) * D + i] = vc[off + i];
       }
       if constexpr (K::kScaled) {
         if (lane == 0) {
-          pks[t - t0] = ks[row_of(t)];
-          pvs[t - t0] = vs[row_of(t)];
+          pks[t - t0] = ks[rg.row(t)];
+          pvs[t - t0] = vs[rg.row(t)];
         }
       }
     }
@@ -367,8 +372,7 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
         kr[j] = *reinterpret_cast<const Vec*>(pk + off);
         vr[j] = *reinterpret_cast<const Vec*>(pv + off);
       } else if (t < t1) {
-        const size_t off = (static_cast<size_t>(table[t / block_size]) * n_kv + kvh) * head_stride +
-                           static_cast<size_t>(t % block_size) * D + lane * N;
+        const size_t off = rg.row(t) * D + lane * N;
         kr[j] = *reinterpret_cast<const Vec*>(kc + off);
         vr[j] = *reinterpret_cast<const Vec*>(vc + off);
       } else {
@@ -387,7 +391,7 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
           ksr[round] = pks[t - t0];
           vsr[round] = pvs[t - t0];
         } else if (t < t1) {
-          const size_t row = row_of(t);
+          const size_t row = rg.row(t);
           ksr[round] = ks[row];
           vsr[round] = vs[row];
         }
@@ -489,13 +493,11 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   constexpr int KS = D / 16;     // k-steps of Q·Kᵀ
   constexpr int NT = D / 8;      // n-tiles of P·V
   constexpr int CH = D / 8;      // 16-byte pieces a row
-  const Range rg = range_of(seq, pos, bt_off, bt, block_size);
+  const Range rg = range_of(seq, pos, bt_off, bt, n_kv, block_size);
   const int split = rg.split, splits = rg.splits, kvh = rg.kvh, r = rg.r;
   const int t0 = rg.t0, t1 = rg.t1;
-  const int32_t* table = rg.table;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n_heads = n_kv * G;
-  const size_t head_stride = static_cast<size_t>(block_size) * D;
 
   extern __shared__ float smem[];
   bf16* const tiles = reinterpret_cast<bf16*>(smem) + static_cast<size_t>(warp) * 4 * kTile * D;
@@ -508,9 +510,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
     for (int c = lane; c < kTile * CH; c += 32) {
       const int p = c / CH, piece = c % CH, t = tb + p;
       const bool ok = t < t1;
-      const size_t off = ok ? (static_cast<size_t>(table[t / block_size]) * n_kv + kvh) * head_stride +
-                                  static_cast<size_t>(t % block_size) * D + piece * 8
-                            : 0;
+      const size_t off = ok ? rg.row(t) * D + piece * 8 : 0;
       ifd::cp_async16_zfill(kt + swz<D>(p, piece), kc + off, ok);
       ifd::cp_async16_zfill(vt + swz<D>(p, piece), vc + off, ok);
     }
@@ -631,12 +631,19 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
 // Blocks of the one-row build resident per multiprocessor: its registers allow 3.
 constexpr int kPreBlocks = 3;
 
+// Shared memory the one-row build's prefetch takes a position: its K and V rows, and
+// (8-bit) their two scales.
+template <int D, int KV>
+constexpr int pre_row_bytes() {
+  using K = Kv<D, KV>;
+  return 2 * D * static_cast<int>(sizeof(typename K::Elem)) + (K::kScaled ? 8 : 0);
+}
+
 // The one-row build's prefetch: as many positions as fit beside its static shared memory
 // with kPreBlocks blocks a multiprocessor (at most 64 KiB), after raising the kernel's
 // dynamic shared memory limit to it once. 0 where none fit, or on an error (then `err`).
 template <int D, int G, int KV>
 int pre_positions(int* err) {
-  using K = Kv<D, KV>;
   static int cap = -1;  // per instantiation; the same answer for every device of one kind
   if (cap >= 0) return cap;
   int dev = 0, per_sm = 0;
@@ -646,7 +653,7 @@ int pre_positions(int* err) {
           0 ||
       (*err = cudaFuncGetAttributes(&a, decode_kernel<D, G, KV, false>)) != 0)
     return 0;
-  const int row = 2 * D * static_cast<int>(sizeof(typename K::Elem)) + (K::kScaled ? 8 : 0);
+  constexpr int row = pre_row_bytes<D, KV>();
   const int budget = per_sm / kPreBlocks - 1024 - static_cast<int>(a.sharedSizeBytes);
   const int n = budget < (64 << 10) ? budget / row : (64 << 10) / row;
   const int positions = n > 0 ? n / 16 * 16 : 0;
@@ -694,7 +701,7 @@ int launch_kv(const IfdPaged& kv, const void* q, int rows, float scale, const in
     pre = pre_positions<D, G, KV>(&err);
     if (err != 0) return err;
   }
-  const size_t smem = static_cast<size_t>(pre) * (2 * D * sizeof(E) + (K::kScaled ? 8 : 0));
+  const size_t smem = static_cast<size_t>(pre) * pre_row_bytes<D, KV>();
   ifd::launch(rows > 1 ? decode_kernel<D, G, KV, true> : decode_kernel<D, G, KV, false>, grid,
               kWarps * 32, smem, s, static_cast<const E*>(kv.k), static_cast<const E*>(kv.v),
               static_cast<const float*>(kv.k_scale), static_cast<const float*>(kv.v_scale),

@@ -10,11 +10,25 @@ using ifd::bf16;
 constexpr int kWarps = 8;       // heads per block, one per warp
 constexpr int kMaxHeadDim = 256;
 
+// Value i of a head held in `sh`, rotated over its first 2 * half dims by the angles of its
+// position (c, s: the position's cos / sin table rows); dims past them unchanged.
+__device__ __forceinline__ float rotated(const float* sh, int i, int half, int neox,
+                                         const float* c, const float* s) {
+  if (i >= 2 * half) return sh[i];
+  // The pair (a, b) that i belongs to, and its angle j.
+  const int j = neox ? (i < half ? i : i - half) : i >> 1;
+  const int a = neox ? j : 2 * j, b = neox ? j + half : 2 * j + 1;
+  const float x0 = sh[a], x1 = sh[b];
+  return i == a ? x0 * c[j] - x1 * s[j] : x0 * s[j] + x1 * c[j];
+}
+
 // One warp per (row, head) of qkv f32 [rows, (hq + 2 hkv) * d]. A q or k head is
 // RMS-normed by its weight (when given), then rotated over its first 2 * half dims at
 // the row's position; v heads are copied.
 //   -> q [rows, hq * d] (f32 or bf16), k, v f32 [rows, hkv * d]
-template <typename Q>
+// V4: 16-byte loads and stores (head_dim % 4 == 0), lane L owning the groups of 4 values
+// L, L + 32, ... of its head; else one value a lane at a time.
+template <typename Q, bool V4>
 __global__ void __launch_bounds__(kWarps * 32)
     qkv_prep_kernel(const float* __restrict__ qkv, int rows, int hq, int hkv, int d,
                     const float* __restrict__ qn, const float* __restrict__ kn, float eps,
@@ -22,7 +36,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                     const float* __restrict__ cos_tab, const float* __restrict__ sin_tab,
                     Q* __restrict__ q, float* __restrict__ k, float* __restrict__ v) {
   ifd::pdl_begin();
-  __shared__ float head[kWarps][kMaxHeadDim];
+  __shared__ float4 head[kWarps][kMaxHeadDim / 4];  // a warp's head, 16-byte aligned
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int heads = hq + 2 * hkv;
   const size_t g = static_cast<size_t>(blockIdx.x) * kWarps + warp;  // row * heads + head
@@ -30,125 +44,84 @@ __global__ void __launch_bounds__(kWarps * 32)
   const size_t r = g / heads;
   const int h = static_cast<int>(g % heads);
   const float* src = qkv + g * d;
-  if (h >= hq + hkv) {
-    float* dst = v + (r * hkv + (h - hq - hkv)) * d;
-    for (int i = lane; i < d; i += 32) dst[i] = src[i];
-    return;
-  }
+  float* sh = reinterpret_cast<float*>(head[warp]);
   const float* w = h < hq ? qn : kn;
-  float* sh = head[warp];
-  if (w) {
-    float ss = 0.f;
-    for (int i = lane; i < d; i += 32) ss += src[i] * src[i];
-    const float inv = rsqrtf(ifd::warp_sum(ss) / d + eps);
-    for (int i = lane; i < d; i += 32) sh[i] = src[i] * inv * w[i];
-  } else {
-    for (int i = lane; i < d; i += 32) sh[i] = src[i];
-  }
-  __syncwarp();
   const float* c = cos_tab + static_cast<size_t>(pos[r]) * half;
   const float* s = sin_tab + static_cast<size_t>(pos[r]) * half;
-  for (int i = lane; i < d; i += 32) {
-    float val = sh[i];
-    if (i < 2 * half) {
-      // The pair (a, b) that i belongs to, and its angle j.
-      const int j = neox ? (i < half ? i : i - half) : i >> 1;
-      const int a = neox ? j : 2 * j, b = neox ? j + half : 2 * j + 1;
-      const float x0 = sh[a], x1 = sh[b];
-      val = i == a ? x0 * c[j] - x1 * s[j] : x0 * s[j] + x1 * c[j];
+  if constexpr (V4) {
+    constexpr int kPer = kMaxHeadDim / 128;  // groups a lane at most
+    const int groups = d >> 2;
+    const float4* src4 = reinterpret_cast<const float4*>(src);
+    if (h >= hq + hkv) {
+      float4* dst = reinterpret_cast<float4*>(v + (r * hkv + (h - hq - hkv)) * d);
+      for (int i = lane; i < groups; i += 32) dst[i] = src4[i];
+      return;
     }
-    if (h < hq)
-      ifd::store(q + (r * hq + h) * d + i, val);
-    else
-      k[(r * hkv + (h - hq)) * d + i] = val;
-  }
-}
-
-// The same with 16-byte loads and stores (head_dim % 4 == 0): lane L owns the groups of 4
-// values L, L + 32, ... of its head.
-template <typename Q>
-__global__ void __launch_bounds__(kWarps * 32)
-    qkv_prep4_kernel(const float* __restrict__ qkv, int rows, int hq, int hkv, int d,
-                     const float* __restrict__ qn, const float* __restrict__ kn, float eps,
-                     int half, int neox, const int32_t* __restrict__ pos,
-                     const float* __restrict__ cos_tab, const float* __restrict__ sin_tab,
-                     Q* __restrict__ q, float* __restrict__ k, float* __restrict__ v) {
-  ifd::pdl_begin();
-  constexpr int kPer = kMaxHeadDim / 128;  // groups a lane at most
-  __shared__ float4 head[kWarps][kMaxHeadDim / 4];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int heads = hq + 2 * hkv, groups = d >> 2;
-  const size_t g = static_cast<size_t>(blockIdx.x) * kWarps + warp;  // row * heads + head
-  if (g >= static_cast<size_t>(rows) * heads) return;
-  const size_t r = g / heads;
-  const int h = static_cast<int>(g % heads);
-  const float4* src = reinterpret_cast<const float4*>(qkv + g * d);
-  if (h >= hq + hkv) {
-    float4* dst = reinterpret_cast<float4*>(v + (r * hkv + (h - hq - hkv)) * d);
-    for (int i = lane; i < groups; i += 32) dst[i] = src[i];
-    return;
-  }
-  float4 x[kPer];
-  float ss = 0.f;
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int i = lane + 32 * j;
-    x[j] = i < groups ? src[i] : float4{0.f, 0.f, 0.f, 0.f};
-    ss += x[j].x * x[j].x + x[j].y * x[j].y + x[j].z * x[j].z + x[j].w * x[j].w;
-  }
-  const float* w = h < hq ? qn : kn;
-  if (w) {
-    const float inv = rsqrtf(ifd::warp_sum(ss) / d + eps);
-    const float4* w4 = reinterpret_cast<const float4*>(w);
+    float4 x[kPer];
+    float ss = 0.f;
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
       const int i = lane + 32 * j;
-      if (i < groups) {
-        const float4 s4 = w4[i];
-        x[j] = float4{x[j].x * inv * s4.x, x[j].y * inv * s4.y, x[j].z * inv * s4.z,
-                      x[j].w * inv * s4.w};
+      x[j] = i < groups ? src4[i] : float4{0.f, 0.f, 0.f, 0.f};
+      ss += x[j].x * x[j].x + x[j].y * x[j].y + x[j].z * x[j].z + x[j].w * x[j].w;
+    }
+    if (w) {
+      const float inv = rsqrtf(ifd::warp_sum(ss) / d + eps);
+      const float4* w4 = reinterpret_cast<const float4*>(w);
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int i = lane + 32 * j;
+        if (i < groups) {
+          const float4 s4 = w4[i];
+          x[j] = float4{x[j].x * inv * s4.x, x[j].y * inv * s4.y, x[j].z * inv * s4.z,
+                        x[j].w * inv * s4.w};
+        }
       }
     }
-  }
 #pragma unroll
-  for (int j = 0; j < kPer; ++j)
-    if (lane + 32 * j < groups) head[warp][lane + 32 * j] = x[j];
-  __syncwarp();
-  const float* sh = reinterpret_cast<const float*>(head[warp]);
-  const float* c = cos_tab + static_cast<size_t>(pos[r]) * half;
-  const float* s = sin_tab + static_cast<size_t>(pos[r]) * half;
+    for (int j = 0; j < kPer; ++j)
+      if (lane + 32 * j < groups) reinterpret_cast<float4*>(sh)[lane + 32 * j] = x[j];
+    __syncwarp();
 #pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int i4 = lane + 32 * j;
-    if (i4 >= groups) break;
-    float val[4];
+    for (int j = 0; j < kPer; ++j) {
+      const int i4 = lane + 32 * j;
+      if (i4 >= groups) break;
+      float val[4];
 #pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      const int i = 4 * i4 + t;
-      val[t] = sh[i];
-      if (i < 2 * half) {
-        // The pair (a, b) that i belongs to, and its angle jj.
-        const int jj = neox ? (i < half ? i : i - half) : i >> 1;
-        const int a = neox ? jj : 2 * jj, b = neox ? jj + half : 2 * jj + 1;
-        const float x0 = sh[a], x1 = sh[b];
-        val[t] = i == a ? x0 * c[jj] - x1 * s[jj] : x0 * s[jj] + x1 * c[jj];
-      }
-    }
-    if (h < hq) {
-      Q* dst = q + (r * hq + h) * d + 4 * i4;
-      if constexpr (sizeof(Q) == 2) {
-        const __nv_bfloat162 lo = __floats2bfloat162_rn(val[0], val[1]);
-        const __nv_bfloat162 hi = __floats2bfloat162_rn(val[2], val[3]);
-        uint2 packed;
-        packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-        packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-        *reinterpret_cast<uint2*>(dst) = packed;
+      for (int t = 0; t < 4; ++t) val[t] = rotated(sh, 4 * i4 + t, half, neox, c, s);
+      if (h < hq) {
+        Q* dst = q + (r * hq + h) * d + 4 * i4;
+        if constexpr (sizeof(Q) == 2) {
+          ifd::store4(dst, val[0], val[1], val[2], val[3]);
+        } else {
+          *reinterpret_cast<float4*>(dst) = float4{val[0], val[1], val[2], val[3]};
+        }
       } else {
-        *reinterpret_cast<float4*>(dst) = float4{val[0], val[1], val[2], val[3]};
+        *reinterpret_cast<float4*>(k + (r * hkv + (h - hq)) * d + 4 * i4) =
+            float4{val[0], val[1], val[2], val[3]};
       }
+    }
+  } else {
+    if (h >= hq + hkv) {
+      float* dst = v + (r * hkv + (h - hq - hkv)) * d;
+      for (int i = lane; i < d; i += 32) dst[i] = src[i];
+      return;
+    }
+    if (w) {
+      float ss = 0.f;
+      for (int i = lane; i < d; i += 32) ss += src[i] * src[i];
+      const float inv = rsqrtf(ifd::warp_sum(ss) / d + eps);
+      for (int i = lane; i < d; i += 32) sh[i] = src[i] * inv * w[i];
     } else {
-      *reinterpret_cast<float4*>(k + (r * hkv + (h - hq)) * d + 4 * i4) =
-          float4{val[0], val[1], val[2], val[3]};
+      for (int i = lane; i < d; i += 32) sh[i] = src[i];
+    }
+    __syncwarp();
+    for (int i = lane; i < d; i += 32) {
+      const float val = rotated(sh, i, half, neox, c, s);
+      if (h < hq)
+        ifd::store(q + (r * hq + h) * d + i, val);
+      else
+        k[(r * hkv + (h - hq)) * d + i] = val;
     }
   }
 }
@@ -156,6 +129,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 // out[r, c] = silu(gu[r, c]) * gu[r, f + c]   gu f32 [rows, 2f] -> out bf16 [rows, f]
 // Grid (column groups, row groups): a thread takes V consecutive columns (V = 4 with
 // 16-byte loads when f % 4 == 0, else 1) of rows blockIdx.y, + gridDim.y, ...
+__device__ __forceinline__ float silu_mul(float x, float u) { return x / (1.f + __expf(-x)) * u; }
+
 template <int V>
 __global__ void swiglu_kernel(const float* __restrict__ gu, int rows, int f,
                               bf16* __restrict__ out) {
@@ -168,17 +143,10 @@ __global__ void swiglu_kernel(const float* __restrict__ gu, int rows, int f,
     if constexpr (V == 4) {
       const float4 a = *reinterpret_cast<const float4*>(g);
       const float4 u = *reinterpret_cast<const float4*>(g + f);
-      __nv_bfloat162 lo = __floats2bfloat162_rn(a.x / (1.f + __expf(-a.x)) * u.x,
-                                                a.y / (1.f + __expf(-a.y)) * u.y);
-      __nv_bfloat162 hi = __floats2bfloat162_rn(a.z / (1.f + __expf(-a.z)) * u.z,
-                                                a.w / (1.f + __expf(-a.w)) * u.w);
-      uint2 packed;
-      packed.x = *reinterpret_cast<uint32_t*>(&lo);
-      packed.y = *reinterpret_cast<uint32_t*>(&hi);
-      *reinterpret_cast<uint2*>(o) = packed;
+      ifd::store4(o, silu_mul(a.x, u.x), silu_mul(a.y, u.y), silu_mul(a.z, u.z),
+                  silu_mul(a.w, u.w));
     } else {
-      const float x = g[0];
-      o[0] = __float2bfloat16(x / (1.f + __expf(-x)) * g[f]);
+      o[0] = __float2bfloat16(silu_mul(g[0], g[f]));
     }
   }
 }
@@ -196,26 +164,19 @@ int ifd_qkv_prep(const float* qkv, int rows, int hq, int hkv, int head_dim, cons
   const unsigned blocks = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
   const cudaStream_t s = ifd::as_stream(stream);
   const auto addr = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
-  if (head_dim % 4 == 0 && ((addr(qkv) | addr(q_norm) | addr(k_norm) | addr(k) | addr(v)) & 15) == 0 &&
-      (addr(q) & (q_bf16 ? 7 : 15)) == 0) {
-    if (q_bf16)
-      ifd::launch(qkv_prep4_kernel<bf16>, blocks, kWarps * 32, 0, s, qkv, rows, hq, hkv, head_dim,
-                  q_norm, k_norm, eps, half, neox, pos, cos_tab, sin_tab, static_cast<bf16*>(q), k,
-                  v);
-    else
-      ifd::launch(qkv_prep4_kernel<float>, blocks, kWarps * 32, 0, s, qkv, rows, hq, hkv, head_dim,
-                  q_norm, k_norm, eps, half, neox, pos, cos_tab, sin_tab, static_cast<float*>(q),
-                  k, v);
-    return ifd::launched();
-  }
+  const bool v4 = head_dim % 4 == 0 &&
+                  ((addr(qkv) | addr(q_norm) | addr(k_norm) | addr(k) | addr(v)) & 15) == 0 &&
+                  (addr(q) & (q_bf16 ? 7 : 15)) == 0;
+  const auto run = [&](auto kernel, auto* qo) {
+    ifd::launch(kernel, blocks, kWarps * 32, 0, s, qkv, rows, hq, hkv, head_dim, q_norm, k_norm,
+                eps, half, neox, pos, cos_tab, sin_tab, qo, k, v);
+  };
+  bf16* qb = static_cast<bf16*>(q);
+  float* qf = static_cast<float*>(q);
   if (q_bf16)
-    ifd::launch(qkv_prep_kernel<bf16>, blocks, kWarps * 32, 0, s, qkv, rows, hq, hkv, head_dim,
-                q_norm, k_norm, eps, half, neox, pos, cos_tab, sin_tab, static_cast<bf16*>(q), k,
-                v);
+    v4 ? run(qkv_prep_kernel<bf16, true>, qb) : run(qkv_prep_kernel<bf16, false>, qb);
   else
-    ifd::launch(qkv_prep_kernel<float>, blocks, kWarps * 32, 0, s, qkv, rows, hq, hkv, head_dim,
-                q_norm, k_norm, eps, half, neox, pos, cos_tab, sin_tab, static_cast<float*>(q), k,
-                v);
+    v4 ? run(qkv_prep_kernel<float, true>, qf) : run(qkv_prep_kernel<float, false>, qf);
   return ifd::launched();
 }
 

@@ -43,12 +43,8 @@ __global__ void norm4_kernel(float* __restrict__ x, const float* __restrict__ y,
     const int c = threadIdx.x + j * blockDim.x;
     if (c >= groups) break;
     const float4 g = w4[c];
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(v[j].x * inv * g.x, v[j].y * inv * g.y);
-    const __nv_bfloat162 hi = __floats2bfloat162_rn(v[j].z * inv * g.z, v[j].w * inv * g.w);
-    uint2 packed;
-    packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-    packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-    reinterpret_cast<uint2*>(out + r * cols)[c] = packed;
+    ifd::store4(out + r * cols + 4 * c, v[j].x * inv * g.x, v[j].y * inv * g.y,
+                v[j].z * inv * g.z, v[j].w * inv * g.w);
   }
 }
 

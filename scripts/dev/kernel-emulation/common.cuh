@@ -255,6 +255,10 @@ inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_
   }
 }
 inline uint32_t pack_bf16(float lo, float hi) { return frag::pack2(lo, hi); }
+inline void store4(bf16* p, float a, float b, float c, float d) {
+  const uint32_t w[2] = {pack_bf16(a, b), pack_bf16(c, d)};
+  std::memcpy(p, w, 8);
+}
 
 // Every lane of the warp gets the sum (the lanes' values in lane order).
 inline float warp_sum(float v) {
