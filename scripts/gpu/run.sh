@@ -21,6 +21,10 @@
 #   speedkv  `speed` once per KV dtype (bf16, q8, fp8), default settings; owndecode: our
 #            decode kernel at every row count, bf16 and q8; gemvloads: the matrix-vector
 #            kernel's loads in flight (4, 8, 16)
+#   teststc  hf_reference, cuda_graphs and cuda_attention's bodies with every product of up
+#            to 32 rows on the tensor-core gemv, and memcheck over cuda_graphs that way
+#   tcgemv   `speed`: the SIMT gemv to 2 rows (default) against the tensor-core build to 8 and
+#            to 32 rows; ablate: `speed` without each small op in turn (timing only)
 #   sampling the sample op on the device against the host sampler (cuda_check sampling)
 #   peerbuild  starts building llama.cpp's CUDA llama-server (sm_90) in the background and
 #            makes /tmp/q8b with its bf16 GGUF /tmp/q8b.gguf (needs .device/peer from
@@ -72,6 +76,16 @@ tests)
   timeout 300 compute-sanitizer --tool racecheck $B/hf_reference --test-threads 1 cuda::qwen3 >$OUT/racecheck.log 2>&1
   note "racecheck hf_reference qwen3: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' $OUT/racecheck.log | tail -1)"
   ;;
+teststc)
+  # The shared bodies again with every product of up to 32 rows on the tensor-core gemv.
+  for t in hf_reference cuda_graphs cuda_attention; do
+    case $t in cuda_*) filter= ;; *) filter=cuda:: ;; esac
+    INFERD_TEST_GEMV=tensor-cores $B/$t --test-threads 1 --nocapture $filter >$OUT/testtc-$t.log 2>&1; note "test $t (cuda, tensor-core gemv): rc=$? $(grep 'test result' $OUT/testtc-$t.log)"
+    grep -E "panicked|differs" $OUT/testtc-$t.log | head -6 | tee -a $summary
+  done
+  INFERD_TEST_GEMV=tensor-cores timeout 300 compute-sanitizer --tool memcheck $B/cuda_graphs --test-threads 1 >$OUT/memcheck-tc.log 2>&1
+  note "memcheck cuda_graphs (tensor-core gemv): rc=$? $(grep -E 'ERROR SUMMARY' $OUT/memcheck-tc.log | tail -1)"
+  ;;
 make8b|model8b)
   mkdir -p /tmp/tok && cp $C/tokenizer/* /tmp/tok/ && xz -df /tmp/tok/tokenizer.json.xz
   python3 $C/make_qwen3_8b.py /tmp/q8b /tmp/tok >$OUT/make8b.log 2>&1; note "make 8b: rc=$? $(tail -1 $OUT/make8b.log)"
@@ -88,6 +102,14 @@ speedkv)
 mmadecode)
   # Decode attention by the default kernels against our tensor-core build at every row count.
   timeout 300 $B/cuda_check speed /tmp/q8b 4096 bf16,bf16:mma 2>&1 | tee -a $summary
+  ;;
+tcgemv)
+  # The SIMT gemv to 2 rows (the default) against the tensor-core build to 8 and to 32 rows.
+  timeout 400 $B/cuda_check speed /tmp/q8b 4096 bf16,bf16:tcgemv8,bf16:tcgemv32 2>&1 | tee -a $summary
+  ;;
+ablate)
+  # What each small op costs inside the replayed graph: the step without it (timing only).
+  timeout 500 $B/cuda_check speed /tmp/q8b 4096 bf16:skip=norm,bf16:skip=swiglu,bf16:skip=qkv_prep,bf16:skip=kv_append,bf16:skip=attention 2>&1 | tee -a $summary
   ;;
 gemvloads)
   # The matrix-vector kernel with 4 / 8 (the default) / 16 loads in flight a lane.

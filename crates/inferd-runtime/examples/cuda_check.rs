@@ -6,7 +6,7 @@
 //!   continuations, and one batch of eight prompts against each prompt alone.
 //! - `hf MODEL_DIR IDS_JSON LOGITS_F32`: the GPU against transformers' logits for the
 //!   same ids (written by `scripts/gpu/hf_logits.py`).
-//! - `speed MODEL_DIR [CONTEXT [DTYPE[:inferd|:mma|:loadsN],…]]`: decode steps at batch 1, 2, 4, 8, 32 and 64 over CONTEXT
+//! - `speed MODEL_DIR [CONTEXT [DTYPE[:OPTION…],…]]` (options: `speed_by_dtype`): decode steps at batch 1, 2, 4, 8, 32 and 64 over CONTEXT
 //!   prefilled tokens each, and one prefill pass: time per step, tokens/s, and the
 //!   fraction of the bandwidth roofline (weights + the KV read, and a hybrid model's
 //!   recurrent state read and written, over 4.3 TB/s); with graphs and the matrix-vector
@@ -263,49 +263,58 @@ fn step_bytes<B: Backend>(
     (weights, kv + state)
 }
 
-/// `cuda_check speed DIR CONTEXT DTYPE[:inferd],…`: the default configuration once per KV
-/// dtype (`:inferd`: decode attention by our kernel at every row count).
-/// `speed` once per spec of `specs` (comma-separated): a KV dtype (bf16, q8, fp8), and
-/// optionally `:inferd` (our decode attention at every row count), `:mma` (its tensor-core
-/// build at every row count) or `:loadsN` (the matrix-vector kernel with N loads in flight a
-/// lane).
+/// `cuda_check speed DIR CONTEXT SPEC,…`: `speed` once per spec, a KV dtype (bf16, q8,
+/// fp8) followed by any of (`:`-separated):
+/// - `inferd`: decode attention by our SIMT kernel at every row count; `mma`: by its
+///   tensor-core build at every row count;
+/// - `loadsN`: the SIMT matrix-vector kernel with N loads in flight a lane;
+/// - `tcgemv` / `tcgemvN`: the tensor-core matrix-vector build (up to N rows);
+///   `gemvN`: the SIMT build up to N rows;
+/// - `skip=OP+OP…`: ops left out of every pass (profiling: what each costs in a graph;
+///   the names of `SkipOps::parse`).
 fn speed_by_dtype(model_dir: &Path, context: usize, specs: &str) {
+    use inferd_runtime::{CudaConfig, DecodeAttention, GemvKernel, SkipOps};
     for spec in specs.split(',') {
-        let (name, variant) = spec.split_once(':').unwrap_or((spec, ""));
+        let mut parts = spec.split(':');
+        let name = parts.next().unwrap_or_default();
         let dtype = KvDtype::from_name(name).expect("a KV dtype: bf16, q8, fp8");
-        let ours = variant == "inferd";
-        let mma = variant == "mma";
-        let loads = variant
-            .strip_prefix("loads")
-            .map_or(0, |n| n.parse().expect("loadsN"));
-        let cfg = inferd_runtime::CudaConfig {
-            decode: if ours {
-                inferd_runtime::DecodeAttention::Inferd
-            } else if mma {
-                inferd_runtime::DecodeAttention::TensorCores
+        let mut cfg = CudaConfig::default();
+        let mut said = Vec::new();
+        for opt in parts {
+            let num = |p: &str| -> Option<usize> {
+                opt.strip_prefix(p)
+                    .map(|n| if n.is_empty() { 0 } else { n.parse().expect("a number") })
+            };
+            if opt == "inferd" {
+                cfg.decode = DecodeAttention::Inferd;
+                said.push("decode attention by inferd's at every row count".to_string());
+            } else if opt == "mma" {
+                cfg.decode = DecodeAttention::TensorCores;
+                said.push("decode attention by its tensor-core build at every row count".into());
+            } else if let Some(n) = num("loads") {
+                cfg.gemv_loads = n;
+                said.push(format!("gemv with {n} loads in flight a lane"));
+            } else if let Some(n) = num("tcgemv") {
+                cfg.gemv = GemvKernel::TensorCores;
+                cfg.gemv_rows = n;
+                said.push(format!("tensor-core gemv up to {n} rows (0: its default)"));
+            } else if let Some(n) = num("gemv") {
+                cfg.gemv_rows = n;
+                said.push(format!("SIMT gemv up to {n} rows"));
+            } else if let Some(ops) = opt.strip_prefix("skip=") {
+                cfg.profile_skip = SkipOps::parse(ops).unwrap();
+                said.push(format!("without {ops} (timing only)"));
             } else {
-                inferd_runtime::DecodeAttention::Auto
-            },
-            gemv_loads: loads,
-            ..Default::default()
-        };
+                panic!("unknown speed option {opt}");
+            }
+        }
         let model = Model::load(CudaBackend::new(cfg).unwrap(), model_dir).unwrap();
         println!(
             "{}: KV {}{}{}",
             model_dir.display(),
             dtype.name(),
-            if ours {
-                ", decode attention by inferd's at every row count"
-            } else if mma {
-                ", decode attention by inferd's tensor-core build at every row count"
-            } else {
-                ""
-            },
-            if loads > 0 {
-                format!(", gemv with {loads} loads in flight a lane")
-            } else {
-                String::new()
-            }
+            if said.is_empty() { "" } else { ", " },
+            said.join(", ")
         );
         speed_of(&model, context, dtype);
     }

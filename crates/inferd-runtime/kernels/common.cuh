@@ -32,6 +32,15 @@ __device__ __forceinline__ void pdl_trigger() {
 }
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
+// 16 bytes of memory no kernel of the pass writes (weights), read once: not kept in L1.
+__device__ __forceinline__ uint4 load_stream(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
 // Asynchronous global -> shared copies (sm_80+): 16 or 4 bytes, both addresses aligned
 // to the size; complete after cp_async_wait_all (each thread waits for its own).
 __device__ __forceinline__ void cp_async16(void* smem, const void* global) {

@@ -14,13 +14,7 @@ using ifd::bf16;
 
 constexpr int kWarps = 8;  // output rows per block, one per warp
 
-__device__ __forceinline__ uint4 load_stream(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
+using ifd::load_stream;
 
 // acc += Σ of the eight products of two vectors of eight bf16.
 __device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc) {
@@ -85,6 +79,98 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// The tensor-core build, for up to 8 · NT rows of x and k % 64 == 0. A block computes a tile
+// of 16 outputs as m16n8k16 products: the tile's 16 rows of W are the A operand, x's rows
+// (zero beyond n) the B operand's NT groups of 8 columns. Lane (g = lane / 4, c = lane % 4)
+// loads, of each 64-value chunk of k, the 16-byte pieces k 8c..8c+8 and 32+8c..32+8c+8 of
+// W's rows g and g + 8 (a quad's four lanes read 64 contiguous bytes of a row a load), and
+// the same pieces of x's row g: a sum over k does not care which of its terms an mma adds
+// where, so the pieces go into the fragments as they are loaded, W from global memory
+// straight to registers, and x is read once for every two loads of W whatever the rows.
+// The 8 warps of a block share the tile's k in contiguous runs of chunks and add their
+// partials in shared memory in warp order: a row's result does not depend on n.
+constexpr int kTile = 16;  // outputs a block
+
+template <int NT, int kChunks>  // NT: groups of 8 rows of x; kChunks: chunks a round
+__global__ void __launch_bounds__(kWarps * 32, 2)
+    gemv_mma_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                    const float* __restrict__ bias, float* __restrict__ y, int n, int k,
+                    int out) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const int o0 = blockIdx.x * kTile;
+  const int chunks = k >> 6, kv = k >> 3;  // 64-value chunks, 16-byte pieces a row
+  const int j0 = warp * chunks / kWarps, j1 = (warp + 1) * chunks / kWarps;
+  // Rows g and g + 8 of the tile (past the last output: the last row, loaded and unused).
+  const uint4* wa = reinterpret_cast<const uint4*>(w) + static_cast<size_t>(min(o0 + g, out - 1)) * kv + c;
+  const uint4* wb = reinterpret_cast<const uint4*>(w) + static_cast<size_t>(min(o0 + g + 8, out - 1)) * kv + c;
+  uint4 wv[kChunks][4];  // a round's pieces: row g (k 8c.., 32+8c..), row g + 8 (the same)
+  const auto load_round = [&](int j) {
+#pragma unroll
+    for (int u = 0; u < kChunks; ++u)
+      if (j + u < j1) {
+        const int at = 8 * (j + u);
+        wv[u][0] = load_stream(wa + at);
+        wv[u][1] = load_stream(wa + at + 4);
+        wv[u][2] = load_stream(wb + at);
+        wv[u][3] = load_stream(wb + at + 4);
+      }
+  };
+  // The weights do not depend on the kernel before: the first round is loaded before
+  // waiting for it (programmatic dependent launch), x only after.
+  load_round(j0);
+  ifd::pdl_begin();
+  float acc[NT][4];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+  for (int j = j0; j < j1; j += kChunks) {
+    if (j != j0) load_round(j);
+#pragma unroll
+    for (int u = 0; u < kChunks; ++u) {
+      if (j + u >= j1) break;
+      const int at = 8 * (j + u) + c;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const int r = 8 * t + g;  // x's row in B's column g of group t
+        const uint4* xr = reinterpret_cast<const uint4*>(x) + static_cast<size_t>(r) * kv + at;
+        const uint4 x0 = r < n ? __ldg(xr) : uint4{0u, 0u, 0u, 0u};
+        const uint4 x1 = r < n ? __ldg(xr + 4) : uint4{0u, 0u, 0u, 0u};
+        const uint4 &a0 = wv[u][0], &a1 = wv[u][1], &b0 = wv[u][2], &b1 = wv[u][3];
+        ifd::mma_bf16(acc[t], {a0.x, b0.x, a0.y, b0.y}, x0.x, x0.y);
+        ifd::mma_bf16(acc[t], {a0.z, b0.z, a0.w, b0.w}, x0.z, x0.w);
+        ifd::mma_bf16(acc[t], {a1.x, b1.x, a1.y, b1.y}, x1.x, x1.y);
+        ifd::mma_bf16(acc[t], {a1.z, b1.z, a1.w, b1.w}, x1.z, x1.w);
+      }
+    }
+  }
+  // acc[t]: (tile row g, x rows 8t + 2c and + 1), (tile row g + 8, the same).
+  __shared__ float part[kWarps][kTile][8 * NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    part[warp][g][8 * t + 2 * c] = acc[t][0];
+    part[warp][g][8 * t + 2 * c + 1] = acc[t][1];
+    part[warp][g + 8][8 * t + 2 * c] = acc[t][2];
+    part[warp][g + 8][8 * t + 2 * c + 1] = acc[t][3];
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kTile * 8 * NT; e += kWarps * 32) {
+    const int row = e % kTile, r = e / kTile, o = o0 + row;
+    if (r >= n || o >= out) continue;
+    float s = 0.f;
+#pragma unroll
+    for (int v = 0; v < kWarps; ++v) s += part[v][row][r];
+    y[static_cast<size_t>(r) * out + o] = s + (bias ? bias[o] : 0.f);
+  }
+}
+
+template <int NT>
+int launch_mma(const void* x, const void* w, const float* bias, float* y, int n, int k,
+               int out, cudaStream_t s) {
+  ifd::launch(gemv_mma_kernel<NT, 4>, (out + kTile - 1) / kTile, kWarps * 32, 0, s,
+              static_cast<const bf16*>(x), static_cast<const bf16*>(w), bias, y, n, k, out);
+  return ifd::launched();
+}
+
 template <int R, int U>
 int launch_u(const void* x, const void* w, const float* bias, float* y, int k, int out,
              cudaStream_t s) {
@@ -122,4 +208,14 @@ extern "C" int ifd_gemv(const void* x, const void* w, const float* bias, float* 
     case 8: return launch<8>(x, w, bias, y, k, out, loads, s);
     default: return static_cast<int>(cudaErrorInvalidValue);
   }
+}
+
+extern "C" int ifd_gemv_mma(const void* x, const void* w, const float* bias, float* y, int n,
+                            int k, int out, void* stream) {
+  const cudaStream_t s = ifd::as_stream(stream);
+  if (n == 0 || out == 0) return 0;
+  if (k % 64 != 0 || n > 32) return static_cast<int>(cudaErrorInvalidValue);
+  if (n <= 8) return launch_mma<1>(x, w, bias, y, n, k, out, s);
+  if (n <= 16) return launch_mma<2>(x, w, bias, y, n, k, out, s);
+  return launch_mma<4>(x, w, bias, y, n, k, out, s);
 }

@@ -175,8 +175,15 @@ inline float __shfl_xor_sync(unsigned m, float v, int o) {
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::warp_bars[threadIdx.x >> 5]->arrive_and_wait(); }
 inline int __ffs(unsigned x) { return x ? __builtin_ctz(x) + 1 : 0; }
 
+// Read-only loads: plain reads here.
+template <typename T>
+inline T __ldg(const T* p) {
+  return *p;
+}
+
 namespace ifd {
 using bf16 = __nv_bfloat16;
+inline uint4 load_stream(const uint4* p) { return *p; }
 inline cudaStream_t as_stream(void* s) { return s; }
 inline int launched() { return 0; }
 inline void pdl_begin() {}

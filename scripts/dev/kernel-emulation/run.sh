@@ -15,7 +15,9 @@
 # - the norms', SwiGLU's and qkv_prep's 16-byte paths against the scalar kernels they
 #   replace, on the same inputs (elementwise_emu.cpp);
 # - decode attention over bf16 pages, its SIMT and tensor-core builds (decode_emu.cpp; mma
-#   and ldmatrix computed warp-wide from the lanes' fragments), against double precision.
+#   and ldmatrix computed warp-wide from the lanes' fragments), against double precision;
+# - the matrix-vector products, both builds, against double precision, and the tensor-core
+#   build's rows the same bits at any row count (gemv_emu.cpp).
 # Usage: scripts/dev/kernel-emulation/run.sh (needs g++ >= 11).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,6 +27,7 @@ trap 'rm -rf "$tmp"' EXIT
 cp "$here/common.cuh" "$here/hybrid_ops_emu.cpp" "$here/sample_emu.cpp" "$k/sample_plan.cu" "$tmp/"
 cp "$here/cuda_fp8.h" "$here/kv8_emu.cpp" "$k/attention.cu" "$k/kv8.cuh" "$k/inferd.h" "$tmp/"
 cp "$here/elementwise_emu.cpp" "$here/decode_emu.cpp" "$here/expect.h" "$k/fused.cu" "$k/norm.cu" "$tmp/"
+cp "$here/gemv_emu.cpp" "$k/gemv.cu" "$tmp/"
 # The one construct common.cuh cannot redefine: dynamic shared memory.
 sed -e 's/extern __shared__ float smem\[\];/float* smem = emu::dyn_smem;/' "$k/delta_rule.cu" > "$tmp/delta_rule.cu"
 sed -e 's/extern __shared__ float smem\[\];/float* smem = emu::dyn_smem;/' "$k/decode.cu" > "$tmp/decode.cu"
@@ -52,6 +55,10 @@ g++ -std=c++20 -O2 -pthread -I"$tmp" -x c++ kv8_emu.cpp -o kv8
 # Decode attention over bf16 pages, SIMT and tensor-core builds.
 g++ -std=c++20 -O2 -pthread -I"$tmp" -x c++ decode_emu.cpp -o decode
 ./decode || status=1
+# The matrix-vector products, SIMT and tensor-core builds.
+# (gemv.cu reads bf16 pairs out of uint4 registers, CUDA's idiom: not strict aliasing.)
+g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -I"$tmp" -x c++ gemv_emu.cpp -o gemv
+./gemv || status=1
 # The norms, SwiGLU and qkv_prep.
 g++ -std=c++20 -O2 -pthread -I"$tmp" -x c++ elementwise_emu.cpp -o elementwise
 ./elementwise || status=1

@@ -18,6 +18,7 @@ mod flashinfer;
 mod gemm;
 mod graphs;
 mod kv;
+mod profile;
 mod sample;
 mod staging;
 mod state;
@@ -30,6 +31,7 @@ use std::sync::{Arc, Mutex};
 pub use batch::CudaBatch;
 pub use device::{device_count, device_info, DeviceInfo};
 pub use kv::CudaKv;
+pub use profile::SkipOps;
 pub use tensor::{Act, CudaTensor, CudaWeight};
 
 use batch::{BatchPool, RopeTable};
@@ -61,6 +63,14 @@ pub struct CudaConfig {
     pub gemv_loads: usize,
     /// Which kernel attends decode rows (bf16 KV); the default picks by the number of rows.
     pub decode: DecodeAttention,
+    /// Which matrix-vector kernel runs decode-sized products.
+    pub gemv: GemvKernel,
+    /// Rows up to which products run as the matrix-vector kernel (0: the default of the
+    /// kernel, [`GEMV_MAX_ROWS`] or [`GEMV_MMA_MAX_ROWS`]; the SIMT build takes at most 8,
+    /// the tensor-core build 32).
+    pub gemv_rows: usize,
+    /// Profiling only: ops left out of every pass (see [`SkipOps`]; results are garbage).
+    pub profile_skip: SkipOps,
     /// Every row but a plain greedy one drawn by the host sampler from its logits row read
     /// back (for comparison: by default the device runs every draw the sampler can plan).
     pub host_sampling: bool,
@@ -81,6 +91,20 @@ pub enum DecodeAttention {
     /// head_dim 64 or 128, up to 8 query heads a KV head), else its other build.
     TensorCores,
 }
+
+/// The matrix-vector kernel of decode-sized products (`kernels/gemv.cu`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GemvKernel {
+    /// The SIMT build: one warp an output row, x read from L1 for every load of W.
+    #[default]
+    Simt,
+    /// The tensor-core build (k % 64 == 0, else the SIMT build): 16 outputs a block as
+    /// mma.sync products, W loaded straight into the fragments, up to 32 rows of x.
+    TensorCores,
+}
+
+/// Rows up to which the tensor-core matrix-vector build runs products by default.
+pub const GEMV_MMA_MAX_ROWS: usize = 8;
 
 /// Passes of at most this many rows run their matrix products as inferd's matrix-vector
 /// kernel (`kernels/gemv.cu`), which reads each weight once at close to the bandwidth
@@ -113,7 +137,9 @@ struct Inner {
     /// Rows up to which products run as the matrix-vector kernel (0: never).
     gemv_rows: usize,
     gemv_loads: usize,
+    gemv: GemvKernel,
     decode: DecodeAttention,
+    skip: SkipOps,
     host_sampling: bool,
     /// Our decode kernel's split partials, allocated once at its largest size (its
     /// address is baked into graphs).  // f32 [8 · SMs · group · (head_dim + 2)]
@@ -153,7 +179,15 @@ impl CudaBackend {
                 batches: Arc::default(),
                 buckets: Mutex::default(),
                 graphs: (!cfg.no_graphs).then(graphs::Graphs::default),
-                gemv_rows: if cfg.no_gemv { 0 } else { GEMV_MAX_ROWS },
+                gemv_rows: match (cfg.no_gemv, cfg.gemv_rows, cfg.gemv) {
+                    (true, _, _) => 0,
+                    (false, 0, GemvKernel::Simt) => GEMV_MAX_ROWS,
+                    (false, 0, GemvKernel::TensorCores) => GEMV_MMA_MAX_ROWS,
+                    (false, n, GemvKernel::Simt) => n.min(8),
+                    (false, n, GemvKernel::TensorCores) => n.min(32),
+                },
+                gemv: cfg.gemv,
+                skip: cfg.profile_skip,
                 gemv_loads: if cfg.gemv_loads == 0 {
                     GEMV_LOADS
                 } else {
@@ -575,6 +609,9 @@ impl Backend for CudaBackend {
         let xp = x.f32_ptr("rms_norm")?;
         out.prepare(x.rows, x.cols, Act::Bf16)?; // [n, d]
         let op = out.bf16_ptr("rms_norm")?;
+        if self.inner.skip.has(SkipOps::NORM) {
+            return Ok(());
+        }
         check(
             unsafe { ffi::ifd_rms_norm(xp, wp, int(x.rows), int(x.cols), eps, op, s) },
             "rms_norm",
@@ -595,6 +632,9 @@ impl Backend for CudaBackend {
         let (xp, yp) = (x.f32_ptr("add_rms_norm")?, y.f32_ptr("add_rms_norm")?);
         out.prepare(x.rows, x.cols, Act::Bf16)?; // [n, d]
         let op = out.bf16_ptr("add_rms_norm")?;
+        if self.inner.skip.has(SkipOps::NORM) {
+            return Ok(());
+        }
         check(
             unsafe { ffi::ifd_add_rms_norm(xp, yp, wp, int(x.rows), int(x.cols), eps, op, s) },
             "add_rms_norm",
@@ -624,7 +664,7 @@ impl Backend for CudaBackend {
         w: &CudaWeight,
         bias: Option<&CudaWeight>,
         _batch: &CudaBatch,
-        _rows: Rows,
+        rows: Rows,
         out: &mut CudaTensor,
     ) -> Result<()> {
         // One cuBLASLt algorithm per shape, chosen by the shape alone: a row's result
@@ -641,7 +681,34 @@ impl Backend for CudaBackend {
         let xp = x.bf16_ptr("linear")?;
         out.prepare(x.rows, w_out, Act::F32)?; // [n, out]
         let op = out.f32_ptr("linear")?;
-        if x.rows <= self.inner.gemv_rows && w_in.is_multiple_of(8) {
+        let skip = match rows {
+            Rows::Tokens => SkipOps::LINEAR,
+            Rows::Logits => SkipOps::LM_HEAD,
+        };
+        if self.inner.skip.has(skip) {
+            return Ok(());
+        }
+        let gemv = x.rows <= self.inner.gemv_rows;
+        if gemv && self.inner.gemv == GemvKernel::TensorCores && w_in.is_multiple_of(64) {
+            let s = self.stream()?;
+            let bp = b.map_or(std::ptr::null(), |(p, _)| p);
+            return check(
+                unsafe {
+                    ffi::ifd_gemv_mma(
+                        xp,
+                        wb.ptr(),
+                        bp,
+                        op,
+                        int(x.rows),
+                        int(w_in),
+                        int(w_out),
+                        s,
+                    )
+                },
+                "gemv (tensor cores)",
+            );
+        }
+        if gemv && x.rows <= 8 && w_in.is_multiple_of(8) {
             let s = self.stream()?;
             let bp = b.map_or(std::ptr::null(), |(p, _)| p);
             return check(
@@ -743,12 +810,17 @@ impl Backend for CudaBackend {
         }
         let paged = kv.paged(layer);
         let (kp, vp) = (k.f32_ptr("attention")?, v.f32_ptr("attention")?);
-        check(
-            unsafe { ffi::ifd_kv_append(paged, kp, vp, batch.slot(), int(k.rows), s) },
-            "kv append",
-        )?;
+        if !self.inner.skip.has(SkipOps::KV_APPEND) {
+            check(
+                unsafe { ffi::ifd_kv_append(paged, kp, vp, batch.slot(), int(k.rows), s) },
+                "kv append",
+            )?;
+        }
         out.prepare(q.rows, q.cols, Act::Bf16)?; // [n, n_heads * head_dim]
         let op = out.bf16_ptr("attention")?;
+        if self.inner.skip.has(SkipOps::ATTENTION) {
+            return Ok(());
+        }
         if let Some(passes) = &batch.fi {
             let q_bf16: *mut u8 = match q.dtype() {
                 // written in bf16 by qkv_prep
@@ -962,6 +1034,9 @@ impl Backend for CudaBackend {
         } else {
             q.f32_ptr("qkv_prep")?.cast()
         };
+        if self.inner.skip.has(SkipOps::QKV_PREP) {
+            return Ok(());
+        }
         check(
             unsafe {
                 ffi::ifd_qkv_prep(
@@ -1001,6 +1076,9 @@ impl Backend for CudaBackend {
         let gp = gate_up.f32_ptr("swiglu")?;
         out.prepare(n, ffn, Act::Bf16)?; // [n, ffn]
         let op = out.bf16_ptr("swiglu")?;
+        if self.inner.skip.has(SkipOps::SWIGLU) {
+            return Ok(());
+        }
         check(
             unsafe { ffi::ifd_swiglu(gp, int(n), int(ffn), op, s) },
             "swiglu",

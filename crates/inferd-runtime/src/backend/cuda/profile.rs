@@ -1,0 +1,70 @@
+//! Profiling aid: kernels a backend leaves out of every pass, so that timing a replayed
+//! graph with and without them measures what each costs inside it (launch, ramp and tail
+//! included, the overlap with its neighbours taken into account). A pass with any of them
+//! left out computes garbage: `cuda_check speed … :skip=…` is its only user.
+
+use crate::{Result, RuntimeError};
+
+/// A set of the ops below.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SkipOps(u8);
+
+impl SkipOps {
+    /// RMSNorm and residual add + RMSNorm.
+    pub const NORM: SkipOps = SkipOps(1);
+    /// Full attention's Q/K norm and rotary positions (qkv_prep).
+    pub const QKV_PREP: SkipOps = SkipOps(2);
+    /// Appending the pass's K/V to the pool.
+    pub const KV_APPEND: SkipOps = SkipOps(4);
+    /// The attention kernels (decode and prefill).
+    pub const ATTENTION: SkipOps = SkipOps(8);
+    /// SwiGLU's gating.
+    pub const SWIGLU: SkipOps = SkipOps(16);
+    /// The layers' matrix products.
+    pub const LINEAR: SkipOps = SkipOps(32);
+    /// The output projection (logits).
+    pub const LM_HEAD: SkipOps = SkipOps(64);
+
+    const NAMES: [(&'static str, SkipOps); 7] = [
+        ("norm", Self::NORM),
+        ("qkv_prep", Self::QKV_PREP),
+        ("kv_append", Self::KV_APPEND),
+        ("attention", Self::ATTENTION),
+        ("swiglu", Self::SWIGLU),
+        ("linear", Self::LINEAR),
+        ("lm_head", Self::LM_HEAD),
+    ];
+
+    /// `a+b+…` of the names above.
+    pub fn parse(s: &str) -> Result<SkipOps> {
+        s.split('+').try_fold(SkipOps::default(), |set, name| {
+            Self::NAMES
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, op)| SkipOps(set.0 | op.0))
+                .ok_or_else(|| RuntimeError::Other(format!("unknown op to skip: {name}")))
+        })
+    }
+
+    pub fn has(self, op: SkipOps) -> bool {
+        self.0 & op.0 != 0
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_names_and_rejects_others() {
+        let s = SkipOps::parse("norm+swiglu").unwrap();
+        assert!(s.has(SkipOps::NORM) && s.has(SkipOps::SWIGLU));
+        assert!(!s.has(SkipOps::LINEAR));
+        assert!(SkipOps::parse("norm+gemm").is_err());
+        assert!(SkipOps::default().is_empty());
+    }
+}
