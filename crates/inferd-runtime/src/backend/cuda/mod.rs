@@ -128,6 +128,10 @@ pub const GEMV_LOADS: usize = 16;
 /// 9.82 / 15.54 (docs/gpu-notes.md).
 pub const OWN_DECODE_MAX_ROWS: usize = 2;
 
+/// Blocks of the tensor-core decode build a multiprocessor holds (168 registers a thread,
+/// 64 KiB of shared memory a block; `kernels/decode.cu`).
+const DECODE_MMA_BLOCKS_PER_SM: usize = 3;
+
 struct Inner {
     dev: Arc<Device>,
     gemm: gemm::Gemm,
@@ -264,7 +268,7 @@ impl CudaBackend {
             && unsafe { ffi::ifd_decode_supported(int(attn.head_dim), int(group)) } != 0;
         if own {
             let splits = if own_rows > 0 {
-                self.decode_splits(own_rows, attn)?
+                self.decode_splits(own_rows, attn, mma)?
             } else {
                 0
             };
@@ -407,10 +411,15 @@ impl CudaBackend {
     /// How many ranges our decode kernel splits each (row, KV head) into for `rows` rows:
     /// enough blocks for four per multiprocessor, at most 32; the partials' buffer is
     /// allocated the first time (outside any capture: a shape's first pass runs eagerly).
-    fn decode_splits(&self, rows: usize, attn: &AttnConfig) -> Result<usize> {
+    fn decode_splits(&self, rows: usize, attn: &AttnConfig, mma: bool) -> Result<usize> {
         let sms = (self.inner.dev.info.multiprocessors as usize).max(1);
         let blocks = rows * attn.n_kv_heads;
-        let splits = (4 * sms).div_ceil(blocks).clamp(1, 32);
+        let mut splits = (4 * sms).div_ceil(blocks).clamp(1, 32);
+        if mma {
+            // The tensor-core build fits DECODE_MMA_BLOCKS_PER_SM blocks a multiprocessor:
+            // no more splits than make one wave (at 2 rows of 8 KV heads, 24 and not 32).
+            splits = splits.min((DECODE_MMA_BLOCKS_PER_SM * sms / blocks).max(1));
+        }
         if splits > 1 {
             let group = attn.n_heads / attn.n_kv_heads;
             let floats = 8 * sms * group * (attn.head_dim + 2);
