@@ -21,10 +21,8 @@
 #   speedkv  `speed` once per KV dtype (bf16, q8, fp8), default settings; owndecode: our
 #            decode kernel at every row count, bf16 and q8; gemvloads: the matrix-vector
 #            kernel's loads in flight (4, 8, 16)
-#   teststc  hf_reference, cuda_graphs and cuda_attention's bodies with every product of up
-#            to 32 rows on the tensor-core gemv, and memcheck over cuda_graphs that way
-#   tcgemv   `speed`: the SIMT gemv to 2 rows (default) against the tensor-core build to 8 and
-#            to 32 rows; ablate: `speed` without each small op in turn (timing only)
+#   splits   `speed` over decode attention's split counts (see the stage)
+#   ablate   `speed` without each small op in turn (timing only: what each costs in a graph)
 #   sampling the sample op on the device against the host sampler (cuda_check sampling)
 #   peerbuild  starts building llama.cpp's CUDA llama-server (sm_90) in the background and
 #            makes /tmp/q8b with its bf16 GGUF /tmp/q8b.gguf (needs .device/peer from
@@ -76,16 +74,6 @@ tests)
   timeout 300 compute-sanitizer --tool racecheck $B/hf_reference --test-threads 1 cuda::qwen3 >$OUT/racecheck.log 2>&1
   note "racecheck hf_reference qwen3: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' $OUT/racecheck.log | tail -1)"
   ;;
-teststc)
-  # The shared bodies again with every product of up to 32 rows on the tensor-core gemv.
-  for t in hf_reference cuda_graphs cuda_attention; do
-    case $t in cuda_*) filter= ;; *) filter=cuda:: ;; esac
-    INFERD_TEST_GEMV=tensor-cores $B/$t --test-threads 1 --nocapture $filter >$OUT/testtc-$t.log 2>&1; note "test $t (cuda, tensor-core gemv): rc=$? $(grep 'test result' $OUT/testtc-$t.log)"
-    grep -E "panicked|differs" $OUT/testtc-$t.log | head -6 | tee -a $summary
-  done
-  INFERD_TEST_GEMV=tensor-cores timeout 300 compute-sanitizer --tool memcheck $B/cuda_graphs --test-threads 1 >$OUT/memcheck-tc.log 2>&1
-  note "memcheck cuda_graphs (tensor-core gemv): rc=$? $(grep -E 'ERROR SUMMARY' $OUT/memcheck-tc.log | tail -1)"
-  ;;
 make8b|model8b)
   mkdir -p /tmp/tok && cp $C/tokenizer/* /tmp/tok/ && xz -df /tmp/tok/tokenizer.json.xz
   python3 $C/make_qwen3_8b.py /tmp/q8b /tmp/tok >$OUT/make8b.log 2>&1; note "make 8b: rc=$? $(tail -1 $OUT/make8b.log)"
@@ -103,9 +91,15 @@ mmadecode)
   # Decode attention by the default kernels against our tensor-core build at every row count.
   timeout 300 $B/cuda_check speed /tmp/q8b 4096 bf16,bf16:mma 2>&1 | tee -a $summary
   ;;
-tcgemv)
-  # The SIMT gemv to 2 rows (the default) against the tensor-core build to 8 and to 32 rows.
-  timeout 400 $B/cuda_check speed /tmp/q8b 4096 bf16,bf16:tcgemv8,bf16:tcgemv32 2>&1 | tee -a $summary
+splits)
+  # Decode attention's splits: at one row, SIMT and tensor-core builds, 8 to 64 splits; one
+  # row at 1k and 16k with and without attention; the wave-filling rule at every row count
+  # against the previous rule's counts at 2, 8 and 64 rows (32, 9, 2).
+  timeout 200 $B/cuda_check speed /tmp/q8b 4096 bf16:rows=1:splits=8,bf16:rows=1:splits=16,bf16:rows=1,bf16:rows=1:splits=64,bf16:mma:rows=1:splits=16,bf16:mma:rows=1,bf16:mma:rows=1:splits=64 2>&1 | tee -a $summary
+  for ctx in 1024 16384; do
+    timeout 100 $B/cuda_check speed /tmp/q8b $ctx bf16:rows=1,bf16:rows=1:skip=attention 2>&1 | tee -a $summary
+  done
+  timeout 200 $B/cuda_check speed /tmp/q8b 4096 bf16,bf16:rows=2:splits=32,bf16:rows=8:splits=9,bf16:rows=64:splits=2 2>&1 | tee -a $summary
   ;;
 ablate)
   # What each small op costs inside the replayed graph: the step without it (timing only).

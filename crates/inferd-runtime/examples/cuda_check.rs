@@ -268,22 +268,28 @@ fn step_bytes<B: Backend>(
 /// - `inferd`: decode attention by our SIMT kernel at every row count; `mma`: by its
 ///   tensor-core build at every row count;
 /// - `loadsN`: the SIMT matrix-vector kernel with N loads in flight a lane;
-/// - `tcgemv` / `tcgemvN`: the tensor-core matrix-vector build (up to N rows);
-///   `gemvN`: the SIMT build up to N rows;
+/// - `splits=N`: decode attention in N splits at every row count;
+/// - `rows=N+N…`: only these batch sizes (and only as many sequences prefilled);
 /// - `skip=OP+OP…`: ops left out of every pass (profiling: what each costs in a graph;
 ///   the names of `SkipOps::parse`).
 fn speed_by_dtype(model_dir: &Path, context: usize, specs: &str) {
-    use inferd_runtime::{CudaConfig, DecodeAttention, GemvKernel, SkipOps};
+    use inferd_runtime::{CudaConfig, DecodeAttention, SkipOps};
     for spec in specs.split(',') {
         let mut parts = spec.split(':');
         let name = parts.next().unwrap_or_default();
         let dtype = KvDtype::from_name(name).expect("a KV dtype: bf16, q8, fp8");
         let mut cfg = CudaConfig::default();
         let mut said = Vec::new();
+        let mut batches = BATCHES.to_vec();
         for opt in parts {
             let num = |p: &str| -> Option<usize> {
-                opt.strip_prefix(p)
-                    .map(|n| if n.is_empty() { 0 } else { n.parse().expect("a number") })
+                opt.strip_prefix(p).map(|n| {
+                    if n.is_empty() {
+                        0
+                    } else {
+                        n.parse().expect("a number")
+                    }
+                })
             };
             if opt == "inferd" {
                 cfg.decode = DecodeAttention::Inferd;
@@ -294,13 +300,14 @@ fn speed_by_dtype(model_dir: &Path, context: usize, specs: &str) {
             } else if let Some(n) = num("loads") {
                 cfg.gemv_loads = n;
                 said.push(format!("gemv with {n} loads in flight a lane"));
-            } else if let Some(n) = num("tcgemv") {
-                cfg.gemv = GemvKernel::TensorCores;
-                cfg.gemv_rows = n;
-                said.push(format!("tensor-core gemv up to {n} rows (0: its default)"));
-            } else if let Some(n) = num("gemv") {
-                cfg.gemv_rows = n;
-                said.push(format!("SIMT gemv up to {n} rows"));
+            } else if let Some(n) = opt.strip_prefix("splits=") {
+                cfg.decode_splits = n.parse().expect("splits=N");
+                said.push(format!("decode attention in {n} splits"));
+            } else if let Some(list) = opt.strip_prefix("rows=") {
+                batches = list
+                    .split('+')
+                    .map(|n| n.parse().expect("rows=N+N"))
+                    .collect();
             } else if let Some(ops) = opt.strip_prefix("skip=") {
                 cfg.profile_skip = SkipOps::parse(ops).unwrap();
                 said.push(format!("without {ops} (timing only)"));
@@ -316,7 +323,7 @@ fn speed_by_dtype(model_dir: &Path, context: usize, specs: &str) {
             if said.is_empty() { "" } else { ", " },
             said.join(", ")
         );
-        speed_of(&model, context, dtype);
+        speed_of(&model, context, dtype, &batches);
     }
 }
 
@@ -372,7 +379,7 @@ fn speed(model_dir: &Path, context: usize) {
             model_dir.display(),
             t0.elapsed().as_secs_f64()
         );
-        speed_of(&model, context, KvDtype::Bf16);
+        speed_of(&model, context, KvDtype::Bf16, &BATCHES);
     }
 }
 
@@ -473,10 +480,20 @@ fn profile(model_dir: &Path, context: usize, batch: usize, no_gemv: bool, prefil
     }
 }
 
-fn speed_of(model: &Model<CudaBackend>, context: usize, dtype: KvDtype) {
+/// The batch sizes `speed` steps at.
+const BATCHES: [usize; 6] = [1, 2, 4, 8, 32, 64];
+
+fn speed_of(model: &Model<CudaBackend>, context: usize, dtype: KvDtype, batches: &[usize]) {
     let vocab = model.cfg.vocab_size;
     let steps = 32;
-    let max_batch = 64;
+    // Prefilled 8 a pass, the first pass warm-up: at least two passes.
+    let max_batch = batches
+        .iter()
+        .max()
+        .copied()
+        .unwrap_or(1)
+        .next_multiple_of(8)
+        .max(16);
     let mut pool = Pool::new(model, max_batch * (context + steps + 1), dtype, max_batch);
     let mut ws = model.workspace(8 * context, max_batch).unwrap();
     let tables: Vec<Vec<u32>> = (0..max_batch)
@@ -519,7 +536,7 @@ fn speed_of(model: &Model<CudaBackend>, context: usize, dtype: KvDtype) {
     );
     println!("| batch | step ms (forward) | step ms (with sampling) | tok/s | weights+KV(+state) bytes / step | roofline fraction |");
     println!("|---|---|---|---|---|---|");
-    for batch in [1usize, 2, 4, 8, 32, 64] {
+    for &batch in batches {
         let mut samplers: Vec<Sampler> = (0..batch)
             .map(|_| Sampler::new(SamplingParams::greedy()))
             .collect();

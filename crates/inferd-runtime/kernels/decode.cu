@@ -33,7 +33,7 @@ namespace {
 using ifd::bf16;
 
 constexpr int kWarps = 4;
-constexpr int kMaxSplits = 32;
+constexpr int kMaxSplits = 64;  // a multiple of 32
 constexpr unsigned kFull = 0xffffffffu;
 
 template <int D>
@@ -224,24 +224,42 @@ __device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n
   __shared__ float total[G];
   const size_t head0 = static_cast<size_t>(r) * n_heads + kvh * G;
   for (int g = warp; g < G; g += kWarps) {
+    // Lane L takes splits L and L + 32.
     const float* ph = part + (head0 + g) * splits * (D + 2);
-    const float ms = lane < splits ? __ldcg(ph + lane * (D + 2)) : -FLT_MAX;
-    const float mx = ifd::warp_max(ms);
-    const float c = ms == -FLT_MAX ? 0.f : exp2f(ms - mx);
-    w[g][lane] = c;
-    const float lt = ifd::warp_sum(lane < splits ? __ldcg(ph + lane * (D + 2) + 1) * c : 0.f);
+    float ms[kMaxSplits / 32], mx = -FLT_MAX;
+#pragma unroll
+    for (int i = 0; i < kMaxSplits / 32; ++i) {
+      const int sp = lane + 32 * i;
+      ms[i] = sp < splits ? __ldcg(ph + sp * (D + 2)) : -FLT_MAX;
+      mx = fmaxf(mx, ms[i]);
+    }
+    mx = ifd::warp_max(mx);
+    float lt = 0.f;
+#pragma unroll
+    for (int i = 0; i < kMaxSplits / 32; ++i) {
+      const int sp = lane + 32 * i;
+      const float c = ms[i] == -FLT_MAX ? 0.f : exp2f(ms[i] - mx);
+      w[g][sp] = c;
+      lt += sp < splits ? __ldcg(ph + sp * (D + 2) + 1) * c : 0.f;
+    }
+    lt = ifd::warp_sum(lt);
     if (lane == 0) total[g] = lt;
   }
   __syncthreads();
   for (int e = threadIdx.x; e < G * D; e += kWarps * 32) {
     const int g = e / D, d = e % D;
     const float* ph = part + (head0 + g) * splits * (D + 2) + 2 + d;
-    float v[kMaxSplits];  // every split's value loaded before any is added
-#pragma unroll
-    for (int s = 0; s < kMaxSplits; ++s) v[s] = s < splits ? __ldcg(ph + s * (D + 2)) : 0.f;
+    // Every split's value of a group of 32 loaded before any is added.
     float at = 0.f;
 #pragma unroll
-    for (int s = 0; s < kMaxSplits; ++s) at = fmaf(v[s], w[g][s], at);
+    for (int s0 = 0; s0 < kMaxSplits; s0 += 32) {
+      if (s0 >= splits) break;
+      float v[32];
+#pragma unroll
+      for (int s = 0; s < 32; ++s) v[s] = s0 + s < splits ? __ldcg(ph + (s0 + s) * (D + 2)) : 0.f;
+#pragma unroll
+      for (int s = 0; s < 32; ++s) at = fmaf(v[s], w[g][s0 + s], at);
+    }
     out[(head0 + g) * D + d] = __float2bfloat16(total[g] > 0.f ? at / total[g] : 0.f);
   }
   if (threadIdx.x == 0) *counter = 0;  // ready for the next launch

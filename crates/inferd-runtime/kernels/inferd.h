@@ -58,9 +58,6 @@ int ifd_gather_rows(const float* x, const int32_t* idx, int n, int cols, float* 
 // `loads`: 16-byte loads of w each lane keeps in flight (4, 8 or 16; fewer for more rows)
 int ifd_gemv(const void* x, const void* w, const float* bias, float* y, int n, int k, int out,
              int loads, void* stream);
-// The tensor-core build: n <= 32 rows, k % 64 == 0; a row's result the same bits for any n.
-int ifd_gemv_mma(const void* x, const void* w, const float* bias, float* y, int n, int k,
-                 int out, void* stream);
 
 // ---- fused.cu
 // Full attention's inputs from the fused projection qkv f32 [rows, (hq + 2 hkv) * head_dim]:

@@ -17,7 +17,7 @@ pub mod model;
 
 pub use backend::cpu::{CpuBackend, CpuConfig};
 #[cfg(feature = "cuda")]
-pub use backend::cuda::{CudaBackend, CudaConfig, DecodeAttention, GemvKernel, SkipOps};
+pub use backend::cuda::{CudaBackend, CudaConfig, DecodeAttention, SkipOps};
 pub use backend::{Backend, DeviceTensor, Rows, SampleRow};
 pub use batch::{ForwardBatch, SeqChunk};
 pub use error::RuntimeError;

@@ -2,7 +2,7 @@
 // lean one from 2 rows) and its tensor-core build (mma.sync and ldmatrix stood in for by
 // common.cuh here, warp-wide), against attention in double over the same bf16 rows, at
 // head_dim 64 and 128 with 1, 4 and 8 query heads a KV head; blocks out of order, rows
-// ending inside a block, one and three splits.
+// ending inside a block, one, three and forty splits (most of them empty).
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -58,7 +58,7 @@ void run(int hd, int group) {
     }
   IfdPaged kv{kc.data(), vc.data(), IFD_KV_BF16, n_kv, bs, hd, nullptr, nullptr, nullptr};
   for (int mma : {0, 1})
-    for (int splits : {1, 3})
+    for (int splits : {1, 3, 40})  // 40: the merge's lanes take two splits each
       for (int rows : {1, nr}) {
         std::vector<float> part(static_cast<size_t>(nr) * n_heads * splits * (hd + 2));
         std::vector<int32_t> done(nr * n_kv, 0);

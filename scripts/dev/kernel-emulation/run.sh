@@ -16,8 +16,7 @@
 #   replace, on the same inputs (elementwise_emu.cpp);
 # - decode attention over bf16 pages, its SIMT and tensor-core builds (decode_emu.cpp; mma
 #   and ldmatrix computed warp-wide from the lanes' fragments), against double precision;
-# - the matrix-vector products, both builds, against double precision, and the tensor-core
-#   build's rows the same bits at any row count (gemv_emu.cpp).
+# - the matrix-vector kernel against double precision (gemv_emu.cpp).
 # Usage: scripts/dev/kernel-emulation/run.sh (needs g++ >= 11).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -55,7 +54,7 @@ g++ -std=c++20 -O2 -pthread -I"$tmp" -x c++ kv8_emu.cpp -o kv8
 # Decode attention over bf16 pages, SIMT and tensor-core builds.
 g++ -std=c++20 -O2 -pthread -I"$tmp" -x c++ decode_emu.cpp -o decode
 ./decode || status=1
-# The matrix-vector products, SIMT and tensor-core builds.
+# The matrix-vector kernel.
 # (gemv.cu reads bf16 pairs out of uint4 registers, CUDA's idiom: not strict aliasing.)
 g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -I"$tmp" -x c++ gemv_emu.cpp -o gemv
 ./gemv || status=1

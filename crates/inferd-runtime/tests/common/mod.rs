@@ -195,20 +195,10 @@ pub fn profile<B: Backend>(b: &B) -> Profile {
 
 /// The CUDA backend on device 0, or `None` (with a note) on a machine without a usable
 /// GPU; with `INFERD_REQUIRE_GPU=1` that fails instead. Test macros call it as
-/// `match cuda() { Some(b) => b, None => return }`. `INFERD_TEST_GEMV=tensor-cores` runs
-/// every product of up to 32 rows as the tensor-core matrix-vector build (scripts/gpu/run.sh
-/// runs the bodies both ways).
+/// `match cuda() { Some(b) => b, None => return }`.
 #[cfg(feature = "cuda")]
 pub fn cuda() -> Option<inferd_runtime::CudaBackend> {
-    let cfg = match std::env::var("INFERD_TEST_GEMV").as_deref() {
-        Ok("tensor-cores") => inferd_runtime::CudaConfig {
-            gemv: inferd_runtime::GemvKernel::TensorCores,
-            gemv_rows: 32,
-            ..Default::default()
-        },
-        _ => Default::default(),
-    };
-    match inferd_runtime::CudaBackend::new(cfg) {
+    match inferd_runtime::CudaBackend::new(Default::default()) {
         Ok(b) => Some(b),
         Err(e) if std::env::var("INFERD_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
             panic!("INFERD_REQUIRE_GPU=1 but: {e}")

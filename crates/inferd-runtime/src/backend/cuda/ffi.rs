@@ -86,16 +86,6 @@ extern "C" {
         loads: c_int,
         stream: Stream,
     ) -> c_int;
-    pub fn ifd_gemv_mma(
-        x: *const c_void,
-        w: *const c_void,
-        bias: *const f32,
-        y: *mut f32,
-        n: c_int,
-        k: c_int,
-        out: c_int,
-        stream: Stream,
-    ) -> c_int;
     pub fn ifd_qkv_prep(
         qkv: *const f32,
         rows: c_int,

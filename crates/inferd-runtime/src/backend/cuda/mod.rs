@@ -20,6 +20,7 @@ mod graphs;
 mod kv;
 mod profile;
 mod sample;
+mod splits;
 mod staging;
 mod state;
 mod tensor;
@@ -63,12 +64,9 @@ pub struct CudaConfig {
     pub gemv_loads: usize,
     /// Which kernel attends decode rows (bf16 KV); the default picks by the number of rows.
     pub decode: DecodeAttention,
-    /// Which matrix-vector kernel runs decode-sized products.
-    pub gemv: GemvKernel,
-    /// Rows up to which products run as the matrix-vector kernel (0: the default of the
-    /// kernel, [`GEMV_MAX_ROWS`] or [`GEMV_MMA_MAX_ROWS`]; the SIMT build takes at most 8,
-    /// the tensor-core build 32).
-    pub gemv_rows: usize,
+    /// Splits of each (row, KV head) in inferd's decode attention (0: by the pass's shape,
+    /// `splits::decode_splits`; else this many, for measurement).
+    pub decode_splits: usize,
     /// Profiling only: ops left out of every pass (see [`SkipOps`]; results are garbage).
     pub profile_skip: SkipOps,
     /// Every row but a plain greedy one drawn by the host sampler from its logits row read
@@ -91,20 +89,6 @@ pub enum DecodeAttention {
     /// head_dim 64 or 128, up to 8 query heads a KV head), else its other build.
     TensorCores,
 }
-
-/// The matrix-vector kernel of decode-sized products (`kernels/gemv.cu`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum GemvKernel {
-    /// The SIMT build: one warp an output row, x read from L1 for every load of W.
-    #[default]
-    Simt,
-    /// The tensor-core build (k % 64 == 0, else the SIMT build): 16 outputs a block as
-    /// mma.sync products, W loaded straight into the fragments, up to 32 rows of x.
-    TensorCores,
-}
-
-/// Rows up to which the tensor-core matrix-vector build runs products by default.
-pub const GEMV_MMA_MAX_ROWS: usize = 8;
 
 /// Passes of at most this many rows run their matrix products as inferd's matrix-vector
 /// kernel (`kernels/gemv.cu`), which reads each weight once at close to the bandwidth
@@ -141,12 +125,12 @@ struct Inner {
     /// Rows up to which products run as the matrix-vector kernel (0: never).
     gemv_rows: usize,
     gemv_loads: usize,
-    gemv: GemvKernel,
     decode: DecodeAttention,
+    decode_splits: usize,
     skip: SkipOps,
     host_sampling: bool,
     /// Our decode kernel's split partials, allocated once at its largest size (its
-    /// address is baked into graphs).  // f32 [8 · SMs · group · (head_dim + 2)]
+    /// address is baked into graphs).  // f32 [16 · SMs · group · (head_dim + 2)]
     decode_part: Mutex<Option<device::DeviceBuffer>>,
     /// Its per-(row, KV head) counters of finished splits, zero between launches (the
     /// last block to finish merges and resets).  // i32 [4 · SMs]
@@ -183,15 +167,9 @@ impl CudaBackend {
                 batches: Arc::default(),
                 buckets: Mutex::default(),
                 graphs: (!cfg.no_graphs).then(graphs::Graphs::default),
-                gemv_rows: match (cfg.no_gemv, cfg.gemv_rows, cfg.gemv) {
-                    (true, _, _) => 0,
-                    (false, 0, GemvKernel::Simt) => GEMV_MAX_ROWS,
-                    (false, 0, GemvKernel::TensorCores) => GEMV_MMA_MAX_ROWS,
-                    (false, n, GemvKernel::Simt) => n.min(8),
-                    (false, n, GemvKernel::TensorCores) => n.min(32),
-                },
-                gemv: cfg.gemv,
+                gemv_rows: if cfg.no_gemv { 0 } else { GEMV_MAX_ROWS },
                 skip: cfg.profile_skip,
+                decode_splits: cfg.decode_splits,
                 gemv_loads: if cfg.gemv_loads == 0 {
                     GEMV_LOADS
                 } else {
@@ -413,16 +391,18 @@ impl CudaBackend {
     /// allocated the first time (outside any capture: a shape's first pass runs eagerly).
     fn decode_splits(&self, rows: usize, attn: &AttnConfig, mma: bool) -> Result<usize> {
         let sms = (self.inner.dev.info.multiprocessors as usize).max(1);
-        let blocks = rows * attn.n_kv_heads;
-        let mut splits = (4 * sms).div_ceil(blocks).clamp(1, 32);
-        if mma {
-            // The tensor-core build fits DECODE_MMA_BLOCKS_PER_SM blocks a multiprocessor:
-            // no more splits than make one wave (at 2 rows of 8 KV heads, 24 and not 32).
-            splits = splits.min((DECODE_MMA_BLOCKS_PER_SM * sms / blocks).max(1));
-        }
+        let pairs = rows * attn.n_kv_heads;
+        let splits = match self.inner.decode_splits {
+            0 => splits::decode_splits(pairs, sms, mma.then_some(DECODE_MMA_BLOCKS_PER_SM)),
+            // (a fixed count, for measurement, within the kernel's buffers)
+            n => n
+                .min(splits::MAX_SPLITS)
+                .min((splits::PARTIALS_PER_SM * sms / pairs).max(1)),
+        };
+        let splits = if pairs >= 4 * sms { 1 } else { splits };
         if splits > 1 {
             let group = attn.n_heads / attn.n_kv_heads;
-            let floats = 8 * sms * group * (attn.head_dim + 2);
+            let floats = splits::PARTIALS_PER_SM * sms * group * (attn.head_dim + 2);
             let mut part = self.inner.decode_part.lock().unwrap();
             if part.as_ref().is_none_or(|p| p.bytes() < floats * 4) {
                 *part = Some(self.inner.dev.alloc(floats * 4)?);
@@ -697,27 +677,7 @@ impl Backend for CudaBackend {
         if self.inner.skip.has(skip) {
             return Ok(());
         }
-        let gemv = x.rows <= self.inner.gemv_rows;
-        if gemv && self.inner.gemv == GemvKernel::TensorCores && w_in.is_multiple_of(64) {
-            let s = self.stream()?;
-            let bp = b.map_or(std::ptr::null(), |(p, _)| p);
-            return check(
-                unsafe {
-                    ffi::ifd_gemv_mma(
-                        xp,
-                        wb.ptr(),
-                        bp,
-                        op,
-                        int(x.rows),
-                        int(w_in),
-                        int(w_out),
-                        s,
-                    )
-                },
-                "gemv (tensor cores)",
-            );
-        }
-        if gemv && x.rows <= 8 && w_in.is_multiple_of(8) {
+        if x.rows <= self.inner.gemv_rows && w_in.is_multiple_of(8) {
             let s = self.stream()?;
             let bp = b.map_or(std::ptr::null(), |(p, _)| p);
             return check(

@@ -1,0 +1,79 @@
+//! How many splits (flash-decoding) each (row, KV head) of a decode pass gets in inferd's
+//! decode kernel (`kernels/decode.cu`): a pure policy of the pass's shape and the GPU's.
+
+/// The most splits the kernel merges (its `kMaxSplits`).
+pub const MAX_SPLITS: usize = 64;
+
+/// Blocks' partials the kernel's buffer holds, per multiprocessor.
+pub const PARTIALS_PER_SM: usize = 16;
+
+/// Splits for `pairs` = rows · KV heads on `sms` multiprocessors.
+/// - The SIMT build: about 4 blocks a multiprocessor, at most 32 splits.
+/// - The tensor-core build holds `per_sm` blocks a multiprocessor, and its blocks of one
+///   pass take about as long each (a fleet's rows have similar lengths): the grid is sized
+///   to fill its last wave, the splits in 1..=32 with the fullest last wave, the fewest on a
+///   tie. At 8 KV heads on 132 SMs (396 slots): 8 rows take 6 splits (384 blocks, one wave),
+///   not 9 (576: a wave and a half); 64 rows 3 (1536 blocks, 97% of 4 waves), not 2.
+///
+/// Either way there are several splits only while `pairs < 4 · sms` (the kernel's counters
+/// of finished splits), and `pairs · splits ≤ 16 · sms` (its partials' buffer).
+pub fn decode_splits(pairs: usize, sms: usize, mma: Option<usize>) -> usize {
+    let (pairs, sms) = (pairs.max(1), sms.max(1));
+    if pairs >= 4 * sms {
+        return 1;
+    }
+    let cap = (PARTIALS_PER_SM * sms / pairs).clamp(1, 32);
+    let Some(per_sm) = mma else {
+        return (4 * sms).div_ceil(pairs).clamp(1, cap);
+    };
+    let slots = (per_sm * sms).max(1);
+    let fill = |s: usize| {
+        let blocks = pairs * s;
+        blocks as f64 / (blocks.div_ceil(slots) * slots) as f64
+    };
+    (1..=cap).fold(
+        1,
+        |best, s| {
+            if fill(s) > fill(best) + 1e-9 {
+                s
+            } else {
+                best
+            }
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simt_build_keeps_four_blocks_a_multiprocessor() {
+        assert_eq!(decode_splits(8, 132, None), 32); // 1 row: 66, capped
+        assert_eq!(decode_splits(64, 132, None), 9);
+        assert_eq!(decode_splits(512, 132, None), 2);
+        assert_eq!(decode_splits(528, 132, None), 1);
+    }
+
+    #[test]
+    fn tensor_core_build_fills_its_last_wave() {
+        let at = |rows: usize| decode_splits(rows * 8, 132, Some(3));
+        assert_eq!(at(1), 32); // 256 blocks: as many as 32 splits give
+        assert_eq!(at(2), 24); // 384 of 396 slots
+        assert_eq!(at(4), 12);
+        assert_eq!(at(8), 6);
+        assert_eq!(at(16), 3);
+        assert_eq!(at(32), 3); // 768 of 792
+        assert_eq!(at(48), 1); // 384
+        assert_eq!(at(64), 3); // 1536 of 1584
+        assert_eq!(at(66), 1); // 528 pairs: one split each
+        for rows in 1..80 {
+            let s = at(rows);
+            assert!(s >= 1 && s <= 32);
+            assert!(
+                rows * 8 * s <= PARTIALS_PER_SM * 132 || s == 1,
+                "{rows} rows: {s}"
+            );
+        }
+    }
+}
