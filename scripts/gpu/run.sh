@@ -23,6 +23,8 @@
 #            kernel's loads in flight (4, 8, 16)
 #   splits   `speed` over decode attention's split counts (see the stage)
 #   ablate   `speed` without each small op in turn (timing only: what each costs in a graph)
+#   ncudecode  ncu's sections over the one-row decode attention kernel (1k context)
+#   mmaone   `speed` at 1 and 2 rows: SIMT decode attention against the tensor-core build
 #   sampling the sample op on the device against the host sampler (cuda_check sampling)
 #   peerbuild  starts building llama.cpp's CUDA llama-server (sm_90) in the background and
 #            makes /tmp/q8b with its bf16 GGUF /tmp/q8b.gguf (needs .device/peer from
@@ -100,6 +102,18 @@ splits)
     timeout 100 $B/cuda_check speed /tmp/q8b $ctx bf16:rows=1,bf16:rows=1:skip=attention 2>&1 | tee -a $summary
   done
   timeout 200 $B/cuda_check speed /tmp/q8b 4096 bf16,bf16:rows=2:splits=32,bf16:rows=8:splits=9,bf16:rows=64:splits=2 2>&1 | tee -a $summary
+  ;;
+ncudecode)
+  # ncu's view of the one-row decode attention kernel (1k context): where its time goes.
+  timeout 200 ncu --clock-control none --profile-from-start off --kernel-name regex:decode --launch-count 3 \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+    --section MemoryWorkloadAnalysis $B/cuda_check profile /tmp/q8b 1024 1 gemv >$OUT/ncu-decode.txt 2>&1
+  note "ncu decode: rc=$? $(grep -c 'decode' $OUT/ncu-decode.txt) lines"
+  grep -E "Duration|Achieved Occupancy|Theoretical Occupancy|Stall|Registers Per|Block Limit|Memory Throughput|DRAM Throughput|Waves Per SM|One or More Eligible" $OUT/ncu-decode.txt | head -40 | tee -a $summary
+  ;;
+mmaone)
+  # Decode attention at 1 and 2 rows: the default (SIMT) against the tensor-core build.
+  timeout 200 $B/cuda_check speed /tmp/q8b 4096 bf16:rows=1+2,bf16:mma:rows=1+2 2>&1 | tee -a $summary
   ;;
 ablate)
   # What each small op costs inside the replayed graph: the step without it (timing only).

@@ -37,10 +37,10 @@ pub struct Args {
     /// On a GPU, run decode steps eagerly instead of replaying CUDA graphs (for comparison).
     #[arg(long)]
     no_graphs: bool,
-    /// On a GPU, the kernel of decode rows' attention (for comparison): auto (inferd's for
-    /// passes of up to 2 rows, its tensor-core build above where it takes the shape, else
-    /// FlashInfer's), inferd, flashinfer, or tensor-cores (the tensor-core build at every
-    /// row count).
+    /// On a GPU, the kernel of decode rows' attention (for comparison): auto (inferd's
+    /// tensor-core build where it takes the shape, else its SIMT build for passes of up to
+    /// 2 rows and FlashInfer's above), inferd (the SIMT build at every row count),
+    /// flashinfer, or tensor-cores (the tensor-core build wherever it takes the shape).
     #[arg(long, default_value = "auto")]
     decode_attention: String,
     /// KV cache memory: a size (512M, 2G) or a share of free memory (25%; on a GPU, of

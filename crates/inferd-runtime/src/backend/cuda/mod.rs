@@ -77,11 +77,11 @@ pub struct CudaConfig {
 /// The kernel of decode rows' attention.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum DecodeAttention {
-    /// inferd's for passes of up to [`OWN_DECODE_MAX_ROWS`] rows; above, its tensor-core
-    /// build where that takes the shape, else FlashInfer's.
+    /// inferd's tensor-core build where that takes the shape; elsewhere its SIMT build for
+    /// passes of up to [`OWN_DECODE_MAX_ROWS`] rows, FlashInfer's above.
     #[default]
     Auto,
-    /// Always inferd's (`kernels/decode.cu`), where it supports the shape.
+    /// Always inferd's SIMT build (`kernels/decode.cu`), where it supports the shape.
     Inferd,
     /// Always FlashInfer's.
     FlashInfer,
@@ -103,13 +103,13 @@ pub const GEMV_MAX_ROWS: usize = 2;
 /// H200 (session 7, one run; docs/gpu-notes.md).
 pub const GEMV_LOADS: usize = 16;
 
-/// Decode passes of at most this many rows take inferd's SIMT decode attention
-/// (`kernels/decode.cu`); larger ones its tensor-core build where that takes the shape
-/// (bf16, head_dim 64 / 128), else FlashInfer's (8-bit pools are the SIMT build's at any row
-/// count). An 8B step at 4096 tokens on the H200, forward ms (session 7, call 6, one run):
-/// the default before (SIMT to 2 rows, FlashInfer above) 4.87 / 5.66 / 5.75 / 6.86 / 11.92 /
-/// 19.90 at 1 / 2 / 4 / 8 / 32 / 64 rows, the tensor-core build 4.81 / 5.86 / 5.71 / 6.59 /
-/// 9.82 / 15.54 (docs/gpu-notes.md).
+/// Decode rows take inferd's tensor-core decode attention where that takes the shape (bf16
+/// KV, head_dim 64 / 128, up to 8 query heads a KV head); elsewhere passes of at most this
+/// many rows take its SIMT build and larger ones FlashInfer's (8-bit pools are the SIMT
+/// build's at any row count). An 8B step at 4096 tokens on the H200, forward ms, the SIMT
+/// build against the tensor-core one: 4.84 / 4.75 at 1 row, 6.29 / 5.78 at 2 (session 8,
+/// call 4, one run); FlashInfer's against the tensor-core one 6.86 / 6.59 at 8 rows, 11.92
+/// / 9.82 at 32, 19.90 / 15.54 at 64 (session 7, call 6; docs/gpu-notes.md).
 pub const OWN_DECODE_MAX_ROWS: usize = 2;
 
 /// Blocks of the tensor-core decode build a multiprocessor holds (168 registers a thread,
@@ -235,8 +235,7 @@ impl CudaBackend {
         // (ours at all, by its tensor-core build)
         let (rows_ok, mma) = match self.inner.decode {
             _ if eight => (true, false),
-            DecodeAttention::Auto if own_rows <= OWN_DECODE_MAX_ROWS => (true, false),
-            DecodeAttention::Auto => (mma_ok, mma_ok),
+            DecodeAttention::Auto => (own_rows <= OWN_DECODE_MAX_ROWS || mma_ok, mma_ok),
             DecodeAttention::Inferd => (true, false),
             DecodeAttention::TensorCores => (true, mma_ok),
             DecodeAttention::FlashInfer => (false, false),
