@@ -361,13 +361,13 @@ fn speed(model_dir: &Path, context: usize) {
             if cfg.no_gemv {
                 "cuBLASLt"
             } else {
-                "inferd's gemv"
+                "inferd's gemv at 1 row, cuBLASLt above"
             },
             match cfg.decode {
                 inferd_runtime::DecodeAttention::Auto => {
-                    "inferd's to 2 rows, its tensor-core build above (where it takes the shape)"
+                    "inferd's tensor-core build (where it takes the shape)"
                 }
-                inferd_runtime::DecodeAttention::Inferd => "inferd's",
+                inferd_runtime::DecodeAttention::Inferd => "inferd's SIMT build",
                 inferd_runtime::DecodeAttention::FlashInfer => "FlashInfer's",
                 inferd_runtime::DecodeAttention::TensorCores => "inferd's tensor-core build",
             }

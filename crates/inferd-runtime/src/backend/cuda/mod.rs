@@ -93,10 +93,12 @@ pub enum DecodeAttention {
 /// Passes of at most this many rows run their matrix products as inferd's matrix-vector
 /// kernel (`kernels/gemv.cu`), which reads each weight once at close to the bandwidth
 /// roofline; larger passes use cuBLASLt. (It reads x from L1 once per row for every
-/// weight load, which costs more with each row: an 8B decode step on the H200 took 5.17 /
-/// 5.67 / 6.75 / 10.5 ms at 1 / 2 / 4 / 8 rows, cuBLASLt's 5.61 / 5.89 / 6.01 / 6.26;
-/// docs/gpu-notes.md.)
-pub const GEMV_MAX_ROWS: usize = 2;
+/// weight load, which costs more with each row: an 8B decode step at 4096 tokens on the
+/// H200 took 4.68 / 5.73 ms at 1 / 2 rows, cuBLASLt's 5.08 / 5.12 (session 8, call 5, one
+/// run; at 4 and 8 rows an earlier run: 6.75 / 10.5 against 6.01 / 6.26; docs/gpu-notes.md.)
+/// A tensor-core build of it, W loaded straight into mma.sync fragments, measured slower
+/// still: 6.45 ms at 1 row, 8.10 at 8 (session 8, call 1).)
+pub const GEMV_MAX_ROWS: usize = 1;
 
 /// The matrix-vector kernel's loads in flight per lane (see `kernels/gemv.cu`): an 8B
 /// decode step at 4096 tokens, one row, took 4.83 / 4.91 / 4.75 ms with 4 / 8 / 16 on the
