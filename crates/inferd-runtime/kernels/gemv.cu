@@ -117,4 +117,3 @@ extern "C" int ifd_gemv(const void* x, const void* w, const float* bias, float* 
     default: return static_cast<int>(cudaErrorInvalidValue);
   }
 }
-

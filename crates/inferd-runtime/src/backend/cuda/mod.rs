@@ -387,9 +387,10 @@ impl CudaBackend {
         Ok((plan, w.generation))
     }
 
-    /// How many ranges our decode kernel splits each (row, KV head) into for `rows` rows:
-    /// enough blocks for four per multiprocessor, at most 32; the partials' buffer is
-    /// allocated the first time (outside any capture: a shape's first pass runs eagerly).
+    /// How many ranges our decode kernel splits each (row, KV head) into for `rows` rows
+    /// (`splits::decode_splits`, by the build `mma` names, or the configured count); the
+    /// partials' buffer is allocated the first time (outside any capture: a shape's first
+    /// pass runs eagerly).
     fn decode_splits(&self, rows: usize, attn: &AttnConfig, mma: bool) -> Result<usize> {
         let sms = (self.inner.dev.info.multiprocessors as usize).max(1);
         let pairs = rows * attn.n_kv_heads;
