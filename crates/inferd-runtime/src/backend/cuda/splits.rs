@@ -69,7 +69,7 @@ mod tests {
         assert_eq!(at(66), 1); // 528 pairs: one split each
         for rows in 1..80 {
             let s = at(rows);
-            assert!(s >= 1 && s <= 32);
+            assert!((1..=32).contains(&s));
             assert!(
                 rows * 8 * s <= PARTIALS_PER_SM * 132 || s == 1,
                 "{rows} rows: {s}"
