@@ -302,7 +302,10 @@ fn speed_by_dtype(model_dir: &Path, context: usize, specs: &str) {
                 said.push(format!("gemv with {n} loads in flight a lane"));
             } else if let Some(n) = opt.strip_prefix("splits=") {
                 cfg.decode_splits = n.parse().expect("splits=N");
-                said.push(format!("decode attention in {n} splits"));
+                said.push(match cfg.decode_splits {
+                    0 => "decode attention splits by the policy".to_string(),
+                    n => format!("decode attention in {n} splits"),
+                });
             } else if let Some(list) = opt.strip_prefix("rows=") {
                 batches = list
                     .split('+')

@@ -114,8 +114,11 @@ pub const GEMV_LOADS: usize = 16;
 /// / 9.82 at 32, 19.90 / 15.54 at 64 (session 7, call 6; docs/gpu-notes.md).
 pub const OWN_DECODE_MAX_ROWS: usize = 2;
 
-/// Blocks of the tensor-core decode build a multiprocessor holds (168 registers a thread,
-/// 64 KiB of shared memory a block; `kernels/decode.cu`).
+/// Blocks of the tensor-core decode build a multiprocessor holds at 4 query heads a KV head
+/// and head_dim 128 (168 registers a thread, 64 KiB of tiles and 8 KiB of partials a block;
+/// `kernels/decode.cu`). At 8 heads a group the partials take 16 KiB more and 2 blocks fit:
+/// the split policy then sizes for slots that are not there (a slower grid, never a wrong
+/// one); it was measured at 4 only.
 const DECODE_MMA_BLOCKS_PER_SM: usize = 3;
 
 struct Inner {
