@@ -116,7 +116,7 @@ pub const OWN_DECODE_MAX_ROWS: usize = 2;
 
 /// Blocks of the tensor-core decode build a multiprocessor holds at 4 query heads a KV head
 /// and head_dim 128 (168 registers a thread, 64 KiB of tiles and 8 KiB of partials a block;
-/// `kernels/decode.cu`). At 8 heads a group the partials take 16 KiB more and 2 blocks fit:
+/// `kernels/decode.cu`). At 8 heads a group the partials take 16 KiB and 2 blocks fit:
 /// the split policy then sizes for slots that are not there (a slower grid, never a wrong
 /// one); it was measured at 4 only.
 const DECODE_MMA_BLOCKS_PER_SM: usize = 3;
