@@ -282,23 +282,14 @@ fn speed_by_dtype(model_dir: &Path, context: usize, specs: &str) {
         let mut said = Vec::new();
         let mut batches = BATCHES.to_vec();
         for opt in parts {
-            let num = |p: &str| -> Option<usize> {
-                opt.strip_prefix(p).map(|n| {
-                    if n.is_empty() {
-                        0
-                    } else {
-                        n.parse().expect("a number")
-                    }
-                })
-            };
             if opt == "inferd" {
                 cfg.decode = DecodeAttention::Inferd;
                 said.push("decode attention by inferd's at every row count".to_string());
             } else if opt == "mma" {
                 cfg.decode = DecodeAttention::TensorCores;
                 said.push("decode attention by its tensor-core build at every row count".into());
-            } else if let Some(n) = num("loads") {
-                cfg.gemv_loads = n;
+            } else if let Some(n) = opt.strip_prefix("loads") {
+                cfg.gemv_loads = n.parse().expect("loadsN");
                 said.push(format!("gemv with {n} loads in flight a lane"));
             } else if let Some(n) = opt.strip_prefix("splits=") {
                 cfg.decode_splits = n.parse().expect("splits=N");
@@ -529,7 +520,7 @@ fn speed_of(model: &Model<CudaBackend>, context: usize, dtype: KvDtype, batches:
             prefill_tokens += b.n_tokens();
         }
     }
-    let passes = (max_batch / 8 - 1).max(1) as f64;
+    let passes = (max_batch / 8 - 1) as f64;
     println!(
         "prefill: {} tokens in passes of 8 x {context}: {:.0} tok/s ({:.1} ms a pass, {:.1} ms of it queueing on the host)",
         prefill_tokens,

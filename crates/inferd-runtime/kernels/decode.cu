@@ -229,18 +229,18 @@ __device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n
     float ms[kMaxSplits / 32], mx = -FLT_MAX;
 #pragma unroll
     for (int i = 0; i < kMaxSplits / 32; ++i) {
-      const int sp = lane + 32 * i;
-      ms[i] = sp < splits ? __ldcg(ph + sp * (D + 2)) : -FLT_MAX;
+      const int s = lane + 32 * i;
+      ms[i] = s < splits ? __ldcg(ph + s * (D + 2)) : -FLT_MAX;
       mx = fmaxf(mx, ms[i]);
     }
     mx = ifd::warp_max(mx);
     float lt = 0.f;
 #pragma unroll
     for (int i = 0; i < kMaxSplits / 32; ++i) {
-      const int sp = lane + 32 * i;
+      const int s = lane + 32 * i;
       const float c = ms[i] == -FLT_MAX ? 0.f : exp2f(ms[i] - mx);
-      w[g][sp] = c;
-      lt += sp < splits ? __ldcg(ph + sp * (D + 2) + 1) * c : 0.f;
+      w[g][s] = c;
+      lt += s < splits ? __ldcg(ph + s * (D + 2) + 1) * c : 0.f;
     }
     lt = ifd::warp_sum(lt);
     if (lane == 0) total[g] = lt;

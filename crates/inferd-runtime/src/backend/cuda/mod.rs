@@ -399,12 +399,12 @@ impl CudaBackend {
         let pairs = rows * attn.n_kv_heads;
         let splits = match self.inner.decode_splits {
             0 => splits::decode_splits(pairs, sms, mma.then_some(DECODE_MMA_BLOCKS_PER_SM)),
-            // (a fixed count, for measurement, within the kernel's buffers)
+            // (a fixed count, for measurement, within the kernel's buffers and counters)
+            _ if pairs >= 4 * sms => 1,
             n => n
                 .min(splits::MAX_SPLITS)
                 .min((splits::PARTIALS_PER_SM * sms / pairs).max(1)),
         };
-        let splits = if pairs >= 4 * sms { 1 } else { splits };
         if splits > 1 {
             let group = attn.n_heads / attn.n_kv_heads;
             let floats = splits::PARTIALS_PER_SM * sms * group * (attn.head_dim + 2);
