@@ -15,9 +15,22 @@ for t in workspace kv_blocks hf_reference hybrid_reference cuda_graphs cuda_atte
 done
 strip -o "$out/cuda_check" target/release/examples/cuda_check
 strip -o "$out/inferd" target/release/inferd
-# One solid archive with a dictionary wider than a binary: the nine share the kernel
-# library, which is then stored once (about 15 MB in all, against 54 as nine .xz files).
 bins="workspace kv_blocks hf_reference hybrid_reference cuda_graphs cuda_attention cuda_hybrid cuda_check inferd"
+# BASE=<rev>: also cuda_check as built at that revision (cuda_check_base), for run.sh's `ab`
+# stage, which times the two in one call. Built from a worktree into the same target dir
+# (its workspace crates get artifacts of their own; the dependencies are shared).
+if [ -n "${BASE:-}" ]; then
+  wt=/tmp/inferd-base
+  git worktree remove --force $wt 2>/dev/null || rm -rf $wt
+  git worktree add --detach $wt "$BASE"
+  ln -s "$PWD/.cuda" $wt/.cuda
+  (cd $wt && CARGO_TARGET_DIR="$OLDPWD/target/base" cargo build --release -p inferd-runtime --features cuda --example cuda_check)
+  strip -o "$out/cuda_check_base" target/base/release/examples/cuda_check
+  git worktree remove --force $wt
+  bins="$bins cuda_check_base"
+fi
+# One solid archive with a dictionary wider than a binary: the binaries share the kernel
+# library, which is then stored once (about 15 MB in all, against 54 as nine .xz files).
 tar -C "$out" -cf - $bins | xz -T1 --lzma2=preset=6,dict=192MiB > "$out/bins.tar.xz"
 (cd "$out" && rm $bins)
 # The Qwen3 tokenizer, for serving the Qwen3-8B-shaped model made there.

@@ -24,6 +24,7 @@
 #   splits   `speed` over decode attention's split counts (see the stage)
 #   ablate   `speed` without each small op in turn (timing only: what each costs in a graph)
 #   ncudecode  ncu's sections over the one-row decode attention kernel (1k context)
+#   ab       `speed` by this build and by cuda_check_base (prepare.sh BASE=<rev>) in turn
 #   mmaone   `speed` at 1 and 2 rows: SIMT decode attention against the tensor-core build
 #   sampling the sample op on the device against the host sampler (cuda_check sampling)
 #   peerbuild  starts building llama.cpp's CUDA llama-server (sm_90) in the background and
@@ -110,6 +111,22 @@ ncudecode)
     --section MemoryWorkloadAnalysis $B/cuda_check profile /tmp/q8b 1024 1 gemv >$OUT/ncu-decode.txt 2>&1
   note "ncu decode: rc=$? $(grep -c 'decode' $OUT/ncu-decode.txt) lines"
   grep -E "Duration|Achieved Occupancy|Theoretical Occupancy|Stall|Registers Per|Block Limit|Memory Throughput|DRAM Throughput|Waves Per SM|One or More Eligible" $OUT/ncu-decode.txt | head -40 | tee -a $summary
+  ;;
+ab)
+  # This build against the base one carried beside it (prepare.sh with BASE=<rev>), in turn:
+  # one row over 1k / 4k / 16k tokens with and without attention, then every row count.
+  for ctx in 1024 4096 16384; do
+    for bin in cuda_check_base cuda_check; do
+      [ -x $B/$bin ] || continue
+      note "-- $bin, $ctx tokens"
+      timeout 120 $B/$bin speed /tmp/q8b $ctx bf16:rows=1,bf16:rows=1:skip=attention 2>&1 | tee -a $summary
+    done
+  done
+  for bin in cuda_check_base cuda_check; do
+    [ -x $B/$bin ] || continue
+    note "-- $bin, 4096 tokens"
+    timeout 200 $B/$bin speed /tmp/q8b 4096 bf16 2>&1 | tee -a $summary
+  done
   ;;
 mmaone)
   # Decode attention at 1 and 2 rows: the default (SIMT) against the tensor-core build.

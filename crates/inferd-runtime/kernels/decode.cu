@@ -20,9 +20,13 @@
 // overlaps the Q/K/V projection of this layer instead of following it. Only the newest
 // position, which the KV append right before writes, is read again after the wait.
 //
+// The tensor-core build does the same at any row count with the first two tiles of each
+// warp (only the newest position's tile waits).
+//
 // The warps' partials are merged by their log-sum-exp in shared memory, then the splits'
 // by the last block of a (row, KV head) to finish (a counter per pair, reset by that
-// block, so a CUDA graph replays it). The grid depends only on the number of rows, so a
+// block, so a CUDA graph replays it), a warp a head, with every split's (m, l) and values
+// loaded in one round. The grid depends only on the number of rows, so a
 // graph replays it for any context lengths (they are read from the device).
 #include <cfloat>
 
@@ -173,14 +177,22 @@ struct Partials {
   float acc[kWarps][G][D];
 };
 
+// Floats a split's partial of one head takes in `part`: m, l, two unused, then acc[D], so
+// that (m, l) is one 8-byte load and acc 16-byte pieces.
+template <int D>
+constexpr int kPartStride = D + 4;
+
 // The end of a block of either decode kernel, its warps' partials in `sp`: merges them by
 // log-sum-exp, then writes the (row, KV head)'s G output heads (one split), or its split's
 // partial to `part` and, in the last block of the (row, KV head) to finish, merges the
 // splits' (a counter per pair in `done`, reset by that block, so a graph replays it).
-template <int D, int G>
+// C: splits whose pieces a lane loads at once in that merge (C float4 registers).
+template <int D, int G, int C>
 __device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n_kv, int split,
                                        int splits, float* __restrict__ part,
                                        int32_t* __restrict__ done, bf16* __restrict__ out) {
+  static_assert(C <= 32 && kMaxSplits % C == 0, "a round's splits lie on distinct lanes");
+  constexpr int S = kPartStride<D>;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n_heads = n_kv * G;
   __syncthreads();
@@ -200,8 +212,8 @@ __device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n
     if (splits == 1) {
       out[head * D + d] = __float2bfloat16(lt > 0.f ? at / lt : 0.f);
     } else {
-      float* pp = part + (head * splits + split) * (D + 2);
-      pp[2 + d] = at;
+      float* pp = part + (head * splits + split) * S;
+      pp[4 + d] = at;
       if (d == 0) {
         pp[0] = mx;
         pp[1] = lt;
@@ -220,47 +232,75 @@ __device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n
   __syncthreads();
   if (!last) return;
   __threadfence();
-  __shared__ float w[G][kMaxSplits];
-  __shared__ float total[G];
+  // A warp merges a head: lane L holds the (m, l) of splits L and L + 32 and, for L < D / 4,
+  // the head's values 4L .. 4L + 3 (and + 128, … where D > 128). Every load of a round of
+  // R splits is issued before any result is needed: the merge is one round trip to L2 for
+  // up to R splits.
+  constexpr int Q = D / 4;                 // 16-byte pieces of a head
+  constexpr int PL = Q > 32 ? Q / 32 : 1;  // of them a lane's
+  constexpr int R = C / PL;                // splits a round
+  static_assert(Q <= 32 || Q % 32 == 0, "a head's pieces spread evenly over the lanes");
   const size_t head0 = static_cast<size_t>(r) * n_heads + kvh * G;
   for (int g = warp; g < G; g += kWarps) {
-    // Lane L takes splits L and L + 32.
-    const float* ph = part + (head0 + g) * splits * (D + 2);
-    float ms[kMaxSplits / 32], mx = -FLT_MAX;
+    const float* ph = part + (head0 + g) * splits * S;
+    // Piece j of split s, for this lane.
+    const auto piece = [&](int s, int j) {
+      return lane + 32 * j < Q && s < splits
+                 ? __ldcg(reinterpret_cast<const float4*>(ph + s * S + 4) + lane + 32 * j)
+                 : make_float4(0.f, 0.f, 0.f, 0.f);
+    };
+    float2 ml[kMaxSplits / 32];
 #pragma unroll
     for (int i = 0; i < kMaxSplits / 32; ++i) {
       const int s = lane + 32 * i;
-      ms[i] = s < splits ? __ldcg(ph + s * (D + 2)) : -FLT_MAX;
-      mx = fmaxf(mx, ms[i]);
+      ml[i] = s < splits ? __ldcg(reinterpret_cast<const float2*>(ph + s * S))
+                         : make_float2(-FLT_MAX, 0.f);
     }
+    float4 v[R][PL];
+#pragma unroll
+    for (int s = 0; s < R; ++s)
+#pragma unroll
+      for (int j = 0; j < PL; ++j) v[s][j] = piece(s, j);
+    float mx = -FLT_MAX;
+#pragma unroll
+    for (int i = 0; i < kMaxSplits / 32; ++i) mx = fmaxf(mx, ml[i].x);
     mx = ifd::warp_max(mx);
-    float lt = 0.f;
+    float c[kMaxSplits / 32], lt = 0.f;  // c[i]: the weight of split lane + 32 i
 #pragma unroll
     for (int i = 0; i < kMaxSplits / 32; ++i) {
-      const int s = lane + 32 * i;
-      const float c = ms[i] == -FLT_MAX ? 0.f : exp2f(ms[i] - mx);
-      w[g][s] = c;
-      lt += s < splits ? __ldcg(ph + s * (D + 2) + 1) * c : 0.f;
+      c[i] = ml[i].x == -FLT_MAX ? 0.f : exp2f(ml[i].x - mx);
+      lt += ml[i].y * c[i];
     }
     lt = ifd::warp_sum(lt);
-    if (lane == 0) total[g] = lt;
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < G * D; e += kWarps * 32) {
-    const int g = e / D, d = e % D;
-    const float* ph = part + (head0 + g) * splits * (D + 2) + 2 + d;
-    // Every split's value of a group of 32 loaded before any is added.
-    float at = 0.f;
+    float4 at[PL];
 #pragma unroll
-    for (int s0 = 0; s0 < kMaxSplits; s0 += 32) {
-      if (s0 >= splits) break;
-      float v[32];
+    for (int j = 0; j < PL; ++j) at[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s0 = 0; s0 < splits; s0 += R) {
+      if (s0 > 0) {
 #pragma unroll
-      for (int s = 0; s < 32; ++s) v[s] = s0 + s < splits ? __ldcg(ph + (s0 + s) * (D + 2)) : 0.f;
+        for (int s = 0; s < R; ++s)
 #pragma unroll
-      for (int s = 0; s < 32; ++s) at = fmaf(v[s], w[g][s0 + s], at);
+          for (int j = 0; j < PL; ++j) v[s][j] = piece(s0 + s, j);
+      }
+      const float ci = c[s0 / 32];
+#pragma unroll
+      for (int s = 0; s < R; ++s) {
+        const float w = __shfl_sync(kFull, ci, (s0 + s) % 32);  // split s0 + s's weight
+#pragma unroll
+        for (int j = 0; j < PL; ++j) {
+          at[j].x = fmaf(v[s][j].x, w, at[j].x);
+          at[j].y = fmaf(v[s][j].y, w, at[j].y);
+          at[j].z = fmaf(v[s][j].z, w, at[j].z);
+          at[j].w = fmaf(v[s][j].w, w, at[j].w);
+        }
+      }
     }
-    out[(head0 + g) * D + d] = __float2bfloat16(total[g] > 0.f ? at / total[g] : 0.f);
+    const bool any = lt > 0.f;
+#pragma unroll
+    for (int j = 0; j < PL; ++j)
+      if (lane + 32 * j < Q)
+        ifd::store4(out + (head0 + g) * D + 4 * (lane + 32 * j), any ? at[j].x / lt : 0.f,
+                    any ? at[j].y / lt : 0.f, any ? at[j].z / lt : 0.f, any ? at[j].w / lt : 0.f);
   }
   if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
 }
@@ -268,7 +308,7 @@ __device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n
 // Grid (splits, n_kv, rows). Row r: the token of sequence seq[r] at position pos[r],
 // attending positions 0..pos[r] through its block table. q bf16 [rows, n_heads * D] ->
 // out bf16 [rows, n_heads * D]. With several splits each block leaves its (m, l, acc[D])
-// per query head in part f32 [rows, n_heads, splits, D + 2] and the last block of a
+// per query head in part f32 [rows, n_heads, splits, kPartStride<D>] and the last block of a
 // (row, KV head) to finish, counted in done [rows * n_kv] (zero between launches),
 // merges them.
 template <int D>
@@ -472,7 +512,7 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
   for (int g = 0; g < G; ++g)
 #pragma unroll
     for (int i = 0; i < N; ++i) sp.acc[warp][g][lane * N + i] = acc[g][i];
-  finish<D, G>(sp, r, kvh, n_kv, split, splits, part, done, out);
+  finish<D, G, LEAN ? 8 : 32>(sp, r, kvh, n_kv, split, splits, part, done, out);
 }
 
 // The tensor-core build (bf16 KV, D = 64 or 128): the same grid, splits and merge, but each
@@ -507,7 +547,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
                       bf16* __restrict__ out) {
   static_assert(D == 64 || D == 128, "the tensor-core build takes head_dim 64 or 128");
   static_assert(G <= 8, "at most 8 query heads a KV head (the M rows 0..7)");
-  ifd::pdl_begin();
+  ifd::pdl_trigger();
   constexpr int KS = D / 16;     // k-steps of Q·Kᵀ
   constexpr int NT = D / 8;      // n-tiles of P·V
   constexpr int CH = D / 8;      // 16-byte pieces a row
@@ -519,14 +559,14 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
 
   extern __shared__ float smem[];
   bf16* const tiles = reinterpret_cast<bf16*>(smem) + static_cast<size_t>(warp) * 4 * kTile * D;
-  // Tile of positions tb.. into stage st: K at tiles[2 st], V at tiles[2 st + 1]; rows past
+  // Tile of positions from.. into stage st: K at tiles[2 st], V at tiles[2 st + 1]; rows past
   // t1 are zeros.
-  const auto issue = [&](int tb, int st) {
+  const auto issue = [&](int from, int st) {
     bf16* kt = tiles + (2 * st) * kTile * D;
     bf16* vt = kt + kTile * D;
 #pragma unroll
     for (int c = lane; c < kTile * CH; c += 32) {
-      const int p = c / CH, piece = c % CH, t = tb + p;
+      const int p = c / CH, piece = c % CH, t = from + p;
       const bool ok = t < t1;
       const size_t off = ok ? rg.row(t) * D + piece * 8 : 0;
       ifd::cp_async16_zfill(kt + swz<D>(p, piece), kc + off, ok);
@@ -534,6 +574,28 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
     }
     ifd::cp_async_commit();
   };
+
+  // A warp's tiles are tb, tb + step, …; its first two go into stages 0 and 1 before the
+  // wait for the kernel before (the KV append), except one that holds the newest position
+  // len - 1, which that kernel writes: those come after it. Every other position was
+  // written by an earlier pass, and the block tables are the pass's inputs.
+  constexpr int step = kWarps * kTile;
+  int tb = t0 + warp * kTile;
+  const auto stale = [&](int t) { return t < t1 && t1 == rg.len && t + kTile >= rg.len; };
+  bool late[2] = {false, false};
+#pragma unroll
+  for (int st = 0; st < 2; ++st) {
+    const int t = tb + st * step;
+    if (t >= t1) break;
+    if (stale(t))
+      late[st] = true;
+    else
+      issue(t, st);
+  }
+  ifd::pdl_wait();
+#pragma unroll
+  for (int st = 0; st < 2; ++st)
+    if (late[st]) issue(tb + st * step, st);
 
   // Q as the A operand: rows lane / 4 (< G: query head kvh·G + row), k-pairs 2 (lane % 4).
   // Rows 8..15 (a[1], a[3]) are zero.
@@ -556,16 +618,12 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
 #pragma unroll
   for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
 
-  int tb = t0 + warp * kTile;
-  if (tb < t1) issue(tb, 0);
-  for (int st = 0; tb < t1; tb += kWarps * kTile, st ^= 1) {
-    const int next = tb + kWarps * kTile;
-    if (next < t1) {
-      issue(next, st ^ 1);
+  for (int st = 0; tb < t1; tb += step, st ^= 1) {
+    // Tiles tb and (if any) tb + step are in flight: wait for the first.
+    if (tb + step < t1)
       ifd::cp_async_wait<1>();
-    } else {
+    else
       ifd::cp_async_wait<0>();
-    }
     __syncwarp();
     const bf16* kt = tiles + (2 * st) * kTile * D;
     const bf16* vt = kt + kTile * D;
@@ -628,6 +686,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
       ifd::mma_bf16(o[n + 1], pa, b[2], b[3]);
     }
     __syncwarp();  // this stage is read before the next tile's copies overwrite it
+    if (tb + 2 * step < t1) issue(tb + 2 * step, st);
   }
 
   __shared__ Partials<D, G> sp;
@@ -643,7 +702,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
       sp.acc[warp][row][8 * n + 2 * (lane & 3) + 1] = o[n][1];
     }
   }
-  finish<D, G>(sp, r, kvh, n_kv, split, splits, part, done, out);
+  finish<D, G, 32>(sp, r, kvh, n_kv, split, splits, part, done, out);
 }
 
 // Blocks of the one-row build resident per multiprocessor: its registers allow 3.

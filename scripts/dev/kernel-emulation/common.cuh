@@ -38,6 +38,8 @@ struct float2 {
 struct alignas(16) float4 {
   float x, y, z, w;
 };
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;
@@ -140,6 +142,9 @@ inline std::barrier<>* block_bar;
 inline std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
 inline float warp_slots[1024];
 alignas(16) inline float dyn_smem[(227 << 10) / 4];
+// Run at the start of every block, and at its pdl_wait (see ifd::pdl_wait), when set.
+inline void (*on_block_start)() = nullptr;
+inline void (*on_pdl_wait)() = nullptr;
 }  // namespace emu
 #define __syncthreads() emu::block_bar->arrive_and_wait()
 
@@ -188,7 +193,15 @@ inline cudaStream_t as_stream(void* s) { return s; }
 inline int launched() { return 0; }
 inline void pdl_begin() {}
 inline void pdl_trigger() {}
-inline void pdl_wait() {}
+// The kernel before, finishing: a test may set emu::on_pdl_wait to write what that kernel
+// writes (then whatever a block read before its wait is stale). Every thread of the block
+// reaches the wait (it acts as a barrier here); the hook runs once, with all of them held.
+inline void pdl_wait() {
+  if (!emu::on_pdl_wait) return;
+  emu::block_bar->arrive_and_wait();
+  if (threadIdx.x == 0) emu::on_pdl_wait();
+  emu::block_bar->arrive_and_wait();
+}
 inline void cp_async16(void* smem, const void* global) { std::memcpy(smem, global, 16); }
 inline void cp_async4(void* smem, const void* global) { std::memcpy(smem, global, 4); }
 inline void cp_async_wait_all() {}
@@ -321,6 +334,7 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t, cudaStream
   for (unsigned by = 0; by < grid.y; ++by)
     for (unsigned bx = 0; bx < grid.x; ++bx) {
       blockIdx = {static_cast<int>(bx), static_cast<int>(by), static_cast<int>(bz)};
+      if (emu::on_block_start) emu::on_block_start();
       std::barrier<> bar(threads);
       emu::block_bar = &bar;
       emu::warp_bars.clear();

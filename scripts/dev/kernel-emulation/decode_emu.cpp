@@ -2,7 +2,9 @@
 // lean one from 2 rows) and its tensor-core build (mma.sync and ldmatrix stood in for by
 // common.cuh here, warp-wide), against attention in double over the same bf16 rows, at
 // head_dim 64 and 128 with 1, 4 and 8 query heads a KV head; blocks out of order, rows
-// ending inside a block, one, three and forty splits (most of them empty).
+// ending inside a block, one, three and forty splits (most of them empty). The newest
+// position of row 0 holds garbage until the kernel waits for the one before it (the
+// KV append that writes it, emu::on_pdl_wait), so a read of it before the wait shows.
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -13,6 +15,23 @@
 namespace {
 using emu::expect;
 using emu::failures;
+
+// The newest K/V rows the append before the kernel writes: their offsets in the planes,
+// the values written, and the planes.
+struct Newest {
+  std::vector<size_t> rows;
+  std::vector<__nv_bfloat16> k, v;
+  __nv_bfloat16 *kc = nullptr, *vc = nullptr;
+  int hd = 0;
+  void put(bool written) {
+    for (size_t i = 0; i < rows.size(); ++i)
+      for (int e = 0; e < hd; ++e) {
+        kc[rows[i] + e] = written ? k[i * hd + e] : __float2bfloat16(3e4f);
+        vc[rows[i] + e] = written ? v[i * hd + e] : __float2bfloat16(-3e4f);
+      }
+  }
+};
+Newest newest;
 
 void run(int hd, int group) {
   const int n_kv = 2, n_heads = n_kv * group, bs = 16, blocks = 12;
@@ -56,11 +75,28 @@ void run(int hd, int group) {
         ref[(r * n_heads + h) * hd + e] = o;
       }
     }
+  // Row 0's: no other row reads that position (row 2 ends before it; row 1's newest lies in
+  // block 2, which its table shares with row 0's).
+  newest = Newest{};
+  newest.kc = kc.data();
+  newest.vc = vc.data();
+  newest.hd = hd;
+  for (int r : {0}) {
+    const int32_t* tab = table.data() + bt_off[seq[r]];
+    for (int kh = 0; kh < n_kv; ++kh) {
+      const size_t at = ((static_cast<size_t>(tab[pos[r] / bs]) * n_kv + kh) * bs + pos[r] % bs) * hd;
+      newest.rows.push_back(at);
+      newest.k.insert(newest.k.end(), kc.begin() + at, kc.begin() + at + hd);
+      newest.v.insert(newest.v.end(), vc.begin() + at, vc.begin() + at + hd);
+    }
+  }
+  emu::on_block_start = [] { newest.put(false); };
+  emu::on_pdl_wait = [] { newest.put(true); };
   IfdPaged kv{kc.data(), vc.data(), IFD_KV_BF16, n_kv, bs, hd, nullptr, nullptr, nullptr};
   for (int mma : {0, 1})
     for (int splits : {1, 3, 40})  // 40: the merge's lanes take two splits each
       for (int rows : {1, nr}) {
-        std::vector<float> part(static_cast<size_t>(nr) * n_heads * splits * (hd + 2));
+        std::vector<float> part(static_cast<size_t>(nr) * n_heads * splits * (hd + 4));
         std::vector<int32_t> done(nr * n_kv, 0);
         std::vector<__nv_bfloat16> out(qb.size());
         char what[128];

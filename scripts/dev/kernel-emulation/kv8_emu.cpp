@@ -140,7 +140,7 @@ void run(int dtype, int hd) {
   // One row (the kernel as built for it) and all rows (its lean build, from 2 rows).
   for (int splits : {1, 3})
   for (int rows : {1, nr}) {
-    std::vector<float> part(nr * n_heads * splits * (hd + 2));
+    std::vector<float> part(nr * n_heads * splits * (hd + 4));
     std::vector<int32_t> done(nr * n_kv, 0);
     std::vector<__nv_bfloat16> out(qf.size());
     expect(ifd_decode_attention(kv, qb.data(), rows, n_heads, sm, seq.data(), pos.data(),

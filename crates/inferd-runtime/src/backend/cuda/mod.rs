@@ -135,7 +135,7 @@ struct Inner {
     skip: SkipOps,
     host_sampling: bool,
     /// Our decode kernel's split partials, allocated once at its largest size (its
-    /// address is baked into graphs).  // f32 [16 · SMs · group · (head_dim + 2)]
+    /// address is baked into graphs).  // f32 [16 · SMs · group · (head_dim + 4)]
     decode_part: Mutex<Option<device::DeviceBuffer>>,
     /// Its per-(row, KV head) counters of finished splits, zero between launches (the
     /// last block to finish merges and resets).  // i32 [4 · SMs]
@@ -407,7 +407,7 @@ impl CudaBackend {
         };
         if splits > 1 {
             let group = attn.n_heads / attn.n_kv_heads;
-            let floats = splits::PARTIALS_PER_SM * sms * group * (attn.head_dim + 2);
+            let floats = splits::PARTIALS_PER_SM * sms * group * (attn.head_dim + 4);
             let mut part = self.inner.decode_part.lock().unwrap();
             if part.as_ref().is_none_or(|p| p.bytes() < floats * 4) {
                 *part = Some(self.inner.dev.alloc(floats * 4)?);
