@@ -170,6 +170,24 @@ __device__ __forceinline__ Range range_of(const int32_t* __restrict__ seq,
   return g;
 }
 
+// The next op's weight (`bytes` at `pf`, or none), spread over the grid's warps: lane 0 of
+// each asks L2 to fetch its slice, so that reading it from memory overlaps this kernel's
+// latency, when memory is mostly idle, instead of following it. pf 256-byte aligned.
+__device__ __forceinline__ void prefetch_next(const char* pf, size_t bytes) {
+  if (!pf || (threadIdx.x & 31) != 0) return;
+  constexpr size_t kPiece = 32 << 10;  // bytes an instruction
+  const size_t warps = static_cast<size_t>(gridDim.x) * gridDim.y * gridDim.z * kWarps;
+  const size_t w =
+      ((static_cast<size_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) *
+          kWarps +
+      (threadIdx.x >> 5);
+  const size_t slice = (bytes / warps + 255) & ~static_cast<size_t>(255);
+  const size_t from = w * slice;
+  const size_t n = from < bytes ? min(slice, bytes - from) & ~static_cast<size_t>(15) : 0;
+  for (size_t at = 0; at < n; at += kPiece)
+    ifd::prefetch_l2(pf + from + at, static_cast<unsigned>(min(kPiece, n - at)));
+}
+
 // A block's warps' softmax partials of their G heads: running max m, sum l, acc[D].
 template <int D, int G>
 struct Partials {
@@ -339,7 +357,7 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
                   const int32_t* __restrict__ seq, const int32_t* __restrict__ pos,
                   const int32_t* __restrict__ bt_off, const int32_t* __restrict__ bt,
                   float* __restrict__ part, int32_t* __restrict__ done, int pre_cap,
-                  bf16* __restrict__ out) {
+                  const char* __restrict__ pf, size_t pf_bytes, bf16* __restrict__ out) {
   ifd::pdl_trigger();
   using K = Kv<D, KV>;
   using E = typename K::Elem;
@@ -403,6 +421,7 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
     }
     __syncthreads();
   }
+  prefetch_next(pf, pf_bytes);
 
   float qv[G][N];
 #pragma unroll
@@ -544,7 +563,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
                       const int32_t* __restrict__ seq, const int32_t* __restrict__ pos,
                       const int32_t* __restrict__ bt_off, const int32_t* __restrict__ bt,
                       float* __restrict__ part, int32_t* __restrict__ done,
-                      bf16* __restrict__ out) {
+                      const char* __restrict__ pf, size_t pf_bytes, bf16* __restrict__ out) {
   static_assert(D == 64 || D == 128, "the tensor-core build takes head_dim 64 or 128");
   static_assert(G <= 8, "at most 8 query heads a KV head (the M rows 0..7)");
   ifd::pdl_trigger();
@@ -596,6 +615,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
 #pragma unroll
   for (int st = 0; st < 2; ++st)
     if (late[st]) issue(tb + st * step, st);
+  prefetch_next(pf, pf_bytes);  // after this block's own first loads
 
   // Q as the A operand: rows lane / 4 (< G: query head kvh·G + row), k-pairs 2 (lane % 4).
   // Rows 8..15 (a[1], a[3]) are zero.
@@ -746,7 +766,8 @@ int pre_positions(int* err) {
 template <int D, int G>
 int launch_mma(const IfdPaged& kv, const void* q, int rows, float scale, const int32_t* seq,
                const int32_t* pos, const int32_t* bt_off, const int32_t* bt, int splits,
-               float* part, int32_t* done, void* out, cudaStream_t s) {
+               float* part, int32_t* done, const void* pf, size_t pf_bytes, void* out,
+               cudaStream_t s) {
   if constexpr ((D == 64 || D == 128) && G <= 8) {
     static int err = -1;  // the shared memory limit, raised once per instantiation
     if (err < 0)
@@ -757,7 +778,7 @@ int launch_mma(const IfdPaged& kv, const void* q, int rows, float scale, const i
                 mma_smem<D>(), s, static_cast<const bf16*>(kv.k), static_cast<const bf16*>(kv.v),
                 static_cast<const bf16*>(q), kv.n_kv_heads, kv.block_size,
                 scale * 1.4426950408889634f, seq, pos, bt_off, bt, part, done,
-                static_cast<bf16*>(out));
+                static_cast<const char*>(pf), pf_bytes, static_cast<bf16*>(out));
     return ifd::launched();
   } else {
     return static_cast<int>(cudaErrorInvalidValue);
@@ -767,11 +788,13 @@ int launch_mma(const IfdPaged& kv, const void* q, int rows, float scale, const i
 template <int D, int G, int KV>
 int launch_kv(const IfdPaged& kv, const void* q, int rows, float scale, const int32_t* seq,
               const int32_t* pos, const int32_t* bt_off, const int32_t* bt, int splits,
-              float* part, int32_t* done, int mma, void* out, cudaStream_t s) {
+              float* part, int32_t* done, int mma, const void* pf, size_t pf_bytes, void* out,
+              cudaStream_t s) {
   using K = Kv<D, KV>;
   using E = typename K::Elem;
   if constexpr (KV == IFD_KV_BF16)
-    if (mma) return launch_mma<D, G>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
+    if (mma) return launch_mma<D, G>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, pf,
+                              pf_bytes, out, s);
   const dim3 grid(splits, kv.n_kv_heads, rows);
   int err = 0, pre = 0;
   if (rows == 1) {
@@ -784,24 +807,25 @@ int launch_kv(const IfdPaged& kv, const void* q, int rows, float scale, const in
               static_cast<const float*>(kv.k_scale), static_cast<const float*>(kv.v_scale),
               static_cast<const bf16*>(q), kv.n_kv_heads, kv.block_size,
               scale * 1.4426950408889634f, seq, pos, bt_off, bt, part, done, pre,
-              static_cast<bf16*>(out));
+              static_cast<const char*>(pf), pf_bytes, static_cast<bf16*>(out));
   return ifd::launched();
 }
 
 template <int D, int G>
 int launch(const IfdPaged& kv, const void* q, int rows, float scale, const int32_t* seq,
            const int32_t* pos, const int32_t* bt_off, const int32_t* bt, int splits,
-           float* part, int32_t* done, int mma, void* out, cudaStream_t s) {
+           float* part, int32_t* done, int mma, const void* pf, size_t pf_bytes, void* out,
+              cudaStream_t s) {
   switch (kv.dtype) {
     case IFD_KV_BF16:
       return launch_kv<D, G, IFD_KV_BF16>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part,
-                                          done, mma, out, s);
+                                          done, mma, pf, pf_bytes, out, s);
     case IFD_KV_Q8:
       return launch_kv<D, G, IFD_KV_Q8>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part,
-                                        done, mma, out, s);
+                                        done, mma, pf, pf_bytes, out, s);
     case IFD_KV_FP8:
       return launch_kv<D, G, IFD_KV_FP8>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part,
-                                         done, mma, out, s);
+                                         done, mma, pf, pf_bytes, out, s);
     default: return static_cast<int>(cudaErrorInvalidValue);
   }
 }
@@ -809,16 +833,17 @@ int launch(const IfdPaged& kv, const void* q, int rows, float scale, const int32
 template <int D>
 int by_group(int g, const IfdPaged& kv, const void* q, int rows, float scale,
              const int32_t* seq, const int32_t* pos, const int32_t* bt_off, const int32_t* bt,
-             int splits, float* part, int32_t* done, int mma, void* out, cudaStream_t s) {
+             int splits, float* part, int32_t* done, int mma, const void* pf, size_t pf_bytes, void* out,
+              cudaStream_t s) {
   switch (g) {
     case 1:
-      return launch<D, 1>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
+      return launch<D, 1>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, pf, pf_bytes, out, s);
     case 2:
-      return launch<D, 2>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
+      return launch<D, 2>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, pf, pf_bytes, out, s);
     case 4:
-      return launch<D, 4>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
+      return launch<D, 4>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, pf, pf_bytes, out, s);
     case 8:
-      return launch<D, 8>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
+      return launch<D, 8>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, pf, pf_bytes, out, s);
     default: return static_cast<int>(cudaErrorInvalidValue);
   }
 }
@@ -839,11 +864,12 @@ int ifd_decode_mma_supported(int kv_dtype, int head_dim, int group) {
 int ifd_decode_attention(IfdPaged kv, const void* q, int rows, int n_heads, float scale,
                          const int32_t* seq, const int32_t* pos, const int32_t* bt_off,
                          const int32_t* bt, int splits, float* part, int32_t* done, int mma,
-                         void* out, void* stream) {
+                         const void* prefetch, size_t prefetch_bytes, void* out, void* stream) {
   if (rows == 0) return 0;
   const bool eight = kv.dtype == IFD_KV_Q8 || kv.dtype == IFD_KV_FP8;
   if ((kv.dtype != IFD_KV_BF16 && !eight) || (eight && (!kv.k_scale || !kv.v_scale)) ||
       splits < 1 || splits > kMaxSplits || n_heads % kv.n_kv_heads != 0 ||
+      (reinterpret_cast<uintptr_t>(prefetch) & 15) != 0 ||
       (splits > 1 && (!part || !done)) ||
       !ifd_decode_supported(kv.head_dim, n_heads / kv.n_kv_heads) ||
       (mma && !ifd_decode_mma_supported(kv.dtype, kv.head_dim, n_heads / kv.n_kv_heads)))
@@ -852,11 +878,11 @@ int ifd_decode_attention(IfdPaged kv, const void* q, int rows, int n_heads, floa
   const cudaStream_t s = ifd::as_stream(stream);
   switch (kv.head_dim) {
     case 256:
-      return by_group<256>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
+      return by_group<256>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, prefetch, prefetch_bytes, out, s);
     case 128:
-      return by_group<128>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
+      return by_group<128>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, prefetch, prefetch_bytes, out, s);
     default:
-      return by_group<64>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
+      return by_group<64>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, prefetch, prefetch_bytes, out, s);
   }
 }
 

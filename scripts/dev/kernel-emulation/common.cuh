@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -145,6 +146,8 @@ alignas(16) inline float dyn_smem[(227 << 10) / 4];
 // Run at the start of every block, and at its pdl_wait (see ifd::pdl_wait), when set.
 inline void (*on_block_start)() = nullptr;
 inline void (*on_pdl_wait)() = nullptr;
+inline std::mutex prefetch_lock;
+inline std::vector<std::pair<const char*, unsigned>> prefetched;
 }  // namespace emu
 #define __syncthreads() emu::block_bar->arrive_and_wait()
 
@@ -201,6 +204,12 @@ inline void pdl_wait() {
   emu::block_bar->arrive_and_wait();
   if (threadIdx.x == 0) emu::on_pdl_wait();
   emu::block_bar->arrive_and_wait();
+}
+// L2 prefetches: checked for alignment and kept (emu::prefetched) for a test to check.
+inline void prefetch_l2(const void* p, unsigned bytes) {
+  if (reinterpret_cast<uintptr_t>(p) % 16 != 0 || bytes % 16 != 0 || bytes == 0) std::abort();
+  std::lock_guard<std::mutex> g(emu::prefetch_lock);
+  emu::prefetched.emplace_back(static_cast<const char*>(p), bytes);
 }
 inline void cp_async16(void* smem, const void* global) { std::memcpy(smem, global, 16); }
 inline void cp_async4(void* smem, const void* global) { std::memcpy(smem, global, 4); }

@@ -67,6 +67,10 @@ pub struct CudaConfig {
     /// Splits of each (row, KV head) in inferd's decode attention (0: by the pass's shape,
     /// `splits::decode_splits`; else this many, for measurement).
     pub decode_splits: usize,
+    /// Decode passes of at most this many rows have their attention kernel ask L2 to fetch
+    /// the output projection's weight while it runs (`None`: [`L2_PREFETCH_ROWS`]; 0:
+    /// never).
+    pub l2_prefetch_rows: Option<usize>,
     /// Profiling only: ops left out of every pass (see [`SkipOps`]; results are garbage).
     pub profile_skip: SkipOps,
     /// Every row but a plain greedy one drawn by the host sampler from its logits row read
@@ -100,6 +104,11 @@ pub enum DecodeAttention {
 /// still: 6.45 ms at 1 row, 8.10 at 8 (session 8, call 1).)
 pub const GEMV_MAX_ROWS: usize = 1;
 
+/// Decode passes of up to this many rows prefetch the output projection into L2 during
+/// attention ([`CudaConfig::l2_prefetch_rows`]). While a few rows' attention runs, memory
+/// is mostly idle (it is bound by latency); the projection after it then reads L2.
+pub const L2_PREFETCH_ROWS: usize = 8;
+
 /// The matrix-vector kernel's loads in flight per lane (see `kernels/gemv.cu`): an 8B
 /// decode step at 4096 tokens, one row, took 4.83 / 4.91 / 4.75 ms with 4 / 8 / 16 on the
 /// H200 (session 7, one run; docs/gpu-notes.md).
@@ -132,6 +141,7 @@ struct Inner {
     gemv_loads: usize,
     decode: DecodeAttention,
     decode_splits: usize,
+    l2_prefetch_rows: usize,
     skip: SkipOps,
     host_sampling: bool,
     /// Our decode kernel's split partials, allocated once at its largest size (its
@@ -175,6 +185,7 @@ impl CudaBackend {
                 gemv_rows: if cfg.no_gemv { 0 } else { GEMV_MAX_ROWS },
                 skip: cfg.profile_skip,
                 decode_splits: cfg.decode_splits,
+                l2_prefetch_rows: cfg.l2_prefetch_rows.unwrap_or(L2_PREFETCH_ROWS),
                 gemv_loads: if cfg.gemv_loads == 0 {
                     GEMV_LOADS
                 } else {
@@ -772,6 +783,7 @@ impl Backend for CudaBackend {
         layer: usize,
         batch: &CudaBatch,
         cfg: &AttnConfig,
+        next: Option<&CudaWeight>,
         out: &mut CudaTensor,
     ) -> Result<()> {
         let s = self.stream()?;
@@ -816,6 +828,14 @@ impl Backend for CudaBackend {
                 let dp = done
                     .as_ref()
                     .map_or(std::ptr::null_mut(), |p| p.at::<i32>(0));
+                let (pf, pf_bytes) = match next {
+                    Some(CudaWeight::Matrix { buf, rows, cols })
+                        if passes.own_rows <= self.inner.l2_prefetch_rows =>
+                    {
+                        (buf.ptr().cast_const(), rows * cols * 2) // bf16
+                    }
+                    _ => (std::ptr::null(), 0),
+                };
                 check(
                     unsafe {
                         ffi::ifd_decode_attention(
@@ -832,6 +852,8 @@ impl Backend for CudaBackend {
                             pp,
                             dp,
                             passes.mma as c_int,
+                            pf,
+                            pf_bytes,
                             op,
                             s,
                         )
