@@ -269,8 +269,6 @@ fn step_bytes<B: Backend>(
 ///   tensor-core build at every row count;
 /// - `loadsN`: the SIMT matrix-vector kernel with N loads in flight a lane;
 /// - `splits=N`: decode attention in N splits at every row count;
-/// - `l2pf=N`: the output projection prefetched into L2 during attention up to N rows (0:
-///   never);
 /// - `rows=N+N…`: only these batch sizes (and only as many sequences prefilled);
 /// - `skip=OP+OP…`: ops left out of every pass (profiling: what each costs in a graph;
 ///   the names of `SkipOps::parse`).
@@ -299,11 +297,6 @@ fn speed_by_dtype(model_dir: &Path, context: usize, specs: &str) {
                     0 => "decode attention splits by the policy".to_string(),
                     n => format!("decode attention in {n} splits"),
                 });
-            } else if let Some(n) = opt.strip_prefix("l2pf=") {
-                cfg.l2_prefetch_rows = Some(n.parse().expect("l2pf=N"));
-                said.push(format!(
-                    "L2 prefetch of the output projection up to {n} rows"
-                ));
             } else if let Some(list) = opt.strip_prefix("rows=") {
                 batches = list
                     .split('+')

@@ -20,13 +20,9 @@
 // overlaps the Q/K/V projection of this layer instead of following it. Only the newest
 // position, which the KV append right before writes, is read again after the wait.
 //
-// The tensor-core build does the same at any row count with the first two tiles of each
-// warp (only the newest position's tile waits).
-//
 // The warps' partials are merged by their log-sum-exp in shared memory, then the splits'
 // by the last block of a (row, KV head) to finish (a counter per pair, reset by that
-// block, so a CUDA graph replays it), a warp a head, with every split's (m, l) and values
-// loaded in one round. The grid depends only on the number of rows, so a
+// block, so a CUDA graph replays it). The grid depends only on the number of rows, so a
 // graph replays it for any context lengths (they are read from the device).
 #include <cfloat>
 
@@ -170,24 +166,6 @@ __device__ __forceinline__ Range range_of(const int32_t* __restrict__ seq,
   return g;
 }
 
-// The next op's weight (`bytes` at `pf`, or none), spread over the grid's warps: lane 0 of
-// each asks L2 to fetch its slice, so that reading it from memory overlaps this kernel's
-// latency, when memory is mostly idle, instead of following it. pf 256-byte aligned.
-__device__ __forceinline__ void prefetch_next(const char* pf, size_t bytes) {
-  if (!pf || (threadIdx.x & 31) != 0) return;
-  constexpr size_t kPiece = 32 << 10;  // bytes an instruction
-  const size_t warps = static_cast<size_t>(gridDim.x) * gridDim.y * gridDim.z * kWarps;
-  const size_t w =
-      ((static_cast<size_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) *
-          kWarps +
-      (threadIdx.x >> 5);
-  const size_t slice = (bytes / warps + 255) & ~static_cast<size_t>(255);
-  const size_t from = w * slice;
-  const size_t n = from < bytes ? min(slice, bytes - from) & ~static_cast<size_t>(15) : 0;
-  for (size_t at = 0; at < n; at += kPiece)
-    ifd::prefetch_l2(pf + from + at, static_cast<unsigned>(min(kPiece, n - at)));
-}
-
 // A block's warps' softmax partials of their G heads: running max m, sum l, acc[D].
 template <int D, int G>
 struct Partials {
@@ -195,22 +173,14 @@ struct Partials {
   float acc[kWarps][G][D];
 };
 
-// Floats a split's partial of one head takes in `part`: m, l, two unused, then acc[D], so
-// that (m, l) is one 8-byte load and acc 16-byte pieces.
-template <int D>
-constexpr int kPartStride = D + 4;
-
 // The end of a block of either decode kernel, its warps' partials in `sp`: merges them by
 // log-sum-exp, then writes the (row, KV head)'s G output heads (one split), or its split's
 // partial to `part` and, in the last block of the (row, KV head) to finish, merges the
 // splits' (a counter per pair in `done`, reset by that block, so a graph replays it).
-// C: splits whose pieces a lane loads at once in that merge (C float4 registers).
-template <int D, int G, int C>
+template <int D, int G>
 __device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n_kv, int split,
                                        int splits, float* __restrict__ part,
                                        int32_t* __restrict__ done, bf16* __restrict__ out) {
-  static_assert(C <= 32 && kMaxSplits % C == 0, "a round's splits lie on distinct lanes");
-  constexpr int S = kPartStride<D>;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n_heads = n_kv * G;
   __syncthreads();
@@ -230,8 +200,8 @@ __device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n
     if (splits == 1) {
       out[head * D + d] = __float2bfloat16(lt > 0.f ? at / lt : 0.f);
     } else {
-      float* pp = part + (head * splits + split) * S;
-      pp[4 + d] = at;
+      float* pp = part + (head * splits + split) * (D + 2);
+      pp[2 + d] = at;
       if (d == 0) {
         pp[0] = mx;
         pp[1] = lt;
@@ -250,75 +220,47 @@ __device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n
   __syncthreads();
   if (!last) return;
   __threadfence();
-  // A warp merges a head: lane L holds the (m, l) of splits L and L + 32 and, for L < D / 4,
-  // the head's values 4L .. 4L + 3 (and + 128, … where D > 128). Every load of a round of
-  // R splits is issued before any result is needed: the merge is one round trip to L2 for
-  // up to R splits.
-  constexpr int Q = D / 4;                 // 16-byte pieces of a head
-  constexpr int PL = Q > 32 ? Q / 32 : 1;  // of them a lane's
-  constexpr int R = C / PL;                // splits a round
-  static_assert(Q <= 32 || Q % 32 == 0, "a head's pieces spread evenly over the lanes");
+  __shared__ float w[G][kMaxSplits];
+  __shared__ float total[G];
   const size_t head0 = static_cast<size_t>(r) * n_heads + kvh * G;
   for (int g = warp; g < G; g += kWarps) {
-    const float* ph = part + (head0 + g) * splits * S;
-    // Piece j of split s, for this lane.
-    const auto piece = [&](int s, int j) {
-      return lane + 32 * j < Q && s < splits
-                 ? __ldcg(reinterpret_cast<const float4*>(ph + s * S + 4) + lane + 32 * j)
-                 : make_float4(0.f, 0.f, 0.f, 0.f);
-    };
-    float2 ml[kMaxSplits / 32];
+    // Lane L takes splits L and L + 32.
+    const float* ph = part + (head0 + g) * splits * (D + 2);
+    float ms[kMaxSplits / 32], mx = -FLT_MAX;
 #pragma unroll
     for (int i = 0; i < kMaxSplits / 32; ++i) {
       const int s = lane + 32 * i;
-      ml[i] = s < splits ? __ldcg(reinterpret_cast<const float2*>(ph + s * S))
-                         : make_float2(-FLT_MAX, 0.f);
+      ms[i] = s < splits ? __ldcg(ph + s * (D + 2)) : -FLT_MAX;
+      mx = fmaxf(mx, ms[i]);
     }
-    float4 v[R][PL];
-#pragma unroll
-    for (int s = 0; s < R; ++s)
-#pragma unroll
-      for (int j = 0; j < PL; ++j) v[s][j] = piece(s, j);
-    float mx = -FLT_MAX;
-#pragma unroll
-    for (int i = 0; i < kMaxSplits / 32; ++i) mx = fmaxf(mx, ml[i].x);
     mx = ifd::warp_max(mx);
-    float c[kMaxSplits / 32], lt = 0.f;  // c[i]: the weight of split lane + 32 i
+    float lt = 0.f;
 #pragma unroll
     for (int i = 0; i < kMaxSplits / 32; ++i) {
-      c[i] = ml[i].x == -FLT_MAX ? 0.f : exp2f(ml[i].x - mx);
-      lt += ml[i].y * c[i];
+      const int s = lane + 32 * i;
+      const float c = ms[i] == -FLT_MAX ? 0.f : exp2f(ms[i] - mx);
+      w[g][s] = c;
+      lt += s < splits ? __ldcg(ph + s * (D + 2) + 1) * c : 0.f;
     }
     lt = ifd::warp_sum(lt);
-    float4 at[PL];
+    if (lane == 0) total[g] = lt;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < G * D; e += kWarps * 32) {
+    const int g = e / D, d = e % D;
+    const float* ph = part + (head0 + g) * splits * (D + 2) + 2 + d;
+    // Every split's value of a group of 32 loaded before any is added.
+    float at = 0.f;
 #pragma unroll
-    for (int j = 0; j < PL; ++j) at[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int s0 = 0; s0 < splits; s0 += R) {
-      if (s0 > 0) {
+    for (int s0 = 0; s0 < kMaxSplits; s0 += 32) {
+      if (s0 >= splits) break;
+      float v[32];
 #pragma unroll
-        for (int s = 0; s < R; ++s)
+      for (int s = 0; s < 32; ++s) v[s] = s0 + s < splits ? __ldcg(ph + (s0 + s) * (D + 2)) : 0.f;
 #pragma unroll
-          for (int j = 0; j < PL; ++j) v[s][j] = piece(s0 + s, j);
-      }
-      const float ci = c[s0 / 32];
-#pragma unroll
-      for (int s = 0; s < R; ++s) {
-        const float w = __shfl_sync(kFull, ci, (s0 + s) % 32);  // split s0 + s's weight
-#pragma unroll
-        for (int j = 0; j < PL; ++j) {
-          at[j].x = fmaf(v[s][j].x, w, at[j].x);
-          at[j].y = fmaf(v[s][j].y, w, at[j].y);
-          at[j].z = fmaf(v[s][j].z, w, at[j].z);
-          at[j].w = fmaf(v[s][j].w, w, at[j].w);
-        }
-      }
+      for (int s = 0; s < 32; ++s) at = fmaf(v[s], w[g][s0 + s], at);
     }
-    const bool any = lt > 0.f;
-#pragma unroll
-    for (int j = 0; j < PL; ++j)
-      if (lane + 32 * j < Q)
-        ifd::store4(out + (head0 + g) * D + 4 * (lane + 32 * j), any ? at[j].x / lt : 0.f,
-                    any ? at[j].y / lt : 0.f, any ? at[j].z / lt : 0.f, any ? at[j].w / lt : 0.f);
+    out[(head0 + g) * D + d] = __float2bfloat16(total[g] > 0.f ? at / total[g] : 0.f);
   }
   if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
 }
@@ -326,7 +268,7 @@ __device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n
 // Grid (splits, n_kv, rows). Row r: the token of sequence seq[r] at position pos[r],
 // attending positions 0..pos[r] through its block table. q bf16 [rows, n_heads * D] ->
 // out bf16 [rows, n_heads * D]. With several splits each block leaves its (m, l, acc[D])
-// per query head in part f32 [rows, n_heads, splits, kPartStride<D>] and the last block of a
+// per query head in part f32 [rows, n_heads, splits, D + 2] and the last block of a
 // (row, KV head) to finish, counted in done [rows * n_kv] (zero between launches),
 // merges them.
 template <int D>
@@ -357,7 +299,7 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
                   const int32_t* __restrict__ seq, const int32_t* __restrict__ pos,
                   const int32_t* __restrict__ bt_off, const int32_t* __restrict__ bt,
                   float* __restrict__ part, int32_t* __restrict__ done, int pre_cap,
-                  const char* __restrict__ pf, size_t pf_bytes, bf16* __restrict__ out) {
+                  bf16* __restrict__ out) {
   ifd::pdl_trigger();
   using K = Kv<D, KV>;
   using E = typename K::Elem;
@@ -421,7 +363,6 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
     }
     __syncthreads();
   }
-  prefetch_next(pf, pf_bytes);
 
   float qv[G][N];
 #pragma unroll
@@ -531,7 +472,7 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
   for (int g = 0; g < G; ++g)
 #pragma unroll
     for (int i = 0; i < N; ++i) sp.acc[warp][g][lane * N + i] = acc[g][i];
-  finish<D, G, LEAN ? 8 : 32>(sp, r, kvh, n_kv, split, splits, part, done, out);
+  finish<D, G>(sp, r, kvh, n_kv, split, splits, part, done, out);
 }
 
 // The tensor-core build (bf16 KV, D = 64 or 128): the same grid, splits and merge, but each
@@ -563,10 +504,10 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
                       const int32_t* __restrict__ seq, const int32_t* __restrict__ pos,
                       const int32_t* __restrict__ bt_off, const int32_t* __restrict__ bt,
                       float* __restrict__ part, int32_t* __restrict__ done,
-                      const char* __restrict__ pf, size_t pf_bytes, bf16* __restrict__ out) {
+                      bf16* __restrict__ out) {
   static_assert(D == 64 || D == 128, "the tensor-core build takes head_dim 64 or 128");
   static_assert(G <= 8, "at most 8 query heads a KV head (the M rows 0..7)");
-  ifd::pdl_trigger();
+  ifd::pdl_begin();
   constexpr int KS = D / 16;     // k-steps of Q·Kᵀ
   constexpr int NT = D / 8;      // n-tiles of P·V
   constexpr int CH = D / 8;      // 16-byte pieces a row
@@ -578,14 +519,14 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
 
   extern __shared__ float smem[];
   bf16* const tiles = reinterpret_cast<bf16*>(smem) + static_cast<size_t>(warp) * 4 * kTile * D;
-  // Tile of positions from.. into stage st: K at tiles[2 st], V at tiles[2 st + 1]; rows past
+  // Tile of positions tb.. into stage st: K at tiles[2 st], V at tiles[2 st + 1]; rows past
   // t1 are zeros.
-  const auto issue = [&](int from, int st) {
+  const auto issue = [&](int tb, int st) {
     bf16* kt = tiles + (2 * st) * kTile * D;
     bf16* vt = kt + kTile * D;
 #pragma unroll
     for (int c = lane; c < kTile * CH; c += 32) {
-      const int p = c / CH, piece = c % CH, t = from + p;
+      const int p = c / CH, piece = c % CH, t = tb + p;
       const bool ok = t < t1;
       const size_t off = ok ? rg.row(t) * D + piece * 8 : 0;
       ifd::cp_async16_zfill(kt + swz<D>(p, piece), kc + off, ok);
@@ -593,29 +534,6 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
     }
     ifd::cp_async_commit();
   };
-
-  // A warp's tiles are tb, tb + step, …; its first two go into stages 0 and 1 before the
-  // wait for the kernel before (the KV append), except one that holds the newest position
-  // len - 1, which that kernel writes: those come after it. Every other position was
-  // written by an earlier pass, and the block tables are the pass's inputs.
-  constexpr int step = kWarps * kTile;
-  int tb = t0 + warp * kTile;
-  const auto stale = [&](int t) { return t < t1 && t1 == rg.len && t + kTile >= rg.len; };
-  bool late[2] = {false, false};
-#pragma unroll
-  for (int st = 0; st < 2; ++st) {
-    const int t = tb + st * step;
-    if (t >= t1) break;
-    if (stale(t))
-      late[st] = true;
-    else
-      issue(t, st);
-  }
-  ifd::pdl_wait();
-#pragma unroll
-  for (int st = 0; st < 2; ++st)
-    if (late[st]) issue(tb + st * step, st);
-  prefetch_next(pf, pf_bytes);  // after this block's own first loads
 
   // Q as the A operand: rows lane / 4 (< G: query head kvh·G + row), k-pairs 2 (lane % 4).
   // Rows 8..15 (a[1], a[3]) are zero.
@@ -638,12 +556,16 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
 #pragma unroll
   for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
 
-  for (int st = 0; tb < t1; tb += step, st ^= 1) {
-    // Tiles tb and (if any) tb + step are in flight: wait for the first.
-    if (tb + step < t1)
+  int tb = t0 + warp * kTile;
+  if (tb < t1) issue(tb, 0);
+  for (int st = 0; tb < t1; tb += kWarps * kTile, st ^= 1) {
+    const int next = tb + kWarps * kTile;
+    if (next < t1) {
+      issue(next, st ^ 1);
       ifd::cp_async_wait<1>();
-    else
+    } else {
       ifd::cp_async_wait<0>();
+    }
     __syncwarp();
     const bf16* kt = tiles + (2 * st) * kTile * D;
     const bf16* vt = kt + kTile * D;
@@ -706,7 +628,6 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
       ifd::mma_bf16(o[n + 1], pa, b[2], b[3]);
     }
     __syncwarp();  // this stage is read before the next tile's copies overwrite it
-    if (tb + 2 * step < t1) issue(tb + 2 * step, st);
   }
 
   __shared__ Partials<D, G> sp;
@@ -722,7 +643,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
       sp.acc[warp][row][8 * n + 2 * (lane & 3) + 1] = o[n][1];
     }
   }
-  finish<D, G, 32>(sp, r, kvh, n_kv, split, splits, part, done, out);
+  finish<D, G>(sp, r, kvh, n_kv, split, splits, part, done, out);
 }
 
 // Blocks of the one-row build resident per multiprocessor: its registers allow 3.
@@ -766,8 +687,7 @@ int pre_positions(int* err) {
 template <int D, int G>
 int launch_mma(const IfdPaged& kv, const void* q, int rows, float scale, const int32_t* seq,
                const int32_t* pos, const int32_t* bt_off, const int32_t* bt, int splits,
-               float* part, int32_t* done, const void* pf, size_t pf_bytes, void* out,
-               cudaStream_t s) {
+               float* part, int32_t* done, void* out, cudaStream_t s) {
   if constexpr ((D == 64 || D == 128) && G <= 8) {
     static int err = -1;  // the shared memory limit, raised once per instantiation
     if (err < 0)
@@ -778,7 +698,7 @@ int launch_mma(const IfdPaged& kv, const void* q, int rows, float scale, const i
                 mma_smem<D>(), s, static_cast<const bf16*>(kv.k), static_cast<const bf16*>(kv.v),
                 static_cast<const bf16*>(q), kv.n_kv_heads, kv.block_size,
                 scale * 1.4426950408889634f, seq, pos, bt_off, bt, part, done,
-                static_cast<const char*>(pf), pf_bytes, static_cast<bf16*>(out));
+                static_cast<bf16*>(out));
     return ifd::launched();
   } else {
     return static_cast<int>(cudaErrorInvalidValue);
@@ -788,13 +708,11 @@ int launch_mma(const IfdPaged& kv, const void* q, int rows, float scale, const i
 template <int D, int G, int KV>
 int launch_kv(const IfdPaged& kv, const void* q, int rows, float scale, const int32_t* seq,
               const int32_t* pos, const int32_t* bt_off, const int32_t* bt, int splits,
-              float* part, int32_t* done, int mma, const void* pf, size_t pf_bytes, void* out,
-              cudaStream_t s) {
+              float* part, int32_t* done, int mma, void* out, cudaStream_t s) {
   using K = Kv<D, KV>;
   using E = typename K::Elem;
   if constexpr (KV == IFD_KV_BF16)
-    if (mma) return launch_mma<D, G>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, pf,
-                              pf_bytes, out, s);
+    if (mma) return launch_mma<D, G>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
   const dim3 grid(splits, kv.n_kv_heads, rows);
   int err = 0, pre = 0;
   if (rows == 1) {
@@ -807,25 +725,24 @@ int launch_kv(const IfdPaged& kv, const void* q, int rows, float scale, const in
               static_cast<const float*>(kv.k_scale), static_cast<const float*>(kv.v_scale),
               static_cast<const bf16*>(q), kv.n_kv_heads, kv.block_size,
               scale * 1.4426950408889634f, seq, pos, bt_off, bt, part, done, pre,
-              static_cast<const char*>(pf), pf_bytes, static_cast<bf16*>(out));
+              static_cast<bf16*>(out));
   return ifd::launched();
 }
 
 template <int D, int G>
 int launch(const IfdPaged& kv, const void* q, int rows, float scale, const int32_t* seq,
            const int32_t* pos, const int32_t* bt_off, const int32_t* bt, int splits,
-           float* part, int32_t* done, int mma, const void* pf, size_t pf_bytes, void* out,
-              cudaStream_t s) {
+           float* part, int32_t* done, int mma, void* out, cudaStream_t s) {
   switch (kv.dtype) {
     case IFD_KV_BF16:
       return launch_kv<D, G, IFD_KV_BF16>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part,
-                                          done, mma, pf, pf_bytes, out, s);
+                                          done, mma, out, s);
     case IFD_KV_Q8:
       return launch_kv<D, G, IFD_KV_Q8>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part,
-                                        done, mma, pf, pf_bytes, out, s);
+                                        done, mma, out, s);
     case IFD_KV_FP8:
       return launch_kv<D, G, IFD_KV_FP8>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part,
-                                         done, mma, pf, pf_bytes, out, s);
+                                         done, mma, out, s);
     default: return static_cast<int>(cudaErrorInvalidValue);
   }
 }
@@ -833,17 +750,16 @@ int launch(const IfdPaged& kv, const void* q, int rows, float scale, const int32
 template <int D>
 int by_group(int g, const IfdPaged& kv, const void* q, int rows, float scale,
              const int32_t* seq, const int32_t* pos, const int32_t* bt_off, const int32_t* bt,
-             int splits, float* part, int32_t* done, int mma, const void* pf, size_t pf_bytes, void* out,
-              cudaStream_t s) {
+             int splits, float* part, int32_t* done, int mma, void* out, cudaStream_t s) {
   switch (g) {
     case 1:
-      return launch<D, 1>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, pf, pf_bytes, out, s);
+      return launch<D, 1>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
     case 2:
-      return launch<D, 2>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, pf, pf_bytes, out, s);
+      return launch<D, 2>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
     case 4:
-      return launch<D, 4>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, pf, pf_bytes, out, s);
+      return launch<D, 4>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
     case 8:
-      return launch<D, 8>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, pf, pf_bytes, out, s);
+      return launch<D, 8>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
     default: return static_cast<int>(cudaErrorInvalidValue);
   }
 }
@@ -864,12 +780,11 @@ int ifd_decode_mma_supported(int kv_dtype, int head_dim, int group) {
 int ifd_decode_attention(IfdPaged kv, const void* q, int rows, int n_heads, float scale,
                          const int32_t* seq, const int32_t* pos, const int32_t* bt_off,
                          const int32_t* bt, int splits, float* part, int32_t* done, int mma,
-                         const void* prefetch, size_t prefetch_bytes, void* out, void* stream) {
+                         void* out, void* stream) {
   if (rows == 0) return 0;
   const bool eight = kv.dtype == IFD_KV_Q8 || kv.dtype == IFD_KV_FP8;
   if ((kv.dtype != IFD_KV_BF16 && !eight) || (eight && (!kv.k_scale || !kv.v_scale)) ||
       splits < 1 || splits > kMaxSplits || n_heads % kv.n_kv_heads != 0 ||
-      (reinterpret_cast<uintptr_t>(prefetch) & 15) != 0 ||
       (splits > 1 && (!part || !done)) ||
       !ifd_decode_supported(kv.head_dim, n_heads / kv.n_kv_heads) ||
       (mma && !ifd_decode_mma_supported(kv.dtype, kv.head_dim, n_heads / kv.n_kv_heads)))
@@ -878,11 +793,11 @@ int ifd_decode_attention(IfdPaged kv, const void* q, int rows, int n_heads, floa
   const cudaStream_t s = ifd::as_stream(stream);
   switch (kv.head_dim) {
     case 256:
-      return by_group<256>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, prefetch, prefetch_bytes, out, s);
+      return by_group<256>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
     case 128:
-      return by_group<128>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, prefetch, prefetch_bytes, out, s);
+      return by_group<128>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
     default:
-      return by_group<64>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, prefetch, prefetch_bytes, out, s);
+      return by_group<64>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
   }
 }
 

@@ -138,18 +138,16 @@ int ifd_attention(IfdPaged kv, const float* q, int n, int n_heads, float scale,
 
 // ---- decode.cu: attention of one query row per sequence over paged bf16 or 8-bit KV (GQA), each
 // (row, KV head) split into `splits` ranges of its positions (partials in part f32 [rows,
-// n_heads, splits, head_dim + 4], merged by the last block of each (row, KV head), counted
+// n_heads, splits, head_dim + 2], merged by the last block of each (row, KV head), counted
 // in done int32 [rows * n_kv_heads], zero before a launch and after it; both unused with
-// 1 split). Rows as in ifd_attention. prefetch: null, or prefetch_bytes (16-byte aligned)
-// that the next op reads, which the kernel asks L2 to fetch while it runs.
-// q bf16 [rows, n_heads * head_dim] -> out bf16, same
+// 1 split). Rows as in ifd_attention.  q bf16 [rows, n_heads * head_dim] -> out bf16, same
 int ifd_decode_supported(int head_dim, int group);
 // mma != 0: the tensor-core build (bf16 KV, head_dim 64 or 128; ifd_decode_mma_supported).
 int ifd_decode_mma_supported(int kv_dtype, int head_dim, int group);
 int ifd_decode_attention(IfdPaged kv, const void* q, int rows, int n_heads, float scale,
                          const int32_t* seq, const int32_t* pos, const int32_t* bt_off,
                          const int32_t* bt, int splits, float* part, int32_t* done, int mma,
-                         const void* prefetch, size_t prefetch_bytes, void* out, void* stream);
+                         void* out, void* stream);
 
 // ---- state.cu: the recurrent-state slots of hybrid models (crate::kv::StateLayout): per
 // linear layer a conv plane f32 [slots, conv_elems] and a delta plane f32 [slots,

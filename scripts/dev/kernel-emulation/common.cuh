@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -146,8 +145,6 @@ alignas(16) inline float dyn_smem[(227 << 10) / 4];
 // Run at the start of every block, and at its pdl_wait (see ifd::pdl_wait), when set.
 inline void (*on_block_start)() = nullptr;
 inline void (*on_pdl_wait)() = nullptr;
-inline std::mutex prefetch_lock;
-inline std::vector<std::pair<const char*, unsigned>> prefetched;
 }  // namespace emu
 #define __syncthreads() emu::block_bar->arrive_and_wait()
 
@@ -194,7 +191,8 @@ using bf16 = __nv_bfloat16;
 inline uint4 load_stream(const uint4* p) { return *p; }
 inline cudaStream_t as_stream(void* s) { return s; }
 inline int launched() { return 0; }
-inline void pdl_begin() {}
+inline void pdl_wait();
+inline void pdl_begin() { pdl_wait(); }
 inline void pdl_trigger() {}
 // The kernel before, finishing: a test may set emu::on_pdl_wait to write what that kernel
 // writes (then whatever a block read before its wait is stale). Every thread of the block
@@ -204,12 +202,6 @@ inline void pdl_wait() {
   emu::block_bar->arrive_and_wait();
   if (threadIdx.x == 0) emu::on_pdl_wait();
   emu::block_bar->arrive_and_wait();
-}
-// L2 prefetches: checked for alignment and kept (emu::prefetched) for a test to check.
-inline void prefetch_l2(const void* p, unsigned bytes) {
-  if (reinterpret_cast<uintptr_t>(p) % 16 != 0 || bytes % 16 != 0 || bytes == 0) std::abort();
-  std::lock_guard<std::mutex> g(emu::prefetch_lock);
-  emu::prefetched.emplace_back(static_cast<const char*>(p), bytes);
 }
 inline void cp_async16(void* smem, const void* global) { std::memcpy(smem, global, 16); }
 inline void cp_async4(void* smem, const void* global) { std::memcpy(smem, global, 4); }

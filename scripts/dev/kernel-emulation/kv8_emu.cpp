@@ -140,12 +140,12 @@ void run(int dtype, int hd) {
   // One row (the kernel as built for it) and all rows (its lean build, from 2 rows).
   for (int splits : {1, 3})
   for (int rows : {1, nr}) {
-    std::vector<float> part(nr * n_heads * splits * (hd + 4));
+    std::vector<float> part(nr * n_heads * splits * (hd + 2));
     std::vector<int32_t> done(nr * n_kv, 0);
     std::vector<__nv_bfloat16> out(qf.size());
     expect(ifd_decode_attention(kv, qb.data(), rows, n_heads, sm, seq.data(), pos.data(),
                                 bt_off.data(), table.data(), splits, part.data(), done.data(),
-                                0, nullptr, 0, out.data(), nullptr) == 0,
+                                0, out.data(), nullptr) == 0,
            "decode attention");
     const double w = worst(out, static_cast<size_t>(rows) * n_heads * hd);
     std::snprintf(what, sizeof what, "decode kernel, %d row(s), %d split(s)", rows, splits);

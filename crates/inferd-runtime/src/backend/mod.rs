@@ -283,8 +283,6 @@ pub trait Backend: Send + Sync {
     /// Rotates the first `rotary_dim` of every `head_dim` slice by each token's position.
     fn rope(&self, x: &mut Self::Tensor, head_dim: usize, batch: &Self::Batch) -> Result<()>;
     /// Stores K/V of this pass in layer `layer` of `kv`, then causal GQA attention.
-    /// `next` is the weight the op after it reads (the output projection): a hint, which a
-    /// backend may take to start fetching it while attention runs.
     /// q: [n, n_heads*head_dim], k, v: [n, n_kv_heads*head_dim] -> out [n, n_heads*head_dim]
     #[allow(clippy::too_many_arguments)]
     fn attention(
@@ -296,7 +294,6 @@ pub trait Backend: Send + Sync {
         layer: usize,
         batch: &Self::Batch,
         cfg: &AttnConfig,
-        next: Option<&Self::Weight>,
         out: &mut Self::Tensor,
     ) -> Result<()>;
     /// Splits every `2 * head_dim` slice of each row into its halves: the first into

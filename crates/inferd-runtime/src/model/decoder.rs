@@ -166,7 +166,6 @@ impl<B: Backend> Decoder<'_, B> {
             kv_layer,
             batch,
             &attn,
-            Some(&aw.o),
             &mut ws.attn,
         )?; // [n, q_dim]
         if c.attn_output_gate {

@@ -293,7 +293,6 @@ impl Backend for CpuBackend {
         layer: usize,
         batch: &CpuBatch,
         cfg: &AttnConfig,
-        _next: Option<&CpuWeight>,
         out: &mut CpuTensor,
     ) -> Result<()> {
         attention::store_kv(kv, layer, k, v, batch);

@@ -251,8 +251,6 @@ extern "C" {
         part: *mut f32,
         done: *mut i32,
         mma: c_int,
-        prefetch: *const c_void,
-        prefetch_bytes: usize,
         out: *mut c_void,
         stream: Stream,
     ) -> c_int;

@@ -67,10 +67,6 @@ pub struct CudaConfig {
     /// Splits of each (row, KV head) in inferd's decode attention (0: by the pass's shape,
     /// `splits::decode_splits`; else this many, for measurement).
     pub decode_splits: usize,
-    /// Decode passes of at most this many rows have their attention kernel ask L2 to fetch
-    /// the output projection's weight while it runs (`None`: [`L2_PREFETCH_ROWS`]; 0:
-    /// never).
-    pub l2_prefetch_rows: Option<usize>,
     /// Profiling only: ops left out of every pass (see [`SkipOps`]; results are garbage).
     pub profile_skip: SkipOps,
     /// Every row but a plain greedy one drawn by the host sampler from its logits row read
@@ -104,11 +100,6 @@ pub enum DecodeAttention {
 /// still: 6.45 ms at 1 row, 8.10 at 8 (session 8, call 1).)
 pub const GEMV_MAX_ROWS: usize = 1;
 
-/// Decode passes of up to this many rows prefetch the output projection into L2 during
-/// attention ([`CudaConfig::l2_prefetch_rows`]). While a few rows' attention runs, memory
-/// is mostly idle (it is bound by latency); the projection after it then reads L2.
-pub const L2_PREFETCH_ROWS: usize = 8;
-
 /// The matrix-vector kernel's loads in flight per lane (see `kernels/gemv.cu`): an 8B
 /// decode step at 4096 tokens, one row, took 4.83 / 4.91 / 4.75 ms with 4 / 8 / 16 on the
 /// H200 (session 7, one run; docs/gpu-notes.md).
@@ -141,11 +132,10 @@ struct Inner {
     gemv_loads: usize,
     decode: DecodeAttention,
     decode_splits: usize,
-    l2_prefetch_rows: usize,
     skip: SkipOps,
     host_sampling: bool,
     /// Our decode kernel's split partials, allocated once at its largest size (its
-    /// address is baked into graphs).  // f32 [16 · SMs · group · (head_dim + 4)]
+    /// address is baked into graphs).  // f32 [16 · SMs · group · (head_dim + 2)]
     decode_part: Mutex<Option<device::DeviceBuffer>>,
     /// Its per-(row, KV head) counters of finished splits, zero between launches (the
     /// last block to finish merges and resets).  // i32 [4 · SMs]
@@ -185,7 +175,6 @@ impl CudaBackend {
                 gemv_rows: if cfg.no_gemv { 0 } else { GEMV_MAX_ROWS },
                 skip: cfg.profile_skip,
                 decode_splits: cfg.decode_splits,
-                l2_prefetch_rows: cfg.l2_prefetch_rows.unwrap_or(L2_PREFETCH_ROWS),
                 gemv_loads: if cfg.gemv_loads == 0 {
                     GEMV_LOADS
                 } else {
@@ -418,7 +407,7 @@ impl CudaBackend {
         };
         if splits > 1 {
             let group = attn.n_heads / attn.n_kv_heads;
-            let floats = splits::PARTIALS_PER_SM * sms * group * (attn.head_dim + 4);
+            let floats = splits::PARTIALS_PER_SM * sms * group * (attn.head_dim + 2);
             let mut part = self.inner.decode_part.lock().unwrap();
             if part.as_ref().is_none_or(|p| p.bytes() < floats * 4) {
                 *part = Some(self.inner.dev.alloc(floats * 4)?);
@@ -783,7 +772,6 @@ impl Backend for CudaBackend {
         layer: usize,
         batch: &CudaBatch,
         cfg: &AttnConfig,
-        next: Option<&CudaWeight>,
         out: &mut CudaTensor,
     ) -> Result<()> {
         let s = self.stream()?;
@@ -828,14 +816,6 @@ impl Backend for CudaBackend {
                 let dp = done
                     .as_ref()
                     .map_or(std::ptr::null_mut(), |p| p.at::<i32>(0));
-                let (pf, pf_bytes) = match next {
-                    Some(CudaWeight::Matrix { buf, rows, cols })
-                        if passes.own_rows <= self.inner.l2_prefetch_rows =>
-                    {
-                        (buf.ptr().cast_const(), rows * cols * 2) // bf16
-                    }
-                    _ => (std::ptr::null(), 0),
-                };
                 check(
                     unsafe {
                         ffi::ifd_decode_attention(
@@ -852,8 +832,6 @@ impl Backend for CudaBackend {
                             pp,
                             dp,
                             passes.mma as c_int,
-                            pf,
-                            pf_bytes,
                             op,
                             s,
                         )
