@@ -17,8 +17,8 @@ strip -o "$out/cuda_check" target/release/examples/cuda_check
 strip -o "$out/inferd" target/release/inferd
 bins="workspace kv_blocks hf_reference hybrid_reference cuda_graphs cuda_attention cuda_hybrid cuda_check inferd"
 # BASE=<rev>: also cuda_check as built at that revision (cuda_check_base), for run.sh's `ab`
-# stage, which times the two in one call. Built from a worktree into the same target dir
-# (its workspace crates get artifacts of their own; the dependencies are shared).
+# stage, which times the two in one call. Built from a worktree into target/base (a full
+# build the first time, incremental after).
 if [ -n "${BASE:-}" ]; then
   wt=/tmp/inferd-base
   git worktree remove --force $wt 2>/dev/null || rm -rf $wt

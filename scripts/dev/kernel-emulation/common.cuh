@@ -38,8 +38,6 @@ struct float2 {
 struct alignas(16) float4 {
   float x, y, z, w;
 };
-inline float2 make_float2(float x, float y) { return {x, y}; }
-inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;

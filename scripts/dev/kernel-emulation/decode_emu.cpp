@@ -81,14 +81,12 @@ void run(int hd, int group) {
   newest.kc = kc.data();
   newest.vc = vc.data();
   newest.hd = hd;
-  for (int r : {0}) {
-    const int32_t* tab = table.data() + bt_off[seq[r]];
-    for (int kh = 0; kh < n_kv; ++kh) {
-      const size_t at = ((static_cast<size_t>(tab[pos[r] / bs]) * n_kv + kh) * bs + pos[r] % bs) * hd;
-      newest.rows.push_back(at);
-      newest.k.insert(newest.k.end(), kc.begin() + at, kc.begin() + at + hd);
-      newest.v.insert(newest.v.end(), vc.begin() + at, vc.begin() + at + hd);
-    }
+  for (int kh = 0; kh < n_kv; ++kh) {
+    const int32_t* tab = table.data() + bt_off[seq[0]];
+    const size_t at = ((static_cast<size_t>(tab[pos[0] / bs]) * n_kv + kh) * bs + pos[0] % bs) * hd;
+    newest.rows.push_back(at);
+    newest.k.insert(newest.k.end(), kc.begin() + at, kc.begin() + at + hd);
+    newest.v.insert(newest.v.end(), vc.begin() + at, vc.begin() + at + hd);
   }
   emu::on_block_start = [] { newest.put(false); };
   emu::on_pdl_wait = [] { newest.put(true); };
