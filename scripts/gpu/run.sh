@@ -115,20 +115,14 @@ ncudecode)
 ab)
   # This build against the base one carried beside it (prepare.sh with BASE=<rev>), in turn:
   # one row over 1k / 4k / 16k tokens with and without attention, then every row count.
-  for ctx in 1024 4096 16384; do
-    for run in "cuda_check_base bf16:rows=1,bf16:rows=1:skip=attention" \
-               "cuda_check bf16:rows=1,bf16:rows=1:skip=attention"; do
-      set -- $run
-      [ -x $B/$1 ] || continue
-      note "-- $1, $ctx tokens"
-      timeout 150 $B/$1 speed /tmp/q8b $ctx $2 2>&1 | tee -a $summary
+  for job in "1024 bf16:rows=1,bf16:rows=1:skip=attention" "4096 bf16:rows=1,bf16:rows=1:skip=attention" \
+             "16384 bf16:rows=1,bf16:rows=1:skip=attention" "4096 bf16"; do
+    set -- $job
+    for bin in cuda_check_base cuda_check; do
+      [ -x $B/$bin ] || continue
+      note "-- $bin, $1 tokens, $2"
+      timeout 200 $B/$bin speed /tmp/q8b $1 $2 2>&1 | tee -a $summary
     done
-  done
-  for run in "cuda_check_base bf16" "cuda_check bf16"; do
-    set -- $run
-    [ -x $B/$1 ] || continue
-    note "-- $1, 4096 tokens"
-    timeout 200 $B/$1 speed /tmp/q8b 4096 $2 2>&1 | tee -a $summary
   done
   ;;
 mmaone)
