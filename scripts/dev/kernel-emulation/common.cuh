@@ -274,6 +274,52 @@ inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_
   }
 }
 inline uint32_t pack_bf16(float lo, float hi) { return frag::pack2(lo, hi); }
+// tf32: f32 bits rounded to 10 mantissa bits, to nearest, ties away from zero (cvt.rna).
+inline uint32_t tf32(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  if ((b & 0x7f800000u) != 0x7f800000u) b = (b + 0x1000u) & 0xffffe000u;
+  return b;
+}
+inline float tf32_value(uint32_t b) {
+  float x;
+  std::memcpy(&x, &b, 4);
+  return x;
+}
+inline void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  const int t = threadIdx.x, w = t >> 5, l = t & 31;
+  std::barrier<>& bar = *::emu::warp_bars[w];
+  for (int i = 0; i < 4; ++i) frag::frag_slots[t][i] = a[i];
+  frag::frag_slots[t][4] = b0;
+  frag::frag_slots[t][5] = b1;
+  bar.arrive_and_wait();
+  float A[16][8], B[8][8];
+  for (int s = 0; s < 32; ++s) {
+    const uint32_t* f = frag::frag_slots[w * 32 + s];
+    const int g = s / 4, i = s % 4;
+    A[g][i] = tf32_value(f[0]);  // a0: (g, i), a1: (g + 8, i), a2: (g, i + 4), a3: both
+    A[g + 8][i] = tf32_value(f[1]);
+    A[g][i + 4] = tf32_value(f[2]);
+    A[g + 8][i + 4] = tf32_value(f[3]);
+    B[i][g] = tf32_value(f[4]);  // b0: (k i, column g), b1: (k i + 4, column g)
+    B[i + 4][g] = tf32_value(f[5]);
+  }
+  bar.arrive_and_wait();
+  for (int e = 0; e < 4; ++e) {
+    const int rr = l / 4 + (e >> 1) * 8, cc = 2 * (l % 4) + (e & 1);
+    float acc = c[e];
+    for (int k = 0; k < 8; ++k) acc += A[rr][k] * B[k][cc];
+    c[e] = acc;
+  }
+}
+inline float4 lds4(const float* p) {
+  float4 v;
+  std::memcpy(&v, p, 16);
+  return v;
+}
+inline float4 ldg4(const float* p) { return lds4(p); }
+inline void sts4(float* p, float4 v) { std::memcpy(p, &v, 16); }
+
 inline void store4(bf16* p, float a, float b, float c, float d) {
   const uint32_t w[2] = {pack_bf16(a, b), pack_bf16(c, d)};
   std::memcpy(p, w, 8);

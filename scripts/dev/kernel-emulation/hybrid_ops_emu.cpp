@@ -3,7 +3,9 @@
 // against the CPU backend's ops (src/backend/cpu/{conv,delta_net,delta_rule}.rs, transcribed:
 // the token-by-token rule for the delta rule) at the fixtures' shapes and a 9B head shape.
 // One pass: a 70-token prompt from position 0 (stale state in its slot), a decode row from a
-// state, a 37-token piece from position 27 (across a 64-token chunk boundary), a padding row.
+// state, a 50-token piece from position 27 (across a 64-token chunk boundary), a padding row.
+// The chunked delta rule runs both ways: delta_rule.cu's SIMT kernel (f32: within 1e-4) and
+// delta_pieces.cu's tensor-core kernels (tf32 products: within 3e-3).
 // Usage: built and run by run.sh; argv: nk nv dk dv taps head_dim (attention, for the q|gate
 // split). Exit status 1 when any op is off by more than 1e-4 (bf16 outputs: by more than
 // one bf16 step).
@@ -12,6 +14,9 @@
 
 #include "delta_net.cu"
 #include "delta_rule.cu"
+namespace pieces {
+#include "delta_pieces.cu"
+}
 
 namespace {
 uint64_t seed = 88172645463325252ull;
@@ -51,8 +56,8 @@ int main(int argc, char** argv) {
   std::printf("heads %d k x %d v of %d x %d, %d taps, attention heads of %d:\n", nk, nv, dk, dv,
               taps, hd);
   // chunks (first row, tokens, start position, state slot)
-  const std::vector<int> chunks = {0, 70, 0, 2, 70, 1, 37, 0, 71, 37, 27, 3, 108, 1, 0, -1};
-  const int nc = 4, n = 109, slots = 4;
+  const std::vector<int> chunks = {0, 70, 0, 2, 70, 1, 37, 0, 71, 50, 27, 3, 121, 1, 0, -1};
+  const int nc = 4, n = 122, slots = 4;
   std::vector<int> seq(n);
   for (int c = 0; c < nc; ++c)
     for (int i = 0; i < chunks[4 * c + 1]; ++i) seq[chunks[4 * c] + i] = c;
@@ -209,13 +214,39 @@ int main(int argc, char** argv) {
         }
       }
     }
+    for (int e = 0; e < value_dim; ++e) ref[size_t(121) * value_dim + e] = 0.f;
+    const auto initial = state;
     ifd_delta_rule_recurrent(q.data(), k.data(), v.data(), g.data(), beta.data(), state.data(),
                              chunks.data(), nc, nk, nv, dk, dv, out.data(), nullptr);
     ifd_delta_rule_chunked(q.data(), k.data(), v.data(), g.data(), beta.data(), state.data(),
                            chunks.data(), nc, nk, nv, dk, dv, out.data(), nullptr);
-    for (int e = 0; e < value_dim; ++e) ref[size_t(108) * value_dim + e] = 0.f;
     report("gated_delta_rule: out", worst(out, ref), 1e-4f);
     report("gated_delta_rule: state", worst(state, ref_state), 1e-4f);
+    // The tensor-core form, where it takes the shape: the piece table as CudaBatch packs it.
+    if (dk <= 128) {
+      std::vector<int> table, base(nc, 0);
+      for (int c = 0; c < nc; ++c) {
+        const int len = chunks[4 * c + 1], start = chunks[4 * c + 2];
+        base[c] = int(table.size() / 2);
+        if (len < 2 || chunks[4 * c + 3] < 0) continue;
+        for (int p = 0; p < (start % 64 + len + 63) / 64; ++p) table.insert(table.end(), {c, p});
+      }
+      const int np = int(table.size() / 2);
+      std::vector<float> ws(pieces::ifd_delta_pieces_ws_floats(np, nv, dk, dv), NAN);
+      state = initial;
+      std::fill(out.begin(), out.end(), 1e9f);
+      ifd_delta_rule_recurrent(q.data(), k.data(), v.data(), g.data(), beta.data(), state.data(),
+                               chunks.data(), nc, nk, nv, dk, dv, out.data(), nullptr);
+      const int rc = pieces::ifd_delta_rule_pieces(
+          q.data(), k.data(), v.data(), g.data(), beta.data(), state.data(), chunks.data(), nc,
+          table.data(), base.data(), np, nk, nv, dk, dv, ws.data(), out.data(), nullptr);
+      if (rc != 0) {
+        std::printf("  delta_rule_pieces: error %d  FAIL\n", rc);
+        ++failures;
+      }
+      report("gated_delta_rule (tensor cores): out", worst(out, ref), 3e-3f);
+      report("gated_delta_rule (tensor cores): state", worst(state, ref_state), 3e-3f);
+    }
   }
   return failures ? 1 : 0;
 }

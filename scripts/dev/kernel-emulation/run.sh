@@ -3,7 +3,7 @@
 # here (a host stand-in for kernels/common.cuh: a block's threads as std::threads,
 # __syncthreads and warp shuffles as barriers, bf16 on f32 bits), each kernel called
 # through its C entry point:
-# - the Gated DeltaNet kernels (delta_net.cu, delta_rule.cu) against the CPU backend's op
+# - the Gated DeltaNet kernels (delta_net.cu, delta_rule.cu, delta_pieces.cu) against the CPU backend's op
 #   (hybrid_ops_emu.cpp) at the tiny fixtures' shapes, the CUDA test model's and the
 #   Qwen3.5-9B head shape;
 # - the planned draws (sample_plan.cu) over cases inferd-core writes, its results checked
@@ -28,7 +28,9 @@ cp "$here/cuda_fp8.h" "$here/kv8_emu.cpp" "$k/attention.cu" "$k/kv8.cuh" "$k/inf
 cp "$here/elementwise_emu.cpp" "$here/decode_emu.cpp" "$here/expect.h" "$k/fused.cu" "$k/norm.cu" "$tmp/"
 cp "$here/gemv_emu.cpp" "$k/gemv.cu" "$tmp/"
 # The one construct common.cuh cannot redefine: dynamic shared memory.
-sed -e 's/extern __shared__ float smem\[\];/float* smem = emu::dyn_smem;/' "$k/delta_rule.cu" > "$tmp/delta_rule.cu"
+for f in delta_rule delta_pieces; do
+  sed -e 's/extern __shared__ float smem\[\];/float* smem = emu::dyn_smem;/' "$k/$f.cu" > "$tmp/$f.cu"
+done
 sed -e 's/extern __shared__ float smem\[\];/float* smem = emu::dyn_smem;/' "$k/decode.cu" > "$tmp/decode.cu"
 cp "$k/delta_net.cu" "$tmp/delta_net.cu"
 cd "$tmp"
