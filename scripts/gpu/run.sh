@@ -9,7 +9,9 @@
 #            FlashInfer decode, cuBLASLt only, eager
 #   model35  makes the Qwen3.5-9B-shaped random hybrid (/tmp/q35) and checks the GPU against
 #            transformers (float32) on it; make35 only makes it, hf35 only checks it;
-#            speed35 is `speed` on it
+#            speed35 is `speed` on it; ab35 its prefill and one-row decode by the base build
+#            (prepare.sh BASE=<rev>) and this one; profile35 ncu's time by kernel of one
+#            hybrid prefill pass by both
 #   profile  ncu's device time of every kernel of one decode step on /tmp/q8b (batch 1 and
 #            32 at 4096 tokens) and of one prefill pass of 8 x 4096 tokens (speed's pass)
 #   fleet    `inferd serve --device cuda` on /tmp/q8b driven by `inferd bench fleet`;
@@ -172,6 +174,28 @@ make35|model35|hf35)
   ;;
 speed35)
   timeout 500 $B/cuda_check speed /tmp/q35 4096 2>&1 | tee -a $summary
+  ;;
+ab35)
+  # The hybrid's prefill (one timed pass of 8 x CONTEXT) and one-row decode, by the base
+  # build and this one in turn.
+  for ctx in 4096 16384; do
+    for bin in cuda_check_base cuda_check; do
+      [ -x $B/$bin ] || continue
+      note "-- $bin, hybrid, $ctx tokens"
+      timeout 200 $B/$bin speed /tmp/q35 $ctx bf16:rows=1 2>&1 | grep -E "prefill|^\| 1 " | tee -a $summary
+    done
+  done
+  ;;
+profile35)
+  # ncu's device time by kernel of one hybrid prefill pass of 8 x 4096, by the base build
+  # and this one.
+  for bin in cuda_check_base cuda_check; do
+    [ -x $B/$bin ] || continue
+    timeout 200 ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv --page raw \
+      $B/$bin profile /tmp/q35 4096 8 prefill 4096 >$OUT/ncu35-$bin.csv 2>$OUT/ncu35-$bin.err
+    note "ncu $bin hybrid prefill 8 x 4096: rc=$? $(grep -a 'profiled' $OUT/ncu35-$bin.csv)"
+    python3 $C/ncu_summary.py $OUT/ncu35-$bin.csv 12 2>&1 | tee -a $summary
+  done
   ;;
 profile)
   for run in "4096 1 gemv" "4096 32 gemv" "4096 8 prefill 4096"; do

@@ -705,6 +705,36 @@ int launch_mma(const IfdPaged& kv, const void* q, int rows, float scale, const i
   }
 }
 
+// Blocks of the tensor-core build a multiprocessor holds (0 where it does not take the
+// shape, or on an error), from the occupancy calculator at its launch configuration.
+template <int D, int G>
+int mma_blocks_per_sm() {
+  if constexpr ((D == 64 || D == 128) && G <= 8) {
+    int n = 0;
+    if (cudaFuncSetAttribute(decode_mma_kernel<D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(mma_smem<D>())) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_mma_kernel<D, G>, kWarps * 32,
+                                                      mma_smem<D>()) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return n;
+  } else {
+    return 0;
+  }
+}
+
+template <int D>
+int mma_blocks_by_group(int g) {
+  switch (g) {
+    case 1: return mma_blocks_per_sm<D, 1>();
+    case 2: return mma_blocks_per_sm<D, 2>();
+    case 4: return mma_blocks_per_sm<D, 4>();
+    case 8: return mma_blocks_per_sm<D, 8>();
+    default: return 0;
+  }
+}
+
 template <int D, int G, int KV>
 int launch_kv(const IfdPaged& kv, const void* q, int rows, float scale, const int32_t* seq,
               const int32_t* pos, const int32_t* bt_off, const int32_t* bt, int splits,
@@ -775,6 +805,14 @@ int ifd_decode_supported(int head_dim, int group) {
 int ifd_decode_mma_supported(int kv_dtype, int head_dim, int group) {
   return kv_dtype == IFD_KV_BF16 && (head_dim == 64 || head_dim == 128) &&
          (group == 1 || group == 2 || group == 4 || group == 8);
+}
+
+int ifd_decode_mma_blocks_per_sm(int head_dim, int group) {
+  switch (head_dim) {
+    case 64: return mma_blocks_by_group<64>(group);
+    case 128: return mma_blocks_by_group<128>(group);
+    default: return 0;
+  }
 }
 
 int ifd_decode_attention(IfdPaged kv, const void* q, int rows, int n_heads, float scale,

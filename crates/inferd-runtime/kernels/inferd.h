@@ -144,6 +144,8 @@ int ifd_attention(IfdPaged kv, const float* q, int n, int n_heads, float scale,
 int ifd_decode_supported(int head_dim, int group);
 // mma != 0: the tensor-core build (bf16 KV, head_dim 64 or 128; ifd_decode_mma_supported).
 int ifd_decode_mma_supported(int kv_dtype, int head_dim, int group);
+// Blocks of the tensor-core build one multiprocessor holds (0: the shape is not taken).
+int ifd_decode_mma_blocks_per_sm(int head_dim, int group);
 int ifd_decode_attention(IfdPaged kv, const void* q, int rows, int n_heads, float scale,
                          const int32_t* seq, const int32_t* pos, const int32_t* bt_off,
                          const int32_t* bt, int splits, float* part, int32_t* done, int mma,
@@ -205,6 +207,17 @@ int ifd_delta_rule_chunked_supported(int dk);
 int ifd_delta_rule_chunked(const float* q, const float* k, const float* v, const float* g,
                            const float* beta, float* state, const int32_t* chunks, int n_chunks,
                            int nk, int nv, int dk, int dv, float* out, void* stream);
+// The chunked form on tensor cores (delta_pieces.cu; key heads of up to 128, where
+// supported says so): every piece's WY form at once into ws, then a scan per chunk.
+// pieces: DEVICE int32 [n_pieces, 2] = (chunk, piece of the chunk) of the longer chunks'
+// pieces; piece_base: DEVICE int32 [n_chunks], each chunk's first piece in that table;
+// ws: DEVICE f32 [ws_floats(n_pieces, nv, dk, dv)].
+int ifd_delta_pieces_supported(int dk, int dv);
+size_t ifd_delta_pieces_ws_floats(int n_pieces, int nv, int dk, int dv);
+int ifd_delta_rule_pieces(const float* q, const float* k, const float* v, const float* g,
+                          const float* beta, float* state, const int32_t* chunks, int n_chunks,
+                          const int32_t* pieces, const int32_t* piece_base, int n_pieces, int nk,
+                          int nv, int dk, int dv, float* ws, float* out, void* stream);
 }
 
 extern "C" {

@@ -1,14 +1,14 @@
 //! A forward pass's metadata on the GPU: token ids, positions, sequence of each token,
 //! KV slots, logits rows, block tables and (hybrid models) each chunk's rows and state
-//! slot, packed into one i32 buffer and sent in one copy. Buffers come from a pool and go back to it when the pass ends, so a steady
+//! slot and its delta-rule pieces, packed into one i32 buffer and sent in one copy. Buffers come from a pool and go back to it when the pass ends, so a steady
 //! state allocates nothing. Rotary angles come from a per-position table built once.
 
 use std::sync::{Arc, Mutex};
 
 use super::device::{Device, DeviceBuffer};
 use super::weight::as_bytes;
-use crate::backend::{RopeConfig, RopeStyle};
-use crate::batch::ForwardBatch;
+use crate::backend::{RopeConfig, RopeStyle, DELTA_CHUNK};
+use crate::batch::{ForwardBatch, SeqChunk};
 use crate::kv::KvLayout;
 use crate::{Result, RuntimeError};
 
@@ -121,6 +121,9 @@ struct Offsets {
     bt_off: usize,
     bt: usize,
     chunks: usize,
+    /// After the block tables: each chunk's first delta-rule piece, then the pieces.
+    piece_base: usize,
+    pieces: usize,
 }
 
 impl Offsets {
@@ -139,6 +142,8 @@ impl Offsets {
             bt_off,
             chunks,
             bt: chunks + 4 * n_seqs,
+            piece_base: 0,
+            pieces: 0,
         }
     }
 }
@@ -168,6 +173,8 @@ pub struct CudaBatch {
     /// (its chunked form).
     pub one_token_chunks: bool,
     pub longer_chunks: bool,
+    /// The delta rule's pieces of the longer chunks (a stateful model's prompt passes).
+    pub delta_pieces: usize,
     pub n_logits: usize,
     pub rope: Arc<RopeTable>,
     pub rope_style: RopeStyle,
@@ -198,9 +205,42 @@ impl CudaBatch {
         let n_seqs = b.seqs.len() + (n - real);
         let bt_total: usize =
             b.seqs.iter().map(|s| s.block_table.len()).sum::<usize>() + (n - real);
-        let at = Offsets::new(n, n_logits, n_seqs);
-        // [all arrays]; chunks: [n_seqs, 4] = (first row, tokens, start position, state slot)
-        let mut packed = vec![0i32; at.bt + bt_total];
+        let mut at = Offsets::new(n, n_logits, n_seqs);
+        // The delta rule's 64-token pieces at absolute multiples of 64 (stateful models'
+        // passes with prompt chunks only, which are never a bucket's).
+        let longer = b.seqs.iter().any(|s| s.n_tokens > 1);
+        let piece_table = kv.state.is_stateful() && longer;
+        let pieces_of = |s: &SeqChunk| {
+            if s.n_tokens > 1 {
+                (s.start_pos % DELTA_CHUNK + s.n_tokens).div_ceil(DELTA_CHUNK)
+            } else {
+                0
+            }
+        };
+        let n_pieces: usize = if piece_table {
+            b.seqs.iter().map(pieces_of).sum()
+        } else {
+            0
+        };
+        at.piece_base = at.bt + bt_total;
+        at.pieces = at.piece_base + if piece_table { n_seqs } else { 0 };
+        // [all arrays]; chunks: [n_seqs, 4] = (first row, tokens, start position, state slot);
+        // piece_base: [n_seqs]; pieces: [n_pieces, 2] = (chunk, piece of the chunk)
+        let mut packed = vec![0i32; at.pieces + 2 * n_pieces];
+        if piece_table {
+            let mut next = 0;
+            for (si, s) in b.seqs.iter().enumerate() {
+                packed[at.piece_base + si] = next as i32;
+                for p in 0..pieces_of(s) {
+                    packed[at.pieces + 2 * (next + p)] = si as i32;
+                    packed[at.pieces + 2 * (next + p) + 1] = p as i32;
+                }
+                next += pieces_of(s);
+            }
+            for si in b.seqs.len()..n_seqs {
+                packed[at.piece_base + si] = next as i32;
+            }
+        }
         let mut max_pos = 0;
         let mut bt_next = 0;
         for (si, s) in b.seqs.iter().enumerate() {
@@ -277,7 +317,8 @@ impl CudaBatch {
             n_tokens: n,
             n_chunks: n_seqs,
             one_token_chunks: n_seqs > b.seqs.len() || b.seqs.iter().any(|s| s.n_tokens == 1),
-            longer_chunks: b.seqs.iter().any(|s| s.n_tokens > 1),
+            longer_chunks: longer,
+            delta_pieces: n_pieces,
             n_logits,
             rope: table,
             rope_style: rope.style,
@@ -326,6 +367,22 @@ impl CudaBatch {
     /// (-1 for padding).  // [n_chunks, 4]
     pub fn chunks(&self) -> *const i32 {
         self.arr(self.at.chunks)
+    }
+
+    /// Each chunk's first delta-rule piece.  // [n_chunks]; null without pieces
+    pub fn piece_base(&self) -> *const i32 {
+        if self.delta_pieces == 0 {
+            return std::ptr::null();
+        }
+        self.arr(self.at.piece_base)
+    }
+
+    /// The delta rule's pieces, (chunk, piece of the chunk).  // [delta_pieces, 2]
+    pub fn pieces(&self) -> *const i32 {
+        if self.delta_pieces == 0 {
+            return std::ptr::null();
+        }
+        self.arr(self.at.pieces)
     }
 
     pub fn rope_tables(&self) -> (*const f32, *const f32, usize) {

@@ -6,8 +6,10 @@
 //! shape only, so decode passes replay from CUDA graphs.
 
 use std::ffi::c_int;
+use std::sync::Arc;
 
 use super::batch::CudaBatch;
+use super::device::{Device, DeviceBuffer};
 use super::ffi::{self, check, Stream};
 use super::kv::CudaKv;
 use super::tensor::{Act, CudaTensor, CudaWeight};
@@ -180,8 +182,31 @@ pub fn delta_gates(
     )
 }
 
+/// The tensor-core chunked form's workspace for this pass, grown in `slot` as needed: its
+/// address, or null where the pass has no pieces or the shape takes the SIMT form.
+pub fn pieces_workspace(
+    dev: &Arc<Device>,
+    slot: &mut Option<DeviceBuffer>,
+    batch: &CudaBatch,
+    cfg: &LinearAttnConfig,
+) -> Result<*mut f32> {
+    let (dk, dv) = (int(cfg.k_head_dim), int(cfg.v_head_dim));
+    if batch.delta_pieces == 0 || unsafe { ffi::ifd_delta_pieces_supported(dk, dv) } == 0 {
+        return Ok(std::ptr::null_mut());
+    }
+    let floats = unsafe {
+        ffi::ifd_delta_pieces_ws_floats(int(batch.delta_pieces), int(cfg.n_v_heads), dk, dv)
+    };
+    if slot.as_ref().is_none_or(|b| b.bytes() < floats * 4) {
+        *slot = None; // the old one goes first
+        *slot = Some(dev.alloc((floats * 4).next_power_of_two())?);
+    }
+    Ok(slot.as_ref().expect("just made").at::<f32>(0))
+}
+
 /// The gated delta rule of every chunk: the recurrent step for one-token chunks, the
-/// chunked form for longer ones (each kernel only where the pass has such chunks).
+/// chunked form for longer ones (each kernel only where the pass has such chunks): on
+/// tensor cores where `pieces_ws` is given (see [`pieces_workspace`]), else the SIMT form.
 /// q, k [n, key_dim], v [n, value_dim], g, beta [n, n_v_heads] -> out [n, value_dim]
 #[allow(clippy::too_many_arguments)]
 pub fn gated_delta_rule(
@@ -195,6 +220,7 @@ pub fn gated_delta_rule(
     layer: usize,
     batch: &CudaBatch,
     cfg: &LinearAttnConfig,
+    pieces_ws: *mut f32,
     out: &mut CudaTensor,
 ) -> Result<()> {
     let n = batch.n_tokens;
@@ -222,6 +248,33 @@ pub fn gated_delta_rule(
             },
             "gated delta rule (recurrent step)",
         )?;
+    }
+    if batch.longer_chunks && !pieces_ws.is_null() {
+        return check(
+            unsafe {
+                ffi::ifd_delta_rule_pieces(
+                    qp,
+                    kp,
+                    vp,
+                    gp,
+                    bp,
+                    state,
+                    chunks.0,
+                    chunks.1,
+                    batch.pieces(),
+                    batch.piece_base(),
+                    int(batch.delta_pieces),
+                    nk,
+                    nv,
+                    dk,
+                    dv,
+                    pieces_ws,
+                    op,
+                    s,
+                )
+            },
+            "gated delta rule (chunked, tensor cores)",
+        );
     }
     if batch.longer_chunks {
         if unsafe { ffi::ifd_delta_rule_chunked_supported(dk) } == 0 {

@@ -237,6 +237,7 @@ extern "C" {
     ) -> c_int;
     pub fn ifd_decode_supported(head_dim: c_int, group: c_int) -> c_int;
     pub fn ifd_decode_mma_supported(kv_dtype: c_int, head_dim: c_int, group: c_int) -> c_int;
+    pub fn ifd_decode_mma_blocks_per_sm(head_dim: c_int, group: c_int) -> c_int;
     pub fn ifd_decode_attention(
         kv: IfdPaged,
         q: *const c_void,
@@ -362,6 +363,29 @@ extern "C" {
         stream: Stream,
     ) -> c_int;
     pub fn ifd_delta_rule_chunked_supported(dk: c_int) -> c_int;
+    pub fn ifd_delta_pieces_supported(dk: c_int, dv: c_int) -> c_int;
+    pub fn ifd_delta_pieces_ws_floats(n_pieces: c_int, nv: c_int, dk: c_int, dv: c_int) -> usize;
+    #[allow(clippy::too_many_arguments)]
+    pub fn ifd_delta_rule_pieces(
+        q: *const f32,
+        k: *const f32,
+        v: *const f32,
+        g: *const f32,
+        beta: *const f32,
+        state: *mut f32,
+        chunks: *const i32,
+        n_chunks: c_int,
+        pieces: *const i32,
+        piece_base: *const i32,
+        n_pieces: c_int,
+        nk: c_int,
+        nv: c_int,
+        dk: c_int,
+        dv: c_int,
+        ws: *mut f32,
+        out: *mut f32,
+        stream: Stream,
+    ) -> c_int;
     #[allow(clippy::too_many_arguments)]
     pub fn ifd_delta_rule_chunked(
         q: *const f32,

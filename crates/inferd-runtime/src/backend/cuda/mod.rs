@@ -114,12 +114,6 @@ pub const GEMV_LOADS: usize = 16;
 /// / 9.82 at 32, 19.90 / 15.54 at 64 (session 7, call 6; docs/gpu-notes.md).
 pub const OWN_DECODE_MAX_ROWS: usize = 2;
 
-/// Blocks of the tensor-core decode build a multiprocessor holds at 4 query heads a KV head
-/// and head_dim 128 (168 registers a thread, 64 KiB of tiles and 8 KiB of partials a block;
-/// `kernels/decode.cu`). At 8 heads a group the partials take 16 KiB and 2 blocks fit:
-/// the split policy then sizes for slots that are not there (a slower grid, never a wrong
-/// one); it was measured at 4 only.
-const DECODE_MMA_BLOCKS_PER_SM: usize = 3;
 
 struct Inner {
     dev: Arc<Device>,
@@ -137,6 +131,10 @@ struct Inner {
     /// Our decode kernel's split partials, allocated once at its largest size (its
     /// address is baked into graphs).  // f32 [16 · SMs · group · (head_dim + 2)]
     decode_part: Mutex<Option<device::DeviceBuffer>>,
+    /// Blocks of the tensor-core decode build a multiprocessor holds, by (head_dim, query
+    /// heads a KV head), from the occupancy calculator once (3 at 128 and 4, the 8B shape;
+    /// 2 at 8, where the partials take 16 KiB).
+    decode_mma_per_sm: Mutex<Vec<((usize, usize), usize)>>,
     /// Its per-(row, KV head) counters of finished splits, zero between launches (the
     /// last block to finish merges and resets).  // i32 [4 · SMs]
     decode_done: Mutex<Option<device::DeviceBuffer>>,
@@ -151,6 +149,9 @@ struct Inner {
     kv8_map: Mutex<Vec<i32>>,
     /// The `sample` op's buffers (sample.rs).
     sampling: Mutex<sample::SampleScratch>,
+    /// The tensor-core delta rule's per-piece products (delta_pieces.cu), grown as prompt
+    /// passes need.  // f32 [pieces, n_v_heads, ifd_delta_pieces_ws_floats per pair]
+    delta_ws: Mutex<Option<device::DeviceBuffer>>,
 }
 
 /// A handle to one GPU's backend (cheap to clone: clones share the device and stream).
@@ -184,11 +185,13 @@ impl CudaBackend {
                 host_sampling: cfg.host_sampling,
                 decode_part: Mutex::new(None),
                 decode_done: Mutex::new(None),
+                decode_mma_per_sm: Mutex::default(),
                 rope: Mutex::new(None),
                 sampling: Mutex::default(),
                 fi: Mutex::new([None, None]),
                 kv8_pages: Mutex::new(None),
                 kv8_map: Mutex::new(Vec::new()),
+                delta_ws: Mutex::new(None),
             }),
         })
     }
@@ -390,6 +393,25 @@ impl CudaBackend {
         Ok((plan, w.generation))
     }
 
+    /// Blocks of the tensor-core decode build a multiprocessor holds at this shape.
+    fn decode_mma_per_sm(&self, attn: &AttnConfig) -> Result<usize> {
+        let key = (attn.head_dim, attn.n_heads / attn.n_kv_heads);
+        let mut known = self.inner.decode_mma_per_sm.lock().unwrap();
+        if let Some(&(_, n)) = known.iter().find(|(k, _)| *k == key) {
+            return Ok(n);
+        }
+        let n = unsafe { ffi::ifd_decode_mma_blocks_per_sm(key.0 as c_int, key.1 as c_int) };
+        if n <= 0 {
+            return Err(RuntimeError::Device(format!(
+                "the tensor-core decode build reports no resident blocks at head_dim {} and \
+                 {} query heads a KV head",
+                key.0, key.1
+            )));
+        }
+        known.push((key, n as usize));
+        Ok(n as usize)
+    }
+
     /// How many ranges our decode kernel splits each (row, KV head) into for `rows` rows
     /// (`splits::decode_splits`, by the build `mma` names, or the configured count); the
     /// partials' buffer is allocated the first time (outside any capture: a shape's first
@@ -398,7 +420,14 @@ impl CudaBackend {
         let sms = (self.inner.dev.info.multiprocessors as usize).max(1);
         let pairs = rows * attn.n_kv_heads;
         let splits = match self.inner.decode_splits {
-            0 => splits::decode_splits(pairs, sms, mma.then_some(DECODE_MMA_BLOCKS_PER_SM)),
+            0 => {
+                let per_sm = if mma {
+                    Some(self.decode_mma_per_sm(attn)?)
+                } else {
+                    None
+                };
+                splits::decode_splits(pairs, sms, per_sm)
+            }
             // (a fixed count, for measurement, within the kernel's buffers and counters)
             _ if pairs >= 4 * sms => 1,
             n => n
@@ -946,7 +975,9 @@ impl Backend for CudaBackend {
         out: &mut CudaTensor,
     ) -> Result<()> {
         let s = self.stream()?;
-        delta_net::gated_delta_rule(s, q, k, v, g, beta, kv, layer, batch, cfg, out)
+        let mut ws = self.inner.delta_ws.lock().unwrap();
+        let pieces = delta_net::pieces_workspace(&self.inner.dev, &mut ws, batch, cfg)?;
+        delta_net::gated_delta_rule(s, q, k, v, g, beta, kv, layer, batch, cfg, pieces, out)
     }
 
     fn gated_rms_norm(
