@@ -5,19 +5,23 @@
 //    piece needs that does not depend on the state (the WY / UT form, formulas in
 //    delta_rule.cu), into the workspace:
 //      c  = the cumulative log decay over the piece,
-//      A  = strictly lower, A_ij = beta_i (k_i·k_j) e^(c_i - c_j)          (mma, tf32)
-//      P  = lower,          P_ij = (q_i·k_j) e^(c_i - c_j)                  (mma, tf32)
+//      A  = strictly lower, A_ij = beta_i (k_i·k_j) e^(c_i - c_j)          (mma)
+//      P  = lower,          P_ij = (q_i·k_j) e^(c_i - c_j)                  (mma)
 //      W  = (I + A)^-1 diag(beta e^c) K,  U = (I + A)^-1 diag(beta) V
 //    W and U by forward substitution in f32: a thread per column, which is a system of its
 //    own, held in registers (no barrier between rows).
 // 2. scan_kernel, a block per (chunk, value head, kTC state columns), the chunk's pieces in
-//    order through the state S [dk, kTC] in shared memory, each product an mma (tf32):
+//    order through the state S [dk, kTC] in shared memory, each product an mma:
 //      V' = U - W S,   O = (e^c ⊙ Q) S + P V',   S <- e^(c_L) S + (e^(c_L - c) ⊙ K)ᵀ V'
 //
-// mma.sync m16n8k8 tf32 (f32 accumulate): operands are rounded to tf32 as they are read
-// from shared memory. Shared-memory row strides are chosen so that a fragment's 32 reads
-// hit 32 banks: 4 mod 32 for row-major A operands read along k, 8 mod 32 for operands
-// read across rows (B [k][n], and K read transposed).
+// Every product is mma.sync m16n8k8 in tf32 three times over (3xTF32): each operand split
+// as x = hi + lo, both tf32, and a·b taken as hi·hi + hi·lo + lo·hi in f32 accumulators, so
+// the results keep about f32's accuracy. (Plain tf32, 10-bit mantissas, moved a small
+// hybrid model's logits by up to 0.2 against the token-by-token rule; docs/gpu-notes.md,
+// session 10.) Shared-memory row strides are chosen so that a fragment's 32 reads hit 32
+// banks: 4 mod 32 for row-major A operands read along k, 8 mod 32 for operands read across
+// rows (B [k][n], and K read transposed). Pieces are staged by cp.async, 16 bytes a copy,
+// where rows are 16-byte aligned (head widths that are multiples of 4), else by plain loads.
 //
 // pieces: DEVICE int32 [n_pieces, 2] = (chunk, piece of the chunk) of every piece of the
 // pass's longer chunks; piece_base: DEVICE int32 [n_chunks], the first piece of each.
@@ -52,39 +56,95 @@ __host__ __device__ inline size_t pair_floats(int dkp, int dv) {
   return static_cast<size_t>(kPiece) * (dkp + dv + kPiece) + kPiece;
 }
 
+// An operand fragment split in two tf32 halves.
+struct FragA {
+  uint32_t hi[4], lo[4];
+};
+struct FragB {
+  uint32_t hi[2], lo[2];
+};
+__device__ __forceinline__ void split(float x, uint32_t& hi, uint32_t& lo) {
+  hi = ifd::tf32(x);
+  lo = ifd::tf32(x - __uint_as_float(hi));
+}
 // A operand of m16n8k8 from row-major X [m][k] (stride ld): rows m0 + lane / 4 (+ 8),
 // k k0 + lane % 4 (+ 4).
-__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const float* x, int ld, int m0, int k0,
+__device__ __forceinline__ void frag_a(FragA& f, const float* x, int ld, int m0, int k0,
                                        int lane) {
   const int r = m0 + (lane >> 2), c = k0 + (lane & 3);
-  a[0] = ifd::tf32(x[r * ld + c]);
-  a[1] = ifd::tf32(x[(r + 8) * ld + c]);
-  a[2] = ifd::tf32(x[r * ld + c + 4]);
-  a[3] = ifd::tf32(x[(r + 8) * ld + c + 4]);
+  split(x[r * ld + c], f.hi[0], f.lo[0]);
+  split(x[(r + 8) * ld + c], f.hi[1], f.lo[1]);
+  split(x[r * ld + c + 4], f.hi[2], f.lo[2]);
+  split(x[(r + 8) * ld + c + 4], f.hi[3], f.lo[3]);
 }
 // A operand from Xᵀ, X [k][m] (stride ld): A[m][k] = X[k][m].
-__device__ __forceinline__ void frag_at(uint32_t (&a)[4], const float* x, int ld, int m0, int k0,
+__device__ __forceinline__ void frag_at(FragA& f, const float* x, int ld, int m0, int k0,
                                         int lane) {
   const int r = m0 + (lane >> 2), c = k0 + (lane & 3);
-  a[0] = ifd::tf32(x[c * ld + r]);
-  a[1] = ifd::tf32(x[c * ld + r + 8]);
-  a[2] = ifd::tf32(x[(c + 4) * ld + r]);
-  a[3] = ifd::tf32(x[(c + 4) * ld + r + 8]);
+  split(x[c * ld + r], f.hi[0], f.lo[0]);
+  split(x[c * ld + r + 8], f.hi[1], f.lo[1]);
+  split(x[(c + 4) * ld + r], f.hi[2], f.lo[2]);
+  split(x[(c + 4) * ld + r + 8], f.hi[3], f.lo[3]);
 }
 // B operand from k-major Y [k][n] (stride ld): k k0 + lane % 4 (+ 4), column n0 + lane / 4.
-__device__ __forceinline__ void frag_b(uint32_t& b0, uint32_t& b1, const float* y, int ld, int k0,
-                                       int n0, int lane) {
+__device__ __forceinline__ void frag_b(FragB& f, const float* y, int ld, int k0, int n0,
+                                       int lane) {
   const int k = k0 + (lane & 3), n = n0 + (lane >> 2);
-  b0 = ifd::tf32(y[k * ld + n]);
-  b1 = ifd::tf32(y[(k + 4) * ld + n]);
+  split(y[k * ld + n], f.hi[0], f.lo[0]);
+  split(y[(k + 4) * ld + n], f.hi[1], f.lo[1]);
 }
 // B operand from n-major Y [n][k] (B = Yᵀ, stride ld).
-__device__ __forceinline__ void frag_bt(uint32_t& b0, uint32_t& b1, const float* y, int ld,
-                                        int k0, int n0, int lane) {
+__device__ __forceinline__ void frag_bt(FragB& f, const float* y, int ld, int k0, int n0,
+                                        int lane) {
   const int k = k0 + (lane & 3), n = n0 + (lane >> 2);
-  b0 = ifd::tf32(y[n * ld + k]);
-  b1 = ifd::tf32(y[n * ld + k + 4]);
+  split(y[n * ld + k], f.hi[0], f.lo[0]);
+  split(y[n * ld + k + 4], f.hi[1], f.lo[1]);
 }
+// c += a · b to about f32 accuracy: the small cross terms first.
+__device__ __forceinline__ void mma3(float (&c)[4], const FragA& a, const FragB& b) {
+  ifd::mma_tf32(c, a.lo, b.hi[0], b.hi[1]);
+  ifd::mma_tf32(c, a.hi, b.lo[0], b.lo[1]);
+  ifd::mma_tf32(c, a.hi, b.hi[0], b.hi[1]);
+}
+
+// Rows [0, kPiece) x columns [0, cols) of a row-major f32 tile into shared memory (stride
+// lds), from src (stride ld) where row < rows and column < valid, zeros elsewhere; cols,
+// valid, ld, lds and src's alignment in multiples of 4 floats when `vec`, else anything.
+__device__ __forceinline__ void stage(float* dst, int lds, const float* src, size_t ld, int rows,
+                                      int cols, int valid, bool vec) {
+  if (vec) {
+    for (int e = threadIdx.x; e < kPiece * cols / 4; e += kThreads) {
+      const int i = e / (cols / 4), a = 4 * (e % (cols / 4));
+      const bool ok = i < rows && a < valid;
+      ifd::cp_async16_zfill(dst + i * lds + a, ok ? src + i * ld + a : src, ok);
+    }
+  } else {
+    for (int e = threadIdx.x; e < kPiece * cols; e += kThreads) {
+      const int i = e / cols, a = e % cols;
+      dst[i * lds + a] = i < rows && a < valid ? src[i * ld + a] : 0.f;
+    }
+  }
+}
+
+// Inclusive prefix sums of v[0..kPiece) in place, by warp 0 (two values a lane).
+__device__ __forceinline__ void prefix_sum_64(float* v) {
+  if (threadIdx.x >= 32) return;
+  const int lane = threadIdx.x;
+  float a = v[lane], b = v[lane + 32];
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const float ua = __shfl_sync(0xffffffffu, a, lane >= o ? lane - o : 0);
+    const float ub = __shfl_sync(0xffffffffu, b, lane >= o ? lane - o : 0);
+    if (lane >= o) {
+      a += ua;
+      b += ub;
+    }
+  }
+  b += __shfl_sync(0xffffffffu, a, 31);
+  v[lane] = a;
+  v[lane + 32] = b;
+}
+
 // Element e (0..3) of an m16n8 accumulator: its row and column in the tile.
 __device__ __forceinline__ int acc_row(int lane, int e) { return (lane >> 2) + (e >> 1) * 8; }
 __device__ __forceinline__ int acc_col(int lane, int e) { return 2 * (lane & 3) + (e & 1); }
@@ -121,26 +181,21 @@ __global__ void __launch_bounds__(kThreads)
   float* sA = sQ + kPiece * LD;    // [kPiece][LA]
   float* sc = sA + kPiece * LA;    // [kPiece] cumulative log decay (rows past len: the last)
   float* sb = sc + kPiece;         // [kPiece] beta (rows past len: 0)
-  for (int e = tid; e < kPiece * DKP; e += kThreads) {
-    const int i = e / DKP, a = e % DKP;
-    float kv = 0.f, qv = 0.f;
-    if (i < len && a < dk) {
-      const size_t src = static_cast<size_t>(t0 + i) * kq_stride + static_cast<size_t>(hk) * dk + a;
-      kv = k[src];
-      qv = q[src];
-    }
-    sK[i * LD + a] = kv;
-    sQ[i * LD + a] = qv;
+  {
+    const size_t row0 = static_cast<size_t>(t0) * kq_stride + static_cast<size_t>(hk) * dk;
+    const bool vec = dk % 4 == 0;
+    stage(sK, LD, k + row0, kq_stride, len, DKP, dk, vec);
+    stage(sQ, LD, q + row0, kq_stride, len, DKP, dk, vec);
+    ifd::cp_async_commit();
   }
-  if (tid == 0) {
-    float acc = 0.f;
-    for (int i = 0; i < kPiece; ++i) {
-      const size_t r = static_cast<size_t>(t0 + i) * geo.nv + h;
-      if (i < len) acc += g[r];
-      sc[i] = acc;
-      sb[i] = i < len ? beta[r] : 0.f;
-    }
+  if (tid < kPiece) {
+    const size_t r = static_cast<size_t>(t0 + tid) * geo.nv + h;
+    sc[tid] = tid < len ? g[r] : 0.f;
+    sb[tid] = tid < len ? beta[r] : 0.f;
   }
+  __syncthreads();
+  prefix_sum_64(sc);  // rows past len add 0: they keep the last sum
+  ifd::cp_async_wait<0>();
   __syncthreads();
 
   // A and P: warp w takes rows 16 (w % 4) .. + 15 and four 8-column tiles from 32 (w / 4);
@@ -154,17 +209,17 @@ __global__ void __launch_bounds__(kThreads)
     float acA[4][4] = {}, acP[4][4] = {};
 #pragma unroll 2
     for (int k0 = 0; k0 < DKP; k0 += 8) {
-      uint32_t aK[4], aQ[4];
+      FragA aK, aQ;
       frag_a(aK, sK, LD, m0, k0, lane);
       frag_a(aQ, sQ, LD, m0, k0, lane);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int n0 = nb + 8 * j;
         if (n0 > m0 + 15) continue;  // warp-uniform
-        uint32_t b0, b1;
-        frag_bt(b0, b1, sK, LD, k0, n0, lane);
-        ifd::mma_tf32(acA[j], aK, b0, b1);
-        ifd::mma_tf32(acP[j], aQ, b0, b1);
+        FragB b;
+        frag_bt(b, sK, LD, k0, n0, lane);
+        mma3(acA[j], aK, b);
+        mma3(acP[j], aQ, b);
       }
     }
 #pragma unroll
@@ -229,9 +284,10 @@ constexpr size_t scan_smem_floats() {
          2 * kPiece;
 }
 
-// Grid (nv * tiles, n_chunks), kThreads threads.
+// Grid (nv * tiles, n_chunks), kThreads threads (one block a multiprocessor: its shared
+// memory).
 template <int DKP>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
     scan_kernel(const float* __restrict__ q, const float* __restrict__ k,
                 float* __restrict__ state, const int32_t* __restrict__ chunks,
                 const int32_t* __restrict__ piece_base, Geometry geo,
@@ -281,33 +337,26 @@ __global__ void __launch_bounds__(kThreads)
     const float* pcum = pp + kPiece * kPiece;
     const float cl = pcum[len - 1];
     __syncthreads();  // the previous piece is done with every buffer, S written
+    {
+      const size_t row0 = static_cast<size_t>(t0) * kq_stride + static_cast<size_t>(hk) * dk;
+      const bool vec = dk % 4 == 0;
+      stage(sW, LA, pw, DKP, kPiece, DKP, DKP, true);
+      stage(sP, LP, pp, kPiece, kPiece, kPiece, kPiece, true);
+      stage(sV, LB, pu + j0, dv, kPiece, kTC, cw, dv % 4 == 0 && cw % 4 == 0);
+      stage(sQ, LA, q + row0, kq_stride, len, DKP, dk, vec);
+      stage(sK, LK, k + row0, kq_stride, len, DKP, dk, vec);
+      ifd::cp_async_commit();
+    }
     if (tid < kPiece) {
       se[tid] = __expf(pcum[tid]);
       sd[tid] = __expf(cl - pcum[tid]);
     }
-    for (int e = tid; e < kPiece * DKP / 4; e += kThreads) {
-      const int i = e / (DKP / 4), a = 4 * (e % (DKP / 4));
-      ifd::sts4(sW + i * LA + a, ifd::ldg4(pw + i * DKP + a));
-    }
-    for (int e = tid; e < kPiece * kPiece / 4; e += kThreads) {
-      const int i = e / (kPiece / 4), j = 4 * (e % (kPiece / 4));
-      ifd::sts4(sP + i * LP + j, ifd::ldg4(pp + i * kPiece + j));
-    }
-    for (int e = tid; e < kPiece * kTC; e += kThreads) {
-      const int i = e / kTC, col = e % kTC;
-      sV[i * LB + col] = col < cw ? pu[static_cast<size_t>(i) * dv + j0 + col] : 0.f;
-    }
-    __syncthreads();  // se, sd
+    ifd::cp_async_wait<0>();
+    __syncthreads();  // the piece staged, se, sd
     for (int e = tid; e < kPiece * DKP; e += kThreads) {
       const int i = e / DKP, a = e % DKP;
-      float qv = 0.f, kv = 0.f;
-      if (i < len && a < dk) {
-        const size_t src = static_cast<size_t>(t0 + i) * kq_stride + static_cast<size_t>(hk) * dk + a;
-        qv = q[src] * se[i];
-        kv = k[src] * sd[i];
-      }
-      sQ[i * LA + a] = qv;
-      sK[i * LK + a] = kv;
+      sQ[i * LA + a] *= se[i];
+      sK[i * LK + a] *= sd[i];
     }
     __syncthreads();
 
@@ -316,13 +365,13 @@ __global__ void __launch_bounds__(kThreads)
       float acc[NTV][4] = {};
 #pragma unroll 4
       for (int k0 = 0; k0 < DKP; k0 += 8) {
-        uint32_t a[4];
+        FragA a;
         frag_a(a, sW, LA, m0, k0, lane);
 #pragma unroll
         for (int j = 0; j < NTV; ++j) {
-          uint32_t b0, b1;
-          frag_b(b0, b1, sS, LB, k0, nb + 8 * j, lane);
-          ifd::mma_tf32(acc[j], a, b0, b1);
+          FragB b;
+          frag_b(b, sS, LB, k0, nb + 8 * j, lane);
+          mma3(acc[j], a, b);
         }
       }
 #pragma unroll
@@ -338,23 +387,23 @@ __global__ void __launch_bounds__(kThreads)
       float o[NTV][4] = {};
 #pragma unroll 4
       for (int k0 = 0; k0 < DKP; k0 += 8) {
-        uint32_t a[4];
+        FragA a;
         frag_a(a, sQ, LA, m0, k0, lane);
 #pragma unroll
         for (int j = 0; j < NTV; ++j) {
-          uint32_t b0, b1;
-          frag_b(b0, b1, sS, LB, k0, nb + 8 * j, lane);
-          ifd::mma_tf32(o[j], a, b0, b1);
+          FragB b;
+          frag_b(b, sS, LB, k0, nb + 8 * j, lane);
+          mma3(o[j], a, b);
         }
       }
       for (int k0 = 0; k0 < m0 + 16; k0 += 8) {
-        uint32_t a[4];
+        FragA a;
         frag_a(a, sP, LP, m0, k0, lane);
 #pragma unroll
         for (int j = 0; j < NTV; ++j) {
-          uint32_t b0, b1;
-          frag_b(b0, b1, sV, LB, k0, nb + 8 * j, lane);
-          ifd::mma_tf32(o[j], a, b0, b1);
+          FragB b;
+          frag_b(b, sV, LB, k0, nb + 8 * j, lane);
+          mma3(o[j], a, b);
         }
       }
 #pragma unroll
@@ -381,13 +430,13 @@ __global__ void __launch_bounds__(kThreads)
           s[j][e] = sS[(r0 + acc_row(lane, e)) * LB + 8 * j + acc_col(lane, e)] * el;
 #pragma unroll 2
       for (int k0 = 0; k0 < kPiece; k0 += 8) {
-        uint32_t a[4];
+        FragA a;
         frag_at(a, sK, LK, r0, k0, lane);
 #pragma unroll
         for (int j = 0; j < NTS; ++j) {
-          uint32_t b0, b1;
-          frag_b(b0, b1, sV, LB, k0, 8 * j, lane);
-          ifd::mma_tf32(s[j], a, b0, b1);
+          FragB b;
+          frag_b(b, sV, LB, k0, 8 * j, lane);
+          mma3(s[j], a, b);
         }
       }
 #pragma unroll

@@ -40,7 +40,8 @@ status=0
 for shape in "2 4 16 16 4 16" \
              "3 3 8 12 3 32" \
              "2 4 128 128 4 256" \
-             "1 2 40 70 4 64"; do
+             "1 2 40 70 4 64" \
+             "2 4 6 10 4 16"; do
   ./ops $shape || status=1
 done
 # Planned draws: cases from inferd-core, the kernel here, the check there.
