@@ -11,7 +11,7 @@
 #            transformers (float32) on it; make35 only makes it, hf35 only checks it;
 #            speed35 is `speed` on it; ab35 its prefill and one-row decode by the base build
 #            (prepare.sh BASE=<rev>) and this one; profile35 ncu's time by kernel of one
-#            hybrid prefill pass by both
+#            hybrid prefill pass (by the base build too with PROFILE_BASE=1)
 #   profile  ncu's device time of every kernel of one decode step on /tmp/q8b (batch 1 and
 #            32 at 4096 tokens) and of one prefill pass of 8 x 4096 tokens (speed's pass)
 #   fleet    `inferd serve --device cuda` on /tmp/q8b driven by `inferd bench fleet`;
@@ -187,9 +187,9 @@ ab35)
   done
   ;;
 profile35)
-  # ncu's device time by kernel of one hybrid prefill pass of 8 x 4096, by the base build
-  # and this one.
-  for bin in cuda_check_base cuda_check; do
+  # ncu's device time by kernel of one hybrid prefill pass of 8 x 4096, by this build (and
+  # the base build with PROFILE_BASE=1).
+  for bin in ${PROFILE_BASE:+cuda_check_base} cuda_check; do
     [ -x $B/$bin ] || continue
     timeout 200 ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv --page raw \
       $B/$bin profile /tmp/q35 4096 8 prefill 4096 >$OUT/ncu35-$bin.csv 2>$OUT/ncu35-$bin.err
