@@ -114,7 +114,6 @@ pub const GEMV_LOADS: usize = 16;
 /// / 9.82 at 32, 19.90 / 15.54 at 64 (session 7, call 6; docs/gpu-notes.md).
 pub const OWN_DECODE_MAX_ROWS: usize = 2;
 
-
 struct Inner {
     dev: Arc<Device>,
     gemm: gemm::Gemm,
