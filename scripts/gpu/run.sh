@@ -177,8 +177,8 @@ speed35)
   ;;
 ab35)
   # The hybrid's prefill (one timed pass of 8 x CONTEXT) and one-row decode, by the base
-  # build and this one in turn.
-  for ctx in 4096 16384; do
+  # build and this one in turn (contexts: AB35_CTX, default 4096 and 16384).
+  for ctx in ${AB35_CTX:-4096 16384}; do
     for bin in cuda_check_base cuda_check; do
       [ -x $B/$bin ] || continue
       note "-- $bin, hybrid, $ctx tokens"
