@@ -305,8 +305,12 @@ async fn stall_with_short_arrivals_and_no_decoders() {
     };
     assert_eq!(s.errors.total, 0);
     assert_eq!(s.short_ttft_ms.len(), 3);
+    // A TTFT is never below the scripted 20 ms; above it only by the machine's scheduling
+    // (a loaded 2-core CI machine measured 42 ms once), and well short of the whole reply
+    // (16 tokens 5 ms apart after the first: about 95 ms).
     for t in &s.short_ttft_ms {
-        within(t.unwrap(), 20.0, 15.0, "short TTFT");
+        let t = t.unwrap();
+        assert!((18.0..=70.0).contains(&t), "short TTFT: measured {t:.2}, scripted 20");
     }
     assert_eq!(
         report.requests.iter().filter(|r| r.role == "short").count(),
