@@ -185,4 +185,15 @@ __device__ __forceinline__ float load(const bf16* p) { return __bfloat162float(*
 __device__ __forceinline__ void store(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store(bf16* p, float v) { *p = __float2bfloat16(v); }
 
+// Shared memory a block of this device may opt in to, in bytes (0 when it cannot be read).
+inline size_t max_smem_optin() {
+  int dev = 0, bytes = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return static_cast<size_t>(bytes);
+}
+
 }  // namespace ifd

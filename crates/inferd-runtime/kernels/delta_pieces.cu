@@ -107,6 +107,27 @@ __device__ __forceinline__ void mma3(float (&c)[4], const FragA& a, const FragB&
   ifd::mma_tf32(c, a.hi, b.hi[0], b.hi[1]);
 }
 
+// acc[j] += A[m0 .. m0 + 16, 0 .. k_end) · B[0 .. k_end, n0 + 8j .. + 8) for j < NT: A
+// row-major [m][k] (stride la), or with AT stored transposed [k][m]; B k-major (stride lb).
+template <int NT, bool AT = false>
+__device__ __forceinline__ void product(float (&acc)[NT][4], const float* a, int la, int m0,
+                                        const float* b, int lb, int n0, int k_end, int lane) {
+#pragma unroll 4
+  for (int k0 = 0; k0 < k_end; k0 += 8) {
+    FragA fa;
+    if constexpr (AT)
+      frag_at(fa, a, la, m0, k0, lane);
+    else
+      frag_a(fa, a, la, m0, k0, lane);
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      FragB fb;
+      frag_b(fb, b, lb, k0, n0 + 8 * j, lane);
+      mma3(acc[j], fa, fb);
+    }
+  }
+}
+
 // Rows [0, kPiece) x columns [0, cols) of a row-major f32 tile into shared memory (stride
 // lds), from src (stride ld) where row < rows and column < valid, zeros elsewhere; cols,
 // valid, ld, lds and src's alignment in multiples of 4 floats when `vec`, else anything.
@@ -363,17 +384,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // V' = U - W S: this warp's rows m0.., columns nb.. (NTV tiles).
     {
       float acc[NTV][4] = {};
-#pragma unroll 4
-      for (int k0 = 0; k0 < DKP; k0 += 8) {
-        FragA a;
-        frag_a(a, sW, LA, m0, k0, lane);
-#pragma unroll
-        for (int j = 0; j < NTV; ++j) {
-          FragB b;
-          frag_b(b, sS, LB, k0, nb + 8 * j, lane);
-          mma3(acc[j], a, b);
-        }
-      }
+      product(acc, sW, LA, m0, sS, LB, nb, DKP, lane);
 #pragma unroll
       for (int j = 0; j < NTV; ++j)
 #pragma unroll
@@ -385,27 +396,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // O = (e^c ⊙ Q) S + P V' (P is lower: its k-steps past the tile's rows are zeros).
     {
       float o[NTV][4] = {};
-#pragma unroll 4
-      for (int k0 = 0; k0 < DKP; k0 += 8) {
-        FragA a;
-        frag_a(a, sQ, LA, m0, k0, lane);
-#pragma unroll
-        for (int j = 0; j < NTV; ++j) {
-          FragB b;
-          frag_b(b, sS, LB, k0, nb + 8 * j, lane);
-          mma3(o[j], a, b);
-        }
-      }
-      for (int k0 = 0; k0 < m0 + 16; k0 += 8) {
-        FragA a;
-        frag_a(a, sP, LP, m0, k0, lane);
-#pragma unroll
-        for (int j = 0; j < NTV; ++j) {
-          FragB b;
-          frag_b(b, sV, LB, k0, nb + 8 * j, lane);
-          mma3(o[j], a, b);
-        }
-      }
+      product(o, sQ, LA, m0, sS, LB, nb, DKP, lane);
+      product(o, sP, LP, m0, sV, LB, nb, m0 + 16, lane);
 #pragma unroll
       for (int j = 0; j < NTV; ++j)
 #pragma unroll
@@ -428,17 +420,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           s[j][e] = sS[(r0 + acc_row(lane, e)) * LB + 8 * j + acc_col(lane, e)] * el;
-#pragma unroll 2
-      for (int k0 = 0; k0 < kPiece; k0 += 8) {
-        FragA a;
-        frag_at(a, sK, LK, r0, k0, lane);
-#pragma unroll
-        for (int j = 0; j < NTS; ++j) {
-          FragB b;
-          frag_b(b, sV, LB, k0, 8 * j, lane);
-          mma3(s[j], a, b);
-        }
-      }
+      product<NTS, true>(s, sK, LK, r0, sV, LB, 0, kPiece, lane);
 #pragma unroll
       for (int j = 0; j < NTS; ++j)
 #pragma unroll
@@ -497,15 +479,8 @@ int dkp_of(int dk) { return (dk + 15) / 16 * 16; }
 extern "C" {
 
 int ifd_delta_pieces_supported(int dk, int dv) {
-  if (dk <= 0 || dv <= 0 || dk > 128) return 0;
-  int dev = 0, max_smem = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
-          cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return scan_smem_floats<128>() * sizeof(float) <= static_cast<size_t>(max_smem);
+  return dk > 0 && dv > 0 && dk <= 128 &&
+         scan_smem_floats<128>() * sizeof(float) <= ifd::max_smem_optin();
 }
 
 size_t ifd_delta_pieces_ws_floats(int n_pieces, int nv, int dk, int dv) {

@@ -276,14 +276,7 @@ int ifd_delta_rule_recurrent(const float* q, const float* k, const float* v, con
 }
 
 int ifd_delta_rule_chunked_supported(int dk) {
-  int dev = 0, max_smem = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
-          cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return dk > 0 && chunked_smem_floats(dk) * sizeof(float) <= static_cast<size_t>(max_smem);
+  return dk > 0 && chunked_smem_floats(dk) * sizeof(float) <= ifd::max_smem_optin();
 }
 
 int ifd_delta_rule_chunked(const float* q, const float* k, const float* v, const float* g,

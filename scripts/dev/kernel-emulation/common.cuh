@@ -403,4 +403,15 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t, cudaStream
       for (auto& t : ts) t.join();
     }
 }
+// Shared memory a block of this device may opt in to, in bytes (0 when it cannot be read).
+inline size_t max_smem_optin() {
+  int dev = 0, bytes = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return static_cast<size_t>(bytes);
+}
+
 }  // namespace ifd
