@@ -310,7 +310,10 @@ async fn stall_with_short_arrivals_and_no_decoders() {
     // (16 tokens 5 ms apart after the first: about 95 ms).
     for t in &s.short_ttft_ms {
         let t = t.unwrap();
-        assert!((18.0..=70.0).contains(&t), "short TTFT: measured {t:.2}, scripted 20");
+        assert!(
+            (18.0..=70.0).contains(&t),
+            "short TTFT: measured {t:.2}, scripted 20"
+        );
     }
     assert_eq!(
         report.requests.iter().filter(|r| r.role == "short").count(),

@@ -101,6 +101,27 @@ pub fn decode_bucket(b: &ForwardBatch) -> Option<usize> {
         .flatten()
 }
 
+/// The delta rule's piece table of a pass: each of its `n_chunks` chunks' first piece (the
+/// chunks past `seqs` are padding rows, with none), and (chunk, piece of the chunk) for
+/// every piece of the chunks longer than one token, whose pieces end at absolute multiples
+/// of [`DELTA_CHUNK`] (the CPU's rule, and `kernels/delta_pieces.cu`'s).
+/// -> ([n_chunks], [n_pieces, 2])
+fn delta_piece_table(seqs: &[SeqChunk], n_chunks: usize) -> (Vec<i32>, Vec<i32>) {
+    let mut base = Vec::with_capacity(n_chunks);
+    let mut pieces = Vec::new();
+    for (si, s) in seqs.iter().enumerate() {
+        base.push((pieces.len() / 2) as i32);
+        if s.n_tokens > 1 {
+            let n = (s.start_pos % DELTA_CHUNK + s.n_tokens).div_ceil(DELTA_CHUNK);
+            for p in 0..n {
+                pieces.extend([si as i32, p as i32]);
+            }
+        }
+    }
+    base.resize(n_chunks, (pieces.len() / 2) as i32);
+    (base, pieces)
+}
+
 /// A bucket's metadata buffer: fixed addresses for the graphs captured over it.
 pub struct BucketBuffer {
     pub buf: DeviceBuffer,
@@ -206,41 +227,22 @@ impl CudaBatch {
         let bt_total: usize =
             b.seqs.iter().map(|s| s.block_table.len()).sum::<usize>() + (n - real);
         let mut at = Offsets::new(n, n_logits, n_seqs);
-        // The delta rule's 64-token pieces at absolute multiples of 64 (stateful models'
-        // passes with prompt chunks only, which are never a bucket's).
+        // The delta rule's pieces (stateful models' passes with prompt chunks only, which
+        // are never a bucket's).
         let longer = b.seqs.iter().any(|s| s.n_tokens > 1);
-        let piece_table = kv.state.is_stateful() && longer;
-        let pieces_of = |s: &SeqChunk| {
-            if s.n_tokens > 1 {
-                (s.start_pos % DELTA_CHUNK + s.n_tokens).div_ceil(DELTA_CHUNK)
-            } else {
-                0
-            }
-        };
-        let n_pieces: usize = if piece_table {
-            b.seqs.iter().map(pieces_of).sum()
+        let (piece_base, pieces) = if kv.state.is_stateful() && longer {
+            delta_piece_table(&b.seqs, n_seqs)
         } else {
-            0
+            (Vec::new(), Vec::new())
         };
+        let n_pieces = pieces.len() / 2;
         at.piece_base = at.bt + bt_total;
-        at.pieces = at.piece_base + if piece_table { n_seqs } else { 0 };
+        at.pieces = at.piece_base + piece_base.len();
         // [all arrays]; chunks: [n_seqs, 4] = (first row, tokens, start position, state slot);
         // piece_base: [n_seqs]; pieces: [n_pieces, 2] = (chunk, piece of the chunk)
-        let mut packed = vec![0i32; at.pieces + 2 * n_pieces];
-        if piece_table {
-            let mut next = 0;
-            for (si, s) in b.seqs.iter().enumerate() {
-                packed[at.piece_base + si] = next as i32;
-                for p in 0..pieces_of(s) {
-                    packed[at.pieces + 2 * (next + p)] = si as i32;
-                    packed[at.pieces + 2 * (next + p) + 1] = p as i32;
-                }
-                next += pieces_of(s);
-            }
-            for si in b.seqs.len()..n_seqs {
-                packed[at.piece_base + si] = next as i32;
-            }
-        }
+        let mut packed = vec![0i32; at.pieces + pieces.len()];
+        packed[at.piece_base..at.pieces].copy_from_slice(&piece_base);
+        packed[at.pieces..].copy_from_slice(&pieces);
         let mut max_pos = 0;
         let mut bt_next = 0;
         for (si, s) in b.seqs.iter().enumerate() {
@@ -404,7 +406,44 @@ impl Drop for CudaBatch {
 
 #[cfg(test)]
 mod tests {
-    use super::Offsets;
+    use super::{delta_piece_table, Offsets, SeqChunk, DELTA_CHUNK};
+
+    fn chunk(token_start: usize, n_tokens: usize, start_pos: usize) -> SeqChunk {
+        SeqChunk {
+            token_start,
+            n_tokens,
+            start_pos,
+            block_table: Vec::new(),
+            prompt_len: start_pos + n_tokens,
+            state_slot: 0,
+        }
+    }
+
+    #[test]
+    fn delta_pieces_end_at_absolute_multiples_of_the_chunk() {
+        // A prompt from 0 over one boundary, a decode row, a slice from 27 over one, a slice
+        // ending on a boundary, then two padding rows.
+        let seqs = [
+            chunk(0, 70, 0),
+            chunk(70, 1, 9),
+            chunk(71, 50, 27),
+            chunk(121, 64, 64),
+        ];
+        let (base, pieces) = delta_piece_table(&seqs, 6);
+        assert_eq!(base, [0, 2, 2, 4, 5, 5]);
+        assert_eq!(pieces, [0, 0, 0, 1, 2, 0, 2, 1, 3, 0]);
+        // Each chunk's count is the number of the CPU's steps (a piece runs to the next
+        // multiple of DELTA_CHUNK, or the chunk's end).
+        for (si, s) in seqs.iter().enumerate().filter(|(_, s)| s.n_tokens > 1) {
+            let (mut i, mut steps) = (0, 0);
+            while i < s.n_tokens {
+                i += (s.n_tokens - i).min(DELTA_CHUNK - (s.start_pos + i) % DELTA_CHUNK);
+                steps += 1;
+            }
+            let listed = pieces.chunks(2).filter(|p| p[0] == si as i32).count();
+            assert_eq!(listed, steps, "chunk {si}");
+        }
+    }
 
     #[test]
     fn offsets_follow_the_pass_shape_only_and_tables_come_last() {
