@@ -683,16 +683,23 @@ int pre_positions(int* err) {
   return cap;
 }
 
+// Raises the tensor-core build's dynamic shared memory limit, once per instantiation: the
+// error, or 0.
+template <int D, int G>
+int allow_mma_smem() {
+  static const int err = cudaFuncSetAttribute(decode_mma_kernel<D, G>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(mma_smem<D>()));
+  return err;
+}
+
 // The tensor-core build, where it takes the shape (bf16, D 64 or 128, G ≤ 8).
 template <int D, int G>
 int launch_mma(const IfdPaged& kv, const void* q, int rows, float scale, const int32_t* seq,
                const int32_t* pos, const int32_t* bt_off, const int32_t* bt, int splits,
                float* part, int32_t* done, void* out, cudaStream_t s) {
   if constexpr ((D == 64 || D == 128) && G <= 8) {
-    static int err = -1;  // the shared memory limit, raised once per instantiation
-    if (err < 0)
-      err = cudaFuncSetAttribute(decode_mma_kernel<D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(mma_smem<D>()));
+    const int err = allow_mma_smem<D, G>();
     if (err != 0) return err;
     ifd::launch(decode_mma_kernel<D, G>, dim3(splits, kv.n_kv_heads, rows), kWarps * 32,
                 mma_smem<D>(), s, static_cast<const bf16*>(kv.k), static_cast<const bf16*>(kv.v),
@@ -711,8 +718,7 @@ template <int D, int G>
 int mma_blocks_per_sm() {
   if constexpr ((D == 64 || D == 128) && G <= 8) {
     int n = 0;
-    if (cudaFuncSetAttribute(decode_mma_kernel<D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(mma_smem<D>())) != cudaSuccess ||
+    if (allow_mma_smem<D, G>() != 0 ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_mma_kernel<D, G>, kWarps * 32,
                                                       mma_smem<D>()) != cudaSuccess) {
       cudaGetLastError();

@@ -26,12 +26,13 @@
 // pieces: DEVICE int32 [n_pieces, 2] = (chunk, piece of the chunk) of every piece of the
 // pass's longer chunks; piece_base: DEVICE int32 [n_chunks], the first piece of each.
 // Workspace per (piece, value head) (ws_floats): W [64][DKP], U [64][dv], P [64][64], c [64].
+#include <mutex>
+
 #include "common.cuh"
 
 namespace {
 constexpr int kPiece = 64;  // tokens a piece (crate::DELTA_CHUNK)
 constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
 constexpr int kTC = 64;     // state columns a scan block
 
 struct Geometry {
@@ -436,18 +437,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // Raises a kernel's dynamic shared memory limit once per device (host-side, outside any
-// capture: the first pass of a shape runs eagerly).
+// capture: the first pass of a shape runs eagerly); `done` per kernel and device.
 template <typename K>
-int allow_smem(K kernel, size_t bytes, int* done) {
+int allow_smem(K kernel, size_t bytes, bool (&done)[64]) {
+  static std::mutex lock;
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return static_cast<int>(e);
   if (dev < 0 || dev >= 64) return static_cast<int>(cudaErrorInvalidDevice);
+  std::lock_guard<std::mutex> guard(lock);
   if (!done[dev]) {
     e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(bytes));
     if (e != cudaSuccess) return static_cast<int>(e);
-    done[dev] = 1;
+    done[dev] = true;
   }
   return 0;
 }
@@ -457,7 +460,7 @@ int run(const float* q, const float* k, const float* v, const float* g, const fl
         float* state, const int32_t* chunks, int n_chunks, const int32_t* pieces,
         const int32_t* piece_base, int n_pieces, Geometry geo, float* ws, float* out,
         cudaStream_t s) {
-  static int wy_raised[64], scan_raised[64];
+  static bool wy_raised[64], scan_raised[64];
   const size_t wy_bytes = wy_smem_floats<DKP>() * sizeof(float);
   const size_t scan_bytes = scan_smem_floats<DKP>() * sizeof(float);
   int err = allow_smem(wy_kernel<DKP>, wy_bytes, wy_raised);

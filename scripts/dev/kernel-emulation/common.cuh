@@ -232,6 +232,16 @@ inline uint32_t pack2(float lo, float hi) {
   return static_cast<uint32_t>(__float2bfloat16(lo).bits) |
          static_cast<uint32_t>(__float2bfloat16(hi).bits) << 16;
 }
+// A lane's mma operands, posted for its warp: the warp's barrier, passed once all have.
+inline std::barrier<>& post(const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  const int t = threadIdx.x;
+  for (int i = 0; i < 4; ++i) frag_slots[t][i] = a[i];
+  frag_slots[t][4] = b0;
+  frag_slots[t][5] = b1;
+  std::barrier<>& bar = *::emu::warp_bars[t >> 5];
+  bar.arrive_and_wait();
+  return bar;
+}
 inline float lo_of(uint32_t v) { return __bfloat162float({static_cast<uint16_t>(v & 0xffff)}); }
 inline float hi_of(uint32_t v) { return __bfloat162float({static_cast<uint16_t>(v >> 16)}); }
 }  // namespace frag
@@ -252,11 +262,7 @@ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
 }
 inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   const int t = threadIdx.x, w = t >> 5, l = t & 31;
-  std::barrier<>& bar = *::emu::warp_bars[w];
-  for (int i = 0; i < 4; ++i) frag::frag_slots[t][i] = a[i];
-  frag::frag_slots[t][4] = b0;
-  frag::frag_slots[t][5] = b1;
-  bar.arrive_and_wait();
+  std::barrier<>& bar = frag::post(a, b0, b1);
   float A[16][16], B[16][8];
   for (int s = 0; s < 32; ++s) {
     const uint32_t* f = frag::frag_slots[w * 32 + s];
@@ -294,11 +300,7 @@ inline float tf32_value(uint32_t b) {
 }
 inline void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   const int t = threadIdx.x, w = t >> 5, l = t & 31;
-  std::barrier<>& bar = *::emu::warp_bars[w];
-  for (int i = 0; i < 4; ++i) frag::frag_slots[t][i] = a[i];
-  frag::frag_slots[t][4] = b0;
-  frag::frag_slots[t][5] = b1;
-  bar.arrive_and_wait();
+  std::barrier<>& bar = frag::post(a, b0, b1);
   float A[16][8], B[8][8];
   for (int s = 0; s < 32; ++s) {
     const uint32_t* f = frag::frag_slots[w * 32 + s];

@@ -132,7 +132,7 @@ struct Inner {
     decode_part: Mutex<Option<device::DeviceBuffer>>,
     /// Blocks of the tensor-core decode build a multiprocessor holds, by (head_dim, query
     /// heads a KV head), from the occupancy calculator once (3 at 128 and 4, the 8B shape;
-    /// 2 at 8, where the partials take 16 KiB).
+    /// fewer where more heads a group enlarge the partials).
     decode_mma_per_sm: Mutex<Vec<((usize, usize), usize)>>,
     /// Its per-(row, KV head) counters of finished splits, zero between launches (the
     /// last block to finish merges and resets).  // i32 [4 · SMs]
