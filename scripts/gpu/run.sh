@@ -40,6 +40,9 @@
 #            conv35 writes /tmp/q35.gguf (bf16) from /tmp/q35 with llama.cpp's converter
 #   fleet35  `inferd serve --device cuda` on /tmp/q35: fleet 1/8/32 x 4k, forked, resume
 #   peer35   llama-server on /tmp/q35.gguf: the same fleet and forked runs
+#   overlap  step overlap against serial steps (`--step-overlap on` / `off`) on each model of
+#            OVERLAP_MODELS made (default "q8b q35"): the same replies to 24 concurrent
+#            completions (overlap_check.py), then the fleet at 1 / 8 / 32 x 4k each way
 #   smol1    keeps SmolLM2's first part (prepare with SMOL=1); smol2 (the next call on the
 #            same machine) joins it and compares the GPU with the CPU on real weights
 # Logs under $OUT; summary.txt has the results.
@@ -204,6 +207,30 @@ profile)
       $B/cuda_check profile /tmp/q8b $@ >$OUT/ncu-$tag.csv 2>$OUT/ncu-$tag.err
     note "ncu $run: rc=$? $(grep -a 'profiled' $OUT/ncu-$tag.csv)"
     python3 $C/ncu_summary.py $OUT/ncu-$tag.csv 16 2>&1 | tee -a $summary
+  done
+  ;;
+overlap)
+  for model in ${OVERLAP_MODELS:-q8b q35}; do
+    [ -e /tmp/$model/config.json ] || continue
+    for mode in off on; do
+      $B/inferd serve --device cuda -m /tmp/$model --port 8185 --no-prefix-cache --step-overlap $mode >$OUT/serve-ov-$model-$mode.log 2>&1 &
+      SP=$!
+      for i in $(seq 1 240); do curl -sf http://127.0.0.1:8185/health >/dev/null && break; sleep 0.5; done
+      python3 $C/overlap_check.py run http://127.0.0.1:8185 $OUT/overlap-$model-$mode.json 2>&1 | tee -a $summary
+      curl -s http://127.0.0.1:8185/metrics > $OUT/metrics-ov-$model-$mode-0.txt
+      prev=$OUT/metrics-ov-$model-$mode-0.txt
+      for n in 1 8 32; do
+        timeout 120 $B/inferd bench fleet --url http://127.0.0.1:8185 --token-prompts -q --agents $n --context 4096 --reply 128 \
+          --label inferd-overlap-$mode --meta engine=inferd --meta model=$model --out $OUT/ov-$model-$mode-n$n.json >/dev/null 2>&1
+        note "fleet $model overlap $mode, agents $n x 4096: rc $?"
+        curl -s http://127.0.0.1:8185/metrics > $OUT/metrics-ov-$model-$mode-n$n.txt
+        python3 $C/phases.py $prev $OUT/metrics-ov-$model-$mode-n$n.txt "engine steps, $model overlap $mode, $n x 4096" 2>&1 | tee -a $summary
+        prev=$OUT/metrics-ov-$model-$mode-n$n.txt
+      done
+      kill $SP; wait $SP 2>/dev/null
+    done
+    python3 $C/overlap_check.py compare $OUT/overlap-$model-off.json $OUT/overlap-$model-on.json 2>&1 | head -20 | tee -a $summary
+    $B/inferd bench table $OUT/ov-$model-*.json 2>&1 | tee -a $summary
   done
   ;;
 fleet|fleetq8|fleetfp8|fleetmma)

@@ -46,6 +46,11 @@ pub struct EngineConfig {
     /// (each sequence running holds one; snapshots take the rest). Dense models give
     /// the whole budget to blocks.
     pub state_fraction: f64,
+    /// Queue each step before the one ahead of it has come back (its decodes read that
+    /// step's draws on the device), so the host's work on a step overlaps the device's
+    /// on the one before. `None`: on for backends that queue work (a GPU), off for the
+    /// CPU, whose ops run as they are called (`INFERD_STEP_OVERLAP=1` / `0` sets it).
+    pub step_overlap: Option<bool>,
 }
 
 /// Default [`EngineConfig::queue_timeout`]: 10 minutes.
@@ -66,7 +71,17 @@ impl Default for EngineConfig {
             prefix_cache: true,
             queue_timeout: Some(DEFAULT_QUEUE_TIMEOUT),
             state_fraction: 0.5,
+            step_overlap: overlap_from_env(),
         }
+    }
+}
+
+/// `INFERD_STEP_OVERLAP`: `1` / `on` or `0` / `off`; unset or anything else: `None`.
+fn overlap_from_env() -> Option<bool> {
+    match std::env::var("INFERD_STEP_OVERLAP").ok()?.as_str() {
+        "1" | "on" => Some(true),
+        "0" | "off" => Some(false),
+        _ => None,
     }
 }
 

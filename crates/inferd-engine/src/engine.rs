@@ -18,7 +18,9 @@ use crate::load::{Load, Waiting};
 use crate::memory::Registry;
 use crate::output::{OutMsg, OutStream, Output, TokenMsg};
 use crate::request::{Event, GenRequest};
-use crate::runner::{ChunkTokens, Launched, ModelRunner, NewRow, Prepared, StepChunk, StepInput};
+use crate::runner::{
+    ChunkTokens, Drawing, Launched, ModelRunner, NewRow, Prepared, StepChunk, StepInput,
+};
 use crate::seq::{Seq, Seqs, Verdict};
 use crate::spill::SpillTier;
 use crate::stats::{names, EngineStats};
@@ -130,6 +132,7 @@ pub fn start<B: Backend + 'static>(
             })
             .ok()
     });
+    let queues_work = model.backend.queues_work();
     let output = Output::start(shared.clone())
         .map_err(|e| RuntimeError::Kv(format!("starting the output thread: {e}")))?;
     let mut engine = Engine {
@@ -153,6 +156,8 @@ pub fn start<B: Backend + 'static>(
         sched: Scheduler::new(cfg.sched.clone()),
         runner: ModelRunner::new(model, kv, layout, ws),
         pending: StepInput::default(),
+        flight: None,
+        overlap: cfg.step_overlap.unwrap_or(queues_work),
         seqs: Seqs::default(),
         inbox: rx,
         shared: shared.clone(),
@@ -183,6 +188,11 @@ pub(crate) struct Engine<B: Backend> {
     /// The diff for the runner's next step so far: rows made, ended or preempted since
     /// the last step.
     pending: StepInput,
+    /// The step whose draws are queued and not yet accepted (step overlap).
+    flight: Option<Flight>,
+    /// Whether a step is queued before the one ahead of it has come back
+    /// (`EngineConfig::step_overlap`).
+    overlap: bool,
     /// The output thread: every event of an accepted request goes through it.
     pub(crate) output: Output,
     /// Turns the engine ended and parked whose output side has not said yet how many
@@ -219,6 +229,12 @@ pub(crate) struct Engine<B: Backend> {
     pub(crate) queue_timeout: Option<Duration>,
 }
 
+/// A step whose draws are queued: its schedule, and the draws to wait for.
+struct Flight {
+    out: SchedulerOutput,
+    drawing: Drawing,
+}
+
 /// Marks the engine as stopped however the thread ends (a panic included).
 struct StopGuard(Arc<Shared>);
 
@@ -232,8 +248,9 @@ impl<B: Backend> Engine<B> {
     fn run(mut self) {
         let _guard = StopGuard(self.shared.clone());
         loop {
-            // Idle: block until a message arrives.
+            // Idle: block until a message arrives (a step still in flight lands first).
             if self.seqs.is_empty() {
+                self.land();
                 if self.draining {
                     // A turn the engine ended waits to be trimmed to what its client got:
                     // the output side's word is on its way (bounded, should it be lost).
@@ -366,6 +383,14 @@ impl<B: Backend> Engine<B> {
     }
 
     /// One scheduling step and forward pass. `false` when nothing was scheduled.
+    ///
+    /// With step overlap (a backend that queues work) the step's draws are left in
+    /// flight: the next step is scheduled, laid out and queued behind them, its decodes
+    /// reading the draws on the device, and only then are they waited for and accepted
+    /// ([`Engine::land`]), while the device runs that next pass. A sequence that ended
+    /// in the landed step has computed one row more, which nothing reads. A step that
+    /// needs a drawn token on the host (a recompute after preemption) lands the flight
+    /// first.
     fn step(&mut self) -> bool {
         let mut phase = Phases::start();
         let mut out = self.sched.schedule(&mut self.seqs, &mut self.kvm);
@@ -394,26 +419,49 @@ impl<B: Backend> Engine<B> {
             self.release_lru_session();
         }
         if out.chunks.is_empty() {
-            return false;
+            return self.land();
+        }
+        if self
+            .flight
+            .as_ref()
+            .is_some_and(|f| !self.runs_behind(f, &out))
+        {
+            self.land();
+            out.chunks.retain(|c| self.seqs.contains_key(&c.seq));
+            if out.chunks.is_empty() {
+                return true;
+            }
         }
         let prepared = match self.prepare(&mut out) {
             Ok(p) => p,
             Err(e) => {
+                self.land();
                 self.fail(&out, &e.to_string());
                 return true;
             }
         };
         metrics::histogram!(names::STEP_TOKENS).record(prepared.n_tokens() as f64);
         phase.end("schedule");
-        let launched = match self.launch_with_masks(&out, prepared) {
+        let launched = if self.overlap {
+            // Masks wait for the flight's tokens; they are made while the device runs.
+            self.runner.launch(prepared)
+        } else {
+            self.launch_with_masks(&out, prepared)
+        };
+        let launched = match launched {
             Ok(l) => l,
             Err(e) => {
+                self.land();
                 self.fail(&out, &e.to_string());
                 return true;
             }
         };
         phase.end("forward");
         self.sched.commit(&out, &mut self.seqs);
+        // The step ahead comes back: its tokens are this pass's inputs, and its ended
+        // sequences' rows in this pass are dropped.
+        self.land();
+        out.chunks.retain(|c| self.seqs.contains_key(&c.seq));
         for c in &out.chunks {
             if let Some(seq) = self.seqs.get(&c.seq).filter(|s| !s.no_trace) {
                 let end = c.start_pos + c.n_tokens;
@@ -423,15 +471,15 @@ impl<B: Backend> Engine<B> {
                 }
             }
         }
-        // Snapshots are copied now, before a session parks (and is written out).
+        // Snapshots are copied now: after this pass, before the next (and before a
+        // session parks and is written out).
         let copies = self.take_state_copies();
         if let Err(e) = self.runner.copy_state_slots(&copies) {
             self.fail(&out, &e.to_string());
             return true;
         }
-        let mut finished = Vec::new();
+        let mut ended = Vec::new();
         let mut builds = Vec::new();
-        let mut completed = 0;
         // Each sampling row's grammar mask (a failed constraint ends its sequence).
         let mut masks: Vec<(u64, Option<TokenMask>)> = Vec::new();
         for c in out.chunks.iter().filter(|c| c.samples) {
@@ -446,7 +494,7 @@ impl<B: Backend> Engine<B> {
                 Ok(mask) => masks.push((c.seq, mask)),
                 Err(e) => {
                     self.output.send(OutMsg::Error(c.seq, e.to_string()));
-                    finished.push(c.seq);
+                    ended.push(c.seq);
                 }
             }
         }
@@ -454,8 +502,8 @@ impl<B: Backend> Engine<B> {
             .into_iter()
             .map(|(id, mask)| self.seqs[&id].draw(id, mask))
             .collect();
-        let sampled = match self.runner.collect(launched, &draws) {
-            Ok(s) => s.sampled,
+        let drawing = match self.runner.start_draws(launched, &draws) {
+            Ok(d) => d,
             Err(e) => {
                 drop(draws);
                 self.fail(&out, &e.to_string());
@@ -463,7 +511,58 @@ impl<B: Backend> Engine<B> {
             }
         };
         drop(draws);
+        for id in ended {
+            let all = self.seqs.get(&id).map_or(0, |s| s.tokens.len());
+            self.park_session(id, all);
+            self.remove(id);
+            metrics::counter!(names::REQUESTS_FINISHED).increment(1);
+            self.stats().requests_finished += 1;
+        }
+        for id in builds {
+            self.finish_build(id);
+        }
+        self.flight = Some(Flight { out, drawing });
+        if !self.overlap {
+            self.land();
+        }
+        phase.end("finish");
+        true
+    }
+
+    /// Whether `out` can be queued behind `flight`'s draws: each chunk's tokens are known
+    /// on the host, or it is a decode of a token the flight draws.
+    fn runs_behind(&self, flight: &Flight, out: &SchedulerOutput) -> bool {
+        out.chunks.iter().all(|c| {
+            let Some(seq) = self.seqs.get(&c.seq) else {
+                return true;
+            };
+            let (known, end) = (seq.tokens.len(), c.start_pos + c.n_tokens);
+            end <= known
+                || (end == known + 1
+                    && c.n_tokens == 1
+                    && c.start_pos >= seq.prompt_len
+                    && flight.drawing.has(c.seq))
+        })
+    }
+
+    /// The step in flight, if any, comes back: its tokens are accepted, streamed out, and
+    /// its ended sequences parked and removed. `false` when none was in flight.
+    fn land(&mut self) -> bool {
+        let Some(Flight { out, drawing }) = self.flight.take() else {
+            return false;
+        };
+        let mut phase = Phases::start();
+        let sampled = match self.runner.finish_draws(drawing) {
+            Ok(s) => s.sampled,
+            Err(e) => {
+                self.fail(&out, &e.to_string());
+                return true;
+            }
+        };
         phase.end("sample");
+        let generated = sampled.len() as u64;
+        let mut finished = Vec::new();
+        let mut completed = 0;
         let mut tokens = Vec::with_capacity(sampled.len());
         for (id, s) in sampled {
             let Some(seq) = self.seqs.get_mut(&id) else {
@@ -500,21 +599,17 @@ impl<B: Backend> Engine<B> {
             });
         }
         self.output.send(OutMsg::Tokens(tokens));
-        let generated = (out.chunks.iter().filter(|c| c.samples).count() - builds.len()) as u64;
         for id in finished {
             let all = self.seqs.get(&id).map_or(0, |s| s.tokens.len());
             self.park_session(id, all);
             self.remove(id);
-        }
-        for id in builds {
-            self.finish_build(id);
         }
         let mut st = self.stats();
         st.generated_tokens_total += generated;
         st.steps += 1;
         st.requests_finished += completed;
         drop(st);
-        phase.end("finish");
+        phase.end("land");
         true
     }
 
@@ -539,18 +634,21 @@ impl<B: Backend> Engine<B> {
             .map(|c| (c.src, c.dst))
             .collect();
         step.state_copies = self.take_state_copies();
+        let flight = self.flight.as_ref().map(|f| &f.drawing);
         step.chunks = out
             .chunks
             .iter_mut()
             .map(|c| {
                 let seq = &self.seqs[&c.seq];
                 let end = c.start_pos + c.n_tokens;
+                // The token the step in flight draws for it, not on the host yet.
+                let drawing = flight.is_some_and(|d| d.has(c.seq)) as usize;
                 // A decode of the last generated token runs the row's last draw: the
-                // runner fills it in (the placeholder an overlapped step needs). A
-                // one-token piece of a recompute after preemption is not the last token.
+                // runner fills it in (on the device, if it is still there). A one-token
+                // piece of a recompute after preemption is not the last token.
                 let tokens = if c.n_tokens == 1
                     && c.start_pos >= seq.prompt_len
-                    && end == seq.tokens.len()
+                    && end == seq.tokens.len() + drawing
                 {
                     ChunkTokens::LastDrawn
                 } else {

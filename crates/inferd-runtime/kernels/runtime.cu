@@ -66,6 +66,24 @@ int ifd_copy(void* dst, const void* src, size_t bytes, void* stream) {
       cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ifd::as_stream(stream)));
 }
 
+int ifd_event_create(void** event) {
+  return static_cast<int>(cudaEventCreateWithFlags(reinterpret_cast<cudaEvent_t*>(event),
+                                                   cudaEventDisableTiming));
+}
+
+int ifd_event_record(void* event, void* stream) {
+  return static_cast<int>(
+      cudaEventRecord(static_cast<cudaEvent_t>(event), ifd::as_stream(stream)));
+}
+
+int ifd_event_sync(void* event) {
+  return static_cast<int>(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+}
+
+int ifd_event_destroy(void* event) {
+  return static_cast<int>(cudaEventDestroy(static_cast<cudaEvent_t>(event)));
+}
+
 int ifd_memset(void* ptr, int value, size_t bytes, void* stream) {
   if (bytes == 0) return 0;
   return static_cast<int>(cudaMemsetAsync(ptr, value, bytes, ifd::as_stream(stream)));

@@ -41,6 +41,11 @@ pub struct ForwardBatch {
     pub seqs: Vec<SeqChunk>,
     /// Indices into `tokens` whose logits are wanted (usually each chunk's last token).
     pub logits_rows: Vec<usize>,
+    /// Tokens not known on the host yet: `(index into tokens, row)` takes the token the
+    /// last sample op ([`crate::Backend::sample_start`]) drew for its `row`-th row, still
+    /// on the device (`tokens[index]` holds 0 until the backend fills it in there). What
+    /// lets a step be queued before the step ahead of it has come back.
+    pub drawn: Vec<(usize, usize)>,
 }
 
 impl ForwardBatch {
@@ -169,6 +174,9 @@ impl ForwardBatch {
         }
         if let Some(r) = self.logits_rows.iter().find(|&&r| r >= self.tokens.len()) {
             return Err(format!("logits row {r} out of range"));
+        }
+        if let Some((i, _)) = self.drawn.iter().find(|(i, _)| *i >= self.tokens.len()) {
+            return Err(format!("drawn token {i} out of range"));
         }
         Ok(())
     }

@@ -92,8 +92,17 @@ impl Sampler {
         Some(plan)
     }
 
-    /// The [`Sampled`] of a planned draw from what the backend found.
+    /// The [`Sampled`] of a planned draw from what the backend found ([`DrawPlan::finish`]).
     pub fn finish_draw(&self, plan: &DrawPlan, d: &DeviceDraw) -> Sampled {
+        plan.finish(d)
+    }
+}
+
+impl DrawPlan {
+    /// The [`Sampled`] of this draw from what the backend found: the token, and the
+    /// logprobs asked for from the logits' log-sum-exp pieces.
+    pub fn finish(&self, d: &DeviceDraw) -> Sampled {
+        let plan = self;
         match plan.logprobs {
             None => Sampled {
                 token: d.token,

@@ -8,7 +8,10 @@
 //! 2. [`ModelRunner::launch`]: the block and state copies, then the forward pass
 //!    (its logits stay in the workspace); the engine computes grammar masks meanwhile;
 //! 3. [`ModelRunner::collect`]: each sampling row the engine asks for draws its token
-//!    from its logits row on the device; only ids and logprobs come back.
+//!    from its logits row on the device; only ids and logprobs come back. In two halves
+//!    for overlapped steps: [`ModelRunner::start_draws`] queues the draws, and
+//!    [`ModelRunner::finish_draws`] waits for their ids, so the next step can be prepared
+//!    and launched in between (its decodes read the draws on the device).
 //!
 //! The contract is in [`step`]. Invariants: a row's table only grows while its
 //! sequence runs (cleared by preemption, dropped at the end); a chunk starts where the
@@ -26,7 +29,7 @@ use inferd_core::sampling::Extra;
 use inferd_grammar::TokenMask;
 use inferd_runtime::{Backend, ForwardBatch, KvLayout, Model, RuntimeError, SampleRow, Workspace};
 
-use rows::Rows;
+use rows::{Drawn, Rows};
 pub(crate) use step::{ChunkTokens, Draw, NewRow, StepChunk, StepInput, StepOutput};
 
 type Result<T> = std::result::Result<T, RuntimeError>;
@@ -38,6 +41,8 @@ pub(crate) struct ModelRunner<B: Backend> {
     /// The pass's device buffers, allocated once (grown if a pass is larger).
     ws: Workspace<B>,
     rows: Rows,
+    /// Sample ops started so far (a row's [`Drawn::OnDevice`] names the one it is in).
+    draw_calls: u64,
 }
 
 /// A step whose diff is applied and whose pass is laid out, not yet run.
@@ -62,6 +67,22 @@ pub(crate) struct Launched {
     sampling: Vec<SeqId>,
 }
 
+/// A step whose draws are queued ([`ModelRunner::start_draws`]), until
+/// [`ModelRunner::finish_draws`] brings them back.
+pub(crate) struct Drawing {
+    /// The drawing sequences, in draw order.
+    seqs: Vec<SeqId>,
+    /// The sample op's number.
+    call: u64,
+}
+
+impl Drawing {
+    /// Whether `seq` draws in it.
+    pub fn has(&self, seq: SeqId) -> bool {
+        self.seqs.contains(&seq)
+    }
+}
+
 impl<B: Backend> ModelRunner<B> {
     pub fn new(model: Model<B>, kv: B::Kv, layout: KvLayout, ws: Workspace<B>) -> Self {
         ModelRunner {
@@ -70,6 +91,7 @@ impl<B: Backend> ModelRunner<B> {
             layout,
             ws,
             rows: Rows::default(),
+            draw_calls: 0,
         }
     }
 
@@ -91,18 +113,30 @@ impl<B: Backend> ModelRunner<B> {
         for c in &step.chunks {
             let r = self.rows.get(c.seq).expect("apply made every chunk's row");
             let last;
+            let mut on_device = None;
             let tokens = match &c.tokens {
                 ChunkTokens::Known(t) => t.as_slice(),
                 ChunkTokens::LastDrawn => {
-                    last = [r.last_drawn.ok_or_else(|| {
-                        RuntimeError::BadBatch(format!(
-                            "sequence {}: a decode of its last draw, and it drew none",
-                            c.seq
-                        ))
-                    })?];
+                    last = [match r.last_drawn {
+                        Some(Drawn::Known(t)) => t,
+                        Some(Drawn::OnDevice { call, row }) if call == self.draw_calls => {
+                            on_device = Some(row);
+                            0
+                        }
+                        _ => {
+                            return Err(RuntimeError::BadBatch(format!(
+                                "sequence {}: a decode of its last draw, and it drew none \
+                                 the runner can reach",
+                                c.seq
+                            )))
+                        }
+                    }];
                     &last[..]
                 }
             };
+            if let Some(row) = on_device {
+                batch.drawn.push((batch.n_tokens(), row));
+            }
             batch.push_in_slot(
                 tokens,
                 c.start_pos,
@@ -135,9 +169,18 @@ impl<B: Backend> ModelRunner<B> {
         })
     }
 
-    /// Phase 3: draws the token of each of `draws` (sampling rows of the launched pass,
+    /// Phase 3 in one call (the runner's tests): draws the token of each of `draws` (sampling rows of the launched pass,
     /// any subset, any order) on the device; `out.sampled[i]` is `draws[i]`'s.
+    #[cfg(test)]
     pub fn collect(&mut self, launched: Launched, draws: &[Draw<'_>]) -> Result<StepOutput> {
+        let drawing = self.start_draws(launched, draws)?;
+        self.finish_draws(drawing)
+    }
+
+    /// Phase 3's first half: queues the draws of `draws` (as [`ModelRunner::collect`]).
+    /// Each drawing row's next decode may run before [`ModelRunner::finish_draws`]: it
+    /// reads the token where the draw left it.
+    pub fn start_draws(&mut self, launched: Launched, draws: &[Draw<'_>]) -> Result<Drawing> {
         let logits_row: HashMap<SeqId, usize> = launched
             .sampling
             .iter()
@@ -165,16 +208,35 @@ impl<B: Backend> ModelRunner<B> {
                 },
             });
         }
-        let mut sampled = Vec::with_capacity(draws.len());
-        self.model
-            .sample(&self.ws, &mut sample_rows, &mut sampled)?;
+        let known = self.model.sample_start(&self.ws, &mut sample_rows)?;
         drop(sample_rows);
-        let mut out = StepOutput::default();
-        for (d, s) in draws.iter().zip(sampled) {
+        self.draw_calls += 1;
+        let call = self.draw_calls;
+        for (i, (d, k)) in draws.iter().zip(known).enumerate() {
             if let Some(r) = self.rows.get_mut(d.seq) {
-                r.note_sampled(s.token);
+                r.last_drawn = Some(match k {
+                    Some(t) => Drawn::Known(t),
+                    None => Drawn::OnDevice { call, row: i },
+                });
             }
-            out.sampled.push((d.seq, s));
+        }
+        Ok(Drawing {
+            seqs: draws.iter().map(|d| d.seq).collect(),
+            call,
+        })
+    }
+
+    /// Phase 3's second half: waits for `drawing`'s ids (and for no pass queued since);
+    /// `out.sampled[i]` is its `i`-th draw's.
+    pub fn finish_draws(&mut self, drawing: Drawing) -> Result<StepOutput> {
+        let mut sampled = Vec::with_capacity(drawing.seqs.len());
+        self.model.sample_finish(&mut sampled)?;
+        let mut out = StepOutput::default();
+        for (&seq, s) in drawing.seqs.iter().zip(sampled) {
+            if let Some(r) = self.rows.get_mut(seq) {
+                r.note_sampled(s.token, drawing.call);
+            }
+            out.sampled.push((seq, s));
         }
         Ok(out)
     }

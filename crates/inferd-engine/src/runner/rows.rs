@@ -26,7 +26,17 @@ pub(crate) struct Row {
     /// breaker (the DRY penalty's history).  // [generated]
     pub dry: Option<(Arc<Tokenizer>, Vec<bool>)>,
     /// The token it drew last ([`super::ChunkTokens::LastDrawn`] runs it).
-    pub last_drawn: Option<u32>,
+    pub last_drawn: Option<Drawn>,
+}
+
+/// Where a row's last draw is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Drawn {
+    /// On the host: this token.
+    Known(u32),
+    /// Still on the device: row `row` of the runner's `call`-th sample op (a pass queued
+    /// before that op's ids came back reads it there, `ForwardBatch::drawn`).
+    OnDevice { call: u64, row: usize },
 }
 
 impl Row {
@@ -42,9 +52,13 @@ impl Row {
         }
     }
 
-    /// A token just drawn: the next decode's input, and DRY's breaker flag.
-    pub fn note_sampled(&mut self, token: u32) {
-        self.last_drawn = Some(token);
+    /// A token drawn (known on the host now): the next decode's input unless the row has
+    /// drawn again since (`call`, the sample op's), and DRY's breaker flag.
+    pub fn note_sampled(&mut self, token: u32, call: u64) {
+        match self.last_drawn {
+            Some(Drawn::OnDevice { call: c, .. }) if c != call => {}
+            _ => self.last_drawn = Some(Drawn::Known(token)),
+        }
         if let Some((tok, breaks)) = &mut self.dry {
             let text = tok.decode(&[token], false).unwrap_or_default();
             let breakers = &self.sampler.params().dry.sequence_breakers;

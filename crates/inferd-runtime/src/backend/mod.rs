@@ -473,13 +473,38 @@ pub trait Backend: Send + Sync {
     /// sampler says (greedy, temperature, top-k/top-p/min-p, penalties, DRY, the grammar
     /// mask, seeded PRNG) and reports the logprobs asked for: `out[i]` is `rows[i]`'s.
     /// Only token ids and logprobs leave the device. A row's draw depends on its own
-    /// logits, history and sampler only.
+    /// logits, history and sampler only. [`Backend::sample_start`] then
+    /// [`Backend::sample_finish`].
     fn sample(
         &self,
         logits: &Self::Tensor,
         rows: &mut [SampleRow<'_>],
         out: &mut Vec<Sampled>,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        self.sample_start(logits, rows)?;
+        self.sample_finish(out)
+    }
+
+    /// The first half of [`Backend::sample`]: queues the draws (the PRNG and the histories
+    /// are read now) and returns, per row, its token where the host knows it already
+    /// (`None`: on the device, where a later pass can read it through
+    /// [`ForwardBatch::drawn`] before [`Backend::sample_finish`] has brought it back). One
+    /// sample op is queued at a time.
+    fn sample_start(
+        &self,
+        logits: &Self::Tensor,
+        rows: &mut [SampleRow<'_>],
+    ) -> Result<Vec<Option<u32>>>;
+
+    /// Waits for the draws `sample_start` queued (and for nothing queued after them) and
+    /// reports them: `out[i]` is row `i`'s.
+    fn sample_finish(&self, out: &mut Vec<Sampled>) -> Result<()>;
+
+    /// Whether ops only queue work for a device that runs it later (a GPU): the engine
+    /// then queues a step before the previous one has come back.
+    fn queues_work(&self) -> bool {
+        false
+    }
 }
 
 /// `from_host`'s argument check: `data` holds exactly `rows × cols` values.

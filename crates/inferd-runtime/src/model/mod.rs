@@ -306,6 +306,24 @@ impl<B: Backend> Model<B> {
             self.backend.synchronize()
         })
     }
+
+    /// [`Model::sample`]'s first half ([`Backend::sample_start`]): the draws queued; per
+    /// row its token where the host has it already.
+    pub fn sample_start(
+        &self,
+        ws: &Workspace<B>,
+        rows: &mut [SampleRow<'_>],
+    ) -> Result<Vec<Option<u32>>> {
+        self.backend
+            .run(|| self.backend.sample_start(ws.logits(), rows))
+    }
+
+    /// [`Model::sample`]'s second half ([`Backend::sample_finish`]): waits for the draws
+    /// queued by `sample_start`, and for nothing queued after them (a next pass);
+    /// `out[i]` is row `i`'s.
+    pub fn sample_finish(&self, out: &mut Vec<Sampled>) -> Result<()> {
+        self.backend.run(|| self.backend.sample_finish(out))
+    }
 }
 
 /// Refuses a hybrid model on a backend without linear-attention layers.

@@ -110,6 +110,10 @@ pub struct Args {
     /// and snapshots), 0..1, default 0.5.
     #[arg(long)]
     state_fraction: Option<f64>,
+    /// Queue each step before the one ahead of it has come back, so the host's work on a
+    /// step overlaps the device's on the one before: auto (on for a GPU), on, off.
+    #[arg(long, value_parser = ["auto", "on", "off"])]
+    step_overlap: Option<String>,
     /// Hybrid models: a recurrent-state snapshot every this many tokens (default 512),
     /// besides those at the end of every context and session turn.
     #[arg(long)]
@@ -204,6 +208,12 @@ pub fn run(a: Args) -> Result<()> {
             bail!("--state-fraction must be in (0, 1), got {f}");
         }
         engine_cfg.state_fraction = f;
+    }
+    match a.step_overlap.as_deref() {
+        Some("on") => engine_cfg.step_overlap = Some(true),
+        Some("off") => engine_cfg.step_overlap = Some(false),
+        Some(_) => engine_cfg.step_overlap = None,
+        None => {}
     }
     if let Some(dir) = &a.spill_dir {
         engine_cfg.spill = Some(inferd_engine::SpillConfig {

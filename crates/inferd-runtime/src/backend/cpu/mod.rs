@@ -58,6 +58,9 @@ pub struct CpuBackend {
     linear: inferd_quant::LinearConfig,
     f32_activations: bool,
     bf16_like_cuda: bool,
+    /// The draws of the sample op started last, until `sample_finish` takes them (the
+    /// CPU draws at `sample_start`: every token is known on the host at once).
+    drawn: Arc<std::sync::Mutex<Vec<Sampled>>>,
 }
 
 impl CpuBackend {
@@ -85,6 +88,7 @@ impl CpuBackend {
             linear,
             f32_activations: cfg.f32_activations,
             bf16_like_cuda: cfg.bf16_like_cuda,
+            drawn: Default::default(),
         }
     }
 
@@ -180,6 +184,12 @@ impl Backend for CpuBackend {
         _attn: &AttnConfig,
         kv: &KvLayout,
     ) -> Result<CpuBatch> {
+        if let Some((i, _)) = batch.drawn.first() {
+            // Every draw is known on the host once started: the caller fills them in.
+            return Err(RuntimeError::BadBatch(format!(
+                "token {i} left to the device's last draw, and the CPU keeps none there"
+            )));
+        }
         CpuBatch::new(batch, rope, kv, self.f32_activations)
     }
 
@@ -481,7 +491,26 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn sample(
+    fn sample_start(
+        &self,
+        logits: &CpuTensor,
+        rows: &mut [SampleRow<'_>],
+    ) -> Result<Vec<Option<u32>>> {
+        let mut out = self.drawn.lock().unwrap_or_else(|e| e.into_inner());
+        self.draw_rows(logits, rows, &mut out)?;
+        Ok(out.iter().map(|s| Some(s.token)).collect())
+    }
+
+    fn sample_finish(&self, out: &mut Vec<Sampled>) -> Result<()> {
+        let mut drawn = self.drawn.lock().unwrap_or_else(|e| e.into_inner());
+        *out = std::mem::take(&mut *drawn);
+        Ok(())
+    }
+}
+
+impl CpuBackend {
+    /// Each row's draw from its logits row, in parallel (rows are independent).
+    fn draw_rows(
         &self,
         logits: &CpuTensor,
         rows: &mut [SampleRow<'_>],

@@ -190,6 +190,44 @@ impl Device {
         self.sync()
     }
 
+    /// Queues a copy of `n` bytes from `src + offset` into pinned host memory, not waited
+    /// for: the bytes are there once an [`Event`] recorded after it has completed.
+    pub fn read_async(
+        &self,
+        src: &DeviceBuffer,
+        offset: usize,
+        dst: &mut PinnedBuffer,
+        n: usize,
+    ) -> Result<()> {
+        src.check_range(offset, n)?;
+        if n > dst.bytes {
+            return Err(RuntimeError::Device(format!(
+                "a read-back of {n} bytes into {} pinned bytes",
+                dst.bytes
+            )));
+        }
+        check(
+            unsafe {
+                ffi::ifd_copy(
+                    dst.ptr,
+                    src.ptr.cast::<u8>().add(offset).cast(),
+                    n,
+                    self.stream,
+                )
+            },
+            "copying from the device",
+        )
+    }
+
+    /// Queues a device-to-device copy of `bytes` between raw device addresses (within
+    /// buffers the caller keeps alive until the copy has run).
+    pub fn copy_raw(&self, dst: usize, src: usize, bytes: usize) -> Result<()> {
+        check(
+            unsafe { ffi::ifd_copy(dst as *mut c_void, src as *const c_void, bytes, self.stream) },
+            "copying on the device",
+        )
+    }
+
     /// Queues a device-to-device copy of `bytes`.
     pub fn copy_within(
         &self,
@@ -296,6 +334,10 @@ impl PinnedBuffer {
         self.ptr
     }
 
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
     /// The first `n` bytes (the caller has synchronized with any copy into them).
     pub fn slice(&self, n: usize) -> &[u8] {
         assert!(n <= self.bytes);
@@ -312,5 +354,54 @@ impl PinnedBuffer {
 impl Drop for PinnedBuffer {
     fn drop(&mut self) {
         unsafe { ffi::ifd_host_free(self.ptr) };
+    }
+}
+
+/// A point in the stream's queue: [`Event::wait`] returns once the work queued before
+/// the last [`Event::record`] has run, whatever was queued after it.
+pub struct Event {
+    ev: *mut c_void,
+    device: Arc<Device>,
+}
+
+// SAFETY: a CUDA event handle may be used from any host thread.
+unsafe impl Send for Event {}
+unsafe impl Sync for Event {}
+
+impl Event {
+    pub fn new(device: &Arc<Device>) -> Result<Event> {
+        device.bind()?;
+        let mut ev = std::ptr::null_mut();
+        check(
+            unsafe { ffi::ifd_event_create(&mut ev) },
+            "creating an event",
+        )?;
+        Ok(Event {
+            ev,
+            device: device.clone(),
+        })
+    }
+
+    /// Marks the work queued on the device's stream so far.
+    pub fn record(&self, device: &Device) -> Result<()> {
+        check(
+            unsafe { ffi::ifd_event_record(self.ev, device.stream) },
+            "recording an event",
+        )
+    }
+
+    /// Waits for the work queued before the last `record`; its first error, if any.
+    pub fn wait(&self) -> Result<()> {
+        check(
+            unsafe { ffi::ifd_event_sync(self.ev) },
+            "waiting for the device",
+        )
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        let _ = self.device.bind();
+        unsafe { ffi::ifd_event_destroy(self.ev) };
     }
 }

@@ -66,6 +66,10 @@ extern "C" {
     pub fn ifd_host_alloc(ptr: *mut *mut c_void, bytes: usize) -> c_int;
     pub fn ifd_host_free(ptr: *mut c_void) -> c_int;
     pub fn ifd_copy(dst: *mut c_void, src: *const c_void, bytes: usize, stream: Stream) -> c_int;
+    pub fn ifd_event_create(event: *mut *mut c_void) -> c_int;
+    pub fn ifd_event_record(event: *mut c_void, stream: Stream) -> c_int;
+    pub fn ifd_event_sync(event: *mut c_void) -> c_int;
+    pub fn ifd_event_destroy(event: *mut c_void) -> c_int;
     pub fn ifd_memset(ptr: *mut c_void, value: c_int, bytes: usize, stream: Stream) -> c_int;
     pub fn ifd_last_error() -> c_int;
     pub fn ifd_capture_begin(stream: Stream) -> c_int;

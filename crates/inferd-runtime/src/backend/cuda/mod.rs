@@ -556,6 +556,7 @@ impl Backend for CudaBackend {
         self.inner.dev.bind()?;
         let i = &self.inner;
         let mut b = CudaBatch::new(&i.dev, &i.batches, &i.buckets, &i.rope, batch, rope, kv)?;
+        self.copy_drawn(&b, &batch.drawn)?;
         let paged_ok = kv.dtype == KvDtype::Bf16
             || (kv.dtype.is_8bit()
                 && unsafe {
@@ -1167,13 +1168,20 @@ impl Backend for CudaBackend {
         self.inner.dev.upload(&out.buf, 0, weight::as_bytes(data))
     }
 
-    fn sample(
+    fn sample_start(
         &self,
         logits: &CudaTensor,
         rows: &mut [SampleRow<'_>],
-        out: &mut Vec<Sampled>,
-    ) -> Result<()> {
-        self.sample_rows(logits, rows, out)
+    ) -> Result<Vec<Option<u32>>> {
+        self.sample_start_rows(logits, rows)
+    }
+
+    fn sample_finish(&self, out: &mut Vec<Sampled>) -> Result<()> {
+        self.sample_finish_rows(out)
+    }
+
+    fn queues_work(&self) -> bool {
+        true
     }
 }
 

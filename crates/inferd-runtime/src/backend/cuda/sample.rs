@@ -9,11 +9,17 @@
 //!   and its results (token, the logprobs' pieces) read back in one; the host finishes
 //!   each with `Sampler::finish_draw`, so the result is the host sampler's bit for bit;
 //! - DRY rows: their logits row is read back for the host sampler.
+//!
+//! The op runs in two halves (`Backend::sample_start` / `sample_finish`): the first queues
+//! the kernels and the read-backs into pinned memory, then records an event; the second
+//! waits for that event alone, so a pass queued in between keeps the GPU busy. Until the
+//! next start, each device-drawn row's token stays where its kernel wrote it
+//! (`SampleScratch::src`), for a queued pass's `ForwardBatch::drawn` to copy.
 
 use inferd_core::sampling::{DeviceDraw, DrawPlan, PenaltyEntry, Sampled};
 use rayon::prelude::*;
 
-use super::device::DeviceBuffer;
+use super::device::{DeviceBuffer, Event, PinnedBuffer};
 use super::ffi::{self, check};
 use super::tensor::CudaTensor;
 use super::weight::as_bytes;
@@ -62,7 +68,7 @@ struct SampleOut {
 const _: () = assert!(std::mem::size_of::<SamplePlan>() == 72);
 const _: () = assert!(std::mem::size_of::<SampleOut>() == 184);
 
-/// The op's reused buffers (one `sample` call at a time).
+/// The op's reused buffers (one `sample` op at a time).
 #[derive(Default)]
 pub(super) struct SampleScratch {
     /// Greedy rows: row ids then results, i32 each.  // [2, capacity]
@@ -73,8 +79,28 @@ pub(super) struct SampleScratch {
     work: Option<DeviceBuffer>,
     /// Planned rows' results.  // SampleOut [rows]
     outs: Option<DeviceBuffer>,
+    /// Greedy rows' ids read back.  // i32 [capacity]
+    ids_host: Option<PinnedBuffer>,
+    /// Planned rows' results read back.  // SampleOut [capacity]
+    outs_host: Option<PinnedBuffer>,
     /// Logits rows read back for the host sampler.  // f32 [host rows, vocab]
     host_logits: Vec<f32>,
+    /// Recorded after the read-backs of the op started last.
+    done: Option<Event>,
+    /// The op started last, until `sample_finish`.
+    started: Option<Started>,
+    /// Per row of the op started last: the device address of its token (i32), `None` for
+    /// a row drawn on the host.  // [rows]
+    pub src: Vec<Option<usize>>,
+}
+
+/// A started op's rows, as `sample_finish` completes them.
+struct Started {
+    ways: Vec<Way>,
+    n_argmax: usize,
+    n_plans: usize,
+    /// The host rows' draws, in row order.
+    host: Vec<Sampled>,
 }
 
 /// How one row is drawn.
@@ -85,12 +111,12 @@ enum Way {
 }
 
 impl CudaBackend {
-    pub(super) fn sample_rows(
+    /// `Backend::sample_start`: plans, kernels and read-backs queued, the event recorded.
+    pub(super) fn sample_start_rows(
         &self,
         logits: &CudaTensor,
         rows: &mut [SampleRow<'_>],
-        out: &mut Vec<Sampled>,
-    ) -> Result<()> {
+    ) -> Result<Vec<Option<u32>>> {
         if let Some(r) = rows.iter().find(|r| r.row >= logits.rows) {
             return Err(RuntimeError::BadBatch(format!(
                 "sampling row {} of a pass with {} logits rows",
@@ -99,6 +125,8 @@ impl CudaBackend {
         }
         let vocab = logits.cols;
         let mut scratch = self.inner.sampling.lock().unwrap();
+        scratch.started = None;
+        scratch.src.clear();
         // Plans (the PRNG draws happen here, in row order), their masks and penalties.
         let mut plans: Vec<SamplePlan> = Vec::new();
         let mut words: Vec<u32> = Vec::new();
@@ -154,39 +182,125 @@ impl CudaBackend {
             .filter(|(w, _)| matches!(w, Way::Argmax))
             .map(|(_, r)| r.row as i32)
             .collect();
-        let ids = self.argmax_rows(logits, &argmax_rows, &mut scratch)?;
-        let found = self.run_plans(logits, &plans, &words, &pens, &mut scratch)?;
+        let ids_at = self.argmax_rows(logits, &argmax_rows, &mut scratch)?;
+        let outs_at = self.run_plans(logits, &plans, &words, &pens, &mut scratch)?;
         let host = self.host_draws(logits, rows, &ways, &mut scratch.host_logits)?;
+        let (mut a, mut p) = (0, 0);
+        let mut known = Vec::with_capacity(rows.len());
+        let mut host_tokens = host.iter().map(|s| s.token);
+        for way in &ways {
+            let (src, token) = match way {
+                Way::Argmax => (Some(ids_at + 4 * a), None),
+                Way::Planned(_) => (Some(outs_at + std::mem::size_of::<SampleOut>() * p), None),
+                Way::Host => (None, host_tokens.next()),
+            };
+            a += matches!(way, Way::Argmax) as usize;
+            p += matches!(way, Way::Planned(_)) as usize;
+            scratch.src.push(src);
+            known.push(token);
+        }
+        let dev = &self.inner.dev;
+        if scratch.done.is_none() {
+            scratch.done = Some(Event::new(dev)?);
+        }
+        scratch.done.as_ref().unwrap().record(dev)?;
+        scratch.started = Some(Started {
+            ways,
+            n_argmax: argmax_rows.len(),
+            n_plans: plans.len(),
+            host,
+        });
+        Ok(known)
+    }
+
+    /// The pass's tokens still on the device (`ForwardBatch::drawn`), copied from where the
+    /// last sample op wrote them into the pass's token array, after its upload; runs of
+    /// adjacent tokens from adjacent ids go as one copy.
+    pub(super) fn copy_drawn(
+        &self,
+        b: &super::batch::CudaBatch,
+        drawn: &[(usize, usize)],
+    ) -> Result<()> {
+        if drawn.is_empty() {
+            return Ok(());
+        }
+        let scratch = self.inner.sampling.lock().unwrap();
+        let mut runs: Vec<(usize, usize, usize)> = Vec::new(); // (dst, src, bytes)
+        for &(index, row) in drawn {
+            let src = scratch.src.get(row).copied().flatten().ok_or_else(|| {
+                RuntimeError::BadBatch(format!(
+                    "token {index} left to row {row} of the last draw, which has no such \
+                     row on the device"
+                ))
+            })?;
+            let dst = b.tokens() as usize + 4 * index;
+            match runs.last_mut() {
+                Some((d, s, n)) if *d + *n == dst && *s + *n == src => *n += 4,
+                _ => runs.push((dst, src, 4)),
+            }
+        }
+        for (dst, src, n) in runs {
+            self.inner.dev.copy_raw(dst, src, n)?;
+        }
+        Ok(())
+    }
+
+    /// `Backend::sample_finish`: waits for the started op's event and reads its rows.
+    pub(super) fn sample_finish_rows(&self, out: &mut Vec<Sampled>) -> Result<()> {
+        let mut scratch = self.inner.sampling.lock().unwrap();
+        let started = scratch
+            .started
+            .take()
+            .ok_or_else(|| RuntimeError::BadBatch("sample_finish with no draw started".into()))?;
+        scratch.done.as_ref().expect("recorded at start").wait()?;
+        let ids: Vec<i32> = match &scratch.ids_host {
+            Some(h) if started.n_argmax > 0 => h
+                .slice(4 * started.n_argmax)
+                .chunks_exact(4)
+                .map(|c| i32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let found: Vec<DeviceDraw> = match &scratch.outs_host {
+            Some(h) if started.n_plans > 0 => h
+                .slice(184 * started.n_plans)
+                .chunks_exact(184)
+                .map(device_draw)
+                .collect(),
+            _ => Vec::new(),
+        };
         out.clear();
-        let (mut ids, mut found, mut host) = (ids.into_iter(), found.into_iter(), host.into_iter());
-        for (r, way) in rows.iter().zip(&ways) {
+        let (mut ids, mut found) = (ids.into_iter(), found.into_iter());
+        let mut host = started.host.into_iter();
+        for way in &started.ways {
             out.push(match way {
                 Way::Argmax => Sampled {
                     token: ids.next().unwrap() as u32,
                     logprob: None,
                     top_logprobs: Vec::new(),
                 },
-                Way::Planned(plan) => r.sampler.finish_draw(plan, &found.next().unwrap()),
+                Way::Planned(plan) => plan.finish(&found.next().unwrap()),
                 Way::Host => host.next().unwrap(),
             });
         }
         Ok(())
     }
 
-    /// The argmax of each of `which` (logits rows), only the ids read back.
+    /// The argmax of each of `which` (logits rows), its ids read back into pinned memory
+    /// (not waited for); the device address of the first id.
     fn argmax_rows(
         &self,
         logits: &CudaTensor,
         which: &[i32],
         scratch: &mut SampleScratch,
-    ) -> Result<Vec<i32>> {
+    ) -> Result<usize> {
         let n = which.len();
-        let mut ids = vec![0i32; n];
         if n == 0 {
-            return Ok(ids);
+            return Ok(0);
         }
         let dev = &self.inner.dev;
-        let buf = grown(dev, &mut scratch.draws, 8 * n.next_power_of_two().max(64))?;
+        let cap = n.next_power_of_two().max(64);
+        let buf = grown(dev, &mut scratch.draws, 8 * cap)?;
         let half = buf.bytes() / 2;
         dev.upload(buf, 0, as_bytes(which))?;
         let lp = logits.f32_ptr("sample")?;
@@ -203,13 +317,14 @@ impl CudaBackend {
             },
             "argmax",
         )?;
-        dev.download(buf, half, unsafe {
-            std::slice::from_raw_parts_mut(ids.as_mut_ptr().cast::<u8>(), 4 * n)
-        })?;
-        Ok(ids)
+        let at = buf.at::<u8>(half) as usize;
+        let host = pinned(&mut scratch.ids_host, 4 * cap)?;
+        dev.read_async(buf, half, host, 4 * n)?;
+        Ok(at)
     }
 
-    /// Runs the planned draws: one upload of their inputs, one kernel, one read-back.
+    /// Runs the planned draws: one upload of their inputs, one kernel, one read-back into
+    /// pinned memory (not waited for); the device address of the first result.
     fn run_plans(
         &self,
         logits: &CudaTensor,
@@ -217,10 +332,10 @@ impl CudaBackend {
         words: &[u32],
         pens: &[u32],
         scratch: &mut SampleScratch,
-    ) -> Result<Vec<DeviceDraw>> {
+    ) -> Result<usize> {
         let n = plans.len();
         if n == 0 {
-            return Ok(Vec::new());
+            return Ok(0);
         }
         let vocab = logits.cols;
         let dev = &self.inner.dev;
@@ -255,25 +370,10 @@ impl CudaBackend {
             },
             "sample plans",
         )?;
-        let mut raw = vec![0u8; 184 * n];
-        dev.download(outs, 0, &mut raw)?;
-        Ok(raw
-            .chunks_exact(184)
-            .map(|c| {
-                // SAFETY: 184 bytes written by the kernel as one SampleOut (plain data).
-                let o: SampleOut = unsafe { std::ptr::read_unaligned(c.as_ptr().cast()) };
-                let k = (o.n_top.max(0) as usize).min(MAX_TOP);
-                DeviceDraw {
-                    token: o.token as u32,
-                    chosen_logit: o.chosen,
-                    max: o.max,
-                    shifted_sum: o.shifted_sum,
-                    top: (0..k)
-                        .map(|i| (o.top_id[i] as u32, o.top_logit[i]))
-                        .collect(),
-                }
-            })
-            .collect())
+        let at = outs.ptr() as usize;
+        let host = pinned(&mut scratch.outs_host, 184 * n.next_power_of_two())?;
+        dev.read_async(outs, 0, host, 184 * n)?;
+        Ok(at)
     }
 
     /// The rows only the host sampler can draw: their logits rows read back, drawn in
@@ -315,6 +415,32 @@ impl CudaBackend {
             .collect_into_vec(&mut drawn);
         Ok(drawn)
     }
+}
+
+/// A planned row's result as the kernel wrote it (184 bytes of one `SampleOut`).
+fn device_draw(c: &[u8]) -> DeviceDraw {
+    // SAFETY: 184 bytes written by the kernel as one SampleOut (plain data).
+    let o: SampleOut = unsafe { std::ptr::read_unaligned(c.as_ptr().cast()) };
+    let k = (o.n_top.max(0) as usize).min(MAX_TOP);
+    DeviceDraw {
+        token: o.token as u32,
+        chosen_logit: o.chosen,
+        max: o.max,
+        shifted_sum: o.shifted_sum,
+        top: (0..k)
+            .map(|i| (o.top_id[i] as u32, o.top_logit[i]))
+            .collect(),
+    }
+}
+
+/// `slot`'s pinned buffer, reallocated when smaller than `bytes` (only between ops: no
+/// read-back into it is in flight then).
+fn pinned(slot: &mut Option<PinnedBuffer>, bytes: usize) -> Result<&mut PinnedBuffer> {
+    if slot.as_ref().is_none_or(|b| b.bytes() < bytes) {
+        *slot = None;
+        *slot = Some(PinnedBuffer::new(bytes)?);
+    }
+    Ok(slot.as_mut().unwrap())
 }
 
 /// `slot`'s buffer, reallocated when smaller than `bytes`.

@@ -1,0 +1,163 @@
+//! Step overlap (each step queued before the one ahead of it has come back, its decodes
+//! reading that step's draws where they were made) never changes what a request gets:
+//! the same tokens, text and finish as steps run one after the other, for greedy and
+//! seeded sampling with penalties and logprobs, stop strings, length limits, preemption
+//! and sessions. On the CPU every draw is known at once, so these runs test the engine's
+//! side (sequences scheduled before their last token is accepted, the rows of sequences
+//! that ended computed once more, a flight landed early when a step needs its tokens);
+//! the GPU's placeholders run in `scripts/gpu/run.sh`'s fleets.
+
+mod common;
+
+use std::thread;
+
+use common::*;
+use inferd_core::sampling::SamplingParams;
+use inferd_core::sched::SchedulerConfig;
+use inferd_engine::{EngineConfig, EngineHandle, GenRequest, KvBudget};
+
+fn with_overlap(overlap: bool, cfg: EngineConfig) -> EngineConfig {
+    EngineConfig {
+        step_overlap: Some(overlap),
+        ..cfg
+    }
+}
+
+/// A mix: greedy, seeded sampling with penalties and logprobs, a stop string, short
+/// length limits.
+fn requests(e: &EngineHandle, n: usize) -> Vec<GenRequest> {
+    prompts(&e.tokenizer, n)
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut r = GenRequest::greedy(p, 6 + 5 * (i % 4));
+            match i % 3 {
+                1 => {
+                    r.sampling = SamplingParams {
+                        temperature: 0.8,
+                        top_p: 0.9,
+                        presence_penalty: 0.3,
+                        seed: Some(100 + i as u64),
+                        logprobs: Some(2),
+                        ..Default::default()
+                    }
+                }
+                2 => r.stop = vec![" the".into()],
+                _ => {}
+            }
+            r
+        })
+        .collect()
+}
+
+/// All of `reqs` submitted at once.
+fn together(e: &EngineHandle, reqs: &[GenRequest]) -> Vec<Output> {
+    let mut streams: Vec<_> = reqs.iter().map(|r| e.submit(r.clone()).unwrap()).collect();
+    thread::scope(|s| {
+        let hs: Vec<_> = streams
+            .iter_mut()
+            .map(|st| s.spawn(move || collect(st)))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn assert_same(a: &[Output], b: &[Output], what: &str) {
+    assert_eq!(a.len(), b.len());
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert_eq!(x.tokens, y.tokens, "{what}: request {i} tokens differ");
+        assert_eq!(x.text, y.text, "{what}: request {i} text differs");
+        assert_eq!(x.finish, y.finish, "{what}: request {i} finish differs");
+        assert_eq!(
+            x.completion_tokens, y.completion_tokens,
+            "{what}: request {i} usage differs"
+        );
+    }
+}
+
+/// Runs `reqs` on an engine made from `cfg`, serial then overlapped; both outputs.
+fn both(cfg: EngineConfig, reqs: &[GenRequest]) -> (Vec<Output>, Vec<Output>) {
+    let run = |overlap| {
+        let e = engine(with_overlap(overlap, cfg.clone())).unwrap();
+        let out = together(&e, reqs);
+        wait_for(
+            || {
+                let st = e.stats();
+                st.running == 0 && st.kv_blocks_free == st.kv_blocks_total
+            },
+            "every block back",
+        );
+        out
+    };
+    (run(false), run(true))
+}
+
+#[test]
+fn overlapped_steps_give_what_serial_steps_give() {
+    let Some(e) = engine(config()) else { return };
+    let reqs = requests(&e, 12);
+    drop(e);
+    // Small prefill slices: prompts are sliced and mixed with decodes, and sequences
+    // end while others still prefill.
+    let cfg = EngineConfig {
+        sched: SchedulerConfig {
+            max_prefill_tokens: 48,
+            ..Default::default()
+        },
+        ..config()
+    };
+    let (serial, overlapped) = both(cfg, &reqs);
+    assert_same(&serial, &overlapped, "12 mixed requests");
+    assert!(serial.iter().any(|o| o.tokens.len() > 1));
+}
+
+#[test]
+fn overlapped_steps_under_preemption_give_what_serial_steps_give() {
+    let Some(e) = engine(config()) else { return };
+    let reqs = requests(&e, 6);
+    let bytes_per_block = e.stats().kv_bytes_per_block;
+    drop(e);
+    // Room for about two sequences: growing ones preempt others, whose recompute
+    // needs a token the flight has not brought back yet.
+    let longest = reqs
+        .iter()
+        .map(|r| r.prompt.len() + r.max_tokens)
+        .max()
+        .unwrap();
+    let blocks = (2 * longest).div_ceil(16) as u64 + 1;
+    let cfg = EngineConfig {
+        kv_budget: KvBudget::Bytes(blocks * bytes_per_block),
+        ..config()
+    };
+    let (serial, overlapped) = both(cfg, &reqs);
+    assert_same(&serial, &overlapped, "tiny KV budget");
+}
+
+#[test]
+fn a_session_resumes_the_same_with_overlapped_steps() {
+    let Some(e) = engine(config()) else { return };
+    let turn1 = prompts(&e.tokenizer, 1).remove(0);
+    drop(e);
+    let run = |overlap| {
+        let e = engine(with_overlap(overlap, config())).unwrap();
+        let mut req = GenRequest::greedy(turn1.clone(), 12);
+        req.session = Some("s".into());
+        req.ignore_eos = true;
+        let r1 = run_one(&e, req);
+        let mut turn2 = turn1.clone();
+        turn2.extend(&r1.tokens);
+        turn2.extend(e.tokenizer.encode(" And then?", false).unwrap());
+        let mut req = GenRequest::greedy(turn2, 12);
+        req.session = Some("s".into());
+        let r2 = run_one(&e, req);
+        (r1, r2)
+    };
+    let (a1, a2) = run(false);
+    let (b1, b2) = run(true);
+    assert_same(&[a1, a2.clone()], &[b1, b2.clone()], "two turns");
+    assert_eq!(
+        a2.cached_tokens, b2.cached_tokens,
+        "the parked turn is reused alike"
+    );
+    assert!(a2.cached_tokens > turn1.len() / 2);
+}
