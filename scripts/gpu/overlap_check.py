@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Step overlap on the GPU gives what serial steps give.
 
-  overlap_check.py run URL OUT.json   24 completions sent at once (greedy, seeded sampling
+  [SEQUENTIAL=1] overlap_check.py run URL OUT.json
+                                      24 completions sent at once (one at a time with
+                                      SEQUENTIAL=1) (greedy, seeded sampling
                                       with penalties and logprobs, short limits): the texts,
                                       token logprobs and finish reasons into OUT.json
   overlap_check.py compare A.json B.json
@@ -11,6 +13,7 @@ Run against `inferd serve --step-overlap off`, then `on`: a row's result never d
 the batch, so every reply must be the same.
 """
 import json
+import os
 import sys
 import threading
 import urllib.request
@@ -18,9 +21,9 @@ import urllib.request
 TOPICS = ["printing presses", "bees", "the sky", "chess", "compilers", "rain", "stars", "vaccines"]
 
 
-def request(i):
+def request(i, model):
     body = {
-        "model": "m",
+        "model": model,
         "prompt": f"Question {i}: explain {TOPICS[i % len(TOPICS)]} in detail." + " More." * (i % 5),
         "max_tokens": 8 + 10 * (i % 4),
     }
@@ -47,22 +50,30 @@ def post(url, body):
 
 def run(url, out):
     n = 24
+    with urllib.request.urlopen(url + "/v1/models", timeout=30) as r:
+        model = json.load(r)["data"][0]["id"]
     res = [None] * n
 
     def one(i):
         try:
-            res[i] = post(url, request(i))
+            res[i] = post(url, request(i, model))
         except Exception as e:  # recorded, so compare reports it
             res[i] = {"error": str(e)}
 
-    ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    if os.environ.get("SEQUENTIAL") == "1":  # one at a time: every pass the same either way
+        for i in range(n):
+            one(i)
+    else:
+        ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
     json.dump(res, open(out, "w"), indent=1)
-    errors = sum("error" in r for r in res)
-    print(f"{n} replies, {errors} errors, {sum(len(r.get('text', '')) for r in res)} chars")
+    errors = [r["error"] for r in res if "error" in r]
+    for e in errors[:3]:
+        print("  error:", e)
+    print(f"{n} replies, {len(errors)} errors, {sum(len(r.get('text', '')) for r in res)} chars")
 
 
 def compare(a, b):

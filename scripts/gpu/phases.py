@@ -31,7 +31,7 @@ def main() -> None:
     a, b, label = read(sys.argv[1]), read(sys.argv[2]), sys.argv[3]
     parts = []
     steps = 0
-    for phase in ("schedule", "forward", "sample", "finish"):
+    for phase in ("schedule", "forward", "sample", "land", "finish"):
         n = b.get((phase, "count"), 0) - a.get((phase, "count"), 0)
         s = b.get((phase, "sum"), 0) - a.get((phase, "sum"), 0)
         steps = max(steps, n)

@@ -459,8 +459,10 @@ impl<B: Backend> Engine<B> {
         phase.end("forward");
         self.sched.commit(&out, &mut self.seqs);
         // The step ahead comes back: its tokens are this pass's inputs, and its ended
-        // sequences' rows in this pass are dropped.
-        self.land();
+        // sequences' rows in this pass are dropped (timed as `sample` and `land`).
+        if self.land() {
+            phase = Phases::start();
+        }
         out.chunks.retain(|c| self.seqs.contains_key(&c.seq));
         for c in &out.chunks {
             if let Some(seq) = self.seqs.get(&c.seq).filter(|s| !s.no_trace) {
@@ -522,10 +524,10 @@ impl<B: Backend> Engine<B> {
             self.finish_build(id);
         }
         self.flight = Some(Flight { out, drawing });
+        phase.end("finish");
         if !self.overlap {
             self.land();
         }
-        phase.end("finish");
         true
     }
 

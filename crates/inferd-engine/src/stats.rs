@@ -50,8 +50,9 @@ pub mod names {
     pub const MASK_WAIT: &str = "inferd_grammar_mask_wait_seconds";
     /// Wall time of a step's phases, label `phase`: `schedule` (scheduler, block copies,
     /// the batch), `forward` (the pass queued: on a GPU its host-side preparation and
-    /// launches), `sample` (the draws, which on a GPU wait for the pass), `finish`
-    /// (tokens accepted: detokenizing, stop strings, streams, prefix registration).
+    /// launches), `finish` (prefix registration, snapshots, masks, the draws queued),
+    /// `sample` (waiting for a step's draws: on a GPU for its pass, overlapped with the
+    /// next one's host work under step overlap), `land` (its tokens accepted and streamed).
     pub const STEP_PHASE: &str = "inferd_step_phase_seconds";
     /// From a request parking to wait for the SSD tier to the bytes being back (the
     /// reader's queue, the reads and their verification).
