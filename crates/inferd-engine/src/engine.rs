@@ -514,9 +514,7 @@ impl<B: Backend> Engine<B> {
         };
         drop(draws);
         for id in ended {
-            let all = self.seqs.get(&id).map_or(0, |s| s.tokens.len());
-            self.park_session(id, all);
-            self.remove(id);
+            self.end_now(id);
             metrics::counter!(names::REQUESTS_FINISHED).increment(1);
             self.stats().requests_finished += 1;
         }
@@ -602,9 +600,7 @@ impl<B: Backend> Engine<B> {
         }
         self.output.send(OutMsg::Tokens(tokens));
         for id in finished {
-            let all = self.seqs.get(&id).map_or(0, |s| s.tokens.len());
-            self.park_session(id, all);
-            self.remove(id);
+            self.end_now(id);
         }
         let mut st = self.stats();
         st.generated_tokens_total += generated;
@@ -613,6 +609,14 @@ impl<B: Backend> Engine<B> {
         drop(st);
         phase.end("land");
         true
+    }
+
+    /// A sequence the engine ended: its session parked (with every token it has), then
+    /// its record and KV gone.
+    fn end_now(&mut self, id: u64) {
+        let all = self.seqs.get(&id).map_or(0, |s| s.tokens.len());
+        self.park_session(id, all);
+        self.remove(id);
     }
 
     /// State-slot copies the KV manager queued (restores, snapshots), in order.

@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::thread;
-
 use common::*;
 use inferd_core::sched::SchedulerConfig;
 use inferd_engine::{EngineConfig, EngineHandle, FinishReason, GenRequest, KvBudget, SubmitError};
@@ -23,17 +21,11 @@ fn alone(cfg: EngineConfig, prompts: &[Vec<u32>]) -> Vec<Output> {
 /// All prompts submitted at once.
 fn together(cfg: EngineConfig, prompts: &[Vec<u32>]) -> (Vec<Output>, EngineHandle) {
     let e = engine(cfg).unwrap();
-    let mut streams: Vec<_> = prompts
+    let reqs: Vec<_> = prompts
         .iter()
-        .map(|p| e.submit(GenRequest::greedy(p.clone(), MAX_TOKENS)).unwrap())
+        .map(|p| GenRequest::greedy(p.clone(), MAX_TOKENS))
         .collect();
-    let outs = thread::scope(|s| {
-        let hs: Vec<_> = streams
-            .iter_mut()
-            .map(|st| s.spawn(move || collect(st)))
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let outs = submit_all(&e, &reqs);
     (outs, e)
 }
 

@@ -9,8 +9,6 @@
 
 mod common;
 
-use std::thread;
-
 use common::*;
 use inferd_core::sampling::SamplingParams;
 use inferd_core::sched::SchedulerConfig;
@@ -50,18 +48,6 @@ fn requests(e: &EngineHandle, n: usize) -> Vec<GenRequest> {
         .collect()
 }
 
-/// All of `reqs` submitted at once.
-fn together(e: &EngineHandle, reqs: &[GenRequest]) -> Vec<Output> {
-    let mut streams: Vec<_> = reqs.iter().map(|r| e.submit(r.clone()).unwrap()).collect();
-    thread::scope(|s| {
-        let hs: Vec<_> = streams
-            .iter_mut()
-            .map(|st| s.spawn(move || collect(st)))
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    })
-}
-
 fn assert_same(a: &[Output], b: &[Output], what: &str) {
     assert_eq!(a.len(), b.len());
     for (i, (x, y)) in a.iter().zip(b).enumerate() {
@@ -79,7 +65,7 @@ fn assert_same(a: &[Output], b: &[Output], what: &str) {
 fn both(cfg: EngineConfig, reqs: &[GenRequest]) -> (Vec<Output>, Vec<Output>) {
     let run = |overlap| {
         let e = engine(with_overlap(overlap, cfg.clone())).unwrap();
-        let out = together(&e, reqs);
+        let out = submit_all(&e, reqs);
         wait_for(
             || {
                 let st = e.stats();

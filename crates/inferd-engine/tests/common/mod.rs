@@ -96,6 +96,18 @@ pub fn collect(stream: &mut inferd_engine::RequestStream) -> Output {
     o
 }
 
+/// All of `reqs` submitted at once, each collected on its own thread.
+pub fn submit_all(e: &EngineHandle, reqs: &[GenRequest]) -> Vec<Output> {
+    let mut streams: Vec<_> = reqs.iter().map(|r| e.submit(r.clone()).unwrap()).collect();
+    std::thread::scope(|s| {
+        let hs: Vec<_> = streams
+            .iter_mut()
+            .map(|st| s.spawn(move || collect(st)))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
 /// Runs one request alone to completion.
 pub fn run_one(e: &EngineHandle, req: GenRequest) -> Output {
     let mut s = e.submit(req).expect("submit");
