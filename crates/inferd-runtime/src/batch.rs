@@ -2,6 +2,8 @@
 //! engine's scheduler later) and the model runner: one forward pass over the
 //! tokens of many sequences, laid end to end without padding.
 
+use crate::kv::{BlockTables, TableEdit};
+
 /// A contiguous run of one sequence's tokens inside a [`ForwardBatch`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SeqChunk {
@@ -11,8 +13,10 @@ pub struct SeqChunk {
     pub n_tokens: usize,
     /// Position of the chunk's first token in its sequence (= tokens already in the KV cache).
     pub start_pos: usize,
-    /// KV blocks of this sequence in order; must cover positions `0..start_pos + n_tokens`.
-    pub block_table: Vec<u32>,
+    /// The sequence's row of the pool's block tables ([`crate::kv::BlockTables`], as this
+    /// pass's [`ForwardBatch::table_edits`] leave it): its KV blocks in order, which must
+    /// cover positions `0..start_pos + n_tokens`. Chunks of one pass name distinct rows.
+    pub table: u32,
     /// Length of the sequence's prompt. Positions before it are prompt rows, positions at or
     /// after it hold tokens the model generated. Backends compute each kind on a fixed path
     /// (CPU: prompt rows in f32, generated rows with 8-bit activations), so a token's result
@@ -46,6 +50,10 @@ pub struct ForwardBatch {
     /// on the device (`tokens[index]` holds 0 until the backend fills it in there). What
     /// lets a step be queued before the step ahead of it has come back.
     pub drawn: Vec<(usize, usize)>,
+    /// Changes to the pool's block tables, applied in order before the pass runs. A caller
+    /// that keeps a row per sequence across passes (the engine's runner) sends the blocks
+    /// appended since its last pass; [`ForwardBatch::push`] sends each chunk's whole table.
+    pub table_edits: Vec<TableEdit>,
 }
 
 impl ForwardBatch {
@@ -53,9 +61,11 @@ impl ForwardBatch {
         self.tokens.len()
     }
 
-    /// Append one sequence's chunk (positions `start_pos..`, see [`SeqChunk::prompt_len`]);
-    /// `want_logits` asks for the logits of its last token. Its state slot is 0 (see
-    /// [`ForwardBatch::push_in_slot`]).
+    /// Append one sequence's chunk (positions `start_pos..`, see [`SeqChunk::prompt_len`])
+    /// over `block_table`; `want_logits` asks for the logits of its last token. Its state
+    /// slot is 0 (see [`ForwardBatch::push_in_slot`]). The chunk takes the table row of
+    /// its index in the pass and rewrites it whole: for callers that keep nothing across
+    /// passes (see [`ForwardBatch::push_row`] for those that do).
     pub fn push(
         &mut self,
         tokens: &[u32],
@@ -77,13 +87,33 @@ impl ForwardBatch {
         state_slot: u32,
         want_logits: bool,
     ) {
+        let row = self.seqs.len() as u32;
+        self.table_edits.push(TableEdit {
+            row,
+            from: 0,
+            blocks: block_table,
+        });
+        self.push_row(tokens, start_pos, prompt_len, row, state_slot, want_logits)
+    }
+
+    /// Append one sequence's chunk over table row `table` as the pool keeps it (with this
+    /// pass's edits, which the caller adds to [`ForwardBatch::table_edits`]).
+    pub fn push_row(
+        &mut self,
+        tokens: &[u32],
+        start_pos: usize,
+        prompt_len: usize,
+        table: u32,
+        state_slot: u32,
+        want_logits: bool,
+    ) {
         let token_start = self.tokens.len();
         self.tokens.extend_from_slice(tokens);
         self.seqs.push(SeqChunk {
             token_start,
             n_tokens: tokens.len(),
             start_pos,
-            block_table,
+            table,
             prompt_len,
             state_slot,
         });
@@ -142,9 +172,12 @@ impl ForwardBatch {
         Ok(())
     }
 
-    /// Checks that chunks tile the tokens, block tables cover the KV, and rows are in range.
-    pub fn validate(&self, block_size: usize, num_blocks: usize) -> Result<(), String> {
+    /// Checks that chunks tile the tokens, name distinct table rows that cover their KV
+    /// (`tables`: the pool's, with this pass's edits applied, which checked the blocks'
+    /// range), and that rows are in range.
+    pub fn validate(&self, block_size: usize, tables: &BlockTables) -> Result<(), String> {
         let mut next = 0;
+        let mut seen = std::collections::HashSet::new();
         for (i, s) in self.seqs.iter().enumerate() {
             if s.token_start != next || s.n_tokens == 0 {
                 return Err(format!(
@@ -153,16 +186,19 @@ impl ForwardBatch {
             }
             next += s.n_tokens;
             let need = s.kv_len().div_ceil(block_size);
-            if s.block_table.len() < need {
+            let have = tables.row(s.table).len();
+            if have < need {
                 return Err(format!(
-                    "chunk {i}: block table has {} blocks, {need} needed for {} tokens",
-                    s.block_table.len(),
+                    "chunk {i}: block table (row {}) has {have} blocks, {need} needed for {} \
+                     tokens",
+                    s.table,
                     s.kv_len()
                 ));
             }
-            if let Some(b) = s.block_table.iter().find(|&&b| b as usize >= num_blocks) {
+            if !seen.insert(s.table) {
                 return Err(format!(
-                    "chunk {i}: block {b} out of range (pool has {num_blocks})"
+                    "chunk {i}: table row {} is another chunk's of the pass",
+                    s.table
                 ));
             }
         }
@@ -186,6 +222,13 @@ impl ForwardBatch {
 mod tests {
     use super::*;
 
+    /// The pool's tables after `b`'s edits (a pool of `num_blocks`).
+    fn tables(b: &ForwardBatch, num_blocks: usize) -> Result<BlockTables, String> {
+        let mut t = BlockTables::default();
+        t.apply(&b.table_edits, num_blocks)?;
+        Ok(t)
+    }
+
     #[test]
     fn positions_and_validation() {
         let mut b = ForwardBatch::default();
@@ -193,9 +236,28 @@ mod tests {
         b.push(&[9], 17, 17, vec![1, 2], true);
         assert_eq!(b.positions(), vec![0, 1, 2, 17]);
         assert_eq!(b.logits_rows, vec![2, 3]);
-        assert!(b.validate(16, 3).is_ok());
-        assert!(b.validate(8, 3).unwrap_err().contains("block table"));
-        assert!(b.validate(16, 2).unwrap_err().contains("out of range"));
+        assert_eq!((b.seqs[0].table, b.seqs[1].table), (0, 1));
+        let t = tables(&b, 3).unwrap();
+        assert!(b.validate(16, &t).is_ok());
+        assert!(b.validate(8, &t).unwrap_err().contains("block table"));
+        assert!(tables(&b, 2).unwrap_err().contains("out of range"));
+        // Rows kept across passes: the second pass sends only what it appends.
+        let mut c = ForwardBatch::default();
+        c.push_row(&[4], 32, 17, 1, 0, true);
+        let mut t = t;
+        assert!(c
+            .validate(16, &t)
+            .unwrap_err()
+            .contains("2 blocks, 3 needed"));
+        c.table_edits.push(TableEdit {
+            row: 1,
+            from: 2,
+            blocks: vec![0],
+        });
+        t.apply(&c.table_edits, 3).unwrap();
+        assert!(c.validate(16, &t).is_ok());
+        c.push_row(&[5], 0, 1, 1, 0, true);
+        assert!(c.validate(16, &t).unwrap_err().contains("another chunk"));
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub use backend::cuda::{CudaBackend, CudaConfig, DecodeAttention, SkipOps};
 pub use backend::{Backend, DeviceTensor, Rows, SampleRow};
 pub use batch::{ForwardBatch, SeqChunk};
 pub use error::RuntimeError;
-pub use kv::{KvDtype, KvLayout, StateLayout};
+pub use kv::{BlockTables, KvDtype, KvLayout, StateLayout, TableEdit};
 pub use model::{Arch, LayerKind, LinearAttnConfig, Model, ModelConfig, Workspace};
 
 pub type Result<T> = std::result::Result<T, RuntimeError>;

@@ -5,6 +5,9 @@
 //! mixes prefill and decode rows. Then the same script over 8-bit KV (Q8, Fp8) against
 //! the CPU's own 8-bit KV: our decode kernel on the codes, FlashInfer's prefill on bf16
 //! copies of the pages, and the simple kernel where our decode kernel has no group.
+//! Each run is made twice, with every pass sending its chunks' whole tables and with
+//! tables kept in the pool across passes (edits appending blocks as the sequences grow,
+//! rows past the image's first size, a row moved mid-decode): the two give the same bits.
 
 #![cfg(feature = "cuda")]
 
@@ -14,6 +17,7 @@ use common::*;
 use inferd_formats::{GgufWriter, MetaValue};
 use inferd_runtime::{
     Backend, CpuBackend, CudaBackend, CudaConfig, DecodeAttention, ForwardBatch, KvDtype, Model,
+    TableEdit,
 };
 
 /// A random Qwen3-shaped GGUF: 2 layers, `heads` query heads over 2 KV heads of `head_dim`.
@@ -112,12 +116,69 @@ fn random_qwen3(head_dim: usize, heads: usize) -> std::path::PathBuf {
 /// The parts of the scripted run, for reporting where two runs differ.
 const PHASES: [&str; 4] = ["whole prefill", "chunked prefill", "decode", "mixed pass"];
 
+/// How a scripted run's passes name their block tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tables {
+    /// Each chunk's whole table, every pass (`ForwardBatch::push`).
+    Whole,
+    /// Rows kept in the pool: each pass appends the blocks its chunks reach past what
+    /// their rows hold (`push_row` and table edits). Rows start at 70 (past the device
+    /// image's first 64), and sequence 0 moves to row 200 halfway through the decode
+    /// steps (its whole table rewritten there: the image grows between graph replays).
+    Kept,
+}
+
+/// Sequences' rows of the pool's tables and the blocks each holds (`Tables::Kept`).
+struct KeptRows {
+    row: Vec<u32>,
+    held: Vec<usize>,
+}
+
+impl KeptRows {
+    /// Adds sequence `s`'s chunk to `b`, its table as `mode` names it.
+    #[allow(clippy::too_many_arguments)]
+    fn add(
+        &mut self,
+        mode: Tables,
+        b: &mut ForwardBatch,
+        s: usize,
+        tokens: &[u32],
+        start: usize,
+        prompt_len: usize,
+        table: &[u32],
+        bs: usize,
+    ) {
+        if mode == Tables::Whole {
+            return b.push(tokens, start, prompt_len, table.to_vec(), true);
+        }
+        let need = (start + tokens.len()).div_ceil(bs);
+        if need > self.held[s] {
+            b.table_edits.push(TableEdit {
+                row: self.row[s],
+                from: self.held[s],
+                blocks: table[self.held[s]..need].to_vec(),
+            });
+            self.held[s] = need;
+        }
+        b.push_row(tokens, start, prompt_len, self.row[s], 0, true);
+    }
+}
+
 /// Every row's logits of a scripted run, each with its phase (an index into `PHASES`):
 /// three prompts prefilled (one in chunks of 7 that start mid-context), then decode steps
 /// of all three together, then one pass mixing a new prompt's prefill with the others'
 /// decode rows. KV blocks of `bs` tokens. Decode inputs are fixed tokens, not each run's
 /// own argmax: on a random model's near-ties two correct runs would otherwise go apart.
 fn scripted<B: Backend>(model: &Model<B>, dtype: KvDtype, bs: usize) -> Vec<(usize, Vec<f32>)> {
+    scripted_with(model, dtype, bs, Tables::Whole)
+}
+
+fn scripted_with<B: Backend>(
+    model: &Model<B>,
+    dtype: KvDtype,
+    bs: usize,
+    mode: Tables,
+) -> Vec<(usize, Vec<f32>)> {
     let vocab = model.cfg.vocab_size;
     let mut run = Runner::with_blocks(model, 600, dtype, bs);
     let mut ws = model.workspace(256, 8).unwrap();
@@ -145,25 +206,36 @@ fn scripted<B: Backend>(model: &Model<B>, dtype: KvDtype, bs: usize) -> Vec<(usi
         out.extend(l.chunks(vocab).map(|r| (phase, r.to_vec())));
     };
     let token = |step: usize, s: usize| ((step * 53 + s * 29 + 11) % vocab) as u32;
+    let mut kept = KeptRows {
+        row: vec![70, 71, 72, 3],
+        held: vec![0; 4],
+    };
     for (s, p) in prompts.iter().enumerate() {
         let chunk = if s == 1 { 7 } else { p.len() };
         for (i, c) in p.chunks(chunk).enumerate() {
             let mut b = ForwardBatch::default();
-            b.push(c, i * chunk, p.len(), tables[s].clone(), false);
+            kept.add(mode, &mut b, s, c, i * chunk, p.len(), &tables[s], bs);
             b.logits_rows = (0..c.len()).collect();
             pass(&b, (s == 1) as usize, &mut out);
         }
     }
     let mut pos: Vec<usize> = prompts.iter().map(Vec::len).collect();
     for step in 0..12 {
+        if step == 6 {
+            (kept.row[0], kept.held[0]) = (200, 0);
+        }
         let mut b = ForwardBatch::default();
         for s in 0..3 {
-            b.push(
-                &[token(step, s)],
+            let t = [token(step, s)];
+            kept.add(
+                mode,
+                &mut b,
+                s,
+                &t,
                 pos[s],
                 prompts[s].len(),
-                tables[s].clone(),
-                true,
+                &tables[s],
+                bs,
             );
             pos[s] += 1;
         }
@@ -171,17 +243,37 @@ fn scripted<B: Backend>(model: &Model<B>, dtype: KvDtype, bs: usize) -> Vec<(usi
     }
     let mut b = ForwardBatch::default();
     for s in 0..2 {
-        b.push(
-            &[token(12, s)],
+        let t = [token(12, s)];
+        kept.add(
+            mode,
+            &mut b,
+            s,
+            &t,
             pos[s],
             prompts[s].len(),
-            tables[s].clone(),
-            true,
+            &tables[s],
+            bs,
         );
     }
-    b.push(&fresh, 0, fresh.len(), fresh_table, true);
+    kept.add(mode, &mut b, 3, &fresh, 0, fresh.len(), &fresh_table, bs);
     pass(&b, 3, &mut out);
     out
+}
+
+/// A run with tables kept in the pool gives the bits of one sending whole tables.
+fn assert_kept_tables_match<B: Backend>(model: &Model<B>, dtype: KvDtype, bs: usize, what: &str) {
+    let whole = scripted_with(model, dtype, bs, Tables::Whole);
+    let kept = scripted_with(model, dtype, bs, Tables::Kept);
+    assert_eq!(whole.len(), kept.len());
+    for (i, ((p, a), (_, b))) in whole.iter().zip(&kept).enumerate() {
+        let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(
+            same,
+            "{what}: row {i} ({}) differs with kept tables: max |Δ| {}",
+            PHASES[*p],
+            max_abs_diff(a, b)
+        );
+    }
 }
 
 /// Of the rows of phase `p`: the largest |Δlogit|, the rows whose top-1 agrees, the rows.
@@ -204,6 +296,7 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
     let cpu_model = Model::load(CpuBackend::new(), &path).unwrap();
     // The CPU's run (here even without a GPU, so the script itself is exercised).
     let want = scripted(&cpu_model, KvDtype::F32, 4);
+    assert_kept_tables_match(&cpu_model, KvDtype::F32, 4, "cpu");
     let Some(gpu) = cuda() else {
         let _ = std::fs::remove_file(&path);
         return;
@@ -242,6 +335,7 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
         let gpu_model = Model::load(backend, &path).unwrap();
         for bs in [4, 16] {
             let got = scripted(&gpu_model, KvDtype::Bf16, bs);
+            assert_kept_tables_match(&gpu_model, KvDtype::Bf16, bs, &format!("{cfg:?}, bs {bs}"));
             assert_eq!(want.len(), got.len());
             for (p, name) in PHASES.iter().enumerate() {
                 let (worst, same, rows) = phase_diff(&want, &got, p);
@@ -298,6 +392,7 @@ fn eight_bit_kv_matches_the_cpu(head_dim: usize, heads: usize) {
             };
             let gpu_model = Model::load(CudaBackend::new(cfg).unwrap(), &path).unwrap();
             let got = scripted(&gpu_model, dtype, 16);
+            assert_kept_tables_match(&gpu_model, dtype, 16, &format!("{dtype:?}"));
             assert_eq!(want.len(), got.len());
             for (p, name) in PHASES.iter().enumerate() {
                 let (worst, same, rows) = phase_diff(&want, &got, p);

@@ -107,8 +107,11 @@ impl<B: Backend> ModelRunner<B> {
 
     /// Phase 1: applies the diff and lays out the pass (host work only).
     pub fn prepare(&mut self, mut step: StepInput) -> Result<Prepared> {
-        self.rows.apply(&mut step).map_err(RuntimeError::BadBatch)?;
-        let mut batch = ForwardBatch::default();
+        let edits = self.rows.apply(&mut step).map_err(RuntimeError::BadBatch)?;
+        let mut batch = ForwardBatch {
+            table_edits: edits,
+            ..ForwardBatch::default()
+        };
         let mut sampling = Vec::new();
         for c in &step.chunks {
             let r = self.rows.get(c.seq).expect("apply made every chunk's row");
@@ -137,11 +140,11 @@ impl<B: Backend> ModelRunner<B> {
             if let Some(row) = on_device {
                 batch.drawn.push((batch.n_tokens(), row));
             }
-            batch.push_in_slot(
+            batch.push_row(
                 tokens,
                 c.start_pos,
                 r.prompt_len,
-                r.table.clone(),
+                r.table_row,
                 r.state_slot,
                 c.samples,
             );
@@ -249,8 +252,15 @@ impl<B: Backend> ModelRunner<B> {
         self.model.copy_state_slots(&mut self.kv, copies)
     }
 
-    /// A pass outside the persistent batch (warm-up).
+    /// A pass outside the persistent batch (warm-up), before any row is made: its chunks
+    /// take the pool's table rows 0.. and rewrite them ([`ForwardBatch::push`]).
     pub fn forward_raw(&mut self, batch: &ForwardBatch) -> Result<()> {
+        if !self.rows.is_empty() {
+            return Err(RuntimeError::BadBatch(
+                "a pass outside the persistent batch while it has rows would rewrite                  their block tables"
+                    .into(),
+            ));
+        }
         self.model
             .forward_in(&mut self.ws, &mut self.kv, &self.layout, batch)
             .map(|_| ())

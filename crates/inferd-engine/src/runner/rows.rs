@@ -1,19 +1,25 @@
 //! The persistent batch: one row per admitted sequence, kept across steps and changed
 //! only by the step's diff ([`super::StepInput`]).
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use inferd_core::kv::SeqId;
 use inferd_core::sampling::Sampler;
+use inferd_runtime::TableEdit;
 use inferd_text::Tokenizer;
 
 use super::step::{NewRow, StepInput};
 
 /// One sequence's slot-side state.
 pub(crate) struct Row {
-    /// Its KV blocks in position order, appended by each chunk's new blocks.  // [blocks]
-    pub table: Vec<u32>,
+    /// Its row of the KV pool's block tables, which the backend keeps (on the device
+    /// where it has one): its KV blocks in position order, appended by each chunk's new
+    /// blocks as table edits.
+    pub table_row: u32,
+    /// Blocks given to that row since the (re)admission.
+    pub n_blocks: usize,
     /// Its recurrent-state slot (hybrid models).
     pub state_slot: u32,
     /// Tokens whose KV the runner computed for it since its (re)admission; `None` until
@@ -40,9 +46,10 @@ pub(crate) enum Drawn {
 }
 
 impl Row {
-    fn new(n: NewRow) -> Row {
+    fn new(n: NewRow, table_row: u32) -> Row {
         Row {
-            table: Vec::new(),
+            table_row,
+            n_blocks: 0,
             state_slot: 0,
             position: None,
             prompt_len: n.prompt_len,
@@ -71,27 +78,46 @@ impl Row {
 #[derive(Default)]
 pub(crate) struct Rows {
     rows: HashMap<SeqId, Row>,
+    /// Table rows free for the next new row, lowest first (so the tables stay dense).
+    free_tables: BinaryHeap<Reverse<u32>>,
+    /// One past the highest table row handed out.
+    tables_made: u32,
 }
 
 impl Rows {
-    /// Applies the step's diff: new rows made (first, so that a row made and ended
-    /// within one diff goes), ended rows dropped, preempted rows emptied, then each
-    /// chunk's new blocks appended (and its position checked).
-    pub fn apply(&mut self, step: &mut StepInput) -> Result<(), String> {
+    /// Applies the step's diff: ended rows dropped (their table rows free), new rows made
+    /// (then ended again if the diff ends them too: a row made and ended within one diff
+    /// goes), preempted rows emptied, then each chunk's new blocks appended (and its
+    /// position checked). Returns the table edits that append them, for the pass.
+    ///
+    /// A table row freed here is handed out again in this diff: a pass still in flight
+    /// that read it read the device's table before this pass's edits, which the device
+    /// writes after that pass.
+    pub fn apply(&mut self, step: &mut StepInput) -> Result<Vec<TableEdit>, String> {
+        self.drop_rows(&step.finished);
         for n in step.new.drain(..) {
             // The engine makes a row once, at the first admission.
             debug_assert!(!self.rows.contains_key(&n.seq));
-            self.rows.entry(n.seq).or_insert_with(|| Row::new(n));
+            if self.rows.contains_key(&n.seq) {
+                continue;
+            }
+            let table_row = match self.free_tables.pop() {
+                Some(Reverse(r)) => r,
+                None => {
+                    self.tables_made += 1;
+                    self.tables_made - 1
+                }
+            };
+            self.rows.insert(n.seq, Row::new(n, table_row));
         }
-        for id in &step.finished {
-            self.rows.remove(id);
-        }
+        self.drop_rows(&step.finished);
         for id in &step.preempted {
             if let Some(r) = self.rows.get_mut(id) {
-                r.table.clear();
+                r.n_blocks = 0;
                 r.position = None;
             }
         }
+        let mut edits = Vec::new();
         for c in &step.chunks {
             let r = self
                 .rows
@@ -103,11 +129,26 @@ impl Rows {
                     c.seq, c.start_pos
                 ));
             }
-            r.table.extend_from_slice(&c.new_blocks);
+            if !c.new_blocks.is_empty() {
+                edits.push(TableEdit {
+                    row: r.table_row,
+                    from: r.n_blocks,
+                    blocks: c.new_blocks.clone(),
+                });
+                r.n_blocks += c.new_blocks.len();
+            }
             r.state_slot = c.state_slot;
             r.position = Some(c.start_pos + c.tokens.len());
         }
-        Ok(())
+        Ok(edits)
+    }
+
+    fn drop_rows(&mut self, ids: &[SeqId]) {
+        for id in ids {
+            if let Some(r) = self.rows.remove(id) {
+                self.free_tables.push(Reverse(r.table_row));
+            }
+        }
     }
 
     pub fn get(&self, id: SeqId) -> Option<&Row> {
@@ -121,6 +162,10 @@ impl Rows {
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
     }
 }
 

@@ -132,8 +132,8 @@ fn stepped_rows_draw_what_whole_tables_give() {
         let nb = |pos: usize, t: &[u32], seq_blocks: usize| -> Vec<u32> {
             t[seq_blocks.min(t.len())..(pos / BS + 1).min(t.len())].to_vec()
         };
-        let na = nb(pa, &ta, r.rows.get(1).unwrap().table.len());
-        let nbb = nb(pb, &tb, r.rows.get(2).unwrap().table.len());
+        let na = nb(pa, &ta, r.rows.get(1).unwrap().n_blocks);
+        let nbb = nb(pb, &tb, r.rows.get(2).unwrap().n_blocks);
         // A's input is the placeholder for its last draw, B's the token itself.
         let mut decode_a = chunk(1, pa, &[], &na, true);
         decode_a.tokens = ChunkTokens::LastDrawn;
@@ -145,17 +145,42 @@ fn stepped_rows_draw_what_whole_tables_give() {
         ga.push(got[0].1);
         gb.push(got[1].1);
     }
-    assert_eq!(r.rows.get(1).unwrap().table, ta[..3]);
-    assert_eq!(r.rows.get(2).unwrap().table, tb);
+    // The pool's tables hold what the edits appended.
+    assert_eq!(table(&r, 1), ta[..3]);
+    assert_eq!(table(&r, 2), tb);
     assert_eq!(ga, want_a);
     assert_eq!(gb, want_b);
-    // B ends: its row goes with the next step.
+    // B ends: its row goes with the next step, and its table row is the next row's,
+    // rewritten from 0 (C's blocks are not B's).
+    let b_row = r.rows.get(2).unwrap().table_row;
+    let c: Vec<u32> = (0..6).map(|i| (i * 29 + 1) % 200).collect();
+    let tc = [20u32, 21];
+    let want_c = reference(&c, &tc, 3);
     let s = StepInput {
+        new: vec![new_row(3, c.len())],
         finished: vec![2],
+        chunks: vec![chunk(3, 0, &c, &tc, true)],
         ..Default::default()
     };
-    r.prepare(s).expect("an empty step");
-    assert_eq!(r.num_rows(), 1);
+    let mut gc = vec![run(&mut r, s, &[(3, &c, &[])])[0].1];
+    assert_eq!(r.num_rows(), 2);
+    assert_eq!(r.rows.get(3).unwrap().table_row, b_row);
+    assert_eq!(table(&r, 3), tc);
+    for _ in 0..2 {
+        let mut d = chunk(3, c.len() + gc.len() - 1, &[], &[], true);
+        d.tokens = ChunkTokens::LastDrawn;
+        let s = StepInput {
+            chunks: vec![d],
+            ..Default::default()
+        };
+        gc.push(run(&mut r, s, &[(3, &c, &gc)])[0].1);
+    }
+    assert_eq!(gc, want_c);
+}
+
+/// Sequence `seq`'s row of the pool's block tables.
+fn table(r: &ModelRunner<CpuBackend>, seq: SeqId) -> Vec<u32> {
+    r.kv.tables.row(r.rows.get(seq).unwrap().table_row).to_vec()
 }
 
 #[test]
@@ -184,7 +209,7 @@ fn a_preempted_row_restarts_from_its_new_table() {
         ..Default::default()
     };
     g.push(run(&mut r, s, &[(1, &a, &g)])[0].1);
-    assert_eq!(r.rows.get(1).unwrap().table, [5, 6]);
+    assert_eq!(table(&r, 1), [5, 6]);
     let s = StepInput {
         chunks: vec![chunk(1, known.len(), &g[1..], &[], true)],
         ..Default::default()

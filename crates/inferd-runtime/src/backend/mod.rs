@@ -202,12 +202,17 @@ pub trait Backend: Send + Sync {
     fn import_state_slots(&self, _kv: &mut Self::Kv, _slots: &[u32], _data: &[u8]) -> Result<()> {
         Err(linear_attention_unsupported(self.name()))
     }
+    /// A pass's metadata, prepared once for all its layers. `batch`'s table edits are
+    /// applied to `kv`'s block tables first (all of them or, if one is bad, none), then
+    /// the pass is checked against the tables as they are now: a pass refused after
+    /// that keeps its edits applied.
     fn prepare_batch(
         &self,
         batch: &ForwardBatch,
         rope: &RopeConfig,
         attn: &AttnConfig,
-        kv: &KvLayout,
+        layout: &KvLayout,
+        kv: &mut Self::Kv,
     ) -> Result<Self::Batch>;
 
     /// Token rows and logits rows a pass of `batch` occupies in the workspace. A backend

@@ -13,7 +13,7 @@
 //! and V: `[num_blocks, n_kv_heads, block_size]` (see [`q8`] and [`fp8`]). Who owns which block
 //! (allocation, reference counts, LRU, prefix hashing) is not decided here: that is
 //! the engine's KV manager (`inferd_core::kv`); the runtime only reads and writes
-//! through block tables.
+//! through block tables, which a pool keeps across passes ([`tables`]).
 //!
 //! A block is also the unit of export/import (`Backend::export_blocks`): its byte
 //! image is [`KvLayout::block_bytes`] long, in the order documented at
@@ -45,8 +45,10 @@
 pub mod fp8;
 pub mod q8;
 pub mod state;
+pub mod tables;
 
 pub use state::StateLayout;
+pub use tables::{BlockTables, TableEdit};
 
 /// Element type of stored K/V.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

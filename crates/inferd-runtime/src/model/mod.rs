@@ -276,9 +276,13 @@ impl<B: Backend> Model<B> {
         }
         let (tokens, logit_rows) = self.backend.pass_rows(batch);
         ws.ensure(&self.backend, &self.cfg, tokens, logit_rows)?;
-        let b =
-            self.backend
-                .prepare_batch(batch, &self.cfg.rope, &self.cfg.attn_config(), layout)?;
+        let b = self.backend.prepare_batch(
+            batch,
+            &self.cfg.rope,
+            &self.cfg.attn_config(),
+            layout,
+            kv,
+        )?;
         let dec = Decoder {
             backend: &self.backend,
             cfg: &self.cfg,

@@ -112,7 +112,7 @@ pub fn attend(
             vc,
             q,
             positions: &b.positions[t0..t0 + nt],
-            block_table: &b.seqs[ci].block_table,
+            block_table: kv.tables.row(b.seqs[ci].table),
             head: h,
             t0,
             group,

@@ -2,7 +2,7 @@
 
 use crate::backend::{RopeConfig, RopeStyle};
 use crate::batch::{ForwardBatch, SeqChunk};
-use crate::kv::KvLayout;
+use crate::kv::{BlockTables, KvLayout};
 use crate::{Result, RuntimeError};
 use inferd_quant::RowPath;
 
@@ -26,14 +26,16 @@ pub struct CpuBatch {
 }
 
 impl CpuBatch {
-    /// `f32_activations`: every row takes the f32 path.
+    /// `f32_activations`: every row takes the f32 path. `tables`: the pool's, with the
+    /// pass's edits applied.
     pub fn new(
         b: &ForwardBatch,
         rope: &RopeConfig,
         kv: &KvLayout,
+        tables: &BlockTables,
         f32_activations: bool,
     ) -> Result<Self> {
-        b.validate(kv.block_size, kv.num_blocks)
+        b.validate(kv.block_size, tables)
             .map_err(RuntimeError::BadBatch)?;
         if kv.state.is_stateful() {
             b.validate_state_slots(kv.state.slots)
@@ -43,9 +45,10 @@ impl CpuBatch {
         let mut slots = Vec::with_capacity(b.n_tokens());
         let mut seq_of_token = Vec::with_capacity(b.n_tokens());
         for (si, s) in b.seqs.iter().enumerate() {
+            let table = tables.row(s.table);
             for i in 0..s.n_tokens {
                 let p = s.start_pos + i;
-                slots.push((s.block_table[p / kv.block_size], (p % kv.block_size) as u32));
+                slots.push((table[p / kv.block_size], (p % kv.block_size) as u32));
                 seq_of_token.push(si as u32);
             }
         }
@@ -87,5 +90,16 @@ impl CpuBatch {
             cos,
             sin,
         })
+    }
+
+    /// A batch of a pass built by [`ForwardBatch::push`] alone, over tables of its own
+    /// (the op tests).
+    #[cfg(test)]
+    pub fn standalone(b: &ForwardBatch, rope: &RopeConfig, kv: &KvLayout) -> Result<Self> {
+        let mut tables = BlockTables::default();
+        tables
+            .apply(&b.table_edits, kv.num_blocks)
+            .map_err(RuntimeError::BadBatch)?;
+        CpuBatch::new(b, rope, kv, &tables, false)
     }
 }

@@ -132,7 +132,7 @@ mod tests {
             rotary_dim: 2,
             style: crate::backend::RopeStyle::Neox,
         };
-        let b = CpuBatch::new(&fb, &rope, &kv, false).unwrap();
+        let b = CpuBatch::standalone(&fb, &rope, &kv).unwrap();
         let xt = CpuTensor {
             data: x.to_vec(),
             rows: n,

@@ -9,7 +9,7 @@
 
 use super::state::StatePool;
 use crate::kv::{fp8, q8};
-use crate::kv::{KvDtype, KvLayout};
+use crate::kv::{BlockTables, KvDtype, KvLayout};
 use crate::{Result, RuntimeError};
 
 /// One layer's K or V.
@@ -178,6 +178,8 @@ pub struct CpuKv {
     pub k: Vec<KvPlane>, // [n_layers]
     pub v: Vec<KvPlane>, // [n_layers]
     pub state: StatePool,
+    /// The block tables kept across passes ([`crate::kv::tables`]).
+    pub tables: BlockTables,
 }
 
 impl CpuKv {
@@ -198,6 +200,7 @@ impl CpuKv {
             k,
             v,
             state: StatePool::new(&layout.state),
+            tables: BlockTables::default(),
         })
     }
 

@@ -182,7 +182,8 @@ impl Backend for CpuBackend {
         batch: &ForwardBatch,
         rope: &RopeConfig,
         _attn: &AttnConfig,
-        kv: &KvLayout,
+        layout: &KvLayout,
+        kv: &mut CpuKv,
     ) -> Result<CpuBatch> {
         if let Some((i, _)) = batch.drawn.first() {
             // Every draw is known on the host once started: the caller fills them in.
@@ -190,7 +191,10 @@ impl Backend for CpuBackend {
                 "token {i} left to the device's last draw, and the CPU keeps none there"
             )));
         }
-        CpuBatch::new(batch, rope, kv, self.f32_activations)
+        kv.tables
+            .apply(&batch.table_edits, layout.num_blocks)
+            .map_err(RuntimeError::BadBatch)?;
+        CpuBatch::new(batch, rope, layout, &kv.tables, self.f32_activations)
     }
 
     fn embed(&self, table: &CpuWeight, batch: &CpuBatch, out: &mut CpuTensor) -> Result<()> {

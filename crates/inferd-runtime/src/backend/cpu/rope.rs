@@ -46,7 +46,7 @@ mod tests {
         for &p in positions {
             b.push(&[0], p, p + 1, vec![0, 1, 2, 3], false);
         }
-        CpuBatch::new(&b, rope, &kv, false).unwrap()
+        CpuBatch::standalone(&b, rope, &kv).unwrap()
     }
 
     /// Direct formula: pair (a, b) with angle pos * theta^(-2i/rot).

@@ -1,11 +1,13 @@
 //! A forward pass's metadata on the GPU: token ids, positions, sequence of each token,
-//! KV slots, logits rows, block tables and (hybrid models) each chunk's rows and state
-//! slot and its delta-rule pieces, packed into one i32 buffer and sent in one copy. Buffers come from a pool and go back to it when the pass ends, so a steady
+//! KV slots, logits rows, each chunk's row of the pool's device block tables, (hybrid
+//! models) each chunk's rows and state slot and its delta-rule pieces, and the pass's
+//! block-table edits, packed into one i32 buffer and sent in one copy. Buffers come from a pool and go back to it when the pass ends, so a steady
 //! state allocates nothing. Rotary angles come from a per-position table built once.
 
 use std::sync::{Arc, Mutex};
 
 use super::device::{Device, DeviceBuffer};
+use super::tables::DeviceTables;
 use super::weight::as_bytes;
 use crate::backend::{RopeConfig, RopeStyle, DELTA_CHUNK};
 use crate::batch::{ForwardBatch, SeqChunk};
@@ -140,20 +142,22 @@ struct Offsets {
     slot: usize,
     logits: usize,
     bt_off: usize,
-    bt: usize,
     chunks: usize,
-    /// After the block tables: each chunk's first delta-rule piece, then the pieces.
+    /// After the chunks: each chunk's first delta-rule piece, then the pieces, then the
+    /// table edits' (entry, block) pairs.
     piece_base: usize,
     pieces: usize,
+    edits: usize,
 }
 
 impl Offsets {
     /// Every array's offset follows the pass's shape (rows, logits rows, chunks) only, so
     /// a bucket's graphs, which bake in these addresses, read each pass's own values: the
-    /// block tables, whose length grows with the sequences, come last.
+    /// arrays whose length varies (pieces, edits), which no graph reads, come last.
     fn new(n: usize, n_logits: usize, n_seqs: usize) -> Offsets {
         let bt_off = 4 * n + n_logits;
         let chunks = bt_off + n_seqs + 1;
+        let tail = chunks + 4 * n_seqs;
         Offsets {
             tokens: 0,
             pos: n,
@@ -162,9 +166,9 @@ impl Offsets {
             logits: 4 * n,
             bt_off,
             chunks,
-            bt: chunks + 4 * n_seqs,
-            piece_base: 0,
-            pieces: 0,
+            piece_base: tail,
+            pieces: tail,
+            edits: tail,
         }
     }
 }
@@ -199,11 +203,20 @@ pub struct CudaBatch {
     pub n_logits: usize,
     pub rope: Arc<RopeTable>,
     pub rope_style: RopeStyle,
+    /// The pool's device block tables: their image's address and generation.
+    tables: usize,
+    pub tables_generation: u64,
+    /// The pass's table edits as (entry, block) pairs, in the buffer after the pieces.
+    pub n_edits: usize,
 }
 
 impl CudaBatch {
     /// `buckets`: each bucket's metadata buffer (decode passes are padded to a bucket:
-    /// padding rows hold token 0 at position 0 over block 0 and store no KV).
+    /// padding rows hold token 0 at position 0 over block 0, the tables' zero row, and
+    /// store no KV). `tables`: the pool's, with the pass's edits applied to the host's
+    /// copy; `edits`: those edits' (entry, block) pairs for the device image
+    /// ([`DeviceTables::apply`]), written by [`CudaBatch::scatter_edits`].
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         dev: &Arc<Device>,
         pool: &Arc<BatchPool>,
@@ -212,8 +225,10 @@ impl CudaBatch {
         b: &ForwardBatch,
         rope: &RopeConfig,
         kv: &KvLayout,
+        tables: &DeviceTables,
+        edits: &[i32],
     ) -> Result<CudaBatch> {
-        b.validate(kv.block_size, kv.num_blocks)
+        b.validate(kv.block_size, &tables.host)
             .map_err(RuntimeError::BadBatch)?;
         if kv.state.is_stateful() {
             b.validate_state_slots(kv.state.slots)
@@ -224,8 +239,6 @@ impl CudaBatch {
         let n = bucket.unwrap_or(real); // rows of the pass, padding included
         let n_logits = bucket.unwrap_or(b.logits_rows.len());
         let n_seqs = b.seqs.len() + (n - real);
-        let bt_total: usize =
-            b.seqs.iter().map(|s| s.block_table.len()).sum::<usize>() + (n - real);
         let mut at = Offsets::new(n, n_logits, n_seqs);
         // The delta rule's pieces (stateful models' passes with prompt chunks only, which
         // are never a bucket's).
@@ -236,21 +249,19 @@ impl CudaBatch {
             (Vec::new(), Vec::new())
         };
         let n_pieces = pieces.len() / 2;
-        at.piece_base = at.bt + bt_total;
         at.pieces = at.piece_base + piece_base.len();
+        at.edits = at.pieces + pieces.len();
         // [all arrays]; chunks: [n_seqs, 4] = (first row, tokens, start position, state slot);
-        // piece_base: [n_seqs]; pieces: [n_pieces, 2] = (chunk, piece of the chunk)
-        let mut packed = vec![0i32; at.pieces + pieces.len()];
+        // piece_base: [n_seqs]; pieces: [n_pieces, 2] = (chunk, piece of the chunk);
+        // edits: [n_edits, 2] = (table entry, block)
+        let mut packed = vec![0i32; at.edits + edits.len()];
         packed[at.piece_base..at.pieces].copy_from_slice(&piece_base);
-        packed[at.pieces..].copy_from_slice(&pieces);
+        packed[at.pieces..at.edits].copy_from_slice(&pieces);
+        packed[at.edits..].copy_from_slice(edits);
         let mut max_pos = 0;
-        let mut bt_next = 0;
         for (si, s) in b.seqs.iter().enumerate() {
-            packed[at.bt_off + si] = bt_next as i32;
-            for (j, &blk) in s.block_table.iter().enumerate() {
-                packed[at.bt + bt_next + j] = blk as i32;
-            }
-            bt_next += s.block_table.len();
+            packed[at.bt_off + si] = tables.row_offset(s.table);
+            let table = tables.host.row(s.table);
             let c = at.chunks + 4 * si;
             packed[c..c + 4].copy_from_slice(&[
                 s.token_start as i32,
@@ -265,22 +276,20 @@ impl CudaBatch {
                 packed[at.tokens + t] = b.tokens[t] as i32;
                 packed[at.pos + t] = p as i32;
                 packed[at.seq + t] = si as i32;
-                packed[at.slot + t] = (s.block_table[p / kv.block_size] as usize * kv.block_size
-                    + p % kv.block_size) as i32;
+                packed[at.slot + t] =
+                    (table[p / kv.block_size] as usize * kv.block_size + p % kv.block_size) as i32;
             }
         }
-        // Padding rows: each its own one-block sequence, storing nothing (slot -1).
+        // Padding rows: each its own sequence over the tables' zero row, storing nothing
+        // (slot -1).
         for t in real..n {
             let si = b.seqs.len() + (t - real);
-            packed[at.bt_off + si] = bt_next as i32;
-            packed[at.bt + bt_next] = 0;
-            bt_next += 1;
+            packed[at.bt_off + si] = 0;
             packed[at.slot + t] = -1;
             packed[at.seq + t] = si as i32;
             let c = at.chunks + 4 * si;
             packed[c..c + 4].copy_from_slice(&[t as i32, 1, 0, -1]); // no state slot
         }
-        packed[at.bt_off + n_seqs] = bt_next as i32;
         for (i, &r) in b.logits_rows.iter().enumerate() {
             packed[at.logits + i] = r as i32;
         }
@@ -324,7 +333,25 @@ impl CudaBatch {
             n_logits,
             rope: table,
             rope_style: rope.style,
+            tables: tables.base() as usize,
+            tables_generation: tables.generation,
+            n_edits: edits.len() / 2,
         })
+    }
+
+    /// Writes the pass's table edits into the pool's device block tables, on `dev`'s
+    /// stream (before the pass's kernels, which read them).
+    pub fn scatter_edits(&self, dev: &Device) -> Result<()> {
+        if self.n_edits == 0 {
+            return Ok(());
+        }
+        let n = i32::try_from(self.n_edits)
+            .map_err(|_| RuntimeError::BadBatch(format!("{} table edits", self.n_edits)))?;
+        let (table, pairs) = (self.bt().cast_mut(), self.edits());
+        // SAFETY: `pairs` holds n (entry, block) pairs inside this pass's buffer, and each
+        // entry is inside the tables' image (DeviceTables::apply made them so).
+        let code = unsafe { super::ffi::ifd_table_scatter(table, pairs, n, dev.stream()) };
+        super::ffi::check(code, "block table edits")
     }
 
     fn arr(&self, off: usize) -> *const i32 {
@@ -359,11 +386,18 @@ impl CudaBatch {
     pub fn logits_rows(&self) -> *const i32 {
         self.arr(self.at.logits)
     }
+    /// Where each chunk's row starts in the device block tables.  // [n_chunks + 1]
     pub fn bt_off(&self) -> *const i32 {
         self.arr(self.at.bt_off)
     }
+    /// The pool's device block tables (`bt_off` indexes them).
     pub fn bt(&self) -> *const i32 {
-        self.arr(self.at.bt)
+        self.tables as *const i32
+    }
+
+    /// The pass's table edits, (entry, block) pairs.  // [n_edits, 2]
+    pub fn edits(&self) -> *const i32 {
+        self.arr(self.at.edits)
     }
     /// Per chunk (padding rows included): first row, tokens, start position, state slot
     /// (-1 for padding).  // [n_chunks, 4]
@@ -413,7 +447,7 @@ mod tests {
             token_start,
             n_tokens,
             start_pos,
-            block_table: Vec::new(),
+            table: 0,
             prompt_len: start_pos + n_tokens,
             state_slot: 0,
         }
@@ -446,9 +480,9 @@ mod tests {
     }
 
     #[test]
-    fn offsets_follow_the_pass_shape_only_and_tables_come_last() {
-        // A decode bucket of 8 rows: the same offsets whatever the block tables hold (they
-        // are not an input), every array inside [0, bt) and disjoint.
+    fn offsets_follow_the_pass_shape_only_and_varying_arrays_come_last() {
+        // A decode bucket of 8 rows: the same offsets whatever the pass's pieces and edits
+        // (not an input), every array inside [0, tail) and disjoint.
         let at = Offsets::new(8, 8, 8);
         let mut spans = [
             (at.tokens, 8),
@@ -465,9 +499,9 @@ mod tests {
         }
         let (last, len) = spans[spans.len() - 1];
         assert_eq!(
-            last + len,
-            at.bt,
-            "the block tables follow every other array"
+            (last + len, at.pieces, at.edits),
+            (at.piece_base, at.piece_base, at.piece_base),
+            "the varying arrays follow every other array"
         );
     }
 }

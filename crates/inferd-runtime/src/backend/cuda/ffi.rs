@@ -71,6 +71,10 @@ extern "C" {
     pub fn ifd_event_sync(event: *mut c_void) -> c_int;
     pub fn ifd_event_destroy(event: *mut c_void) -> c_int;
     pub fn ifd_memset(ptr: *mut c_void, value: c_int, bytes: usize, stream: Stream) -> c_int;
+    /// kernels/tables.cu (declared here only, as the events: inferd.h, which every cached
+    /// kernel object is keyed by, stays as it was).
+    pub fn ifd_table_scatter(table: *mut i32, pairs: *const i32, n: c_int, stream: Stream)
+        -> c_int;
     pub fn ifd_last_error() -> c_int;
     pub fn ifd_capture_begin(stream: Stream) -> c_int;
     pub fn ifd_capture_end(stream: Stream, exec: *mut *mut c_void) -> c_int;

@@ -2,8 +2,8 @@
 //! kernel it uses is loaded and every plan made outside a capture), the second is captured
 //! (its ops are queued into a graph instead of run), then every pass of that shape replays
 //! it in one launch instead of hundreds. A graph bakes in every address it touches, so it is keyed
-//! by all of them: the bucket (rows), the workspace, the KV pool, the bucket's metadata
-//! buffer and the rotary table; any of them new means a new capture, and graphs over
+//! by all of them: the bucket (rows), the workspace, the KV pool and its device block
+//! tables, the bucket's metadata buffer and the rotary table; any of them new means a new capture, and graphs over
 //! buffers that are gone are dropped then.
 
 use std::collections::{HashMap, HashSet};
@@ -20,6 +20,8 @@ pub struct Key {
     pub workspace: u64,
     pub kv: u64,
     pub meta: u64,
+    /// The pool's device block tables (their image's generation).
+    pub tables: u64,
     pub rope: usize,
     /// FlashInfer's plan (its workspace and schedule) the graph's attention runs were
     /// captured with, 0 without.
@@ -28,8 +30,8 @@ pub struct Key {
 
 impl Key {
     /// The buffers the graph reads and writes, whatever the bucket.
-    fn buffers(&self) -> (u64, u64, usize) {
-        (self.workspace, self.kv, self.rope)
+    fn buffers(&self) -> (u64, u64, u64, usize) {
+        (self.workspace, self.kv, self.tables, self.rope)
     }
 }
 

@@ -16,6 +16,7 @@ use super::device::{Device, DeviceBuffer};
 use super::ffi::{self, check, IfdPaged, IfdPieces};
 use super::staging::{Chunk, Staging};
 use super::state::CudaState;
+use super::tables::DeviceTables;
 use crate::kv::KvLayout;
 use crate::{Result, RuntimeError};
 
@@ -43,6 +44,8 @@ pub struct CudaKv {
     staging: Staging,
     /// The recurrent-state slots (empty for a dense model).
     pub(super) state: CudaState,
+    /// The block tables kept across passes, on the host and the device.
+    pub(super) tables: DeviceTables,
 }
 
 impl CudaKv {
@@ -99,6 +102,7 @@ impl CudaKv {
             planes,
             staging: Staging::new(layout.block_bytes(), "blocks"),
             state,
+            tables: DeviceTables::default(),
         })
     }
 

@@ -23,6 +23,7 @@ mod sample;
 mod splits;
 mod staging;
 mod state;
+mod tables;
 mod tensor;
 mod weight;
 
@@ -42,7 +43,7 @@ use inferd_core::sampling::Sampled;
 
 use super::{AttnConfig, Backend, RopeConfig, RopeStyle, Rows, SampleRow, SharedSource};
 use crate::batch::ForwardBatch;
-use crate::kv::{KvDtype, KvLayout};
+use crate::kv::{BlockTables, KvDtype, KvLayout};
 use crate::model::LinearAttnConfig;
 use crate::{Result, RuntimeError};
 
@@ -222,6 +223,7 @@ impl CudaBackend {
         batch: &ForwardBatch,
         attn: &AttnConfig,
         kv: &KvLayout,
+        tables: &BlockTables,
     ) -> Result<flashinfer::Passes> {
         let pad = b.n_tokens - batch.n_tokens();
         let lead = batch.seqs.iter().take_while(|s| s.n_tokens == 1).count();
@@ -268,7 +270,7 @@ impl CudaBackend {
             if lead < batch.seqs.len() {
                 let mut rest = Part::default();
                 for s in &batch.seqs[lead..] {
-                    rest.push(&s.block_table, s.n_tokens, s.kv_len());
+                    rest.push(tables.row(s.table), s.n_tokens, s.kv_len());
                 }
                 if eight {
                     out.pages = Some(self.kv8_gather(&mut rest, kv)?);
@@ -289,7 +291,7 @@ impl CudaBackend {
             } else {
                 &mut first
             };
-            part.push(&s.block_table, s.n_tokens, s.kv_len());
+            part.push(tables.row(s.table), s.n_tokens, s.kv_len());
         }
         for _ in 0..pad {
             // A padding row: one query over one position of block 0 (read, never written).
@@ -551,11 +553,27 @@ impl Backend for CudaBackend {
         batch: &ForwardBatch,
         rope: &RopeConfig,
         attn: &AttnConfig,
-        kv: &KvLayout,
+        layout: &KvLayout,
+        pool: &mut CudaKv,
     ) -> Result<CudaBatch> {
         self.inner.dev.bind()?;
         let i = &self.inner;
-        let mut b = CudaBatch::new(&i.dev, &i.batches, &i.buckets, &i.rope, batch, rope, kv)?;
+        let kv = layout;
+        let edits = pool
+            .tables
+            .apply(&i.dev, &batch.table_edits, layout.num_blocks)?;
+        let mut b = CudaBatch::new(
+            &i.dev,
+            &i.batches,
+            &i.buckets,
+            &i.rope,
+            batch,
+            rope,
+            layout,
+            &pool.tables,
+            &edits,
+        )?;
+        b.scatter_edits(&i.dev)?;
         self.copy_drawn(&b, &batch.drawn)?;
         let paged_ok = kv.dtype == KvDtype::Bf16
             || (kv.dtype.is_8bit()
@@ -566,7 +584,7 @@ impl Backend for CudaBackend {
                     )
                 } != 0);
         if paged_ok && flashinfer::supports(attn.head_dim, true) {
-            b.fi = Some(self.plan_attention(&b, batch, attn, kv)?);
+            b.fi = Some(self.plan_attention(&b, batch, attn, kv, &pool.tables.host)?);
         }
         Ok(b)
     }
@@ -593,6 +611,7 @@ impl Backend for CudaBackend {
             workspace: ws_generation,
             kv: kv.id,
             meta: batch.meta_generation(),
+            tables: batch.tables_generation,
             rope: Arc::as_ptr(&batch.rope) as usize,
             attention: batch.fi.as_ref().map_or(0, flashinfer::Passes::fingerprint),
         };
