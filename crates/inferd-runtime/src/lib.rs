@@ -15,13 +15,13 @@ pub mod generate;
 pub mod kv;
 pub mod model;
 
-pub use backend::cpu::{CpuBackend, CpuConfig};
+pub use backend::cpu::{CpuBackend, CpuConfig, HostGroup};
 #[cfg(feature = "cuda")]
 pub use backend::cuda::{CudaBackend, CudaConfig, DecodeAttention, SkipOps};
 pub use backend::{Backend, DeviceTensor, Rows, SampleRow};
 pub use batch::{ForwardBatch, SeqChunk};
 pub use error::RuntimeError;
 pub use kv::{BlockTables, KvDtype, KvLayout, StateLayout, TableEdit};
-pub use model::{Arch, LayerKind, LinearAttnConfig, Model, ModelConfig, Workspace};
+pub use model::{Arch, LayerKind, LinearAttnConfig, Model, ModelConfig, Shard, Workspace};
 
 pub type Result<T> = std::result::Result<T, RuntimeError>;

@@ -44,7 +44,7 @@ use inferd_core::sampling::{Extra, Sampled, Sampler};
 
 use crate::batch::ForwardBatch;
 use crate::kv::KvLayout;
-use crate::model::LinearAttnConfig;
+use crate::model::{LinearAttnConfig, Shard};
 use crate::{Result, RuntimeError};
 
 /// Tokens per chunk of the delta rule's chunked form; chunks start at absolute positions
@@ -141,6 +141,26 @@ pub trait Backend: Send + Sync {
 
     /// Waits for the work queued so far; its first error, if any.
     fn synchronize(&self) -> Result<()>;
+
+    /// The slice of the model this backend computes: rank `r` of a tensor-parallel group of
+    /// `w` backends ([`crate::model::Shard`]), or the whole model alone (the default).
+    /// [`crate::Model::load`] loads that slice.
+    fn shard(&self) -> Shard {
+        Shard::WHOLE
+    }
+
+    /// Sums `x` (`[rows, cols]`, the same shape on every rank) over the group in place:
+    /// each rank ends with the same sum, bit for bit. Every rank must call it for each
+    /// pass's same ops in the same order (the decoder does, after the attention output
+    /// and the feed-forward's down projection of a split model); never called on a backend
+    /// alone, whose default refuses it.
+    fn all_reduce(&self, x: &mut Self::Tensor) -> Result<()> {
+        let _ = x;
+        Err(RuntimeError::Other(format!(
+            "the {} backend has no tensor-parallel group",
+            self.name()
+        )))
+    }
 
     /// A buffer of `capacity` elements, shaped `[0, 0]` (workspace set-up, outside steps).
     fn alloc(&self, capacity: usize) -> Result<Self::Tensor>;

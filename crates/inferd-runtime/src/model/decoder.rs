@@ -22,6 +22,10 @@
 //!   e. a = a ⊙ sigmoid(gate)                                         (Qwen3.5 only)
 //!   f. out = a·W_oᵀ (+b_o)                              (Qwen3.5 with attention_bias)
 //!
+//! On a rank of a tensor-parallel group (`Backend::shard`, `model::shard`) the layer's
+//! weights are the rank's slices, and the mixer's and the feed-forward's outputs are
+//! summed over the group (`Backend::all_reduce`) before they join the residual stream.
+//!
 //! Every activation lives in a [`Workspace`] buffer; the ops write into them.
 
 use super::config::ModelConfig;
@@ -84,6 +88,7 @@ impl<B: Backend> Decoder<'_, B> {
                     .kv_layer(layer)
                     .expect("an attention layer has a KV layer");
                 self.attention(ws, aw, kv_layer, kv, batch)?;
+                self.reduce(&mut ws.out)?; // a split model: the heads' partial sums
             }
             Mixer::LinearAttention(dw) => {
                 let state_layer = c
@@ -110,7 +115,16 @@ impl<B: Backend> Decoder<'_, B> {
             self.project(h, &lw.gate_up, batch, proj, &mut [gate, up])?; // [n, ffn] each
             b.silu_mul(gate, up, act)?;
         }
-        b.linear(&ws.act, &lw.down, None, batch, Rows::Tokens, &mut ws.out)
+        b.linear(&ws.act, &lw.down, None, batch, Rows::Tokens, &mut ws.out)?;
+        self.reduce(&mut ws.out) // a split model: the feed-forward slices' partial sums
+    }
+
+    /// The sum of `x` over the backend's tensor-parallel group; nothing on a backend alone.
+    fn reduce(&self, x: &mut B::Tensor) -> Result<()> {
+        if self.backend.shard().is_whole() {
+            return Ok(());
+        }
+        self.backend.all_reduce(x)
     }
 
     /// Full attention of `ws.h` through pool layer `kv_layer`.  -> ws.out [n, hidden]

@@ -9,6 +9,9 @@
 //!   and tensor-info table up to the data section, or the safetensors header), then
 //!   the first and the last [`EDGE`] bytes (the two spans do not overlap).
 //!
+//! A rank of a tensor-parallel group hashes that fingerprint with its rank and world
+//! ([`of_shard`]).
+//!
 //! Not the whole file: a 1 GB model costs a header plus 2 MiB of reads. File names
 //! and paths are not included, so a moved or renamed file keeps its identity.
 
@@ -93,6 +96,21 @@ pub fn fingerprint(cfg: &ModelConfig, files: &[WeightsFile<'_>]) -> Result<Strin
         })?;
     }
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The identity of rank `shard`'s slice of the model whose identity is `whole`: `whole`
+/// itself on a backend alone, else SHA-256 of it and the rank and world (a rank's KV
+/// blocks hold only its heads, so no two ranks, and no rank and the whole, share blocks).
+pub fn of_shard(whole: String, shard: super::Shard) -> String {
+    if shard.is_whole() {
+        return whole;
+    }
+    let mut h = Sha256::new();
+    h.update(b"inferd-shard/1\0");
+    h.update(whole.as_bytes());
+    h.update((shard.rank as u64).to_le_bytes());
+    h.update((shard.world as u64).to_le_bytes());
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Size, header, then the head and tail spans of one file.

@@ -8,6 +8,7 @@ mod gguf_qwen35_tensors;
 mod identity;
 mod kv_offset;
 pub mod names;
+mod shard;
 mod weights;
 mod workspace;
 
@@ -18,6 +19,7 @@ use inferd_formats::{GgufFile, HfConfig, SafetensorsModel};
 
 pub use config::{Arch, LayerKind, LinearAttnConfig, ModelConfig};
 pub use decoder::Decoder;
+pub use shard::{Shard, ShardSource};
 pub use weights::Weights;
 pub use workspace::Workspace;
 
@@ -53,22 +55,26 @@ impl<B: Backend> Model<B> {
         if is_gguf {
             let g = Arc::new(GgufFile::open(path)?);
             let tied = !g.has(&Naming::Gguf.global(Global::LmHead));
-            let cfg = ModelConfig::from_gguf(&g, tied)?;
-            check_backend(&backend, &cfg, path)?;
+            let whole = ModelConfig::from_gguf(&g, tied)?;
+            check_backend(&backend, &whole, path)?;
             // A Qwen3.5 file's DeltaNet tensors are read back into HF layout.
-            let (src, naming): (SharedSource, Naming) = if cfg.arch == Arch::Qwen35 {
-                let t = gguf_qwen35_tensors::Qwen35Tensors::new(g.clone(), &cfg)?;
+            let (src, naming): (SharedSource, Naming) = if whole.arch == Arch::Qwen35 {
+                let t = gguf_qwen35_tensors::Qwen35Tensors::new(g.clone(), &whole)?;
                 (Arc::new(t), Naming::GgufQwen35)
             } else {
                 (g.clone(), Naming::Gguf)
             };
+            let (cfg, src) = shard_of(&backend, &whole, src, naming, path)?;
             let weights = Weights::load(&backend, &src, naming, &cfg)?;
             let k_offset = kv_offset::k_offset(&cfg, &src, naming)?;
             let file = WeightsFile {
                 path,
                 header_end: Some(g.data_offset() as u64),
             };
-            let identity = identity::fingerprint(&cfg, &[file])?;
+            let identity = identity::of_shard(
+                identity::fingerprint(&whole, &[file])?,
+                backend.shard(),
+            );
             return Ok(Model {
                 cfg,
                 backend,
@@ -87,15 +93,15 @@ impl<B: Backend> Model<B> {
         let config_path = dir.join("config.json");
         let hf = HfConfig::from_file(&config_path)?;
         let st = Arc::new(SafetensorsModel::open(&dir)?);
-        let mut cfg = ModelConfig::from_hf(&hf, &config_path.display().to_string())?;
-        check_backend(&backend, &cfg, &config_path)?;
+        let mut whole = ModelConfig::from_hf(&hf, &config_path.display().to_string())?;
+        check_backend(&backend, &whole, &config_path)?;
         // A multimodal wrapper's checkpoint names its language model's tensors so.
         let naming = if st.has(&Naming::HfLanguageModel.global(Global::Embed)) {
             Naming::HfLanguageModel
         } else {
             Naming::Hf
         };
-        cfg.tied_embeddings |= !st.has(&naming.global(Global::LmHead));
+        whole.tied_embeddings |= !st.has(&naming.global(Global::LmHead));
         let files: Vec<WeightsFile<'_>> = st
             .shard_paths()
             .into_iter()
@@ -104,8 +110,8 @@ impl<B: Backend> Model<B> {
                 header_end: None,
             })
             .collect();
-        let identity = identity::fingerprint(&cfg, &files)?;
-        let src: SharedSource = st;
+        let identity = identity::of_shard(identity::fingerprint(&whole, &files)?, backend.shard());
+        let (cfg, src) = shard_of(&backend, &whole, st, naming, &config_path)?;
         let weights = Weights::load(&backend, &src, naming, &cfg)?;
         let k_offset = kv_offset::k_offset(&cfg, &src, naming)?;
         Ok(Model {
@@ -328,6 +334,24 @@ impl<B: Backend> Model<B> {
     pub fn sample_finish(&self, out: &mut Vec<Sampled>) -> Result<()> {
         self.backend.run(|| self.backend.sample_finish(out))
     }
+}
+
+/// The config and tensors of the slice of the model `backend` computes
+/// ([`Backend::shard`]): the whole model's on a backend alone.
+fn shard_of<B: Backend>(
+    backend: &B,
+    whole: &ModelConfig,
+    src: SharedSource,
+    naming: Naming,
+    path: &Path,
+) -> Result<(ModelConfig, SharedSource)> {
+    let shard = backend.shard();
+    if shard.is_whole() {
+        return Ok((whole.clone(), src));
+    }
+    let cfg = shard.config(whole, path)?;
+    let src: SharedSource = Arc::new(ShardSource::new(src, whole, naming, shard)?);
+    Ok((cfg, src))
 }
 
 /// Refuses a hybrid model on a backend without linear-attention layers.

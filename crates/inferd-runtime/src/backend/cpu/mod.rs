@@ -6,6 +6,7 @@ mod batch;
 mod conv;
 mod delta_net;
 pub mod delta_rule;
+mod group;
 mod kv;
 mod norm;
 mod rope;
@@ -19,6 +20,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 pub use batch::CpuBatch;
+pub use group::HostGroup;
 pub use kv::{CpuKv, KvPlane};
 pub use state::StatePool;
 pub use tensor::{CpuTensor, CpuWeight, WeightBytes};
@@ -61,6 +63,8 @@ pub struct CpuBackend {
     /// The draws of the sample op started last, until `sample_finish` takes them (the
     /// CPU draws at `sample_start`: every token is known on the host at once).
     drawn: Arc<std::sync::Mutex<Vec<Sampled>>>,
+    /// The tensor-parallel group this backend is a rank of (`None`: the whole model).
+    group: Option<HostGroup>,
 }
 
 impl CpuBackend {
@@ -89,6 +93,16 @@ impl CpuBackend {
             f32_activations: cfg.f32_activations,
             bf16_like_cuda: cfg.bf16_like_cuda,
             drawn: Default::default(),
+            group: None,
+        }
+    }
+
+    /// A backend computing rank `member.shard()`'s slice of a model, its all-reduce over
+    /// `member`'s group ([`HostGroup`]); each rank has its own worker pool.
+    pub fn in_group(cfg: CpuConfig, member: HostGroup) -> Self {
+        CpuBackend {
+            group: Some(member),
+            ..Self::with_config(cfg)
         }
     }
 
@@ -129,6 +143,21 @@ impl Backend for CpuBackend {
 
     fn synchronize(&self) -> Result<()> {
         Ok(()) // every op has finished when it returns
+    }
+
+    fn shard(&self) -> crate::model::Shard {
+        self.group
+            .as_ref()
+            .map_or(crate::model::Shard::WHOLE, |g| g.shard())
+    }
+
+    fn all_reduce(&self, x: &mut CpuTensor) -> Result<()> {
+        match &self.group {
+            Some(g) => g.all_reduce(&mut x.data),
+            None => Err(RuntimeError::Other(
+                "all-reduce on a CPU backend without a group".into(),
+            )),
+        }
     }
 
     fn alloc(&self, capacity: usize) -> Result<CpuTensor> {
