@@ -47,10 +47,16 @@ fn script<B: Backend>(model: &Model<B>, dtype: KvDtype) -> Passes {
         batch.logits_rows = (0..batch.tokens.len()).collect();
         out.push(model.forward(&mut run.kv, &run.layout, &batch).unwrap());
     };
-    pass(&mut run, &[(&a[..16], 0, a.len(), &ta), (&b, 0, b.len(), &tb)]);
+    pass(
+        &mut run,
+        &[(&a[..16], 0, a.len(), &ta), (&b, 0, b.len(), &tb)],
+    );
     pass(&mut run, &[(&a[16..], 16, a.len(), &ta)]);
     for i in 0..steps {
-        let (na, nb) = ([(i * 31 + 5) as u32 % vocab as u32], [(i * 17 + 3) as u32 % vocab as u32]);
+        let (na, nb) = (
+            [(i * 31 + 5) as u32 % vocab as u32],
+            [(i * 17 + 3) as u32 % vocab as u32],
+        );
         pass(
             &mut run,
             &[
@@ -107,7 +113,10 @@ fn split_equals_whole(name: &str, path: &Path, world: usize, dtype: KvDtype, tol
          top-1 equal {top1}/{rows}",
         dtype.name()
     );
-    assert!(worst <= tol * scale.max(1.0), "{name}: {worst} vs the whole model");
+    assert!(
+        worst <= tol * scale.max(1.0),
+        "{name}: {worst} vs the whole model"
+    );
 }
 
 fn fixture(name: &str) -> std::path::PathBuf {
@@ -161,7 +170,11 @@ fn each_rank_has_its_own_identity() {
     let whole = Model::load(CpuBackend::with_config(cpu()), &path).unwrap();
     let ids: Vec<String> = HostGroup::new(2)
         .into_iter()
-        .map(|m| Model::load(CpuBackend::in_group(cpu(), m), &path).unwrap().identity())
+        .map(|m| {
+            Model::load(CpuBackend::in_group(cpu(), m), &path)
+                .unwrap()
+                .identity()
+        })
         .collect();
     assert!(ids[0] != ids[1] && !ids.contains(&whole.identity()));
     // and a rank's KV pool holds its share of the heads

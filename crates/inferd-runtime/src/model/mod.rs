@@ -71,10 +71,8 @@ impl<B: Backend> Model<B> {
                 path,
                 header_end: Some(g.data_offset() as u64),
             };
-            let identity = identity::of_shard(
-                identity::fingerprint(&whole, &[file])?,
-                backend.shard(),
-            );
+            let identity =
+                identity::of_shard(identity::fingerprint(&whole, &[file])?, backend.shard());
             return Ok(Model {
                 cfg,
                 backend,

@@ -91,7 +91,7 @@ impl Shard {
             ("KV heads", whole.n_kv_heads),
             ("the feed-forward width", whole.ffn_dim),
         ] {
-            if n % self.world != 0 {
+            if !n.is_multiple_of(self.world) {
                 return Err(refuse(format!("{what} ({n}) do not divide evenly")));
             }
         }
@@ -188,17 +188,17 @@ fn split_shape(
     let mut shape = v.shape.to_vec();
     match split {
         Split::Rows => {
-            if shape.is_empty() || shape[0] % world != 0 {
+            if shape.is_empty() || !shape[0].is_multiple_of(world) {
                 return Err("has rows that do not divide evenly".into());
             }
             shape[0] /= world;
         }
         Split::Cols => {
-            if shape.len() != 2 || shape[1] % world != 0 {
+            if shape.len() != 2 || !shape[1].is_multiple_of(world) {
                 return Err("has columns that do not divide evenly".into());
             }
             shape[1] /= world;
-            if shape[1] % v.dtype.block_len() != 0 {
+            if !shape[1].is_multiple_of(v.dtype.block_len()) {
                 return Err(format!(
                     "would split its {}-element blocks ({} columns a rank)",
                     v.dtype.block_len(),
@@ -279,13 +279,12 @@ mod tests {
             &self.path
         }
         fn tensor(&self, name: &str) -> inferd_formats::Result<TensorView<'_>> {
-            let (n, dtype, shape, data) = self
-                .tensors
-                .iter()
-                .find(|t| t.0 == name)
-                .ok_or_else(|| inferd_formats::FormatError::MissingTensor {
-                    path: self.path.clone(),
-                    tensor: name.to_string(),
+            let (n, dtype, shape, data) =
+                self.tensors.iter().find(|t| t.0 == name).ok_or_else(|| {
+                    inferd_formats::FormatError::MissingTensor {
+                        path: self.path.clone(),
+                        tensor: name.to_string(),
+                    }
                 })?;
             Ok(TensorView {
                 name: n,
@@ -350,7 +349,12 @@ mod tests {
                 ),
                 (n(Layer::O), DType::Q8_0, vec![3, 128], q8_0(3, 128)),
                 (n(Layer::Down), DType::Q8_0, vec![3, 64], q8_0(3, 64)),
-                (n(Layer::AttnNorm), DType::F32, vec![6], f32_bytes(&[1.0; 6])),
+                (
+                    n(Layer::AttnNorm),
+                    DType::F32,
+                    vec![6],
+                    f32_bytes(&[1.0; 6]),
+                ),
             ],
         };
         let inner: SharedSource = Arc::new(mem);
@@ -361,8 +365,13 @@ mod tests {
         let whole_o = dequant(&inner.tensor(&n(Layer::O)).unwrap());
         let whole_down = dequant(&inner.tensor(&n(Layer::Down)).unwrap());
         for rank in 0..2 {
-            let s = ShardSource::new(inner.clone(), &cfg, Naming::Hf, Shard::new(rank, 2).unwrap())
-                .unwrap();
+            let s = ShardSource::new(
+                inner.clone(),
+                &cfg,
+                Naming::Hf,
+                Shard::new(rank, 2).unwrap(),
+            )
+            .unwrap();
             let qr = s.tensor(&n(Layer::Q)).unwrap();
             assert_eq!(qr.shape, &[4, 6]);
             assert_eq!(qr.to_f32_vec().unwrap(), q[rank * 24..(rank + 1) * 24]);
@@ -381,28 +390,43 @@ mod tests {
         // Three ranks: O's 128 columns do not divide evenly; four: 32 a rank of Q8_0 do,
         // but down's 64 columns give 16 a rank, half a block.
         let err = |world| {
-            ShardSource::new(inner.clone(), &cfg, Naming::Hf, Shard::new(0, world).unwrap())
-                .err()
-                .map(|e| e.to_string())
-                .unwrap_or_default()
+            ShardSource::new(
+                inner.clone(),
+                &cfg,
+                Naming::Hf,
+                Shard::new(0, world).unwrap(),
+            )
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
         };
         assert!(err(3).contains("rows that do not divide"), "{}", err(3));
         assert!(err(4).contains("32-element blocks"), "{}", err(4));
     }
 
     fn test_config() -> ModelConfig {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models/qwen3");
-        let hf = inferd_formats::HfConfig::from_file(&dir.join("config.json")).unwrap();
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models/qwen3");
+        let hf = inferd_formats::HfConfig::from_file(dir.join("config.json")).unwrap();
         ModelConfig::from_hf(&hf, "qwen3").unwrap()
     }
 
     #[test]
     fn a_ranks_config_divides_heads_and_width() {
         let whole = test_config(); // 4 heads, 2 KV heads, ffn 128
-        let c = Shard::new(1, 2).unwrap().config(&whole, Path::new("m")).unwrap();
+        let c = Shard::new(1, 2)
+            .unwrap()
+            .config(&whole, Path::new("m"))
+            .unwrap();
         assert_eq!((c.n_heads, c.n_kv_heads, c.ffn_dim), (2, 1, 64));
-        assert_eq!((c.hidden, c.head_dim, c.vocab_size), (whole.hidden, whole.head_dim, whole.vocab_size));
-        let e = Shard::new(0, 4).unwrap().config(&whole, Path::new("m")).unwrap_err();
+        assert_eq!(
+            (c.hidden, c.head_dim, c.vocab_size),
+            (whole.hidden, whole.head_dim, whole.vocab_size)
+        );
+        let e = Shard::new(0, 4)
+            .unwrap()
+            .config(&whole, Path::new("m"))
+            .unwrap_err();
         assert!(e.to_string().contains("KV heads (2) do not divide"), "{e}");
         assert_eq!(Shard::WHOLE.config(&whole, Path::new("m")).unwrap(), whole);
         assert!(Shard::new(2, 2).is_err() && Shard::new(0, 0).is_err());
