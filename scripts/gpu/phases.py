@@ -4,8 +4,9 @@
 Usage: phases.py BEFORE.txt AFTER.txt LABEL
 Reads `inferd_step_phase_seconds_sum{phase=...}` and `_count` and prints, per phase, the
 mean milliseconds over the steps taken between the two snapshots, the mean tokens a
-step (`inferd_step_tokens_sum`), and how the decode passes between them ran (eager, captured
-into a graph, replayed: `inferd_backend_events{event=...}`).
+step (`inferd_step_tokens_sum`), how the decode passes between them ran (eager, captured
+into a graph, replayed: `inferd_backend_events{event=...}`), and, where steps computed
+grammar masks, their mean wall time a step (`inferd_grammar_masks_seconds`).
 """
 import re
 import sys
@@ -24,6 +25,8 @@ def read(path):
     m = re.search(r"^inferd_step_tokens_sum\s+([0-9.eE+-]+)", text, re.M)
     if m:
         out[("tokens", "sum")] = float(m.group(1))
+    for m in re.finditer(r"^inferd_grammar_masks_seconds_(sum|count)\s+([0-9.eE+-]+)", text, re.M):
+        out[("masks", m.group(1))] = float(m.group(2))
     return out
 
 
@@ -44,7 +47,10 @@ def main() -> None:
         if (e, "events") in b
     ]
     ev = f"; decode passes: {', '.join(events)}" if events else ""
-    print(f"{label}: {steps:.0f} steps{per}, mean " + ", ".join(parts) + ev)
+    n = b.get(("masks", "count"), 0) - a.get(("masks", "count"), 0)
+    s = b.get(("masks", "sum"), 0) - a.get(("masks", "sum"), 0)
+    masks = f"; masks {1e3 * s / n:.3f} ms a step over {n:.0f} steps" if n else ""
+    print(f"{label}: {steps:.0f} steps{per}, mean " + ", ".join(parts) + ev + masks)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ tar -C "$out" -cf - $bins | xz -T1 --lzma2=preset=6,dict=192MiB > "$out/bins.tar
 # The Qwen3 tokenizer, for serving the Qwen3-8B-shaped model made there.
 tok=${INFERD_CACHE_DIR:-$HOME/.cache/inferd}/models/qwen3-tokenizer
 mkdir -p "$out/tokenizer" && cp "$tok"/* "$out/tokenizer/" && xz -T2 -6 "$out"/tokenizer/tokenizer.json
-cp scripts/gpu/*.py scripts/gpu/*.sh ../shared/gpu/make_qwen3_8b.py "$out/"
+cp scripts/gpu/*.py scripts/gpu/*.sh scripts/schemas/long-thought.json ../shared/gpu/make_qwen3_8b.py "$out/"
 pwd > "$out/build-root.txt" # where the test binaries look for fixtures/
 [ "${SMOL:-0}" = 1 ] || { du -sh "$out"; exit 0; }
 smol=${INFERD_CACHE_DIR:-$HOME/.cache/inferd}/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf

@@ -34,6 +34,8 @@
 #            ../shared/gpu/prepare-carry.sh); peerwait waits for both
 #   peer     llama-server on /tmp/q8b.gguf driven by the same fleet runs as `fleet` and
 #            `long` (reports fleet-llama-*.json)
+#   structured  JSON Schema masks on the GPU: chat-prompt fleets (8 / 32 / 64 agents) held to
+#            long-thought.json (default mask threads, and one) against the same prompts free
 #   tests35  the hybrid test bodies alone (hybrid_reference's CUDA ones, graphs, the 9B head
 #            shapes), memcheck over the last and racecheck over a few whole hybrid prefills
 #   peerbuild35  starts building llama-server alone in the background (no /tmp/q8b);
@@ -165,6 +167,34 @@ fleettemp)
   done
   kill $SP; wait $SP 2>/dev/null
   $B/inferd bench table $OUT/fleettemp-*.json 2>&1 | tee -a $summary
+  ;;
+structured)
+  # What JSON Schema masks cost on the GPU: chat prompts (1024-token notes) answered as JSON
+  # held to long-thought.json, against the same prompts only asking for it, at 8 / 32 / 64
+  # agents; held runs with the default mask threads and with one. The phases show the masks'
+  # wall time a step (inside `finish` under step overlap).
+  [ -e /tmp/q8b/config.json ] || { note "structured: no /tmp/q8b (run make8b first)"; continue; }
+  for mode in prompt held held1; do
+    args=(); flag=--json-schema
+    [ $mode = prompt ] && flag=--json-schema-prompt-only
+    [ $mode = held1 ] && args=(--mask-threads 1)
+    $B/inferd serve --device cuda -m /tmp/q8b --port 8186 "${args[@]}" >$OUT/serve-structured-$mode.log 2>&1 &
+    SP=$!
+    for i in $(seq 1 240); do curl -sf http://127.0.0.1:8186/health >/dev/null && break; sleep 0.5; done
+    curl -s http://127.0.0.1:8186/metrics > $OUT/metrics-structured-$mode-0.txt
+    prev=$OUT/metrics-structured-$mode-0.txt
+    for n in 8 32 64; do
+      timeout 150 $B/inferd bench fleet --url http://127.0.0.1:8186 -q --agents $n --context 1024 --reply 128 \
+        $flag $C/long-thought.json --label inferd-$mode --meta engine=inferd-$mode --meta model=qwen3-8b-shape-bf16 \
+        --out $OUT/structured-$mode-n$n.json >/dev/null 2>&1
+      note "structured $mode, agents $n: rc $?"
+      curl -s http://127.0.0.1:8186/metrics > $OUT/metrics-structured-$mode-n$n.txt
+      python3 $C/phases.py $prev $OUT/metrics-structured-$mode-n$n.txt "engine steps, $mode, $n agents" 2>&1 | tee -a $summary
+      prev=$OUT/metrics-structured-$mode-n$n.txt
+    done
+    kill $SP; wait $SP 2>/dev/null
+  done
+  $B/inferd bench table $OUT/structured-*.json 2>&1 | tee -a $summary
   ;;
 make35|model35|hf35)
   [ -e /tmp/tok/tokenizer.json ] || { mkdir -p /tmp/tok && cp $C/tokenizer/* /tmp/tok/ && xz -df /tmp/tok/tokenizer.json.xz; }

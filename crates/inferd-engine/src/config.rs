@@ -51,6 +51,9 @@ pub struct EngineConfig {
     /// on the one before. `None`: on for backends that queue work (a GPU), off for the
     /// CPU, whose ops run as they are called (`INFERD_STEP_OVERLAP=1` / `0` sets it).
     pub step_overlap: Option<bool>,
+    /// Threads computing a step's grammar masks (`masks.rs`). `None`: one on the CPU (its
+    /// forward pass's workers take the cores), on a GPU half the cores up to 8.
+    pub mask_threads: Option<usize>,
 }
 
 /// Default [`EngineConfig::queue_timeout`]: 10 minutes.
@@ -72,6 +75,7 @@ impl Default for EngineConfig {
             queue_timeout: Some(DEFAULT_QUEUE_TIMEOUT),
             state_fraction: 0.5,
             step_overlap: overlap_from_env(),
+            mask_threads: None,
         }
     }
 }

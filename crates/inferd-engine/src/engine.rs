@@ -15,6 +15,7 @@ use inferd_text::Tokenizer;
 use crate::config::{kv_budget_bytes, split_budget, EngineConfig};
 use crate::handle::{EngineHandle, ModelInfo, Msg, Shared};
 use crate::load::{Load, Waiting};
+use crate::masks::{default_mask_threads, MaskPool};
 use crate::memory::Registry;
 use crate::output::{OutMsg, OutStream, Output, TokenMsg};
 use crate::request::{Event, GenRequest};
@@ -158,6 +159,10 @@ pub fn start<B: Backend + 'static>(
         pending: StepInput::default(),
         flight: None,
         overlap: cfg.step_overlap.unwrap_or(queues_work),
+        masks: MaskPool::new(
+            cfg.mask_threads
+                .unwrap_or_else(|| default_mask_threads(queues_work)),
+        ),
         seqs: Seqs::default(),
         inbox: rx,
         shared: shared.clone(),
@@ -193,6 +198,8 @@ pub(crate) struct Engine<B: Backend> {
     /// Whether a step is queued before the one ahead of it has come back
     /// (`EngineConfig::step_overlap`).
     overlap: bool,
+    /// Where a step's grammar masks are computed (`EngineConfig::mask_threads`).
+    masks: MaskPool,
     /// The output thread: every event of an accepted request goes through it.
     pub(crate) output: Output,
     /// Turns the engine ended and parked whose output side has not said yet how many
@@ -482,6 +489,11 @@ impl<B: Backend> Engine<B> {
         }
         let mut ended = Vec::new();
         let mut builds = Vec::new();
+        if self.overlap {
+            // The flight's tokens are in: the masks, while the device runs this pass.
+            let constrained = self.constrained(&out);
+            self.masks.prepare(&mut self.seqs, &constrained);
+        }
         // Each sampling row's grammar mask (a failed constraint ends its sequence).
         let mut masks: Vec<(u64, Option<TokenMask>)> = Vec::new();
         for c in out.chunks.iter().filter(|c| c.samples) {
@@ -681,32 +693,16 @@ impl<B: Backend> Engine<B> {
         out: &SchedulerOutput,
         prepared: Prepared,
     ) -> Result<Launched, RuntimeError> {
-        let constrained: Vec<u64> = out
-            .chunks
-            .iter()
-            .filter(|c| c.samples)
-            .map(|c| c.seq)
-            .filter(|id| {
-                self.seqs
-                    .get(id)
-                    .is_some_and(|s| s.constraint.is_some() && s.build.is_none())
-            })
-            .collect();
+        let constrained = self.constrained(out);
         if constrained.is_empty() {
             return self.runner.launch(prepared);
         }
-        let seqs = &mut self.seqs;
+        let (seqs, pool) = (&mut self.seqs, &self.masks);
         let runner = &mut self.runner;
         std::thread::scope(|scope| {
             let masks = std::thread::Builder::new()
                 .name("inferd-masks".into())
-                .spawn_scoped(scope, move || {
-                    for id in &constrained {
-                        if let Some(s) = seqs.get_mut(id) {
-                            s.prepare_mask();
-                        }
-                    }
-                });
+                .spawn_scoped(scope, move || pool.prepare(seqs, &constrained));
             let result = runner.launch(prepared);
             let waited = Instant::now();
             // A mask thread that could not start or panicked leaves masks unset: each
@@ -717,6 +713,20 @@ impl<B: Backend> Engine<B> {
             metrics::histogram!(names::MASK_WAIT).record(waited.elapsed().as_secs_f64());
             result
         })
+    }
+
+    /// The constrained sequences that sample in `out` (not building a context).
+    fn constrained(&self, out: &SchedulerOutput) -> Vec<u64> {
+        out.chunks
+            .iter()
+            .filter(|c| c.samples)
+            .map(|c| c.seq)
+            .filter(|id| {
+                self.seqs
+                    .get(id)
+                    .is_some_and(|s| s.constraint.is_some() && s.build.is_none())
+            })
+            .collect()
     }
 
     /// A forward pass failed: every sequence in it gets the error and is dropped.

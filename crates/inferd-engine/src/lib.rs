@@ -11,6 +11,7 @@ mod config;
 mod engine;
 mod handle;
 mod load;
+mod masks;
 mod memory;
 mod output;
 mod request;

@@ -48,6 +48,9 @@ pub mod names {
     /// Time a step waited, after the forward pass, for grammar masks still being
     /// computed (0 when masks are hidden behind the forward pass).
     pub const MASK_WAIT: &str = "inferd_grammar_mask_wait_seconds";
+    /// Wall time of a step's grammar masks, on all mask threads (`EngineConfig::
+    /// mask_threads`); under step overlap it is part of the step's `finish` phase.
+    pub const MASKS: &str = "inferd_grammar_masks_seconds";
     /// Wall time of a step's phases, label `phase`: `schedule` (scheduler, block copies,
     /// the batch), `forward` (the pass queued: on a GPU its host-side preparation and
     /// launches), `finish` (prefix registration, snapshots, masks, the draws queued),

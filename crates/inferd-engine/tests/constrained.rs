@@ -99,3 +99,57 @@ fn max_tokens_still_cuts_a_constrained_reply() {
     assert_eq!(out.completion_tokens, 3);
     assert!(out.text.starts_with('['), "{:?}", out.text);
 }
+
+/// Masks spread over several threads (`EngineConfig::mask_threads`) give every reply what
+/// one thread gives, with steps in series and overlapped: six constrained requests (three
+/// schemas, greedy and seeded sampling) and one free request, all at once.
+#[test]
+fn mask_threads_change_no_reply() {
+    let run = |threads: usize, overlap: bool| {
+        let cfg = inferd_engine::EngineConfig {
+            mask_threads: Some(threads),
+            step_overlap: Some(overlap),
+            ..config()
+        };
+        let e = engine(cfg)?;
+        let grammars = e.grammars.as_ref().unwrap();
+        let schemas = [
+            json!({"type": "object", "properties": {"name": {"type": "string"},
+                   "age": {"type": "integer"}}, "required": ["name", "age"]}),
+            json!({"type": "array", "items": {"type": "number"}, "minItems": 3}),
+            json!({"enum": ["red", "green", "blue"]}),
+        ];
+        let mut streams = Vec::new();
+        for (i, p) in prompts(&e.tokenizer, 7).into_iter().enumerate() {
+            let mut req = GenRequest::greedy(p, 30);
+            if i < 6 {
+                req.constraint = Some(
+                    grammars
+                        .compile(&schema_format(schemas[i % 3].clone()))
+                        .unwrap(),
+                );
+            }
+            if i % 2 == 1 {
+                req.sampling.temperature = 0.9;
+                req.sampling.seed = Some(7 + i as u64);
+            }
+            streams.push(e.submit(req).unwrap());
+        }
+        let outs: Vec<_> = streams
+            .iter_mut()
+            .map(|s| {
+                let o = collect(s);
+                (o.tokens, o.text, o.finish)
+            })
+            .collect();
+        Some(outs)
+    };
+    let Some(one) = run(1, false) else { return };
+    for (threads, overlap) in [(4, false), (1, true), (4, true)] {
+        assert_eq!(
+            run(threads, overlap).unwrap(),
+            one,
+            "{threads} mask threads, overlap {overlap}"
+        );
+    }
+}

@@ -70,6 +70,16 @@ fn describe() {
         "Time a request waited for its KV to be read back from the SSD tier"
     );
     describe_histogram!(
+        names::MASKS,
+        Unit::Seconds,
+        "Wall time of a step's grammar masks, on all mask threads"
+    );
+    describe_histogram!(
+        names::MASK_WAIT,
+        Unit::Seconds,
+        "Time a step waited after its forward pass for grammar masks (serial steps)"
+    );
+    describe_histogram!(
         names::STEP_PHASE,
         Unit::Seconds,
         "Wall time of each phase of an engine step"

@@ -114,6 +114,10 @@ pub struct Args {
     /// step overlaps the device's on the one before: auto (on for a GPU), on, off.
     #[arg(long, value_parser = ["auto", "on", "off"])]
     step_overlap: Option<String>,
+    /// Threads computing a step's grammar masks (JSON Schema, tool calls): default one on
+    /// the CPU, half the cores up to 8 on a GPU.
+    #[arg(long)]
+    mask_threads: Option<usize>,
     /// Hybrid models: a recurrent-state snapshot every this many tokens (default 512),
     /// besides those at the end of every context and session turn.
     #[arg(long)]
@@ -214,6 +218,12 @@ pub fn run(a: Args) -> Result<()> {
         Some("off") => engine_cfg.step_overlap = Some(false),
         Some(_) => engine_cfg.step_overlap = None,
         None => {}
+    }
+    if let Some(n) = a.mask_threads {
+        if n == 0 {
+            bail!("--mask-threads must be at least 1");
+        }
+        engine_cfg.mask_threads = Some(n);
     }
     if let Some(dir) = &a.spill_dir {
         engine_cfg.spill = Some(inferd_engine::SpillConfig {
