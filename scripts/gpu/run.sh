@@ -171,13 +171,15 @@ fleettemp)
 structured)
   # What JSON Schema masks cost on the GPU: chat prompts (1024-token notes) answered as JSON
   # held to long-thought.json, against the same prompts only asking for it, at 8 / 32 / 64
-  # agents; held runs with the default mask threads and with one. The phases show the masks'
-  # wall time a step (inside `finish` under step overlap).
+  # agents; held runs with the default mask threads, with one, and with DRY off (which the
+  # server gives held replies by default, and which samples on the host). The phases show
+  # the masks' wall time a step (inside `finish` under step overlap).
   [ -e /tmp/q8b/config.json ] || { note "structured: no /tmp/q8b (run make8b first)"; continue; }
-  for mode in prompt held held1; do
-    args=(); flag=--json-schema
+  for mode in prompt held held1 heldnodry; do
+    args=(); flag=--json-schema; bargs=()
     [ $mode = prompt ] && flag=--json-schema-prompt-only
     [ $mode = held1 ] && args=(--mask-threads 1)
+    [ $mode = heldnodry ] && bargs=(--dry-multiplier 0)
     $B/inferd serve --device cuda -m /tmp/q8b --port 8186 "${args[@]}" >$OUT/serve-structured-$mode.log 2>&1 &
     SP=$!
     for i in $(seq 1 240); do curl -sf http://127.0.0.1:8186/health >/dev/null && break; sleep 0.5; done
@@ -185,7 +187,7 @@ structured)
     prev=$OUT/metrics-structured-$mode-0.txt
     for n in 8 32 64; do
       timeout 150 $B/inferd bench fleet --url http://127.0.0.1:8186 -q --agents $n --context 1024 --reply 128 \
-        $flag $C/long-thought.json --label inferd-$mode --meta engine=inferd-$mode --meta model=qwen3-8b-shape-bf16 \
+        $flag $C/long-thought.json "${bargs[@]}" --label inferd-$mode --meta engine=inferd-$mode --meta model=qwen3-8b-shape-bf16 \
         --out $OUT/structured-$mode-n$n.json >/dev/null 2>&1
       note "structured $mode, agents $n: rc $?"
       curl -s http://127.0.0.1:8186/metrics > $OUT/metrics-structured-$mode-n$n.txt

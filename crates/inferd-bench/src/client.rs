@@ -32,6 +32,9 @@ pub struct ClientConfig {
     pub ignore_eos: bool,
     /// Sent as `temperature` when set.
     pub temperature: Option<f32>,
+    /// Sent as `dry_multiplier` when set (llama.cpp's name; `0` turns DRY off, also where a
+    /// server turns it on by default, as inferd does for replies held to a schema).
+    pub dry_multiplier: Option<f32>,
 }
 
 impl ClientConfig {
@@ -43,6 +46,7 @@ impl ClientConfig {
             timeout: Duration::from_secs(600),
             ignore_eos: true,
             temperature: Some(0.0),
+            dry_multiplier: None,
         }
     }
 }
@@ -207,6 +211,9 @@ impl Client {
         }
         if let Some(t) = self.config.temperature {
             b["temperature"] = json!(t);
+        }
+        if let Some(d) = self.config.dry_multiplier {
+            b["dry_multiplier"] = json!(d);
         }
         if let Some(f) = &ext.response_format {
             b["response_format"] = f.clone();
@@ -439,5 +446,22 @@ mod tests {
         rest.as_object_mut().unwrap().remove("response_format");
         rest["inferd"].as_object_mut().unwrap().remove("session");
         assert_eq!(rest, plain);
+    }
+
+    #[test]
+    fn body_carries_dry_multiplier_only_when_set() {
+        let prompt = Prompt::Chat(vec![Message::new("user", "hi")]);
+        let c = Client::new(ClientConfig::new("http://h:1/v1")).unwrap();
+        assert!(c
+            .body(&prompt, 16, &Ext::default())
+            .1
+            .get("dry_multiplier")
+            .is_none());
+        let cfg = ClientConfig {
+            dry_multiplier: Some(0.0),
+            ..ClientConfig::new("http://h:1/v1")
+        };
+        let (_, b) = Client::new(cfg).unwrap().body(&prompt, 16, &Ext::default());
+        assert_eq!(b["dry_multiplier"], 0.0);
     }
 }

@@ -225,6 +225,10 @@ struct Common {
     /// Sampling temperature sent with every request.
     #[arg(long, default_value_t = 0.0)]
     temperature: f32,
+    /// DRY repeat penalty sent with every request (`dry_multiplier`; 0: off, also for
+    /// replies held to a schema, which inferd gives DRY by default).
+    #[arg(long)]
+    dry_multiplier: Option<f32>,
     /// Corpus seed (same seed, same prompts).
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -468,6 +472,7 @@ async fn connect(c: &Common) -> Result<(Client, ProgressBar)> {
     cfg.timeout = Duration::from_secs_f64(c.timeout);
     cfg.ignore_eos = !c.no_ignore_eos;
     cfg.temperature = Some(c.temperature);
+    cfg.dry_multiplier = c.dry_multiplier;
     let mut client = Client::new(cfg)?;
     if c.wait_health > 0.0
         && !client
