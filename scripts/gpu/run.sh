@@ -25,6 +25,8 @@
 #            kernel's loads in flight (4, 8, 16)
 #   splits   `speed` over decode attention's split counts (see the stage)
 #   ablate   `speed` without each small op in turn (timing only: what each costs in a graph)
+#   boundary `speed` at 1 and 8 rows, 1k / 4k / 16k: as is, without the attention, and with
+#            it replaced by a kernel that only waits and writes zeros (its boundary's cost)
 #   ncudecode  ncu's sections over the one-row decode attention kernel (1k context)
 #   ab       `speed` by this build and by cuda_check_base (prepare.sh BASE=<rev>) in turn
 #   mmaone   `speed` at 1 and 2 rows: SIMT decode attention against the tensor-core build
@@ -140,6 +142,14 @@ ablate)
   # What each small op costs inside the replayed graph: the step without it (timing only).
   timeout 500 $B/cuda_check speed /tmp/q8b 4096 bf16:skip=norm,bf16:skip=swiglu,bf16:skip=qkv_prep,bf16:skip=kv_append,bf16:skip=attention 2>&1 | tee -a $summary
   ;;
+boundary)
+  # What the one-row decode attention costs as work and as a kernel boundary: a step at 1k,
+  # 4k and 16k tokens (1 and 8 rows) as is, with the attention left out, and with it
+  # replaced by a kernel that only waits for the one before and writes zeros.
+  for ctx in 1024 4096 16384; do
+    timeout 150 $B/cuda_check speed /tmp/q8b $ctx bf16:rows=1+8,bf16:rows=1+8:skip=attention,bf16:rows=1+8:skip=attention_stub 2>&1 | tee -a $summary
+  done
+  ;;
 gemvloads)
   # The matrix-vector kernel with 4 / 8 (the default) / 16 loads in flight a lane.
   timeout 300 $B/cuda_check speed /tmp/q8b 4096 bf16:loads4,bf16,bf16:loads16 2>&1 | tee -a $summary
@@ -172,8 +182,9 @@ structured)
   # What JSON Schema masks cost on the GPU: chat prompts (1024-token notes) answered as JSON
   # held to long-thought.json, against the same prompts only asking for it, at 8 / 32 / 64
   # agents; held runs with the default mask threads, with one, and with DRY off (which the
-  # server gives held replies by default, and which samples on the host). The phases show
-  # the masks' wall time a step (inside `finish` under step overlap).
+  # server gives held replies by default; drawn on the device since session 14, on the host
+  # before). The phases show the masks' wall time a step (inside `finish` under step
+  # overlap).
   [ -e /tmp/q8b/config.json ] || { note "structured: no /tmp/q8b (run make8b first)"; continue; }
   for mode in prompt held held1 heldnodry; do
     args=(); flag=--json-schema; bargs=()

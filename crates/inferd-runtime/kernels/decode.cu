@@ -24,6 +24,7 @@
 // by the last block of a (row, KV head) to finish (a counter per pair, reset by that
 // block, so a CUDA graph replays it). The grid depends only on the number of rows, so a
 // graph replays it for any context lengths (they are read from the device).
+#include <algorithm>
 #include <cfloat>
 
 #include "common.cuh"
@@ -801,7 +802,24 @@ int by_group(int g, const IfdPaged& kv, const void* q, int rows, float scale,
 }
 }  // namespace
 
+namespace {
+// Profiling only (SkipOps::ATTENTION_STUB): the decode grid's place in the chain, no work.
+__global__ void __launch_bounds__(256) attention_stub_kernel(uint32_t* out, size_t words) {
+  ifd::pdl_begin();
+  for (size_t i = blockIdx.x * 256ull + threadIdx.x; i < words; i += gridDim.x * 256ull) out[i] = 0;
+}
+}  // namespace
+
 extern "C" {
+
+int ifd_attention_stub(void* out, size_t n, void* stream) {
+  const size_t words = n / 2;  // bf16 pairs (rows of whole heads: n is even)
+  const int blocks = static_cast<int>(std::min<size_t>(256, (words + 255) / 256));
+  if (blocks == 0) return 0;
+  ifd::launch(attention_stub_kernel, blocks, 256, 0, ifd::as_stream(stream),
+              static_cast<uint32_t*>(out), words);
+  return ifd::launched();
+}
 
 int ifd_decode_supported(int head_dim, int group) {
   return (head_dim == 64 || head_dim == 128 || head_dim == 256) &&

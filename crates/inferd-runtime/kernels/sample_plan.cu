@@ -3,7 +3,8 @@
 // token and the logprobs' pieces, so a full logits row never leaves the device. It follows
 // the host sampler's arithmetic step for step, so the draw is the host's bit for bit:
 //   1. penalties from a sparse list (each token once; f32 operations in the host's order,
-//      never fused), 2. NaN -> -inf, +inf -> FLT_MAX (a row of -inf becomes all 0),
+//      never fused), 2. NaN -> -inf, +inf -> FLT_MAX (a row of -inf becomes all 0), then
+//      DRY's penalties from a sparse list (each token once, an f32 subtraction),
 //   3. the grammar mask (a row with nothing allowed left finite: the allowed become 0),
 //   4. for logprobs: the maximum, the lane sum of exp(l - max) (1024 lanes, then a fixed
 //      tree: inferd-core's `lane_sum`) and the k largest logits,
@@ -22,7 +23,7 @@ namespace {
 constexpr int T = 1024;       // threads per row
 constexpr int MAX_TOP = 20;   // MAX_LOGPROBS
 
-// Mirrors `SamplePlan` in backend/cuda/sample.rs (72 bytes).
+// Mirrors `SamplePlan` in backend/cuda/sample.rs (80 bytes).
 struct SamplePlan {
   int32_t row;     // the logits row
   int32_t flags;   // 1: greedy, 2: logprobs
@@ -35,6 +36,8 @@ struct SamplePlan {
   int32_t mask_words;
   int32_t pen_off;     // first entry of the row's penalties in `pens` (2 words each)
   int32_t pen_n;
+  int32_t dry_off;     // first entry of the row's DRY penalties in `pens` (token, f32 bits)
+  int32_t dry_n;
   int32_t pad;
   double top_p;        // 1: off
   double u;            // the PRNG's uniform
@@ -264,6 +267,13 @@ __global__ void __launch_bounds__(T)
   }
   if (!block_max(s, any))
     for (int i = t; i < vocab; i += T) L[i] = 0.0f;
+  __syncthreads();
+  // DRY (each token once in the list, ids within the vocabulary).
+  for (int e = t; e < p.dry_n; e += T) {
+    const uint32_t tok = pens[2 * (p.dry_off + e)];
+    if (tok < static_cast<uint32_t>(vocab))
+      L[tok] = __fsub_rn(L[tok], __uint_as_float(pens[2 * (p.dry_off + e) + 1]));
+  }
   __syncthreads();
   // 3. The grammar mask.
   if (p.mask_off >= 0) {

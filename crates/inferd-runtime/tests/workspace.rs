@@ -214,7 +214,8 @@ fn device_sampling_matches_the_host_sampler<B: Backend>(backend: B) {
 /// Every kind of draw, on logits made here at a Qwen-sized vocabulary, is the host
 /// sampler's bit for bit (the token and every logprob): greedy with and without a mask or
 /// logprobs, temperature, top-k (cut inside a run of ties), top-p, min-p, penalties over a
-/// long prompt, special values, a mask that leaves one token, DRY (drawn on the host).
+/// long prompt, special values, a mask that leaves one token, DRY over a repeated phrase
+/// with breakers (alone, and with logprobs).
 fn every_draw_matches_the_host_sampler<B: Backend>(backend: B) {
     use inferd_core::sampling::{Dry, Extra, Sampler, SamplingParams, Xoshiro256};
     use inferd_runtime::SampleRow;
@@ -246,7 +247,14 @@ fn every_draw_matches_the_host_sampler<B: Backend>(backend: B) {
         };
         match r {
             0 => p.temperature = 0.0,
-            1 => p.logprobs = Some(20),
+            1 => {
+                p.logprobs = Some(20);
+                p.dry = Dry {
+                    multiplier: 1.5,
+                    allowed_length: 1,
+                    ..Dry::default()
+                };
+            }
             2 => p.top_k = 1000, // cuts a run of equal logits
             3 => p.top_p = 0.95,
             4 => {
@@ -286,8 +294,9 @@ fn every_draw_matches_the_host_sampler<B: Backend>(backend: B) {
     let mut one = vec![0u32; vocab.div_ceil(32)];
     one[4000 / 32] |= 1 << (4000 % 32);
     let prompt: Vec<u32> = (0..3000).map(|i| (i * 7919 % vocab) as u32).collect();
-    let generated: Vec<u32> = (0..40).map(|i| (i * 31 % vocab) as u32).collect();
-    let breaks = vec![false; generated.len()];
+    // A phrase written over and over, token 9 a breaker: DRY penalises what comes next.
+    let generated: Vec<u32> = (0..40).map(|i| [11, 250, 3, 77, 1200, 9][i % 6]).collect();
+    let breaks: Vec<bool> = generated.iter().map(|&t| t == 9).collect();
     let extra = |r: usize| Extra {
         allowed: match r {
             8 => Some(&mask[..]),

@@ -59,6 +59,20 @@ impl Dry {
     /// Subtracts the DRY penalty from `logits`. `reply`: generated tokens; `breaks[j]`:
     /// whether `reply[j]` is a sequence breaker (same length as `reply`).
     pub fn apply(&self, logits: &mut [f32], reply: &[u32], breaks: &[bool]) {
+        let mut found = Vec::new();
+        self.entries(logits.len(), reply, breaks, &mut found);
+        for e in found {
+            let l = &mut logits[e.token as usize];
+            *l -= e.amount;
+        }
+    }
+
+    /// The penalties [`apply`](Dry::apply) subtracts, one entry per penalised token of the
+    /// vocabulary (ids `>= vocab` are left out), into `out` (cleared first): what a
+    /// backend that samples where the logits are subtracts, in f32, after the other
+    /// penalties and the sanitising, before the grammar mask.
+    pub fn entries(&self, vocab: usize, reply: &[u32], breaks: &[bool], out: &mut Vec<DryEntry>) {
+        out.clear();
         if !self.is_on() || reply.len() < 2 || breaks.len() != reply.len() {
             return;
         }
@@ -72,10 +86,11 @@ impl Dry {
             return;
         }
         let allowed = self.allowed_length.max(1);
-        // Longest match per candidate token; few candidates, so a small list.
+        // Longest match per candidate token (the entries hold the match length until the
+        // end); few candidates, so a small list.
         let mut longest: Vec<(u32, usize)> = Vec::new();
         for i in 1..reply.len() {
-            if breaks[i] {
+            if breaks[i] || reply[i] as usize >= vocab {
                 continue;
             }
             let mut n = 0;
@@ -91,12 +106,18 @@ impl Dry {
                 None => longest.push((reply[i], n)),
             }
         }
-        for (t, n) in longest {
-            if let Some(l) = logits.get_mut(t as usize) {
-                *l -= self.multiplier * self.base.powi((n - allowed) as i32);
-            }
-        }
+        out.extend(longest.into_iter().map(|(token, n)| DryEntry {
+            token,
+            amount: self.multiplier * self.base.powi((n - allowed) as i32),
+        }));
     }
+}
+
+/// One token DRY penalises: its logit loses `amount` (see [`Dry::entries`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DryEntry {
+    pub token: u32,
+    pub amount: f32,
 }
 
 #[cfg(test)]

@@ -2,13 +2,15 @@
 //!
 //! [`Sampler::plan_draw`] takes every decision that needs the sampler's own state (the PRNG
 //! draw, the penalties' token counts, the normalised knobs); a backend runs the plan over
-//! the logits row (the CUDA backend's `sample.cu`: penalties, sanitising, the mask, then
-//! argmax or temperature, top-k, top-p, min-p and the draw, and the logprobs' pieces); and
+//! the logits row (the CUDA backend's `sample_plan.cu`: penalties, sanitising, DRY, the
+//! mask, then argmax or temperature, top-k, top-p, min-p and the draw, and the logprobs'
+//! pieces); and
 //! [`Sampler::finish_draw`] turns what it found into the [`Sampled`] that
 //! [`Sampler::sample_with`] returns for the same logits, bit for bit: the device follows
 //! the host's arithmetic (the order of its f32 operations, [`exp_nonpos`](super::detexp),
 //! and the fixed-point and lane sums of [`canonical`](super::canonical)).
 
+use super::dry::DryEntry;
 use super::logprobs::lse_from;
 use super::penalties::{Penalties, PenaltyEntry};
 use super::sampler::{Sampled, Sampler};
@@ -34,6 +36,15 @@ pub struct DrawPlan {
     pub penalties: Penalties,
 }
 
+/// A planned draw's sparse inputs, reused across plans: the tokens the penalties touch
+/// (each once) and what DRY subtracts from each token it penalises (each once, after the
+/// penalties and the sanitising).
+#[derive(Clone, Debug, Default)]
+pub struct PlanEntries {
+    pub penalties: Vec<PenaltyEntry>,
+    pub dry: Vec<DryEntry>,
+}
+
 /// What a backend found for one row: enough for [`Sampler::finish_draw`].
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DeviceDraw {
@@ -50,21 +61,19 @@ pub struct DeviceDraw {
 
 impl Sampler {
     /// Plans this step's draw for a backend that samples where the logits are (the grammar
-    /// mask goes to the backend as it is): the penalties' entries go to `entries` (each
-    /// token once), the PRNG advances exactly as [`sample_with`](Sampler::sample_with)
-    /// advances it. `None` when the step needs the
-    /// host's sampler (DRY is on: it walks the generated tokens' text breaks).
+    /// mask goes to the backend as it is): the penalties' and DRY's entries go to
+    /// `entries`, the PRNG advances exactly as [`sample_with`](Sampler::sample_with)
+    /// advances it. `breaks`: per generated token, whether it is a DRY sequence breaker
+    /// ([`Extra::breaks`](super::Extra::breaks)).
     pub fn plan_draw(
         &mut self,
         vocab: usize,
         prompt: &[u32],
         generated: &[u32],
-        entries: &mut Vec<PenaltyEntry>,
-    ) -> Option<DrawPlan> {
+        breaks: &[bool],
+        entries: &mut PlanEntries,
+    ) -> DrawPlan {
         let p = self.params();
-        if p.dry.is_on() {
-            return None;
-        }
         let greedy = p.is_greedy();
         let mut plan = DrawPlan {
             greedy,
@@ -84,12 +93,20 @@ impl Sampler {
             logprobs: p.logprobs,
             penalties: self.penalties_now(),
         };
-        self.penalties
-            .entries(vocab, prompt, generated, plan.penalties, entries);
+        self.penalties.entries(
+            vocab,
+            prompt,
+            generated,
+            plan.penalties,
+            &mut entries.penalties,
+        );
+        self.params()
+            .dry
+            .entries(vocab, generated, breaks, &mut entries.dry);
         if !greedy {
             plan.u = self.next_uniform();
         }
-        Some(plan)
+        plan
     }
 
     /// The [`Sampled`] of a planned draw from what the backend found ([`DrawPlan::finish`]).
@@ -134,12 +151,12 @@ mod tests {
     fn run_plan(
         raw: &[f32],
         plan: &DrawPlan,
-        entries: &[PenaltyEntry],
+        entries: &PlanEntries,
         mask: Option<&[u32]>,
     ) -> DeviceDraw {
         let vocab = raw.len();
         let mut l = raw.to_vec();
-        for e in entries {
+        for e in &entries.penalties {
             l[e.token as usize] = e.apply(l[e.token as usize], plan.penalties);
         }
         for x in l.iter_mut() {
@@ -153,6 +170,9 @@ mod tests {
         }
         if l.iter().all(|&x| x == f32::NEG_INFINITY) {
             l.fill(0.0);
+        }
+        for e in &entries.dry {
+            l[e.token as usize] -= e.amount;
         }
         if let Some(m) = mask {
             let ok = |t: usize| m.get(t / 32).is_some_and(|w| (w >> (t % 32)) & 1 == 1);
@@ -226,18 +246,21 @@ mod tests {
         masked: bool,
         prompt: Vec<u32>,
         generated: Vec<u32>,
+        /// DRY's breakers among `generated`.
+        breaks: Vec<bool>,
     }
 
     impl Case {
         fn extra(&self) -> Extra<'_> {
             Extra {
                 allowed: self.masked.then_some(&self.mask[..]),
-                breaks: &[],
+                breaks: &self.breaks,
             }
         }
     }
 
     /// Every kind of draw: ties, special values, masks (one all zero: no mask), penalties,
+    /// DRY (repeats of several lengths, breakers, a window, a penalty past f32's range),
     /// logprobs, vocabularies from 7 tokens to Qwen's.
     fn cases(n: u64) -> Vec<Case> {
         let mut rng = Xoshiro256::from_seed(11);
@@ -287,13 +310,31 @@ mod tests {
                 let mask: Vec<u32> = (0..vocab.div_ceil(32))
                     .map(|_| (rng.next_u64() as u32) & 0x0101_0101)
                     .collect();
+                let mut generated: Vec<u32> = (0..9).map(|i| (i * 5 % vocab) as u32).collect();
+                let mut breaks = vec![false; generated.len()];
+                if case % 3 == 2 {
+                    // A phrase written three times and begun a fourth: its next token is
+                    // penalised, more the longer the phrase; token 4 breaks in some.
+                    let len = 3 + case as usize % 4;
+                    let phrase: Vec<u32> = (0..len).map(|i| ((i * 7 + 3) % vocab) as u32).collect();
+                    generated = phrase.iter().cycle().take(3 * len + 2).copied().collect();
+                    breaks = generated.iter().map(|&t| case % 4 == 0 && t == 4 % vocab as u32).collect();
+                    p.dry = Dry {
+                        multiplier: [0.8, 2.5, 1e30][case as usize % 3],
+                        base: [1.75, 3.0][case as usize % 2],
+                        allowed_length: 1 + case as usize % 3,
+                        penalty_last_n: [0, 7][(case as usize / 3) % 2],
+                        ..Dry::default()
+                    };
+                }
                 Case {
                     raw,
                     params: p,
                     mask,
                     masked: case % 8 == 3,
                     prompt: (0..30).map(|i| (i * 17 % vocab) as u32).collect(),
-                    generated: (0..9).map(|i| (i * 5 % vocab) as u32).collect(),
+                    generated,
+                    breaks,
                 }
             })
             .collect()
@@ -302,16 +343,22 @@ mod tests {
     /// Planned and finished, every kind of draw is the host sampler's, bit for bit.
     #[test]
     fn a_planned_draw_is_the_host_draw() {
-        let mut entries = Vec::new();
+        let mut entries = PlanEntries::default();
+        let mut dry_rows = 0;
         for (i, c) in cases(120).iter().enumerate() {
             let vocab = c.raw.len();
             let extra = c.extra();
             let mut planned = Sampler::new(c.params.clone());
             let mut host = Sampler::new(c.params.clone());
             for step in 0..3 {
-                let plan = planned
-                    .plan_draw(vocab, &c.prompt, &c.generated, &mut entries)
-                    .unwrap();
+                let plan = planned.plan_draw(
+                    vocab,
+                    &c.prompt,
+                    &c.generated,
+                    &c.breaks,
+                    &mut entries,
+                );
+                dry_rows += !entries.dry.is_empty() as usize;
                 // An all-zero bitset is no mask.
                 let mask = extra.allowed.filter(|w| w.iter().any(|&x| x != 0));
                 let found = run_plan(&c.raw, &plan, &entries, mask);
@@ -320,6 +367,7 @@ mod tests {
                 assert_eq!(got, want, "case {i} step {step} {plan:?}");
             }
         }
+        assert!(dry_rows >= 30, "only {dry_rows} draws had DRY entries");
     }
 
     /// With `INFERD_SAMPLE_EMU=DIR` (scripts/dev/kernel-emulation/run.sh): writes the cases'
@@ -333,16 +381,14 @@ mod tests {
         };
         let dir = std::path::Path::new(&dir);
         let cases = cases(40);
-        let mut entries = Vec::new();
+        let mut entries = PlanEntries::default();
         let outs = std::fs::read(dir.join("outs.bin")).ok();
         let mut bin: Vec<u8> = (cases.len() as u32).to_le_bytes().to_vec();
         for (i, c) in cases.iter().enumerate() {
             let vocab = c.raw.len();
             let extra = c.extra();
             let mut s = Sampler::new(c.params.clone());
-            let plan = s
-                .plan_draw(vocab, &c.prompt, &c.generated, &mut entries)
-                .unwrap();
+            let plan = s.plan_draw(vocab, &c.prompt, &c.generated, &c.breaks, &mut entries);
             let Some(outs) = &outs else {
                 let mask = extra.allowed.filter(|w| w.iter().any(|&x| x != 0));
                 let put = |b: &mut Vec<u8>, x: &[u8]| b.extend_from_slice(x);
@@ -369,20 +415,26 @@ mod tests {
                 }
                 let words = mask.unwrap_or(&[]);
                 let m = mask.map_or(-1, |_| 0);
-                for v in [m, words.len() as i32, 0, entries.len() as i32, 0] {
+                let (n_pen, n_dry) = (entries.penalties.len() as i32, entries.dry.len() as i32);
+                for v in [m, words.len() as i32, 0, n_pen, n_pen, n_dry, 0] {
                     put(&mut bin, &v.to_le_bytes());
                 }
                 put(&mut bin, &plan.top_p.to_le_bytes());
                 put(&mut bin, &plan.u.to_le_bytes());
                 put(&mut bin, &(words.len() as u32).to_le_bytes());
                 words.iter().for_each(|w| put(&mut bin, &w.to_le_bytes()));
-                put(&mut bin, &(entries.len() as u32).to_le_bytes());
-                for e in &entries {
+                // The penalties' entries, then DRY's, in one array of pairs.
+                put(&mut bin, &((n_pen + n_dry) as u32).to_le_bytes());
+                for e in &entries.penalties {
                     put(&mut bin, &e.token.to_le_bytes());
                     put(
                         &mut bin,
                         &(e.count | (e.repeated as u32) << 31).to_le_bytes(),
                     );
+                }
+                for e in &entries.dry {
+                    put(&mut bin, &e.token.to_le_bytes());
+                    put(&mut bin, &e.amount.to_le_bytes());
                 }
                 continue;
             };
@@ -407,16 +459,23 @@ mod tests {
         }
     }
 
+    /// DRY's entries are what `Dry::apply` subtracts: the planned logits equal the host's.
     #[test]
-    fn dry_needs_the_host() {
-        let p = SamplingParams {
-            dry: Dry {
-                multiplier: 0.8,
-                ..Dry::default()
-            },
-            ..SamplingParams::default()
+    fn dry_entries_are_the_host_penalty() {
+        let d = Dry {
+            multiplier: 0.8,
+            ..Dry::default()
         };
-        let mut s = Sampler::new(p);
-        assert!(s.plan_draw(10, &[], &[], &mut Vec::new()).is_none());
+        let reply = [1, 2, 10, 1, 2, 3, 1, 2, 9, 1, 2];
+        let breaks: Vec<bool> = reply.iter().map(|&t| t == 9).collect();
+        let mut host = vec![0.5f32; 8];
+        d.apply(&mut host, &reply, &breaks);
+        let mut out = Vec::new();
+        d.entries(8, &reply, &breaks, &mut out);
+        let mut planned = vec![0.5f32; 8];
+        out.iter().for_each(|e| planned[e.token as usize] -= e.amount);
+        assert_eq!(planned, host);
+        assert_eq!(out.len(), 1, "{out:?}"); // 3 follows "1 2"; 9 breaks; 10 is past the vocabulary
+        assert_eq!(out[0].token, 3);
     }
 }

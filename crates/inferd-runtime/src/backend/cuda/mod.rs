@@ -843,6 +843,13 @@ impl Backend for CudaBackend {
         if self.inner.skip.has(SkipOps::ATTENTION) {
             return Ok(());
         }
+        if self.inner.skip.has(SkipOps::ATTENTION_STUB) {
+            let n = q.rows * q.cols;
+            return check(
+                unsafe { ffi::ifd_attention_stub(op.cast(), n, s) },
+                "attention stub",
+            );
+        }
         if let Some(passes) = &batch.fi {
             let q_bf16: *mut u8 = match q.dtype() {
                 // written in bf16 by qkv_prep

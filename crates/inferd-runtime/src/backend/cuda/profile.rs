@@ -24,8 +24,12 @@ impl SkipOps {
     pub const LINEAR: SkipOps = SkipOps(32);
     /// The output projection (logits).
     pub const LM_HEAD: SkipOps = SkipOps(64);
+    /// Not left out but replaced: the attention kernels by one kernel that only waits for
+    /// the kernel before (a programmatic dependent launch, as ours) and writes zeros, so
+    /// that against `ATTENTION` it measures what a kernel boundary costs in the chain.
+    pub const ATTENTION_STUB: SkipOps = SkipOps(128);
 
-    const NAMES: [(&'static str, SkipOps); 7] = [
+    const NAMES: [(&'static str, SkipOps); 8] = [
         ("norm", Self::NORM),
         ("qkv_prep", Self::QKV_PREP),
         ("kv_append", Self::KV_APPEND),
@@ -33,6 +37,7 @@ impl SkipOps {
         ("swiglu", Self::SWIGLU),
         ("linear", Self::LINEAR),
         ("lm_head", Self::LM_HEAD),
+        ("attention_stub", Self::ATTENTION_STUB),
     ];
 
     /// `a+b+…` of the names above.
@@ -57,7 +62,8 @@ mod tests {
 
     #[test]
     fn parses_names_and_rejects_others() {
-        let s = SkipOps::parse("norm+swiglu").unwrap();
+        let s = SkipOps::parse("norm+swiglu+attention_stub").unwrap();
+        assert!(s.has(SkipOps::ATTENTION_STUB) && !s.has(SkipOps::ATTENTION));
         assert!(s.has(SkipOps::NORM) && s.has(SkipOps::SWIGLU));
         assert!(!s.has(SkipOps::LINEAR));
         assert!(SkipOps::parse("norm+gemm").is_err());

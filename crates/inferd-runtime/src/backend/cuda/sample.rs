@@ -2,13 +2,15 @@
 //! host's sampler.
 //!
 //! Each row takes one of three ways:
-//! - plain greedy (no penalties, mask or logprobs): `ifd_argmax_rows`, only the id back;
-//! - any other draw the sampler can plan (`Sampler::plan_draw`: temperature, top-k,
-//!   top-p, min-p, penalties, the grammar mask, logprobs): `ifd_sample_plans`, one block
-//!   per row, the draw's inputs (plans, mask bitsets, penalty entries) uploaded in one copy
-//!   and its results (token, the logprobs' pieces) read back in one; the host finishes
-//!   each with `Sampler::finish_draw`, so the result is the host sampler's bit for bit;
-//! - DRY rows: their logits row is read back for the host sampler.
+//! - plain greedy (no penalties, DRY, mask or logprobs): `ifd_argmax_rows`, only the id
+//!   back;
+//! - any other draw (`Sampler::plan_draw`: temperature, top-k, top-p, min-p, penalties,
+//!   DRY, the grammar mask, logprobs): `ifd_sample_plans`, one block per row, the draw's
+//!   inputs (plans, mask bitsets, penalty and DRY entries) uploaded in one copy and its
+//!   results (token, the logprobs' pieces) read back in one; the host finishes each with
+//!   `Sampler::finish_draw`, so the result is the host sampler's bit for bit;
+//! - with `host_sampling` (a check's setting): the logits row is read back for the host
+//!   sampler.
 //!
 //! The op runs in two halves (`Backend::sample_start` / `sample_finish`): the first queues
 //! the kernels and the read-backs into pinned memory, then records an event; the second
@@ -16,7 +18,7 @@
 //! next start, each device-drawn row's token stays where its kernel wrote it
 //! (`SampleScratch::src`), for a queued pass's `ForwardBatch::drawn` to copy.
 
-use inferd_core::sampling::{DeviceDraw, DrawPlan, PenaltyEntry, Sampled};
+use inferd_core::sampling::{DeviceDraw, DrawPlan, PlanEntries, Sampled};
 use rayon::prelude::*;
 
 use super::device::{DeviceBuffer, Event, PinnedBuffer};
@@ -47,6 +49,8 @@ struct SamplePlan {
     mask_words: i32,
     pen_off: i32,
     pen_n: i32,
+    dry_off: i32, // first DRY entry (a pair of words, as the penalties')
+    dry_n: i32,
     pad: i32,
     top_p: f64,
     u: f64,
@@ -65,7 +69,7 @@ struct SampleOut {
     top_logit: [f32; MAX_TOP],
 }
 
-const _: () = assert!(std::mem::size_of::<SamplePlan>() == 72);
+const _: () = assert!(std::mem::size_of::<SamplePlan>() == 80);
 const _: () = assert!(std::mem::size_of::<SampleOut>() == 184);
 
 /// The op's reused buffers (one `sample` op at a time).
@@ -73,7 +77,7 @@ const _: () = assert!(std::mem::size_of::<SampleOut>() == 184);
 pub(super) struct SampleScratch {
     /// Greedy rows: row ids then results, i32 each.  // [2, capacity]
     draws: Option<DeviceBuffer>,
-    /// Planned rows' inputs: plans, then mask words, then penalty entries.
+    /// Planned rows' inputs: plans, then mask words, then penalty and DRY entries.
     inputs: Option<DeviceBuffer>,
     /// Planned rows' processed logits and weights.  // f32 [rows, 2, vocab]
     work: Option<DeviceBuffer>,
@@ -131,7 +135,7 @@ impl CudaBackend {
         let mut plans: Vec<SamplePlan> = Vec::new();
         let mut words: Vec<u32> = Vec::new();
         let mut pens: Vec<u32> = Vec::new();
-        let mut entries: Vec<PenaltyEntry> = Vec::new();
+        let mut entries = PlanEntries::default();
         let ways: Vec<Way> = rows
             .iter_mut()
             .map(|r| {
@@ -141,12 +145,13 @@ impl CudaBackend {
                 if self.inner.host_sampling {
                     return Way::Host;
                 }
-                let Some(plan) = r
-                    .sampler
-                    .plan_draw(vocab, r.prompt, r.generated, &mut entries)
-                else {
-                    return Way::Host;
-                };
+                let plan = r.sampler.plan_draw(
+                    vocab,
+                    r.prompt,
+                    r.generated,
+                    r.extra.breaks,
+                    &mut entries,
+                );
                 let mask = r.extra.allowed.filter(|w| w.iter().any(|&x| x != 0));
                 plans.push(SamplePlan {
                     row: r.row as i32,
@@ -161,7 +166,9 @@ impl CudaBackend {
                     mask_off: mask.map_or(-1, |_| words.len() as i32),
                     mask_words: mask.map_or(0, |m| m.len() as i32),
                     pen_off: (pens.len() / 2) as i32,
-                    pen_n: entries.len() as i32,
+                    pen_n: entries.penalties.len() as i32,
+                    dry_off: (pens.len() / 2 + entries.penalties.len()) as i32,
+                    dry_n: entries.dry.len() as i32,
                     pad: 0,
                     top_p: plan.top_p,
                     u: plan.u,
@@ -169,9 +176,12 @@ impl CudaBackend {
                 if let Some(m) = mask {
                     words.extend_from_slice(m);
                 }
-                for e in &entries {
+                for e in &entries.penalties {
                     pens.push(e.token);
                     pens.push(e.count.min(0x7fff_ffff) | (e.repeated as u32) << 31);
+                }
+                for e in &entries.dry {
+                    pens.extend([e.token, e.amount.to_bits()]);
                 }
                 Way::Planned(plan)
             })
@@ -339,7 +349,7 @@ impl CudaBackend {
         }
         let vocab = logits.cols;
         let dev = &self.inner.dev;
-        let words_at = 72 * n;
+        let words_at = std::mem::size_of::<SamplePlan>() * n;
         let pens_at = (words_at + 4 * words.len()).next_multiple_of(16);
         let mut packed = vec![0u8; pens_at + 4 * pens.len()];
         packed[..words_at].copy_from_slice(as_bytes(plans));
