@@ -28,6 +28,10 @@
 #   boundary `speed` at 1 and 8 rows, 1k / 4k / 16k: as is, without the attention, and with
 #            it replaced by a kernel that only waits and writes zeros (its boundary's cost)
 #   ncudecode  ncu's sections over the one-row decode attention kernel (1k context)
+#   timeline the one-row decode attention's stages stamped by the kernel in a replayed step
+#            (cuda_check timeline: 1 row at 1k / 4k / 16k, 8 rows at 4k)
+#   ncusource  ncu's warp-stall samples of the one-row tensor-core decode attention by source
+#            line and SASS instruction (1k, 4k), as CSV in logs.tgz
 #   ab       `speed` by this build and by cuda_check_base (prepare.sh BASE=<rev>) in turn
 #   mmaone   `speed` at 1 and 2 rows: SIMT decode attention against the tensor-core build
 #   sampling the sample op on the device against the host sampler (cuda_check sampling)
@@ -120,6 +124,35 @@ ncudecode)
     --section MemoryWorkloadAnalysis $B/cuda_check profile /tmp/q8b 1024 1 gemv >$OUT/ncu-decode.txt 2>&1
   note "ncu decode: rc=$? $(grep -c 'decode' $OUT/ncu-decode.txt) lines"
   grep -E "Duration|Achieved Occupancy|Theoretical Occupancy|Stall|Registers Per|Block Limit|Memory Throughput|DRAM Throughput|Waves Per SM|One or More Eligible" $OUT/ncu-decode.txt | head -40 | tee -a $summary
+  ;;
+timeline)
+  # The decode attention's stages in a replayed step, stamped by the kernel itself (the
+  # last layer's launch; cuda_check timeline): one row at 1k / 4k / 16k, 8 rows at 4k; and
+  # the step's time with the stamps compiled in but off (against `speed`).
+  for job in "1024 1" "4096 1" "16384 1" "4096 8"; do
+    set -- $job
+    timeout 120 $B/cuda_check timeline /tmp/q8b $1 $2 2>&1 | tee -a $summary
+  done
+  timeout 120 $B/cuda_check speed /tmp/q8b 4096 bf16:rows=1+8 2>&1 | tee -a $summary
+  ;;
+ncusource)
+  # Where the one-row decode attention (the tensor-core build, bf16) spends its time, by
+  # source line and SASS instruction: ncu's warp-stall samples over one launch at 1k and 4k
+  # tokens, exported as CSV (analysed after the call; the reports travel in logs.tgz).
+  for ctx in 1024 4096; do
+    timeout 200 ncu --clock-control none --profile-from-start off --kernel-name regex:decode_mma \
+      --launch-skip 5 --launch-count 1 --import-source yes --section SourceCounters \
+      --section WarpStateStats --section SpeedOfLight --section LaunchStats --section Occupancy \
+      -o $OUT/ncu-src-$ctx $B/cuda_check profile /tmp/q8b $ctx 1 gemv >$OUT/ncu-src-$ctx.log 2>&1
+    note "ncu source $ctx: rc=$?"
+    for view in cuda sass; do
+      ncu --import $OUT/ncu-src-$ctx.ncu-rep --page source --csv --print-source $view \
+        >$OUT/ncu-src-$ctx-$view.csv 2>&1
+    done
+    ncu --import $OUT/ncu-src-$ctx.ncu-rep --page details >$OUT/ncu-src-$ctx-details.txt 2>&1
+    grep -E "Duration|Warp Cycles Per Issued|Achieved Occupancy|Waves Per SM|Registers Per" \
+      $OUT/ncu-src-$ctx-details.txt | head -8 | tee -a $summary
+  done
   ;;
 ab)
   # This build against the base one carried beside it (prepare.sh with BASE=<rev>), in turn:

@@ -474,6 +474,94 @@ fn profile(model_dir: &Path, context: usize, batch: usize, no_gemv: bool, prefil
     }
 }
 
+/// `cuda_check timeline DIR CONTEXT [ROWS]`: where one launch of the decode attention
+/// spends its time inside a replayed decode step (ROWS rows at CONTEXT tokens, default
+/// settings): the kernels' stage stamps (`CudaBackend::decode_probe`) of the step's last
+/// layer, as µs from the first block's entry, the least, median and most over the blocks.
+fn timeline(model_dir: &Path, context: usize, rows: usize) {
+    use inferd_runtime::PROBE_STAGES;
+    let model = Model::load(CudaBackend::new(Default::default()).unwrap(), model_dir).unwrap();
+    let (vocab, n_kv) = (model.cfg.vocab_size, model.cfg.n_kv_heads);
+    let steps = 6;
+    let mut pool = Pool::new(&model, rows * (context + steps + 1), KvDtype::Bf16, rows);
+    let mut ws = model.workspace(context.max(rows), rows).unwrap();
+    let tables: Vec<Vec<u32>> = (0..rows).map(|_| pool.table(context + steps + 1)).collect();
+    let run = |pool: &mut Pool<CudaBackend>, ws: &mut _, b: &ForwardBatch| {
+        model.forward_in(ws, &mut pool.kv, &pool.layout, b).unwrap();
+        model.backend.synchronize().unwrap();
+    };
+    for (s, table) in tables.iter().enumerate() {
+        let ids: Vec<u32> = (0..context)
+            .map(|i| ((i * 7919 + s * 104729) % vocab) as u32)
+            .collect();
+        let mut b = ForwardBatch::default();
+        b.push_in_slot(&ids, 0, context, table.clone(), s as u32, true);
+        run(&mut pool, &mut ws, &b);
+    }
+    // The first steps capture the graph; the probed ones replay it.
+    let most = rows * n_kv * 64;
+    let names = [
+        "entry",
+        "wait returned",
+        "first tile issued",
+        "first tile arrived",
+        "warp 0's tiles done",
+        "every warp done",
+        "partial counted",
+        "merged (last block)",
+    ];
+    for step in 0..steps {
+        if step >= 3 {
+            model.backend.decode_probe(most).unwrap();
+        }
+        let mut b = ForwardBatch::default();
+        for (s, table) in tables.iter().enumerate() {
+            b.push_in_slot(&[1], context + step, context, table.clone(), s as u32, true);
+        }
+        let t = Instant::now();
+        run(&mut pool, &mut ws, &b);
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        if step < 3 {
+            continue;
+        }
+        let stamps = model.backend.decode_probe_read().unwrap();
+        model.backend.decode_probe(0).unwrap();
+        let blocks: Vec<&[u64]> = stamps
+            .chunks_exact(PROBE_STAGES)
+            .filter(|b| b[0] != 0)
+            .collect();
+        let Some(t0) = blocks.iter().map(|b| b[0]).min() else {
+            println!("step {step}: no decode kernel stamped (another kernel attends these rows)");
+            continue;
+        };
+        println!(
+            "step {step}: {rows} row(s) at {context} tokens, {:.2} ms on the wall; the last layer's \
+             decode attention: {} blocks ({} splits), µs from the first entry (least / median / most)",
+            ms,
+            blocks.len(),
+            blocks.len() / (rows * n_kv).max(1)
+        );
+        for (stage, name) in names.iter().enumerate() {
+            let mut at: Vec<f64> = blocks
+                .iter()
+                .filter(|b| b[stage] != 0)
+                .map(|b| (b[stage] - t0) as f64 / 1e3)
+                .collect();
+            if at.is_empty() {
+                continue;
+            }
+            at.sort_by(f64::total_cmp);
+            println!(
+                "  {stage} {name:<22} {:>4} blocks  {:7.2} {:7.2} {:7.2}",
+                at.len(),
+                at[0],
+                at[at.len() / 2],
+                at[at.len() - 1]
+            );
+        }
+    }
+}
+
 /// The batch sizes `speed` steps at.
 const BATCHES: [usize; 6] = [1, 2, 4, 8, 32, 64];
 
@@ -699,6 +787,11 @@ fn main() {
                 a.get(6).map_or(2048, |c| c.parse().expect("CHUNK"))
             }),
         ),
-        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT] | sampling | profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill [CHUNK]]"),
+        Some("timeline") => timeline(
+            p(2).expect("MODEL_DIR"),
+            a.get(3).map_or(4096, |c| c.parse().expect("CONTEXT")),
+            a.get(4).map_or(1, |c| c.parse().expect("ROWS")),
+        ),
+        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT] | sampling | profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill [CHUNK]] | timeline MODEL_DIR [CONTEXT] [ROWS]"),
     }
 }

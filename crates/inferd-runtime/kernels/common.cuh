@@ -32,6 +32,13 @@ __device__ __forceinline__ void pdl_trigger() {
 }
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
+// The GPU's global timer in ns (profiling only: it ticks coarser than a cycle).
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 // 16 bytes of memory no kernel of the pass writes (weights), read once: not kept in L1.
 __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   uint4 v;

@@ -167,6 +167,25 @@ __device__ __forceinline__ Range range_of(const int32_t* __restrict__ seq,
   return g;
 }
 
+// Profiling only (`cuda_check timeline`): when set, the first thread of each block of the
+// decode kernels writes the global timer (ns) at its stages into
+// probe[block · kProbeStages + stage], block = (r · n_kv + kvh) · splits + split. Never
+// written by a kernel, so it is read before the programmatic wait.
+__device__ unsigned long long* g_decode_probe;
+constexpr int kProbeStages = 8;
+// Stages: 0 entry, 1 the wait for the kernel before returned, 2 the first tile's loads
+// issued (its range and block table read), 3 the first tile arrived, 4 the tile loop
+// done (warp 0), 5 every warp done (the block's merge begins), 6 the split's partial
+// counted, 7 the (row, KV head) finished (its last block only).
+__device__ __forceinline__ void stamp(unsigned long long* probe, int stage) {
+  if (probe && threadIdx.x == 0) {
+    const unsigned long long t = ifd::global_ns();
+    const size_t block = (static_cast<size_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x +
+                         blockIdx.x;
+    probe[block * kProbeStages + stage] = t;
+  }
+}
+
 // A block's warps' softmax partials of their G heads: running max m, sum l, acc[D].
 template <int D, int G>
 struct Partials {
@@ -184,7 +203,9 @@ __device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n
                                        int32_t* __restrict__ done, bf16* __restrict__ out) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n_heads = n_kv * G;
+  unsigned long long* const probe = g_decode_probe;
   __syncthreads();
+  stamp(probe, 5);
   for (int e = threadIdx.x; e < G * D; e += kWarps * 32) {
     const int g = e / D, d = e % D;
     float mx = -FLT_MAX;
@@ -219,6 +240,7 @@ __device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n
   int32_t* counter = done + static_cast<size_t>(r) * n_kv + kvh;
   if (threadIdx.x == 0) last = atomicAdd(counter, 1) == splits - 1;
   __syncthreads();
+  stamp(probe, 6);
   if (!last) return;
   __threadfence();
   __shared__ float w[G][kMaxSplits];
@@ -264,6 +286,7 @@ __device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n
     out[(head0 + g) * D + d] = __float2bfloat16(total[g] > 0.f ? at / total[g] : 0.f);
   }
   if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
+  stamp(probe, 7);
 }
 
 // Grid (splits, n_kv, rows). Row r: the token of sequence seq[r] at position pos[r],
@@ -508,7 +531,10 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
                       bf16* __restrict__ out) {
   static_assert(D == 64 || D == 128, "the tensor-core build takes head_dim 64 or 128");
   static_assert(G <= 8, "at most 8 query heads a KV head (the M rows 0..7)");
+  unsigned long long* const probe = g_decode_probe;
+  stamp(probe, 0);
   ifd::pdl_begin();
+  stamp(probe, 1);
   constexpr int KS = D / 16;     // k-steps of Q·Kᵀ
   constexpr int NT = D / 8;      // n-tiles of P·V
   constexpr int CH = D / 8;      // 16-byte pieces a row
@@ -559,6 +585,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
 
   int tb = t0 + warp * kTile;
   if (tb < t1) issue(tb, 0);
+  stamp(probe, 2);
   for (int st = 0; tb < t1; tb += kWarps * kTile, st ^= 1) {
     const int next = tb + kWarps * kTile;
     if (next < t1) {
@@ -568,6 +595,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
       ifd::cp_async_wait<0>();
     }
     __syncwarp();
+    if (tb == t0) stamp(probe, 3);
     const bf16* kt = tiles + (2 * st) * kTile * D;
     const bf16* vt = kt + kTile * D;
     // S = Q·Kᵀ: n-tile j covers positions tb + 8j .. + 7.
@@ -630,6 +658,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
     }
     __syncwarp();  // this stage is read before the next tile's copies overwrite it
   }
+  stamp(probe, 4);
 
   __shared__ Partials<D, G> sp;
   const int row = lane >> 2;
@@ -811,6 +840,10 @@ __global__ void __launch_bounds__(256) attention_stub_kernel(uint32_t* out, size
 }  // namespace
 
 extern "C" {
+
+int ifd_decode_probe(void* buf) {
+  return static_cast<int>(cudaMemcpyToSymbol(g_decode_probe, &buf, sizeof buf));
+}
 
 int ifd_attention_stub(void* out, size_t n, void* stream) {
   const size_t words = n / 2;  // bf16 pairs (rows of whole heads: n is even)

@@ -149,6 +149,9 @@ int ifd_decode_mma_blocks_per_sm(int head_dim, int group);
 // Profiling only: zeros into `n` bf16 values after a programmatic wait (what a kernel
 // boundary costs where the attention runs).
 int ifd_attention_stub(void* out, size_t n, void* stream);
+// Profiling only: where the decode kernels stamp their stages' times (null: nowhere); see
+// g_decode_probe in decode.cu. Not during a capture.
+int ifd_decode_probe(void* buf);
 int ifd_decode_attention(IfdPaged kv, const void* q, int rows, int n_heads, float scale,
                          const int32_t* seq, const int32_t* pos, const int32_t* bt_off,
                          const int32_t* bt, int splits, float* part, int32_t* done, int mma,

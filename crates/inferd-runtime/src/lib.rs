@@ -17,7 +17,7 @@ pub mod model;
 
 pub use backend::cpu::{CpuBackend, CpuConfig, HostGroup};
 #[cfg(feature = "cuda")]
-pub use backend::cuda::{CudaBackend, CudaConfig, DecodeAttention, SkipOps};
+pub use backend::cuda::{CudaBackend, CudaConfig, DecodeAttention, SkipOps, PROBE_STAGES};
 pub use backend::{Backend, DeviceTensor, Rows, SampleRow};
 pub use batch::{ForwardBatch, SeqChunk};
 pub use error::RuntimeError;

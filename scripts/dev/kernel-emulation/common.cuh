@@ -5,6 +5,7 @@
 #pragma once
 #include <algorithm>
 #include <barrier>
+#include <chrono>
 #include <cmath>
 #include <math.h>
 #include <cstdint>
@@ -64,6 +65,10 @@ inline cudaError_t cudaDeviceGetAttribute(int* v, int attr, int) {
   return cudaSuccess;
 }
 template <typename F> cudaError_t cudaFuncSetAttribute(F, int, int) { return cudaSuccess; }
+template <typename T> cudaError_t cudaMemcpyToSymbol(T& symbol, const void* src, size_t n) {
+  std::memcpy(&symbol, src, n);
+  return cudaSuccess;
+}
 // (The H200's figure for the tensor-core decode build at head_dim 128, 4 heads a group.)
 template <typename F>
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, F, int, size_t) {
@@ -197,6 +202,10 @@ inline cudaStream_t as_stream(void* s) { return s; }
 inline int launched() { return 0; }
 inline void pdl_wait();
 inline void pdl_begin() { pdl_wait(); }
+inline unsigned long long global_ns() {
+  return static_cast<unsigned long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::steady_clock::now().time_since_epoch()).count());
+}
 inline void pdl_trigger() {}
 // The kernel before, finishing: a test may set emu::on_pdl_wait to write what that kernel
 // writes (then whatever a block read before its wait is stale). Every thread of the block

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 pub use batch::CudaBatch;
 pub use device::{device_count, device_info, DeviceInfo};
 pub use kv::CudaKv;
-pub use profile::SkipOps;
+pub use profile::{SkipOps, PROBE_STAGES};
 pub use tensor::{Act, CudaTensor, CudaWeight};
 
 use batch::{BatchPool, RopeTable};
@@ -152,6 +152,8 @@ struct Inner {
     /// The tensor-core delta rule's per-piece products (delta_pieces.cu), grown as prompt
     /// passes need.  // f32 [pieces, n_v_heads, ifd_delta_pieces_ws_floats per pair]
     delta_ws: Mutex<Option<device::DeviceBuffer>>,
+    /// Profiling only: where the decode kernels stamp their stages (profile.rs).
+    probe: Mutex<Option<device::DeviceBuffer>>,
 }
 
 /// A handle to one GPU's backend (cheap to clone: clones share the device and stream).
@@ -192,6 +194,7 @@ impl CudaBackend {
                 kv8_pages: Mutex::new(None),
                 kv8_map: Mutex::new(Vec::new()),
                 delta_ws: Mutex::new(None),
+                probe: Mutex::new(None),
             }),
         })
     }

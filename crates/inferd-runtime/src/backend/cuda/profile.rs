@@ -3,7 +3,52 @@
 //! included, the overlap with its neighbours taken into account). A pass with any of them
 //! left out computes garbage: `cuda_check speed … :skip=…` is its only user.
 
+use super::ffi::{self, check};
+use super::CudaBackend;
 use crate::{Result, RuntimeError};
+
+/// Stages the decode kernels stamp per block (`kProbeStages` in kernels/decode.cu): 0
+/// entry, 1 the wait for the kernel before returned, 2 the first tile's loads issued, 3
+/// the first tile arrived, 4 warp 0's tiles done, 5 every warp's done, 6 the split's
+/// partial counted, 7 the (row, KV head) merged (its last block only).
+pub const PROBE_STAGES: usize = 8;
+
+impl CudaBackend {
+    /// Profiling only (`cuda_check timeline`): from now on the decode kernels stamp the
+    /// GPU's global timer (ns) at their stages ([`PROBE_STAGES`]) into a zeroed buffer of
+    /// `blocks` (row, KV head, split) entries, block `(r · n_kv + kvh) · splits + split`
+    /// (each launch over the last's); `blocks` 0 stops them. Not while a graph is
+    /// captured.
+    pub fn decode_probe(&self, blocks: usize) -> Result<()> {
+        let dev = &self.inner.dev;
+        dev.bind()?;
+        let mut slot = self.inner.probe.lock().unwrap();
+        let buf = match blocks {
+            0 => None,
+            n => Some(dev.alloc_zeroed(8 * PROBE_STAGES * n)?),
+        };
+        let ptr = buf.as_ref().map_or(std::ptr::null_mut(), |b| b.at::<u8>(0));
+        dev.sync()?;
+        check(unsafe { ffi::ifd_decode_probe(ptr.cast()) }, "decode probe")?;
+        *slot = buf;
+        Ok(())
+    }
+
+    /// The stamps of [`decode_probe`](Self::decode_probe)'s buffer, `PROBE_STAGES` a block
+    /// (0: not reached).
+    pub fn decode_probe_read(&self) -> Result<Vec<u64>> {
+        let slot = self.inner.probe.lock().unwrap();
+        let Some(buf) = slot.as_ref() else {
+            return Ok(Vec::new());
+        };
+        let mut bytes = vec![0u8; buf.bytes()];
+        self.inner.dev.download(buf, 0, &mut bytes)?;
+        Ok(bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+            .collect())
+    }
+}
 
 /// A set of the ops below.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
