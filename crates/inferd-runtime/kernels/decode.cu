@@ -18,7 +18,9 @@
 // `pre_cap` positions, into shared memory, before it waits for the kernel before it
 // (ifd::pdl_trigger / pdl_wait): those rows were written by earlier passes, so their read
 // overlaps the Q/K/V projection of this layer instead of following it. Only the newest
-// position, which the KV append right before writes, is read again after the wait.
+// position, which the KV append right before writes, is read again after the wait. The
+// tensor-core build likewise issues each warp's first two tiles before the wait where they
+// hold only older positions.
 //
 // The warps' partials are merged by their log-sum-exp in shared memory, then the splits'
 // by the last block of a (row, KV head) to finish (a counter per pair, reset by that
@@ -533,8 +535,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   static_assert(G <= 8, "at most 8 query heads a KV head (the M rows 0..7)");
   unsigned long long* const probe = g_decode_probe;
   stamp(probe, 0);
-  ifd::pdl_begin();
-  stamp(probe, 1);
+  ifd::pdl_trigger();
   constexpr int KS = D / 16;     // k-steps of Q·Kᵀ
   constexpr int NT = D / 8;      // n-tiles of P·V
   constexpr int CH = D / 8;      // 16-byte pieces a row
@@ -562,6 +563,21 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
     ifd::cp_async_commit();
   };
 
+  // A warp's first two tiles (both stages) are read before the wait for the kernel before
+  // (the KV append), where they hold only positions older than the row's newest, which
+  // that kernel writes: earlier passes wrote them, and the pass's metadata, block tables
+  // and block copies are complete before its first kernel lets the next launch (the
+  // embedding, elementwise.cu).
+  constexpr int kStep = kWarps * kTile;
+  int tb = t0 + warp * kTile;
+  int early = 0;  // this warp's tiles issued before the wait
+  while (early < 2 && tb + early * kStep < t1 && min(tb + early * kStep + kTile, t1) < rg.len) {
+    issue(tb + early * kStep, early);
+    ++early;
+  }
+  ifd::pdl_wait();
+  stamp(probe, 1);
+
   // Q as the A operand: rows lane / 4 (< G: query head kvh·G + row), k-pairs 2 (lane % 4).
   // Rows 8..15 (a[1], a[3]) are zero.
   uint32_t qa[KS][4];
@@ -583,13 +599,15 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
 #pragma unroll
   for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
 
-  int tb = t0 + warp * kTile;
-  if (tb < t1) issue(tb, 0);
+  if (early == 0 && tb < t1) {
+    issue(tb, 0);
+    early = 1;
+  }
   stamp(probe, 2);
-  for (int st = 0; tb < t1; tb += kWarps * kTile, st ^= 1) {
-    const int next = tb + kWarps * kTile;
+  for (int st = 0, k = 0; tb < t1; tb += kStep, st ^= 1, ++k) {
+    const int next = tb + kStep;
     if (next < t1) {
-      issue(next, st ^ 1);
+      if (k + 1 >= early) issue(next, st ^ 1);  // unless issued before the wait
       ifd::cp_async_wait<1>();
     } else {
       ifd::cp_async_wait<0>();

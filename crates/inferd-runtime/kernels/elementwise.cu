@@ -5,9 +5,14 @@
 namespace {
 using ifd::bf16;
 
+// A pass's first kernel: it lets the next kernel launch only once it has waited for all
+// work queued before it (block copies, the block tables' scatter, the drawn tokens), so
+// every later kernel of the pass may read that work before its own programmatic wait
+// (the decode attention reads its block tables and older K/V rows there).
 __global__ void embed_kernel(const bf16* __restrict__ table, const int32_t* __restrict__ tokens,
                              int cols, float* __restrict__ out) {
-  ifd::pdl_begin();
+  ifd::pdl_wait();
+  ifd::pdl_trigger();
   const size_t t = blockIdx.x;
   const bf16* row = table + static_cast<size_t>(tokens[t]) * cols;
   for (int c = threadIdx.x; c < cols; c += blockDim.x)
