@@ -542,9 +542,11 @@ fn timeline(model_dir: &Path, context: usize, rows: usize) {
             blocks.len() / (rows * n_kv).max(1)
         );
         for (stage, name) in names.iter().enumerate() {
+            // Stage 7 is stamped by a (row, KV head)'s last block only: older stamps in the
+            // other blocks' slots are the step's earlier layers'.
             let mut at: Vec<f64> = blocks
                 .iter()
-                .filter(|b| b[stage] != 0)
+                .filter(|b| b[stage] >= t0)
                 .map(|b| (b[stage] - t0) as f64 / 1e3)
                 .collect();
             if at.is_empty() {

@@ -318,7 +318,10 @@ mod tests {
                     let len = 3 + case as usize % 4;
                     let phrase: Vec<u32> = (0..len).map(|i| ((i * 7 + 3) % vocab) as u32).collect();
                     generated = phrase.iter().cycle().take(3 * len + 2).copied().collect();
-                    breaks = generated.iter().map(|&t| case % 4 == 0 && t == 4 % vocab as u32).collect();
+                    breaks = generated
+                        .iter()
+                        .map(|&t| case % 4 == 0 && t == 4 % vocab as u32)
+                        .collect();
                     p.dry = Dry {
                         multiplier: [0.8, 2.5, 1e30][case as usize % 3],
                         base: [1.75, 3.0][case as usize % 2],
@@ -351,13 +354,8 @@ mod tests {
             let mut planned = Sampler::new(c.params.clone());
             let mut host = Sampler::new(c.params.clone());
             for step in 0..3 {
-                let plan = planned.plan_draw(
-                    vocab,
-                    &c.prompt,
-                    &c.generated,
-                    &c.breaks,
-                    &mut entries,
-                );
+                let plan =
+                    planned.plan_draw(vocab, &c.prompt, &c.generated, &c.breaks, &mut entries);
                 dry_rows += !entries.dry.is_empty() as usize;
                 // An all-zero bitset is no mask.
                 let mask = extra.allowed.filter(|w| w.iter().any(|&x| x != 0));
@@ -473,7 +471,8 @@ mod tests {
         let mut out = Vec::new();
         d.entries(8, &reply, &breaks, &mut out);
         let mut planned = vec![0.5f32; 8];
-        out.iter().for_each(|e| planned[e.token as usize] -= e.amount);
+        out.iter()
+            .for_each(|e| planned[e.token as usize] -= e.amount);
         assert_eq!(planned, host);
         assert_eq!(out.len(), 1, "{out:?}"); // 3 follows "1 2"; 9 breaks; 10 is past the vocabulary
         assert_eq!(out[0].token, 3);

@@ -145,13 +145,9 @@ impl CudaBackend {
                 if self.inner.host_sampling {
                     return Way::Host;
                 }
-                let plan = r.sampler.plan_draw(
-                    vocab,
-                    r.prompt,
-                    r.generated,
-                    r.extra.breaks,
-                    &mut entries,
-                );
+                let plan =
+                    r.sampler
+                        .plan_draw(vocab, r.prompt, r.generated, r.extra.breaks, &mut entries);
                 let mask = r.extra.allowed.filter(|w| w.iter().any(|&x| x != 0));
                 plans.push(SamplePlan {
                     row: r.row as i32,
