@@ -9,8 +9,9 @@ use crate::{Result, RuntimeError};
 
 /// Stages the decode kernels stamp per block (`kProbeStages` in kernels/decode.cu): 0
 /// entry, 1 the wait for the kernel before returned, 2 the first tile's loads issued, 3
-/// the first tile arrived, 4 warp 0's tiles done, 5 every warp's done, 6 the split's
-/// partial counted, 7 the (row, KV head) merged (its last block only).
+/// the first tile arrived, 4 warp 0's tiles done (0–4 by the tensor-core build only), 5
+/// every warp's done, 6 the split's partial counted, 7 the (row, KV head) merged (its last
+/// block only).
 pub const PROBE_STAGES: usize = 8;
 
 impl CudaBackend {
