@@ -479,7 +479,7 @@ fn profile(model_dir: &Path, context: usize, batch: usize, no_gemv: bool, prefil
 /// settings): the kernels' stage stamps (`CudaBackend::decode_probe`) of the step's last
 /// layer, as µs from the first block's entry, the least, median and most over the blocks.
 fn timeline(model_dir: &Path, context: usize, rows: usize) {
-    use inferd_runtime::PROBE_STAGES;
+    use inferd_runtime::{PROBE_STAGES, PROBE_STAGE_NAMES};
     let model = Model::load(CudaBackend::new(Default::default()).unwrap(), model_dir).unwrap();
     let (vocab, n_kv) = (model.cfg.vocab_size, model.cfg.n_kv_heads);
     let steps = 6;
@@ -500,16 +500,6 @@ fn timeline(model_dir: &Path, context: usize, rows: usize) {
     }
     // The first steps capture the graph; the probed ones replay it.
     let most = rows * n_kv * 64;
-    let names = [
-        "entry",
-        "wait returned",
-        "first tile issued",
-        "first tile arrived",
-        "warp 0's tiles done",
-        "every warp done",
-        "partial counted",
-        "merged (last block)",
-    ];
     for step in 0..steps {
         if step >= 3 {
             model.backend.decode_probe(most).unwrap();
@@ -541,7 +531,7 @@ fn timeline(model_dir: &Path, context: usize, rows: usize) {
             blocks.len(),
             blocks.len() / (rows * n_kv).max(1)
         );
-        for (stage, name) in names.iter().enumerate() {
+        for (stage, name) in PROBE_STAGE_NAMES.iter().enumerate() {
             // Stage 7 is stamped by a (row, KV head)'s last block only: older stamps in the
             // other blocks' slots are the step's earlier layers'.
             let mut at: Vec<f64> = blocks

@@ -17,7 +17,9 @@ pub mod model;
 
 pub use backend::cpu::{CpuBackend, CpuConfig, HostGroup};
 #[cfg(feature = "cuda")]
-pub use backend::cuda::{CudaBackend, CudaConfig, DecodeAttention, SkipOps, PROBE_STAGES};
+pub use backend::cuda::{
+    CudaBackend, CudaConfig, DecodeAttention, SkipOps, PROBE_STAGES, PROBE_STAGE_NAMES,
+};
 pub use backend::{Backend, DeviceTensor, Rows, SampleRow};
 pub use batch::{ForwardBatch, SeqChunk};
 pub use error::RuntimeError;

@@ -59,12 +59,9 @@ impl Dry {
     /// Subtracts the DRY penalty from `logits`. `reply`: generated tokens; `breaks[j]`:
     /// whether `reply[j]` is a sequence breaker (same length as `reply`).
     pub fn apply(&self, logits: &mut [f32], reply: &[u32], breaks: &[bool]) {
-        let mut found = Vec::new();
-        self.entries(logits.len(), reply, breaks, &mut found);
-        for e in found {
-            let l = &mut logits[e.token as usize];
-            *l -= e.amount;
-        }
+        self.each_penalty(logits.len(), reply, breaks, |t, amount| {
+            logits[t as usize] -= amount
+        });
     }
 
     /// The penalties [`apply`](Dry::apply) subtracts, one entry per penalised token of the
@@ -73,6 +70,19 @@ impl Dry {
     /// penalties and the sanitising, before the grammar mask.
     pub fn entries(&self, vocab: usize, reply: &[u32], breaks: &[bool], out: &mut Vec<DryEntry>) {
         out.clear();
+        self.each_penalty(vocab, reply, breaks, |token, amount| {
+            out.push(DryEntry { token, amount })
+        });
+    }
+
+    /// Calls `f(token, amount)` once per penalised token below `vocab`.
+    fn each_penalty(
+        &self,
+        vocab: usize,
+        reply: &[u32],
+        breaks: &[bool],
+        mut f: impl FnMut(u32, f32),
+    ) {
         if !self.is_on() || reply.len() < 2 || breaks.len() != reply.len() {
             return;
         }
@@ -86,8 +96,7 @@ impl Dry {
             return;
         }
         let allowed = self.allowed_length.max(1);
-        // Longest match per candidate token (the entries hold the match length until the
-        // end); few candidates, so a small list.
+        // Longest match per candidate token; few candidates, so a small list.
         let mut longest: Vec<(u32, usize)> = Vec::new();
         for i in 1..reply.len() {
             if breaks[i] || reply[i] as usize >= vocab {
@@ -106,10 +115,12 @@ impl Dry {
                 None => longest.push((reply[i], n)),
             }
         }
-        out.extend(longest.into_iter().map(|(token, n)| DryEntry {
-            token,
-            amount: self.multiplier * self.base.powi((n - allowed) as i32),
-        }));
+        for (token, n) in longest {
+            f(
+                token,
+                self.multiplier * self.base.powi((n - allowed) as i32),
+            );
+        }
     }
 }
 

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 pub use batch::CudaBatch;
 pub use device::{device_count, device_info, DeviceInfo};
 pub use kv::CudaKv;
-pub use profile::{SkipOps, PROBE_STAGES};
+pub use profile::{SkipOps, PROBE_STAGES, PROBE_STAGE_NAMES};
 pub use tensor::{Act, CudaTensor, CudaWeight};
 
 use batch::{BatchPool, RopeTable};

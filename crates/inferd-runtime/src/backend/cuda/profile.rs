@@ -7,12 +7,22 @@ use super::ffi::{self, check};
 use super::CudaBackend;
 use crate::{Result, RuntimeError};
 
-/// Stages the decode kernels stamp per block (`kProbeStages` in kernels/decode.cu): 0
-/// entry, 1 the wait for the kernel before returned, 2 the first tile's loads issued, 3
-/// the first tile arrived, 4 warp 0's tiles done (0–4 by the tensor-core build only), 5
-/// every warp's done, 6 the split's partial counted, 7 the (row, KV head) merged (its last
-/// block only).
-pub const PROBE_STAGES: usize = 8;
+/// The stages the decode kernels stamp per block, in order (`kProbeStages` in
+/// kernels/decode.cu). The first five are stamped by the tensor-core build only; the
+/// last by a (row, KV head)'s last block only.
+pub const PROBE_STAGE_NAMES: [&str; 8] = [
+    "entry",
+    "wait returned",
+    "first tile issued",
+    "first tile arrived",
+    "warp 0's tiles done",
+    "every warp done",
+    "partial counted",
+    "merged (last block)",
+];
+
+/// Stamps a block: one per [`PROBE_STAGE_NAMES`].
+pub const PROBE_STAGES: usize = PROBE_STAGE_NAMES.len();
 
 impl CudaBackend {
     /// Profiling only (`cuda_check timeline`): from now on the decode kernels stamp the
