@@ -33,6 +33,12 @@
 #   ncusource  ncu's warp-stall samples of the one-row tensor-core decode attention by source
 #            line and SASS instruction (1k, 4k), as CSV in logs.tgz
 #   ab       `speed` by this build and by cuda_check_base (prepare.sh BASE=<rev>) in turn
+#   abprefill  prefill (and decode at 64 / 32 rows) by cuda_check_base and this build in turn:
+#            8 x 4096-token passes twice each way, 8 x 16384 once
+#   fp8loop  the 8-bit KV test bodies of cuda_attention FP8_PLAIN times plainly and
+#            FP8_MEMCHECK times under memcheck (an intermittent failure); failing logs kept
+#   slices   the prefill-bound fleets (64 x 4k, 32 x 16k) served with other prompt-slice sizes:
+#            SLICES="batch/prefill/while-decoding ..." (default "8192/8192/8192 16384/16384/8192")
 #   mmaone   `speed` at 1 and 2 rows: SIMT decode attention against the tensor-core build
 #   sampling the sample op on the device against the host sampler (cuda_check sampling)
 #   peerbuild  starts building llama.cpp's CUDA llama-server (sm_90) in the background and
@@ -166,6 +172,56 @@ ab)
       timeout 200 $B/$bin speed /tmp/q8b $1 $2 2>&1 | tee -a $summary
     done
   done
+  ;;
+abprefill)
+  for round in 1 2; do
+    for bin in cuda_check_base cuda_check; do
+      [ -x $B/$bin ] || continue
+      note "-- $bin, round $round, 4096 tokens, 64 rows"
+      timeout 200 $B/$bin speed /tmp/q8b 4096 bf16:rows=64 2>&1 | tee -a $summary
+    done
+  done
+  for bin in cuda_check_base cuda_check; do
+    [ -x $B/$bin ] || continue
+    note "-- $bin, 16384 tokens, 32 rows"
+    timeout 200 $B/$bin speed /tmp/q8b 16384 bf16:rows=32 2>&1 | tee -a $summary
+  done
+  ;;
+fp8loop)
+  for mode in plain memcheck; do
+    if [ $mode = plain ]; then runs=${FP8_PLAIN:-12}; pre=; else runs=${FP8_MEMCHECK:-6}; pre="compute-sanitizer --tool memcheck"; fi
+    fails=0
+    for i in $(seq 1 $runs); do
+      log=$OUT/fp8loop-$mode-$i.log
+      timeout 120 $pre $B/cuda_attention --test-threads 1 --nocapture eight_bit >$log 2>&1
+      rc=$?
+      if [ $rc -ne 0 ] || grep -q "rows over" $log; then
+        fails=$((fails + 1))
+        grep -E "rows over|run again|over the limit|ERROR SUMMARY|panicked" $log | head -12 | tee -a $summary
+      else
+        rm -f $log
+      fi
+    done
+    note "fp8loop $mode: $fails of $runs runs failed"
+  done
+  ;;
+slices)
+  for cfg in ${SLICES:-8192/8192/8192 16384/16384/8192}; do
+    IFS=/ read -r sb sp sd <<< "$cfg"
+    tag=$sb-$sp-$sd
+    $B/inferd serve --device cuda -m /tmp/q8b --port 8185 --max-batch-tokens $sb --max-prefill-tokens $sp \
+      --max-prefill-tokens-decoding $sd >$OUT/serve-slices-$tag.log 2>&1 &
+    SP=$!
+    for i in $(seq 1 240); do curl -sf http://127.0.0.1:8185/health >/dev/null && break; sleep 0.5; done
+    for run in "64 4096" "32 16384"; do
+      set -- $run
+      timeout 120 $B/inferd bench fleet --url http://127.0.0.1:8185 --token-prompts -q --agents $1 --context $2 --reply 128 \
+        --label inferd-$tag --meta engine=inferd --meta model=qwen3-8b-shape-bf16 --meta slices=$tag --out $OUT/fleet-slices-$tag-$2-n$1.json >/dev/null 2>&1
+      note "fleet slices $tag, agents $1 x $2: rc $?"
+    done
+    kill $SP; wait $SP 2>/dev/null
+  done
+  $B/inferd bench table $OUT/fleet-slices-*.json 2>&1 | tee -a $summary
   ;;
 mmaone)
   # Decode attention at 1 and 2 rows: the default (SIMT) against the tensor-core build.

@@ -2,6 +2,8 @@
 // for in kernel launches: full attention's inputs from the fused Q|K|V projection (split,
 // per-head RMSNorm, rotary positions in one pass) and SwiGLU from the fused gate|up
 // projection. Each computes what the separate kernels compute, in the same order.
+#include <type_traits>
+
 #include "common.cuh"
 
 namespace {
@@ -22,15 +24,15 @@ __device__ __forceinline__ float rotated(const float* sh, int i, int half, int n
   return i == a ? x0 * c[j] - x1 * s[j] : x0 * s[j] + x1 * c[j];
 }
 
-// One warp per (row, head) of qkv f32 [rows, (hq + 2 hkv) * d]. A q or k head is
+// One warp per (row, head) of qkv [rows, (hq + 2 hkv) * d] (In: f32 or bf16). A q or k head is
 // RMS-normed by its weight (when given), then rotated over its first 2 * half dims at
 // the row's position; v heads are copied.
 //   -> q [rows, hq * d] (f32 or bf16), k, v f32 [rows, hkv * d]
-// V4: 16-byte loads and stores (head_dim % 4 == 0), lane L owning the groups of 4 values
+// V4: loads and stores of 4 values (head_dim % 4 == 0), lane L owning the groups of 4 values
 // L, L + 32, ... of its head; else one value a lane at a time.
-template <typename Q, bool V4>
+template <typename In, typename Q, bool V4>
 __global__ void __launch_bounds__(kWarps * 32)
-    qkv_prep_kernel(const float* __restrict__ qkv, int rows, int hq, int hkv, int d,
+    qkv_prep_kernel(const In* __restrict__ qkv, int rows, int hq, int hkv, int d,
                     const float* __restrict__ qn, const float* __restrict__ kn, float eps,
                     int half, int neox, const int32_t* __restrict__ pos,
                     const float* __restrict__ cos_tab, const float* __restrict__ sin_tab,
@@ -43,7 +45,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (g >= static_cast<size_t>(rows) * heads) return;
   const size_t r = g / heads;
   const int h = static_cast<int>(g % heads);
-  const float* src = qkv + g * d;
+  const In* src = qkv + g * d;
   float* sh = reinterpret_cast<float*>(head[warp]);
   const float* w = h < hq ? qn : kn;
   const float* c = cos_tab + static_cast<size_t>(pos[r]) * half;
@@ -51,10 +53,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   if constexpr (V4) {
     constexpr int kPer = kMaxHeadDim / 128;  // groups a lane at most
     const int groups = d >> 2;
-    const float4* src4 = reinterpret_cast<const float4*>(src);
     if (h >= hq + hkv) {
       float4* dst = reinterpret_cast<float4*>(v + (r * hkv + (h - hq - hkv)) * d);
-      for (int i = lane; i < groups; i += 32) dst[i] = src4[i];
+      for (int i = lane; i < groups; i += 32) dst[i] = ifd::load4(src + 4 * i);
       return;
     }
     float4 x[kPer];
@@ -62,7 +63,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
       const int i = lane + 32 * j;
-      x[j] = i < groups ? src4[i] : float4{0.f, 0.f, 0.f, 0.f};
+      x[j] = i < groups ? ifd::load4(src + 4 * i) : float4{0.f, 0.f, 0.f, 0.f};
       ss += x[j].x * x[j].x + x[j].y * x[j].y + x[j].z * x[j].z + x[j].w * x[j].w;
     }
     if (w) {
@@ -104,16 +105,16 @@ __global__ void __launch_bounds__(kWarps * 32)
   } else {
     if (h >= hq + hkv) {
       float* dst = v + (r * hkv + (h - hq - hkv)) * d;
-      for (int i = lane; i < d; i += 32) dst[i] = src[i];
+      for (int i = lane; i < d; i += 32) dst[i] = ifd::load(src + i);
       return;
     }
     if (w) {
       float ss = 0.f;
-      for (int i = lane; i < d; i += 32) ss += src[i] * src[i];
+      for (int i = lane; i < d; i += 32) ss += ifd::load(src + i) * ifd::load(src + i);
       const float inv = rsqrtf(ifd::warp_sum(ss) / d + eps);
-      for (int i = lane; i < d; i += 32) sh[i] = src[i] * inv * w[i];
+      for (int i = lane; i < d; i += 32) sh[i] = ifd::load(src + i) * inv * w[i];
     } else {
-      for (int i = lane; i < d; i += 32) sh[i] = src[i];
+      for (int i = lane; i < d; i += 32) sh[i] = ifd::load(src + i);
     }
     __syncwarp();
     for (int i = lane; i < d; i += 32) {
@@ -126,27 +127,27 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// out[r, c] = silu(gu[r, c]) * gu[r, f + c]   gu f32 [rows, 2f] -> out bf16 [rows, f]
-// Grid (column groups, row groups): a thread takes V consecutive columns (V = 4 with
-// 16-byte loads when f % 4 == 0, else 1) of rows blockIdx.y, + gridDim.y, ...
+// out[r, c] = silu(gu[r, c]) * gu[r, f + c]   gu [rows, 2f] (In: f32 or bf16) -> out bf16
+// [rows, f]. Grid (column groups, row groups): a thread takes V consecutive columns (V = 4
+// with loads of 4 values when f % 4 == 0, else 1) of rows blockIdx.y, + gridDim.y, ...
 __device__ __forceinline__ float silu_mul(float x, float u) { return x / (1.f + __expf(-x)) * u; }
 
-template <int V>
-__global__ void swiglu_kernel(const float* __restrict__ gu, int rows, int f,
+template <typename In, int V>
+__global__ void swiglu_kernel(const In* __restrict__ gu, int rows, int f,
                               bf16* __restrict__ out) {
   ifd::pdl_begin();
   const int c = (blockIdx.x * blockDim.x + threadIdx.x) * V;
   if (c >= f) return;
   for (int r = blockIdx.y; r < rows; r += gridDim.y) {
-    const float* g = gu + static_cast<size_t>(r) * 2 * f + c;
+    const In* g = gu + static_cast<size_t>(r) * 2 * f + c;
     bf16* o = out + static_cast<size_t>(r) * f + c;
     if constexpr (V == 4) {
-      const float4 a = *reinterpret_cast<const float4*>(g);
-      const float4 u = *reinterpret_cast<const float4*>(g + f);
+      const float4 a = ifd::load4(g);
+      const float4 u = ifd::load4(g + f);
       ifd::store4(o, silu_mul(a.x, u.x), silu_mul(a.y, u.y), silu_mul(a.z, u.z),
                   silu_mul(a.w, u.w));
     } else {
-      o[0] = __float2bfloat16(silu_mul(g[0], g[f]));
+      o[0] = __float2bfloat16(silu_mul(ifd::load(g), ifd::load(g + f)));
     }
   }
 }
@@ -154,44 +155,61 @@ __global__ void swiglu_kernel(const float* __restrict__ gu, int rows, int f,
 
 extern "C" {
 
-int ifd_qkv_prep(const float* qkv, int rows, int hq, int hkv, int head_dim, const float* q_norm,
-                 const float* k_norm, float eps, int half, int neox, const int32_t* pos,
-                 const float* cos_tab, const float* sin_tab, void* q, int q_bf16, float* k,
-                 float* v, void* stream) {
+int ifd_qkv_prep(const void* qkv, int qkv_bf16, int rows, int hq, int hkv, int head_dim,
+                 const float* q_norm, const float* k_norm, float eps, int half, int neox,
+                 const int32_t* pos, const float* cos_tab, const float* sin_tab, void* q,
+                 int q_bf16, float* k, float* v, void* stream) {
   const size_t warps = static_cast<size_t>(rows) * (hq + 2 * hkv);
   if (warps == 0) return 0;
   if (head_dim > kMaxHeadDim || 2 * half > head_dim) return static_cast<int>(cudaErrorInvalidValue);
   const unsigned blocks = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
   const cudaStream_t s = ifd::as_stream(stream);
   const auto addr = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
-  const bool v4 = head_dim % 4 == 0 &&
-                  ((addr(qkv) | addr(q_norm) | addr(k_norm) | addr(k) | addr(v)) & 15) == 0 &&
+  const bool v4 = head_dim % 4 == 0 && (addr(qkv) & (qkv_bf16 ? 7 : 15)) == 0 &&
+                  ((addr(q_norm) | addr(k_norm) | addr(k) | addr(v)) & 15) == 0 &&
                   (addr(q) & (q_bf16 ? 7 : 15)) == 0;
-  const auto run = [&](auto kernel, auto* qo) {
-    ifd::launch(kernel, blocks, kWarps * 32, 0, s, qkv, rows, hq, hkv, head_dim, q_norm, k_norm,
+  const auto run = [&](auto kernel, auto* in, auto* qo) {
+    ifd::launch(kernel, blocks, kWarps * 32, 0, s, in, rows, hq, hkv, head_dim, q_norm, k_norm,
                 eps, half, neox, pos, cos_tab, sin_tab, qo, k, v);
   };
-  bf16* qb = static_cast<bf16*>(q);
-  float* qf = static_cast<float*>(q);
-  if (q_bf16)
-    v4 ? run(qkv_prep_kernel<bf16, true>, qb) : run(qkv_prep_kernel<bf16, false>, qb);
+  // The input's and q's types (4) by the path (2).
+  const auto go = [&](auto* in) {
+    using In = std::remove_const_t<std::remove_pointer_t<decltype(in)>>;
+    bf16* qb = static_cast<bf16*>(q);
+    float* qf = static_cast<float*>(q);
+    if (q_bf16)
+      v4 ? run(qkv_prep_kernel<In, bf16, true>, in, qb)
+         : run(qkv_prep_kernel<In, bf16, false>, in, qb);
+    else
+      v4 ? run(qkv_prep_kernel<In, float, true>, in, qf)
+         : run(qkv_prep_kernel<In, float, false>, in, qf);
+  };
+  if (qkv_bf16)
+    go(static_cast<const bf16*>(qkv));
   else
-    v4 ? run(qkv_prep_kernel<float, true>, qf) : run(qkv_prep_kernel<float, false>, qf);
+    go(static_cast<const float*>(qkv));
   return ifd::launched();
 }
 
-int ifd_swiglu(const float* gate_up, int rows, int f, void* out, void* stream) {
+int ifd_swiglu(const void* gate_up, int in_bf16, int rows, int f, void* out, void* stream) {
   if (rows == 0 || f == 0) return 0;
   constexpr unsigned kThreads = 256;
   const int v = f % 4 == 0 ? 4 : 1;
   const dim3 grid(ifd::blocks_for(static_cast<size_t>(f / v), kThreads),
                   static_cast<unsigned>(rows < 65535 ? rows : 65535));
-  if (v == 4)
-    ifd::launch(swiglu_kernel<4>, grid, kThreads, 0, ifd::as_stream(stream), gate_up, rows, f,
-                static_cast<bf16*>(out));
+  const cudaStream_t s = ifd::as_stream(stream);
+  bf16* o = static_cast<bf16*>(out);
+  const auto go = [&](auto* in) {
+    using In = std::remove_const_t<std::remove_pointer_t<decltype(in)>>;
+    if (v == 4)
+      ifd::launch(swiglu_kernel<In, 4>, grid, kThreads, 0, s, in, rows, f, o);
+    else
+      ifd::launch(swiglu_kernel<In, 1>, grid, kThreads, 0, s, in, rows, f, o);
+  };
+  if (in_bf16)
+    go(static_cast<const bf16*>(gate_up));
   else
-    ifd::launch(swiglu_kernel<1>, grid, kThreads, 0, ifd::as_stream(stream), gate_up, rows, f,
-                static_cast<bf16*>(out));
+    go(static_cast<const float*>(gate_up));
   return ifd::launched();
 }
 

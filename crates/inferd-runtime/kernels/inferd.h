@@ -60,16 +60,17 @@ int ifd_gemv(const void* x, const void* w, const float* bias, float* y, int n, i
              int loads, void* stream);
 
 // ---- fused.cu
-// Full attention's inputs from the fused projection qkv f32 [rows, (hq + 2 hkv) * head_dim]:
-// q and k heads RMS-normed by q_norm / k_norm f32 [head_dim] (null: no norm), then rotated
-// as ifd_rope does; v copied.  -> q [rows, hq * head_dim] (bf16 when q_bf16, else f32),
-// k, v f32 [rows, hkv * head_dim]
-int ifd_qkv_prep(const float* qkv, int rows, int hq, int hkv, int head_dim, const float* q_norm,
-                 const float* k_norm, float eps, int half, int neox, const int32_t* pos,
-                 const float* cos_tab, const float* sin_tab, void* q, int q_bf16, float* k,
-                 float* v, void* stream);
-// out[r, c] = silu(gate_up[r, c]) * gate_up[r, f + c]   f32 [rows, 2f] -> bf16 [rows, f]
-int ifd_swiglu(const float* gate_up, int rows, int f, void* out, void* stream);
+// Full attention's inputs from the fused projection qkv [rows, (hq + 2 hkv) * head_dim]
+// (bf16 when qkv_bf16, else f32): q and k heads RMS-normed by q_norm / k_norm f32
+// [head_dim] (null: no norm), then rotated as ifd_rope does; v copied.
+//   -> q [rows, hq * head_dim] (bf16 when q_bf16, else f32), k, v f32 [rows, hkv * head_dim]
+int ifd_qkv_prep(const void* qkv, int qkv_bf16, int rows, int hq, int hkv, int head_dim,
+                 const float* q_norm, const float* k_norm, float eps, int half, int neox,
+                 const int32_t* pos, const float* cos_tab, const float* sin_tab, void* q,
+                 int q_bf16, float* k, float* v, void* stream);
+// out[r, c] = silu(gate_up[r, c]) * gate_up[r, f + c]
+//   gate_up [rows, 2f] (bf16 when in_bf16, else f32) -> bf16 [rows, f]
+int ifd_swiglu(const void* gate_up, int in_bf16, int rows, int f, void* out, void* stream);
 
 // ---- blocks.cu: KV blocks to and from a contiguous image (export order: per block, every
 // layer's pieces: K values then V values, or for 8-bit KV K values, K scales, V values,

@@ -20,7 +20,7 @@ pub use backend::cpu::{CpuBackend, CpuConfig, HostGroup};
 pub use backend::cuda::{
     CudaBackend, CudaConfig, DecodeAttention, SkipOps, PROBE_STAGES, PROBE_STAGE_NAMES,
 };
-pub use backend::{Backend, DeviceTensor, Rows, SampleRow};
+pub use backend::{Backend, DeviceTensor, Keep, Rows, SampleRow};
 pub use batch::{ForwardBatch, SeqChunk};
 pub use error::RuntimeError;
 pub use kv::{BlockTables, KvDtype, KvLayout, StateLayout, TableEdit};

@@ -276,6 +276,20 @@ fn assert_kept_tables_match<B: Backend>(model: &Model<B>, dtype: KvDtype, bs: us
     }
 }
 
+/// Prints the rows of a failed run past `limit`: index in the script, phase, |Δlogit|.
+fn describe_rows_over(want: &[(usize, Vec<f32>)], got: &[(usize, Vec<f32>)], limit: f32) {
+    let over: Vec<String> = want
+        .iter()
+        .zip(got)
+        .enumerate()
+        .filter_map(|(i, ((p, a), (_, b)))| {
+            let d = max_abs_diff(a, b);
+            (d > limit).then(|| format!("row {i} ({}) {d:.3}", PHASES[*p]))
+        })
+        .collect();
+    eprintln!("  {} rows over {limit}: {}", over.len(), over.join("; "));
+}
+
 /// Of the rows of phase `p`: the largest |Δlogit|, the rows whose top-1 agrees, the rows.
 fn phase_diff(
     want: &[(usize, Vec<f32>)],
@@ -394,6 +408,7 @@ fn eight_bit_kv_matches_the_cpu(head_dim: usize, heads: usize) {
             let got = scripted(&gpu_model, dtype, 16);
             assert_kept_tables_match(&gpu_model, dtype, 16, &format!("{dtype:?}"));
             assert_eq!(want.len(), got.len());
+            let mut over = false;
             for (p, name) in PHASES.iter().enumerate() {
                 let (worst, same, rows) = phase_diff(&want, &got, p);
                 let what = format!(
@@ -405,6 +420,22 @@ fn eight_bit_kv_matches_the_cpu(head_dim: usize, heads: usize) {
                 eprintln!("{what}");
                 if worst > limit {
                     failures.push(what);
+                    over = true;
+                }
+            }
+            if over {
+                // Where the run went wrong, and whether it does again on the same model
+                // (an intermittent fault seen once in 12 runs under memcheck).
+                describe_rows_over(&want, &got, limit);
+                let again = scripted(&gpu_model, dtype, 16);
+                let same_bits = again.iter().zip(&got).all(|((_, a), (_, b))| {
+                    a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+                });
+                for (p, name) in PHASES.iter().enumerate() {
+                    let (worst, same, rows) = phase_diff(&want, &again, p);
+                    eprintln!(
+                        "  run again on the same model: {name}: {rows} rows, max |Δlogit| {worst}, top-1 equal {same} (bits of the first run: {same_bits})"
+                    );
                 }
             }
         }

@@ -366,6 +366,10 @@ inline float warp_max(float v) {
 
 inline float load(const float* p) { return *p; }
 inline float load(const bf16* p) { return __bfloat162float(*p); }
+inline float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+inline float4 load4(const bf16* p) {
+  return float4{load(p), load(p + 1), load(p + 2), load(p + 3)};
+}
 inline void store(float* p, float v) { *p = v; }
 inline void store(bf16* p, float v) { *p = __float2bfloat16(v); }
 

@@ -85,24 +85,36 @@ void norms(int rows, int cols) {
   }
 }
 
+// SwiGLU from f32 input, and from the same values rounded to bf16 (the fused gate|up
+// product stored narrow): each against the formula over the values it was given.
 void swiglu(int rows, int f) {
   const auto gu = randn(static_cast<size_t>(rows) * 2 * f, f, 3.f);
-  Buf in(gu.size(), false);
-  std::copy(gu.begin(), gu.end(), in.data());
-  std::vector<bf16> out(static_cast<size_t>(rows) * f);
-  expect(ifd_swiglu(in.data(), rows, f, out.data(), nullptr) == 0, "swiglu");
-  int wrong = 0;
-  for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < f; ++c) {
-      const float x = gu[static_cast<size_t>(r) * 2 * f + c];
-      const float u = gu[static_cast<size_t>(r) * 2 * f + f + c];
-      const bf16 want = __float2bfloat16(x / (1.f + __expf(-x)) * u);
-      wrong += want.bits != out[static_cast<size_t>(r) * f + c].bits;
+  for (int in_bf16 = 0; in_bf16 < 2; ++in_bf16) {
+    Buf in(gu.size(), false);
+    std::vector<bf16> in16(gu.size());
+    std::vector<float> given(gu.size());
+    for (size_t i = 0; i < gu.size(); ++i) {
+      in16[i] = __float2bfloat16(gu[i]);
+      given[i] = in_bf16 ? __bfloat162float(in16[i]) : gu[i];
+      in.data()[i] = gu[i];
     }
-  char what[64];
-  std::snprintf(what, sizeof what, "swiglu %d x %d: values off the formula", rows, f);
-  expect(wrong == 0, what, wrong, 0);
-  std::printf("%s: %d\n", what, wrong);
+    std::vector<bf16> out(static_cast<size_t>(rows) * f);
+    const void* src = in_bf16 ? static_cast<const void*>(in16.data()) : in.data();
+    expect(ifd_swiglu(src, in_bf16, rows, f, out.data(), nullptr) == 0, "swiglu");
+    int wrong = 0;
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < f; ++c) {
+        const float x = given[static_cast<size_t>(r) * 2 * f + c];
+        const float u = given[static_cast<size_t>(r) * 2 * f + f + c];
+        const bf16 want = __float2bfloat16(x / (1.f + __expf(-x)) * u);
+        wrong += want.bits != out[static_cast<size_t>(r) * f + c].bits;
+      }
+    char what[80];
+    std::snprintf(what, sizeof what, "swiglu %d x %d, %s in: values off the formula", rows, f,
+                  in_bf16 ? "bf16" : "f32");
+    expect(wrong == 0, what, wrong, 0);
+    std::printf("%s: %d\n", what, wrong);
+  }
 }
 
 struct Heads {
@@ -135,7 +147,7 @@ void qkv(int rows, const Heads& h) {
     std::copy(kn0.begin(), kn0.end(), kn.data());
     std::vector<bf16> qb(nq + 4);
     void* q = h.q_bf16 ? static_cast<void*>(qb.data() + shift) : static_cast<void*>(qo.data());
-    expect(ifd_qkv_prep(in.data(), rows, h.hq, h.hkv, h.d, h.norm ? qn.data() : nullptr,
+    expect(ifd_qkv_prep(in.data(), 0, rows, h.hq, h.hkv, h.d, h.norm ? qn.data() : nullptr,
                         h.norm ? kn.data() : nullptr, 1e-6f, h.half, h.neox, pos.data(),
                         cos_tab.data(), sin_tab.data(), q, h.q_bf16, ko.data(), vo.data(),
                         nullptr) == 0, "qkv_prep");
@@ -160,6 +172,48 @@ void qkv(int rows, const Heads& h) {
 }
 }  // namespace
 
+// qkv_prep from a bf16 product gives the bits it gives from the same values in f32, on
+// each path (4 values a lane from aligned input, one at a time from input one value off).
+void qkv_bf16_input(int rows, const Heads& h) {
+  const int width = (h.hq + 2 * h.hkv) * h.d, positions = rows + 3;
+  const size_t n = static_cast<size_t>(rows) * width;
+  auto src = randn(n, h.d * 5 + 1, 1.5f);
+  std::vector<bf16> src16(n + 4);
+  for (size_t i = 0; i < n; ++i) src[i] = __bfloat162float(src16[i] = __float2bfloat16(src[i]));
+  const auto qn = randn(h.d, 11), kn = randn(h.d, 12);
+  std::vector<float> cos_tab(static_cast<size_t>(positions) * h.half, 0.6f),
+      sin_tab(cos_tab.size(), 0.8f);
+  std::vector<int32_t> pos(rows);
+  for (int r = 0; r < rows; ++r) pos[r] = (r * 3 + 1) % positions;
+  const size_t nq = static_cast<size_t>(rows) * h.hq * h.d, nk = static_cast<size_t>(rows) * h.hkv * h.d;
+  for (int shift = 0; shift < 2; ++shift) {
+    std::vector<float> outs[2][3];
+    for (int in_bf16 = 0; in_bf16 < 2; ++in_bf16) {
+      Buf in(n, shift), qo(nq, false), ko(nk, false), vo(nk, false);
+      std::copy(src.begin(), src.end(), in.data());
+      std::vector<bf16> shifted(n + 1);
+      std::copy(src16.begin(), src16.begin() + n, shifted.begin() + shift);
+      const void* x = in_bf16 ? static_cast<const void*>(shifted.data() + shift) : in.data();
+      expect(ifd_qkv_prep(x, in_bf16, rows, h.hq, h.hkv, h.d, h.norm ? qn.data() : nullptr,
+                          h.norm ? kn.data() : nullptr, 1e-6f, h.half, h.neox, pos.data(),
+                          cos_tab.data(), sin_tab.data(), qo.data(), 0, ko.data(), vo.data(),
+                          nullptr) == 0, "qkv_prep");
+      outs[in_bf16][0].assign(qo.data(), qo.data() + nq);
+      outs[in_bf16][1].assign(ko.data(), ko.data() + nk);
+      outs[in_bf16][2].assign(vo.data(), vo.data() + nk);
+    }
+    char what[128];
+    std::snprintf(what, sizeof what, "qkv_prep from bf16, %d/%d heads of %d%s, %s path", h.hq,
+                  h.hkv, h.d, h.norm ? ", QK-norm" : "", shift ? "one value" : "4 values");
+    int differ = 0;
+    for (int t = 0; t < 3; ++t)
+      for (size_t i = 0; i < outs[0][t].size(); ++i)
+        differ += std::memcmp(&outs[0][t][i], &outs[1][t][i], 4) != 0;
+    expect(differ == 0, what, differ, 0);
+    std::printf("%s: %d values differ from f32 input\n", what, differ);
+  }
+}
+
 int main() {
   for (int cols : {576, 4096, 16388}) norms(3, cols);
   norms(2, 18);  // under one warp of groups
@@ -170,6 +224,8 @@ int main() {
   qkv(3, {3, 1, 64, 32, 1, false, false});   // SmolLM2-like, no QK-norm
   qkv(3, {2, 2, 64, 32, 0, false, true});    // interleaved pairs
   qkv(3, {4, 1, 256, 32, 1, true, true});    // Qwen3.5: partial rotary
+  qkv_bf16_input(3, {4, 2, 128, 64, 1, true, false});
+  qkv_bf16_input(2, {3, 1, 64, 32, 0, false, false});
   std::printf(failures ? "elementwise: %d failures\n" : "elementwise: all passed\n", failures);
   return failures ? 1 : 0;
 }

@@ -96,6 +96,17 @@ pub enum Rows {
     Logits,
 }
 
+/// How precisely a product of [`Backend::linear`] must be kept for what reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    /// In f32: it joins the residual stream, or it is the logits.
+    F32,
+    /// In bf16 or wider, at the backend's choice: what reads it rounds all it makes from it
+    /// to bf16 (SwiGLU's activation, the attention's q and the K/V of a bf16 or 8-bit pool).
+    /// A backend keeps f32 where its attention reads f32 K/V.
+    Bf16,
+}
+
 /// An activation buffer on a backend's device: `[rows, cols]`, row-major, with a fixed
 /// capacity in elements; the shape may change per step within it.
 pub trait DeviceTensor: Send + Sync {
@@ -293,7 +304,9 @@ pub trait Backend: Send + Sync {
     ///
     /// `rows` says which rows of `batch` `x` holds, so the backend computes each row on
     /// the fixed path of its kind (prompt or generated, see [`crate::SeqChunk::prompt_len`]):
-    /// a row's result never depends on the rest of the batch.
+    /// a row's result never depends on the rest of the batch. `keep`: how precisely the
+    /// product must be stored for what reads it.
+    #[allow(clippy::too_many_arguments)]
     fn linear(
         &self,
         x: &Self::Tensor,
@@ -301,6 +314,7 @@ pub trait Backend: Send + Sync {
         bias: Option<&Self::Weight>,
         batch: &Self::Batch,
         rows: Rows,
+        keep: Keep,
         out: &mut Self::Tensor,
     ) -> Result<()>;
     /// Splits the columns of `x` into `outs`, consecutive pieces as wide as each is.

@@ -31,7 +31,7 @@
 use super::config::ModelConfig;
 use super::weights::{AttentionWeights, LayerWeights, Mixer, Projection, Weights};
 use super::workspace::Workspace;
-use crate::backend::{Backend, DeviceTensor, Rows};
+use crate::backend::{Backend, DeviceTensor, Keep, Rows};
 use crate::Result;
 
 pub struct Decoder<'a, B: Backend> {
@@ -68,6 +68,7 @@ impl<B: Backend> Decoder<'_, B> {
             None,
             batch,
             Rows::Logits,
+            Keep::F32,
             &mut ws.logits,
         ) // [n_logits, vocab]
     }
@@ -109,13 +110,14 @@ impl<B: Backend> Decoder<'_, B> {
             ..
         } = ws;
         if let Some((w, bias)) = lw.gate_up.fused(2) {
-            b.linear(h, w, bias, batch, Rows::Tokens, proj)?; // [n, 2·ffn]
+            b.linear(h, w, bias, batch, Rows::Tokens, Keep::Bf16, proj)?; // [n, 2·ffn]
             b.swiglu(proj, gate, up, act)?; // [n, ffn]
         } else {
             self.project(h, &lw.gate_up, batch, proj, &mut [gate, up])?; // [n, ffn] each
             b.silu_mul(gate, up, act)?;
         }
-        b.linear(&ws.act, &lw.down, None, batch, Rows::Tokens, &mut ws.out)?;
+        let out = &mut ws.out;
+        b.linear(&ws.act, &lw.down, None, batch, Rows::Tokens, Keep::F32, out)?;
         self.reduce(&mut ws.out) // a split model: the feed-forward slices' partial sums
     }
 
@@ -152,7 +154,7 @@ impl<B: Backend> Decoder<'_, B> {
         let fused = aw.qkv.fused(3).filter(|_| !c.attn_output_gate);
         if let Some((w, bias)) = fused {
             // a. the fused projection, then b. QK-norm and c. rotary positions
-            b.linear(h, w, bias, batch, Rows::Tokens, proj)?; // [n, q_dim + 2·kv_dim]
+            b.linear(h, w, bias, batch, Rows::Tokens, Keep::Bf16, proj)?; // [n, q_dim + 2·kv_dim]
             b.qkv_prep(proj, &attn, norms, c.rms_eps, batch, q, k, v)?;
         } else {
             // a. projections (with the output gate: q|gate per head, then split)
@@ -193,6 +195,7 @@ impl<B: Backend> Decoder<'_, B> {
             aw.o_bias.as_ref(),
             batch,
             Rows::Tokens,
+            Keep::F32,
             &mut ws.out,
         )
     }
@@ -213,9 +216,9 @@ impl<B: Backend> Decoder<'_, B> {
         for (w, bias, widths) in &p.groups {
             let n = widths.len();
             if n == 1 {
-                b.linear(h, w, bias.as_ref(), batch, Rows::Tokens, outs[next])?;
+                b.linear(h, w, bias.as_ref(), batch, Rows::Tokens, Keep::F32, outs[next])?;
             } else {
-                b.linear(h, w, bias.as_ref(), batch, Rows::Tokens, scratch)?;
+                b.linear(h, w, bias.as_ref(), batch, Rows::Tokens, Keep::F32, scratch)?;
                 let group = &mut outs[next..next + n];
                 for (o, &width) in group.iter_mut().zip(widths) {
                     o.set_shape(h.rows(), width)?;

@@ -18,7 +18,7 @@
 use super::decoder::Decoder;
 use super::weights::DeltaNetWeights;
 use super::workspace::{DeltaNetBuffers, Workspace};
-use crate::backend::{Backend, DeviceTensor, Rows};
+use crate::backend::{Backend, DeviceTensor, Keep, Rows};
 use crate::{Result, RuntimeError};
 
 /// transformers' (and fla's) `l2norm` epsilon, fixed whatever the config says.
@@ -77,6 +77,6 @@ impl<B: Backend> Decoder<'_, B> {
         // g. gated RMSNorm per value head  -> gated [n, value_dim]
         be.gated_rms_norm(core, z, &dw.norm, la.v_head_dim, c.rms_eps, gated)?;
         // h. output projection  -> out [n, hidden]
-        be.linear(gated, &dw.out, None, batch, Rows::Tokens, out)
+        be.linear(gated, &dw.out, None, batch, Rows::Tokens, Keep::F32, out)
     }
 }

@@ -27,7 +27,9 @@ pub use tensor::{CpuTensor, CpuWeight, WeightBytes};
 
 use inferd_core::sampling::Sampled;
 
-use super::{AttnConfig, Backend, DeviceTensor, RopeConfig, Rows, SampleRow, SharedSource};
+use super::{
+    AttnConfig, Backend, DeviceTensor, Keep, RopeConfig, Rows, SampleRow, SharedSource,
+};
 use crate::batch::ForwardBatch;
 use crate::kv::KvLayout;
 use crate::model::LinearAttnConfig;
@@ -282,6 +284,7 @@ impl Backend for CpuBackend {
         bias: Option<&CpuWeight>,
         batch: &CpuBatch,
         rows: Rows,
+        _keep: Keep, // every product is kept in f32 here
         out: &mut CpuTensor,
     ) -> Result<()> {
         let m = w.matrix();

@@ -95,7 +95,8 @@ extern "C" {
         stream: Stream,
     ) -> c_int;
     pub fn ifd_qkv_prep(
-        qkv: *const f32,
+        qkv: *const c_void,
+        qkv_bf16: c_int,
         rows: c_int,
         hq: c_int,
         hkv: c_int,
@@ -115,7 +116,8 @@ extern "C" {
         stream: Stream,
     ) -> c_int;
     pub fn ifd_swiglu(
-        gate_up: *const f32,
+        gate_up: *const c_void,
+        in_bf16: c_int,
         rows: c_int,
         f: c_int,
         out: *mut c_void,

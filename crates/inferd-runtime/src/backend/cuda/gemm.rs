@@ -26,6 +26,16 @@ struct Shape {
     n: usize,
     k: usize,
     bias: bool,
+    /// The result in bf16 (else f32).
+    bf16: bool,
+}
+
+/// Where a product goes, and in which element type.
+pub enum Out {
+    /// f32 [n, out]
+    F32(*mut f32),
+    /// bf16 [n, out] (no bias: cuBLASLt's bias epilogue is kept to f32 results here)
+    Bf16(*mut c_void),
 }
 
 struct Plan {
@@ -103,7 +113,8 @@ impl Gemm {
             };
             let a = layout(CUDA_R_16BF, s.k, s.out, s.k)?; // W: [in, out] col-major
             let b = layout(CUDA_R_16BF, s.k, s.n, s.k)?; // x: [in, n]
-            let d = layout(CUDA_R_32F, s.out, s.n, s.out)?; // y: [out, n]
+            let dt = if s.bf16 { CUDA_R_16BF } else { CUDA_R_32F };
+            let d = layout(dt, s.out, s.n, s.out)?; // y: [out, n]
             let pref = lt::create_matmul_pref().map_err(|e| blas(e, "preference"))?;
             let ws = WORKSPACE_BYTES as u64;
             lt::set_matmul_pref_attribute(
@@ -127,7 +138,7 @@ impl Gemm {
     }
 
     /// Queues `y = x · wᵀ (+ bias)`: x bf16 [n, k], w bf16 [out, k], bias f32 [out],
-    /// y f32 [n, out].
+    /// y [n, out] as `y` says.
     #[allow(clippy::too_many_arguments)]
     pub fn matmul(
         &self,
@@ -135,7 +146,7 @@ impl Gemm {
         x: *const c_void,
         w: *const c_void,
         bias: Option<*const f32>,
-        y: *mut f32,
+        y: Out,
         n: usize,
         k: usize,
         out: usize,
@@ -143,11 +154,21 @@ impl Gemm {
         if n == 0 {
             return Ok(());
         }
+        let (y, bf16): (*mut c_void, bool) = match y {
+            Out::F32(p) => (p.cast(), false),
+            Out::Bf16(p) => (p, true),
+        };
+        if bf16 && bias.is_some() {
+            return Err(RuntimeError::Device(
+                "cuBLASLt: a bias with a bf16 result is not planned".into(),
+            ));
+        }
         let s = Shape {
             out,
             n,
             k,
             bias: bias.is_some(),
+            bf16,
         };
         let mut plans = self.plans.lock().unwrap();
         let p = match plans.entry(s) {
@@ -174,9 +195,9 @@ impl Gemm {
                 p.a,
                 x,
                 p.b,
-                y as *const c_void,
+                y.cast_const(),
                 p.d,
-                y.cast(),
+                y,
                 p.d,
                 &p.algo,
                 self.workspace.ptr(),

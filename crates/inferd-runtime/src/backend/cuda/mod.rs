@@ -41,7 +41,9 @@ use device::Device;
 use ffi::check;
 use inferd_core::sampling::Sampled;
 
-use super::{AttnConfig, Backend, RopeConfig, RopeStyle, Rows, SampleRow, SharedSource};
+use super::{
+    AttnConfig, Backend, Keep, RopeConfig, RopeStyle, Rows, SampleRow, SharedSource,
+};
 use crate::batch::ForwardBatch;
 use crate::kv::{BlockTables, KvDtype, KvLayout};
 use crate::model::LinearAttnConfig;
@@ -708,8 +710,9 @@ impl Backend for CudaBackend {
         x: &CudaTensor,
         w: &CudaWeight,
         bias: Option<&CudaWeight>,
-        _batch: &CudaBatch,
+        batch: &CudaBatch,
         rows: Rows,
+        keep: Keep,
         out: &mut CudaTensor,
     ) -> Result<()> {
         // One cuBLASLt algorithm per shape, chosen by the shape alone: a row's result
@@ -724,8 +727,11 @@ impl Backend for CudaBackend {
         }
         let b = bias.map(|b| b.vector("linear bias")).transpose()?;
         let xp = x.bf16_ptr("linear")?;
-        out.prepare(x.rows, w_out, Act::F32)?; // [n, out]
-        let op = out.f32_ptr("linear")?;
+        let gemv = x.rows <= self.inner.gemv_rows && w_in.is_multiple_of(8);
+        // Products cuBLASLt makes for a bf16 reader are stored in bf16 (half the bytes
+        // written, and read by the next kernel), where attention reads bf16 or 8-bit K/V.
+        let narrow = keep == Keep::Bf16 && !gemv && b.is_none() && batch.fi.is_some();
+        out.prepare(x.rows, w_out, if narrow { Act::Bf16 } else { Act::F32 })?; // [n, out]
         let skip = match rows {
             Rows::Tokens => SkipOps::LINEAR,
             Rows::Logits => SkipOps::LM_HEAD,
@@ -733,7 +739,21 @@ impl Backend for CudaBackend {
         if self.inner.skip.has(skip) {
             return Ok(());
         }
-        if x.rows <= self.inner.gemv_rows && w_in.is_multiple_of(8) {
+        if narrow {
+            let op = out.bf16_ptr("linear")?;
+            return self.inner.gemm.matmul(
+                &self.inner.dev,
+                xp,
+                wb.ptr(),
+                None,
+                gemm::Out::Bf16(op),
+                x.rows,
+                w_in,
+                w_out,
+            );
+        }
+        let op = out.f32_ptr("linear")?;
+        if gemv {
             let s = self.stream()?;
             let bp = b.map_or(std::ptr::null(), |(p, _)| p);
             return check(
@@ -758,7 +778,7 @@ impl Backend for CudaBackend {
             xp,
             wb.ptr(),
             b.map(|(p, _)| p),
-            op,
+            gemm::Out::F32(op),
             x.rows,
             w_in,
             w_out,
@@ -1074,7 +1094,8 @@ impl Backend for CudaBackend {
         check(
             unsafe {
                 ffi::ifd_qkv_prep(
-                    qkv.f32_ptr("qkv_prep")?,
+                    qkv.any_ptr(),
+                    (qkv.dtype() == Act::Bf16) as c_int,
                     int(qkv.rows),
                     int(hq),
                     int(hkv),
@@ -1107,14 +1128,14 @@ impl Backend for CudaBackend {
     ) -> Result<()> {
         let s = self.stream()?;
         let (n, ffn) = (gate_up.rows, gate_up.cols / 2);
-        let gp = gate_up.f32_ptr("swiglu")?;
+        let (gp, in_bf16) = (gate_up.any_ptr(), gate_up.dtype() == Act::Bf16);
         out.prepare(n, ffn, Act::Bf16)?; // [n, ffn]
         let op = out.bf16_ptr("swiglu")?;
         if self.inner.skip.has(SkipOps::SWIGLU) {
             return Ok(());
         }
         check(
-            unsafe { ffi::ifd_swiglu(gp, int(n), int(ffn), op, s) },
+            unsafe { ffi::ifd_swiglu(gp, in_bf16 as c_int, int(n), int(ffn), op, s) },
             "swiglu",
         )
     }

@@ -49,6 +49,11 @@ impl CudaTensor {
         Ok(self.buf.at(0))
     }
 
+    /// The buffer, whichever element type it holds now (see [`CudaTensor::dtype`]).
+    pub(super) fn any_ptr(&self) -> *const std::ffi::c_void {
+        self.buf.ptr()
+    }
+
     pub(super) fn bf16_ptr(&self, op: &str) -> Result<*mut std::ffi::c_void> {
         self.expect(Act::Bf16, op)?;
         Ok(self.buf.ptr())
