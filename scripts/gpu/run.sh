@@ -38,7 +38,7 @@
 #   fp8loop  the 8-bit KV test bodies of cuda_attention FP8_PLAIN times plainly and
 #            FP8_MEMCHECK times under memcheck (an intermittent failure); failing logs kept
 #   slices   the prefill-bound fleets (64 x 4k, 32 x 16k) served with other prompt-slice sizes:
-#            SLICES="batch/prefill/while-decoding ..." (default "8192/8192/8192 16384/16384/8192")
+#            SLICES="batch/prefill/while-decoding ..." (default "8192/8192/4096 8192/8192/8192")
 #   mmaone   `speed` at 1 and 2 rows: SIMT decode attention against the tensor-core build
 #   sampling the sample op on the device against the host sampler (cuda_check sampling)
 #   peerbuild  starts building llama.cpp's CUDA llama-server (sm_90) in the background and
@@ -206,11 +206,12 @@ fp8loop)
   done
   ;;
 slices)
-  for cfg in ${SLICES:-8192/8192/8192 16384/16384/8192}; do
+  for cfg in ${SLICES:-8192/8192/4096 8192/8192/8192}; do
     IFS=/ read -r sb sp sd <<< "$cfg"
     tag=$sb-$sp-$sd
-    $B/inferd serve --device cuda -m /tmp/q8b --port 8185 --max-batch-tokens $sb --max-prefill-tokens $sp \
-      --max-prefill-tokens-decoding $sd >$OUT/serve-slices-$tag.log 2>&1 &
+    # No prefix cache: agent i's 16k token prompt begins with its 4k one.
+    $B/inferd serve --device cuda -m /tmp/q8b --port 8185 --no-prefix-cache --max-batch-tokens $sb \
+      --max-prefill-tokens $sp --max-prefill-tokens-decoding $sd >$OUT/serve-slices-$tag.log 2>&1 &
     SP=$!
     for i in $(seq 1 240); do curl -sf http://127.0.0.1:8185/health >/dev/null && break; sleep 0.5; done
     for run in "64 4096" "32 16384"; do
