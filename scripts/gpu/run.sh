@@ -33,6 +33,7 @@
 #   ncusource  ncu's warp-stall samples of the one-row tensor-core decode attention by source
 #            line and SASS instruction (1k, 4k), as CSV in logs.tgz
 #   ab       `speed` by this build and by cuda_check_base (prepare.sh BASE=<rev>) in turn
+#   hfab     after model8b: the logits of cuda_check_base and this build against transformers
 #   abprefill  prefill (and decode at 64 / 32 rows) by cuda_check_base and this build in turn:
 #            8 x 4096-token passes twice each way, 8 x 16384 once
 #   fp8loop  the 8-bit KV test bodies of cuda_attention FP8_PLAIN times plainly and
@@ -171,6 +172,12 @@ ab)
       note "-- $bin, $1 tokens, $2"
       timeout 200 $B/$bin speed /tmp/q8b $1 $2 2>&1 | tee -a $summary
     done
+  done
+  ;;
+hfab)
+  # After model8b: the base build's and this build's logits against transformers' (f32).
+  for bin in cuda_check_base cuda_check; do
+    [ -x $B/$bin ] && { note "-- $bin"; $B/$bin hf /tmp/q8b /tmp/q8b-ref.ids.json /tmp/q8b-ref.f32 2>&1 | tee -a $summary; }
   done
   ;;
 abprefill)

@@ -30,10 +30,11 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc)
 }
 
 // x bf16 [R, k], w bf16 [out, k], bias f32 [out] or null -> y f32 [R, out]; k % 8 == 0.
+// With `add` the product (bias included) is added to what y holds (a residual stream).
 template <int R, int kUnroll>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
-                const float* __restrict__ bias, float* __restrict__ y, int k, int out) {
+                const float* __restrict__ bias, float* __restrict__ y, int k, int out, int add) {
   const int lane = threadIdx.x & 31;
   const int o = blockIdx.x * kWarps + (threadIdx.x >> 5);
   const int kv = k >> 3;  // 16-byte vectors in a row
@@ -75,45 +76,49 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (lane == 0) {
     const float b = bias ? bias[o] : 0.f;
 #pragma unroll
-    for (int r = 0; r < R; ++r) y[static_cast<size_t>(r) * out + o] = acc[r] + b;
+    for (int r = 0; r < R; ++r) {
+      float* yo = y + static_cast<size_t>(r) * out + o;
+      const float v = acc[r] + b;
+      *yo = add ? *yo + v : v;
+    }
   }
 }
 
 template <int R, int U>
 int launch_u(const void* x, const void* w, const float* bias, float* y, int k, int out,
-             cudaStream_t s) {
+             int add, cudaStream_t s) {
   ifd::launch(gemv_kernel<R, U>, (out + kWarps - 1) / kWarps, kWarps * 32, 0, s,
-              static_cast<const bf16*>(x), static_cast<const bf16*>(w), bias, y, k, out);
+              static_cast<const bf16*>(x), static_cast<const bf16*>(w), bias, y, k, out, add);
   return ifd::launched();
 }
 
 // U loads in flight per lane: 4, 8 or 16 (more rows of x, fewer: their registers).
 template <int R>
 int launch(const void* x, const void* w, const float* bias, float* y, int k, int out, int loads,
-           cudaStream_t s) {
+           int add, cudaStream_t s) {
   if constexpr (R <= 2)
-    if (loads >= 16) return launch_u<R, 16>(x, w, bias, y, k, out, s);
+    if (loads >= 16) return launch_u<R, 16>(x, w, bias, y, k, out, add, s);
   if constexpr (R <= 4)
-    if (loads >= 8) return launch_u<R, 8>(x, w, bias, y, k, out, s);
-  return launch_u<R, 4>(x, w, bias, y, k, out, s);
+    if (loads >= 8) return launch_u<R, 8>(x, w, bias, y, k, out, add, s);
+  return launch_u<R, 4>(x, w, bias, y, k, out, add, s);
 }
 }  // namespace
 
 extern "C" int ifd_gemv(const void* x, const void* w, const float* bias, float* y, int n,
-                        int k, int out, int loads, void* stream) {
+                        int k, int out, int loads, int add, void* stream) {
   const cudaStream_t s = ifd::as_stream(stream);
   if (n == 0 || out == 0) return 0;
   if (k % 8 != 0) return static_cast<int>(cudaErrorInvalidValue);
   switch (n) {
     case 1:
-      return launch<1>(x, w, bias, y, k, out, loads, s);
-    case 2: return launch<2>(x, w, bias, y, k, out, loads, s);
-    case 3: return launch<3>(x, w, bias, y, k, out, loads, s);
-    case 4: return launch<4>(x, w, bias, y, k, out, loads, s);
-    case 5: return launch<5>(x, w, bias, y, k, out, loads, s);
-    case 6: return launch<6>(x, w, bias, y, k, out, loads, s);
-    case 7: return launch<7>(x, w, bias, y, k, out, loads, s);
-    case 8: return launch<8>(x, w, bias, y, k, out, loads, s);
+      return launch<1>(x, w, bias, y, k, out, loads, add, s);
+    case 2: return launch<2>(x, w, bias, y, k, out, loads, add, s);
+    case 3: return launch<3>(x, w, bias, y, k, out, loads, add, s);
+    case 4: return launch<4>(x, w, bias, y, k, out, loads, add, s);
+    case 5: return launch<5>(x, w, bias, y, k, out, loads, add, s);
+    case 6: return launch<6>(x, w, bias, y, k, out, loads, add, s);
+    case 7: return launch<7>(x, w, bias, y, k, out, loads, add, s);
+    case 8: return launch<8>(x, w, bias, y, k, out, loads, add, s);
     default: return static_cast<int>(cudaErrorInvalidValue);
   }
 }

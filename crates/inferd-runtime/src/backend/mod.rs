@@ -317,6 +317,25 @@ pub trait Backend: Send + Sync {
         keep: Keep,
         out: &mut Self::Tensor,
     ) -> Result<()>;
+    /// A product joining the residual stream, and the norm after it: `x += a · wᵀ (+ bias)`,
+    /// then `out = rms_norm(x) · norm.0` (eps `norm.1`). `y` [n, d] is scratch where a
+    /// backend makes the product apart (the default: `linear`, then `add_rms_norm`).
+    ///   a [n, in] -> x [n, d] (updated), out [n, d]
+    #[allow(clippy::too_many_arguments)]
+    fn linear_add_rms_norm(
+        &self,
+        a: &Self::Tensor,
+        w: &Self::Weight,
+        bias: Option<&Self::Weight>,
+        batch: &Self::Batch,
+        x: &mut Self::Tensor,
+        norm: (&Self::Weight, f32),
+        y: &mut Self::Tensor,
+        out: &mut Self::Tensor,
+    ) -> Result<()> {
+        self.linear(a, w, bias, batch, Rows::Tokens, Keep::F32, y)?;
+        self.add_rms_norm(x, y, norm.0, norm.1, out)
+    }
     /// Splits the columns of `x` into `outs`, consecutive pieces as wide as each is.
     fn split_cols(&self, x: &Self::Tensor, outs: &mut [&mut Self::Tensor]) -> Result<()>;
     /// Rotates the first `rotary_dim` of every `head_dim` slice by each token's position.

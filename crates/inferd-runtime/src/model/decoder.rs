@@ -34,6 +34,15 @@ use super::workspace::Workspace;
 use crate::backend::{Backend, DeviceTensor, Keep, Rows};
 use crate::Result;
 
+/// Whose activation a product joining the residual stream reads.
+#[derive(Clone, Copy)]
+enum Joined {
+    /// `ws.attn`: the attention's output projection.
+    Attention,
+    /// `ws.act`: the feed-forward's down projection.
+    FeedForward,
+}
+
 pub struct Decoder<'a, B: Backend> {
     pub backend: &'a B,
     pub cfg: &'a ModelConfig,
@@ -44,20 +53,14 @@ impl<B: Backend> Decoder<'_, B> {
     /// Runs all layers; the logits of the batch's requested rows end in `ws.logits`.
     pub fn forward(&self, ws: &mut Workspace<B>, kv: &mut B::Kv, batch: &B::Batch) -> Result<()> {
         let (b, w) = (self.backend, self.weights);
-        let eps = self.cfg.rms_eps;
         b.embed(&w.embed, batch, &mut ws.x)?; // [n_tokens, hidden]
-        for (layer, lw) in w.layers.iter().enumerate() {
-            // 1. the mixer's input; the previous layer's feed-forward output (ws.out)
-            // joins the residual stream here
-            if layer == 0 {
-                b.rms_norm(&ws.x, &lw.attn_norm, eps, &mut ws.h)?;
-            } else {
-                b.add_rms_norm(&mut ws.x, &ws.out, &lw.attn_norm, eps, &mut ws.h)?;
-            }
-            self.layer(ws, lw, layer, kv, batch)?;
+        if let Some(first) = w.layers.first() {
+            // 1. the first mixer's input (a later layer's comes with the residual before it)
+            b.rms_norm(&ws.x, &first.attn_norm, self.cfg.rms_eps, &mut ws.h)?;
         }
-        if !w.layers.is_empty() {
-            b.add_assign(&mut ws.x, &ws.out)?; // the last feed-forward's residual
+        for (layer, lw) in w.layers.iter().enumerate() {
+            let next_norm = w.layers.get(layer + 1).map(|n| &n.attn_norm);
+            self.layer(ws, lw, layer, next_norm, kv, batch)?;
         }
         b.gather_logit_rows(&ws.x, batch, &mut ws.last)?; // [n_logits, hidden]
         b.rms_norm(&ws.last, &w.final_norm, self.cfg.rms_eps, &mut ws.last_h)?;
@@ -73,34 +76,39 @@ impl<B: Backend> Decoder<'_, B> {
         ) // [n_logits, vocab]
     }
 
+    /// One layer over `ws.h` (its input norm, step 1, is done); it leaves the residual
+    /// stream in `ws.x` and, before the next layer, that layer's norm of it (`next_norm`)
+    /// in `ws.h`.
     fn layer(
         &self,
         ws: &mut Workspace<B>,
         lw: &LayerWeights<B::Weight>,
         layer: usize,
+        next_norm: Option<&B::Weight>,
         kv: &mut B::Kv,
         batch: &B::Batch,
     ) -> Result<()> {
         let (b, c) = (self.backend, self.cfg);
-        // 2. token mixer of ws.h (1. is done) -> ws.out
+        // 2. token mixer of ws.h, 3. its residual and the feed-forward's input norm
         match &lw.mixer {
             Mixer::FullAttention(aw) => {
                 let kv_layer = c
                     .kv_layer(layer)
                     .expect("an attention layer has a KV layer");
-                self.attention(ws, aw, kv_layer, kv, batch)?;
-                self.reduce(&mut ws.out)?; // a split model: the heads' partial sums
+                self.attention(ws, aw, kv_layer, kv, batch)?; // -> ws.attn
+                // f. the output projection joins the residual stream
+                let o = (&aw.o, aw.o_bias.as_ref());
+                self.join(ws, Joined::Attention, o, Some(&lw.ffn_norm), batch)?;
             }
             Mixer::LinearAttention(dw) => {
                 let state_layer = c
                     .state_layer(layer)
                     .expect("a linear-attention layer has a state layer");
-                self.delta_net(ws, dw, state_layer, kv, batch)?;
+                self.delta_net(ws, dw, state_layer, kv, batch)?; // -> ws.out
+                b.add_rms_norm(&mut ws.x, &ws.out, &lw.ffn_norm, c.rms_eps, &mut ws.h)?;
             }
         }
-        // 2-3. residual, then the feed-forward's input
-        b.add_rms_norm(&mut ws.x, &ws.out, &lw.ffn_norm, c.rms_eps, &mut ws.h)?;
-        // 4. SwiGLU feed-forward -> ws.out (its residual add is the next step 1's)
+        // 4. SwiGLU feed-forward of ws.h -> ws.act
         let Workspace {
             h,
             proj,
@@ -116,9 +124,48 @@ impl<B: Backend> Decoder<'_, B> {
             self.project(h, &lw.gate_up, batch, proj, &mut [gate, up])?; // [n, ffn] each
             b.silu_mul(gate, up, act)?;
         }
-        let out = &mut ws.out;
-        b.linear(&ws.act, &lw.down, None, batch, Rows::Tokens, Keep::F32, out)?;
-        self.reduce(&mut ws.out) // a split model: the feed-forward slices' partial sums
+        // ... whose down projection joins the residual stream (and 1. of the next layer)
+        self.join(ws, Joined::FeedForward, (&lw.down, None), next_norm, batch)
+    }
+
+    /// `x += a · wᵀ (+ bias)` for `a` the attention's or the feed-forward's activation
+    /// (summed over a tensor-parallel group first), then `h = rms_norm(x) · norm` where a
+    /// norm follows (none after the last layer). `ws.out` holds the product where it is
+    /// made apart.
+    fn join(
+        &self,
+        ws: &mut Workspace<B>,
+        from: Joined,
+        (w, bias): (&B::Weight, Option<&B::Weight>),
+        norm: Option<&B::Weight>,
+        batch: &B::Batch,
+    ) -> Result<()> {
+        let (b, eps) = (self.backend, self.cfg.rms_eps);
+        let Workspace {
+            x,
+            out,
+            h,
+            attn,
+            act,
+            ..
+        } = ws;
+        let a = match from {
+            Joined::Attention => &*attn,
+            Joined::FeedForward => &*act,
+        };
+        match norm {
+            Some(norm) if b.shard().is_whole() => {
+                b.linear_add_rms_norm(a, w, bias, batch, x, (norm, eps), out, h)
+            }
+            _ => {
+                b.linear(a, w, bias, batch, Rows::Tokens, Keep::F32, out)?;
+                self.reduce(out)?; // a split model: the partial sums of its slices
+                match norm {
+                    Some(norm) => b.add_rms_norm(x, out, norm, eps, h),
+                    None => b.add_assign(x, out),
+                }
+            }
+        }
     }
 
     /// The sum of `x` over the backend's tensor-parallel group; nothing on a backend alone.
@@ -129,7 +176,7 @@ impl<B: Backend> Decoder<'_, B> {
         self.backend.all_reduce(x)
     }
 
-    /// Full attention of `ws.h` through pool layer `kv_layer`.  -> ws.out [n, hidden]
+    /// Full attention of `ws.h` through pool layer `kv_layer`, steps a–e.  -> ws.attn [n, q_dim]
     fn attention(
         &self,
         ws: &mut Workspace<B>,
@@ -188,16 +235,7 @@ impl<B: Backend> Decoder<'_, B> {
             // e. the output gate
             b.sigmoid_mul(&mut ws.attn, &ws.attn_gate)?;
         }
-        // f. output projection
-        b.linear(
-            &ws.attn,
-            &aw.o,
-            aw.o_bias.as_ref(),
-            batch,
-            Rows::Tokens,
-            Keep::F32,
-            &mut ws.out,
-        )
+        Ok(()) // f., the output projection, joins the residual stream in `join`
     }
 
     /// Evaluates a (possibly fused) projection of `h` into `outs` (declaration order):

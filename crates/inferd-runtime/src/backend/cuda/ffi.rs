@@ -92,6 +92,7 @@ extern "C" {
         k: c_int,
         out: c_int,
         loads: c_int,
+        add: c_int,
         stream: Stream,
     ) -> c_int;
     pub fn ifd_qkv_prep(

@@ -34,6 +34,8 @@ struct Shape {
 pub enum Out {
     /// f32 [n, out]
     F32(*mut f32),
+    /// f32 [n, out], added to what it holds (a residual stream: beta = 1, in place)
+    AddF32(*mut f32),
     /// bf16 [n, out] (no bias: cuBLASLt's bias epilogue is kept to f32 results here)
     Bf16(*mut c_void),
 }
@@ -154,9 +156,10 @@ impl Gemm {
         if n == 0 {
             return Ok(());
         }
-        let (y, bf16): (*mut c_void, bool) = match y {
-            Out::F32(p) => (p.cast(), false),
-            Out::Bf16(p) => (p, true),
+        let (y, bf16, beta): (*mut c_void, bool, f32) = match y {
+            Out::F32(p) => (p.cast(), false, 0.0),
+            Out::AddF32(p) => (p.cast(), false, 1.0),
+            Out::Bf16(p) => (p, true, 0.0),
         };
         if bf16 && bias.is_some() {
             return Err(RuntimeError::Device(
@@ -175,7 +178,7 @@ impl Gemm {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => e.insert(self.plan(s)?),
         };
-        let (alpha, beta) = (1f32, 0f32);
+        let alpha = 1f32;
         unsafe {
             if let Some(b) = bias {
                 lt::set_matmul_desc_attribute(

@@ -767,6 +767,7 @@ impl Backend for CudaBackend {
                         int(w_in),
                         int(w_out),
                         int(self.inner.gemv_loads),
+                        0,
                         s,
                     )
                 },
@@ -783,6 +784,66 @@ impl Backend for CudaBackend {
             w_in,
             w_out,
         )
+    }
+
+    fn linear_add_rms_norm(
+        &self,
+        a: &CudaTensor,
+        w: &CudaWeight,
+        bias: Option<&CudaWeight>,
+        _batch: &CudaBatch,
+        x: &mut CudaTensor,
+        norm: (&CudaWeight, f32),
+        _y: &mut CudaTensor,
+        out: &mut CudaTensor,
+    ) -> Result<()> {
+        // The product is added to the stream where it is made (the matrix-vector kernel's
+        // `add`, cuBLASLt's beta = 1 in place): the stream is read once, not the product
+        // written and read back.
+        let s = self.stream()?;
+        let (wb, w_out, w_in) = w.matrix("linear")?;
+        if a.cols != w_in || x.rows != a.rows || x.cols != w_out {
+            return Err(RuntimeError::BadBatch(format!(
+                "linear_add_rms_norm: [{}, {}] · [{w_out}, {w_in}]ᵀ into a stream of [{}, {}]",
+                a.rows, a.cols, x.rows, x.cols
+            )));
+        }
+        let b = bias.map(|b| b.vector("linear bias")).transpose()?;
+        let (ap, xp) = (a.bf16_ptr("linear")?, x.f32_ptr("linear_add_rms_norm")?);
+        if !self.inner.skip.has(SkipOps::LINEAR) {
+            if a.rows <= self.inner.gemv_rows && w_in.is_multiple_of(8) {
+                let bp = b.map_or(std::ptr::null(), |(p, _)| p);
+                check(
+                    unsafe {
+                        ffi::ifd_gemv(
+                            ap,
+                            wb.ptr(),
+                            bp,
+                            xp,
+                            int(a.rows),
+                            int(w_in),
+                            int(w_out),
+                            int(self.inner.gemv_loads),
+                            1,
+                            s,
+                        )
+                    },
+                    "gemv",
+                )?;
+            } else {
+                self.inner.gemm.matmul(
+                    &self.inner.dev,
+                    ap,
+                    wb.ptr(),
+                    b.map(|(p, _)| p),
+                    gemm::Out::AddF32(xp),
+                    a.rows,
+                    w_in,
+                    w_out,
+                )?;
+            }
+        }
+        self.rms_norm(x, norm.0, norm.1, out)
     }
 
     fn split_cols(&self, x: &CudaTensor, outs: &mut [&mut CudaTensor]) -> Result<()> {
