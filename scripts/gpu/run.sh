@@ -37,7 +37,8 @@
 #   abprefill  prefill (and decode at 64 / 32 rows) by cuda_check_base and this build in turn:
 #            8 x 4096-token passes twice each way, 8 x 16384 once
 #   fp8loop  the 8-bit KV test bodies of cuda_attention FP8_PLAIN times plainly and
-#            FP8_MEMCHECK times under memcheck (an intermittent failure); failing logs kept
+#            FP8_MEMCHECK times under memcheck (an intermittent failure); failing logs kept;
+#            FP8_FILTER= runs the whole binary each time (as the tests stage's memcheck does)
 #   slices   the prefill-bound fleets (64 x 4k, 32 x 16k) served with other prompt-slice sizes:
 #            SLICES="batch/prefill/while-decoding ..." (default "8192/8192/4096 8192/8192/8192")
 #   mmaone   `speed` at 1 and 2 rows: SIMT decode attention against the tensor-core build
@@ -200,7 +201,7 @@ fp8loop)
     fails=0
     for i in $(seq 1 $runs); do
       log=$OUT/fp8loop-$mode-$i.log
-      timeout 120 $pre $B/cuda_attention --test-threads 1 --nocapture eight_bit >$log 2>&1
+      timeout 120 $pre $B/cuda_attention --test-threads 1 --nocapture ${FP8_FILTER-eight_bit} >$log 2>&1
       rc=$?
       if [ $rc -ne 0 ] || grep -q "rows over" $log; then
         fails=$((fails + 1))
