@@ -368,6 +368,11 @@ inline float load(const float* p) { return *p; }
 inline float load(const bf16* p) { return __bfloat162float(*p); }
 inline float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 inline float4 load4(const bf16* p) {
+  // The device reads the four as one 8-byte load: a misaligned address is a fault there.
+  if (reinterpret_cast<uintptr_t>(p) & 7) {
+    std::fprintf(stderr, "load4: bf16 address %p is not 8-byte aligned\n", static_cast<const void*>(p));
+    std::abort();
+  }
   return float4{load(p), load(p + 1), load(p + 2), load(p + 3)};
 }
 inline void store(float* p, float v) { *p = v; }

@@ -173,45 +173,59 @@ void qkv(int rows, const Heads& h) {
 }  // namespace
 
 // qkv_prep from a bf16 product gives the bits it gives from the same values in f32, on
-// each path (4 values a lane from aligned input, one at a time from input one value off).
+// each path (4 values a lane from aligned input, one at a time from input one value off),
+// with q written in f32 and in bf16 (what a narrow product's pass writes).
 void qkv_bf16_input(int rows, const Heads& h) {
   const int width = (h.hq + 2 * h.hkv) * h.d, positions = rows + 3;
   const size_t n = static_cast<size_t>(rows) * width;
   auto src = randn(n, h.d * 5 + 1, 1.5f);
   std::vector<bf16> src16(n + 4);
   for (size_t i = 0; i < n; ++i) src[i] = __bfloat162float(src16[i] = __float2bfloat16(src[i]));
-  const auto qn = randn(h.d, 11), kn = randn(h.d, 12);
+  const auto qn0 = randn(h.d, 11), kn0 = randn(h.d, 12);
+  Buf qn(h.d, false), kn(h.d, false);
+  std::copy(qn0.begin(), qn0.end(), qn.data());
+  std::copy(kn0.begin(), kn0.end(), kn.data());
   std::vector<float> cos_tab(static_cast<size_t>(positions) * h.half, 0.6f),
       sin_tab(cos_tab.size(), 0.8f);
   std::vector<int32_t> pos(rows);
   for (int r = 0; r < rows; ++r) pos[r] = (r * 3 + 1) % positions;
   const size_t nq = static_cast<size_t>(rows) * h.hq * h.d, nk = static_cast<size_t>(rows) * h.hkv * h.d;
-  for (int shift = 0; shift < 2; ++shift) {
-    std::vector<float> outs[2][3];
-    for (int in_bf16 = 0; in_bf16 < 2; ++in_bf16) {
-      Buf in(n, shift), qo(nq, false), ko(nk, false), vo(nk, false);
-      std::copy(src.begin(), src.end(), in.data());
-      std::vector<bf16> shifted(n + 1);
-      std::copy(src16.begin(), src16.begin() + n, shifted.begin() + shift);
-      const void* x = in_bf16 ? static_cast<const void*>(shifted.data() + shift) : in.data();
-      expect(ifd_qkv_prep(x, in_bf16, rows, h.hq, h.hkv, h.d, h.norm ? qn.data() : nullptr,
-                          h.norm ? kn.data() : nullptr, 1e-6f, h.half, h.neox, pos.data(),
-                          cos_tab.data(), sin_tab.data(), qo.data(), 0, ko.data(), vo.data(),
-                          nullptr) == 0, "qkv_prep");
-      outs[in_bf16][0].assign(qo.data(), qo.data() + nq);
-      outs[in_bf16][1].assign(ko.data(), ko.data() + nk);
-      outs[in_bf16][2].assign(vo.data(), vo.data() + nk);
+  for (int q_bf16 = 0; q_bf16 < 2; ++q_bf16)
+    for (int shift = 0; shift < 2; ++shift) {
+      std::vector<uint32_t> outs[2];  // q's bits (f32, or bf16 widened), then k's and v's
+      for (int in_bf16 = 0; in_bf16 < 2; ++in_bf16) {
+        Buf in(n, shift), qo(nq, false), ko(nk, false), vo(nk, false);
+        std::copy(src.begin(), src.end(), in.data());
+        std::vector<bf16> shifted(n + 4), q16(nq + 4);
+        std::copy(src16.begin(), src16.begin() + n, shifted.begin() + shift);
+        const void* x = in_bf16 ? static_cast<const void*>(shifted.data() + shift) : in.data();
+        void* q = q_bf16 ? static_cast<void*>(q16.data()) : static_cast<void*>(qo.data());
+        expect(ifd_qkv_prep(x, in_bf16, rows, h.hq, h.hkv, h.d, h.norm ? qn.data() : nullptr,
+                            h.norm ? kn.data() : nullptr, 1e-6f, h.half, h.neox, pos.data(),
+                            cos_tab.data(), sin_tab.data(), q, q_bf16, ko.data(), vo.data(),
+                            nullptr) == 0, "qkv_prep");
+        auto& o = outs[in_bf16];
+        for (size_t i = 0; i < nq; ++i) {
+          uint32_t b;
+          std::memcpy(&b, qo.data() + i, 4);
+          o.push_back(q_bf16 ? q16[i].bits : b);
+        }
+        for (const float* t : {ko.data(), vo.data()})
+          for (size_t i = 0; i < nk; ++i) {
+            uint32_t b;
+            std::memcpy(&b, t + i, 4);
+            o.push_back(b);
+          }
+      }
+      char what[128];
+      std::snprintf(what, sizeof what, "qkv_prep from bf16, %d/%d heads of %d%s, q %s, %s path",
+                    h.hq, h.hkv, h.d, h.norm ? ", QK-norm" : "", q_bf16 ? "bf16" : "f32",
+                    shift ? "one value" : "4 values");
+      int differ = 0;
+      for (size_t i = 0; i < outs[0].size(); ++i) differ += outs[0][i] != outs[1][i];
+      expect(differ == 0, what, differ, 0);
+      std::printf("%s: %d values differ from f32 input\n", what, differ);
     }
-    char what[128];
-    std::snprintf(what, sizeof what, "qkv_prep from bf16, %d/%d heads of %d%s, %s path", h.hq,
-                  h.hkv, h.d, h.norm ? ", QK-norm" : "", shift ? "one value" : "4 values");
-    int differ = 0;
-    for (int t = 0; t < 3; ++t)
-      for (size_t i = 0; i < outs[0][t].size(); ++i)
-        differ += std::memcmp(&outs[0][t][i], &outs[1][t][i], 4) != 0;
-    expect(differ == 0, what, differ, 0);
-    std::printf("%s: %d values differ from f32 input\n", what, differ);
-  }
 }
 
 int main() {

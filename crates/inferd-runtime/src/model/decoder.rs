@@ -11,7 +11,10 @@
 //! Then logits = RMSNorm(x)·W_lmᵀ for the requested rows (W_lm = W_embed when tied).
 //!
 //! Fused projections (Q|K|V, gate|up) hand their whole output to one backend op
-//! (`qkv_prep`, `swiglu`), which a backend may run as one kernel.
+//! (`qkv_prep`, `swiglu`), which a backend may run as one kernel; what reads them rounds to
+//! bf16, so a backend may store them in bf16 (`Keep::Bf16`). The products that end 2. and 4.
+//! join the residual stream together with the next norm (`join`,
+//! `Backend::linear_add_rms_norm`), which a backend may add where the product is made.
 //!
 //! Full attention, over the KV pool layer `ModelConfig::kv_layer(ℓ)`:
 //!   a. q, k, v = h·W_qᵀ (+b_q), h·W_kᵀ (+b_k), h·W_vᵀ (+b_v)        (Qwen2: biases)
