@@ -65,7 +65,9 @@ async fn fleet_measures_scripted_latencies() {
     within(s.ttft_turn0_ms.p50, 50.0, 20.0, "TTFT p50");
     assert!(s.ttft_turn0_ms.min >= 49.0, "TTFT below the script");
     within(s.gap_ms.p50, 10.0, 3.0, "gap p50");
-    assert!(s.gap_ms.min >= 5.0);
+    // A chunk read late makes the gap after it short, so the smallest gap says little on a
+    // busy machine; the mean is a request's span over its gaps, which the script fixes.
+    within(s.gap_ms.mean, 10.0, 2.0, "gap mean");
     // A request lasts 50 + 19*10 = 240 ms; two turns back to back: 480 ms for 40 tokens per
     // agent, 160 tokens in all: 333 tok/s.
     let want_wall = 0.480;
