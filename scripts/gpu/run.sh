@@ -436,7 +436,7 @@ long|longq8|longfp8)
   done
   timeout 100 $B/inferd bench forked --url http://127.0.0.1:8182 --token-prompts --brief 8192 --agents 32 --suffix 64 --reply 64 \
     --label inferd$tag --meta engine=inferd --meta model=qwen3-8b-shape-bf16 --out $OUT/forked$tag.json >$OUT/forked$tag.txt 2>&1
-  note "forked${kv:+ kv $kv} 32 x 8k brief: rc $?"; tail -15 $OUT/forked$tag.txt | tee -a $summary
+  note "forked${kv:+ kv $kv} 32 x 8k brief: rc $?"; tail -15 $OUT/forked$tag.txt | sed "s|$OUT|\$OUT|g" | tee -a $summary
   kill $SP; wait $SP 2>/dev/null
   $B/inferd bench table $OUT/fleet$tag-16384-*.json 2>&1 | tee -a $summary
   ;;

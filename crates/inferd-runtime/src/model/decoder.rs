@@ -99,7 +99,7 @@ impl<B: Backend> Decoder<'_, B> {
                     .kv_layer(layer)
                     .expect("an attention layer has a KV layer");
                 self.attention(ws, aw, kv_layer, kv, batch)?; // -> ws.attn
-                // f. the output projection joins the residual stream
+                                                              // f. the output projection joins the residual stream
                 let o = (&aw.o, aw.o_bias.as_ref());
                 self.join(ws, Joined::Attention, o, Some(&lw.ffn_norm), batch)?;
             }
@@ -257,7 +257,15 @@ impl<B: Backend> Decoder<'_, B> {
         for (w, bias, widths) in &p.groups {
             let n = widths.len();
             if n == 1 {
-                b.linear(h, w, bias.as_ref(), batch, Rows::Tokens, Keep::F32, outs[next])?;
+                b.linear(
+                    h,
+                    w,
+                    bias.as_ref(),
+                    batch,
+                    Rows::Tokens,
+                    Keep::F32,
+                    outs[next],
+                )?;
             } else {
                 b.linear(h, w, bias.as_ref(), batch, Rows::Tokens, Keep::F32, scratch)?;
                 let group = &mut outs[next..next + n];

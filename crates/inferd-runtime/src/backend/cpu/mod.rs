@@ -27,9 +27,7 @@ pub use tensor::{CpuTensor, CpuWeight, WeightBytes};
 
 use inferd_core::sampling::Sampled;
 
-use super::{
-    AttnConfig, Backend, DeviceTensor, Keep, RopeConfig, Rows, SampleRow, SharedSource,
-};
+use super::{AttnConfig, Backend, DeviceTensor, Keep, RopeConfig, Rows, SampleRow, SharedSource};
 use crate::batch::ForwardBatch;
 use crate::kv::KvLayout;
 use crate::model::LinearAttnConfig;

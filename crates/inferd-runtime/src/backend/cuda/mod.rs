@@ -41,9 +41,7 @@ use device::Device;
 use ffi::check;
 use inferd_core::sampling::Sampled;
 
-use super::{
-    AttnConfig, Backend, Keep, RopeConfig, RopeStyle, Rows, SampleRow, SharedSource,
-};
+use super::{AttnConfig, Backend, Keep, RopeConfig, RopeStyle, Rows, SampleRow, SharedSource};
 use crate::batch::ForwardBatch;
 use crate::kv::{BlockTables, KvDtype, KvLayout};
 use crate::model::LinearAttnConfig;
@@ -399,6 +397,68 @@ impl CudaBackend {
         Ok((plan, w.generation))
     }
 
+    /// Whether our matrix-vector kernel makes a product of `rows` rows over `k` inputs.
+    fn gemv_takes(&self, rows: usize, k: usize) -> bool {
+        rows <= self.inner.gemv_rows && k.is_multiple_of(8)
+    }
+
+    /// Queues `y = x · wᵀ (+ bias)` (or `y +=` it, as `y` says): by our matrix-vector kernel
+    /// for up to `gemv_rows` rows (f32 results only), else by cuBLASLt.  x bf16 [n, in]
+    /// One cuBLASLt algorithm per shape, chosen by the shape alone: a row's result depends
+    /// on its own values and the batch size, which fixes the algorithm.
+    fn product(
+        &self,
+        x: &CudaTensor,
+        w: &CudaWeight,
+        bias: Option<&CudaWeight>,
+        y: gemm::Out,
+    ) -> Result<()> {
+        let s = self.stream()?;
+        let (wb, w_out, w_in) = w.matrix("linear")?;
+        if x.cols != w_in {
+            return Err(RuntimeError::BadBatch(format!(
+                "linear: input has {} columns, the weight {w_in}",
+                x.cols
+            )));
+        }
+        let bias = bias
+            .map(|b| b.vector("linear bias"))
+            .transpose()?
+            .map(|(p, _)| p);
+        let xp = x.bf16_ptr("linear")?;
+        let gemv = self.gemv_takes(x.rows, w_in);
+        let (yp, add) = match y {
+            gemm::Out::F32(p) if gemv => (p, 0),
+            gemm::Out::AddF32(p) if gemv => (p, 1),
+            y => {
+                let dev = &self.inner.dev;
+                return self
+                    .inner
+                    .gemm
+                    .matmul(dev, xp, wb.ptr(), bias, y, x.rows, w_in, w_out);
+            }
+        };
+        let bp = bias.unwrap_or(std::ptr::null());
+        let (n, loads) = (int(x.rows), int(self.inner.gemv_loads));
+        check(
+            unsafe {
+                ffi::ifd_gemv(
+                    xp,
+                    wb.ptr(),
+                    bp,
+                    yp,
+                    n,
+                    int(w_in),
+                    int(w_out),
+                    loads,
+                    add,
+                    s,
+                )
+            },
+            "gemv",
+        )
+    }
+
     /// Blocks of the tensor-core decode build a multiprocessor holds at this shape.
     fn decode_mma_per_sm(&self, attn: &AttnConfig) -> Result<usize> {
         let key = (attn.head_dim, attn.n_heads / attn.n_kv_heads);
@@ -715,22 +775,11 @@ impl Backend for CudaBackend {
         keep: Keep,
         out: &mut CudaTensor,
     ) -> Result<()> {
-        // One cuBLASLt algorithm per shape, chosen by the shape alone: a row's result
-        // depends on its own values and the batch size, which fixes the algorithm.
-        let _ = self.stream()?;
-        let (wb, w_out, w_in) = w.matrix("linear")?;
-        if x.cols != w_in {
-            return Err(RuntimeError::BadBatch(format!(
-                "linear: input has {} columns, the weight {w_in}",
-                x.cols
-            )));
-        }
-        let b = bias.map(|b| b.vector("linear bias")).transpose()?;
-        let xp = x.bf16_ptr("linear")?;
-        let gemv = x.rows <= self.inner.gemv_rows && w_in.is_multiple_of(8);
+        let (_, w_out, w_in) = w.matrix("linear")?;
+        let gemv = self.gemv_takes(x.rows, w_in);
         // Products cuBLASLt makes for a bf16 reader are stored in bf16 (half the bytes
         // written, and read by the next kernel), where attention reads bf16 or 8-bit K/V.
-        let narrow = keep == Keep::Bf16 && !gemv && b.is_none() && batch.fi.is_some();
+        let narrow = keep == Keep::Bf16 && !gemv && bias.is_none() && batch.fi.is_some();
         out.prepare(x.rows, w_out, if narrow { Act::Bf16 } else { Act::F32 })?; // [n, out]
         let skip = match rows {
             Rows::Tokens => SkipOps::LINEAR,
@@ -739,51 +788,12 @@ impl Backend for CudaBackend {
         if self.inner.skip.has(skip) {
             return Ok(());
         }
-        if narrow {
-            let op = out.bf16_ptr("linear")?;
-            return self.inner.gemm.matmul(
-                &self.inner.dev,
-                xp,
-                wb.ptr(),
-                None,
-                gemm::Out::Bf16(op),
-                x.rows,
-                w_in,
-                w_out,
-            );
-        }
-        let op = out.f32_ptr("linear")?;
-        if gemv {
-            let s = self.stream()?;
-            let bp = b.map_or(std::ptr::null(), |(p, _)| p);
-            return check(
-                unsafe {
-                    ffi::ifd_gemv(
-                        xp,
-                        wb.ptr(),
-                        bp,
-                        op,
-                        int(x.rows),
-                        int(w_in),
-                        int(w_out),
-                        int(self.inner.gemv_loads),
-                        0,
-                        s,
-                    )
-                },
-                "gemv",
-            );
-        }
-        self.inner.gemm.matmul(
-            &self.inner.dev,
-            xp,
-            wb.ptr(),
-            b.map(|(p, _)| p),
-            gemm::Out::F32(op),
-            x.rows,
-            w_in,
-            w_out,
-        )
+        let y = if narrow {
+            gemm::Out::Bf16(out.bf16_ptr("linear")?)
+        } else {
+            gemm::Out::F32(out.f32_ptr("linear")?)
+        };
+        self.product(x, w, bias, y)
     }
 
     fn linear_add_rms_norm(
@@ -800,48 +810,16 @@ impl Backend for CudaBackend {
         // The product is added to the stream where it is made (the matrix-vector kernel's
         // `add`, cuBLASLt's beta = 1 in place): the stream is read once, not the product
         // written and read back.
-        let s = self.stream()?;
-        let (wb, w_out, w_in) = w.matrix("linear")?;
-        if a.cols != w_in || x.rows != a.rows || x.cols != w_out {
+        let (_, w_out, _) = w.matrix("linear")?;
+        if x.rows != a.rows || x.cols != w_out {
             return Err(RuntimeError::BadBatch(format!(
-                "linear_add_rms_norm: [{}, {}] · [{w_out}, {w_in}]ᵀ into a stream of [{}, {}]",
-                a.rows, a.cols, x.rows, x.cols
+                "linear_add_rms_norm: {} rows of {w_out} products into a stream of [{}, {}]",
+                a.rows, x.rows, x.cols
             )));
         }
-        let b = bias.map(|b| b.vector("linear bias")).transpose()?;
-        let (ap, xp) = (a.bf16_ptr("linear")?, x.f32_ptr("linear_add_rms_norm")?);
         if !self.inner.skip.has(SkipOps::LINEAR) {
-            if a.rows <= self.inner.gemv_rows && w_in.is_multiple_of(8) {
-                let bp = b.map_or(std::ptr::null(), |(p, _)| p);
-                check(
-                    unsafe {
-                        ffi::ifd_gemv(
-                            ap,
-                            wb.ptr(),
-                            bp,
-                            xp,
-                            int(a.rows),
-                            int(w_in),
-                            int(w_out),
-                            int(self.inner.gemv_loads),
-                            1,
-                            s,
-                        )
-                    },
-                    "gemv",
-                )?;
-            } else {
-                self.inner.gemm.matmul(
-                    &self.inner.dev,
-                    ap,
-                    wb.ptr(),
-                    b.map(|(p, _)| p),
-                    gemm::Out::AddF32(xp),
-                    a.rows,
-                    w_in,
-                    w_out,
-                )?;
-            }
+            let y = gemm::Out::AddF32(x.f32_ptr("linear_add_rms_norm")?);
+            self.product(a, w, bias, y)?;
         }
         self.rms_norm(x, norm.0, norm.1, out)
     }

@@ -66,7 +66,8 @@ impl CudaBackend {
 pub struct SkipOps(u8);
 
 impl SkipOps {
-    /// RMSNorm and residual add + RMSNorm.
+    /// RMSNorm and residual add + RMSNorm (the residual add of a product joining the stream
+    /// is the product's: `LINEAR`).
     pub const NORM: SkipOps = SkipOps(1);
     /// Full attention's Q/K norm and rotary positions (qkv_prep).
     pub const QKV_PREP: SkipOps = SkipOps(2);
@@ -76,7 +77,7 @@ impl SkipOps {
     pub const ATTENTION: SkipOps = SkipOps(8);
     /// SwiGLU's gating.
     pub const SWIGLU: SkipOps = SkipOps(16);
-    /// The layers' matrix products.
+    /// The layers' matrix products (with them the residual adds made in their kernels).
     pub const LINEAR: SkipOps = SkipOps(32);
     /// The output projection (logits).
     pub const LM_HEAD: SkipOps = SkipOps(64);
