@@ -1,10 +1,12 @@
 // Fusions of the small steps between matrix products, which decode passes otherwise pay
 // for in kernel launches: full attention's inputs from the fused Q|K|V projection (split,
-// per-head RMSNorm, rotary positions in one pass) and SwiGLU from the fused gate|up
-// projection. Each computes what the separate kernels compute, in the same order.
+// per-head RMSNorm, rotary positions and the new K/V rows' store into the paged pool in
+// one pass) and SwiGLU from the fused gate|up projection. Each computes what the separate
+// kernels compute, in the same order, to the same bits.
 #include <type_traits>
 
 #include "common.cuh"
+#include "kv8.cuh"
 
 namespace {
 using ifd::bf16;
@@ -24,10 +26,75 @@ __device__ __forceinline__ float rotated(const float* sh, int i, int half, int n
   return i == a ? x0 * c[j] - x1 * s[j] : x0 * s[j] + x1 * c[j];
 }
 
+// Where qkv_prep stores the pass's new K/V rows in the paged pool: token r at physical
+// slot slot[r] (negative: a padding row, stored nowhere), as ifd_kv_append stores them.
+// kv.k null: not stored.
+struct KvStore {
+  IfdPaged kv;
+  const int32_t* slot;
+};
+
+// Codes and scale of one 8-bit row from the lane's values d[j] of elements e[j] (< 0:
+// none), the row's largest magnitude amax.
+template <int KV, int N>
+__device__ __forceinline__ void put8(uint8_t* codes, float* scale, float amax, const float (&d)[N],
+                                     const int (&e)[N]) {
+  const float sc = ifd::row_scale<KV>(amax);
+  if ((threadIdx.x & 31) == 0) *scale = sc;
+#pragma unroll
+  for (int j = 0; j < N; ++j)
+    if (e[j] >= 0) codes[e[j]] = ifd::quantize<KV>(d[j], sc);
+}
+
+// Stores KV head h (a K head when is_k) of token r into the pool: the lane's final values
+// x[j] of elements e[j] (< 0: none). Every lane of the warp calls it: an 8-bit row takes
+// its scale from the head's largest magnitude (after K's offset, when the pool has one),
+// with ifd_kv_append's arithmetic, so both write the same bytes.
+template <int N>
+__device__ __forceinline__ void store_head(const KvStore& st, size_t r, int h, bool is_k,
+                                           const float (&x)[N], const int (&e)[N]) {
+  const IfdPaged& kv = st.kv;
+  const int slot = st.slot[r];
+  if (slot < 0) return;  // warp-uniform
+  const size_t s = static_cast<size_t>(slot), hd = static_cast<size_t>(kv.head_dim);
+  const size_t row =
+      (s / kv.block_size * kv.n_kv_heads + h) * kv.block_size + s % kv.block_size;
+  void* plane = is_k ? kv.k : kv.v;
+  if (kv.dtype == IFD_KV_BF16 || kv.dtype == IFD_KV_F32) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      if (e[j] < 0) continue;
+      if (kv.dtype == IFD_KV_BF16)
+        ifd::store(static_cast<bf16*>(plane) + row * hd + e[j], x[j]);
+      else
+        ifd::store(static_cast<float*>(plane) + row * hd + e[j], x[j]);
+    }
+    return;
+  }
+  const float* c = is_k && kv.k_offset ? kv.k_offset + h * hd : nullptr;
+  float d[N];
+  float amax = 0.f;
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    d[j] = 0.f;
+    if (e[j] >= 0) {
+      d[j] = c ? __fsub_rn(x[j], c[e[j]]) : x[j];
+      amax = fmaxf(amax, fabsf(d[j]));
+    }
+  }
+  amax = ifd::warp_max(amax);
+  uint8_t* codes = static_cast<uint8_t*>(plane) + row * hd;
+  float* scale = (is_k ? kv.k_scale : kv.v_scale) + row;
+  if (kv.dtype == IFD_KV_Q8)
+    put8<IFD_KV_Q8>(codes, scale, amax, d, e);
+  else
+    put8<IFD_KV_FP8>(codes, scale, amax, d, e);
+}
+
 // One warp per (row, head) of qkv [rows, (hq + 2 hkv) * d] (In: f32 or bf16). A q or k head is
 // RMS-normed by its weight (when given), then rotated over its first 2 * half dims at
-// the row's position; v heads are copied.
-//   -> q [rows, hq * d] (f32 or bf16), k, v f32 [rows, hkv * d]
+// the row's position; v heads are copied. k and v heads also go to the pool (`st`).
+//   -> q [rows, hq * d] (f32 or bf16), k, v f32 [rows, hkv * d] (each null: not written)
 // V4: loads and stores of 4 values (head_dim % 4 == 0), lane L owning the groups of 4 values
 // L, L + 32, ... of its head; else one value a lane at a time.
 template <typename In, typename Q, bool V4>
@@ -36,7 +103,8 @@ __global__ void __launch_bounds__(kWarps * 32)
                     const float* __restrict__ qn, const float* __restrict__ kn, float eps,
                     int half, int neox, const int32_t* __restrict__ pos,
                     const float* __restrict__ cos_tab, const float* __restrict__ sin_tab,
-                    Q* __restrict__ q, float* __restrict__ k, float* __restrict__ v) {
+                    Q* __restrict__ q, float* __restrict__ k, float* __restrict__ v,
+                    KvStore st) {
   ifd::pdl_begin();
   __shared__ float4 head[kWarps][kMaxHeadDim / 4];  // a warp's head, 16-byte aligned
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -50,14 +118,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   const float* w = h < hq ? qn : kn;
   const float* c = cos_tab + static_cast<size_t>(pos[r]) * half;
   const float* s = sin_tab + static_cast<size_t>(pos[r]) * half;
+  const bool is_v = h >= hq + hkv;
+  const bool to_pool = st.kv.k != nullptr && h >= hq;
+  const int kvh = is_v ? h - hq - hkv : h - hq;  // for k and v heads
   if constexpr (V4) {
     constexpr int kPer = kMaxHeadDim / 128;  // groups a lane at most
     const int groups = d >> 2;
-    if (h >= hq + hkv) {
-      float4* dst = reinterpret_cast<float4*>(v + (r * hkv + (h - hq - hkv)) * d);
-      for (int i = lane; i < groups; i += 32) dst[i] = ifd::load4(src + 4 * i);
-      return;
-    }
     float4 x[kPer];
     float ss = 0.f;
 #pragma unroll
@@ -66,64 +132,99 @@ __global__ void __launch_bounds__(kWarps * 32)
       x[j] = i < groups ? ifd::load4(src + 4 * i) : float4{0.f, 0.f, 0.f, 0.f};
       ss += x[j].x * x[j].x + x[j].y * x[j].y + x[j].z * x[j].z + x[j].w * x[j].w;
     }
-    if (w) {
-      const float inv = rsqrtf(ifd::warp_sum(ss) / d + eps);
-      const float4* w4 = reinterpret_cast<const float4*>(w);
+    // The head's final values a lane holds, and their elements (-1: none), for the pool.
+    float fin[4 * kPer];
+    int at[4 * kPer];
+    if (is_v) {
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
         const int i = lane + 32 * j;
-        if (i < groups) {
-          const float4 s4 = w4[i];
-          x[j] = float4{x[j].x * inv * s4.x, x[j].y * inv * s4.y, x[j].z * inv * s4.z,
-                        x[j].w * inv * s4.w};
+        const float t4[4] = {x[j].x, x[j].y, x[j].z, x[j].w};
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          fin[4 * j + t] = t4[t];
+          at[4 * j + t] = i < groups ? 4 * i + t : -1;
         }
+        if (v && i < groups) reinterpret_cast<float4*>(v + (r * hkv + kvh) * d)[i] = x[j];
       }
-    }
-#pragma unroll
-    for (int j = 0; j < kPer; ++j)
-      if (lane + 32 * j < groups) reinterpret_cast<float4*>(sh)[lane + 32 * j] = x[j];
-    __syncwarp();
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      const int i4 = lane + 32 * j;
-      if (i4 >= groups) break;
-      float val[4];
-#pragma unroll
-      for (int t = 0; t < 4; ++t) val[t] = rotated(sh, 4 * i4 + t, half, neox, c, s);
-      if (h < hq) {
-        Q* dst = q + (r * hq + h) * d + 4 * i4;
-        if constexpr (sizeof(Q) == 2) {
-          ifd::store4(dst, val[0], val[1], val[2], val[3]);
-        } else {
-          *reinterpret_cast<float4*>(dst) = float4{val[0], val[1], val[2], val[3]};
-        }
-      } else {
-        *reinterpret_cast<float4*>(k + (r * hkv + (h - hq)) * d + 4 * i4) =
-            float4{val[0], val[1], val[2], val[3]};
-      }
-    }
-  } else {
-    if (h >= hq + hkv) {
-      float* dst = v + (r * hkv + (h - hq - hkv)) * d;
-      for (int i = lane; i < d; i += 32) dst[i] = ifd::load(src + i);
-      return;
-    }
-    if (w) {
-      float ss = 0.f;
-      for (int i = lane; i < d; i += 32) ss += ifd::load(src + i) * ifd::load(src + i);
-      const float inv = rsqrtf(ifd::warp_sum(ss) / d + eps);
-      for (int i = lane; i < d; i += 32) sh[i] = ifd::load(src + i) * inv * w[i];
     } else {
-      for (int i = lane; i < d; i += 32) sh[i] = ifd::load(src + i);
+      if (w) {
+        const float inv = rsqrtf(ifd::warp_sum(ss) / d + eps);
+        const float4* w4 = reinterpret_cast<const float4*>(w);
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+          const int i = lane + 32 * j;
+          if (i < groups) {
+            const float4 s4 = w4[i];
+            x[j] = float4{x[j].x * inv * s4.x, x[j].y * inv * s4.y, x[j].z * inv * s4.z,
+                          x[j].w * inv * s4.w};
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kPer; ++j)
+        if (lane + 32 * j < groups) reinterpret_cast<float4*>(sh)[lane + 32 * j] = x[j];
+      __syncwarp();
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int i4 = lane + 32 * j;
+        float val[4];
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          val[t] = i4 < groups ? rotated(sh, 4 * i4 + t, half, neox, c, s) : 0.f;
+          fin[4 * j + t] = val[t];
+          at[4 * j + t] = i4 < groups ? 4 * i4 + t : -1;
+        }
+        if (i4 >= groups) continue;
+        if (h < hq) {
+          Q* dst = q + (r * hq + h) * d + 4 * i4;
+          if constexpr (sizeof(Q) == 2) {
+            ifd::store4(dst, val[0], val[1], val[2], val[3]);
+          } else {
+            *reinterpret_cast<float4*>(dst) = float4{val[0], val[1], val[2], val[3]};
+          }
+        } else if (k) {
+          *reinterpret_cast<float4*>(k + (r * hkv + kvh) * d + 4 * i4) =
+              float4{val[0], val[1], val[2], val[3]};
+        }
+      }
     }
-    __syncwarp();
-    for (int i = lane; i < d; i += 32) {
-      const float val = rotated(sh, i, half, neox, c, s);
-      if (h < hq)
-        ifd::store(q + (r * hq + h) * d + i, val);
-      else
-        k[(r * hkv + (h - hq)) * d + i] = val;
+    if (to_pool) store_head(st, r, kvh, !is_v, fin, at);
+  } else {
+    constexpr int kPer = kMaxHeadDim / 32;  // values a lane at most
+    float fin[kPer];
+    int at[kPer];
+    if (is_v) {
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int i = lane + 32 * j;
+        fin[j] = i < d ? ifd::load(src + i) : 0.f;
+        at[j] = i < d ? i : -1;
+        if (v && i < d) v[(r * hkv + kvh) * d + i] = fin[j];
+      }
+    } else {
+      if (w) {
+        float ss = 0.f;
+        for (int i = lane; i < d; i += 32) ss += ifd::load(src + i) * ifd::load(src + i);
+        const float inv = rsqrtf(ifd::warp_sum(ss) / d + eps);
+        for (int i = lane; i < d; i += 32) sh[i] = ifd::load(src + i) * inv * w[i];
+      } else {
+        for (int i = lane; i < d; i += 32) sh[i] = ifd::load(src + i);
+      }
+      __syncwarp();
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int i = lane + 32 * j;
+        fin[j] = i < d ? rotated(sh, i, half, neox, c, s) : 0.f;
+        at[j] = i < d ? i : -1;
+        if (i >= d) continue;
+        if (h < hq)
+          ifd::store(q + (r * hq + h) * d + i, fin[j]);
+        else if (k)
+          k[(r * hkv + kvh) * d + i] = fin[j];
+      }
     }
+    if (to_pool) store_head(st, r, kvh, !is_v, fin, at);
   }
 }
 
@@ -158,10 +259,20 @@ extern "C" {
 int ifd_qkv_prep(const void* qkv, int qkv_bf16, int rows, int hq, int hkv, int head_dim,
                  const float* q_norm, const float* k_norm, float eps, int half, int neox,
                  const int32_t* pos, const float* cos_tab, const float* sin_tab, void* q,
-                 int q_bf16, float* k, float* v, void* stream) {
+                 int q_bf16, float* k, float* v, const IfdPaged* kv, const int32_t* slot,
+                 void* stream) {
   const size_t warps = static_cast<size_t>(rows) * (hq + 2 * hkv);
   if (warps == 0) return 0;
   if (head_dim > kMaxHeadDim || 2 * half > head_dim) return static_cast<int>(cudaErrorInvalidValue);
+  KvStore st{};
+  if (kv) {
+    const bool eight = kv->dtype == IFD_KV_Q8 || kv->dtype == IFD_KV_FP8;
+    if (!slot || !kv->k || !kv->v || kv->n_kv_heads != hkv || kv->head_dim != head_dim ||
+        kv->block_size < 1 || (eight && (!kv->k_scale || !kv->v_scale)) ||
+        (!eight && kv->dtype != IFD_KV_BF16 && kv->dtype != IFD_KV_F32))
+      return static_cast<int>(cudaErrorInvalidValue);
+    st = KvStore{*kv, slot};
+  }
   const unsigned blocks = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
   const cudaStream_t s = ifd::as_stream(stream);
   const auto addr = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
@@ -170,7 +281,7 @@ int ifd_qkv_prep(const void* qkv, int qkv_bf16, int rows, int hq, int hkv, int h
                   (addr(q) & (q_bf16 ? 7 : 15)) == 0;
   const auto run = [&](auto kernel, auto* in, auto* qo) {
     ifd::launch(kernel, blocks, kWarps * 32, 0, s, in, rows, hq, hkv, head_dim, q_norm, k_norm,
-                eps, half, neox, pos, cos_tab, sin_tab, qo, k, v);
+                eps, half, neox, pos, cos_tab, sin_tab, qo, k, v, st);
   };
   // The input's and q's types (4) by the path (2).
   const auto go = [&](auto* in) {

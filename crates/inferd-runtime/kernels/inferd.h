@@ -59,16 +59,26 @@ int ifd_gather_rows(const float* x, const int32_t* idx, int n, int cols, float* 
 // `add`: y += the product (a residual stream) instead of y = it
 int ifd_gemv(const void* x, const void* w, const float* bias, float* y, int n, int k, int out,
              int loads, int add, void* stream);
+// SwiGLU of the fused gate|up product, made in the product's kernel: the same bits as
+// ifd_gemv (no bias) then ifd_swiglu on its f32 output.
+// x bf16 [n, k], w bf16 [2f, k] (gate rows, then up rows) -> out bf16 [n, f]
+int ifd_gemv_swiglu(const void* x, const void* w, int n, int k, int f, int loads, void* out,
+                    void* stream);
 
 // ---- fused.cu
 // Full attention's inputs from the fused projection qkv [rows, (hq + 2 hkv) * head_dim]
 // (bf16 when qkv_bf16, else f32): q and k heads RMS-normed by q_norm / k_norm f32
-// [head_dim] (null: no norm), then rotated as ifd_rope does; v copied.
+// [head_dim] (null: no norm), then rotated as ifd_rope does; v copied. With kv (else null),
+// the k and v heads are also stored into that layer's pool at slot[r], as ifd_kv_append
+// stores them (the same bytes), so attention need not append them.
 //   -> q [rows, hq * head_dim] (bf16 when q_bf16, else f32), k, v f32 [rows, hkv * head_dim]
+//      (k, v null: not written)   slot: DEVICE int32 [rows]
+struct IfdPaged;
 int ifd_qkv_prep(const void* qkv, int qkv_bf16, int rows, int hq, int hkv, int head_dim,
                  const float* q_norm, const float* k_norm, float eps, int half, int neox,
                  const int32_t* pos, const float* cos_tab, const float* sin_tab, void* q,
-                 int q_bf16, float* k, float* v, void* stream);
+                 int q_bf16, float* k, float* v, const struct IfdPaged* kv,
+                 const int32_t* slot, void* stream);
 // out[r, c] = silu(gate_up[r, c]) * gate_up[r, f + c]
 //   gate_up [rows, 2f] (bf16 when in_bf16, else f32) -> bf16 [rows, f]
 int ifd_swiglu(const void* gate_up, int in_bf16, int rows, int f, void* out, void* stream);

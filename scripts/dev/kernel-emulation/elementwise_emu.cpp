@@ -150,7 +150,7 @@ void qkv(int rows, const Heads& h) {
     expect(ifd_qkv_prep(in.data(), 0, rows, h.hq, h.hkv, h.d, h.norm ? qn.data() : nullptr,
                         h.norm ? kn.data() : nullptr, 1e-6f, h.half, h.neox, pos.data(),
                         cos_tab.data(), sin_tab.data(), q, h.q_bf16, ko.data(), vo.data(),
-                        nullptr) == 0, "qkv_prep");
+                        nullptr, nullptr, nullptr) == 0, "qkv_prep");
     q32[shift].assign(qo.data(), qo.data() + nq);
     q16[shift].assign(qb.data() + shift, qb.data() + shift + nq);
     k[shift].assign(ko.data(), ko.data() + nk);
@@ -203,7 +203,7 @@ void qkv_bf16_input(int rows, const Heads& h) {
         expect(ifd_qkv_prep(x, in_bf16, rows, h.hq, h.hkv, h.d, h.norm ? qn.data() : nullptr,
                             h.norm ? kn.data() : nullptr, 1e-6f, h.half, h.neox, pos.data(),
                             cos_tab.data(), sin_tab.data(), q, q_bf16, ko.data(), vo.data(),
-                            nullptr) == 0, "qkv_prep");
+                            nullptr, nullptr, nullptr) == 0, "qkv_prep");
         auto& o = outs[in_bf16];
         for (size_t i = 0; i < nq; ++i) {
           uint32_t b;

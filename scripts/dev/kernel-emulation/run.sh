@@ -14,6 +14,8 @@
 #   stands in for CUDA's e4m3 conversions);
 # - the norms', SwiGLU's and qkv_prep's 16-byte paths against the scalar kernels they
 #   replace, on the same inputs (elementwise_emu.cpp);
+# - qkv_prep's store of the new K/V rows into the pool against qkv_prep then the KV
+#   append, byte for byte, in every pool dtype (kv_store_emu.cpp);
 # - decode attention over bf16 pages, its SIMT and tensor-core builds (decode_emu.cpp; mma
 #   and ldmatrix computed warp-wide from the lanes' fragments), against double precision;
 # - the matrix-vector kernel against double precision (gemv_emu.cpp).
@@ -26,7 +28,7 @@ trap 'rm -rf "$tmp"' EXIT
 cp "$here/common.cuh" "$here/hybrid_ops_emu.cpp" "$here/sample_emu.cpp" "$k/sample_plan.cu" "$tmp/"
 cp "$here/cuda_fp8.h" "$here/kv8_emu.cpp" "$k/attention.cu" "$k/kv8.cuh" "$k/inferd.h" "$tmp/"
 cp "$here/elementwise_emu.cpp" "$here/decode_emu.cpp" "$here/expect.h" "$k/fused.cu" "$k/norm.cu" "$tmp/"
-cp "$here/gemv_emu.cpp" "$k/gemv.cu" "$tmp/"
+cp "$here/gemv_emu.cpp" "$here/kv_store_emu.cpp" "$k/gemv.cu" "$tmp/"
 # The one construct common.cuh cannot redefine: dynamic shared memory.
 for f in delta_rule delta_pieces; do
   sed -e 's/extern __shared__ float smem\[\];/float* smem = emu::dyn_smem;/' "$k/$f.cu" > "$tmp/$f.cu"
@@ -64,4 +66,7 @@ g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -I"$tmp" -x c++ gemv_emu.cpp -o
 # The norms, SwiGLU and qkv_prep.
 g++ -std=c++20 -O2 -pthread -I"$tmp" -x c++ elementwise_emu.cpp -o elementwise
 ./elementwise || status=1
+# qkv_prep's store into the pool.
+g++ -std=c++20 -O2 -pthread -I"$tmp" -x c++ kv_store_emu.cpp -o kv_store
+./kv_store || status=1
 exit $status

@@ -107,6 +107,24 @@ pub enum Keep {
     Bf16,
 }
 
+/// Where a pass's new K/V rows of an attention layer are when [`Backend::attention`] runs.
+pub enum NewKv<'a, T> {
+    /// In these tensors, k and v `[n, n_kv_heads·head_dim]`: `attention` stores them in
+    /// the pool first.
+    Rows(&'a T, &'a T),
+    /// Already in the pool at the batch's slots: [`Backend::qkv_prep`] stored them.
+    Stored,
+}
+
+/// What [`Backend::qkv_prep`] did with the new K/V rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvRows {
+    /// Left in its `k` and `v` outputs.
+    InTensors,
+    /// Stored in the pool layer it was given (its `k` and `v` outputs may be unwritten).
+    Stored,
+}
+
 /// An activation buffer on a backend's device: `[rows, cols]`, row-major, with a fixed
 /// capacity in elements; the shape may change per step within it.
 pub trait DeviceTensor: Send + Sync {
@@ -340,14 +358,14 @@ pub trait Backend: Send + Sync {
     fn split_cols(&self, x: &Self::Tensor, outs: &mut [&mut Self::Tensor]) -> Result<()>;
     /// Rotates the first `rotary_dim` of every `head_dim` slice by each token's position.
     fn rope(&self, x: &mut Self::Tensor, head_dim: usize, batch: &Self::Batch) -> Result<()>;
-    /// Stores K/V of this pass in layer `layer` of `kv`, then causal GQA attention.
+    /// Stores K/V of this pass in layer `layer` of `kv` (unless `qkv_prep` did:
+    /// [`NewKv::Stored`]), then causal GQA attention.
     /// q: [n, n_heads*head_dim], k, v: [n, n_kv_heads*head_dim] -> out [n, n_heads*head_dim]
     #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
         q: &Self::Tensor,
-        k: &Self::Tensor,
-        v: &Self::Tensor,
+        new: NewKv<'_, Self::Tensor>,
         kv: &mut Self::Kv,
         layer: usize,
         batch: &Self::Batch,
@@ -466,8 +484,12 @@ pub trait Backend: Send + Sync {
     /// qkv [n, (n_heads + 2·n_kv_heads)·head_dim] -> q [n, n_heads·head_dim],
     /// k, v [n, n_kv_heads·head_dim]
     ///
-    /// The default composes `split_cols`, `head_rms_norm` and `rope`; a backend may fuse
-    /// them with the same arithmetic.
+    /// With `store` (a pool and its layer), a backend may also store k and v there, as
+    /// `attention` would, and say so ([`KvRows::Stored`]); then `attention` gets
+    /// [`NewKv::Stored`].
+    ///
+    /// The default composes `split_cols`, `head_rms_norm` and `rope`, and leaves k and v in
+    /// their tensors; a backend may fuse them with the same arithmetic.
     #[allow(clippy::too_many_arguments)]
     fn qkv_prep(
         &self,
@@ -476,10 +498,11 @@ pub trait Backend: Send + Sync {
         norms: Option<(&Self::Weight, &Self::Weight)>,
         eps: f32,
         batch: &Self::Batch,
+        _store: Option<(&mut Self::Kv, usize)>,
         q: &mut Self::Tensor,
         k: &mut Self::Tensor,
         v: &mut Self::Tensor,
-    ) -> Result<()> {
+    ) -> Result<KvRows> {
         let n = qkv.rows();
         q.set_shape(n, cfg.n_heads * cfg.head_dim)?;
         k.set_shape(n, cfg.n_kv_heads * cfg.head_dim)?;
@@ -490,7 +513,8 @@ pub trait Backend: Send + Sync {
             self.head_rms_norm(k, kn, cfg.head_dim, eps)?;
         }
         self.rope(q, cfg.head_dim, batch)?;
-        self.rope(k, cfg.head_dim, batch)
+        self.rope(k, cfg.head_dim, batch)?;
+        Ok(KvRows::InTensors)
     }
     /// SwiGLU's gating from the fused gate|up projection: `silu(gate) * up`, `gate` and
     /// `up` being scratch a backend may use for the halves (the default splits into them).
@@ -507,6 +531,25 @@ pub trait Backend: Send + Sync {
         up.set_shape(n, ffn)?;
         self.split_cols(gate_up, &mut [&mut *gate, &mut *up])?;
         self.silu_mul(gate, up, out)
+    }
+    /// The feed-forward's fused gate|up product and its gating: `out = swiglu(h · wᵀ (+
+    /// bias))`, `proj` [n, 2·ffn], `gate` and `up` scratch (the default: `linear` into
+    /// `proj`, then `swiglu`; a backend may gate in the product's kernel, `proj` unwritten).
+    ///   h [n, hidden] -> out [n, ffn]
+    #[allow(clippy::too_many_arguments)]
+    fn linear_swiglu(
+        &self,
+        h: &Self::Tensor,
+        w: &Self::Weight,
+        bias: Option<&Self::Weight>,
+        batch: &Self::Batch,
+        proj: &mut Self::Tensor,
+        gate: &mut Self::Tensor,
+        up: &mut Self::Tensor,
+        out: &mut Self::Tensor,
+    ) -> Result<()> {
+        self.linear(h, w, bias, batch, Rows::Tokens, Keep::Bf16, proj)?; // [n, 2·ffn]
+        self.swiglu(proj, gate, up, out)
     }
     fn add_assign(&self, x: &mut Self::Tensor, y: &Self::Tensor) -> Result<()>;
     /// The rows named by the batch's `logits_rows`.  x [n, cols] -> out [n_logits, cols]

@@ -11,8 +11,10 @@
 //! Then logits = RMSNorm(x)·W_lmᵀ for the requested rows (W_lm = W_embed when tied).
 //!
 //! Fused projections (Q|K|V, gate|up) hand their whole output to one backend op
-//! (`qkv_prep`, `swiglu`), which a backend may run as one kernel; what reads them rounds to
-//! bf16, so a backend may store them in bf16 (`Keep::Bf16`). The products that end 2. and 4.
+//! (`qkv_prep`, `swiglu`, or the product and gating together: `linear_swiglu`), which a
+//! backend may run as one kernel; what reads them rounds to
+//! bf16, so a backend may store them in bf16 (`Keep::Bf16`). `qkv_prep` may also store the
+//! new K/V rows in the pool (`KvRows::Stored`), which `attention` then does not. The products that end 2. and 4.
 //! join the residual stream together with the next norm (`join`,
 //! `Backend::linear_add_rms_norm`), which a backend may add where the product is made.
 //!
@@ -34,7 +36,7 @@
 use super::config::ModelConfig;
 use super::weights::{AttentionWeights, LayerWeights, Mixer, Projection, Weights};
 use super::workspace::Workspace;
-use crate::backend::{Backend, DeviceTensor, Keep, Rows};
+use crate::backend::{Backend, DeviceTensor, Keep, KvRows, NewKv, Rows};
 use crate::Result;
 
 /// Whose activation a product joining the residual stream reads.
@@ -121,8 +123,7 @@ impl<B: Backend> Decoder<'_, B> {
             ..
         } = ws;
         if let Some((w, bias)) = lw.gate_up.fused(2) {
-            b.linear(h, w, bias, batch, Rows::Tokens, Keep::Bf16, proj)?; // [n, 2·ffn]
-            b.swiglu(proj, gate, up, act)?; // [n, ffn]
+            b.linear_swiglu(h, w, bias, batch, proj, gate, up, act)?; // [n, ffn]
         } else {
             self.project(h, &lw.gate_up, batch, proj, &mut [gate, up])?; // [n, ffn] each
             b.silu_mul(gate, up, act)?;
@@ -202,10 +203,13 @@ impl<B: Backend> Decoder<'_, B> {
             ..
         } = ws;
         let fused = aw.qkv.fused(3).filter(|_| !c.attn_output_gate);
+        let mut rows = KvRows::InTensors;
         if let Some((w, bias)) = fused {
-            // a. the fused projection, then b. QK-norm and c. rotary positions
+            // a. the fused projection, then b. QK-norm and c. rotary positions (and, at the
+            // backend's choice, k and v stored in the pool)
             b.linear(h, w, bias, batch, Rows::Tokens, Keep::Bf16, proj)?; // [n, q_dim + 2·kv_dim]
-            b.qkv_prep(proj, &attn, norms, c.rms_eps, batch, q, k, v)?;
+            let store = Some((&mut *kv, kv_layer));
+            rows = b.qkv_prep(proj, &attn, norms, c.rms_eps, batch, store, q, k, v)?;
         } else {
             // a. projections (with the output gate: q|gate per head, then split)
             if c.attn_output_gate {
@@ -224,10 +228,13 @@ impl<B: Backend> Decoder<'_, B> {
             b.rope(k, c.head_dim, batch)?;
         }
         // d. attention through the paged cache
+        let new = match rows {
+            KvRows::InTensors => NewKv::Rows(&ws.k, &ws.v),
+            KvRows::Stored => NewKv::Stored,
+        };
         b.attention(
             &ws.q,
-            &ws.k,
-            &ws.v,
+            new,
             kv,
             kv_layer,
             batch,

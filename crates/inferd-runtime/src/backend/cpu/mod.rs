@@ -27,7 +27,9 @@ pub use tensor::{CpuTensor, CpuWeight, WeightBytes};
 
 use inferd_core::sampling::Sampled;
 
-use super::{AttnConfig, Backend, DeviceTensor, Keep, RopeConfig, Rows, SampleRow, SharedSource};
+use super::{
+    AttnConfig, Backend, DeviceTensor, Keep, NewKv, RopeConfig, Rows, SampleRow, SharedSource,
+};
 use crate::batch::ForwardBatch;
 use crate::kv::KvLayout;
 use crate::model::LinearAttnConfig;
@@ -331,15 +333,16 @@ impl Backend for CpuBackend {
     fn attention(
         &self,
         q: &CpuTensor,
-        k: &CpuTensor,
-        v: &CpuTensor,
+        new: NewKv<'_, CpuTensor>,
         kv: &mut CpuKv,
         layer: usize,
         batch: &CpuBatch,
         cfg: &AttnConfig,
         out: &mut CpuTensor,
     ) -> Result<()> {
-        attention::store_kv(kv, layer, k, v, batch);
+        if let NewKv::Rows(k, v) = new {
+            attention::store_kv(kv, layer, k, v, batch);
+        }
         out.set_shape(q.rows, q.cols)?;
         attention::attend(q, kv, layer, batch, cfg, out);
         self.round_like_cuda(&mut out.data);

@@ -95,6 +95,16 @@ extern "C" {
         add: c_int,
         stream: Stream,
     ) -> c_int;
+    pub fn ifd_gemv_swiglu(
+        x: *const c_void,
+        w: *const c_void,
+        n: c_int,
+        k: c_int,
+        f: c_int,
+        loads: c_int,
+        out: *mut c_void,
+        stream: Stream,
+    ) -> c_int;
     pub fn ifd_qkv_prep(
         qkv: *const c_void,
         qkv_bf16: c_int,
@@ -114,6 +124,8 @@ extern "C" {
         q_bf16: c_int,
         k: *mut f32,
         v: *mut f32,
+        kv: *const IfdPaged,
+        slot: *const i32,
         stream: Stream,
     ) -> c_int;
     pub fn ifd_swiglu(

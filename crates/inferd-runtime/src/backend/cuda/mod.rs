@@ -41,7 +41,10 @@ use device::Device;
 use ffi::check;
 use inferd_core::sampling::Sampled;
 
-use super::{AttnConfig, Backend, Keep, RopeConfig, RopeStyle, Rows, SampleRow, SharedSource};
+use super::{
+    AttnConfig, Backend, Keep, KvRows, NewKv, RopeConfig, RopeStyle, Rows, SampleRow,
+    SharedSource,
+};
 use crate::batch::ForwardBatch;
 use crate::kv::{BlockTables, KvDtype, KvLayout};
 use crate::model::LinearAttnConfig;
@@ -876,8 +879,7 @@ impl Backend for CudaBackend {
     fn attention(
         &self,
         q: &CudaTensor,
-        k: &CudaTensor,
-        v: &CudaTensor,
+        new: NewKv<'_, CudaTensor>,
         kv: &mut CudaKv,
         layer: usize,
         batch: &CudaBatch,
@@ -885,7 +887,6 @@ impl Backend for CudaBackend {
         out: &mut CudaTensor,
     ) -> Result<()> {
         let s = self.stream()?;
-        same_shape(k, v, "attention")?;
         if cfg.head_dim > 256 || !cfg.n_heads.is_multiple_of(cfg.n_kv_heads) {
             return Err(RuntimeError::BadBatch(format!(
                 "attention: head_dim {} (at most 256) with {} heads over {} KV heads",
@@ -893,12 +894,15 @@ impl Backend for CudaBackend {
             )));
         }
         let paged = kv.paged(layer);
-        let (kp, vp) = (k.f32_ptr("attention")?, v.f32_ptr("attention")?);
-        if !self.inner.skip.has(SkipOps::KV_APPEND) {
-            check(
-                unsafe { ffi::ifd_kv_append(paged, kp, vp, batch.slot(), int(k.rows), s) },
-                "kv append",
-            )?;
+        if let NewKv::Rows(k, v) = new {
+            same_shape(k, v, "attention")?;
+            let (kp, vp) = (k.f32_ptr("attention")?, v.f32_ptr("attention")?);
+            if !self.inner.skip.has(SkipOps::KV_APPEND) {
+                check(
+                    unsafe { ffi::ifd_kv_append(paged, kp, vp, batch.slot(), int(k.rows), s) },
+                    "kv append",
+                )?;
+            }
         }
         out.prepare(q.rows, q.cols, Act::Bf16)?; // [n, n_heads * head_dim]
         let op = out.bf16_ptr("attention")?;
@@ -1099,10 +1103,11 @@ impl Backend for CudaBackend {
         norms: Option<(&CudaWeight, &CudaWeight)>,
         eps: f32,
         batch: &CudaBatch,
+        store: Option<(&mut CudaKv, usize)>,
         q: &mut CudaTensor,
         k: &mut CudaTensor,
         v: &mut CudaTensor,
-    ) -> Result<()> {
+    ) -> Result<KvRows> {
         let s = self.stream()?;
         let (hq, hkv, d) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
         if qkv.cols != (hq + 2 * hkv) * d {
@@ -1120,15 +1125,33 @@ impl Backend for CudaBackend {
         // FlashInfer reads q in bf16; our own attention (f32 KV) in f32.
         let q_bf16 = batch.fi.is_some();
         q.prepare(qkv.rows, hq * d, if q_bf16 { Act::Bf16 } else { Act::F32 })?;
-        k.prepare(qkv.rows, hkv * d, Act::F32)?;
-        v.prepare(qkv.rows, hkv * d, Act::F32)?;
         let qp = if q_bf16 {
             q.bf16_ptr("qkv_prep")?
         } else {
             q.f32_ptr("qkv_prep")?.cast()
         };
+        // k and v go straight to the pool (profiling may leave out the store: then they
+        // are left in their tensors for `attention`, which leaves it out too).
+        let paged = store
+            .filter(|_| {
+                let skip = self.inner.skip;
+                !skip.has(SkipOps::KV_APPEND) && !skip.has(SkipOps::QKV_PREP)
+            })
+            .map(|(kv, layer)| kv.paged(layer));
+        let (kp, vp) = match paged {
+            Some(_) => (std::ptr::null_mut(), std::ptr::null_mut()),
+            None => {
+                k.prepare(qkv.rows, hkv * d, Act::F32)?;
+                v.prepare(qkv.rows, hkv * d, Act::F32)?;
+                (k.f32_ptr("qkv_prep")?, v.f32_ptr("qkv_prep")?)
+            }
+        };
+        let rows = match paged {
+            Some(_) => KvRows::Stored,
+            None => KvRows::InTensors,
+        };
         if self.inner.skip.has(SkipOps::QKV_PREP) {
-            return Ok(());
+            return Ok(rows);
         }
         check(
             unsafe {
@@ -1149,12 +1172,61 @@ impl Backend for CudaBackend {
                     sin,
                     qp,
                     q_bf16 as c_int,
-                    k.f32_ptr("qkv_prep")?,
-                    v.f32_ptr("qkv_prep")?,
+                    kp,
+                    vp,
+                    paged.as_ref().map_or(std::ptr::null(), |p| p as *const ffi::IfdPaged),
+                    batch.slot(),
                     s,
                 )
             },
             "qkv_prep",
+        )?;
+        Ok(rows)
+    }
+
+    fn linear_swiglu(
+        &self,
+        h: &CudaTensor,
+        w: &CudaWeight,
+        bias: Option<&CudaWeight>,
+        batch: &CudaBatch,
+        proj: &mut CudaTensor,
+        gate: &mut CudaTensor,
+        up: &mut CudaTensor,
+        out: &mut CudaTensor,
+    ) -> Result<()> {
+        let (wb, w_out, w_in) = w.matrix("linear_swiglu")?;
+        let skip = self.inner.skip;
+        let fused = bias.is_none()
+            && h.cols == w_in
+            && w_out.is_multiple_of(2)
+            && self.gemv_takes(h.rows, w_in)
+            && !skip.has(SkipOps::LINEAR)
+            && !skip.has(SkipOps::SWIGLU);
+        if !fused {
+            self.linear(h, w, bias, batch, Rows::Tokens, Keep::Bf16, proj)?; // [n, 2·ffn]
+            return self.swiglu(proj, gate, up, out);
+        }
+        // The matrix-vector kernel gates its own product: no [n, 2·ffn] product in memory.
+        let s = self.stream()?;
+        let ffn = w_out / 2;
+        out.prepare(h.rows, ffn, Act::Bf16)?; // [n, ffn]
+        let (xp, op) = (h.bf16_ptr("linear_swiglu")?, out.bf16_ptr("linear_swiglu")?);
+        let loads = int(self.inner.gemv_loads);
+        check(
+            unsafe {
+                ffi::ifd_gemv_swiglu(
+                    xp,
+                    wb.ptr(),
+                    int(h.rows),
+                    int(w_in),
+                    int(ffn),
+                    loads,
+                    op.cast(),
+                    s,
+                )
+            },
+            "gemv swiglu",
         )
     }
 

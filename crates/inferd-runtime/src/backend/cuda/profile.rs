@@ -71,7 +71,8 @@ impl SkipOps {
     pub const NORM: SkipOps = SkipOps(1);
     /// Full attention's Q/K norm and rotary positions (qkv_prep).
     pub const QKV_PREP: SkipOps = SkipOps(2);
-    /// Appending the pass's K/V to the pool.
+    /// Storing the pass's K/V in the pool (qkv_prep's store where it makes them, else
+    /// attention's append).
     pub const KV_APPEND: SkipOps = SkipOps(4);
     /// The attention kernels (decode and prefill).
     pub const ATTENTION: SkipOps = SkipOps(8);
