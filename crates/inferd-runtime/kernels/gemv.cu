@@ -29,25 +29,31 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc)
   return acc;
 }
 
-// The warp's dot products of one row of W (wr, kv 16-byte vectors) with the R rows of x
-// (xr), each summed over the warp (every lane gets acc[r]); `valid`: the warp has a row
-// (else acc is 0). The first loads of W are issued before waiting for the kernel before
-// (programmatic dependent launch), which every thread does; x is read only after.
+// x bf16 [R, k], w bf16 [out, k], bias f32 [out] or null -> y f32 [R, out]; k % 8 == 0.
+// With `add` the product (bias included) is added to what y holds (a residual stream).
 template <int R, int kUnroll>
-__device__ __forceinline__ void row_dots(const uint4* __restrict__ xr, const uint4* __restrict__ wr,
-                                         int kv, bool valid, float (&acc)[R]) {
+__global__ void __launch_bounds__(kWarps * 32)
+    gemv_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                const float* __restrict__ bias, float* __restrict__ y, int k, int out, int add) {
   const int lane = threadIdx.x & 31;
+  const int o = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  const int kv = k >> 3;  // 16-byte vectors in a row
+  const uint4* wr = reinterpret_cast<const uint4*>(w) + static_cast<size_t>(o) * kv;
+  const uint4* xr = reinterpret_cast<const uint4*>(x);
+  // The weights do not depend on the kernel before: the first loads of W are issued
+  // before waiting for it (programmatic dependent launch), x is read only after.
   int i = lane;
   uint4 wv[kUnroll];
-  const bool full = valid && i + 32 * (kUnroll - 1) < kv;
+  const bool full = o < out && i + 32 * (kUnroll - 1) < kv;
   if (full) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) wv[u] = load_stream(wr + i + 32 * u);
   }
   ifd::pdl_begin();
+  if (o >= out) return;
+  float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.f;
-  if (!valid) return;
   for (bool loaded = full; i + 32 * (kUnroll - 1) < kv; i += 32 * kUnroll, loaded = false) {
     if (!loaded) {
 #pragma unroll
@@ -67,59 +73,15 @@ __device__ __forceinline__ void row_dots(const uint4* __restrict__ xr, const uin
   }
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = ifd::warp_sum(acc[r]);
-}
-
-// x bf16 [R, k], w bf16 [out, k], bias f32 [out] or null -> y f32 [R, out]; k % 8 == 0.
-// With `add` the product (bias included) is added to what y holds (a residual stream).
-template <int R, int kUnroll>
-__global__ void __launch_bounds__(kWarps * 32)
-    gemv_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
-                const float* __restrict__ bias, float* __restrict__ y, int k, int out, int add) {
-  const int o = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  const int kv = k >> 3;  // 16-byte vectors in a row
-  const uint4* wr = reinterpret_cast<const uint4*>(w) + static_cast<size_t>(o) * kv;
-  float acc[R];
-  row_dots<R, kUnroll>(reinterpret_cast<const uint4*>(x), wr, kv, o < out, acc);
-  if (o >= out || (threadIdx.x & 31) != 0) return;
-  const float b = bias ? bias[o] : 0.f;
+  if (lane == 0) {
+    const float b = bias ? bias[o] : 0.f;
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    float* yo = y + static_cast<size_t>(r) * out + o;
-    const float v = acc[r] + b;
-    *yo = add ? *yo + v : v;
+    for (int r = 0; r < R; ++r) {
+      float* yo = y + static_cast<size_t>(r) * out + o;
+      const float v = acc[r] + b;
+      *yo = add ? *yo + v : v;
+    }
   }
-}
-
-// SwiGLU in the fused gate|up product's epilogue: w bf16 [2f, k] (gate rows, then up rows),
-// x bf16 [R, k] -> out bf16 [R, f], out[r, c] = silu(x_r · w_c) * (x_r · w_{f+c}). A block's
-// first half of warps takes gate rows c0..c0+3, its second half the up rows f+c0..; the
-// pairs meet in shared memory. The same sums and formula as the product then ifd_swiglu,
-// so the same bits, without writing the product out and reading it back.
-constexpr int kPairs = kWarps / 2;  // outputs a block
-
-template <int R, int kUnroll>
-__global__ void __launch_bounds__(kWarps * 32)
-    gemv_swiglu_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, int k, int f,
-                       bf16* __restrict__ out) {
-  __shared__ float part[kWarps][R];
-  const int warp = threadIdx.x >> 5;
-  const int c = blockIdx.x * kPairs + warp % kPairs;  // the output column
-  const int o = warp < kPairs ? c : f + c;           // the row of w
-  const int kv = k >> 3;
-  const uint4* wr = reinterpret_cast<const uint4*>(w) + static_cast<size_t>(o) * kv;
-  float acc[R];
-  row_dots<R, kUnroll>(reinterpret_cast<const uint4*>(x), wr, kv, c < f, acc);
-  if ((threadIdx.x & 31) == 0) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) part[warp][r] = acc[r];
-  }
-  __syncthreads();
-  const int t = threadIdx.x;  // (r, pair) = (t / kPairs, t % kPairs)
-  if (t >= R * kPairs) return;
-  const int r = t / kPairs, p = t % kPairs, col = blockIdx.x * kPairs + p;
-  if (col >= f) return;
-  const float g = part[p][r], u = part[kPairs + p][r];
-  out[static_cast<size_t>(r) * f + col] = __float2bfloat16(g / (1.f + __expf(-g)) * u);
 }
 
 template <int R, int U>
@@ -140,42 +102,7 @@ int launch(const void* x, const void* w, const float* bias, float* y, int k, int
     if (loads >= 8) return launch_u<R, 8>(x, w, bias, y, k, out, add, s);
   return launch_u<R, 4>(x, w, bias, y, k, out, add, s);
 }
-template <int R, int U>
-int launch_swiglu_u(const void* x, const void* w, int k, int f, void* out, cudaStream_t s) {
-  ifd::launch(gemv_swiglu_kernel<R, U>, (f + kPairs - 1) / kPairs, kWarps * 32, 0, s,
-              static_cast<const bf16*>(x), static_cast<const bf16*>(w), k, f,
-              static_cast<bf16*>(out));
-  return ifd::launched();
-}
-
-template <int R>
-int launch_swiglu(const void* x, const void* w, int k, int f, int loads, void* out,
-                  cudaStream_t s) {
-  if constexpr (R <= 2)
-    if (loads >= 16) return launch_swiglu_u<R, 16>(x, w, k, f, out, s);
-  if constexpr (R <= 4)
-    if (loads >= 8) return launch_swiglu_u<R, 8>(x, w, k, f, out, s);
-  return launch_swiglu_u<R, 4>(x, w, k, f, out, s);
-}
 }  // namespace
-
-extern "C" int ifd_gemv_swiglu(const void* x, const void* w, int n, int k, int f, int loads,
-                               void* out, void* stream) {
-  const cudaStream_t s = ifd::as_stream(stream);
-  if (n == 0 || f == 0) return 0;
-  if (k % 8 != 0) return static_cast<int>(cudaErrorInvalidValue);
-  switch (n) {
-    case 1: return launch_swiglu<1>(x, w, k, f, loads, out, s);
-    case 2: return launch_swiglu<2>(x, w, k, f, loads, out, s);
-    case 3: return launch_swiglu<3>(x, w, k, f, loads, out, s);
-    case 4: return launch_swiglu<4>(x, w, k, f, loads, out, s);
-    case 5: return launch_swiglu<5>(x, w, k, f, loads, out, s);
-    case 6: return launch_swiglu<6>(x, w, k, f, loads, out, s);
-    case 7: return launch_swiglu<7>(x, w, k, f, loads, out, s);
-    case 8: return launch_swiglu<8>(x, w, k, f, loads, out, s);
-    default: return static_cast<int>(cudaErrorInvalidValue);
-  }
-}
 
 extern "C" int ifd_gemv(const void* x, const void* w, const float* bias, float* y, int n,
                         int k, int out, int loads, int add, void* stream) {

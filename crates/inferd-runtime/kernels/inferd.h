@@ -59,11 +59,6 @@ int ifd_gather_rows(const float* x, const int32_t* idx, int n, int cols, float* 
 // `add`: y += the product (a residual stream) instead of y = it
 int ifd_gemv(const void* x, const void* w, const float* bias, float* y, int n, int k, int out,
              int loads, int add, void* stream);
-// SwiGLU of the fused gate|up product, made in the product's kernel: the same bits as
-// ifd_gemv (no bias) then ifd_swiglu on its f32 output.
-// x bf16 [n, k], w bf16 [2f, k] (gate rows, then up rows) -> out bf16 [n, f]
-int ifd_gemv_swiglu(const void* x, const void* w, int n, int k, int f, int loads, void* out,
-                    void* stream);
 
 // ---- fused.cu
 // Full attention's inputs from the fused projection qkv [rows, (hq + 2 hkv) * head_dim]

@@ -1184,52 +1184,6 @@ impl Backend for CudaBackend {
         Ok(rows)
     }
 
-    fn linear_swiglu(
-        &self,
-        h: &CudaTensor,
-        w: &CudaWeight,
-        bias: Option<&CudaWeight>,
-        batch: &CudaBatch,
-        proj: &mut CudaTensor,
-        gate: &mut CudaTensor,
-        up: &mut CudaTensor,
-        out: &mut CudaTensor,
-    ) -> Result<()> {
-        let (wb, w_out, w_in) = w.matrix("linear_swiglu")?;
-        let skip = self.inner.skip;
-        let fused = bias.is_none()
-            && h.cols == w_in
-            && w_out.is_multiple_of(2)
-            && self.gemv_takes(h.rows, w_in)
-            && !skip.has(SkipOps::LINEAR)
-            && !skip.has(SkipOps::SWIGLU);
-        if !fused {
-            self.linear(h, w, bias, batch, Rows::Tokens, Keep::Bf16, proj)?; // [n, 2·ffn]
-            return self.swiglu(proj, gate, up, out);
-        }
-        // The matrix-vector kernel gates its own product: no [n, 2·ffn] product in memory.
-        let s = self.stream()?;
-        let ffn = w_out / 2;
-        out.prepare(h.rows, ffn, Act::Bf16)?; // [n, ffn]
-        let (xp, op) = (h.bf16_ptr("linear_swiglu")?, out.bf16_ptr("linear_swiglu")?);
-        let loads = int(self.inner.gemv_loads);
-        check(
-            unsafe {
-                ffi::ifd_gemv_swiglu(
-                    xp,
-                    wb.ptr(),
-                    int(h.rows),
-                    int(w_in),
-                    int(ffn),
-                    loads,
-                    op.cast(),
-                    s,
-                )
-            },
-            "gemv swiglu",
-        )
-    }
-
     fn swiglu(
         &self,
         gate_up: &CudaTensor,
