@@ -232,15 +232,7 @@ impl<B: Backend> Decoder<'_, B> {
             KvRows::InTensors => NewKv::Rows(&ws.k, &ws.v),
             KvRows::Stored => NewKv::Stored,
         };
-        b.attention(
-            &ws.q,
-            new,
-            kv,
-            kv_layer,
-            batch,
-            &attn,
-            &mut ws.attn,
-        )?; // [n, q_dim]
+        b.attention(&ws.q, new, kv, kv_layer, batch, &attn, &mut ws.attn)?; // [n, q_dim]
         if c.attn_output_gate {
             // e. the output gate
             b.sigmoid_mul(&mut ws.attn, &ws.attn_gate)?;

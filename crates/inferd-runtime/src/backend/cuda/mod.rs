@@ -42,8 +42,7 @@ use ffi::check;
 use inferd_core::sampling::Sampled;
 
 use super::{
-    AttnConfig, Backend, Keep, KvRows, NewKv, RopeConfig, RopeStyle, Rows, SampleRow,
-    SharedSource,
+    AttnConfig, Backend, Keep, KvRows, NewKv, RopeConfig, RopeStyle, Rows, SampleRow, SharedSource,
 };
 use crate::batch::ForwardBatch;
 use crate::kv::{BlockTables, KvDtype, KvLayout};
@@ -1174,7 +1173,9 @@ impl Backend for CudaBackend {
                     q_bf16 as c_int,
                     kp,
                     vp,
-                    paged.as_ref().map_or(std::ptr::null(), |p| p as *const ffi::IfdPaged),
+                    paged
+                        .as_ref()
+                        .map_or(std::ptr::null(), |p| p as *const ffi::IfdPaged),
                     batch.slot(),
                     s,
                 )
