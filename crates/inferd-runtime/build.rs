@@ -1,7 +1,9 @@
 //! With feature `cuda`: compiles `kernels/*.cu` with nvcc into one static library and
 //! links it with the static CUDA runtime. Compiled kernels are cached by a SHA-256 of
 //! their sources, the flags and nvcc's version (`INFERD_KERNEL_CACHE`, default
-//! `~/.cache/inferd/kernels`), so rebuilds and CI compile them once.
+//! `~/.cache/inferd/kernels`), so rebuilds and CI compile them once. With feature
+//! `kernel-probe` our own units are built with `IFD_KERNEL_PROBE` (their blocks' stage
+//! stamps, `ifd::kprobe`: profiling only).
 //!
 //! nvcc is `INFERD_NVCC`, else the workspace's `.cuda/nvidia/cu13/bin/nvcc` (installed
 //! from PyPI by `scripts/cuda-toolchain.sh`), else `nvcc` on `PATH`. The `fi_*.cu` units
@@ -92,8 +94,14 @@ fn main() {
         FLAGS.join(" "),
         FLASHINFER_INCLUDES.join(" ")
     );
+    // Our own units' extra flags (not FlashInfer's instantiations).
+    let own_flags: Vec<String> = match std::env::var_os("CARGO_FEATURE_KERNEL_PROBE") {
+        Some(_) => vec!["-DIFD_KERNEL_PROBE".to_string()],
+        None => Vec::new(),
+    };
     let lib_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("kernels");
-    build_library(&nvcc, &sources, &fi_flags, &common, &cache_dir(), &lib_dir);
+    let flags = (&fi_flags[..], &own_flags[..]);
+    build_library(&nvcc, &sources, flags, &common, &cache_dir(), &lib_dir);
     println!("cargo:rustc-link-search=native={}", lib_dir.display());
     println!("cargo:rustc-link-lib=static=inferd_kernels");
     // The CUDA runtime beside nvcc (the PyPI layout: bin/ and lib/ under one root).
@@ -134,6 +142,12 @@ fn cache_dir() -> PathBuf {
     }
 }
 
+/// Whether a unit is one of FlashInfer's instantiations (`fi_*`: FlashInfer's flags and
+/// include paths).
+fn is_fi_unit(p: &Path) -> bool {
+    p.file_name().unwrap().to_string_lossy().starts_with("fi_")
+}
+
 /// Whether a unit instantiates FlashInfer (its own flags and headers).
 fn is_flashinfer(p: &Path) -> bool {
     let n = p.file_name().unwrap().to_string_lossy();
@@ -145,10 +159,11 @@ fn is_flashinfer(p: &Path) -> bool {
 /// `lib_dir/libinferd_kernels.a`. Each object is cached under a hash of its source, the
 /// headers of its kind (FlashInfer's or ours), nvcc's version and the flags; a cached
 /// object appears under its final name only once complete (written aside, then renamed).
+/// `flags`: the FlashInfer instantiations' extra flags, then our own units'.
 fn build_library(
     nvcc: &Path,
     sources: &[PathBuf],
-    fi_flags: &[String],
+    flags: (&[String], &[String]),
     common: &str,
     cache: &Path,
     lib_dir: &Path,
@@ -166,6 +181,9 @@ fn build_library(
         .map(|src| {
             let mut h = Sha256::new();
             h.update(common.as_bytes());
+            if !is_fi_unit(src) {
+                h.update(flags.1.join(" ").as_bytes());
+            }
             for f in std::iter::once(src).chain(
                 headers
                     .iter()
@@ -203,7 +221,7 @@ fn build_library(
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some((src, obj)) = todo.get(i) else { break };
-                compile(nvcc, src, fi_flags, obj);
+                compile(nvcc, src, flags, obj);
             });
         }
     });
@@ -218,17 +236,14 @@ fn build_library(
 
 /// Compiles one unit into `obj` (written aside, then renamed: a crash leaves no partial
 /// object under the cached name).
-fn compile(nvcc: &Path, src: &Path, fi_flags: &[String], obj: &Path) {
+fn compile(nvcc: &Path, src: &Path, (fi_flags, own_flags): (&[String], &[String]), obj: &Path) {
     let tmp = obj.with_extension(format!("o.{}", std::process::id()));
     let mut c = Command::new(nvcc);
     c.args(FLAGS);
-    if src
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .starts_with("fi_")
-    {
+    if is_fi_unit(src) {
         c.args(fi_flags);
+    } else {
+        c.args(own_flags);
     }
     c.arg("-c").arg(src).arg("-o").arg(&tmp);
     if let Err(e) = run_capture(&mut c) {

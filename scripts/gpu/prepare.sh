@@ -6,6 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=.device/carry
 rm -rf "$out" && mkdir -p "$out"
+probe=
+# PROBE=1: also cuda_check with feature kernel-probe (cuda_check_probe: our kernels stamp
+# their blocks), for run.sh's `kernels` stage; built first, the plain one over it after.
+if [ "${PROBE:-0}" = 1 ]; then
+  cargo build --release -p inferd-runtime --features cuda,kernel-probe --example cuda_check
+  strip -o "$out/cuda_check_probe" target/release/examples/cuda_check
+  probe=cuda_check_probe
+fi
 cargo build --release -p inferd-runtime --features cuda --example cuda_check
 cargo build --release -p inferd --features cuda
 cargo test --release -p inferd-runtime --features cuda --no-run 2>&1 | tee /tmp/inferd-no-run.log
@@ -15,7 +23,7 @@ for t in workspace kv_blocks hf_reference hybrid_reference cuda_graphs cuda_atte
 done
 strip -o "$out/cuda_check" target/release/examples/cuda_check
 strip -o "$out/inferd" target/release/inferd
-bins="workspace kv_blocks hf_reference hybrid_reference cuda_graphs cuda_attention cuda_hybrid cuda_check inferd"
+bins="workspace kv_blocks hf_reference hybrid_reference cuda_graphs cuda_attention cuda_hybrid cuda_check inferd $probe"
 # BASE=<rev>: also cuda_check as built at that revision (cuda_check_base), for run.sh's `ab`
 # stage, which times the two in one call. Built from a worktree into target/base (a full
 # build the first time, incremental after).

@@ -30,6 +30,8 @@
 #   ncudecode  ncu's sections over the one-row decode attention kernel (1k context)
 #   timeline the one-row decode attention's stages stamped by the kernel in a replayed step
 #            (cuda_check timeline: 1 row at 1k / 4k / 16k, 8 rows at 4k)
+#   kernels  a replayed one-row decode step launch by launch, from every block's stamps
+#            (cuda_check_probe kernels: prepare.sh PROBE=1), at 1k / 4k / 16k tokens
 #   ncusource  ncu's warp-stall samples of the one-row tensor-core decode attention by source
 #            line and SASS instruction (1k, 4k), as CSV in logs.tgz
 #   ab       `speed` by this build and by cuda_check_base (prepare.sh BASE=<rev>) in turn
@@ -142,6 +144,12 @@ timeline)
     timeout 120 $B/cuda_check timeline /tmp/q8b $1 $2 2>&1 | tee -a $summary
   done
   timeout 120 $B/cuda_check speed /tmp/q8b 4096 bf16:rows=1+8 2>&1 | tee -a $summary
+  ;;
+kernels)
+  # Each launch of our kernels in a replayed one-row step: how far it moves the chain's end.
+  for ctx in 1024 4096 16384; do
+    timeout 150 $B/cuda_check_probe kernels /tmp/q8b $ctx 1 2>&1 | tee -a $summary
+  done
   ;;
 ncusource)
   # Where the one-row decode attention (the tensor-core build, bf16) spends its time, by

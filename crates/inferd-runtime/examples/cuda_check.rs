@@ -17,6 +17,10 @@
 //! - `profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill [CHUNK]]`: one eager decode step
 //!   inside the profiler's capture range (`ncu --profile-from-start off`); `prefill`: one
 //!   pass of the last CHUNK (default 2048) tokens of BATCH CONTEXT-token prompts instead.
+//! - `timeline MODEL_DIR [CONTEXT] [ROWS]`: the decode attention's stages, stamped by its
+//!   blocks, in the last layer of a replayed decode step.
+//! - `kernels MODEL_DIR [CONTEXT] [ROWS]`: a replayed decode step's chain launch by launch,
+//!   from every block's entry, wait and done stamps (our kernels only).
 
 use std::path::Path;
 use std::time::Instant;
@@ -474,48 +478,88 @@ fn profile(model_dir: &Path, context: usize, batch: usize, no_gemv: bool, prefil
     }
 }
 
+/// ROWS sequences prefilled to CONTEXT tokens on the GPU, then one-token decode steps of
+/// all of them (default settings: the first steps capture the graph, later ones replay it).
+struct DecodeRig {
+    model: Model<CudaBackend>,
+    pool: Pool<CudaBackend>,
+    ws: inferd_runtime::Workspace<CudaBackend>,
+    tables: Vec<Vec<u32>>,
+    context: usize,
+}
+
+impl DecodeRig {
+    fn new(model_dir: &Path, context: usize, rows: usize, steps: usize) -> Self {
+        let model = Model::load(CudaBackend::new(Default::default()).unwrap(), model_dir).unwrap();
+        let vocab = model.cfg.vocab_size;
+        let mut pool = Pool::new(&model, rows * (context + steps + 1), KvDtype::Bf16, rows);
+        let ws = model.workspace(context.max(rows), rows).unwrap();
+        let tables: Vec<Vec<u32>> = (0..rows).map(|_| pool.table(context + steps + 1)).collect();
+        let mut rig = DecodeRig {
+            model,
+            pool,
+            ws,
+            tables,
+            context,
+        };
+        for s in 0..rows {
+            let ids: Vec<u32> = (0..context)
+                .map(|i| ((i * 7919 + s * 104729) % vocab) as u32)
+                .collect();
+            let mut b = ForwardBatch::default();
+            b.push_in_slot(&ids, 0, context, rig.tables[s].clone(), s as u32, true);
+            rig.run(&b);
+        }
+        rig
+    }
+
+    fn run(&mut self, b: &ForwardBatch) {
+        let layout = &self.pool.layout;
+        self.model
+            .forward_in(&mut self.ws, &mut self.pool.kv, layout, b)
+            .unwrap();
+        self.model.backend.synchronize().unwrap();
+    }
+
+    /// Decode step `step` (0, 1, …) of every sequence; ms on the wall.
+    fn step(&mut self, step: usize) -> f64 {
+        let mut b = ForwardBatch::default();
+        for (s, table) in self.tables.iter().enumerate() {
+            b.push_in_slot(
+                &[1],
+                self.context + step,
+                self.context,
+                table.clone(),
+                s as u32,
+                true,
+            );
+        }
+        let t = Instant::now();
+        self.run(&b);
+        t.elapsed().as_secs_f64() * 1e3
+    }
+}
+
 /// `cuda_check timeline DIR CONTEXT [ROWS]`: where one launch of the decode attention
 /// spends its time inside a replayed decode step (ROWS rows at CONTEXT tokens, default
 /// settings): the kernels' stage stamps (`CudaBackend::decode_probe`) of the step's last
 /// layer, as µs from the first block's entry, the least, median and most over the blocks.
 fn timeline(model_dir: &Path, context: usize, rows: usize) {
     use inferd_runtime::{PROBE_STAGES, PROBE_STAGE_NAMES};
-    let model = Model::load(CudaBackend::new(Default::default()).unwrap(), model_dir).unwrap();
-    let (vocab, n_kv) = (model.cfg.vocab_size, model.cfg.n_kv_heads);
     let steps = 6;
-    let mut pool = Pool::new(&model, rows * (context + steps + 1), KvDtype::Bf16, rows);
-    let mut ws = model.workspace(context.max(rows), rows).unwrap();
-    let tables: Vec<Vec<u32>> = (0..rows).map(|_| pool.table(context + steps + 1)).collect();
-    let run = |pool: &mut Pool<CudaBackend>, ws: &mut _, b: &ForwardBatch| {
-        model.forward_in(ws, &mut pool.kv, &pool.layout, b).unwrap();
-        model.backend.synchronize().unwrap();
-    };
-    for (s, table) in tables.iter().enumerate() {
-        let ids: Vec<u32> = (0..context)
-            .map(|i| ((i * 7919 + s * 104729) % vocab) as u32)
-            .collect();
-        let mut b = ForwardBatch::default();
-        b.push_in_slot(&ids, 0, context, table.clone(), s as u32, true);
-        run(&mut pool, &mut ws, &b);
-    }
+    let mut rig = DecodeRig::new(model_dir, context, rows, steps);
+    let most = rows * rig.model.cfg.n_kv_heads * 64;
     // The first steps capture the graph; the probed ones replay it.
-    let most = rows * n_kv * 64;
     for step in 0..steps {
         if step >= 3 {
-            model.backend.decode_probe(most).unwrap();
+            rig.model.backend.decode_probe(most).unwrap();
         }
-        let mut b = ForwardBatch::default();
-        for (s, table) in tables.iter().enumerate() {
-            b.push_in_slot(&[1], context + step, context, table.clone(), s as u32, true);
-        }
-        let t = Instant::now();
-        run(&mut pool, &mut ws, &b);
-        let ms = t.elapsed().as_secs_f64() * 1e3;
+        let ms = rig.step(step);
         if step < 3 {
             continue;
         }
-        let stamps = model.backend.decode_probe_read().unwrap();
-        model.backend.decode_probe(0).unwrap();
+        let stamps = rig.model.backend.decode_probe_read().unwrap();
+        rig.model.backend.decode_probe(0).unwrap();
         let blocks: Vec<&[u64]> = stamps
             .chunks_exact(PROBE_STAGES)
             .filter(|b| b[0] != 0)
@@ -529,7 +573,7 @@ fn timeline(model_dir: &Path, context: usize, rows: usize) {
              decode attention: {} blocks ({} splits), µs from the first entry (least / median / most)",
             ms,
             blocks.len(),
-            blocks.len() / (rows * n_kv).max(1)
+            blocks.len() / (rows * rig.model.cfg.n_kv_heads).max(1)
         );
         for (stage, name) in PROBE_STAGE_NAMES.iter().enumerate() {
             // Stage 7 is stamped by a (row, KV head)'s last block only: older stamps in the
@@ -549,6 +593,102 @@ fn timeline(model_dir: &Path, context: usize, rows: usize) {
                 at[0],
                 at[at.len() / 2],
                 at[at.len() - 1]
+            );
+        }
+    }
+}
+
+/// `cuda_check kernels DIR CONTEXT [ROWS]`: the chain of a replayed decode step, launch by
+/// launch, from every block's stamps (`CudaBackend::kernel_probe`: our gemv, norm, fused
+/// and decode attention kernels; cuBLASLt's and FlashInfer's are not stamped). For each
+/// kind of launch (its unit, blocks, and the unit of the launch before it), averaged over
+/// the step's launches of that kind: how far it moves the chain's end (its last block done
+/// after the launch before's), when its last wait returned after the launch before was
+/// done, and its span from first entry to last done; then two layers launch by launch.
+fn kernels(model_dir: &Path, context: usize, rows: usize) {
+    use inferd_runtime::{kernel_launches, KERNEL_UNITS};
+    let steps = 5;
+    let mut rig = DecodeRig::new(model_dir, context, rows, steps);
+    for step in 0..steps {
+        if step >= 3 {
+            rig.model.backend.kernel_probe(1 << 20).unwrap();
+        }
+        let ms = rig.step(step);
+        if step < 3 {
+            continue;
+        }
+        let (stamps, full) = rig.model.backend.kernel_probe_read().unwrap();
+        rig.model.backend.kernel_probe(0).unwrap();
+        let launches = kernel_launches(&stamps);
+        let Some(first) = launches.first() else {
+            println!("step {step}: nothing stamped");
+            continue;
+        };
+        let (t0, end) = (
+            first.first_entry,
+            launches.iter().map(|l| l.last_done).max().unwrap(),
+        );
+        println!(
+            "step {step}: {rows} row(s) at {context} tokens, {ms:.2} ms on the wall; {} launches \
+             stamped over {:.3} ms{}",
+            launches.len(),
+            (end - t0) as f64 / 1e6,
+            if full {
+                " (some stamps lost: region full)"
+            } else {
+                ""
+            }
+        );
+        let us = |a: u64, b: u64| (a as f64 - b as f64) / 1e3;
+        // kind -> (count, Σ chain increment, Σ wait lag, Σ span), µs
+        let mut kinds: Vec<(String, usize, f64, f64, f64)> = Vec::new();
+        for w in launches.windows(2) {
+            let (prev, l) = (&w[0], &w[1]);
+            if l.last_done == 0 || prev.last_done == 0 {
+                continue;
+            }
+            let kind = format!(
+                "{} x{} after {}",
+                KERNEL_UNITS[l.unit], l.grid, KERNEL_UNITS[prev.unit]
+            );
+            let at = match kinds.iter().position(|k| k.0 == kind) {
+                Some(i) => i,
+                None => {
+                    kinds.push((kind, 0, 0.0, 0.0, 0.0));
+                    kinds.len() - 1
+                }
+            };
+            let k = &mut kinds[at];
+            k.1 += 1;
+            k.2 += us(l.last_done, prev.last_done);
+            k.3 += us(l.last_waited, prev.last_done);
+            k.4 += us(l.last_done, l.first_entry);
+        }
+        println!("  | launch kind | launches | chain end moved, µs | last wait returned after the launch before done, µs | first entry to last done, µs | chain total, ms |");
+        println!("  |---|---:|---:|---:|---:|---:|");
+        for (kind, n, inc, lag, span) in &kinds {
+            let c = *n as f64;
+            println!(
+                "  | {kind} | {n} | {:.2} | {:.2} | {:.2} | {:.3} |",
+                inc / c,
+                lag / c,
+                span / c,
+                inc / 1e3
+            );
+        }
+        // Two layers in the middle, launch by launch (µs from the step's first entry).
+        let per_layer = kinds.len().max(1);
+        let from = (launches.len() / 2 / per_layer) * per_layer;
+        println!("  launches {from}..{}: unit, blocks, first entry, last entry, last wait returned, last done (µs)", from + 2 * per_layer);
+        for l in launches.iter().skip(from).take(2 * per_layer) {
+            println!(
+                "    {:<7} x{:<6} {:9.2} {:9.2} {:9.2} {:9.2}",
+                KERNEL_UNITS[l.unit],
+                l.grid,
+                us(l.first_entry, t0),
+                us(l.last_entry, t0),
+                us(l.last_waited, t0),
+                us(l.last_done, t0)
             );
         }
     }
@@ -784,6 +924,11 @@ fn main() {
             a.get(3).map_or(4096, |c| c.parse().expect("CONTEXT")),
             a.get(4).map_or(1, |c| c.parse().expect("ROWS")),
         ),
-        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT] | sampling | profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill [CHUNK]] | timeline MODEL_DIR [CONTEXT] [ROWS]"),
+        Some("kernels") => kernels(
+            p(2).expect("MODEL_DIR"),
+            a.get(3).map_or(4096, |c| c.parse().expect("CONTEXT")),
+            a.get(4).map_or(1, |c| c.parse().expect("ROWS")),
+        ),
+        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT] | sampling | profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill [CHUNK]] | timeline MODEL_DIR [CONTEXT] [ROWS] | kernels MODEL_DIR [CONTEXT] [ROWS]"),
     }
 }

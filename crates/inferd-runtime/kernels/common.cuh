@@ -39,6 +39,41 @@ __device__ __forceinline__ unsigned long long global_ns() {
   return t;
 }
 
+// Profiling only (`cuda_check kernels`): when this unit's region is set, thread 0 of each
+// block of its kernels appends (global timer ns, what) records at the block's stages:
+// kEntry, kWaited (its wait for the kernel before returned), kDone (its work written).
+// A region: [0] records so far, [1] room (records), then 2 words a record; what = unit << 56
+// | stage << 48 | gridDim.x << 24 | blockIdx.x. Each file of kernels has its own region
+// (IFD_KERNEL_PROBE_SETTER), set and read by the host between passes.
+// Compiled in only with IFD_KERNEL_PROBE (cargo feature `kernel-probe`): elsewhere kprobe
+// is nothing and the setters say cudaErrorNotSupported.
+enum ProbeStage { kEntry = 0, kWaited = 1, kDone = 2 };
+#ifdef IFD_KERNEL_PROBE
+static __device__ unsigned long long* g_kernel_probe;
+template <int UNIT>
+__device__ __forceinline__ void kprobe(ProbeStage stage) {
+  if (threadIdx.x != 0) return;
+  unsigned long long* const p = g_kernel_probe;
+  if (p == nullptr) return;
+  const unsigned long long t = global_ns();
+  const unsigned long long i = atomicAdd(p, 1ull);
+  if (i >= p[1]) return;
+  p[2 + 2 * i] = t;
+  p[3 + 2 * i] = static_cast<unsigned long long>(UNIT) << 56 |
+                 static_cast<unsigned long long>(stage) << 48 |
+                 static_cast<unsigned long long>(gridDim.x & 0xffffff) << 24 | (blockIdx.x & 0xffffff);
+}
+#define IFD_KERNEL_PROBE_SETTER(name)                                          \
+  extern "C" int name(void* region) {                                          \
+    return static_cast<int>(cudaMemcpyToSymbol(ifd::g_kernel_probe, &region, sizeof region)); \
+  }
+#else
+template <int UNIT>
+__device__ __forceinline__ void kprobe(ProbeStage) {}
+#define IFD_KERNEL_PROBE_SETTER(name) \
+  extern "C" int name(void*) { return static_cast<int>(cudaErrorNotSupported); }
+#endif
+
 // 16 bytes of memory no kernel of the pass writes (weights), read once: not kept in L1.
 __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   uint4 v;

@@ -232,7 +232,10 @@ __device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n
       }
     }
   }
-  if (splits == 1) return;
+  if (splits == 1) {
+    ifd::kprobe<4>(ifd::kDone);
+    return;
+  }
 
   // The last block of this (row, KV head) merges the splits:
   // out = Σ_s acc_s·2^(m_s - M) / Σ_s l_s·2^(m_s - M).
@@ -243,7 +246,10 @@ __device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n
   if (threadIdx.x == 0) last = atomicAdd(counter, 1) == splits - 1;
   __syncthreads();
   stamp(probe, 6);
-  if (!last) return;
+  if (!last) {
+    ifd::kprobe<4>(ifd::kDone);
+    return;
+  }
   __threadfence();
   __shared__ float w[G][kMaxSplits];
   __shared__ float total[G];
@@ -289,6 +295,7 @@ __device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n
   }
   if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
   stamp(probe, 7);
+  ifd::kprobe<4>(ifd::kDone);
 }
 
 // Grid (splits, n_kv, rows). Row r: the token of sequence seq[r] at position pos[r],
@@ -326,6 +333,7 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
                   const int32_t* __restrict__ bt_off, const int32_t* __restrict__ bt,
                   float* __restrict__ part, int32_t* __restrict__ done, int pre_cap,
                   bf16* __restrict__ out) {
+  ifd::kprobe<4>(ifd::kEntry);
   ifd::pdl_trigger();
   using K = Kv<D, KV>;
   using E = typename K::Elem;
@@ -369,6 +377,7 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
     }
   }
   ifd::pdl_wait();
+  ifd::kprobe<4>(ifd::kWaited);
   if (!LEAN && pre_end > t0) {
     ifd::cp_async_wait_all();
     __syncthreads();
@@ -535,6 +544,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   static_assert(G <= 8, "at most 8 query heads a KV head (the M rows 0..7)");
   unsigned long long* const probe = g_decode_probe;
   stamp(probe, 0);
+  ifd::kprobe<4>(ifd::kEntry);
   ifd::pdl_trigger();
   constexpr int KS = D / 16;     // k-steps of Q·Kᵀ
   constexpr int NT = D / 8;      // n-tiles of P·V
@@ -577,6 +587,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   }
   ifd::pdl_wait();
   stamp(probe, 1);
+  ifd::kprobe<4>(ifd::kWaited);
 
   // Q as the A operand: rows lane / 4 (< G: query head kvh·G + row), k-pairs 2 (lane % 4).
   // Rows 8..15 (a[1], a[3]) are zero.
@@ -856,6 +867,8 @@ __global__ void __launch_bounds__(256) attention_stub_kernel(uint32_t* out, size
   for (size_t i = blockIdx.x * 256ull + threadIdx.x; i < words; i += gridDim.x * 256ull) out[i] = 0;
 }
 }  // namespace
+
+IFD_KERNEL_PROBE_SETTER(ifd_kernel_probe_decode)
 
 extern "C" {
 

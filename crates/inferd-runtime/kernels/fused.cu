@@ -105,7 +105,9 @@ __global__ void __launch_bounds__(kWarps * 32)
                     const float* __restrict__ cos_tab, const float* __restrict__ sin_tab,
                     Q* __restrict__ q, float* __restrict__ k, float* __restrict__ v,
                     KvStore st) {
+  ifd::kprobe<3>(ifd::kEntry);
   ifd::pdl_begin();
+  ifd::kprobe<3>(ifd::kWaited);
   __shared__ float4 head[kWarps][kMaxHeadDim / 4];  // a warp's head, 16-byte aligned
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int heads = hq + 2 * hkv;
@@ -226,6 +228,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     if (to_pool) store_head(st, r, kvh, !is_v, fin, at);
   }
+  ifd::kprobe<3>(ifd::kDone);
 }
 
 // out[r, c] = silu(gu[r, c]) * gu[r, f + c]   gu [rows, 2f] (In: f32 or bf16) -> out bf16
@@ -236,7 +239,9 @@ __device__ __forceinline__ float silu_mul(float x, float u) { return x / (1.f + 
 template <typename In, int V>
 __global__ void swiglu_kernel(const In* __restrict__ gu, int rows, int f,
                               bf16* __restrict__ out) {
+  ifd::kprobe<3>(ifd::kEntry);
   ifd::pdl_begin();
+  ifd::kprobe<3>(ifd::kWaited);
   const int c = (blockIdx.x * blockDim.x + threadIdx.x) * V;
   if (c >= f) return;
   for (int r = blockIdx.y; r < rows; r += gridDim.y) {
@@ -251,8 +256,11 @@ __global__ void swiglu_kernel(const In* __restrict__ gu, int rows, int f,
       o[0] = __float2bfloat16(silu_mul(ifd::load(g), ifd::load(g + f)));
     }
   }
+  ifd::kprobe<3>(ifd::kDone);
 }
 }  // namespace
+
+IFD_KERNEL_PROBE_SETTER(ifd_kernel_probe_fused)
 
 extern "C" {
 

@@ -35,6 +35,7 @@ template <int R, int kUnroll>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
                 const float* __restrict__ bias, float* __restrict__ y, int k, int out, int add) {
+  ifd::kprobe<1>(ifd::kEntry);
   const int lane = threadIdx.x & 31;
   const int o = blockIdx.x * kWarps + (threadIdx.x >> 5);
   const int kv = k >> 3;  // 16-byte vectors in a row
@@ -50,6 +51,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int u = 0; u < kUnroll; ++u) wv[u] = load_stream(wr + i + 32 * u);
   }
   ifd::pdl_begin();
+  ifd::kprobe<1>(ifd::kWaited);
   if (o >= out) return;
   float acc[R];
 #pragma unroll
@@ -82,6 +84,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       *yo = add ? *yo + v : v;
     }
   }
+  ifd::kprobe<1>(ifd::kDone);
 }
 
 template <int R, int U>
@@ -103,6 +106,8 @@ int launch(const void* x, const void* w, const float* bias, float* y, int k, int
   return launch_u<R, 4>(x, w, bias, y, k, out, add, s);
 }
 }  // namespace
+
+IFD_KERNEL_PROBE_SETTER(ifd_kernel_probe_gemv)
 
 extern "C" int ifd_gemv(const void* x, const void* w, const float* bias, float* y, int n,
                         int k, int out, int loads, int add, void* stream) {

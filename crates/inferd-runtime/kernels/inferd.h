@@ -159,6 +159,12 @@ int ifd_attention_stub(void* out, size_t n, void* stream);
 // Profiling only: where the decode kernels stamp their stages' times (null: nowhere); see
 // g_decode_probe in decode.cu. Not during a capture.
 int ifd_decode_probe(void* buf);
+// Profiling only: the region where each file's kernels append their blocks' stage stamps
+// (null: nowhere); see ifd::kprobe in common.cuh. Not during a capture.
+int ifd_kernel_probe_gemv(void* region);
+int ifd_kernel_probe_norm(void* region);
+int ifd_kernel_probe_fused(void* region);
+int ifd_kernel_probe_decode(void* region);
 int ifd_decode_attention(IfdPaged kv, const void* q, int rows, int n_heads, float scale,
                          const int32_t* seq, const int32_t* pos, const int32_t* bt_off,
                          const int32_t* bt, int splits, float* part, int32_t* done, int mma,

@@ -14,7 +14,9 @@ template <int V, bool RESIDUAL>
 __global__ void norm4_kernel(float* __restrict__ x, const float* __restrict__ y,
                              const float* __restrict__ w, int cols, float eps,
                              bf16* __restrict__ out) {
+  ifd::kprobe<2>(ifd::kEntry);
   ifd::pdl_begin();
+  ifd::kprobe<2>(ifd::kWaited);
   const size_t r = blockIdx.x;
   const int groups = cols >> 2;
   float4* row = reinterpret_cast<float4*>(x + r * cols);
@@ -46,12 +48,15 @@ __global__ void norm4_kernel(float* __restrict__ x, const float* __restrict__ y,
     ifd::store4(out + r * cols + 4 * c, v[j].x * inv * g.x, v[j].y * inv * g.y,
                 v[j].z * inv * g.z, v[j].w * inv * g.w);
   }
+  ifd::kprobe<2>(ifd::kDone);
 }
 
 // Any width: one value per thread at a time, x read twice.
 __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ w,
                                 int cols, float eps, bf16* __restrict__ out) {
+  ifd::kprobe<2>(ifd::kEntry);
   ifd::pdl_begin();
+  ifd::kprobe<2>(ifd::kWaited);
   const size_t r = blockIdx.x;
   const float* row = x + r * cols;
   float ss = 0.f;
@@ -59,12 +64,15 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __rest
   const float inv = rsqrtf(ifd::block_sum(ss) / cols + eps);
   for (int c = threadIdx.x; c < cols; c += blockDim.x)
     out[r * cols + c] = __float2bfloat16(row[c] * inv * w[c]);
+  ifd::kprobe<2>(ifd::kDone);
 }
 
 __global__ void add_rms_norm_kernel(float* __restrict__ x, const float* __restrict__ y,
                                     const float* __restrict__ w, int cols, float eps,
                                     bf16* __restrict__ out) {
+  ifd::kprobe<2>(ifd::kEntry);
   ifd::pdl_begin();
+  ifd::kprobe<2>(ifd::kWaited);
   const size_t r = blockIdx.x;
   float* row = x + r * cols;
   const float* yr = y + r * cols;
@@ -77,12 +85,15 @@ __global__ void add_rms_norm_kernel(float* __restrict__ x, const float* __restri
   const float inv = rsqrtf(ifd::block_sum(ss) / cols + eps);
   for (int c = threadIdx.x; c < cols; c += blockDim.x)
     out[r * cols + c] = __float2bfloat16(row[c] * inv * w[c]);
+  ifd::kprobe<2>(ifd::kDone);
 }
 
 // One warp per head slice.
 __global__ void head_rms_norm_kernel(float* __restrict__ x, const float* __restrict__ w,
                                      int slices, int head_dim, float eps) {
+  ifd::kprobe<2>(ifd::kEntry);
   ifd::pdl_begin();
+  ifd::kprobe<2>(ifd::kWaited);
   const int s = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (s >= slices) return;
@@ -116,6 +127,8 @@ bool launch_norm4(float* x, const float* y, const float* w, int rows, int cols, 
   return true;
 }
 }  // namespace
+
+IFD_KERNEL_PROBE_SETTER(ifd_kernel_probe_norm)
 
 extern "C" {
 

@@ -207,6 +207,12 @@ inline unsigned long long global_ns() {
       std::chrono::steady_clock::now().time_since_epoch()).count());
 }
 inline void pdl_trigger() {}
+// The kernels' profiling stamps (kernels/common.cuh): nothing here.
+enum ProbeStage { kEntry = 0, kWaited = 1, kDone = 2 };
+template <int UNIT>
+inline void kprobe(ProbeStage) {}
+#define IFD_KERNEL_PROBE_SETTER(name) \
+  extern "C" int name(void*) { return 0; }
 // The kernel before, finishing: a test may set emu::on_pdl_wait to write what that kernel
 // writes (then whatever a block read before its wait is stale). Every thread of the block
 // reaches the wait (it acts as a barrier here); the hook runs once, with all of them held.

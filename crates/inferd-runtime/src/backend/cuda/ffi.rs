@@ -251,6 +251,10 @@ extern "C" {
     pub fn ifd_decode_supported(head_dim: c_int, group: c_int) -> c_int;
     pub fn ifd_attention_stub(out: *mut c_void, n: usize, stream: Stream) -> c_int;
     pub fn ifd_decode_probe(buf: *mut c_void) -> c_int;
+    pub fn ifd_kernel_probe_gemv(region: *mut c_void) -> c_int;
+    pub fn ifd_kernel_probe_norm(region: *mut c_void) -> c_int;
+    pub fn ifd_kernel_probe_fused(region: *mut c_void) -> c_int;
+    pub fn ifd_kernel_probe_decode(region: *mut c_void) -> c_int;
     pub fn ifd_decode_mma_supported(kv_dtype: c_int, head_dim: c_int, group: c_int) -> c_int;
     pub fn ifd_decode_mma_blocks_per_sm(head_dim: c_int, group: c_int) -> c_int;
     pub fn ifd_decode_attention(

@@ -33,7 +33,10 @@ use std::sync::{Arc, Mutex};
 pub use batch::CudaBatch;
 pub use device::{device_count, device_info, DeviceInfo};
 pub use kv::CudaKv;
-pub use profile::{SkipOps, PROBE_STAGES, PROBE_STAGE_NAMES};
+pub use profile::{
+    kernel_launches, KernelLaunch, KernelStamp, SkipOps, KERNEL_UNITS, PROBE_STAGES,
+    PROBE_STAGE_NAMES,
+};
 pub use tensor::{Act, CudaTensor, CudaWeight};
 
 use batch::{BatchPool, RopeTable};
@@ -156,6 +159,8 @@ struct Inner {
     delta_ws: Mutex<Option<device::DeviceBuffer>>,
     /// Profiling only: where the decode kernels stamp their stages (profile.rs).
     probe: Mutex<Option<device::DeviceBuffer>>,
+    /// Profiling only: where every unit of kernels appends its blocks' stamps (profile.rs).
+    kernel_probe: Mutex<Option<device::DeviceBuffer>>,
 }
 
 /// A handle to one GPU's backend (cheap to clone: clones share the device and stream).
@@ -197,6 +202,7 @@ impl CudaBackend {
                 kv8_map: Mutex::new(Vec::new()),
                 delta_ws: Mutex::new(None),
                 probe: Mutex::new(None),
+                kernel_probe: Mutex::new(None),
             }),
         })
     }
