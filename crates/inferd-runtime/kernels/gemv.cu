@@ -87,9 +87,92 @@ __global__ void __launch_bounds__(kWarps * 32)
   ifd::kprobe<1>(ifd::kDone);
 }
 
+// One row of x, the weights streamed without a break: a grid of about as many blocks as
+// are resident at once, warp g taking rows g, g + warps, ... (warps = gridDim.x · kWarps).
+// Each lane keeps the loads of its next U pieces in flight while it computes on its last U,
+// across the end of a row, so its loads never drain between rows and no block starts or
+// ends mid-product. A lane adds its pieces of a row in the order of gemv_kernel's (lane,
+// lane + 32, ...), and the warp sums the lanes as it does: the same results, bit for bit.
+template <int U>
+__global__ void __launch_bounds__(kWarps * 32)
+    gemv_stream_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                       const float* __restrict__ bias, float* __restrict__ y, int k, int out,
+                       int add) {
+  ifd::kprobe<1>(ifd::kEntry);
+  const int lane = threadIdx.x & 31;
+  const int warps = gridDim.x * kWarps;
+  const int kv = k >> 3;  // 16-byte vectors in a row
+  const uint4* xr = reinterpret_cast<const uint4*>(x);
+  const uint4* wm = reinterpret_cast<const uint4*>(w);
+  // The U pieces of row o from piece i (this lane's i, i + 32, ...); past the row: zeros.
+  const auto fetch = [&](uint4 (&b)[U], int o, int i) {
+    const uint4* wr = wm + static_cast<size_t>(o) * kv;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      b[u] = i + 32 * u < kv ? load_stream(wr + i + 32 * u) : uint4{0u, 0u, 0u, 0u};
+  };
+  int o = blockIdx.x * kWarps + (threadIdx.x >> 5), i = lane;
+  uint4 cur[U], nxt[U];
+  if (o < out) fetch(cur, o, i);
+  ifd::pdl_begin();
+  ifd::kprobe<1>(ifd::kWaited);
+  float acc = 0.f;
+  while (o < out) {
+    // Where the next U pieces are: further along this row, else the warp's next row.
+    int o2 = o, i2 = i + 32 * U;
+    if (i2 - lane >= kv) {
+      o2 = o + warps;
+      i2 = lane;
+    }
+    if (o2 < out) fetch(nxt, o2, i2);
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (i + 32 * u < kv) acc = dot8(cur[u], __ldg(xr + i + 32 * u), acc);
+    if (o2 != o) {
+      acc = ifd::warp_sum(acc);
+      if (lane == 0) {
+        const float v = acc + (bias ? bias[o] : 0.f);
+        y[o] = add ? y[o] + v : v;
+      }
+      acc = 0.f;
+    }
+    o = o2;
+    i = i2;
+#pragma unroll
+    for (int u = 0; u < U; ++u) cur[u] = nxt[u];
+  }
+  ifd::kprobe<1>(ifd::kDone);
+}
+
+// The streaming kernel's grid: its blocks resident at once (by its registers), at most one
+// a row group.
+template <int U>
+unsigned stream_blocks(int out) {
+  static int resident = 0;  // per instantiation, read once
+  if (resident == 0) {
+    int dev = 0, sms = 0, per = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, gemv_stream_kernel<U>, kWarps * 32,
+                                                      0) != cudaSuccess) {
+      cudaGetLastError();
+      sms = 132;
+      per = 2;
+    }
+    resident = sms * (per > 0 ? per : 1);
+  }
+  const int groups = (out + kWarps - 1) / kWarps;
+  return static_cast<unsigned>(groups < resident ? groups : resident);
+}
+
 template <int R, int U>
 int launch_u(const void* x, const void* w, const float* bias, float* y, int k, int out,
              int add, cudaStream_t s) {
+  if constexpr (R == 1) {
+    ifd::launch(gemv_stream_kernel<U>, stream_blocks<U>(out), kWarps * 32, 0, s,
+                static_cast<const bf16*>(x), static_cast<const bf16*>(w), bias, y, k, out, add);
+    return ifd::launched();
+  }
   ifd::launch(gemv_kernel<R, U>, (out + kWarps - 1) / kWarps, kWarps * 32, 0, s,
               static_cast<const bf16*>(x), static_cast<const bf16*>(w), bias, y, k, out, add);
   return ifd::launched();
