@@ -112,13 +112,13 @@ __global__ void __launch_bounds__(kWarps * 32)
       b[u] = i + 32 * u < kv ? load_stream(wr + i + 32 * u) : uint4{0u, 0u, 0u, 0u};
   };
   int o = blockIdx.x * kWarps + (threadIdx.x >> 5), i = lane;
-  uint4 cur[U], nxt[U];
-  if (o < out) fetch(cur, o, i);
-  ifd::pdl_begin();
-  ifd::kprobe<1>(ifd::kWaited);
   float acc = 0.f;
-  while (o < out) {
-    // Where the next U pieces are: further along this row, else the warp's next row.
+  // One step: the next U pieces' loads into `nxt`, then the sums of `cur`'s (and at a row's
+  // end its output); false when the warp has no rows left. Steps alternate the two
+  // buffers, so a load is first read a whole step after it is issued.
+  const auto step = [&](uint4 (&cur)[U], uint4 (&nxt)[U]) {
+    // Where the next U pieces are: further along this row, else the warp's next row
+    // (warp-uniform: i - lane is the step's first piece for every lane).
     int o2 = o, i2 = i + 32 * U;
     if (i2 - lane >= kv) {
       o2 = o + warps;
@@ -138,9 +138,15 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     o = o2;
     i = i2;
-#pragma unroll
-    for (int u = 0; u < U; ++u) cur[u] = nxt[u];
-  }
+    return o < out;
+  };
+  uint4 a[U], b[U];
+  if (o < out) fetch(a, o, i);
+  ifd::pdl_begin();
+  ifd::kprobe<1>(ifd::kWaited);
+  if (o < out)
+    while (step(a, b) && step(b, a)) {
+    }
   ifd::kprobe<1>(ifd::kDone);
 }
 
@@ -169,7 +175,9 @@ template <int R, int U>
 int launch_u(const void* x, const void* w, const float* bias, float* y, int k, int out,
              int add, cudaStream_t s) {
   if constexpr (R == 1) {
-    ifd::launch(gemv_stream_kernel<U>, stream_blocks<U>(out), kWarps * 32, 0, s,
+    // Two buffers of U loads a lane: at most 8 (16 would spill).
+    constexpr int V = U < 8 ? U : 8;
+    ifd::launch(gemv_stream_kernel<V>, stream_blocks<V>(out), kWarps * 32, 0, s,
                 static_cast<const bf16*>(x), static_cast<const bf16*>(w), bias, y, k, out, add);
     return ifd::launched();
   }
