@@ -57,17 +57,10 @@ inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 enum {
   cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
   cudaDevAttrMaxSharedMemoryPerMultiprocessor = 81,
-  cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
-  cudaDevAttrMultiProcessorCount = 16
+  cudaFuncAttributeMaxDynamicSharedMemorySize = 8
 };
-// An H100/H200's shared memory: 227 KiB a block, 228 KiB a multiprocessor; and a device of
-// two multiprocessors, so that grids sized to what is resident (gemv.cu's streaming
-// kernel, with the occupancy below) give each warp several rows here.
+// An H100/H200's shared memory: 227 KiB a block, 228 KiB a multiprocessor.
 inline cudaError_t cudaDeviceGetAttribute(int* v, int attr, int) {
-  if (attr == cudaDevAttrMultiProcessorCount) {
-    *v = 2;
-    return cudaSuccess;
-  }
   *v = attr == cudaDevAttrMaxSharedMemoryPerMultiprocessor ? 228 << 10 : 227 << 10;
   return cudaSuccess;
 }
