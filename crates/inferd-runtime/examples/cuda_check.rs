@@ -677,7 +677,7 @@ fn kernels(model_dir: &Path, context: usize, rows: usize) {
             );
         }
         // Two layers in the middle, launch by launch (µs from the step's first entry).
-        let per_layer = kinds.len().max(1);
+        let per_layer = (launches.len() / rig.model.cfg.n_layers).max(1);
         let from = (launches.len() / 2 / per_layer) * per_layer;
         println!("  launches {from}..{}: unit, blocks, first entry, last entry, last wait returned, last done (µs)", from + 2 * per_layer);
         for l in launches.iter().skip(from).take(2 * per_layer) {

@@ -43,7 +43,8 @@ __device__ __forceinline__ unsigned long long global_ns() {
 // block of its kernels appends (global timer ns, what) records at the block's stages:
 // kEntry, kWaited (its wait for the kernel before returned), kDone (its work written).
 // A region: [0] records so far, [1] room (records), then 2 words a record; what = unit << 56
-// | stage << 48 | gridDim.x << 24 | blockIdx.x. Each file of kernels has its own region
+// | stage << 48 | the grid's blocks << 24 | the block's index in it (x fastest, then y, z).
+// Each file of kernels has its own region
 // (IFD_KERNEL_PROBE_SETTER), set and read by the host between passes.
 // Compiled in only with IFD_KERNEL_PROBE (cargo feature `kernel-probe`): elsewhere kprobe
 // is nothing and the setters say cudaErrorNotSupported.
@@ -59,9 +60,12 @@ __device__ __forceinline__ void kprobe(ProbeStage stage) {
   const unsigned long long i = atomicAdd(p, 1ull);
   if (i >= p[1]) return;
   p[2 + 2 * i] = t;
+  const unsigned long long blocks = static_cast<unsigned long long>(gridDim.x) * gridDim.y * gridDim.z;
+  const unsigned long long block =
+      (static_cast<unsigned long long>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
   p[3 + 2 * i] = static_cast<unsigned long long>(UNIT) << 56 |
-                 static_cast<unsigned long long>(stage) << 48 |
-                 static_cast<unsigned long long>(gridDim.x & 0xffffff) << 24 | (blockIdx.x & 0xffffff);
+                 static_cast<unsigned long long>(stage) << 48 | (blocks & 0xffffff) << 24 |
+                 (block & 0xffffff);
 }
 #define IFD_KERNEL_PROBE_SETTER(name)                                          \
   extern "C" int name(void* region) {                                          \

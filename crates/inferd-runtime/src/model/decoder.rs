@@ -13,8 +13,8 @@
 //! Fused projections (Q|K|V, gate|up) hand their whole output to one backend op
 //! (`qkv_prep`, `swiglu`), which a backend may run as one kernel; what reads them rounds to
 //! bf16, so a backend may store them in bf16 (`Keep::Bf16`). `qkv_prep` may also store the
-//! new K/V rows in the pool (`KvRows::Stored`), which `attention` then does not. The products that end 2. and 4.
-//! join the residual stream together with the next norm (`join`,
+//! new K/V rows in the pool (`KvRows::Stored`), which `attention` then does not. The
+//! products that end 2. and 4. join the residual stream together with the next norm (`join`,
 //! `Backend::linear_add_rms_norm`), which a backend may add where the product is made.
 //!
 //! Full attention, over the KV pool layer `ModelConfig::kv_layer(ℓ)`:
@@ -99,8 +99,8 @@ impl<B: Backend> Decoder<'_, B> {
                 let kv_layer = c
                     .kv_layer(layer)
                     .expect("an attention layer has a KV layer");
-                self.attention(ws, aw, kv_layer, kv, batch)?; // -> ws.attn
-                                                              // f. the output projection joins the residual stream
+                // a.-e. -> ws.attn; f. the output projection joins the residual stream
+                self.attention(ws, aw, kv_layer, kv, batch)?;
                 let o = (&aw.o, aw.o_bias.as_ref());
                 self.join(ws, Joined::Attention, o, Some(&lw.ffn_norm), batch)?;
             }

@@ -1143,17 +1143,14 @@ impl Backend for CudaBackend {
                 !skip.has(SkipOps::KV_APPEND) && !skip.has(SkipOps::QKV_PREP)
             })
             .map(|(kv, layer)| kv.paged(layer));
-        let (kp, vp) = match paged {
-            Some(_) => (std::ptr::null_mut(), std::ptr::null_mut()),
+        let (kp, vp, rows) = match paged {
+            Some(_) => (std::ptr::null_mut(), std::ptr::null_mut(), KvRows::Stored),
             None => {
                 k.prepare(qkv.rows, hkv * d, Act::F32)?;
                 v.prepare(qkv.rows, hkv * d, Act::F32)?;
-                (k.f32_ptr("qkv_prep")?, v.f32_ptr("qkv_prep")?)
+                let (kp, vp) = (k.f32_ptr("qkv_prep")?, v.f32_ptr("qkv_prep")?);
+                (kp, vp, KvRows::InTensors)
             }
-        };
-        let rows = match paged {
-            Some(_) => KvRows::Stored,
-            None => KvRows::InTensors,
         };
         if self.inner.skip.has(SkipOps::QKV_PREP) {
             return Ok(rows);

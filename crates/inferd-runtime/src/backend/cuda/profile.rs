@@ -48,8 +48,10 @@ impl CudaBackend {
     /// Profiling only (`cuda_check kernels`): from now on the blocks of our gemv, norm,
     /// fused (qkv_prep, SwiGLU) and decode attention kernels append [`KernelStamp`]s, up to
     /// `records` a unit; 0 stops them. Not while a graph is captured. Only a build with
-    /// feature `kernel-probe` has the stamps (an error otherwise): each costs its block an
-    /// atomic and a few stores, so the step it measures runs a little slower.
+    /// feature `kernel-probe` has the stamps (an error otherwise). Each costs its block an
+    /// atomic and a few stores on thread 0's path: a one-row 8B step at 4k took 5.93 ms
+    /// stamped against 4.68 plain (docs/gpu-notes.md, session 16 call 4), so the stamps
+    /// give shares of a step, not its times.
     pub fn kernel_probe(&self, records: usize) -> Result<()> {
         let dev = &self.inner.dev;
         dev.bind()?;
@@ -155,7 +157,7 @@ pub struct KernelStamp {
     /// 0: the block entered; 1: its wait for the kernel before returned; 2: its work is
     /// written.
     pub stage: u8,
-    /// The launch's blocks (x) and this block's index.
+    /// The launch's blocks (the whole grid) and this block's index in it.
     pub grid: u32,
     pub block: u32,
 }
