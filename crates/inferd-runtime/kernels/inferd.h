@@ -56,9 +56,15 @@ int ifd_gather_rows(const float* x, const int32_t* idx, int n, int cols, float* 
 // ---- gemv.cu: y = x · wᵀ (+ bias) for n <= 8 rows, each row summed in a fixed order
 // x bf16 [n, k], w bf16 [out, k], bias f32 [out] or null -> y f32 [n, out]; k % 8 == 0;
 // `loads`: 16-byte loads of w each lane keeps in flight (4, 8 or 16; fewer for more rows);
-// `add`: y += the product (a residual stream) instead of y = it
+// `part`: 16-byte vectors of a row a warp takes (a longer row is cut into pieces that warps
+// of a block take side by side; 0: whole rows); `add`: y += the product (a residual stream)
+// instead of y = it
 int ifd_gemv(const void* x, const void* w, const float* bias, float* y, int n, int k, int out,
-             int loads, int add, void* stream);
+             int loads, int part, int add, void* stream);
+
+// ---- prefetch.cu: starts bringing bytes at p into the L2 cache (a hint; nothing is
+// written), issued before or after (after_wait) the kernel before in the stream has finished
+int ifd_l2_prefetch(const void* p, size_t bytes, int after_wait, void* stream);
 
 // ---- fused.cu
 // Full attention's inputs from the fused projection qkv [rows, (hq + 2 hkv) * head_dim]

@@ -92,9 +92,12 @@ extern "C" {
         k: c_int,
         out: c_int,
         loads: c_int,
+        part: c_int,
         add: c_int,
         stream: Stream,
     ) -> c_int;
+    pub fn ifd_l2_prefetch(p: *const c_void, bytes: usize, after_wait: c_int, stream: Stream)
+        -> c_int;
     pub fn ifd_qkv_prep(
         qkv: *const c_void,
         qkv_bf16: c_int,
