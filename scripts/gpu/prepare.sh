@@ -37,6 +37,11 @@ if [ -n "${BASE:-}" ]; then
   git worktree remove --force $wt
   bins="$bins cuda_check_base"
 fi
+# Variants of cuda_check built by variant.sh (.device/variants/cuda_check_*).
+for v in .device/variants/cuda_check_*; do
+  [ -x "$v" ] || continue
+  cp "$v" "$out/" && bins="$bins $(basename "$v")"
+done
 # One solid archive with a dictionary wider than a binary: the binaries share the kernel
 # library, which is then stored once (about 15 MB in all, against 54 as nine .xz files).
 tar -C "$out" -cf - $bins | xz -T1 --lzma2=preset=6,dict=192MiB > "$out/bins.tar.xz"

@@ -35,9 +35,8 @@
 #   ncusource  ncu's warp-stall samples of the one-row tensor-core decode attention by source
 #            line and SASS instruction (1k, 4k), as CSV in logs.tgz
 #   ab       `speed` by this build and by cuda_check_base (prepare.sh BASE=<rev>) in turn
-#   gemvpf   one row: the matrix-vector kernel's rows whole or in pieces, the output
-#            projection's L2 prefetch each way (`speed` options whole, prefetch=,
-#            prefetchmib=), and the base build (prepare.sh BASE=<rev>), at 1k / 4k / 16k
+#   variants one row at 4k / 1k / 16k by this build and by each variant of it carried
+#            (scripts/gpu/variant.sh NAME PATCH before prepare.sh: cuda_check_NAME)
 #   hfab     after model8b: the logits of cuda_check_base and this build against transformers
 #   abprefill  prefill (and decode at 64 / 32 rows) by cuda_check_base and this build in turn:
 #            8 x 4096-token passes twice each way, 8 x 16384 once
@@ -186,18 +185,21 @@ ab)
     done
   done
   ;;
-gemvpf)
-  # One row: the matrix-vector kernel's rows whole or in pieces, the output projection's L2
-  # prefetch off / after / before the wait (or capped), at 4k each way (the old way, whole
-  # and off, first and again last: the drift between); the old way, the default and the
-  # base build at 1k and 16k.
+variants)
+  # One row at 4k / 1k / 16k by this build and each variant.sh build carried (cuda_check_*),
+  # in turn; at 4k this build also with whole gemv rows and VARIANT_SPECS (default: pieces of
+  # 256 vectors, 8 loads a lane), and once more at the end (the drift).
   W=bf16:rows=1
-  timeout 400 $B/cuda_check speed /tmp/q8b 4096 $W:whole:prefetch=off,$W:whole,$W:prefetch=off,$W,$W:prefetch=before,$W:prefetchmib=16,$W:whole:prefetch=off 2>&1 | tee -a $summary
-  [ -x $B/cuda_check_base ] && { note "-- cuda_check_base, 4096"; timeout 200 $B/cuda_check_base speed /tmp/q8b 4096 $W 2>&1 | tee -a $summary; }
-  for ctx in 1024 16384; do
-    timeout 300 $B/cuda_check speed /tmp/q8b $ctx $W:whole:prefetch=off,$W 2>&1 | tee -a $summary
-    [ -x $B/cuda_check_base ] && { note "-- cuda_check_base, $ctx"; timeout 200 $B/cuda_check_base speed /tmp/q8b $ctx $W 2>&1 | tee -a $summary; }
+  for ctx in 4096 1024 16384; do
+    for bin in $B/cuda_check $B/cuda_check_*; do
+      [ -x $bin ] || continue
+      note "-- $(basename $bin), $ctx tokens"
+      spec=$W; [ $ctx = 4096 ] && [ $bin = $B/cuda_check ] && spec=$W,$W:part=0,${VARIANT_SPECS:-$W:part=256:loads8}
+      timeout 300 $bin speed /tmp/q8b $ctx $spec 2>&1 | grep -E "^/tmp|^\| 1 " | tee -a $summary
+    done
   done
+  note "-- cuda_check, 4096 tokens, again"
+  timeout 300 $B/cuda_check speed /tmp/q8b 4096 $W 2>&1 | grep -E "^/tmp|^\| 1 " | tee -a $summary
   ;;
 hfab)
   # After model8b: the base build's and this build's logits against transformers' (f32).

@@ -271,16 +271,14 @@ fn step_bytes<B: Backend>(
 /// fp8) followed by any of (`:`-separated):
 /// - `inferd`: decode attention by our SIMT kernel at every row count; `mma`: by its
 ///   tensor-core build at every row count;
-/// - `loadsN`: the SIMT matrix-vector kernel with N loads in flight a lane; `whole`: its
-///   rows taken whole by one warp each (not cut into pieces);
-/// - `prefetch=after|before|off`: when one-row passes bring the output projection into L2;
-///   `prefetchmib=N`: at most N MiB of it;
+/// - `loadsN`: the SIMT matrix-vector kernel with N loads in flight a lane; `part=N`: its
+///   rows cut into pieces of N 16-byte vectors (0: whole rows, one warp each);
 /// - `splits=N`: decode attention in N splits at every row count;
 /// - `rows=N+N…`: only these batch sizes (and only as many sequences prefilled);
 /// - `skip=OP+OP…`: ops left out of every pass (profiling: what each costs in a graph;
 ///   the names of `SkipOps::parse`).
 fn speed_by_dtype(model_dir: &Path, context: usize, specs: &str) {
-    use inferd_runtime::{CudaConfig, DecodeAttention, L2Prefetch, SkipOps};
+    use inferd_runtime::{CudaConfig, DecodeAttention, SkipOps};
     for spec in specs.split(',') {
         let mut parts = spec.split(':');
         let name = parts.next().unwrap_or_default();
@@ -298,20 +296,9 @@ fn speed_by_dtype(model_dir: &Path, context: usize, specs: &str) {
             } else if let Some(n) = opt.strip_prefix("loads") {
                 cfg.gemv_loads = n.parse().expect("loadsN");
                 said.push(format!("gemv with {n} loads in flight a lane"));
-            } else if opt == "whole" {
-                cfg.gemv_whole_rows = true;
-                said.push("gemv rows whole".into());
-            } else if let Some(when) = opt.strip_prefix("prefetch=") {
-                cfg.l2_prefetch = match when {
-                    "after" => L2Prefetch::AfterWait,
-                    "before" => L2Prefetch::BeforeWait,
-                    "off" => L2Prefetch::Off,
-                    _ => panic!("prefetch=after|before|off"),
-                };
-                said.push(format!("L2 prefetch {when}"));
-            } else if let Some(n) = opt.strip_prefix("prefetchmib=") {
-                cfg.l2_prefetch_mib = n.parse().expect("prefetchmib=N");
-                said.push(format!("L2 prefetch of at most {n} MiB"));
+            } else if let Some(n) = opt.strip_prefix("part=") {
+                cfg.gemv_part = Some(n.parse().expect("part=N"));
+                said.push(format!("gemv rows in pieces of {n} (0: whole)"));
             } else if let Some(n) = opt.strip_prefix("splits=") {
                 cfg.decode_splits = n.parse().expect("splits=N");
                 said.push(match cfg.decode_splits {

@@ -9,7 +9,10 @@
 // block side by side, each piece one round of loads where a warp would otherwise take the
 // row in rounds, waiting for each before issuing the next (an 8B model's down projection,
 // 12288 wide: three rounds in lockstep across the multiprocessor). Their sums meet in
-// shared memory, added in the pieces' order.
+// shared memory, added in the pieces' order. Only a launch that cuts rows takes shared
+// memory: one with whole rows takes none, as before pieces (the same build with 32 bytes
+// of static shared memory in every launch measured 0.2 ms slower a one-row 8B step on the
+// H200, 4.85 against 4.65 ms; docs/gpu-notes.md, session 17).
 // The sum of a row runs in a fixed order that depends on k and `part` alone, not on R, so a
 // row's result is the same in any batch of up to 8 rows. A block's first loads of W are
 // issued before it waits for the kernel before (see ifd::pdl_begin).
@@ -57,14 +60,14 @@ inline Cut cut_rows(int kv, int part) {
 
 // x bf16 [R, k], w bf16 [out, k], bias f32 [out] or null -> y f32 [R, out]; k % 8 == 0.
 // With `add` the product (bias included) is added to what y holds (a residual stream).
-// Block: cut.rows × cut.pieces warps, warp (row j, piece p) = j · pieces + p.
+// Block: cut.rows × cut.pieces warps, warp (row j, piece p) = j · pieces + p; with pieces,
+// dynamic shared memory of a float per (warp, row of x).
 template <int R, int kUnroll>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
                 const float* __restrict__ bias, float* __restrict__ y, int k, int out, int add,
                 Cut cut) {
   ifd::kprobe<1>(ifd::kEntry);
-  __shared__ float piece_sum[kWarps][R];  // a row's pieces' sums, when it has several
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int piece = warp % cut.pieces;
   const int o = blockIdx.x * cut.rows + warp / cut.pieces;
@@ -110,15 +113,16 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = ifd::warp_sum(acc[r]);
   if (cut.pieces > 1) {  // block-uniform
+    extern __shared__ float smem[];  // a row's pieces' sums  [warps][R]
     if (lane == 0)
 #pragma unroll
-      for (int r = 0; r < R; ++r) piece_sum[warp][r] = acc[r];
+      for (int r = 0; r < R; ++r) smem[warp * R + r] = acc[r];
     __syncthreads();
     if (piece != 0) return;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       float s = acc[r];
-      for (int p = 1; p < cut.pieces; ++p) s += piece_sum[warp + p][r];
+      for (int p = 1; p < cut.pieces; ++p) s += smem[(warp + p) * R + r];
       acc[r] = s;
     }
   }
@@ -137,8 +141,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <int R, int U>
 int launch_u(const void* x, const void* w, const float* bias, float* y, int k, int out,
              int add, Cut cut, cudaStream_t s) {
-  ifd::launch(gemv_kernel<R, U>, (out + cut.rows - 1) / cut.rows, cut.rows * cut.pieces * 32, 0,
-              s, static_cast<const bf16*>(x), static_cast<const bf16*>(w), bias, y, k, out, add,
+  const int warps = cut.rows * cut.pieces;
+  const size_t smem = cut.pieces > 1 ? sizeof(float) * warps * R : 0;
+  ifd::launch(gemv_kernel<R, U>, (out + cut.rows - 1) / cut.rows, warps * 32, smem, s,
+              static_cast<const bf16*>(x), static_cast<const bf16*>(w), bias, y, k, out, add,
               cut);
   return ifd::launched();
 }

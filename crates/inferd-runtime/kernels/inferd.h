@@ -62,10 +62,6 @@ int ifd_gather_rows(const float* x, const int32_t* idx, int n, int cols, float* 
 int ifd_gemv(const void* x, const void* w, const float* bias, float* y, int n, int k, int out,
              int loads, int part, int add, void* stream);
 
-// ---- prefetch.cu: starts bringing bytes at p into the L2 cache (a hint; nothing is
-// written), issued before or after (after_wait) the kernel before in the stream has finished
-int ifd_l2_prefetch(const void* p, size_t bytes, int after_wait, void* stream);
-
 // ---- fused.cu
 // Full attention's inputs from the fused projection qkv [rows, (hq + 2 hkv) * head_dim]
 // (bf16 when qkv_bf16, else f32): q and k heads RMS-normed by q_norm / k_norm f32

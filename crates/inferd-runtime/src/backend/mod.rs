@@ -516,13 +516,6 @@ pub trait Backend: Send + Sync {
         self.rope(k, cfg.head_dim, batch)?;
         Ok(KvRows::InTensors)
     }
-    /// A hint, never a result: an op after the next one reads weight `w` (the decoder says
-    /// so of the output projection before the attention runs). A backend with a cache in
-    /// front of its memory may start bringing `w` in while the next op leaves that memory
-    /// idle; the default does nothing.
-    fn prefetch(&self, _w: &Self::Weight, _batch: &Self::Batch) -> Result<()> {
-        Ok(())
-    }
     /// SwiGLU's gating from the fused gate|up projection: `silu(gate) * up`, `gate` and
     /// `up` being scratch a backend may use for the halves (the default splits into them).
     /// gate_up [n, 2·ffn] -> out [n, ffn]

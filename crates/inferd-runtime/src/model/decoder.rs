@@ -227,9 +227,7 @@ impl<B: Backend> Decoder<'_, B> {
             b.rope(q, c.head_dim, batch)?;
             b.rope(k, c.head_dim, batch)?;
         }
-        // d. attention through the paged cache, while (at the backend's choice) the output
-        // projection's weights come into its cache
-        b.prefetch(&aw.o, batch)?;
+        // d. attention through the paged cache
         let new = match rows {
             KvRows::InTensors => NewKv::Rows(&ws.k, &ws.v),
             KvRows::Stored => NewKv::Stored,

@@ -96,8 +96,6 @@ extern "C" {
         add: c_int,
         stream: Stream,
     ) -> c_int;
-    pub fn ifd_l2_prefetch(p: *const c_void, bytes: usize, after_wait: c_int, stream: Stream)
-        -> c_int;
     pub fn ifd_qkv_prep(
         qkv: *const c_void,
         qkv_bf16: c_int,

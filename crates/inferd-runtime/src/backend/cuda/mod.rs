@@ -68,15 +68,10 @@ pub struct CudaConfig {
     /// 16-byte loads of a weight row each lane of the matrix-vector kernel keeps in flight
     /// (4, 8 or 16); 0: [`GEMV_LOADS`].
     pub gemv_loads: usize,
-    /// Whether the matrix-vector kernel takes every row in one warp (for comparison: by
-    /// default rows wider than [`GEMV_PART`] 16-byte vectors are cut into pieces that warps
-    /// of a block take side by side).
-    pub gemv_whole_rows: bool,
-    /// How one-row passes bring the output projection's weights into L2 while the
-    /// attention runs ([`Backend::prefetch`]).
-    pub l2_prefetch: L2Prefetch,
-    /// At most this many MiB of them (0: all).
-    pub l2_prefetch_mib: usize,
+    /// 16-byte vectors of a weight row one warp of the matrix-vector kernel takes, wider
+    /// rows cut into pieces that warps of a block take side by side (for comparison; None:
+    /// [`GEMV_PART`]; `Some(0)`: whole rows, one warp each).
+    pub gemv_part: Option<usize>,
     /// Which kernel attends decode rows (bf16 KV); the default picks by the number of rows.
     pub decode: DecodeAttention,
     /// Splits of each (row, KV head) in inferd's decode attention (0: by the pass's shape,
@@ -87,19 +82,6 @@ pub struct CudaConfig {
     /// Every row but a plain greedy one drawn by the host sampler from its logits row read
     /// back (for comparison: by default the device runs every draw the sampler can plan).
     pub host_sampling: bool,
-}
-
-/// When one-row passes start bringing the weights an op after the next reads into L2
-/// (`kernels/prefetch.cu`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum L2Prefetch {
-    /// Once the kernel before (qkv_prep) has finished: while the attention runs.
-    #[default]
-    AfterWait,
-    /// As soon as the prefetch kernel is scheduled (while the kernels before it still run).
-    BeforeWait,
-    /// Never.
-    Off,
 }
 
 /// The kernel of decode rows' attention.
@@ -159,9 +141,6 @@ struct Inner {
     gemv_loads: usize,
     /// 16-byte vectors of a row a warp takes (0: whole rows).
     gemv_part: usize,
-    l2_prefetch: L2Prefetch,
-    /// Bytes of a weight prefetched at most (0: all).
-    l2_prefetch_bytes: usize,
     decode: DecodeAttention,
     decode_splits: usize,
     skip: SkipOps,
@@ -223,9 +202,7 @@ impl CudaBackend {
                 } else {
                     cfg.gemv_loads
                 },
-                gemv_part: if cfg.gemv_whole_rows { 0 } else { GEMV_PART },
-                l2_prefetch: cfg.l2_prefetch,
-                l2_prefetch_bytes: cfg.l2_prefetch_mib << 20,
+                gemv_part: cfg.gemv_part.unwrap_or(GEMV_PART),
                 decode: cfg.decode,
                 host_sampling: cfg.host_sampling,
                 decode_part: Mutex::new(None),
@@ -1139,30 +1116,6 @@ impl Backend for CudaBackend {
         check(
             unsafe { ffi::ifd_silu_mul(g, u, gate.len(), op, s) },
             "silu_mul",
-        )
-    }
-
-    /// One-row passes only: there the matrix-vector kernel streams the weights, and the
-    /// attention before the output projection leaves the memory mostly idle (larger
-    /// passes' products are cuBLASLt's, bound by compute).
-    fn prefetch(&self, w: &CudaWeight, batch: &CudaBatch) -> Result<()> {
-        let after_wait = match self.inner.l2_prefetch {
-            L2Prefetch::Off => return Ok(()),
-            L2Prefetch::AfterWait => 1,
-            L2Prefetch::BeforeWait => 0,
-        };
-        if batch.n_tokens != 1 || self.inner.gemv_rows == 0 {
-            return Ok(());
-        }
-        let s = self.stream()?;
-        let (wb, rows, cols) = w.matrix("prefetch")?;
-        let mut bytes = rows * cols * std::mem::size_of::<u16>(); // bf16 [rows, cols]
-        if self.inner.l2_prefetch_bytes > 0 {
-            bytes = bytes.min(self.inner.l2_prefetch_bytes);
-        }
-        check(
-            unsafe { ffi::ifd_l2_prefetch(wb.ptr(), bytes, after_wait, s) },
-            "l2_prefetch",
         )
     }
 
