@@ -187,14 +187,14 @@ ab)
   ;;
 variants)
   # One row at 4k / 1k / 16k by this build and each variant.sh build carried (cuda_check_*),
-  # in turn; at 4k this build also with whole gemv rows and VARIANT_SPECS (default: pieces of
-  # 256 vectors, 8 loads a lane), and once more at the end (the drift).
+  # in turn; at 4k this build also with the `speed` specs VARIANT_SPECS (comma-separated,
+  # e.g. bf16:rows=1:loads8), and once more at the end (the drift).
   W=bf16:rows=1
   for ctx in 4096 1024 16384; do
     for bin in $B/cuda_check $B/cuda_check_*; do
       [ -x $bin ] || continue
       note "-- $(basename $bin), $ctx tokens"
-      spec=$W; [ $ctx = 4096 ] && [ $bin = $B/cuda_check ] && spec=$W,$W:part=0,${VARIANT_SPECS:-$W:part=256:loads8}
+      spec=$W; [ $ctx = 4096 ] && [ $bin = $B/cuda_check ] && spec=$W${VARIANT_SPECS:+,$VARIANT_SPECS}
       timeout 300 $bin speed /tmp/q8b $ctx $spec 2>&1 | grep -E "^/tmp|^\| 1 " | tee -a $summary
     done
   done

@@ -271,8 +271,7 @@ fn step_bytes<B: Backend>(
 /// fp8) followed by any of (`:`-separated):
 /// - `inferd`: decode attention by our SIMT kernel at every row count; `mma`: by its
 ///   tensor-core build at every row count;
-/// - `loadsN`: the SIMT matrix-vector kernel with N loads in flight a lane; `part=N`: its
-///   rows cut into pieces of N 16-byte vectors (0: whole rows, one warp each);
+/// - `loadsN`: the SIMT matrix-vector kernel with N loads in flight a lane;
 /// - `splits=N`: decode attention in N splits at every row count;
 /// - `rows=N+N…`: only these batch sizes (and only as many sequences prefilled);
 /// - `skip=OP+OP…`: ops left out of every pass (profiling: what each costs in a graph;
@@ -296,9 +295,6 @@ fn speed_by_dtype(model_dir: &Path, context: usize, specs: &str) {
             } else if let Some(n) = opt.strip_prefix("loads") {
                 cfg.gemv_loads = n.parse().expect("loadsN");
                 said.push(format!("gemv with {n} loads in flight a lane"));
-            } else if let Some(n) = opt.strip_prefix("part=") {
-                cfg.gemv_part = Some(n.parse().expect("part=N"));
-                said.push(format!("gemv rows in pieces of {n} (0: whole)"));
             } else if let Some(n) = opt.strip_prefix("splits=") {
                 cfg.decode_splits = n.parse().expect("splits=N");
                 said.push(match cfg.decode_splits {

@@ -254,25 +254,14 @@ __device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n
   __shared__ float w[G][kMaxSplits];
   __shared__ float total[G];
   const size_t head0 = static_cast<size_t>(r) * n_heads + kvh * G;
-  // Every split's value of element e (of G × D) from s0 on, a group of 32, into v.
-  const auto load_values = [&](int e, int s0, float (&v)[32]) {
-    const float* ph = part + (head0 + e / D) * splits * (D + 2) + 2 + e % D;
-#pragma unroll
-    for (int s = 0; s < 32; ++s) v[s] = s0 + s < splits ? __ldcg(ph + (s0 + s) * (D + 2)) : 0.f;
-  };
-  // The loads of a thread's first group are issued with the splits' maxima and sums, so
-  // the merge waits for the partials once before it knows their weights (not after).
-  float v[32];
-  if (threadIdx.x < G * D) load_values(threadIdx.x, 0, v);
   for (int g = warp; g < G; g += kWarps) {
     // Lane L takes splits L and L + 32.
     const float* ph = part + (head0 + g) * splits * (D + 2);
-    float ms[kMaxSplits / 32], ls[kMaxSplits / 32], mx = -FLT_MAX;
+    float ms[kMaxSplits / 32], mx = -FLT_MAX;
 #pragma unroll
     for (int i = 0; i < kMaxSplits / 32; ++i) {
       const int s = lane + 32 * i;
       ms[i] = s < splits ? __ldcg(ph + s * (D + 2)) : -FLT_MAX;
-      ls[i] = s < splits ? __ldcg(ph + s * (D + 2) + 1) : 0.f;
       mx = fmaxf(mx, ms[i]);
     }
     mx = ifd::warp_max(mx);
@@ -282,7 +271,7 @@ __device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n
       const int s = lane + 32 * i;
       const float c = ms[i] == -FLT_MAX ? 0.f : exp2f(ms[i] - mx);
       w[g][s] = c;
-      lt += ls[i] * c;
+      lt += s < splits ? __ldcg(ph + s * (D + 2) + 1) * c : 0.f;
     }
     lt = ifd::warp_sum(lt);
     if (lane == 0) total[g] = lt;
@@ -290,12 +279,15 @@ __device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n
   __syncthreads();
   for (int e = threadIdx.x; e < G * D; e += kWarps * 32) {
     const int g = e / D, d = e % D;
+    const float* ph = part + (head0 + g) * splits * (D + 2) + 2 + d;
     // Every split's value of a group of 32 loaded before any is added.
     float at = 0.f;
 #pragma unroll
     for (int s0 = 0; s0 < kMaxSplits; s0 += 32) {
       if (s0 >= splits) break;
-      if (e != static_cast<int>(threadIdx.x) || s0 != 0) load_values(e, s0, v);
+      float v[32];
+#pragma unroll
+      for (int s = 0; s < 32; ++s) v[s] = s0 + s < splits ? __ldcg(ph + (s0 + s) * (D + 2)) : 0.f;
 #pragma unroll
       for (int s = 0; s < 32; ++s) at = fmaf(v[s], w[g][s0 + s], at);
     }

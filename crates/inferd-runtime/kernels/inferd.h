@@ -56,11 +56,9 @@ int ifd_gather_rows(const float* x, const int32_t* idx, int n, int cols, float* 
 // ---- gemv.cu: y = x · wᵀ (+ bias) for n <= 8 rows, each row summed in a fixed order
 // x bf16 [n, k], w bf16 [out, k], bias f32 [out] or null -> y f32 [n, out]; k % 8 == 0;
 // `loads`: 16-byte loads of w each lane keeps in flight (4, 8 or 16; fewer for more rows);
-// `part`: 16-byte vectors of a row a warp takes (a longer row is cut into pieces that warps
-// of a block take side by side; 0: whole rows); `add`: y += the product (a residual stream)
-// instead of y = it
+// `add`: y += the product (a residual stream) instead of y = it
 int ifd_gemv(const void* x, const void* w, const float* bias, float* y, int n, int k, int out,
-             int loads, int part, int add, void* stream);
+             int loads, int add, void* stream);
 
 // ---- fused.cu
 // Full attention's inputs from the fused projection qkv [rows, (hq + 2 hkv) * head_dim]

@@ -92,7 +92,6 @@ extern "C" {
         k: c_int,
         out: c_int,
         loads: c_int,
-        part: c_int,
         add: c_int,
         stream: Stream,
     ) -> c_int;

@@ -68,10 +68,6 @@ pub struct CudaConfig {
     /// 16-byte loads of a weight row each lane of the matrix-vector kernel keeps in flight
     /// (4, 8 or 16); 0: [`GEMV_LOADS`].
     pub gemv_loads: usize,
-    /// 16-byte vectors of a weight row one warp of the matrix-vector kernel takes, wider
-    /// rows cut into pieces that warps of a block take side by side (for comparison; None:
-    /// [`GEMV_PART`]; `Some(0)`: whole rows, one warp each).
-    pub gemv_part: Option<usize>,
     /// Which kernel attends decode rows (bf16 KV); the default picks by the number of rows.
     pub decode: DecodeAttention,
     /// Splits of each (row, KV head) in inferd's decode attention (0: by the pass's shape,
@@ -115,12 +111,6 @@ pub const GEMV_MAX_ROWS: usize = 1;
 /// H200 (session 7, one run; docs/gpu-notes.md).
 pub const GEMV_LOADS: usize = 16;
 
-/// 16-byte vectors of a weight row one warp of the matrix-vector kernel takes (4096 bf16:
-/// one round of 16 loads a lane); wider rows (an 8B model's down projection, 12288) are cut
-/// into pieces that warps of one block take side by side, instead of one warp taking them
-/// in rounds.
-pub const GEMV_PART: usize = 512;
-
 /// Decode rows take inferd's tensor-core decode attention where that takes the shape (bf16
 /// KV, head_dim 64 / 128, up to 8 query heads a KV head); elsewhere passes of at most this
 /// many rows take its SIMT build and larger ones FlashInfer's (8-bit pools are the SIMT
@@ -139,8 +129,6 @@ struct Inner {
     /// Rows up to which products run as the matrix-vector kernel (0: never).
     gemv_rows: usize,
     gemv_loads: usize,
-    /// 16-byte vectors of a row a warp takes (0: whole rows).
-    gemv_part: usize,
     decode: DecodeAttention,
     decode_splits: usize,
     skip: SkipOps,
@@ -202,7 +190,6 @@ impl CudaBackend {
                 } else {
                     cfg.gemv_loads
                 },
-                gemv_part: cfg.gemv_part.unwrap_or(GEMV_PART),
                 decode: cfg.decode,
                 host_sampling: cfg.host_sampling,
                 decode_part: Mutex::new(None),
@@ -460,11 +447,7 @@ impl CudaBackend {
             }
         };
         let bp = bias.unwrap_or(std::ptr::null());
-        let (n, loads, part) = (
-            int(x.rows),
-            int(self.inner.gemv_loads),
-            int(self.inner.gemv_part),
-        );
+        let (n, loads) = (int(x.rows), int(self.inner.gemv_loads));
         check(
             unsafe {
                 ffi::ifd_gemv(
@@ -476,7 +459,6 @@ impl CudaBackend {
                     int(w_in),
                     int(w_out),
                     loads,
-                    part,
                     add,
                     s,
                 )
