@@ -175,32 +175,34 @@ fn build_library(
         .iter()
         .filter(|s| s.extension().is_some_and(|e| e == "h" || e == "cuh"))
         .collect();
+    // A unit's cached object: under a hash of what it is compiled from, read now.
+    let object_of = |src: &PathBuf| -> PathBuf {
+        let mut h = Sha256::new();
+        h.update(common.as_bytes());
+        if !is_fi_unit(src) {
+            h.update(flags.1.join(" ").as_bytes());
+        }
+        for f in std::iter::once(src).chain(
+            headers
+                .iter()
+                .copied()
+                .filter(|x| is_flashinfer(x) == is_flashinfer(src)),
+        ) {
+            h.update(f.file_name().unwrap().as_encoded_bytes());
+            h.update([0]);
+            h.update(std::fs::read(f).unwrap());
+        }
+        let hash: String = h.finalize()[..12]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let stem = src.file_stem().unwrap().to_string_lossy();
+        objs.join(format!("{stem}-{hash}.o"))
+    };
     let mut units: Vec<(PathBuf, PathBuf)> = sources
         .iter()
         .filter(|s| s.extension().is_some_and(|e| e == "cu"))
-        .map(|src| {
-            let mut h = Sha256::new();
-            h.update(common.as_bytes());
-            if !is_fi_unit(src) {
-                h.update(flags.1.join(" ").as_bytes());
-            }
-            for f in std::iter::once(src).chain(
-                headers
-                    .iter()
-                    .copied()
-                    .filter(|x| is_flashinfer(x) == is_flashinfer(src)),
-            ) {
-                h.update(f.file_name().unwrap().as_encoded_bytes());
-                h.update([0]);
-                h.update(std::fs::read(f).unwrap());
-            }
-            let hash: String = h.finalize()[..12]
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
-            let stem = src.file_stem().unwrap().to_string_lossy();
-            (src.clone(), objs.join(format!("{stem}-{hash}.o")))
-        })
+        .map(|src| (src.clone(), object_of(src)))
         .collect();
     let cost = |p: &Path| {
         let n = p.file_name().unwrap().to_string_lossy();
@@ -221,7 +223,10 @@ fn build_library(
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some((src, obj)) = todo.get(i) else { break };
-                compile(nvcc, src, flags, obj);
+                // An edit of the unit or a header while nvcc ran would cache an object
+                // under the hash of sources it was not compiled from (seen: a later build
+                // of the old sources linked the new kernel, and crashed).
+                compile(nvcc, src, flags, obj, || object_of(src) == *obj);
             });
         }
     });
@@ -235,8 +240,14 @@ fn build_library(
 }
 
 /// Compiles one unit into `obj` (written aside, then renamed: a crash leaves no partial
-/// object under the cached name).
-fn compile(nvcc: &Path, src: &Path, (fi_flags, own_flags): (&[String], &[String]), obj: &Path) {
+/// object under the cached name), provided `unchanged()` still holds once nvcc is done.
+fn compile(
+    nvcc: &Path,
+    src: &Path,
+    (fi_flags, own_flags): (&[String], &[String]),
+    obj: &Path,
+    unchanged: impl Fn() -> bool,
+) {
     let tmp = obj.with_extension(format!("o.{}", std::process::id()));
     let mut c = Command::new(nvcc);
     c.args(FLAGS);
@@ -248,6 +259,13 @@ fn compile(nvcc: &Path, src: &Path, (fi_flags, own_flags): (&[String], &[String]
     c.arg("-c").arg(src).arg("-o").arg(&tmp);
     if let Err(e) = run_capture(&mut c) {
         fail(&format!("nvcc {}: {e}", src.display()));
+    }
+    if !unchanged() {
+        let _ = std::fs::remove_file(&tmp);
+        fail(&format!(
+            "{} or a header changed while nvcc compiled it: not cached; build again",
+            src.display()
+        ));
     }
     std::fs::rename(&tmp, obj).unwrap();
 }
