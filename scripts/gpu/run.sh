@@ -187,10 +187,10 @@ ab)
   ;;
 variants)
   # One row at 4k / 1k / 16k by this build and each variant.sh build carried (cuda_check_*),
-  # in turn; at 4k this build also with the `speed` specs VARIANT_SPECS (comma-separated,
-  # e.g. bf16:rows=1:loads8), and once more at the end (the drift).
+  # in turn (VARIANT_CTX: other contexts); at 4k this build also with the `speed` specs
+  # VARIANT_SPECS (comma-separated, e.g. bf16:rows=1:loads8), and once more at the end.
   W=bf16:rows=1
-  for ctx in 4096 1024 16384; do
+  for ctx in ${VARIANT_CTX:-4096 1024 16384}; do
     for bin in $B/cuda_check $B/cuda_check_*; do
       [ -x $bin ] || continue
       note "-- $(basename $bin), $ctx tokens"
