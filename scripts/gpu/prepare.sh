@@ -37,8 +37,8 @@ if [ -n "${BASE:-}" ]; then
   git worktree remove --force $wt
   bins="$bins cuda_check_base"
 fi
-# Variants of cuda_check built by variant.sh (.device/variants/cuda_check_*).
-for v in .device/variants/cuda_check_*; do
+# Variants of cuda_check built by variant.sh (.device/variants/variant_*).
+for v in .device/variants/variant_*; do
   [ -x "$v" ] || continue
   cp "$v" "$out/" && bins="$bins $(basename "$v")"
 done

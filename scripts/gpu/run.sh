@@ -36,7 +36,7 @@
 #            line and SASS instruction (1k, 4k), as CSV in logs.tgz
 #   ab       `speed` by this build and by cuda_check_base (prepare.sh BASE=<rev>) in turn
 #   variants one row at 4k / 1k / 16k by this build and by each variant of it carried
-#            (scripts/gpu/variant.sh NAME PATCH before prepare.sh: cuda_check_NAME)
+#            (scripts/gpu/variant.sh NAME PATCH before prepare.sh: variant_NAME)
 #   hfab     after model8b: the logits of cuda_check_base and this build against transformers
 #   abprefill  prefill (and decode at 64 / 32 rows) by cuda_check_base and this build in turn:
 #            8 x 4096-token passes twice each way, 8 x 16384 once
@@ -186,20 +186,22 @@ ab)
   done
   ;;
 variants)
-  # One row at 4k / 1k / 16k by this build and each variant.sh build carried (cuda_check_*),
+  # One row at 4k / 1k / 16k by this build and each variant.sh build carried (variant_*),
   # in turn (VARIANT_CTX: other contexts); at 4k this build also with the `speed` specs
   # VARIANT_SPECS (comma-separated, e.g. bf16:rows=1:loads8), and once more at the end.
   W=bf16:rows=1
+  one_row() {  # BIN CTX SPEC: `speed`'s one-row line of each spec
+    note "-- $(basename $1), $2 tokens"
+    timeout 300 $1 speed /tmp/q8b $2 $3 2>&1 | grep -E "^/tmp|^\| 1 " | tee -a $summary
+  }
   for ctx in ${VARIANT_CTX:-4096 1024 16384}; do
-    for bin in $B/cuda_check $B/cuda_check_*; do
-      [ -x $bin ] || continue
-      note "-- $(basename $bin), $ctx tokens"
-      spec=$W; [ $ctx = 4096 ] && [ $bin = $B/cuda_check ] && spec=$W${VARIANT_SPECS:+,$VARIANT_SPECS}
-      timeout 300 $bin speed /tmp/q8b $ctx $spec 2>&1 | grep -E "^/tmp|^\| 1 " | tee -a $summary
+    spec=$W; [ $ctx = 4096 ] && spec=$W${VARIANT_SPECS:+,$VARIANT_SPECS}
+    one_row $B/cuda_check $ctx $spec
+    for bin in $B/variant_*; do
+      [ -x $bin ] && one_row $bin $ctx $W
     done
   done
-  note "-- cuda_check, 4096 tokens, again"
-  timeout 300 $B/cuda_check speed /tmp/q8b 4096 $W 2>&1 | grep -E "^/tmp|^\| 1 " | tee -a $summary
+  one_row $B/cuda_check 4096 $W
   ;;
 hfab)
   # After model8b: the base build's and this build's logits against transformers' (f32).
