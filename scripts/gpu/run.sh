@@ -189,10 +189,11 @@ variants)
   # One row at 4k / 1k / 16k by this build and each variant.sh build carried (variant_*),
   # in turn (VARIANT_CTX: other contexts); at 4k this build also with the `speed` specs
   # VARIANT_SPECS (comma-separated, e.g. bf16:rows=1:loads8), and once more at the end.
+  # Each run's prefill line too (one timed pass of 8 prompts of CTX tokens).
   W=bf16:rows=1
-  one_row() {  # BIN CTX SPEC: `speed`'s one-row line of each spec
+  one_row() {  # BIN CTX SPEC: `speed`'s prefill and one-row lines of each spec
     note "-- $(basename $1), $2 tokens"
-    timeout 300 $1 speed /tmp/q8b $2 $3 2>&1 | grep -E "^/tmp|^\| 1 " | tee -a $summary
+    timeout 300 $1 speed /tmp/q8b $2 $3 2>&1 | grep -E "^/tmp|^prefill|^\| 1 " | tee -a $summary
   }
   for ctx in ${VARIANT_CTX:-4096 1024 16384}; do
     spec=$W; [ $ctx = 4096 ] && spec=$W${VARIANT_SPECS:+,$VARIANT_SPECS}
