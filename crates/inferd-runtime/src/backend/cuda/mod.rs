@@ -111,7 +111,7 @@ pub const GEMV_MAX_ROWS: usize = 1;
 /// one or two rows, rows of at least 4 KB); 4, 8 or 16 are the wave kernel's loads in
 /// flight a lane, one warp a row (an 8B decode step at 4096 tokens, one row, took 4.83 /
 /// 4.91 / 4.75 ms with 4 / 8 / 16 on the H200: session 7, one run; docs/gpu-notes.md).
-pub const GEMV_LOADS: usize = 0;
+pub const GEMV_LOADS: usize = 16;
 
 /// Decode rows take inferd's tensor-core decode attention where that takes the shape (bf16
 /// KV, head_dim 64 / 128, up to 8 query heads a KV head); elsewhere passes of at most this
