@@ -271,8 +271,7 @@ fn step_bytes<B: Backend>(
 /// fp8) followed by any of (`:`-separated):
 /// - `inferd`: decode attention by our SIMT kernel at every row count; `mma`: by its
 ///   tensor-core build at every row count;
-/// - `loadsN`: the matrix-vector kernel's wave schedule with N loads in flight a lane
-///   (4, 8, 16; the default streams its weights through shared memory);
+/// - `loadsN`: the SIMT matrix-vector kernel with N loads in flight a lane;
 /// - `splits=N`: decode attention in N splits at every row count;
 /// - `rows=N+N…`: only these batch sizes (and only as many sequences prefilled);
 /// - `skip=OP+OP…`: ops left out of every pass (profiling: what each costs in a graph;

@@ -55,8 +55,7 @@ int ifd_gather_rows(const float* x, const int32_t* idx, int n, int cols, float* 
 
 // ---- gemv.cu: y = x · wᵀ (+ bias) for n <= 8 rows, each row summed in a fixed order
 // x bf16 [n, k], w bf16 [out, k], bias f32 [out] or null -> y f32 [n, out]; k % 8 == 0;
-// `loads`: 16-byte loads of w each lane keeps in flight (4, 8 or 16; fewer for more rows),
-// or 0: w streamed through shared memory by bulk copies where n <= 2 and k >= 2048 (else 16);
+// `loads`: 16-byte loads of w each lane keeps in flight (4, 8 or 16; fewer for more rows);
 // `add`: y += the product (a residual stream) instead of y = it
 int ifd_gemv(const void* x, const void* w, const float* bias, float* y, int n, int k, int out,
              int loads, int add, void* stream);

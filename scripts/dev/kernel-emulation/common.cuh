@@ -4,7 +4,6 @@
 // warp, bf16 as round-to-nearest-even on f32 bits, ifd::launch running the grid at once.
 #pragma once
 #include <algorithm>
-#include <atomic>
 #include <barrier>
 #include <chrono>
 #include <cmath>
@@ -58,13 +57,11 @@ inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 enum {
   cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
   cudaDevAttrMaxSharedMemoryPerMultiprocessor = 81,
-  cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
-  cudaDevAttrMultiProcessorCount = 16
+  cudaFuncAttributeMaxDynamicSharedMemorySize = 8
 };
 // An H100/H200's shared memory: 227 KiB a block, 228 KiB a multiprocessor.
 inline cudaError_t cudaDeviceGetAttribute(int* v, int attr, int) {
-  *v = attr == cudaDevAttrMultiProcessorCount ? 3  // a few blocks, each many rows
-       : attr == cudaDevAttrMaxSharedMemoryPerMultiprocessor ? 228 << 10 : 227 << 10;
+  *v = attr == cudaDevAttrMaxSharedMemoryPerMultiprocessor ? 228 << 10 : 227 << 10;
   return cudaSuccess;
 }
 template <typename F> cudaError_t cudaFuncSetAttribute(F, int, int) { return cudaSuccess; }
@@ -224,19 +221,6 @@ inline void pdl_wait() {
   emu::block_bar->arrive_and_wait();
   if (threadIdx.x == 0) emu::on_pdl_wait();
   emu::block_bar->arrive_and_wait();
-}
-// Bulk copies complete at once here; a barrier's word counts its completed phases.
-inline void bar_init(uint64_t* bar, uint32_t) { std::atomic_ref<uint64_t>(*bar).store(0); }
-inline void bar_init_fence() {}
-inline uint64_t evict_first() { return 0; }
-inline void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t) {
-  if (bytes % 16 != 0 || reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16)
-    std::abort();
-  std::memcpy(dst, src, bytes);
-  std::atomic_ref<uint64_t>(*bar).fetch_add(1);
-}
-inline void bar_wait(uint64_t* bar, uint32_t parity) {
-  while ((std::atomic_ref<uint64_t>(*bar).load() & 1) == parity) std::this_thread::yield();
 }
 inline void cp_async16(void* smem, const void* global) { std::memcpy(smem, global, 16); }
 inline void cp_async4(void* smem, const void* global) { std::memcpy(smem, global, 4); }

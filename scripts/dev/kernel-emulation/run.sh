@@ -18,8 +18,7 @@
 #   append, byte for byte, in every pool dtype (kv_store_emu.cpp);
 # - decode attention over bf16 pages, its SIMT and tensor-core builds (decode_emu.cpp; mma
 #   and ldmatrix computed warp-wide from the lanes' fragments), against double precision;
-# - the matrix-vector kernel against double precision, and its streaming schedule (bulk
-#   copies through an mbarrier ring) against it bit for bit (gemv_emu.cpp).
+# - the matrix-vector kernel against double precision (gemv_emu.cpp).
 # Usage: scripts/dev/kernel-emulation/run.sh (needs g++ >= 11).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -29,14 +28,12 @@ trap 'rm -rf "$tmp"' EXIT
 cp "$here/common.cuh" "$here/hybrid_ops_emu.cpp" "$here/sample_emu.cpp" "$k/sample_plan.cu" "$tmp/"
 cp "$here/cuda_fp8.h" "$here/kv8_emu.cpp" "$k/attention.cu" "$k/kv8.cuh" "$k/inferd.h" "$tmp/"
 cp "$here/elementwise_emu.cpp" "$here/decode_emu.cpp" "$here/expect.h" "$k/fused.cu" "$k/norm.cu" "$tmp/"
-cp "$here/gemv_emu.cpp" "$here/kv_store_emu.cpp" "$tmp/"
+cp "$here/gemv_emu.cpp" "$here/kv_store_emu.cpp" "$k/gemv.cu" "$tmp/"
 # The one construct common.cuh cannot redefine: dynamic shared memory.
 for f in delta_rule delta_pieces; do
   sed -e 's/extern __shared__ float smem\[\];/float* smem = emu::dyn_smem;/' "$k/$f.cu" > "$tmp/$f.cu"
 done
-for f in decode gemv; do
-  sed -e 's/extern __shared__ float smem\[\];/float* smem = emu::dyn_smem;/' "$k/$f.cu" > "$tmp/$f.cu"
-done
+sed -e 's/extern __shared__ float smem\[\];/float* smem = emu::dyn_smem;/' "$k/decode.cu" > "$tmp/decode.cu"
 cp "$k/delta_net.cu" "$tmp/delta_net.cu"
 cd "$tmp"
 g++ -std=c++20 -O2 -pthread -x c++ hybrid_ops_emu.cpp -o ops

@@ -65,8 +65,8 @@ pub struct CudaConfig {
     /// comparison: by default passes of up to [`GEMV_MAX_ROWS`] rows use inferd's own
     /// matrix-vector kernel).
     pub no_gemv: bool,
-    /// 16-byte loads of a weight row each lane of the matrix-vector kernel's wave schedule
-    /// keeps in flight (4, 8 or 16); 0: [`GEMV_LOADS`] (the streaming schedule).
+    /// 16-byte loads of a weight row each lane of the matrix-vector kernel keeps in flight
+    /// (4, 8 or 16); 0: [`GEMV_LOADS`].
     pub gemv_loads: usize,
     /// Which kernel attends decode rows (bf16 KV); the default picks by the number of rows.
     pub decode: DecodeAttention,
@@ -106,11 +106,9 @@ pub enum DecodeAttention {
 /// still: 6.45 ms at 1 row, 8.10 at 8 (session 8, call 1).)
 pub const GEMV_MAX_ROWS: usize = 1;
 
-/// The matrix-vector kernel's schedule (see `kernels/gemv.cu`): 0 streams W through a ring
-/// of bulk copies into shared memory, one block a multiprocessor (where the shape allows:
-/// one or two rows, rows of at least 4 KB); 4, 8 or 16 are the wave kernel's loads in
-/// flight a lane, one warp a row (an 8B decode step at 4096 tokens, one row, took 4.83 /
-/// 4.91 / 4.75 ms with 4 / 8 / 16 on the H200: session 7, one run; docs/gpu-notes.md).
+/// The matrix-vector kernel's loads in flight per lane (see `kernels/gemv.cu`): an 8B
+/// decode step at 4096 tokens, one row, took 4.83 / 4.91 / 4.75 ms with 4 / 8 / 16 on the
+/// H200 (session 7, one run; docs/gpu-notes.md).
 pub const GEMV_LOADS: usize = 16;
 
 /// Decode rows take inferd's tensor-core decode attention where that takes the shape (bf16
