@@ -32,6 +32,9 @@
 #            (cuda_check timeline: 1 row at 1k / 4k / 16k, 8 rows at 4k)
 #   kernels  a replayed one-row decode step launch by launch, from every block's stamps
 #            (cuda_check_probe kernels: prepare.sh PROBE=1), at 1k / 4k / 16k tokens
+#   ncuprefill ncu's full set over one launch of FlashInfer's SM90 prefill attention, in a
+#            2048-token chunk at the end of a 16k and of a 4k prompt (`cuda_check profile
+#            ... prefill 2048`): what bounds it (tensor pipe, stalls, occupancy)
 #   ncusource  ncu's warp-stall samples of the one-row tensor-core decode attention by source
 #            line and SASS instruction (1k, 4k), as CSV in logs.tgz
 #   ab       `speed` by this build and by cuda_check_base (prepare.sh BASE=<rev>) in turn
@@ -151,6 +154,17 @@ kernels)
   # Each launch of our kernels in a replayed one-row step: how far it moves the chain's end.
   for ctx in 1024 4096 16384; do
     timeout 150 $B/cuda_check_probe kernels /tmp/q8b $ctx 1 2>&1 | tee -a $summary
+  done
+  ;;
+ncuprefill)
+  for ctx in 16384 4096; do
+    timeout 300 ncu --clock-control none --profile-from-start off --kernel-name regex:PrefillWithKVCacheKernel \
+      --launch-skip 10 --launch-count 1 --set full -o $OUT/ncu-prefill-$ctx \
+      $B/cuda_check profile /tmp/q8b $ctx 1 prefill 2048 >$OUT/ncu-prefill-$ctx.log 2>&1
+    note "ncu prefill attention, chunk 2048 at $((ctx - 2048)): rc=$? $(grep -a 'profiled' $OUT/ncu-prefill-$ctx.log)"
+    ncu --import $OUT/ncu-prefill-$ctx.ncu-rep --page details >$OUT/ncu-prefill-$ctx-details.txt 2>&1
+    grep -E "^  [A-Z].*(Duration|Throughput|Pipe|Issue Slots|Warp Cycles|Occupancy|Registers|Shared Memory Config|Block Size|Grid Size|Stall|Eligible|Active Warps|Busy)" \
+      $OUT/ncu-prefill-$ctx-details.txt | head -40 | tee -a $summary
   done
   ;;
 ncusource)

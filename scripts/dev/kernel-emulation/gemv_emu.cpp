@@ -65,7 +65,7 @@ int main() {
   run(576, 50, false);   // SmolLM2's width
   run(8192, 16, true);   // two rounds of 16 loads a lane
   run(4168, 37, false);  // a round, then a short tail; out ending 5 into a block
-  run(12288, 29, true);  // the 8B's down projection's rows: six rounds a lane
+  run(12288, 29, true);  // the 8B's down projection's rows: three rounds of 16 loads a lane
   std::printf("gemv emulation: %s (%d failures)\n", failures ? "FAILED" : "passed", failures);
   return failures ? 1 : 0;
 }
