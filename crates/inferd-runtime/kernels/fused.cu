@@ -14,16 +14,26 @@ using ifd::bf16;
 constexpr int kWarps = 8;       // heads per block, one per warp
 constexpr int kMaxHeadDim = 256;
 
-// Value i of a head held in `sh`, rotated over its first 2 * half dims by the angles of its
-// position (c, s: the position's cos / sin table rows); dims past them unchanged.
-__device__ __forceinline__ float rotated(const float* sh, int i, int half, int neox,
-                                         const float* c, const float* s) {
-  if (i >= 2 * half) return sh[i];
-  // The pair (a, b) that i belongs to, and its angle j.
-  const int j = neox ? (i < half ? i : i - half) : i >> 1;
+// The angle index of value i of a head rotated over its first 2 * half dims (-1: i is not
+// rotated), and value i of the head held in `sh` rotated with that angle's cos / sin
+// (ci, si); values past the first 2 * half dims unchanged.
+__device__ __forceinline__ int angle_of(int i, int half, int neox) {
+  if (i >= 2 * half) return -1;
+  return neox ? (i < half ? i : i - half) : i >> 1;
+}
+__device__ __forceinline__ float rotated_by(const float* sh, int i, int half, int neox, float ci,
+                                            float si) {
+  const int j = angle_of(i, half, neox);
+  if (j < 0) return sh[i];
   const int a = neox ? j : 2 * j, b = neox ? j + half : 2 * j + 1;
   const float x0 = sh[a], x1 = sh[b];
-  return i == a ? x0 * c[j] - x1 * s[j] : x0 * s[j] + x1 * c[j];
+  return i == a ? x0 * ci - x1 * si : x0 * si + x1 * ci;
+}
+// The same by the angles of its position (c, s: the position's cos / sin table rows).
+__device__ __forceinline__ float rotated(const float* sh, int i, int half, int neox,
+                                         const float* c, const float* s) {
+  const int j = angle_of(i, half, neox);
+  return j < 0 ? sh[i] : rotated_by(sh, i, half, neox, c[j], s[j]);
 }
 
 // Where qkv_prep stores the pass's new K/V rows in the paged pool: token r at physical
@@ -46,15 +56,14 @@ __device__ __forceinline__ void put8(uint8_t* codes, float* scale, float amax, c
     if (e[j] >= 0) codes[e[j]] = ifd::quantize<KV>(d[j], sc);
 }
 
-// Stores KV head h (a K head when is_k) of token r into the pool: the lane's final values
+// Stores KV head h (a K head when is_k) of a token into the pool at its slot (st.slot[r]): the lane's final values
 // x[j] of elements e[j] (< 0: none). Every lane of the warp calls it: an 8-bit row takes
 // its scale from the head's largest magnitude (after K's offset, when the pool has one),
 // with ifd_kv_append's arithmetic, so both write the same bytes.
 template <int N>
-__device__ __forceinline__ void store_head(const KvStore& st, size_t r, int h, bool is_k,
+__device__ __forceinline__ void store_head(const KvStore& st, int slot, int h, bool is_k,
                                            const float (&x)[N], const int (&e)[N]) {
   const IfdPaged& kv = st.kv;
-  const int slot = st.slot[r];
   if (slot < 0) return;  // warp-uniform
   const size_t s = static_cast<size_t>(slot), hd = static_cast<size_t>(kv.head_dim);
   const size_t row =
@@ -106,13 +115,22 @@ __global__ void __launch_bounds__(kWarps * 32)
                     Q* __restrict__ q, float* __restrict__ k, float* __restrict__ v,
                     KvStore st) {
   ifd::kprobe<3>(ifd::kEntry);
-  ifd::pdl_begin();
-  ifd::kprobe<3>(ifd::kWaited);
+  // The pass's metadata, the norms' weights and the rotary tables are no kernel's output:
+  // the 16-byte path reads its share of them before the wait for the kernel before.
+  if constexpr (V4) {
+    ifd::pdl_trigger();
+  } else {
+    ifd::pdl_begin();
+    ifd::kprobe<3>(ifd::kWaited);
+  }
   __shared__ float4 head[kWarps][kMaxHeadDim / 4];  // a warp's head, 16-byte aligned
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int heads = hq + 2 * hkv;
   const size_t g = static_cast<size_t>(blockIdx.x) * kWarps + warp;  // row * heads + head
-  if (g >= static_cast<size_t>(rows) * heads) return;
+  if (g >= static_cast<size_t>(rows) * heads) {
+    if constexpr (V4) ifd::pdl_wait();
+    return;
+  }
   const size_t r = g / heads;
   const int h = static_cast<int>(g % heads);
   const In* src = qkv + g * d;
@@ -126,6 +144,25 @@ __global__ void __launch_bounds__(kWarps * 32)
   if constexpr (V4) {
     constexpr int kPer = kMaxHeadDim / 128;  // groups a lane at most
     const int groups = d >> 2;
+    // Before the wait: the slot, and for a q or k head the lane's norm weights and its
+    // values' cos / sin.
+    const int slot = to_pool ? st.slot[r] : -1;
+    float4 nw[kPer];
+    float cs[4 * kPer], sn[4 * kPer];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int i = lane + 32 * j;
+      nw[j] = !is_v && w && i < groups ? reinterpret_cast<const float4*>(w)[i]
+                                       : float4{1.f, 1.f, 1.f, 1.f};
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        const int a = is_v || i >= groups ? -1 : angle_of(4 * i + t, half, neox);
+        cs[4 * j + t] = a >= 0 ? c[a] : 1.f;
+        sn[4 * j + t] = a >= 0 ? s[a] : 0.f;
+      }
+    }
+    ifd::pdl_wait();
+    ifd::kprobe<3>(ifd::kWaited);
     float4 x[kPer];
     float ss = 0.f;
 #pragma unroll
@@ -152,12 +189,11 @@ __global__ void __launch_bounds__(kWarps * 32)
     } else {
       if (w) {
         const float inv = rsqrtf(ifd::warp_sum(ss) / d + eps);
-        const float4* w4 = reinterpret_cast<const float4*>(w);
 #pragma unroll
         for (int j = 0; j < kPer; ++j) {
           const int i = lane + 32 * j;
           if (i < groups) {
-            const float4 s4 = w4[i];
+            const float4 s4 = nw[j];
             x[j] = float4{x[j].x * inv * s4.x, x[j].y * inv * s4.y, x[j].z * inv * s4.z,
                           x[j].w * inv * s4.w};
           }
@@ -173,7 +209,8 @@ __global__ void __launch_bounds__(kWarps * 32)
         float val[4];
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
-          val[t] = i4 < groups ? rotated(sh, 4 * i4 + t, half, neox, c, s) : 0.f;
+          val[t] = i4 < groups ? rotated_by(sh, 4 * i4 + t, half, neox, cs[4 * j + t], sn[4 * j + t])
+                               : 0.f;
           fin[4 * j + t] = val[t];
           at[4 * j + t] = i4 < groups ? 4 * i4 + t : -1;
         }
@@ -191,7 +228,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
       }
     }
-    if (to_pool) store_head(st, r, kvh, !is_v, fin, at);
+    if (to_pool) store_head(st, slot, kvh, !is_v, fin, at);
   } else {
     constexpr int kPer = kMaxHeadDim / 32;  // values a lane at most
     float fin[kPer];
@@ -226,7 +263,7 @@ __global__ void __launch_bounds__(kWarps * 32)
           k[(r * hkv + kvh) * d + i] = fin[j];
       }
     }
-    if (to_pool) store_head(st, r, kvh, !is_v, fin, at);
+    if (to_pool) store_head(st, st.slot[r], kvh, !is_v, fin, at);
   }
   ifd::kprobe<3>(ifd::kDone);
 }

@@ -8,17 +8,27 @@ using ifd::bf16;
 
 // The 16-byte path (cols % 4 == 0, cols ≤ 4 · V · blockDim.x): each thread keeps the V
 // groups of 4 values it owns (groups threadIdx.x + j · blockDim.x) in registers between
-// the sum of squares and the scaling, so x is read once; with RESIDUAL, y is added to x
+// the sum of squares and the scaling, so x is read once, and their weights, read before
+// the wait for the kernel before; with RESIDUAL, y is added to x
 // first and the sum written back.
 template <int V, bool RESIDUAL>
 __global__ void norm4_kernel(float* __restrict__ x, const float* __restrict__ y,
                              const float* __restrict__ w, int cols, float eps,
                              bf16* __restrict__ out) {
   ifd::kprobe<2>(ifd::kEntry);
-  ifd::pdl_begin();
+  // The weights are no kernel's output: loaded before the wait for the kernel before.
+  ifd::pdl_trigger();
+  const int groups = cols >> 2;
+  const float4* w4 = reinterpret_cast<const float4*>(w);
+  float4 g[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int c = threadIdx.x + j * blockDim.x;
+    g[j] = c < groups ? w4[c] : float4{0.f, 0.f, 0.f, 0.f};
+  }
+  ifd::pdl_wait();
   ifd::kprobe<2>(ifd::kWaited);
   const size_t r = blockIdx.x;
-  const int groups = cols >> 2;
   float4* row = reinterpret_cast<float4*>(x + r * cols);
   float4 v[V];
   float ss = 0.f;
@@ -39,14 +49,12 @@ __global__ void norm4_kernel(float* __restrict__ x, const float* __restrict__ y,
     ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
   }
   const float inv = rsqrtf(ifd::block_sum(ss) / cols + eps);
-  const float4* w4 = reinterpret_cast<const float4*>(w);
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     const int c = threadIdx.x + j * blockDim.x;
     if (c >= groups) break;
-    const float4 g = w4[c];
-    ifd::store4(out + r * cols + 4 * c, v[j].x * inv * g.x, v[j].y * inv * g.y,
-                v[j].z * inv * g.z, v[j].w * inv * g.w);
+    ifd::store4(out + r * cols + 4 * c, v[j].x * inv * g[j].x, v[j].y * inv * g[j].y,
+                v[j].z * inv * g[j].z, v[j].w * inv * g[j].w);
   }
   ifd::kprobe<2>(ifd::kDone);
 }
