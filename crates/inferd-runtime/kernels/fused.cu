@@ -13,6 +13,7 @@ using ifd::bf16;
 
 constexpr int kWarps = 8;       // heads per block, one per warp
 constexpr int kMaxHeadDim = 256;
+constexpr int kEarlyRows = 128;  // qkv_prep's passes of at most this many rows: EARLY
 
 // The angle index of value i of a head rotated over its first 2 * half dims (-1: i is not
 // rotated), and value i of the head held in `sh` rotated with that angle's cos / sin
@@ -106,7 +107,7 @@ __device__ __forceinline__ void store_head(const KvStore& st, int slot, int h, b
 //   -> q [rows, hq * d] (f32 or bf16), k, v f32 [rows, hkv * d] (each null: not written)
 // V4: loads and stores of 4 values (head_dim % 4 == 0), lane L owning the groups of 4 values
 // L, L + 32, ... of its head; else one value a lane at a time.
-template <typename In, typename Q, bool V4>
+template <typename In, typename Q, bool V4, bool EARLY>
 __global__ void __launch_bounds__(kWarps * 32)
     qkv_prep_kernel(const In* __restrict__ qkv, int rows, int hq, int hkv, int d,
                     const float* __restrict__ qn, const float* __restrict__ kn, float eps,
@@ -116,8 +117,11 @@ __global__ void __launch_bounds__(kWarps * 32)
                     KvStore st) {
   ifd::kprobe<3>(ifd::kEntry);
   // The pass's metadata, the norms' weights and the rotary tables are no kernel's output:
-  // the 16-byte path reads its share of them before the wait for the kernel before.
-  if constexpr (V4) {
+  // with EARLY (the 16-byte path of a decode-sized pass) a lane reads its share of them
+  // before the wait for the kernel before. (It holds them in registers, which in a prompt
+  // pass would cost a block a multiprocessor: about 58 registers a thread against 46.)
+  static_assert(V4 || !EARLY);
+  if constexpr (EARLY) {
     ifd::pdl_trigger();
   } else {
     ifd::pdl_begin();
@@ -128,7 +132,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int heads = hq + 2 * hkv;
   const size_t g = static_cast<size_t>(blockIdx.x) * kWarps + warp;  // row * heads + head
   if (g >= static_cast<size_t>(rows) * heads) {
-    if constexpr (V4) ifd::pdl_wait();
+    if constexpr (EARLY) ifd::pdl_wait();
     return;
   }
   const size_t r = g / heads;
@@ -144,25 +148,28 @@ __global__ void __launch_bounds__(kWarps * 32)
   if constexpr (V4) {
     constexpr int kPer = kMaxHeadDim / 128;  // groups a lane at most
     const int groups = d >> 2;
-    // Before the wait: the slot, and for a q or k head the lane's norm weights and its
-    // values' cos / sin.
-    const int slot = to_pool ? st.slot[r] : -1;
+    // EARLY, before the wait: the slot, and for a q or k head the lane's norm weights and
+    // its values' cos / sin.
+    const float4* w4 = reinterpret_cast<const float4*>(w);
+    int slot = -1;
     float4 nw[kPer];
     float cs[4 * kPer], sn[4 * kPer];
+    if constexpr (EARLY) {
+      slot = to_pool ? st.slot[r] : -1;
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      const int i = lane + 32 * j;
-      nw[j] = !is_v && w && i < groups ? reinterpret_cast<const float4*>(w)[i]
-                                       : float4{1.f, 1.f, 1.f, 1.f};
+      for (int j = 0; j < kPer; ++j) {
+        const int i = lane + 32 * j;
+        nw[j] = !is_v && w && i < groups ? w4[i] : float4{1.f, 1.f, 1.f, 1.f};
 #pragma unroll
-      for (int t = 0; t < 4; ++t) {
-        const int a = is_v || i >= groups ? -1 : angle_of(4 * i + t, half, neox);
-        cs[4 * j + t] = a >= 0 ? c[a] : 1.f;
-        sn[4 * j + t] = a >= 0 ? s[a] : 0.f;
+        for (int t = 0; t < 4; ++t) {
+          const int a = is_v || i >= groups ? -1 : angle_of(4 * i + t, half, neox);
+          cs[4 * j + t] = a >= 0 ? c[a] : 1.f;
+          sn[4 * j + t] = a >= 0 ? s[a] : 0.f;
+        }
       }
+      ifd::pdl_wait();
+      ifd::kprobe<3>(ifd::kWaited);
     }
-    ifd::pdl_wait();
-    ifd::kprobe<3>(ifd::kWaited);
     float4 x[kPer];
     float ss = 0.f;
 #pragma unroll
@@ -193,7 +200,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         for (int j = 0; j < kPer; ++j) {
           const int i = lane + 32 * j;
           if (i < groups) {
-            const float4 s4 = nw[j];
+            const float4 s4 = EARLY ? nw[j] : w4[i];
             x[j] = float4{x[j].x * inv * s4.x, x[j].y * inv * s4.y, x[j].z * inv * s4.z,
                           x[j].w * inv * s4.w};
           }
@@ -209,8 +216,10 @@ __global__ void __launch_bounds__(kWarps * 32)
         float val[4];
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
-          val[t] = i4 < groups ? rotated_by(sh, 4 * i4 + t, half, neox, cs[4 * j + t], sn[4 * j + t])
-                               : 0.f;
+          const int e = 4 * i4 + t;
+          val[t] = i4 >= groups ? 0.f
+                   : EARLY      ? rotated_by(sh, e, half, neox, cs[4 * j + t], sn[4 * j + t])
+                                : rotated(sh, e, half, neox, c, s);
           fin[4 * j + t] = val[t];
           at[4 * j + t] = i4 < groups ? 4 * i4 + t : -1;
         }
@@ -228,7 +237,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
       }
     }
-    if (to_pool) store_head(st, slot, kvh, !is_v, fin, at);
+    if (to_pool) store_head(st, EARLY ? slot : st.slot[r], kvh, !is_v, fin, at);
   } else {
     constexpr int kPer = kMaxHeadDim / 32;  // values a lane at most
     float fin[kPer];
@@ -324,6 +333,8 @@ int ifd_qkv_prep(const void* qkv, int qkv_bf16, int rows, int hq, int hkv, int h
   const bool v4 = head_dim % 4 == 0 && (addr(qkv) & (qkv_bf16 ? 7 : 15)) == 0 &&
                   ((addr(q_norm) | addr(k_norm) | addr(k) | addr(v)) & 15) == 0 &&
                   (addr(q) & (q_bf16 ? 7 : 15)) == 0;
+  // Decode-sized passes read what no kernel writes before their wait (see EARLY).
+  const bool early = v4 && rows <= kEarlyRows;
   const auto run = [&](auto kernel, auto* in, auto* qo) {
     ifd::launch(kernel, blocks, kWarps * 32, 0, s, in, rows, hq, hkv, head_dim, q_norm, k_norm,
                 eps, half, neox, pos, cos_tab, sin_tab, qo, k, v, st);
@@ -334,11 +345,13 @@ int ifd_qkv_prep(const void* qkv, int qkv_bf16, int rows, int hq, int hkv, int h
     bf16* qb = static_cast<bf16*>(q);
     float* qf = static_cast<float*>(q);
     if (q_bf16)
-      v4 ? run(qkv_prep_kernel<In, bf16, true>, in, qb)
-         : run(qkv_prep_kernel<In, bf16, false>, in, qb);
+      early ? run(qkv_prep_kernel<In, bf16, true, true>, in, qb)
+      : v4  ? run(qkv_prep_kernel<In, bf16, true, false>, in, qb)
+            : run(qkv_prep_kernel<In, bf16, false, false>, in, qb);
     else
-      v4 ? run(qkv_prep_kernel<In, float, true>, in, qf)
-         : run(qkv_prep_kernel<In, float, false>, in, qf);
+      early ? run(qkv_prep_kernel<In, float, true, true>, in, qf)
+      : v4  ? run(qkv_prep_kernel<In, float, true, false>, in, qf)
+            : run(qkv_prep_kernel<In, float, false, false>, in, qf);
   };
   if (qkv_bf16)
     go(static_cast<const bf16*>(qkv));

@@ -170,6 +170,40 @@ void qkv(int rows, const Heads& h) {
   expect(v[0] == v[1], "v copied");
   std::printf("%s: q %.2e, k %.2e\n", what, dq, dk);
 }
+// qkv_prep's 16-byte path in a pass of more rows than its early reads take (a prompt
+// pass) gives its first rows the bits it gives them in a pass of those rows alone (which
+// reads the weights, angles and slots before its wait).
+void qkv_early(int rows, const Heads& h) {
+  const int width = (h.hq + 2 * h.hkv) * h.d, positions = rows + 3, few = 5;
+  const auto src = randn(static_cast<size_t>(rows) * width, h.d * 5 + 1, 1.5f);
+  const auto qn = randn(h.d, 21), kn = randn(h.d, 22);
+  std::vector<float> cos_tab(static_cast<size_t>(positions) * h.half), sin_tab(cos_tab.size());
+  for (int p = 0; p < positions; ++p)
+    for (int j = 0; j < h.half; ++j) {
+      const double a = p * std::pow(10000.0, -2.0 * j / (2 * h.half));
+      cos_tab[p * h.half + j] = static_cast<float>(std::cos(a));
+      sin_tab[p * h.half + j] = static_cast<float>(std::sin(a));
+    }
+  std::vector<int32_t> pos(rows);
+  for (int r = 0; r < rows; ++r) pos[r] = (r * 7 + 1) % positions;
+  const size_t nq = static_cast<size_t>(h.hq) * h.d, nk = static_cast<size_t>(h.hkv) * h.d;
+  std::vector<float> q[2], k[2], v[2];
+  for (int pass = 0; pass < 2; ++pass) {
+    const int n = pass == 0 ? rows : few;
+    q[pass].assign(n * nq, -1.f), k[pass].assign(n * nk, -1.f), v[pass].assign(n * nk, -1.f);
+    expect(ifd_qkv_prep(src.data(), 0, n, h.hq, h.hkv, h.d, h.norm ? qn.data() : nullptr,
+                        h.norm ? kn.data() : nullptr, 1e-6f, h.half, h.neox, pos.data(),
+                        cos_tab.data(), sin_tab.data(), q[pass].data(), 0, k[pass].data(),
+                        v[pass].data(), nullptr, nullptr, nullptr) == 0, "qkv_prep");
+  }
+  int off = 0;
+  for (size_t i = 0; i < few * nq; ++i) off += q[0][i] != q[1][i];
+  for (size_t i = 0; i < few * nk; ++i) off += k[0][i] != k[1][i] || v[0][i] != v[1][i];
+  char what[128];
+  std::snprintf(what, sizeof what, "qkv_prep, %d rows of %d alone (early reads) against in a pass of %d: values off", few, rows, rows);
+  expect(off == 0, what, off, 0);
+  std::printf("%s: %d\n", what, off);
+}
 }  // namespace
 
 // qkv_prep from a bf16 product gives the bits it gives from the same values in f32, on
@@ -234,6 +268,7 @@ int main() {
   swiglu(3, 1536);
   swiglu(2, 37);  // not a multiple of 4: one value a thread
   qkv(5, {4, 2, 128, 64, 1, true, true});    // Qwen3
+  qkv_early(130, {4, 2, 128, 64, 1, true, true});
   qkv(4, {4, 2, 128, 64, 1, true, false});
   qkv(3, {3, 1, 64, 32, 1, false, false});   // SmolLM2-like, no QK-norm
   qkv(3, {2, 2, 64, 32, 0, false, true});    // interleaved pairs
