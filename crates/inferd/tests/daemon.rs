@@ -42,29 +42,11 @@ fn start_status_stop() {
     }
     let state = std::env::temp_dir().join(format!("inferd-daemon-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&state);
-    // Port 0 would be unknowable to `start`; pick a free one.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
-
     let o = inferd(&state, &["status"]);
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
     assert!(text(&o).contains("not running"));
 
-    let o = inferd(
-        &state,
-        &[
-            "start",
-            "--port",
-            &port,
-            "--no-warmup",
-            "--kv-memory",
-            "64M",
-        ],
-    );
+    let (o, port) = start_on_a_free_port(&state);
     assert!(o.status.success(), "start failed: {}", text(&o));
     assert!(
         text(&o).contains(&format!("127.0.0.1:{port}")),
@@ -159,6 +141,21 @@ fn a_stale_pid_file_never_signals_another_process() {
     let _ = std::fs::remove_dir_all(&state);
 }
 
+/// `inferd start` on a free loopback port (port 0 would be unknowable to `start`), and the
+/// port. A port found free can be taken before the server binds it (a parallel test's
+/// client connection gets it as its source port): then it tries another.
+fn start_on_a_free_port(state: &Path) -> (Output, String) {
+    for _ in 0..5 {
+        let port = free_port();
+        let args = ["start", "--port", &port, "--no-warmup", "--kv-memory", "64M"];
+        let o = inferd(state, &args);
+        if o.status.success() || !text(&o).contains("Address already in use") {
+            return (o, port);
+        }
+    }
+    panic!("five free ports were all taken before the server bound them");
+}
+
 fn free_port() -> String {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -190,21 +187,14 @@ fn killed_servers_and_killed_stops_leave_nothing_behind() {
         return;
     }
     let state = fresh_state("faults");
-    let args = |port: &str| -> Vec<String> {
-        ["start", "--port", port, "--no-warmup", "--kv-memory", "64M"]
-            .map(String::from)
-            .to_vec()
-    };
-    let start = |port: &str| {
-        let a = args(port);
-        let a: Vec<&str> = a.iter().map(String::as_str).collect();
-        let o = inferd(&state, &a);
+    let start = || {
+        let (o, _) = start_on_a_free_port(&state);
         assert!(o.status.success(), "start failed: {}", text(&o));
         server_pid(&state)
     };
 
     // 1. kill -9 of the server: its files are stale; status and start see through them.
-    let pid = start(&free_port());
+    let pid = start();
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     assert!(wait_gone(pid, 10));
     assert!(
@@ -216,7 +206,7 @@ fn killed_servers_and_killed_stops_leave_nothing_behind() {
     assert!(!state.join("inferd.pid").exists());
 
     // 2. start twice: the second refuses and the first keeps running.
-    let pid = start(&free_port());
+    let pid = start();
     let o = inferd(&state, &["start", "--port", &free_port(), "--no-warmup"]);
     assert!(!o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("already running"), "{}", text(&o));
