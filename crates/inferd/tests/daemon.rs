@@ -147,7 +147,14 @@ fn a_stale_pid_file_never_signals_another_process() {
 fn start_on_a_free_port(state: &Path) -> (Output, String) {
     for _ in 0..5 {
         let port = free_port();
-        let args = ["start", "--port", &port, "--no-warmup", "--kv-memory", "64M"];
+        let args = [
+            "start",
+            "--port",
+            &port,
+            "--no-warmup",
+            "--kv-memory",
+            "64M",
+        ];
         let o = inferd(state, &args);
         if o.status.success() || !text(&o).contains("Address already in use") {
             return (o, port);
