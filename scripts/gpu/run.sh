@@ -32,6 +32,8 @@
 #            (cuda_check timeline: 1 row at 1k / 4k / 16k, 8 rows at 4k)
 #   kernels  a replayed one-row decode step launch by launch, from every block's stamps
 #            (cuda_check_probe kernels: prepare.sh PROBE=1), at 1k / 4k / 16k tokens
+#   fibench  FlashInfer's SM90 prefill over paged K/V against contiguous K/V (TMA), same
+#            values, no model (`cuda_check fibench`)
 #   ncuprefill ncu's full set over one launch of FlashInfer's SM90 prefill attention, in a
 #            2048-token chunk at the end of a 16k and of a 4k prompt (`cuda_check profile
 #            ... prefill 2048`): what bounds it (tensor pipe, stalls, occupancy)
@@ -154,6 +156,14 @@ kernels)
   # Each launch of our kernels in a replayed one-row step: how far it moves the chain's end.
   for ctx in 1024 4096 16384; do
     timeout 150 $B/cuda_check_probe kernels /tmp/q8b $ctx 1 2>&1 | tee -a $summary
+  done
+  ;;
+fibench)
+  # FlashInfer's SM90 prefill, paged (16-token pages, as the pool holds K/V) against
+  # contiguous (TMA loads), same values: a 2048-query chunk at the end of 4k / 16k keys,
+  # and 8192 queries at the end of 16k.
+  for shape in "2048 4096" "2048 16384" "8192 16384"; do
+    timeout 120 $B/cuda_check fibench $shape 2>&1 | tee -a $summary
   done
   ;;
 ncuprefill)

@@ -21,6 +21,8 @@
 //!   blocks, in the last layer of a replayed decode step.
 //! - `kernels MODEL_DIR [CONTEXT] [ROWS]`: a replayed decode step's chain launch by launch,
 //!   from every block's entry, wait and done stamps (our kernels only).
+//! - `fibench [QUERIES] [KEYS]`: FlashInfer's SM90 prefill over paged K/V (as the pool holds
+//!   it) against contiguous K/V (its TMA kernel), same values, no model.
 
 use std::path::Path;
 use std::time::Instant;
@@ -895,6 +897,25 @@ fn sampling() {
     }
 }
 
+/// `fibench [QUERIES] [KEYS]`: FlashInfer's SM90 causal prefill of QUERIES queries at the end
+/// of KEYS keys (one sequence, the Qwen3-8B head shape: 32 query heads, 8 KV heads of 128),
+/// paged as inferd's pool holds K/V (16-token pages, cp.async gathers) against contiguous
+/// (the ragged kernel, TMA loads), on the same values: ms a launch and TFLOP/s of each.
+fn fibench(queries: usize, keys: usize) {
+    let (heads, kv) = (32, 8);
+    let (paged, ragged, diff) =
+        inferd_runtime::flashinfer_prefill_bench(queries, keys, heads, kv, 20).unwrap();
+    // Causal: query i (of the last `queries`) sees keys up to keys - queries + i.
+    let pairs =
+        queries as f64 * (keys - queries) as f64 + queries as f64 * (queries as f64 + 1.0) / 2.0;
+    let flop = 4.0 * pairs * heads as f64 * 128.0;
+    println!(
+        "fibench {queries} queries at the end of {keys} keys: paged {paged:.3} ms ({:.0} TFLOP/s), contiguous {ragged:.3} ms ({:.0} TFLOP/s), max |Δ| {diff:.2e}",
+        flop / (paged as f64 * 1e-3) / 1e12,
+        flop / (ragged as f64 * 1e-3) / 1e12,
+    );
+}
+
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     let p = |i: usize| a.get(i).map(Path::new);
@@ -929,6 +950,10 @@ fn main() {
             a.get(3).map_or(4096, |c| c.parse().expect("CONTEXT")),
             a.get(4).map_or(1, |c| c.parse().expect("ROWS")),
         ),
-        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT] | sampling | profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill [CHUNK]] | timeline MODEL_DIR [CONTEXT] [ROWS] | kernels MODEL_DIR [CONTEXT] [ROWS]"),
+        Some("fibench") => fibench(
+            a.get(2).map_or(2048, |c| c.parse().expect("QUERIES")),
+            a.get(3).map_or(16384, |c| c.parse().expect("KEYS")),
+        ),
+        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | fibench [QUERIES] [KEYS] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT] | sampling | profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill [CHUNK]] | timeline MODEL_DIR [CONTEXT] [ROWS] | kernels MODEL_DIR [CONTEXT] [ROWS]"),
     }
 }

@@ -156,6 +156,13 @@ int ifd_fi_f32_to_bf16(const float* x, void* out, size_t n, void* stream);
 int ifd_fi_event_create(void** event);
 int ifd_fi_event_destroy(void* event);
 
+// Measurement only (fi_prefill_bench.cu): one sequence's causal prefill at head_dim 128,
+// n_q queries at the end of kv_len keys, by the paged SM90 kernel over 16-token pages and
+// by the ragged one over contiguous K/V (TMA), on the same values: mean ms a launch of
+// each over `iters`, and the largest |difference| between their outputs.
+int ifd_fi_prefill_bench(int n_q, int kv_len, int n_heads, int n_kv, int iters, float* paged_ms,
+                         float* ragged_ms, float* max_diff);
+
 // Message of this thread's last failed ifd_fi_* call ("" if none).
 const char* ifd_fi_last_error(void);
 

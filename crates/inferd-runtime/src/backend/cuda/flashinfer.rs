@@ -115,6 +115,46 @@ extern "C" {
     fn ifd_fi_event_create(event: *mut *mut c_void) -> c_int;
     fn ifd_fi_event_destroy(event: *mut c_void) -> c_int;
     fn ifd_fi_last_error() -> *const std::ffi::c_char;
+    fn ifd_fi_prefill_bench(
+        n_q: c_int,
+        kv_len: c_int,
+        n_heads: c_int,
+        n_kv: c_int,
+        iters: c_int,
+        paged_ms: *mut f32,
+        ragged_ms: *mut f32,
+        max_diff: *mut f32,
+    ) -> c_int;
+}
+
+/// FlashInfer's paged and contiguous causal prefill times at head_dim 128 (measurement only,
+/// `cuda_check fibench`): one sequence, `n_q` queries at the end of `kv_len` keys, on the
+/// same values. Returns (paged ms, ragged ms, largest |output difference|) a launch.
+pub fn prefill_bench(
+    n_q: usize,
+    kv_len: usize,
+    n_heads: usize,
+    n_kv: usize,
+    iters: usize,
+) -> Result<(f32, f32, f32)> {
+    let (mut paged, mut ragged, mut diff) = (0f32, 0f32, 0f32);
+    let int = |x: usize| c_int::try_from(x).unwrap_or(c_int::MAX);
+    check(
+        unsafe {
+            ifd_fi_prefill_bench(
+                int(n_q),
+                int(kv_len),
+                int(n_heads),
+                int(n_kv),
+                int(iters),
+                &mut paged,
+                &mut ragged,
+                &mut diff,
+            )
+        },
+        "prefill bench",
+    )?;
+    Ok((paged, ragged, diff))
 }
 
 fn check(code: c_int, what: &str) -> Result<()> {

@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex};
 
 pub use batch::CudaBatch;
 pub use device::{device_count, device_info, DeviceInfo};
+pub use flashinfer::prefill_bench as flashinfer_prefill_bench;
 pub use kv::CudaKv;
 pub use profile::{
     kernel_launches, KernelLaunch, KernelStamp, SkipOps, KERNEL_UNITS, PROBE_STAGES,
