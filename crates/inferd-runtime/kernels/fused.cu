@@ -57,8 +57,8 @@ __device__ __forceinline__ void put8(uint8_t* codes, float* scale, float amax, c
     if (e[j] >= 0) codes[e[j]] = ifd::quantize<KV>(d[j], sc);
 }
 
-// Stores KV head h (a K head when is_k) of a token into the pool at its slot (st.slot[r]): the lane's final values
-// x[j] of elements e[j] (< 0: none). Every lane of the warp calls it: an 8-bit row takes
+// Stores KV head h (a K head when is_k) of a token into the pool at its slot (st.slot[r]):
+// the lane's final values x[j] of elements e[j] (< 0: none). Every lane of the warp calls it: an 8-bit row takes
 // its scale from the head's largest magnitude (after K's offset, when the pool has one),
 // with ifd_kv_append's arithmetic, so both write the same bytes.
 template <int N>

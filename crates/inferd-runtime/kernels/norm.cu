@@ -9,8 +9,8 @@ using ifd::bf16;
 // The 16-byte path (cols % 4 == 0, cols ≤ 4 · V · blockDim.x): each thread keeps the V
 // groups of 4 values it owns (groups threadIdx.x + j · blockDim.x) in registers between
 // the sum of squares and the scaling, so x is read once, and their weights, read before
-// the wait for the kernel before; with RESIDUAL, y is added to x
-// first and the sum written back.
+// the wait for the kernel before; with RESIDUAL, y is added to x first and the sum
+// written back.
 template <int V, bool RESIDUAL>
 __global__ void norm4_kernel(float* __restrict__ x, const float* __restrict__ y,
                              const float* __restrict__ w, int cols, float eps,

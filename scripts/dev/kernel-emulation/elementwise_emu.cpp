@@ -8,6 +8,7 @@
 // partial rotary, with and without QK-norm, q in f32 and bf16.
 #include <cstdio>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "fused.cu"
@@ -122,19 +123,24 @@ struct Heads {
   bool norm, q_bf16;
 };
 
+// Rotary cos / sin tables [positions, half] (base 10000).
+std::pair<std::vector<float>, std::vector<float>> rope_tables(int positions, int half) {
+  std::vector<float> c(static_cast<size_t>(positions) * half), s(c.size());
+  for (int p = 0; p < positions; ++p)
+    for (int j = 0; j < half; ++j) {
+      const double a = p * std::pow(10000.0, -2.0 * j / (2 * half));
+      c[p * half + j] = static_cast<float>(std::cos(a));
+      s[p * half + j] = static_cast<float>(std::sin(a));
+    }
+  return {c, s};
+}
+
 void qkv(int rows, const Heads& h) {
   const int width = (h.hq + 2 * h.hkv) * h.d, positions = rows + 3;
   const size_t n = static_cast<size_t>(rows) * width;
   const auto src = randn(n, h.d * 7 + h.half, 1.5f);
   const auto qn0 = randn(h.d, 11), kn0 = randn(h.d, 12);
-  std::vector<float> cos_tab(static_cast<size_t>(positions) * h.half),
-      sin_tab(cos_tab.size());
-  for (int p = 0; p < positions; ++p)
-    for (int j = 0; j < h.half; ++j) {
-      const double a = p * std::pow(10000.0, -2.0 * j / (2 * h.half));
-      cos_tab[p * h.half + j] = static_cast<float>(std::cos(a));
-      sin_tab[p * h.half + j] = static_cast<float>(std::sin(a));
-    }
+  const auto [cos_tab, sin_tab] = rope_tables(positions, h.half);
   std::vector<int32_t> pos(rows);
   for (int r = 0; r < rows; ++r) pos[r] = (r * 5 + 2) % positions;
   const size_t nq = static_cast<size_t>(rows) * h.hq * h.d, nk = static_cast<size_t>(rows) * h.hkv * h.d;
@@ -177,13 +183,7 @@ void qkv_early(int rows, const Heads& h) {
   const int width = (h.hq + 2 * h.hkv) * h.d, positions = rows + 3, few = 5;
   const auto src = randn(static_cast<size_t>(rows) * width, h.d * 5 + 1, 1.5f);
   const auto qn = randn(h.d, 21), kn = randn(h.d, 22);
-  std::vector<float> cos_tab(static_cast<size_t>(positions) * h.half), sin_tab(cos_tab.size());
-  for (int p = 0; p < positions; ++p)
-    for (int j = 0; j < h.half; ++j) {
-      const double a = p * std::pow(10000.0, -2.0 * j / (2 * h.half));
-      cos_tab[p * h.half + j] = static_cast<float>(std::cos(a));
-      sin_tab[p * h.half + j] = static_cast<float>(std::sin(a));
-    }
+  const auto [cos_tab, sin_tab] = rope_tables(positions, h.half);
   std::vector<int32_t> pos(rows);
   for (int r = 0; r < rows; ++r) pos[r] = (r * 7 + 1) % positions;
   const size_t nq = static_cast<size_t>(h.hq) * h.d, nk = static_cast<size_t>(h.hkv) * h.d;
