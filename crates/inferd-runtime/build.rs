@@ -155,7 +155,7 @@ fn is_flashinfer(p: &Path) -> bool {
 }
 
 /// Compiles every `.cu` that is not in the cache (one nvcc per core, the FlashInfer
-/// prefill units first: they take minutes) and archives the objects into
+/// prefill units (paged and ragged) first: they take minutes) and archives the objects into
 /// `lib_dir/libinferd_kernels.a`. Each object is cached under a hash of its source, the
 /// headers of its kind (FlashInfer's or ours), nvcc's version and the flags; a cached
 /// object appears under its final name only once complete (written aside, then renamed).
@@ -206,7 +206,7 @@ fn build_library(
         .collect();
     let cost = |p: &Path| {
         let n = p.file_name().unwrap().to_string_lossy();
-        if n.starts_with("fi_prefill") {
+        if n.starts_with("fi_prefill") || n.starts_with("fi_ragged") {
             0
         } else if is_flashinfer(p) {
             1

@@ -34,6 +34,12 @@
 #            (cuda_check_probe kernels: prepare.sh PROBE=1), at 1k / 4k / 16k tokens
 #   fibench  FlashInfer's SM90 prefill over paged K/V against contiguous K/V (TMA), same
 #            values, no model (`cuda_check fibench`)
+#   chunks   prompt chunks' attention over the pool's pages against a contiguous copy
+#            (FlashInfer's ragged SM90 kernel, TMA): one 16k prompt in chunks of 1k..8k, 8 x 4k
+#            in chunks of 512..4k, each pass timed both ways (`cuda_check chunks`), and
+#            speed's prefill pass (8 x 4k whole) both ways
+#   prefillkv  the prefill-bound fleets (64 x 4k, 32 x 16k; no prefix cache) served with
+#            --prefill-kv paged, then auto (the default), then paged again (the drift)
 #   ncuprefill ncu's full set over one launch of FlashInfer's SM90 prefill attention, in a
 #            2048-token chunk at the end of a 16k and of a 4k prompt (`cuda_check profile
 #            ... prefill 2048`): what bounds it (tensor pipe, stalls, occupancy)
@@ -165,6 +171,28 @@ fibench)
   for shape in "2048 4096" "2048 16384" "8192 16384"; do
     timeout 120 $B/cuda_check fibench $shape 2>&1 | tee -a $summary
   done
+  ;;
+chunks)
+  [ -e /tmp/q8b/config.json ] || { note "chunks: no /tmp/q8b (run make8b first)"; continue; }
+  timeout 300 $B/cuda_check chunks /tmp/q8b 16384 1024+2048+4096+8192 1 2>&1 | tee -a $summary
+  timeout 200 $B/cuda_check chunks /tmp/q8b 4096 512+1024+2048+4096 8 2>&1 | tee -a $summary
+  timeout 200 $B/cuda_check speed /tmp/q8b 4096 bf16:paged:rows=1,bf16:contig:rows=1,bf16:paged:rows=1 2>&1 | grep -E "^/tmp|prefill" | tee -a $summary
+  ;;
+prefillkv)
+  [ -e /tmp/q8b/config.json ] || { note "prefillkv: no /tmp/q8b (run make8b first)"; continue; }
+  for mode in paged auto paged2; do
+    $B/inferd serve --device cuda -m /tmp/q8b --port 8186 --no-prefix-cache --prefill-kv ${mode%2} >$OUT/serve-pkv-$mode.log 2>&1 &
+    SP=$!
+    for i in $(seq 1 240); do curl -sf http://127.0.0.1:8186/health >/dev/null && break; sleep 0.5; done
+    for run in "64 4096" "32 16384"; do
+      set -- $run
+      timeout 120 $B/inferd bench fleet --url http://127.0.0.1:8186 --token-prompts -q --agents $1 --context $2 --reply 128 \
+        --label inferd-$mode --meta engine=inferd --meta model=qwen3-8b-shape-bf16 --meta prefill_kv=$mode --out $OUT/fleet-pkv-$mode-$2-n$1.json >/dev/null 2>&1
+      note "fleet --prefill-kv $mode, agents $1 x $2: rc $?"
+    done
+    kill $SP; wait $SP 2>/dev/null
+  done
+  $B/inferd bench table $OUT/fleet-pkv-*.json 2>&1 | tee -a $summary
   ;;
 ncuprefill)
   for ctx in 16384 4096; do

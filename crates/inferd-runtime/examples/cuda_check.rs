@@ -23,6 +23,10 @@
 //!   from every block's entry, wait and done stamps (our kernels only).
 //! - `fibench [QUERIES] [KEYS]`: FlashInfer's SM90 prefill over paged K/V (as the pool holds
 //!   it) against contiguous K/V (its TMA kernel), same values, no model.
+//! - `chunks MODEL_DIR CONTEXT CHUNK[+CHUNK…] [SEQS]`: SEQS prompts (default 1) of CONTEXT
+//!   tokens prefilled in passes of CHUNK tokens of each, prompt chunks' attention over the
+//!   pool's pages and over a contiguous copy (`--prefill-kv`), in turn on one model: each
+//!   pass's ms both ways, and the sums.
 
 use std::path::Path;
 use std::time::Instant;
@@ -275,6 +279,8 @@ fn step_bytes<B: Backend>(
 ///   tensor-core build at every row count;
 /// - `loadsN`: the SIMT matrix-vector kernel with N loads in flight a lane;
 /// - `splits=N`: decode attention in N splits at every row count;
+/// - `paged` / `contig`: prompt chunks' attention over the pool's pages / a contiguous copy
+///   (default: by the policy);
 /// - `rows=N+N…`: only these batch sizes (and only as many sequences prefilled);
 /// - `skip=OP+OP…`: ops left out of every pass (profiling: what each costs in a graph;
 ///   the names of `SkipOps::parse`).
@@ -303,6 +309,13 @@ fn speed_by_dtype(model_dir: &Path, context: usize, specs: &str) {
                     0 => "decode attention splits by the policy".to_string(),
                     n => format!("decode attention in {n} splits"),
                 });
+            } else if opt == "paged" || opt == "contig" {
+                cfg.prefill_kv = if opt == "paged" {
+                    inferd_runtime::PrefillKv::Paged
+                } else {
+                    inferd_runtime::PrefillKv::Contiguous
+                };
+                said.push(format!("prompt attention over {opt} K/V"));
             } else if let Some(list) = opt.strip_prefix("rows=") {
                 batches = list
                     .split('+')
@@ -916,6 +929,82 @@ fn fibench(queries: usize, keys: usize) {
     );
 }
 
+/// `chunks`: prompts prefilled chunk by chunk, prompt attention over paged and over
+/// contiguous K/V in turn (then contiguous again: the drift), each pass timed alone.
+fn chunks(model_dir: &Path, context: usize, sizes: &[usize], seqs: usize) {
+    use inferd_runtime::{CudaConfig, PrefillKv};
+    let model = Model::load(CudaBackend::new(CudaConfig::default()).unwrap(), model_dir).unwrap();
+    let vocab = model.cfg.vocab_size;
+    let mut pool = Pool::new(&model, seqs * context, KvDtype::Bf16, seqs);
+    let tables: Vec<Vec<u32>> = (0..seqs).map(|_| pool.table(context)).collect();
+    let widest = sizes.iter().copied().max().unwrap_or(1);
+    let mut ws = model.workspace(seqs * widest, seqs).unwrap();
+    let prompts: Vec<Vec<u32>> = (0..seqs)
+        .map(|s| {
+            (0..context)
+                .map(|i| ((i * 7919 + s * 104729) % vocab) as u32)
+                .collect()
+        })
+        .collect();
+    // Each pass's seconds, prefilling every prompt in passes of `chunk` tokens of each.
+    let mut run = |mode: PrefillKv, chunk: usize| -> Vec<f64> {
+        model.backend.set_prefill_kv(mode);
+        let mut times = Vec::new();
+        for start in (0..context).step_by(chunk) {
+            let end = (start + chunk).min(context);
+            let mut b = ForwardBatch::default();
+            for (s, p) in prompts.iter().enumerate() {
+                let last = end == context;
+                b.push_in_slot(
+                    &p[start..end],
+                    start,
+                    context,
+                    tables[s].clone(),
+                    s as u32,
+                    last,
+                );
+            }
+            model.backend.synchronize().unwrap();
+            let t = Instant::now();
+            model
+                .forward_in(&mut ws, &mut pool.kv, &pool.layout, &b)
+                .unwrap();
+            model.backend.synchronize().unwrap();
+            times.push(t.elapsed().as_secs_f64());
+        }
+        times
+    };
+    run(PrefillKv::Contiguous, widest); // warm-up (cuBLASLt's choices, the scratch)
+    run(PrefillKv::Paged, widest);
+    for &chunk in sizes {
+        let contig = run(PrefillKv::Contiguous, chunk);
+        let paged = run(PrefillKv::Paged, chunk);
+        let again = run(PrefillKv::Contiguous, chunk);
+        println!(
+            "chunks: {seqs} x {context} tokens in passes of {seqs} x {chunk}: paged {:.1} ms, contiguous {:.1} ms (again {:.1}), paged / contiguous {:.3}",
+            paged.iter().sum::<f64>() * 1e3,
+            contig.iter().sum::<f64>() * 1e3,
+            again.iter().sum::<f64>() * 1e3,
+            paged.iter().sum::<f64>() / contig.iter().sum::<f64>()
+        );
+        println!(
+            "| pass | keys at its end | paged ms | contiguous ms | again | paged / contiguous |"
+        );
+        println!("|---|---|---|---|---|---|");
+        for (i, ((p, c), g)) in paged.iter().zip(&contig).zip(&again).enumerate() {
+            println!(
+                "| {i} | {} | {:.2} | {:.2} | {:.2} | {:.3} |",
+                ((i + 1) * chunk).min(context),
+                p * 1e3,
+                c * 1e3,
+                g * 1e3,
+                p / c
+            );
+        }
+    }
+    model.backend.set_prefill_kv(PrefillKv::Auto);
+}
+
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     let p = |i: usize| a.get(i).map(Path::new);
@@ -954,6 +1043,12 @@ fn main() {
             a.get(2).map_or(2048, |c| c.parse().expect("QUERIES")),
             a.get(3).map_or(16384, |c| c.parse().expect("KEYS")),
         ),
-        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | fibench [QUERIES] [KEYS] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT] | sampling | profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill [CHUNK]] | timeline MODEL_DIR [CONTEXT] [ROWS] | kernels MODEL_DIR [CONTEXT] [ROWS]"),
+        Some("chunks") => chunks(
+            p(2).expect("MODEL_DIR"),
+            a.get(3).map_or(16384, |c| c.parse().expect("CONTEXT")),
+            &a.get(4).map_or("2048".to_string(), String::clone).split('+').map(|c| c.parse().expect("CHUNK+CHUNK")).collect::<Vec<usize>>(),
+            a.get(5).map_or(1, |c| c.parse().expect("SEQS")),
+        ),
+        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | fibench [QUERIES] [KEYS] | chunks MODEL_DIR CONTEXT CHUNK[+CHUNK…] [SEQS] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT] | sampling | profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill [CHUNK]] | timeline MODEL_DIR [CONTEXT] [ROWS] | kernels MODEL_DIR [CONTEXT] [ROWS]"),
     }
 }

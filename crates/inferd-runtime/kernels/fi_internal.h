@@ -1,5 +1,6 @@
 // Internal interface between the C API (flashinfer_attention.cu, no FlashInfer headers)
-// and the FlashInfer instantiations (fi_decode_hd*.cu, fi_prefill_sm90_hd*.cu).
+// and the FlashInfer instantiations (fi_decode_hd*.cu, fi_prefill_sm90_hd*.cu,
+// fi_ragged_sm90_hd*.cu).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -26,6 +27,7 @@ struct FiRun {
   float* lse;
   float sm_scale;
   int n_seqs, n_tokens, n_heads, n_kv_heads, page_size;
+  int kv_tokens;  // ragged prefill: rows of the contiguous K/V
   int32_t* kv_indptr;
   int32_t* kv_indices;
   int32_t* kv_last_page_len;
@@ -50,6 +52,15 @@ cudaError_t prefill_plan(const FiBufs& b, int32_t* qo_indptr_h, int32_t* kv_indp
                          int n_kv_heads, int page_size, int64_t* info, cudaStream_t s);
 template <int HD>
 cudaError_t prefill_run(const FiRun& r, cudaStream_t s);
+
+// SM90 ragged prefill over contiguous K/V (fi_ragged_sm90_impl.cuh). kv_tok_indptr_h: each
+// sequence's first key row. info: PrefillPlanSM90Info::ToVector() (9 values).
+template <int HD>
+cudaError_t ragged_plan(const FiBufs& b, int32_t* qo_indptr_h, int32_t* kv_tok_indptr_h,
+                        int32_t* kv_len_h, int n_seqs, int n_tokens, int n_heads, int n_kv_heads,
+                        int64_t* info, cudaStream_t s);
+template <int HD>
+cudaError_t ragged_run(const FiRun& r, cudaStream_t s);
 
 // Sets the thread's error message (flashinfer_attention.cu).
 void set_error(const char* msg);

@@ -99,6 +99,8 @@ enum {
                        // has), else the SM90 prefill kernel
   IFD_FI_DECODE = 1,   // FlashInfer BatchDecode (CUDA cores, split-KV + merge), qo_len == 1
   IFD_FI_PREFILL = 2,  // FlashInfer SM90 (FA3, wgmma) paged prefill, any qo_len, causal
+  IFD_FI_RAGGED = 3,   // the same over contiguous K/V (TMA-loaded), which the caller fills
+                       // per layer with ifd_kv_gather from the plan's page tables
 };
 
 // Filled by ifd_fi_plan, read by ifd_fi_run; plain data, the caller just keeps it
@@ -110,12 +112,14 @@ typedef struct IfdFiPlan {
   int32_t cuda_graph;  // decode planned in CUDA-graph mode
   IfdFiShape shape;
   int32_t split_kv;    // decode: split-KV (partials in float_ws, merged by a 2nd kernel)
-  int32_t reserved;
+  int32_t kv_tokens;   // sum of kv_len: rows of a ragged plan's contiguous K/V
   int64_t fi_info[16];  // FlashInfer's DecodePlanInfo (10) / PrefillPlanSM90Info (9)
   // Device page tables the run reads (inside int_ws, or bt_dev):
   int32_t* kv_indptr;       // [n_seqs + 1] page offsets
   int32_t* kv_indices;      // [kv_indptr[n_seqs]] page ids
   int32_t* kv_last_page_len;  // [n_seqs], 1..page_size
+  int32_t* kv_tok_indptr;   // [n_seqs + 1] each sequence's first row in contiguous K/V
+                            // (prefix sums of kv_len; ifd_kv_gather's tok_indptr)
   void* int_ws;             // the workspace this plan lives in (checked by run)
 } IfdFiPlan;
 
@@ -126,7 +130,7 @@ typedef struct IfdFiPlan {
 int ifd_fi_workspace_bytes(const IfdFiShape* shape, int32_t max_seqs, int32_t max_tokens,
                            int32_t max_pages, size_t* float_ws_bytes, size_t* int_ws_bytes);
 
-// Plans one pass. mode: IFD_FI_AUTO / IFD_FI_DECODE / IFD_FI_PREFILL. cuda_graph = 1
+// Plans one pass. mode: IFD_FI_AUTO / IFD_FI_DECODE / IFD_FI_PREFILL / IFD_FI_RAGGED. cuda_graph = 1
 // (decode only; ignored for prefill): plan so that the run's kernel arguments depend
 // only on (workspace, n_seqs, shape, q/k/v/out pointers): always split-KV, fixed padded
 // grid. Host work, then H2D copies (page tables + schedule) queued on `stream`; returns
@@ -137,8 +141,9 @@ int ifd_fi_plan(const IfdFiWorkspace* ws, const IfdFiShape* shape, const IfdFiBa
 // Attention of one layer for a planned pass. All DEVICE pointers:
 typedef struct IfdFiRunArgs {
   const void* q;    // bf16 [n_tokens, n_heads * head_dim]
-  const void* k;    // bf16 this layer's K plane [num_blocks, n_kv_heads, page_size, head_dim]
-  const void* v;    // bf16 this layer's V plane, same shape
+  const void* k;    // bf16 this layer's K plane [num_blocks, n_kv_heads, page_size, head_dim];
+                    // a ragged plan's: contiguous [kv_tokens, n_kv_heads, head_dim]
+  const void* v;    // bf16 this layer's V plane, the shape of k
   void* out;        // bf16 [n_tokens, n_heads * head_dim] (must not alias q)
   float* lse;       // optional f32 [n_tokens, n_heads], or NULL
   float sm_scale;   // softmax scale, usually 1/sqrt(head_dim)

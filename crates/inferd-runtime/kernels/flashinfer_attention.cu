@@ -21,14 +21,17 @@ thread_local std::string g_err;
 constexpr size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 // The page-table region at the start of int_ws / pinned_ws (fixed by the capacities).
+// indptr [max_seqs + 1] (pages), last [max_seqs], tok [max_seqs + 1] (contiguous K/V rows of
+// a ragged plan), indices [max_pages].
 struct PtLayout {
-  size_t indptr, last, indices, bytes;
+  size_t indptr, last, tok, indices, bytes;
 };
 PtLayout pt_layout(int32_t max_seqs, int32_t max_pages) {
   PtLayout l;
   l.indptr = 0;
   l.last = align_up((static_cast<size_t>(max_seqs) + 1) * 4, 256);
-  l.indices = l.last + align_up(static_cast<size_t>(max_seqs) * 4, 256);
+  l.tok = l.last + align_up(static_cast<size_t>(max_seqs) * 4, 256);
+  l.indices = l.tok + align_up((static_cast<size_t>(max_seqs) + 1) * 4, 256);
   l.bytes = l.indices + align_up(static_cast<size_t>(max_pages) * 4, 256);
   return l;
 }
@@ -150,7 +153,7 @@ int ifd_fi_plan(const IfdFiWorkspace* ws, const IfdFiShape* shape, const IfdFiBa
     if (kind == IFD_FI_DECODE && !decode_group_supported(group))
       return fail(cudaErrorNotSupported, "decode kernel has no GQA group " +
                                              std::to_string(group) + " (use prefill)");
-    if (kind != IFD_FI_DECODE && kind != IFD_FI_PREFILL)
+    if (kind != IFD_FI_DECODE && kind != IFD_FI_PREFILL && kind != IFD_FI_RAGGED)
       return fail(cudaErrorInvalidValue, "bad mode");
     if (!batch->bt_dev && n_pages > ws->max_pages)
       return fail(cudaErrorInvalidValue, "batch needs " + std::to_string(n_pages) +
@@ -173,6 +176,7 @@ int ifd_fi_plan(const IfdFiWorkspace* ws, const IfdFiShape* shape, const IfdFiBa
     char* pd = static_cast<char*>(ws->int_ws);
     int32_t* indptr_h = reinterpret_cast<int32_t*>(ph + L.indptr);
     int32_t* last_h = reinterpret_cast<int32_t*>(ph + L.last);
+    int32_t* tok_h = reinterpret_cast<int32_t*>(ph + L.tok);
     int32_t* indices_h = reinterpret_cast<int32_t*>(ph + L.indices);
     std::vector<int32_t> kv_len_h(batch->kv_len, batch->kv_len + n);
     if (batch->bt_dev) {
@@ -186,6 +190,8 @@ int ifd_fi_plan(const IfdFiWorkspace* ws, const IfdFiShape* shape, const IfdFiBa
       }
     }
     for (int i = 0; i < n; ++i) last_h[i] = kv_len_h[i] - ((kv_len_h[i] + ps - 1) / ps - 1) * ps;
+    tok_h[0] = 0;
+    for (int i = 0; i < n; ++i) tok_h[i + 1] = tok_h[i] + kv_len_h[i];
     const size_t pt_copy = batch->bt_dev ? L.indices : L.indices + static_cast<size_t>(n_pages) * 4;
     if ((e = cudaMemcpyAsync(pd, ph, pt_copy, cudaMemcpyHostToDevice, s)) != cudaSuccess)
       return fail(e, std::string("page-table copy: ") + cudaGetErrorString(e));
@@ -200,6 +206,11 @@ int ifd_fi_plan(const IfdFiWorkspace* ws, const IfdFiShape* shape, const IfdFiBa
       auto dec = hd == 64 ? decode_plan<64> : hd == 128 ? decode_plan<128> : decode_plan<256>;
       e = dec(b, kv_indptr_h.data(), n, shape->n_heads, shape->n_kv_heads, ps, cuda_graph != 0,
               plan->fi_info, &split, s);
+    } else if (kind == IFD_FI_RAGGED) {
+      std::vector<int32_t> tok(tok_h, tok_h + n + 1);
+      auto rag = hd == 64 ? ragged_plan<64> : hd == 128 ? ragged_plan<128> : ragged_plan<256>;
+      e = rag(b, qo_h.data(), tok.data(), kv_len_h.data(), n, n_tokens, shape->n_heads,
+              shape->n_kv_heads, plan->fi_info, s);
     } else {
       auto pre = hd == 64 ? prefill_plan<64> : hd == 128 ? prefill_plan<128> : prefill_plan<256>;
       e = pre(b, qo_h.data(), kv_indptr_h.data(), kv_len_h.data(), n, n_tokens, shape->n_heads,
@@ -219,6 +230,8 @@ int ifd_fi_plan(const IfdFiWorkspace* ws, const IfdFiShape* shape, const IfdFiBa
     plan->cuda_graph = kind == IFD_FI_DECODE && cuda_graph ? 1 : 0;
     plan->shape = *shape;
     plan->split_kv = split;
+    plan->kv_tokens = tok_h[n];
+    plan->kv_tok_indptr = reinterpret_cast<int32_t*>(pd + L.tok);
     plan->kv_indptr = reinterpret_cast<int32_t*>(pd + L.indptr);
     plan->kv_last_page_len = reinterpret_cast<int32_t*>(pd + L.last);
     plan->kv_indices = batch->bt_dev ? const_cast<int32_t*>(batch->bt_dev)
@@ -239,7 +252,8 @@ int ifd_fi_run(const IfdFiWorkspace* ws, const IfdFiPlan* plan, const IfdFiRunAr
                void* stream) {
   try {
     if (!ws || !plan || !args) return fail(cudaErrorInvalidValue, "run: NULL argument");
-    if (plan->kind != IFD_FI_DECODE && plan->kind != IFD_FI_PREFILL)
+    if (plan->kind != IFD_FI_DECODE && plan->kind != IFD_FI_PREFILL &&
+        plan->kind != IFD_FI_RAGGED)
       return fail(cudaErrorInvalidValue, "run: plan not planned");
     if (plan->int_ws != ws->int_ws)
       return fail(cudaErrorInvalidValue, "run: plan belongs to another workspace");
@@ -258,6 +272,7 @@ int ifd_fi_run(const IfdFiWorkspace* ws, const IfdFiPlan* plan, const IfdFiRunAr
     r.n_heads = plan->shape.n_heads;
     r.n_kv_heads = plan->shape.n_kv_heads;
     r.page_size = plan->shape.page_size;
+    r.kv_tokens = plan->kv_tokens;
     r.kv_indptr = plan->kv_indptr;
     r.kv_indices = plan->kv_indices;
     r.kv_last_page_len = plan->kv_last_page_len;
@@ -265,10 +280,12 @@ int ifd_fi_run(const IfdFiWorkspace* ws, const IfdFiPlan* plan, const IfdFiRunAr
     r.int_ws = static_cast<char*>(ws->int_ws) + L.bytes;
     r.info = plan->fi_info;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    const bool d = plan->kind == IFD_FI_DECODE;
     const int hd = plan->shape.head_dim;
-    auto run = d ? (hd == 64 ? decode_run<64> : hd == 128 ? decode_run<128> : decode_run<256>)
-                 : (hd == 64 ? prefill_run<64> : hd == 128 ? prefill_run<128> : prefill_run<256>);
+    auto run = plan->kind == IFD_FI_DECODE
+                   ? (hd == 64 ? decode_run<64> : hd == 128 ? decode_run<128> : decode_run<256>)
+               : plan->kind == IFD_FI_RAGGED
+                   ? (hd == 64 ? ragged_run<64> : hd == 128 ? ragged_run<128> : ragged_run<256>)
+                   : (hd == 64 ? prefill_run<64> : hd == 128 ? prefill_run<128> : prefill_run<256>);
     cudaError_t e = run(r, s);
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess)

@@ -19,7 +19,7 @@ pub use backend::cpu::{CpuBackend, CpuConfig, HostGroup};
 #[cfg(feature = "cuda")]
 pub use backend::cuda::{
     flashinfer_prefill_bench, kernel_launches, CudaBackend, CudaConfig, DecodeAttention,
-    KernelLaunch, KernelStamp, SkipOps, KERNEL_UNITS, PROBE_STAGES, PROBE_STAGE_NAMES,
+    KernelLaunch, KernelStamp, PrefillKv, SkipOps, KERNEL_UNITS, PROBE_STAGES, PROBE_STAGE_NAMES,
 };
 pub use backend::{Backend, DeviceTensor, Keep, Rows, SampleRow};
 pub use batch::{ForwardBatch, SeqChunk};

@@ -5,6 +5,8 @@
 //! mixes prefill and decode rows. Then the same script over 8-bit KV (Q8, Fp8) against
 //! the CPU's own 8-bit KV: our decode kernel on the codes, FlashInfer's prefill on bf16
 //! copies of the pages, and the simple kernel where our decode kernel has no group.
+//! Prompt chunks' attention runs both over the pool's pages and over a contiguous copy of
+//! their K/V (FlashInfer's ragged kernel, `PrefillKv::Contiguous`).
 //! Each run is made twice, with every pass sending its chunks' whole tables and with
 //! tables kept in the pool across passes (edits appending blocks as the sequences grow,
 //! rows past the image's first size, a row moved mid-decode): the two give the same bits.
@@ -17,7 +19,7 @@ use common::*;
 use inferd_formats::{GgufWriter, MetaValue};
 use inferd_runtime::{
     Backend, CpuBackend, CudaBackend, CudaConfig, DecodeAttention, ForwardBatch, KvDtype, Model,
-    TableEdit,
+    PrefillKv, TableEdit,
 };
 
 /// A random Qwen3-shaped GGUF: 2 layers, `heads` query heads over 2 KV heads of `head_dim`.
@@ -166,7 +168,7 @@ impl KeptRows {
 
 /// Every row's logits of a scripted run, each with its phase (an index into `PHASES`):
 /// three prompts prefilled (one in chunks of 7 that start mid-context), then decode steps
-/// of all three together, then one pass mixing a new prompt's prefill with the others'
+/// of all three together, then one pass mixing two new prompts' prefill with the others'
 /// decode rows. KV blocks of `bs` tokens. Decode inputs are fixed tokens, not each run's
 /// own argmax: on a random model's near-ties two correct runs would otherwise go apart.
 fn scripted<B: Backend>(model: &Model<B>, dtype: KvDtype, bs: usize) -> Vec<(usize, Vec<f32>)> {
@@ -197,6 +199,8 @@ fn scripted_with<B: Backend>(
         .collect();
     let fresh: Vec<u32> = (0..20).map(|i| ((i * 17 + 5) % vocab) as u32).collect();
     let fresh_table = run.new_seq(fresh.len()).1;
+    let second: Vec<u32> = (0..13).map(|i| ((i * 23 + 9) % vocab) as u32).collect();
+    let second_table = run.new_seq(second.len()).1;
     let mut out = Vec::new();
     let mut pass = |b: &ForwardBatch, phase: usize, out: &mut Vec<(usize, Vec<f32>)>| {
         let mut l = Vec::new();
@@ -207,8 +211,8 @@ fn scripted_with<B: Backend>(
     };
     let token = |step: usize, s: usize| ((step * 53 + s * 29 + 11) % vocab) as u32;
     let mut kept = KeptRows {
-        row: vec![70, 71, 72, 3],
-        held: vec![0; 4],
+        row: vec![70, 71, 72, 3, 4],
+        held: vec![0; 5],
     };
     for (s, p) in prompts.iter().enumerate() {
         let chunk = if s == 1 { 7 } else { p.len() };
@@ -256,6 +260,7 @@ fn scripted_with<B: Backend>(
         );
     }
     kept.add(mode, &mut b, 3, &fresh, 0, fresh.len(), &fresh_table, bs);
+    kept.add(mode, &mut b, 4, &second, 0, second.len(), &second_table, bs);
     pass(&b, 3, &mut out);
     out
 }
@@ -319,7 +324,9 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
     let mut failures = Vec::new();
     // The default, then one setting changed each: graphs off; decode-sized products by
     // cuBLASLt instead of the matrix-vector kernel; decode rows by our kernel whatever
-    // their number, or by FlashInfer's.
+    // their number, or by FlashInfer's; prompt chunks' attention over a contiguous copy of
+    // their K/V (FlashInfer's ragged kernel; by the policy these short chunks are paged),
+    // also beside FlashInfer's decode rows.
     let base = CudaConfig::default();
     let configs = [
         base,
@@ -343,6 +350,15 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
             decode: DecodeAttention::TensorCores,
             ..base
         },
+        CudaConfig {
+            prefill_kv: PrefillKv::Contiguous,
+            ..base
+        },
+        CudaConfig {
+            decode: DecodeAttention::FlashInfer,
+            prefill_kv: PrefillKv::Contiguous,
+            ..base
+        },
     ];
     for cfg in configs {
         let backend = CudaBackend::new(cfg).unwrap();
@@ -354,10 +370,11 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
             for (p, name) in PHASES.iter().enumerate() {
                 let (worst, same, rows) = phase_diff(&want, &got, p);
                 let what = format!(
-                    "head_dim {head_dim}, blocks of {bs}, graphs {}, {}, decode {:?}: {name}: {rows} rows, max |Δlogit| {worst}, top-1 equal {same}",
+                    "head_dim {head_dim}, blocks of {bs}, graphs {}, {}, decode {:?}, prompt K/V {:?}: {name}: {rows} rows, max |Δlogit| {worst}, top-1 equal {same}",
                     if cfg.no_graphs { "off" } else { "on" },
                     if cfg.no_gemv { "cuBLASLt only" } else { "gemv" },
                     cfg.decode,
+                    cfg.prefill_kv,
                 );
                 eprintln!("{what}");
                 if worst > tol {
@@ -399,9 +416,16 @@ fn eight_bit_kv_matches_the_cpu(head_dim: usize, heads: usize) {
         } else {
             1.2 * tol
         };
-        for no_graphs in [false, true] {
+        // Graphs on and off; then prompt chunks' attention over a contiguous copy of their
+        // K/V, dequantized on the copy (the default dequantizes their pages).
+        for (no_graphs, prefill_kv) in [
+            (false, PrefillKv::Auto),
+            (true, PrefillKv::Auto),
+            (false, PrefillKv::Contiguous),
+        ] {
             let cfg = CudaConfig {
                 no_graphs,
+                prefill_kv,
                 ..CudaConfig::default()
             };
             let gpu_model = Model::load(CudaBackend::new(cfg).unwrap(), &path).unwrap();
@@ -412,7 +436,7 @@ fn eight_bit_kv_matches_the_cpu(head_dim: usize, heads: usize) {
             for (p, name) in PHASES.iter().enumerate() {
                 let (worst, same, rows) = phase_diff(&want, &got, p);
                 let what = format!(
-                    "{} KV, head_dim {head_dim}, graphs {}: {name}: {rows} rows, max |Δlogit| {worst} vs the CPU's {}, top-1 equal {same}",
+                    "{} KV, head_dim {head_dim}, graphs {}, prompt K/V {prefill_kv:?}: {name}: {rows} rows, max |Δlogit| {worst} vs the CPU's {}, top-1 equal {same}",
                     dtype.name(),
                     if no_graphs { "off" } else { "on" },
                     dtype.name(),

@@ -1,5 +1,6 @@
 // The 8-bit KV kernels (kernels/attention.cu's append, page dequantization and simple
-// attention; kernels/decode.cu) run on the host (see run.sh) over a sequence of random
+// attention; kernels/decode.cu; kernels/kv_gather.cu's copy into contiguous K/V, 8-bit and
+// bf16) run on the host (see run.sh) over a sequence of random
 // K/V rows, for Q8 and Fp8 at head_dim 64 and 128: the stored codes and scales against an
 // independent quantizer here (bit for bit), the bf16 pages against the codes (bit for
 // bit), and both attention kernels against attention over the dequantized rows in double.
@@ -9,6 +10,7 @@
 
 #include "attention.cu"
 #include "decode.cu"
+#include "kv_gather.cu"
 
 #include "expect.h"
 
@@ -93,6 +95,44 @@ void run(int dtype, int hd) {
         bad += pv[to].bits != __float2bfloat16(value_of(dtype, vc[from * hd + e]) * vs[from]).bits;
       }
   expect(bad == 0, "bf16 pages", bad, 0);
+
+  // Contiguous K/V (kv_gather.cu) of two sequences over the same blocks: the first 37
+  // positions (a part-filled last page), then all 100; every row dequantized bit for bit
+  // as the pages are. Then the same from a bf16 pool (the pages just made, in table order):
+  // the same bits again.
+  {
+    const std::vector<int32_t> page_indptr = {0, 3, 10}, tok_indptr = {0, 37, 137};
+    std::vector<int32_t> pages(table.begin(), table.begin() + 3);
+    pages.insert(pages.end(), table.begin(), table.end());
+    const size_t n_tok = 137;
+    const __nv_bfloat16 poison = __float2bfloat16(-7.f);
+    std::vector<__nv_bfloat16> ck(n_tok * row, poison), cv(n_tok * row, poison);
+    expect(ifd_kv_gather(kv, page_indptr.data(), pages.data(), tok_indptr.data(), 2, 10,
+                         ck.data(), cv.data(), nullptr) == 0,
+           "kv gather (8-bit)");
+    bad = 0;
+    for (size_t i = 0; i < n_tok; ++i) {
+      const int t = i < 37 ? static_cast<int>(i) : static_cast<int>(i - 37);
+      for (int h = 0; h < n_kv; ++h)
+        for (int e = 0; e < hd; ++e) {
+          const size_t from = (static_cast<size_t>(table[t / bs]) * n_kv + h) * bs + t % bs;
+          const size_t to = (i * n_kv + h) * hd + e;
+          bad += ck[to].bits != __float2bfloat16(value_of(dtype, kc[from * hd + e]) * ks[from]).bits;
+          bad += cv[to].bits != __float2bfloat16(value_of(dtype, vc[from * hd + e]) * vs[from]).bits;
+        }
+    }
+    expect(bad == 0, "contiguous K/V from 8-bit pages", bad, 0);
+    // The bf16 pool: block p holds page p of pk / pv, i.e. table[p] of the 8-bit pool.
+    IfdPaged kb{pk.data(), pv.data(), IFD_KV_BF16, n_kv, bs, hd, nullptr, nullptr, nullptr};
+    std::vector<int32_t> ids = {0, 1, 2, 0, 1, 2, 3, 4, 5, 6};
+    std::vector<__nv_bfloat16> bk(n_tok * row, poison), bv(n_tok * row, poison);
+    expect(ifd_kv_gather(kb, page_indptr.data(), ids.data(), tok_indptr.data(), 2, 10, bk.data(),
+                         bv.data(), nullptr) == 0,
+           "kv gather (bf16)");
+    bad = 0;
+    for (size_t i = 0; i < ck.size(); ++i) bad += ck[i].bits != bk[i].bits || cv[i].bits != bv[i].bits;
+    expect(bad == 0, "contiguous K/V from bf16 pages", bad, 0);
+  }
 
   // Attention of rows at positions 99, 40 and 0 of the sequence, in double over the
   // dequantized rows (K minus its offset, as stored: the scores shift alike).

@@ -9,7 +9,7 @@
 # - the planned draws (sample_plan.cu) over cases inferd-core writes, its results checked
 #   there against the host sampler, bit for bit (sample_emu.cpp);
 # - the 8-bit KV kernels (attention.cu's append, page dequantization and simple attention,
-#   decode.cu) for Q8 and Fp8: codes and scales bit for bit against a quantizer of its own,
+#   decode.cu, kv_gather.cu's copy into contiguous K/V, also from bf16 pages) for Q8 and Fp8: codes and scales bit for bit against a quantizer of its own,
 #   attention against double precision over the dequantized rows (kv8_emu.cpp; cuda_fp8.h
 #   stands in for CUDA's e4m3 conversions);
 # - the norms', SwiGLU's and qkv_prep's 16-byte paths against the scalar kernels they
@@ -28,7 +28,7 @@ trap 'rm -rf "$tmp"' EXIT
 cp "$here/common.cuh" "$here/hybrid_ops_emu.cpp" "$here/sample_emu.cpp" "$k/sample_plan.cu" "$tmp/"
 cp "$here/cuda_fp8.h" "$here/kv8_emu.cpp" "$k/attention.cu" "$k/kv8.cuh" "$k/inferd.h" "$tmp/"
 cp "$here/elementwise_emu.cpp" "$here/decode_emu.cpp" "$here/expect.h" "$k/fused.cu" "$k/norm.cu" "$tmp/"
-cp "$here/gemv_emu.cpp" "$here/kv_store_emu.cpp" "$k/gemv.cu" "$tmp/"
+cp "$here/gemv_emu.cpp" "$here/kv_store_emu.cpp" "$k/gemv.cu" "$k/kv_gather.cu" "$tmp/"
 # The one construct common.cuh cannot redefine: dynamic shared memory.
 for f in delta_rule delta_pieces; do
   sed -e 's/extern __shared__ float smem\[\];/float* smem = emu::dyn_smem;/' "$k/$f.cu" > "$tmp/$f.cu"

@@ -43,6 +43,11 @@ pub struct Args {
     /// flashinfer, or tensor-cores (the tensor-core build wherever it takes the shape).
     #[arg(long, default_value = "auto")]
     decode_attention: String,
+    /// GPU only: which K/V layout prompt chunks' attention reads: auto (a contiguous copy
+    /// where the chunk is long enough for the copy to pay, else the pool's pages), paged,
+    /// or contiguous.
+    #[arg(long, default_value = "auto")]
+    prefill_kv: String,
     /// KV cache memory: a size (512M, 2G) or a share of free memory (25%; on a GPU, of
     /// the device memory left after the weights). Default: 25% on the CPU, 85% on a GPU.
     #[arg(long)]
@@ -288,6 +293,7 @@ pub fn run(a: Args) -> Result<()> {
     let gpu = GpuOptions {
         no_graphs: a.no_graphs,
         decode_attention: a.decode_attention.clone(),
+        prefill_kv: a.prefill_kv.clone(),
     };
     let (engine, template) = start_engine(device, &gpu, &a.model, &name, engine_cfg)?;
 
@@ -351,6 +357,7 @@ pub fn run(a: Args) -> Result<()> {
 struct GpuOptions {
     no_graphs: bool,
     decode_attention: String,
+    prefill_kv: String,
 }
 
 /// Loads the model on `device` and starts the engine (the one place the backend type is
@@ -394,10 +401,18 @@ fn start_engine(
                     "--decode-attention {other}: expected auto, inferd, flashinfer or tensor-cores"
                 ),
             };
+            use inferd_runtime::PrefillKv;
+            let prefill_kv = match gpu.prefill_kv.as_str() {
+                "auto" => PrefillKv::Auto,
+                "paged" => PrefillKv::Paged,
+                "contiguous" => PrefillKv::Contiguous,
+                other => bail!("--prefill-kv {other}: expected auto, paged or contiguous"),
+            };
             let b = inferd_runtime::CudaBackend::new(inferd_runtime::CudaConfig {
                 device: n,
                 no_graphs: gpu.no_graphs,
                 decode,
+                prefill_kv,
                 ..Default::default()
             })?;
             eprintln!(

@@ -217,6 +217,18 @@ extern "C" {
         stream: Stream,
     ) -> c_int;
     #[allow(clippy::too_many_arguments)]
+    pub fn ifd_kv_gather(
+        kv: IfdPaged,
+        page_indptr: *const i32,
+        pages: *const i32,
+        tok_indptr: *const i32,
+        n_seqs: c_int,
+        n_pages: c_int,
+        k_out: *mut c_void,
+        v_out: *mut c_void,
+        stream: Stream,
+    ) -> c_int;
+    #[allow(clippy::too_many_arguments)]
     pub fn ifd_attention(
         kv: IfdPaged,
         q: *const f32,

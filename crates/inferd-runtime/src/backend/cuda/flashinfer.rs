@@ -52,11 +52,12 @@ pub struct Plan {
     cuda_graph: i32,
     shape: Shape,
     split_kv: i32,
-    reserved: i32,
+    kv_tokens: i32,
     fi_info: [i64; 16],
     kv_indptr: *mut i32,
     kv_indices: *mut i32,
     kv_last_page_len: *mut i32,
+    kv_tok_indptr: *mut i32,
     int_ws: *mut c_void,
 }
 
@@ -65,6 +66,22 @@ unsafe impl Send for Plan {}
 unsafe impl Sync for Plan {}
 
 impl Plan {
+    /// Sequences of the plan.
+    pub fn n_seqs(&self) -> usize {
+        self.n_seqs as usize
+    }
+
+    /// Rows of a ragged plan's contiguous K/V (the sum of its sequences' kv_len).
+    pub fn kv_tokens(&self) -> usize {
+        self.kv_tokens as usize
+    }
+
+    /// Device addresses of the plan's page tables: page offsets [n_seqs + 1], page ids,
+    /// and each sequence's first row in contiguous K/V [n_seqs + 1] (`ifd_kv_gather`'s).
+    pub fn tables(&self) -> (*const i32, *const i32, *const i32) {
+        (self.kv_indptr, self.kv_indices, self.kv_tok_indptr)
+    }
+
     /// What a graph over this plan's runs depends on besides the workspace.
     pub fn fingerprint(&self) -> u64 {
         let mut h = self.kind as u64 ^ (self.n_seqs as u64) << 8 ^ (self.split_kv as u64) << 40;
@@ -86,6 +103,17 @@ struct RunArgs {
 }
 
 const AUTO: c_int = 0;
+const RAGGED: c_int = 3;
+
+/// Which kernel a plan is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlanKind {
+    /// FlashInfer's choice for the pass: decode if every row is one token, else the paged
+    /// SM90 prefill.
+    Auto,
+    /// The SM90 prefill over contiguous K/V (`ifd_kv_gather` fills it per layer).
+    Ragged,
+}
 
 extern "C" {
     fn ifd_fi_workspace_bytes(
@@ -255,8 +283,10 @@ impl FiWorkspace {
     /// Plans a pass: `qo_indptr` [n_seqs + 1], `kv_len` [n_seqs] and the block tables
     /// (`bt_off` [n_seqs + 1] into `bt`), all on the host. `graph`: plan a decode pass so
     /// that its runs can be captured and replayed.
+    #[allow(clippy::too_many_arguments)]
     pub fn plan(
         &self,
+        kind: PlanKind,
         qo_indptr: &[i32],
         kv_len: &[i32],
         bt_off: &[i32],
@@ -279,7 +309,10 @@ impl FiWorkspace {
                     &self.ws,
                     &self.shape,
                     &batch,
-                    AUTO,
+                    match kind {
+                        PlanKind::Auto => AUTO,
+                        PlanKind::Ragged => RAGGED,
+                    },
                     graph as c_int,
                     plan.as_mut_ptr(),
                     stream,
@@ -291,7 +324,8 @@ impl FiWorkspace {
     }
 
     /// One layer's attention over the plan's rows: q bf16 `[n, n_heads * head_dim]` ->
-    /// out bf16 `[n, n_heads * head_dim]`.
+    /// out bf16 `[n, n_heads * head_dim]`, K/V the layer's planes (a ragged plan's:
+    /// contiguous bf16 `[kv_tokens, n_kv_heads, head_dim]`).
     #[allow(clippy::too_many_arguments)]
     pub fn run(
         &self,
@@ -340,7 +374,23 @@ pub struct Passes {
     pub generations: [u64; 2],
     /// 8-bit pools: the bf16 pages the prompt chunks' plan reads.
     pub pages: Option<PassPages>,
+    /// A ragged plan's contiguous K/V, which `ifd_kv_gather` fills before each layer's run.
+    pub contig: Option<Contig>,
 }
+
+/// Where a pass's ragged plan (in slot `slot`) reads its contiguous K/V: `pages` pages of
+/// the pool copied per layer into bf16 `k` and `v` `[kv_tokens, n_kv_heads, head_dim]`.
+#[derive(Clone, Copy)]
+pub struct Contig {
+    pub slot: usize,
+    pub pages: usize,
+    pub k: *mut c_void,
+    pub v: *mut c_void,
+}
+
+// SAFETY: plain data; its pointers are device addresses.
+unsafe impl Send for Contig {}
+unsafe impl Sync for Contig {}
 
 /// The bf16 pages of one pass over an 8-bit pool: `n` pages, page i a copy of block
 /// `src[i]` (device addresses; filled per layer by `ifd_kv_dequant_pages`).

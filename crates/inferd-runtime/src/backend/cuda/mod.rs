@@ -11,6 +11,7 @@
 //! [`delta_net`] (`kernels/delta_net.cu`, `kernels/delta_rule.cu`).
 
 mod batch;
+mod contig;
 mod delta_net;
 mod device;
 mod ffi;
@@ -31,6 +32,7 @@ use std::ffi::c_int;
 use std::sync::{Arc, Mutex};
 
 pub use batch::CudaBatch;
+pub use contig::PrefillKv;
 pub use device::{device_count, device_info, DeviceInfo};
 pub use flashinfer::prefill_bench as flashinfer_prefill_bench;
 pub use kv::CudaKv;
@@ -43,6 +45,7 @@ pub use tensor::{Act, CudaTensor, CudaWeight};
 use batch::{BatchPool, RopeTable};
 use device::Device;
 use ffi::check;
+use flashinfer::PlanKind;
 use inferd_core::sampling::Sampled;
 
 use super::{
@@ -79,6 +82,8 @@ pub struct CudaConfig {
     /// Every row but a plain greedy one drawn by the host sampler from its logits row read
     /// back (for comparison: by default the device runs every draw the sampler can plan).
     pub host_sampling: bool,
+    /// Which K/V layout prompt chunks' attention reads (see [`PrefillKv`]).
+    pub prefill_kv: PrefillKv,
 }
 
 /// The kernel of decode rows' attention.
@@ -153,6 +158,9 @@ struct Inner {
     kv8_pages: Mutex<Option<flashinfer::ScratchPages>>,
     /// Block id -> its scratch page while a pass is planned (-1: none).  // [num_blocks]
     kv8_map: Mutex<Vec<i32>>,
+    prefill_kv: Mutex<PrefillKv>,
+    /// Contiguous K/V of a pass's prompt chunks, refilled per layer (contig.rs).
+    contig: Mutex<contig::Scratch>,
     /// The `sample` op's buffers (sample.rs).
     sampling: Mutex<sample::SampleScratch>,
     /// The tensor-core delta rule's per-piece products (delta_pieces.cu), grown as prompt
@@ -201,6 +209,8 @@ impl CudaBackend {
                 fi: Mutex::new([None, None]),
                 kv8_pages: Mutex::new(None),
                 kv8_map: Mutex::new(Vec::new()),
+                prefill_kv: Mutex::new(cfg.prefill_kv),
+                contig: Mutex::default(),
                 delta_ws: Mutex::new(None),
                 probe: Mutex::new(None),
                 kernel_probe: Mutex::new(None),
@@ -212,6 +222,12 @@ impl CudaBackend {
     /// off`; without a profiler attached it does nothing.
     pub fn profiler(on: bool) {
         let _ = unsafe { ffi::ifd_profiler(on as c_int) };
+    }
+
+    /// Changes which K/V layout the prompt chunks of passes planned from now on read
+    /// (measurement: both layouts timed on one loaded model).
+    pub fn set_prefill_kv(&self, mode: PrefillKv) {
+        *self.inner.prefill_kv.lock().unwrap() = mode;
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -278,16 +294,19 @@ impl CudaBackend {
                 rows: [0, lead],
                 generations: [0, 0],
                 pages: None,
+                contig: None,
             };
             if lead < batch.seqs.len() {
                 let mut rest = Part::default();
                 for s in &batch.seqs[lead..] {
                     rest.push(tables.row(s.table), s.n_tokens, s.kv_len());
                 }
-                if eight {
+                out.contig = self.contig_for(&rest, 1, attn, kv);
+                if eight && out.contig.is_none() {
                     out.pages = Some(self.kv8_gather(&mut rest, kv)?);
                 }
-                let (plan, generation) = self.plan_part(1, rest, attn, kv, false)?;
+                let kind = out.contig.map_or(PlanKind::Auto, |_| PlanKind::Ragged);
+                let (plan, generation) = self.plan_part(1, rest, attn, kv, kind, false)?;
                 out.plans[1] = Some(plan);
                 out.generations[1] = generation;
             }
@@ -321,10 +340,26 @@ impl CudaBackend {
             rows: [0, lead],
             generations: [0, 0],
             pages: None,
+            contig: None,
+        };
+        // The prompt part: the second when split, else the whole pass when it leads with a
+        // prompt chunk (padding only follows decode rows).
+        let prompt_slot = if split {
+            Some(1)
+        } else {
+            (lead == 0 && pad == 0).then_some(0)
         };
         for (slot, part) in parts.into_iter().enumerate() {
             let Some(part) = part else { continue };
-            let (plan, generation) = self.plan_part(slot, part, attn, kv, b.bucket.is_some())?;
+            let mut kind = PlanKind::Auto;
+            if prompt_slot == Some(slot) && b.bucket.is_none() {
+                out.contig = self.contig_for(&part, slot, attn, kv);
+                if out.contig.is_some() {
+                    kind = PlanKind::Ragged;
+                }
+            }
+            let (plan, generation) =
+                self.plan_part(slot, part, attn, kv, kind, b.bucket.is_some())?;
             out.plans[slot] = Some(plan);
             out.generations[slot] = generation;
         }
@@ -356,6 +391,46 @@ impl CudaBackend {
         pages.as_ref().unwrap().load(&self.inner.dev, &src)
     }
 
+    /// Whether a prompt part (to be planned in workspace `slot`) reads contiguous K/V, by
+    /// the policy (`contig::pays`), and where: the scratch, grown to hold it (`None`, the
+    /// part stays paged, also when the device has no room for it).
+    fn contig_for(
+        &self,
+        part: &Part,
+        slot: usize,
+        attn: &AttnConfig,
+        kv: &KvLayout,
+    ) -> Option<flashinfer::Contig> {
+        let tokens: usize = part.kv_len.iter().map(|&l| l as usize).sum();
+        let plane_bytes = tokens * attn.n_kv_heads * attn.head_dim * 2; // bf16
+        let seqs = part
+            .kv_len
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| ((part.qo[i + 1] - part.qo[i]) as usize, l as usize));
+        if !attn.head_dim.is_multiple_of(8)
+            || !contig::pays(
+                *self.inner.prefill_kv.lock().unwrap(),
+                seqs,
+                2 * plane_bytes,
+            )
+        {
+            return None;
+        }
+        let (k, v) = self
+            .inner
+            .contig
+            .lock()
+            .unwrap()
+            .planes(&self.inner.dev, plane_bytes)?;
+        let pages = part
+            .kv_len
+            .iter()
+            .map(|&l| (l as usize).div_ceil(kv.block_size))
+            .sum();
+        Some(flashinfer::Contig { slot, pages, k, v })
+    }
+
     /// FlashInfer's plan of one part of a pass in workspace `slot` (grown when the part
     /// does not fit); the plan and the workspace's generation.
     fn plan_part(
@@ -364,6 +439,7 @@ impl CudaBackend {
         mut part: Part,
         attn: &AttnConfig,
         kv: &KvLayout,
+        kind: PlanKind,
         graph: bool,
     ) -> Result<(flashinfer::Plan, u64)> {
         let shape = flashinfer::Shape {
@@ -396,6 +472,7 @@ impl CudaBackend {
         }
         let w = ws[slot].as_ref().unwrap();
         let plan = w.plan(
+            kind,
             &part.qo,
             &part.kv_len,
             &part.bt_off,
@@ -985,7 +1062,31 @@ impl Backend for CudaBackend {
                 let at = passes.rows[slot] * row_bytes;
                 // SAFETY: the plan's rows lie inside q and out.
                 let (qp, o) = unsafe { (q_bf16.add(at), op.cast::<u8>().add(at)) };
-                w.run(plan, qp.cast(), pk, pv, o.cast(), cfg.scale, s)?;
+                // A ragged plan reads this layer's K/V copied out of the pool first.
+                let (k, v) = match passes.contig.filter(|c| c.slot == slot) {
+                    Some(c) => {
+                        let (page_indptr, ids, tok_indptr) = plan.tables();
+                        check(
+                            unsafe {
+                                ffi::ifd_kv_gather(
+                                    paged,
+                                    page_indptr,
+                                    ids,
+                                    tok_indptr,
+                                    int(plan.n_seqs()),
+                                    int(c.pages),
+                                    c.k,
+                                    c.v,
+                                    s,
+                                )
+                            },
+                            "kv gather",
+                        )?;
+                        (c.k, c.v)
+                    }
+                    None => (pk, pv),
+                };
+                w.run(plan, qp.cast(), k, v, o.cast(), cfg.scale, s)?;
             }
             return Ok(());
         }

@@ -1,0 +1,136 @@
+//! Prompt chunks' attention over contiguous K/V: whether a pass's prompt part takes it (a
+//! policy of the part's shape), and the scratch it is gathered into.
+//!
+//! FlashInfer's SM90 prefill over the paged pool gathers 16-token pages with cp.async;
+//! over contiguous K/V (its ragged kernel) TMA loads whole 128-key tiles, 13-21% faster at
+//! the 8B head shape (`cuda_check fibench`, session 18). Getting there costs a copy of the
+//! part's K/V per layer (`ifd_kv_gather`: read and write each key once), which pays when
+//! every key is attended by enough queries: a long chunk, not a few rows over a long
+//! prefix.
+
+use std::sync::Arc;
+
+use super::device::{Device, DeviceBuffer};
+
+/// Which K/V layout the prompt chunks' attention reads (bf16 and 8-bit pools alike; an
+/// 8-bit pool's chunks read bf16 either way, dequantized on the copy).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PrefillKv {
+    /// Contiguous where [`pays`] says the copy pays, else paged.
+    #[default]
+    Auto,
+    /// Always the pool's pages.
+    Paged,
+    /// Always a contiguous copy (while it fits in [`MAX_BYTES`]).
+    Contiguous,
+}
+
+/// Causal (query, key) pairs a key read must serve for the copy to pay. The copy moves
+/// 2 · 4 KiB a key of the 8B shape per layer, about 2 ns at the H200's bandwidth; TMA saves
+/// about 5 ps a pair there (`fibench`: 0.959 -> 0.797 ms for 2048 queries over 16384 keys),
+/// so about 400 pairs a key would break even. Measured whole passes (`cuda_check chunks`,
+/// session 19; paged / contiguous pass time): chunks of 4096 and 8192 tokens of a 16k prompt
+/// 1.00-1.08 (the later, the more), of 2048 1.00-1.03, 8 whole 4k prompts 1.013; chunks of
+/// 1024 (510-1000 pairs a key) 0.87-0.99 up to 5k keys and 1.02-1.09 past them, 8 x 512
+/// 0.95-1.02. 1024 takes chunks of 2048 tokens and more, and leaves shorter ones paged.
+pub const MIN_PAIRS_PER_KEY: usize = 1024;
+
+/// The most scratch the copy may take (K and V together); larger parts stay paged.
+pub const MAX_BYTES: usize = 4 << 30;
+
+/// Causal (query, key) pairs of a chunk of `q` queries at the end of `kv` keys.
+pub fn pairs(q: usize, kv: usize) -> usize {
+    q * (kv - q.min(kv)) + q * (q + 1) / 2
+}
+
+/// Whether a prompt part of sequences `(queries, kv_len)` reads contiguous K/V under
+/// `mode`, for `bytes` of scratch.
+pub fn pays(mode: PrefillKv, seqs: impl Iterator<Item = (usize, usize)>, bytes: usize) -> bool {
+    if bytes > MAX_BYTES {
+        return false;
+    }
+    match mode {
+        PrefillKv::Paged => false,
+        PrefillKv::Contiguous => true,
+        PrefillKv::Auto => {
+            let (mut p, mut keys) = (0usize, 0usize);
+            for (q, kv) in seqs {
+                p += pairs(q, kv);
+                keys += kv;
+            }
+            keys > 0 && p >= MIN_PAIRS_PER_KEY * keys
+        }
+    }
+}
+
+/// The contiguous K and V of one layer of a pass's prompt part (refilled per layer, so one
+/// buffer serves every layer).  bf16 [2][capacity tokens, n_kv_heads, head_dim]
+#[derive(Default)]
+pub struct Scratch {
+    buf: Option<DeviceBuffer>,
+    bytes: usize,
+}
+
+impl Scratch {
+    /// The K and V planes' addresses for `plane_bytes` each, grown (to a power of two, at
+    /// least 64 MiB) when smaller; `None` when the device has no room (the part stays
+    /// paged).
+    pub fn planes(
+        &mut self,
+        dev: &Arc<Device>,
+        plane_bytes: usize,
+    ) -> Option<(*mut std::ffi::c_void, *mut std::ffi::c_void)> {
+        if 2 * plane_bytes > self.bytes {
+            self.buf = None; // the old buffer goes before the larger one comes
+            self.bytes = 0;
+            let want = (2 * plane_bytes).next_power_of_two().max(64 << 20);
+            match dev.alloc(want) {
+                Ok(buf) => self.buf = Some(buf),
+                Err(_) => {
+                    // cudaMalloc's failure is left as the thread's last error, which the
+                    // next launch's check would report as its own: clear it.
+                    let _ = unsafe { super::ffi::ifd_last_error() };
+                    return None;
+                }
+            }
+            self.bytes = want;
+        }
+        let buf = self.buf.as_ref()?;
+        Some((buf.ptr(), buf.at::<u8>(plane_bytes).cast()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_count_the_causal_triangle_past_the_prefix() {
+        assert_eq!(pairs(1, 1), 1);
+        assert_eq!(pairs(3, 3), 6);
+        assert_eq!(pairs(2, 10), 2 * 8 + 3);
+        assert_eq!(pairs(4096, 16384), 4096 * 12288 + 4096 * 4097 / 2);
+    }
+
+    #[test]
+    fn long_chunks_go_contiguous_and_short_rows_over_long_prefixes_stay_paged() {
+        let auto = |seqs: &[(usize, usize)]| pays(PrefillKv::Auto, seqs.iter().copied(), 1 << 20);
+        // A 4096-token prompt whole, and a 2048-token chunk at the end of 16k.
+        assert!(auto(&[(4096, 4096)]));
+        assert!(auto(&[(2048, 16384)]));
+        // A forked agent's 64-token suffix over an 8k brief, and a 7-token chunk.
+        assert!(!auto(&[(64, 8256)]));
+        assert!(!auto(&[(7, 21)]));
+        // A part is judged as a whole: a long chunk carries a short one beside it.
+        assert!(auto(&[(4096, 4096), (64, 1024)]));
+        assert!(!auto(&[(64, 8256); 32]));
+        // The modes that do not weigh, and the scratch's cap.
+        assert!(pays(PrefillKv::Contiguous, [(1, 1)].into_iter(), 1 << 20));
+        assert!(!pays(PrefillKv::Paged, [(4096, 4096)].into_iter(), 1 << 20));
+        assert!(!pays(
+            PrefillKv::Contiguous,
+            [(1, 1)].into_iter(),
+            MAX_BYTES + 1
+        ));
+    }
+}
