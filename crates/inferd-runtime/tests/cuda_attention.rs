@@ -477,3 +477,98 @@ fn eight_bit_kv_head_dim_128_gqa_4_matches_the_cpu() {
 fn eight_bit_kv_head_dim_64_gqa_3_matches_the_cpu() {
     eight_bit_kv_matches_the_cpu(64, 6);
 }
+
+/// `prompt_runs_match_the_cpu`'s two passes on `model`: the rows it compares.
+fn prompt_runs_on<B: Backend>(model: &Model<B>, dtype: KvDtype) -> Vec<Vec<f32>> {
+    let vocab = model.cfg.vocab_size;
+    let lens = [2304usize, 340, 2100];
+    let mut run = Runner::with_blocks(model, lens.iter().sum(), dtype, 16);
+    let mut ws = model.workspace(4800, 4).unwrap();
+    let prompts: Vec<Vec<u32>> = lens
+        .iter()
+        .enumerate()
+        .map(|(s, &n)| {
+            (0..n)
+                .map(|i| ((i * 37 + s * 11 + 1) % vocab) as u32)
+                .collect()
+        })
+        .collect();
+    let tables: Vec<Vec<u32>> = lens.iter().map(|&n| run.new_seq(n).1).collect();
+    let mut logits = Vec::new();
+    // The short sequence's first 300 positions, alone.
+    let mut b = ForwardBatch::default();
+    b.push(&prompts[1][..300], 0, 340, tables[1].clone(), true);
+    model
+        .forward_into(&mut ws, &mut run.kv, &run.layout, &b, &mut logits)
+        .unwrap();
+    let mut b = ForwardBatch::default();
+    b.push(&prompts[0], 0, 2304, tables[0].clone(), true);
+    b.push(&prompts[1][300..], 300, 340, tables[1].clone(), true);
+    b.push(&prompts[2], 0, 2100, tables[2].clone(), true);
+    let (a_end, b_end, c_end) = (2304, 2344, 4444);
+    b.logits_rows = (a_end - 64..a_end)
+        .chain(a_end..b_end)
+        .chain(c_end - 64..c_end)
+        .collect();
+    logits.clear();
+    model
+        .forward_into(&mut ws, &mut run.kv, &run.layout, &b, &mut logits)
+        .unwrap();
+    logits.chunks(vocab).map(<[f32]>::to_vec).collect()
+}
+
+/// One pass whose prompt chunks the default policy reads two ways, one plan a run: a
+/// 2304-token prompt whole and a 2100-token one (a contiguous copy of their K/V: at least
+/// 1024 causal pairs a key), around a 40-token chunk over 300 earlier positions (paged).
+/// Rows of all three (the chunk's every row, the prompts' last 64) against the CPU's, with
+/// the pass read by the policy, all paged and all contiguous: each run's rows land where
+/// the pass has them.
+fn prompt_runs_match_the_cpu(head_dim: usize, heads: usize) {
+    let path = random_qwen3(head_dim, heads);
+    let cpu_model = Model::load(CpuBackend::new(), &path).unwrap();
+    let want = prompt_runs_on(&cpu_model, KvDtype::F32);
+    assert_eq!(want.len(), 168);
+    let Some(gpu) = cuda() else {
+        let _ = std::fs::remove_file(&path);
+        return;
+    };
+    let tol = profile(&gpu).logit_tol;
+    let mut failures = Vec::new();
+    for prefill_kv in [PrefillKv::Auto, PrefillKv::Paged, PrefillKv::Contiguous] {
+        let cfg = CudaConfig {
+            prefill_kv,
+            ..CudaConfig::default()
+        };
+        let gpu_model = Model::load(CudaBackend::new(cfg).unwrap(), &path).unwrap();
+        let got = prompt_runs_on(&gpu_model, KvDtype::Bf16);
+        for (name, rows) in [
+            ("long prompt", 0..64),
+            ("short chunk", 64..104),
+            ("second long prompt", 104..168),
+        ] {
+            let worst = rows
+                .clone()
+                .map(|r| max_abs_diff(&want[r], &got[r]))
+                .fold(0f32, f32::max);
+            let same = rows
+                .clone()
+                .filter(|&r| argmax(&want[r]) == argmax(&got[r]))
+                .count();
+            let what = format!(
+                "head_dim {head_dim}, prompt K/V {prefill_kv:?}: {name}: {} rows, max |Δlogit| {worst}, top-1 equal {same}",
+                rows.len()
+            );
+            eprintln!("{what}");
+            if worst > tol {
+                failures.push(what);
+            }
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+    assert!(failures.is_empty(), "over {tol}: {failures:#?}");
+}
+
+#[test]
+fn prompt_runs_head_dim_128_match_the_cpu() {
+    prompt_runs_match_the_cpu(128, 8);
+}

@@ -1,5 +1,6 @@
-//! Prompt chunks' attention over contiguous K/V: whether a pass's prompt part takes it (a
-//! policy of the part's shape), and the scratch it is gathered into.
+//! Prompt chunks' attention over contiguous K/V: whether a chunk takes it (a policy of the
+//! chunk's own shape), the runs of a pass's chunks that one plan each takes, and the scratch
+//! their K/V are copied into.
 //!
 //! FlashInfer's SM90 prefill over the paged pool gathers 16-token pages with cp.async;
 //! over contiguous K/V (its ragged kernel) TMA loads whole 128-key tiles, 13-21% faster at
@@ -43,24 +44,40 @@ pub fn pairs(q: usize, kv: usize) -> usize {
     q * (kv - q.min(kv)) + q * (q + 1) / 2
 }
 
-/// Whether a prompt part of sequences `(queries, kv_len)` reads contiguous K/V under
-/// `mode`, for `bytes` of scratch.
-pub fn pays(mode: PrefillKv, seqs: impl Iterator<Item = (usize, usize)>, bytes: usize) -> bool {
+/// Whether a prompt chunk of `q` queries at the end of `kv` keys reads contiguous K/V under
+/// `mode`, its copy taking `bytes` (K and V). A function of the chunk alone: a sequence's
+/// attention never depends on the other sequences of its pass (the `Rows` contract; the
+/// two kernels round differently).
+pub fn pays(mode: PrefillKv, q: usize, kv: usize, bytes: usize) -> bool {
     if bytes > MAX_BYTES {
         return false;
     }
     match mode {
         PrefillKv::Paged => false,
         PrefillKv::Contiguous => true,
-        PrefillKv::Auto => {
-            let (mut p, mut keys) = (0usize, 0usize);
-            for (q, kv) in seqs {
-                p += pairs(q, kv);
-                keys += kv;
+        PrefillKv::Auto => kv > 0 && pairs(q, kv) >= MIN_PAIRS_PER_KEY * kv,
+    }
+}
+
+/// The runs of a prompt part's sequences that one plan each takes: maximal runs of
+/// consecutive sequences read the same way (`contiguous[i]`), a contiguous run cut where its
+/// copy (`bytes[i]` a sequence) would pass [`MAX_BYTES`]. -> (first, end, contiguous)
+pub fn runs(contiguous: &[bool], bytes: &[usize]) -> Vec<(usize, usize, bool)> {
+    let mut out: Vec<(usize, usize, bool)> = Vec::new();
+    let mut held = 0; // the last run's copy
+    for (i, (&c, &b)) in contiguous.iter().zip(bytes).enumerate() {
+        match out.last_mut() {
+            Some(r) if r.2 == c && (!c || held + b <= MAX_BYTES) => {
+                r.1 = i + 1;
+                held += b;
             }
-            keys > 0 && p >= MIN_PAIRS_PER_KEY * keys
+            _ => {
+                out.push((i, i + 1, c));
+                held = b;
+            }
         }
     }
+    out
 }
 
 /// The contiguous K and V of one layer of a pass's prompt part (refilled per layer, so one
@@ -114,23 +131,40 @@ mod tests {
 
     #[test]
     fn long_chunks_go_contiguous_and_short_rows_over_long_prefixes_stay_paged() {
-        let auto = |seqs: &[(usize, usize)]| pays(PrefillKv::Auto, seqs.iter().copied(), 1 << 20);
-        // A 4096-token prompt whole, and a 2048-token chunk at the end of 16k.
-        assert!(auto(&[(4096, 4096)]));
-        assert!(auto(&[(2048, 16384)]));
-        // A forked agent's 64-token suffix over an 8k brief, and a 7-token chunk.
-        assert!(!auto(&[(64, 8256)]));
-        assert!(!auto(&[(7, 21)]));
-        // A part is judged as a whole: a long chunk carries a short one beside it.
-        assert!(auto(&[(4096, 4096), (64, 1024)]));
-        assert!(!auto(&[(64, 8256); 32]));
+        let auto = |q, kv| pays(PrefillKv::Auto, q, kv, 1 << 20);
+        // A 4096-token prompt whole, a 2048-token chunk at the end of 16k, a whole 2048.
+        assert!(auto(4096, 4096));
+        assert!(auto(2048, 16384));
+        assert!(auto(2048, 2048));
+        // A forked agent's 64-token suffix over an 8k brief; 1024-token chunks (measured
+        // slower early in a prompt); a 7-token chunk.
+        assert!(!auto(64, 8256));
+        assert!(!auto(1024, 4096));
+        assert!(!auto(1024, 16384));
+        assert!(!auto(7, 21));
         // The modes that do not weigh, and the scratch's cap.
-        assert!(pays(PrefillKv::Contiguous, [(1, 1)].into_iter(), 1 << 20));
-        assert!(!pays(PrefillKv::Paged, [(4096, 4096)].into_iter(), 1 << 20));
-        assert!(!pays(
-            PrefillKv::Contiguous,
-            [(1, 1)].into_iter(),
-            MAX_BYTES + 1
-        ));
+        assert!(pays(PrefillKv::Contiguous, 1, 1, 1 << 20));
+        assert!(!pays(PrefillKv::Paged, 4096, 4096, 1 << 20));
+        assert!(!pays(PrefillKv::Contiguous, 1, 1, MAX_BYTES + 1));
+    }
+
+    #[test]
+    fn runs_group_neighbours_read_alike_and_cut_at_the_cap() {
+        let gib = 1usize << 30;
+        assert_eq!(runs(&[], &[]), vec![]);
+        assert_eq!(
+            runs(&[false, false, true, true, false], &[gib; 5]),
+            vec![(0, 2, false), (2, 4, true), (4, 5, false)]
+        );
+        // Contiguous runs hold at most MAX_BYTES of copies; paged ones any number.
+        let big = MAX_BYTES / 2 + 1;
+        assert_eq!(
+            runs(&[true, true, true, false, false, false], &[big; 6]),
+            vec![(0, 1, true), (1, 2, true), (2, 3, true), (3, 6, false)]
+        );
+        assert_eq!(
+            runs(&[true; 4], &[MAX_BYTES / 2; 4]),
+            vec![(0, 2, true), (2, 4, true)]
+        );
     }
 }

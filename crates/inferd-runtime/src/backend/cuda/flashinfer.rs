@@ -3,6 +3,8 @@
 //! 64, 128 or 256. A pass is planned once on the host (FlashInfer's scheduler: tiles, KV
 //! splits, exact page tables, copied into the workspace) and run per layer. Decode passes
 //! padded to a graph bucket are planned in graph mode, so a captured graph stays valid.
+//! A prompt run may be planned for the ragged prefill instead ([`PlanKind::Ragged`]): the
+//! same kernel family over a contiguous copy of its K/V (`ifd_kv_gather`, contig.rs).
 
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
@@ -69,11 +71,6 @@ impl Plan {
     /// Sequences of the plan.
     pub fn n_seqs(&self) -> usize {
         self.n_seqs as usize
-    }
-
-    /// Rows of a ragged plan's contiguous K/V (the sum of its sequences' kv_len).
-    pub fn kv_tokens(&self) -> usize {
-        self.kv_tokens as usize
     }
 
     /// Device addresses of the plan's page tables: page offsets [n_seqs + 1], page ids,
@@ -357,32 +354,36 @@ pub fn to_bf16(q: *const f32, out: *mut c_void, n: usize, stream: *mut c_void) -
     )
 }
 
-/// The planned attention of a pass (bf16 KV, or 8-bit with bf16 page copies): its leading `own_rows` decode rows by
-/// inferd's decode kernel (`kernels/decode.cu`, in `splits` ranges per row), then each
-/// FlashInfer plan over its rows, the first from row `rows[0]`, the second (a mixed pass's
-/// prompt chunks) from `rows[1]`.
-#[derive(Clone, Copy)]
+/// The planned attention of a pass (bf16 KV, or 8-bit with bf16 page copies): its leading
+/// `own_rows` decode rows by inferd's decode kernel (`kernels/decode.cu`, in `splits` ranges
+/// per row), then FlashInfer's plans, each over a contiguous range of rows: a decode part,
+/// and its prompt chunks in runs of sequences read alike (paged, or a contiguous copy).
+#[derive(Clone)]
 pub struct Passes {
     pub own_rows: usize,
     pub splits: usize,
     /// The own rows by the decode kernel's tensor-core build.
     pub mma: bool,
-    pub plans: [Option<Plan>; 2],
-    /// The first row of each plan.
-    pub rows: [usize; 2],
-    /// The generation of the workspace each plan lives in.
-    pub generations: [u64; 2],
-    /// 8-bit pools: the bf16 pages the prompt chunks' plan reads.
+    /// Plan i lives in workspace i.
+    pub runs: Vec<Run>,
+    /// 8-bit pools: the bf16 pages the paged prompt runs read.
     pub pages: Option<PassPages>,
-    /// A ragged plan's contiguous K/V, which `ifd_kv_gather` fills before each layer's run.
+}
+
+/// One FlashInfer plan of a pass: its rows from `row` on, the generation of the workspace
+/// it lives in, and for a ragged plan where its contiguous K/V go.
+#[derive(Clone, Copy)]
+pub struct Run {
+    pub plan: Plan,
+    pub row: usize,
+    pub generation: u64,
     pub contig: Option<Contig>,
 }
 
-/// Where a pass's ragged plan (in slot `slot`) reads its contiguous K/V: `pages` pages of
-/// the pool copied per layer into bf16 `k` and `v` `[kv_tokens, n_kv_heads, head_dim]`.
+/// Where a ragged plan reads its contiguous K/V: `pages` pages of the pool copied per layer
+/// (`ifd_kv_gather`) into bf16 `k` and `v` `[kv_tokens, n_kv_heads, head_dim]`.
 #[derive(Clone, Copy)]
 pub struct Contig {
-    pub slot: usize,
     pub pages: usize,
     pub k: *mut c_void,
     pub v: *mut c_void,
@@ -446,10 +447,8 @@ impl Passes {
     /// What a graph over these runs depends on (graphs replay single-plan decode passes).
     pub fn fingerprint(&self) -> u64 {
         let mut h = (self.own_rows as u64) << 20 ^ (self.splits as u64) << 1 ^ self.mma as u64;
-        for (p, g) in self.plans.iter().zip(self.generations) {
-            if let Some(p) = p {
-                h = h.rotate_left(17) ^ p.fingerprint() ^ g.rotate_left(32);
-            }
+        for r in &self.runs {
+            h = h.rotate_left(17) ^ r.plan.fingerprint() ^ r.generation.rotate_left(32);
         }
         h
     }

@@ -51,7 +51,7 @@ use inferd_core::sampling::Sampled;
 use super::{
     AttnConfig, Backend, Keep, KvRows, NewKv, RopeConfig, RopeStyle, Rows, SampleRow, SharedSource,
 };
-use crate::batch::ForwardBatch;
+use crate::batch::{ForwardBatch, SeqChunk};
 use crate::kv::{BlockTables, KvDtype, KvLayout};
 use crate::model::LinearAttnConfig;
 use crate::{Result, RuntimeError};
@@ -150,9 +150,10 @@ struct Inner {
     /// last block to finish merges and resets).  // i32 [4 · SMs]
     decode_done: Mutex<Option<device::DeviceBuffer>>,
     rope: Mutex<Option<Arc<RopeTable>>>,
-    /// FlashInfer's plan workspaces (one pass's plans alive at a time: a pass is planned,
-    /// then run): the whole pass or a mixed pass's decode rows, then its prompt chunks.
-    fi: Mutex<[Option<flashinfer::FiWorkspace>; 2]>,
+    /// FlashInfer's plan workspaces, one a plan of a pass (one pass's plans alive at a
+    /// time: a pass is planned, then run): the whole pass or a mixed pass's decode rows,
+    /// then its prompt chunks' runs.
+    fi: Mutex<Vec<Option<flashinfer::FiWorkspace>>>,
     /// bf16 copies of the pages an 8-bit pool's prompt chunks read (FlashInfer's prefill
     /// reads bf16), grown as passes need.
     kv8_pages: Mutex<Option<flashinfer::ScratchPages>>,
@@ -206,7 +207,7 @@ impl CudaBackend {
                 decode_mma_per_sm: Mutex::default(),
                 rope: Mutex::new(None),
                 sampling: Mutex::default(),
-                fi: Mutex::new([None, None]),
+                fi: Mutex::default(),
                 kv8_pages: Mutex::new(None),
                 kv8_map: Mutex::new(Vec::new()),
                 prefill_kv: Mutex::new(cfg.prefill_kv),
@@ -242,9 +243,9 @@ impl CudaBackend {
 
     /// FlashInfer's plans of a pass (`b`: the pass as packed, padding included), in the
     /// shared workspaces (grown when the pass does not fit). A pass of single-token rows
-    /// (decodes) followed by longer chunks gets two plans: the decode kernel's over the
-    /// leading rows, whose K/V it reads once per KV head, and the prefill kernel's over
-    /// the rest; the prefill kernel would read a decode row's K/V once per query head.
+    /// (decodes) followed by longer chunks gets the decode kernel over the leading rows,
+    /// whose K/V it reads once per KV head (the prefill kernel would read a decode row's K/V
+    /// once per query head), and the prefill kernel over the rest, in runs (`plan_prompt`).
     fn plan_attention(
         &self,
         b: &CudaBatch,
@@ -264,7 +265,7 @@ impl CudaBackend {
             lead
         };
         // 8-bit KV: FlashInfer reads bf16 only, so every decode row is ours, and the
-        // prompt chunks read bf16 copies of their pages (`kv8_gather`).
+        // prompt chunks read bf16 copies of their pages or a contiguous bf16 copy.
         let eight = kv.dtype.is_8bit();
         let mma_ok = unsafe {
             ffi::ifd_decode_mma_supported(ffi::kv_code(kv.dtype), int(attn.head_dim), int(group))
@@ -280,101 +281,167 @@ impl CudaBackend {
         let own = (own_rows > 0 || eight)
             && rows_ok
             && unsafe { ffi::ifd_decode_supported(int(attn.head_dim), int(group)) } != 0;
-        if own {
-            let splits = if own_rows > 0 {
-                self.decode_splits(own_rows, attn, mma)?
-            } else {
-                0
-            };
-            let mut out = flashinfer::Passes {
-                own_rows,
-                splits,
-                mma,
-                plans: [None, None],
-                rows: [0, lead],
-                generations: [0, 0],
-                pages: None,
-                contig: None,
-            };
-            if lead < batch.seqs.len() {
-                let mut rest = Part::default();
-                for s in &batch.seqs[lead..] {
-                    rest.push(tables.row(s.table), s.n_tokens, s.kv_len());
-                }
-                out.contig = self.contig_for(&rest, 1, attn, kv);
-                if eight && out.contig.is_none() {
-                    out.pages = Some(self.kv8_gather(&mut rest, kv)?);
-                }
-                let kind = out.contig.map_or(PlanKind::Auto, |_| PlanKind::Ragged);
-                let (plan, generation) = self.plan_part(1, rest, attn, kv, kind, false)?;
-                out.plans[1] = Some(plan);
-                out.generations[1] = generation;
-            }
-            return Ok(out);
-        }
-        let split = lead > 0 && lead < batch.seqs.len();
-        let mut parts: [Option<Part>; 2] = [None, None];
-        let mut first = Part::default();
-        let mut second = Part::default();
-        for (i, s) in batch.seqs.iter().enumerate() {
-            let part = if split && i >= lead {
-                &mut second
-            } else {
-                &mut first
-            };
-            part.push(tables.row(s.table), s.n_tokens, s.kv_len());
-        }
-        for _ in 0..pad {
-            // A padding row: one query over one position of block 0 (read, never written).
-            first.push(&[0], 1, 1);
-        }
-        parts[0] = Some(first);
-        if split {
-            parts[1] = Some(second);
-        }
         let mut out = flashinfer::Passes {
             own_rows: 0,
             splits: 0,
             mma: false,
-            plans: [None, None],
-            rows: [0, lead],
-            generations: [0, 0],
+            runs: Vec::new(),
             pages: None,
-            contig: None,
         };
-        // The prompt part: the second when split, else the whole pass when it leads with a
-        // prompt chunk (padding only follows decode rows).
-        let prompt_slot = if split {
-            Some(1)
-        } else {
-            (lead == 0 && pad == 0).then_some(0)
-        };
-        for (slot, part) in parts.into_iter().enumerate() {
-            let Some(part) = part else { continue };
-            let mut kind = PlanKind::Auto;
-            if prompt_slot == Some(slot) && b.bucket.is_none() {
-                out.contig = self.contig_for(&part, slot, attn, kv);
-                if out.contig.is_some() {
-                    kind = PlanKind::Ragged;
-                }
+        if own {
+            out.own_rows = own_rows;
+            out.mma = mma;
+            if own_rows > 0 {
+                out.splits = self.decode_splits(own_rows, attn, mma)?;
             }
-            let (plan, generation) =
-                self.plan_part(slot, part, attn, kv, kind, b.bucket.is_some())?;
-            out.plans[slot] = Some(plan);
-            out.generations[slot] = generation;
+        } else if lead == batch.seqs.len() {
+            // Decode rows alone, padding rows after them: one query over one position of
+            // block 0 each (read, never written).
+            let mut part = Part::default();
+            for s in &batch.seqs {
+                part.push(tables.row(s.table), s.n_tokens, s.kv_len());
+            }
+            for _ in 0..pad {
+                part.push(&[0], 1, 1);
+            }
+            let graph = b.bucket.is_some();
+            let (plan, generation) = self.plan_part(0, part, attn, kv, PlanKind::Auto, graph)?;
+            out.runs.push(flashinfer::Run {
+                plan,
+                row: 0,
+                generation,
+                contig: None,
+            });
+            return Ok(out);
+        } else if lead > 0 {
+            // A mixed pass's decode rows by FlashInfer's decode kernel.
+            let mut part = Part::default();
+            for s in &batch.seqs[..lead] {
+                part.push(tables.row(s.table), s.n_tokens, s.kv_len());
+            }
+            let (plan, generation) = self.plan_part(0, part, attn, kv, PlanKind::Auto, false)?;
+            out.runs.push(flashinfer::Run {
+                plan,
+                row: 0,
+                generation,
+                contig: None,
+            });
+        }
+        if lead < batch.seqs.len() {
+            self.plan_prompt(&batch.seqs[lead..], lead, attn, kv, tables, &mut out)?;
         }
         Ok(out)
     }
 
-    /// The bf16 pages a part of an 8-bit pass reads: its distinct blocks get scratch pages
-    /// 0..n in the order first met, its block tables are rewritten to them, and the
-    /// blocks' ids go up to the device for `ifd_kv_dequant_pages` (run per layer).
-    fn kv8_gather(&self, part: &mut Part, kv: &KvLayout) -> Result<flashinfer::PassPages> {
+    /// The prompt chunks of a pass (`seqs`, from row `row` on), planned into `out`: each
+    /// sequence read paged or from a contiguous copy as `contig::pays` says of its chunk
+    /// alone, runs of neighbours read alike one plan each (`contig::runs`). An 8-bit pool's
+    /// paged runs read bf16 copies of their distinct pages, made once for all of them.
+    fn plan_prompt(
+        &self,
+        seqs: &[SeqChunk],
+        mut row: usize,
+        attn: &AttnConfig,
+        kv: &KvLayout,
+        tables: &BlockTables,
+        out: &mut flashinfer::Passes,
+    ) -> Result<()> {
+        let mode = *self.inner.prefill_kv.lock().unwrap();
+        let token_bytes = 2 * attn.n_kv_heads * attn.head_dim * 2; // bf16 K and V
+        let bytes: Vec<usize> = seqs.iter().map(|s| s.kv_len() * token_bytes).collect();
+        let mut contiguous: Vec<bool> = seqs
+            .iter()
+            .zip(&bytes)
+            .map(|(s, &b)| {
+                attn.head_dim.is_multiple_of(8) && contig::pays(mode, s.n_tokens, s.kv_len(), b)
+            })
+            .collect();
+        let mut runs = contig::runs(&contiguous, &bytes);
+        // The scratch, as large as the largest contiguous run's copy; no room: all paged.
+        let widest = runs
+            .iter()
+            .filter(|r| r.2)
+            .map(|r| bytes[r.0..r.1].iter().sum::<usize>())
+            .max();
+        let planes = match widest {
+            Some(b) => {
+                let p = self
+                    .inner
+                    .contig
+                    .lock()
+                    .unwrap()
+                    .planes(&self.inner.dev, b / 2);
+                if p.is_none() {
+                    contiguous.iter_mut().for_each(|c| *c = false);
+                    runs = contig::runs(&contiguous, &bytes);
+                }
+                p
+            }
+            None => None,
+        };
+        let mut parts: Vec<Part> = runs
+            .iter()
+            .map(|&(first, end, _)| {
+                let mut part = Part::default();
+                for s in &seqs[first..end] {
+                    part.push(tables.row(s.table), s.n_tokens, s.kv_len());
+                }
+                part
+            })
+            .collect();
+        if kv.dtype.is_8bit() && runs.iter().any(|r| !r.2) {
+            let mut paged: Vec<&mut Part> = parts
+                .iter_mut()
+                .zip(&runs)
+                .filter(|(_, r)| !r.2)
+                .map(|(p, _)| p)
+                .collect();
+            out.pages = Some(self.kv8_gather(&mut paged, kv)?);
+        }
+        for (part, &(first, end, c)) in parts.into_iter().zip(&runs) {
+            let slot = out.runs.len();
+            let pages = part
+                .kv_len
+                .iter()
+                .map(|&l| (l as usize).div_ceil(kv.block_size))
+                .sum();
+            let (kind, contig) = match planes {
+                Some((k, v)) if c => (PlanKind::Ragged, Some(flashinfer::Contig { pages, k, v })),
+                _ => (PlanKind::Auto, None),
+            };
+            let (plan, generation) = self.plan_part(slot, part, attn, kv, kind, false)?;
+            out.runs.push(flashinfer::Run {
+                plan,
+                row,
+                generation,
+                contig,
+            });
+            row += seqs[first..end].iter().map(|s| s.n_tokens).sum::<usize>();
+        }
+        Ok(())
+    }
+
+    /// The bf16 pages the paged prompt runs of an 8-bit pass read: their distinct blocks
+    /// get scratch pages 0..n in the order first met, their block tables are rewritten to
+    /// them, and the blocks' ids go up to the device for `ifd_kv_dequant_pages` (run per
+    /// layer).
+    fn kv8_gather(&self, parts: &mut [&mut Part], kv: &KvLayout) -> Result<flashinfer::PassPages> {
         let mut map = self.inner.kv8_map.lock().unwrap();
         if map.len() < kv.num_blocks {
             map.resize(kv.num_blocks, -1);
         }
-        let src = part.remap(kv.block_size, &mut map)?;
+        let mut src = Vec::new();
+        let mut remapped = Ok(());
+        for part in parts.iter_mut() {
+            remapped = part.remap(kv.block_size, &mut map, &mut src);
+            if remapped.is_err() {
+                break;
+            }
+        }
+        for &b in &src {
+            map[b as usize] = -1; // left as found, on success or not
+        }
+        remapped?;
         let mut pages = self.inner.kv8_pages.lock().unwrap();
         let page_bytes = kv.block_elems() * 2; // one bf16 page of K (or V)
         if !pages
@@ -391,48 +458,8 @@ impl CudaBackend {
         pages.as_ref().unwrap().load(&self.inner.dev, &src)
     }
 
-    /// Whether a prompt part (to be planned in workspace `slot`) reads contiguous K/V, by
-    /// the policy (`contig::pays`), and where: the scratch, grown to hold it (`None`, the
-    /// part stays paged, also when the device has no room for it).
-    fn contig_for(
-        &self,
-        part: &Part,
-        slot: usize,
-        attn: &AttnConfig,
-        kv: &KvLayout,
-    ) -> Option<flashinfer::Contig> {
-        let tokens: usize = part.kv_len.iter().map(|&l| l as usize).sum();
-        let plane_bytes = tokens * attn.n_kv_heads * attn.head_dim * 2; // bf16
-        let seqs = part
-            .kv_len
-            .iter()
-            .enumerate()
-            .map(|(i, &l)| ((part.qo[i + 1] - part.qo[i]) as usize, l as usize));
-        if !attn.head_dim.is_multiple_of(8)
-            || !contig::pays(
-                *self.inner.prefill_kv.lock().unwrap(),
-                seqs,
-                2 * plane_bytes,
-            )
-        {
-            return None;
-        }
-        let (k, v) = self
-            .inner
-            .contig
-            .lock()
-            .unwrap()
-            .planes(&self.inner.dev, plane_bytes)?;
-        let pages = part
-            .kv_len
-            .iter()
-            .map(|&l| (l as usize).div_ceil(kv.block_size))
-            .sum();
-        Some(flashinfer::Contig { slot, pages, k, v })
-    }
-
-    /// FlashInfer's plan of one part of a pass in workspace `slot` (grown when the part
-    /// does not fit); the plan and the workspace's generation.
+    /// FlashInfer's plan of one part of a pass in workspace `slot` (made or grown when the
+    /// part does not fit); the plan and the workspace's generation.
     fn plan_part(
         &self,
         slot: usize,
@@ -457,6 +484,9 @@ impl CudaBackend {
             .map(|&l| (l as usize).div_ceil(kv.block_size))
             .sum();
         let mut ws = self.inner.fi.lock().unwrap();
+        if ws.len() <= slot {
+            ws.resize_with(slot + 1, || None);
+        }
         if !ws[slot]
             .as_ref()
             .is_some_and(|w| w.holds(shape, n_seqs, tokens, pages))
@@ -1056,14 +1086,16 @@ impl Backend for CudaBackend {
             };
             let ws = self.inner.fi.lock().unwrap();
             let row_bytes = q.cols * 2; // bf16 rows of q and out alike
-            for (slot, plan) in passes.plans.iter().enumerate() {
-                let Some(plan) = plan else { continue };
-                let w = ws[slot].as_ref().expect("a planned pass has its workspace");
-                let at = passes.rows[slot] * row_bytes;
+            for (slot, run) in passes.runs.iter().enumerate() {
+                let (plan, w) = (
+                    &run.plan,
+                    ws[slot].as_ref().expect("a planned run has its workspace"),
+                );
+                let at = run.row * row_bytes;
                 // SAFETY: the plan's rows lie inside q and out.
                 let (qp, o) = unsafe { (q_bf16.add(at), op.cast::<u8>().add(at)) };
                 // A ragged plan reads this layer's K/V copied out of the pool first.
-                let (k, v) = match passes.contig.filter(|c| c.slot == slot) {
+                let (k, v) = match run.contig {
                     Some(c) => {
                         let (page_indptr, ids, tok_indptr) = plan.tables();
                         check(
@@ -1433,12 +1465,12 @@ impl Part {
         self.bt_off.push(self.bt.len() as i32);
     }
 
-    /// Rewrites the block tables (the blocks each sequence's kv_len reaches) to pages
-    /// 0..n, one per distinct block in the order first met, and returns those blocks.
-    /// `map` (block id -> page, -1 for none, at least as long as the pool) is left as
-    /// it was found.
-    fn remap(&mut self, block_size: usize, map: &mut [i32]) -> Result<Vec<i32>> {
-        let mut src = Vec::new();
+    /// Rewrites the block tables (the blocks each sequence's kv_len reaches) to pages, one
+    /// per distinct block: a block `map`s to a page already (from an earlier part), or gets
+    /// the next, `src.len()`, and is appended to `src`. `map`: block id -> page, -1 for
+    /// none, at least as long as the pool; the caller resets the entries of `src` to -1
+    /// after its last part, on success or not.
+    fn remap(&mut self, block_size: usize, map: &mut [i32], src: &mut Vec<i32>) -> Result<()> {
         let pool = map.len();
         let mut bad = None;
         'seqs: for (i, &len) in self.kv_len.iter().enumerate() {
@@ -1468,12 +1500,9 @@ impl Part {
                 *b = *slot;
             }
         }
-        for &b in &src {
-            map[b as usize] = -1; // left as found, on success or not
-        }
         match bad {
             Some(why) => Err(RuntimeError::BadBatch(why)),
-            None => Ok(src),
+            None => Ok(()),
         }
     }
 }
@@ -1486,34 +1515,52 @@ mod tests {
     fn remap_gives_each_distinct_block_one_page() {
         // Two sequences sharing blocks 7 and 3 (a forked prefix), block tables longer
         // than their kv_len needs.
-        // Remapped before `finish`, as plan_attention does.
+        // Remapped before `finish`, as plan_prompt does.
+        let reset =
+            |map: &mut Vec<i32>, src: &[i32]| src.iter().for_each(|&b| map[b as usize] = -1);
         let mut p = Part::default();
         p.push(&[7, 3, 9, 11], 5, 40); // 40 tokens in blocks of 16: 3 blocks
         p.push(&[7, 3, 2], 2, 33); // 3 blocks
         let mut map = vec![-1; 16];
-        let src = p.remap(16, &mut map).unwrap();
+        let mut src = Vec::new();
+        p.remap(16, &mut map, &mut src).unwrap();
         assert_eq!(src, vec![7, 3, 9, 2]);
         assert_eq!(p.bt, vec![0, 1, 2, 11, 0, 1, 3]); // the unread entry stays as it was
-        assert!(map.iter().all(|&m| m == -1), "the map is left as found");
+                                                      // A second part shares the first's pages and appends its own.
+        let mut p2 = Part::default();
+        p2.push(&[3, 5], 1, 20);
+        p2.remap(16, &mut map, &mut src).unwrap();
+        assert_eq!(src, vec![7, 3, 9, 2, 5]);
+        assert_eq!(p2.bt, vec![1, 4]);
+        reset(&mut map, &src);
         let mut q = Part::default();
         q.push(&[5, 20], 1, 20);
         q.finish();
-        assert!(q.remap(16, &mut map).is_err(), "a block outside the pool");
+        let mut src = Vec::new();
+        assert!(
+            q.remap(16, &mut map, &mut src).is_err(),
+            "a block outside the pool"
+        );
+        reset(&mut map, &src);
         assert!(
             map.iter().all(|&m| m == -1),
-            "the map is left as found after an error"
+            "the map is as found once reset"
         );
         let mut r = Part::default();
         r.push(&[1], 1, 40); // 40 tokens need 3 blocks
         r.push(&[2, 3, 4], 1, 40);
+        let mut src = Vec::new();
         assert!(
-            r.remap(16, &mut map).is_err(),
+            r.remap(16, &mut map, &mut src).is_err(),
             "a table shorter than its kv_len"
         );
+        reset(&mut map, &src);
         // After `finish` too.
         let mut f = Part::default();
         f.push(&[4, 5], 1, 17);
         f.finish();
-        assert_eq!(f.remap(16, &mut map).unwrap(), vec![4, 5]);
+        let mut src = Vec::new();
+        f.remap(16, &mut map, &mut src).unwrap();
+        assert_eq!(src, vec![4, 5]);
     }
 }
