@@ -244,3 +244,25 @@ fn killed_servers_and_killed_stops_leave_nothing_behind() {
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
     let _ = std::fs::remove_dir_all(&state);
 }
+
+/// The GPU's kernel choices are refused by name on any machine, before a model is read.
+#[test]
+fn gpu_kernel_flags_take_only_their_values() {
+    let state = fresh_state("flags");
+    for (flag, values) in [
+        ("--prefill-kv", "auto, paged, contiguous"),
+        (
+            "--decode-attention",
+            "auto, inferd, flashinfer, tensor-cores",
+        ),
+    ] {
+        let o = inferd(&state, &["serve", flag, "bogus", "-m", "/nonexistent"]);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {}", text(&o));
+        assert!(
+            text(&o).contains(&format!("invalid value 'bogus' for '{flag}")),
+            "{}",
+            text(&o)
+        );
+        assert!(text(&o).contains(values), "{}", text(&o));
+    }
+}

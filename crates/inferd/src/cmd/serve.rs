@@ -41,12 +41,12 @@ pub struct Args {
     /// tensor-core build where it takes the shape, else its SIMT build for passes of up to
     /// 2 rows and FlashInfer's above), inferd (the SIMT build at every row count),
     /// flashinfer, or tensor-cores (the tensor-core build wherever it takes the shape).
-    #[arg(long, default_value = "auto")]
+    #[arg(long, default_value = "auto", value_parser = ["auto", "inferd", "flashinfer", "tensor-cores"])]
     decode_attention: String,
     /// GPU only: which K/V layout prompt chunks' attention reads: auto (a contiguous copy
     /// where the chunk is long enough for the copy to pay, else the pool's pages), paged,
     /// or contiguous.
-    #[arg(long, default_value = "auto")]
+    #[arg(long, default_value = "auto", value_parser = ["auto", "paged", "contiguous"])]
     prefill_kv: String,
     /// KV cache memory: a size (512M, 2G) or a share of free memory (25%; on a GPU, of
     /// the device memory left after the weights). Default: 25% on the CPU, 85% on a GPU.
