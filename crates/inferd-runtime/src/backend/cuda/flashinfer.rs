@@ -100,6 +100,7 @@ struct RunArgs {
 }
 
 const AUTO: c_int = 0;
+const PREFILL: c_int = 2;
 const RAGGED: c_int = 3;
 
 /// Which kernel a plan is for.
@@ -108,6 +109,9 @@ pub enum PlanKind {
     /// FlashInfer's choice for the pass: decode if every row is one token, else the paged
     /// SM90 prefill.
     Auto,
+    /// The paged SM90 prefill, whatever the rows' lengths (prompt chunks: a chunk's kernel
+    /// never depends on its neighbours).
+    Prefill,
     /// The SM90 prefill over contiguous K/V (`ifd_kv_gather` fills it per layer).
     Ragged,
 }
@@ -308,6 +312,7 @@ impl FiWorkspace {
                     &batch,
                     match kind {
                         PlanKind::Auto => AUTO,
+                        PlanKind::Prefill => PREFILL,
                         PlanKind::Ragged => RAGGED,
                     },
                     graph as c_int,

@@ -407,7 +407,7 @@ impl CudaBackend {
                 .sum();
             let (kind, contig) = match planes {
                 Some((k, v)) if c => (PlanKind::Ragged, Some(flashinfer::Contig { pages, k, v })),
-                _ => (PlanKind::Auto, None),
+                _ => (PlanKind::Prefill, None),
             };
             let (plan, generation) = self.plan_part(slot, part, attn, kv, kind, false)?;
             out.runs.push(flashinfer::Run {
