@@ -94,6 +94,10 @@ typedef struct IfdFiBatch {
   const int32_t* bt_dev;
 } IfdFiBatch;
 
+// Rows of a ragged plan's contiguous K/V: sequence i's keys start at kv_tok_indptr[i], a
+// multiple of this; the rows from its kv_len to the next start are zero.
+#define IFD_FI_RAGGED_ROW_ALIGN 128
+
 enum {
   IFD_FI_AUTO = 0,     // decode kernel if every qo_len == 1 (and the GQA group is one it
                        // has), else the SM90 prefill kernel
@@ -106,22 +110,28 @@ enum {
 // Filled by ifd_fi_plan, read by ifd_fi_run; plain data, the caller just keeps it
 // (by value) from the plan until the last run of the pass. Fields are informative.
 typedef struct IfdFiPlan {
-  int32_t kind;        // IFD_FI_DECODE or IFD_FI_PREFILL (0: not planned)
+  int32_t kind;        // IFD_FI_DECODE, IFD_FI_PREFILL or IFD_FI_RAGGED (0: not planned)
   int32_t n_seqs;
   int32_t n_tokens;
   int32_t cuda_graph;  // decode planned in CUDA-graph mode
   IfdFiShape shape;
   int32_t split_kv;    // decode: split-KV (partials in float_ws, merged by a 2nd kernel)
-  int32_t kv_tokens;   // sum of kv_len: rows of a ragged plan's contiguous K/V
+  int32_t kv_tokens;   // rows of a ragged plan's contiguous K/V: the sum of kv_len, each
+                       // rounded up to IFD_FI_RAGGED_ROW_ALIGN
   int64_t fi_info[16];  // FlashInfer's DecodePlanInfo (10) / PrefillPlanSM90Info (9)
   // Device page tables the run reads (inside int_ws, or bt_dev):
   int32_t* kv_indptr;       // [n_seqs + 1] page offsets
   int32_t* kv_indices;      // [kv_indptr[n_seqs]] page ids
   int32_t* kv_last_page_len;  // [n_seqs], 1..page_size
   int32_t* kv_tok_indptr;   // [n_seqs + 1] each sequence's first row in contiguous K/V
-                            // (prefix sums of kv_len; ifd_kv_gather's tok_indptr)
+                            // (prefix sums of kv_len rounded up to
+                            // IFD_FI_RAGGED_ROW_ALIGN; ifd_kv_gather's tok_indptr)
   void* int_ws;             // the workspace this plan lives in (checked by run)
 } IfdFiPlan;
+#ifdef __cplusplus
+// The Rust mirror (src/backend/cuda/flashinfer.rs `Plan`) asserts the same size.
+static_assert(sizeof(IfdFiPlan) == 208, "IfdFiPlan's layout is shared with Rust");
+#endif
 
 // Conservative workspace sizes for a shape and the largest batch a workspace will see:
 // max_seqs sequences, max_tokens query rows, max_pages pages (these two also go into

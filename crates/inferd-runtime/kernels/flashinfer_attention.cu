@@ -20,6 +20,13 @@ thread_local std::string g_err;
 
 constexpr size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+// A ragged plan's sequences start at multiples of the kernel's largest key tile in the
+// contiguous K/V, the rows between a sequence's end and the next start zero (ifd_kv_gather
+// writes them): a tile that runs past a sequence's keys reads zeros, as the paged kernel's
+// zero-filled loads do, never the next sequence's values (a masked score times a
+// non-finite value would still be NaN).
+constexpr int kRaggedRowAlign = IFD_FI_RAGGED_ROW_ALIGN;
+
 // The page-table region at the start of int_ws / pinned_ws (fixed by the capacities).
 // indptr [max_seqs + 1] (pages), last [max_seqs], tok [max_seqs + 1] (contiguous K/V rows of
 // a ragged plan), indices [max_pages].
@@ -155,6 +162,8 @@ int ifd_fi_plan(const IfdFiWorkspace* ws, const IfdFiShape* shape, const IfdFiBa
                                              std::to_string(group) + " (use prefill)");
     if (kind != IFD_FI_DECODE && kind != IFD_FI_PREFILL && kind != IFD_FI_RAGGED)
       return fail(cudaErrorInvalidValue, "bad mode");
+    if (kind == IFD_FI_RAGGED && batch->bt_dev)
+      return fail(cudaErrorInvalidValue, "ragged plans take host block tables (bt), not bt_dev");
     if (!batch->bt_dev && n_pages > ws->max_pages)
       return fail(cudaErrorInvalidValue, "batch needs " + std::to_string(n_pages) +
                                              " pages, workspace max_pages is " +
@@ -191,7 +200,8 @@ int ifd_fi_plan(const IfdFiWorkspace* ws, const IfdFiShape* shape, const IfdFiBa
     }
     for (int i = 0; i < n; ++i) last_h[i] = kv_len_h[i] - ((kv_len_h[i] + ps - 1) / ps - 1) * ps;
     tok_h[0] = 0;
-    for (int i = 0; i < n; ++i) tok_h[i + 1] = tok_h[i] + kv_len_h[i];
+    for (int i = 0; i < n; ++i)
+      tok_h[i + 1] = tok_h[i] + static_cast<int32_t>(align_up(kv_len_h[i], kRaggedRowAlign));
     const size_t pt_copy = batch->bt_dev ? L.indices : L.indices + static_cast<size_t>(n_pages) * 4;
     if ((e = cudaMemcpyAsync(pd, ph, pt_copy, cudaMemcpyHostToDevice, s)) != cudaSuccess)
       return fail(e, std::string("page-table copy: ") + cudaGetErrorString(e));

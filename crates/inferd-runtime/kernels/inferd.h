@@ -137,14 +137,16 @@ int ifd_kv_append(IfdPaged kv, const float* k, const float* v, const int32_t* sl
 int ifd_kv_dequant_pages(IfdPaged kv, const int32_t* src, int n, void* k_out, void* v_out,
                          void* stream);
 // ---- kv_gather.cu: one layer's K and V of a pass's sequences, copied out of the pool
-// (dequantized for 8-bit pools) into contiguous bf16 k_out / v_out [tokens, n_kv_heads,
-// head_dim], sequence i's tokens at rows tok_indptr[i] .. tok_indptr[i + 1] (its kv_len):
-// what FlashInfer's ragged prefill (IFD_FI_RAGGED) reads. Sequence i's pages are
-// pages[page_indptr[i] ..], n_pages = page_indptr[n_seqs]. head_dim a multiple of 8.
-// page_indptr, tok_indptr: DEVICE int32 [n_seqs + 1]; pages: DEVICE int32 [n_pages]
+// (dequantized for 8-bit pools) into contiguous bf16 k_out / v_out [rows, n_kv_heads,
+// head_dim]: sequence i's kv_len tokens from row tok_indptr[i] on, then zero rows up to
+// tok_indptr[i + 1], what FlashInfer's ragged prefill (IFD_FI_RAGGED) reads. Sequence i's
+// pages are pages[page_indptr[i] ..], the last holding last_page_len[i] (1..block_size) of
+// its tokens; n_pages = page_indptr[n_seqs]. head_dim a multiple of 8.
+// page_indptr, tok_indptr: DEVICE int32 [n_seqs + 1]; last_page_len: DEVICE int32 [n_seqs];
+// pages: DEVICE int32 [n_pages]
 int ifd_kv_gather(IfdPaged kv, const int32_t* page_indptr, const int32_t* pages,
-                  const int32_t* tok_indptr, int n_seqs, int n_pages, void* k_out, void* v_out,
-                  void* stream);
+                  const int32_t* last_page_len, const int32_t* tok_indptr, int n_seqs,
+                  int n_pages, void* k_out, void* v_out, void* stream);
 // Causal GQA attention of every token over its sequence's positions 0..=pos[t]:
 // q f32 [n, n_heads * head_dim] -> out bf16 [n, n_heads * head_dim]. Token t belongs to
 // sequence seq[t], whose block table is bt[bt_off[seq[t]] ..].

@@ -52,10 +52,12 @@ struct Src8 {
 
 // Block (p, plane): page p of the pass (its sequence's page j = p - page_indptr[seq]) of
 // K (plane 0) or V (plane 1). Each thread moves 8 values at a time; a page's rows past
-// its sequence's kv_len are not copied.
+// its sequence's kv_len are not copied. The block of a sequence's last page also zeroes
+// the rows from its kv_len to the next sequence's start.
 template <int KV>
 __global__ void kv_gather_kernel(IfdPaged kv, const int32_t* __restrict__ page_indptr,
                                  const int32_t* __restrict__ pages,
+                                 const int32_t* __restrict__ last_page_len,
                                  const int32_t* __restrict__ tok_indptr, int n_seqs,
                                  bf16* __restrict__ k_out, bf16* __restrict__ v_out) {
   ifd::pdl_begin();
@@ -63,9 +65,10 @@ __global__ void kv_gather_kernel(IfdPaged kv, const int32_t* __restrict__ page_i
   const bool is_v = blockIdx.y == 1;
   const int s = seq_of_page(page_indptr, n_seqs, p);
   const int j = p - page_indptr[s];
+  const bool last = p == page_indptr[s + 1] - 1;
   const int bs = kv.block_size, n_kv = kv.n_kv_heads, hd = kv.head_dim;
-  const int first = tok_indptr[s] + j * bs;               // contiguous row of the page's slot 0
-  const int valid = min(bs, tok_indptr[s + 1] - first);   // slots of the page in use
+  const int first = tok_indptr[s] + j * bs;       // contiguous row of the page's slot 0
+  const int valid = last ? last_page_len[s] : bs;  // slots of the page in use
   const size_t page_rows = static_cast<size_t>(n_kv) * bs;
   const size_t base = static_cast<size_t>(pages[p]) * page_rows;  // stored row of (h 0, slot 0)
   const void* plane = is_v ? kv.v : kv.k;
@@ -81,12 +84,19 @@ __global__ void kv_gather_kernel(IfdPaged kv, const int32_t* __restrict__ page_i
     const uint4 x = Src8<KV>::load(plane, scale, base + r, hd, e);
     *reinterpret_cast<uint4*>(out + (static_cast<size_t>(first + t) * n_kv + h) * hd + e) = x;
   }
+  if (!last) return;
+  // Rows first + valid .. tok_indptr[s + 1]: whole rows, contiguous.
+  const size_t row_vecs = static_cast<size_t>(n_kv) * vecs_per_row;
+  const size_t from = static_cast<size_t>(first + valid) * row_vecs;
+  const size_t to = static_cast<size_t>(tok_indptr[s + 1]) * row_vecs;
+  uint4* o = reinterpret_cast<uint4*>(out);
+  for (size_t i = from + threadIdx.x; i < to; i += blockDim.x) o[i] = uint4{0, 0, 0, 0};
 }
 }  // namespace
 
 int ifd_kv_gather(IfdPaged kv, const int32_t* page_indptr, const int32_t* pages,
-                  const int32_t* tok_indptr, int n_seqs, int n_pages, void* k_out, void* v_out,
-                  void* stream) {
+                  const int32_t* last_page_len, const int32_t* tok_indptr, int n_seqs,
+                  int n_pages, void* k_out, void* v_out, void* stream) {
   if (n_pages == 0) return 0;
   if (n_seqs <= 0 || kv.head_dim % 8 != 0) return static_cast<int>(cudaErrorInvalidValue);
   cudaStream_t s = ifd::as_stream(stream);
@@ -96,15 +106,15 @@ int ifd_kv_gather(IfdPaged kv, const int32_t* page_indptr, const int32_t* pages,
   switch (kv.dtype) {
     case IFD_KV_BF16:
       ifd::launch(kv_gather_kernel<IFD_KV_BF16>, grid, 256, 0, s, kv, page_indptr, pages,
-                  tok_indptr, n_seqs, kd, vd);
+                  last_page_len, tok_indptr, n_seqs, kd, vd);
       break;
     case IFD_KV_Q8:
       ifd::launch(kv_gather_kernel<IFD_KV_Q8>, grid, 256, 0, s, kv, page_indptr, pages,
-                  tok_indptr, n_seqs, kd, vd);
+                  last_page_len, tok_indptr, n_seqs, kd, vd);
       break;
     case IFD_KV_FP8:
       ifd::launch(kv_gather_kernel<IFD_KV_FP8>, grid, 256, 0, s, kv, page_indptr, pages,
-                  tok_indptr, n_seqs, kd, vd);
+                  last_page_len, tok_indptr, n_seqs, kd, vd);
       break;
     default:
       return static_cast<int>(cudaErrorInvalidValue);

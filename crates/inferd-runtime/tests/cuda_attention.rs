@@ -478,13 +478,16 @@ fn eight_bit_kv_head_dim_64_gqa_3_matches_the_cpu() {
     eight_bit_kv_matches_the_cpu(64, 6);
 }
 
-/// `prompt_runs_match_the_cpu`'s two passes on `model`: the rows it compares.
+/// `prompt_runs_match_the_cpu`'s two passes on `model`: the rows it compares. Sequences:
+/// A 2304 tokens and C 2100 (prompts whole), B 340 (its first 300 alone, then a 40-token
+/// chunk), D 296 (a fork of B: B's first 256 positions' blocks, then its own 40-token
+/// chunk). The second pass holds B's chunk, A, D's chunk and C, in that order.
 fn prompt_runs_on<B: Backend>(model: &Model<B>, dtype: KvDtype) -> Vec<Vec<f32>> {
     let vocab = model.cfg.vocab_size;
-    let lens = [2304usize, 340, 2100];
+    let lens = [2304usize, 340, 2100, 296];
     let mut run = Runner::with_blocks(model, lens.iter().sum(), dtype, 16);
     let mut ws = model.workspace(4800, 4).unwrap();
-    let prompts: Vec<Vec<u32>> = lens
+    let mut prompts: Vec<Vec<u32>> = lens
         .iter()
         .enumerate()
         .map(|(s, &n)| {
@@ -493,21 +496,27 @@ fn prompt_runs_on<B: Backend>(model: &Model<B>, dtype: KvDtype) -> Vec<Vec<f32>>
                 .collect()
         })
         .collect();
-    let tables: Vec<Vec<u32>> = lens.iter().map(|&n| run.new_seq(n).1).collect();
+    let shared = prompts[1][..256].to_vec();
+    prompts[3][..256].copy_from_slice(&shared);
+    let mut tables: Vec<Vec<u32>> = lens.iter().map(|&n| run.new_seq(n).1).collect();
+    // D forks B: B's blocks for positions 0..256 (16 blocks of 16), then its own.
+    let own = tables[3][16..].to_vec();
+    tables[3] = tables[1][..16].iter().copied().chain(own).collect();
     let mut logits = Vec::new();
-    // The short sequence's first 300 positions, alone.
     let mut b = ForwardBatch::default();
     b.push(&prompts[1][..300], 0, 340, tables[1].clone(), true);
     model
         .forward_into(&mut ws, &mut run.kv, &run.layout, &b, &mut logits)
         .unwrap();
     let mut b = ForwardBatch::default();
-    b.push(&prompts[0], 0, 2304, tables[0].clone(), true);
     b.push(&prompts[1][300..], 300, 340, tables[1].clone(), true);
+    b.push(&prompts[0], 0, 2304, tables[0].clone(), true);
+    b.push(&prompts[3][256..], 256, 296, tables[3].clone(), true);
     b.push(&prompts[2], 0, 2100, tables[2].clone(), true);
-    let (a_end, b_end, c_end) = (2304, 2344, 4444);
-    b.logits_rows = (a_end - 64..a_end)
-        .chain(a_end..b_end)
+    let (b_end, a_end, d_end, c_end) = (40, 2344, 2384, 4484);
+    b.logits_rows = (0..b_end)
+        .chain(a_end - 64..a_end)
+        .chain(a_end..d_end)
         .chain(c_end - 64..c_end)
         .collect();
     logits.clear();
@@ -517,58 +526,95 @@ fn prompt_runs_on<B: Backend>(model: &Model<B>, dtype: KvDtype) -> Vec<Vec<f32>>
     logits.chunks(vocab).map(<[f32]>::to_vec).collect()
 }
 
-/// One pass whose prompt chunks the default policy reads two ways, one plan a run: a
-/// 2304-token prompt whole and a 2100-token one (a contiguous copy of their K/V: at least
-/// 1024 causal pairs a key), around a 40-token chunk over 300 earlier positions (paged).
-/// Rows of all three (the chunk's every row, the prompts' last 64) against the CPU's, with
-/// the pass read by the policy, all paged and all contiguous: each run's rows land where
-/// the pass has them.
-fn prompt_runs_match_the_cpu(head_dim: usize, heads: usize) {
+/// One pass whose prompt chunks the default policy reads two ways, one plan a run: two
+/// short chunks over earlier positions, one of them a fork sharing the other's blocks
+/// (paged), each followed by a long prompt read whole (a contiguous copy of its K/V: at
+/// least 1024 causal pairs a key): four runs, paged, contiguous, paged, contiguous. Every
+/// row of the chunks and the prompts' last 64 against the CPU's (the CPU's own 8-bit KV
+/// for an 8-bit pool), the pass read by the policy, all paged and all contiguous; the runs
+/// planned each way are counted, so a pass quietly read one way alone fails.
+fn prompt_runs_match_the_cpu(head_dim: usize, heads: usize, dtypes: &[KvDtype]) {
     let path = random_qwen3(head_dim, heads);
     let cpu_model = Model::load(CpuBackend::new(), &path).unwrap();
-    let want = prompt_runs_on(&cpu_model, KvDtype::F32);
-    assert_eq!(want.len(), 168);
     let Some(gpu) = cuda() else {
+        // The CPU's run alone (the script itself is exercised).
+        assert_eq!(prompt_runs_on(&cpu_model, KvDtype::F32).len(), 208);
         let _ = std::fs::remove_file(&path);
         return;
     };
     let tol = profile(&gpu).logit_tol;
     let mut failures = Vec::new();
-    for prefill_kv in [PrefillKv::Auto, PrefillKv::Paged, PrefillKv::Contiguous] {
-        let cfg = CudaConfig {
-            prefill_kv,
-            ..CudaConfig::default()
+    for &dtype in dtypes {
+        let (cpu_dtype, limit) = match dtype {
+            KvDtype::Bf16 => (KvDtype::F32, tol),
+            KvDtype::Fp8 => (dtype, 2.0 * tol),
+            _ => (dtype, 1.2 * tol),
         };
-        let gpu_model = Model::load(CudaBackend::new(cfg).unwrap(), &path).unwrap();
-        let got = prompt_runs_on(&gpu_model, KvDtype::Bf16);
-        for (name, rows) in [
-            ("long prompt", 0..64),
-            ("short chunk", 64..104),
-            ("second long prompt", 104..168),
+        let want = prompt_runs_on(&cpu_model, cpu_dtype);
+        // (paged, contiguous) runs of the second pass each way.
+        for (prefill_kv, runs) in [
+            (PrefillKv::Auto, (2, 2)),
+            (PrefillKv::Paged, (1, 0)),
+            (PrefillKv::Contiguous, (0, 1)),
         ] {
-            let worst = rows
-                .clone()
-                .map(|r| max_abs_diff(&want[r], &got[r]))
-                .fold(0f32, f32::max);
-            let same = rows
-                .clone()
-                .filter(|&r| argmax(&want[r]) == argmax(&got[r]))
-                .count();
-            let what = format!(
-                "head_dim {head_dim}, prompt K/V {prefill_kv:?}: {name}: {} rows, max |Δlogit| {worst}, top-1 equal {same}",
-                rows.len()
-            );
-            eprintln!("{what}");
-            if worst > tol {
-                failures.push(what);
+            let backend = CudaBackend::new(CudaConfig {
+                prefill_kv,
+                ..CudaConfig::default()
+            })
+            .unwrap();
+            let gpu_model = Model::load(backend.clone(), &path).unwrap();
+            let before = backend.prompt_runs();
+            let got = prompt_runs_on(&gpu_model, dtype);
+            let after = backend.prompt_runs();
+            // The first pass (B's 300 tokens alone) is one run: paged by the policy.
+            let first = if prefill_kv == PrefillKv::Contiguous {
+                (0, 1)
+            } else {
+                (1, 0)
+            };
+            let planned = (after.0 - before.0 - first.0, after.1 - before.1 - first.1);
+            if planned != runs {
+                failures.push(format!(
+                    "{} KV, head_dim {head_dim}, prompt K/V {prefill_kv:?}: runs (paged, contiguous) {planned:?}, want {runs:?}",
+                    dtype.name()
+                ));
+            }
+            for (name, rows) in [
+                ("short chunk", 0..40),
+                ("long prompt", 40..104),
+                ("forked chunk", 104..144),
+                ("second long prompt", 144..208),
+            ] {
+                let worst = rows
+                    .clone()
+                    .map(|r| max_abs_diff(&want[r], &got[r]))
+                    .fold(0f32, f32::max);
+                let same = rows
+                    .clone()
+                    .filter(|&r| argmax(&want[r]) == argmax(&got[r]))
+                    .count();
+                let what = format!(
+                    "{} KV, head_dim {head_dim}, prompt K/V {prefill_kv:?}: {name}: {} rows, max |Δlogit| {worst}, top-1 equal {same}",
+                    dtype.name(),
+                    rows.len()
+                );
+                eprintln!("{what}");
+                if worst > limit {
+                    failures.push(what);
+                }
             }
         }
     }
     let _ = std::fs::remove_file(&path);
-    assert!(failures.is_empty(), "over {tol}: {failures:#?}");
+    assert!(failures.is_empty(), "over the limit: {failures:#?}");
 }
 
 #[test]
 fn prompt_runs_head_dim_128_match_the_cpu() {
-    prompt_runs_match_the_cpu(128, 8);
+    prompt_runs_match_the_cpu(128, 8, &[KvDtype::Bf16, KvDtype::Q8, KvDtype::Fp8]);
+}
+
+#[test]
+fn prompt_runs_head_dim_256_match_the_cpu() {
+    prompt_runs_match_the_cpu(256, 4, &[KvDtype::Bf16]);
 }

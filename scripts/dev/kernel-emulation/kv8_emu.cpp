@@ -97,37 +97,46 @@ void run(int dtype, int hd) {
   expect(bad == 0, "bf16 pages", bad, 0);
 
   // Contiguous K/V (kv_gather.cu) of two sequences over the same blocks: the first 37
-  // positions (a part-filled last page), then all 100; every row dequantized bit for bit
-  // as the pages are. Then the same from a bf16 pool (the pages just made, in table order):
-  // the same bits again.
+  // positions (a part-filled last page), then all 100, each from a multiple of 128 rows
+  // (IFD_FI_RAGGED_ROW_ALIGN); every row dequantized bit for bit as the pages are, the
+  // rows past each sequence's end zero. Then the same from a bf16 pool (the pages just
+  // made, in table order): the same bits again.
   {
-    const std::vector<int32_t> page_indptr = {0, 3, 10}, tok_indptr = {0, 37, 137};
+    const std::vector<int32_t> page_indptr = {0, 3, 10}, last_len = {37 - 32, 100 - 96};
+    const std::vector<int32_t> tok_indptr = {0, 128, 256}, seq_len = {37, 100};
     std::vector<int32_t> pages(table.begin(), table.begin() + 3);
     pages.insert(pages.end(), table.begin(), table.end());
-    const size_t n_tok = 137;
+    const size_t n_tok = 256;
     const __nv_bfloat16 poison = __float2bfloat16(-7.f);
     std::vector<__nv_bfloat16> ck(n_tok * row, poison), cv(n_tok * row, poison);
-    expect(ifd_kv_gather(kv, page_indptr.data(), pages.data(), tok_indptr.data(), 2, 10,
-                         ck.data(), cv.data(), nullptr) == 0,
+    expect(ifd_kv_gather(kv, page_indptr.data(), pages.data(), last_len.data(),
+                         tok_indptr.data(), 2, 10, ck.data(), cv.data(), nullptr) == 0,
            "kv gather (8-bit)");
     bad = 0;
+    int gap = 0;
     for (size_t i = 0; i < n_tok; ++i) {
-      const int t = i < 37 ? static_cast<int>(i) : static_cast<int>(i - 37);
+      const int sq = i < 128 ? 0 : 1;
+      const int t = static_cast<int>(i) - tok_indptr[sq];
       for (int h = 0; h < n_kv; ++h)
         for (int e = 0; e < hd; ++e) {
-          const size_t from = (static_cast<size_t>(table[t / bs]) * n_kv + h) * bs + t % bs;
           const size_t to = (i * n_kv + h) * hd + e;
+          if (t >= seq_len[sq]) {
+            gap += ck[to].bits != 0 || cv[to].bits != 0;
+            continue;
+          }
+          const size_t from = (static_cast<size_t>(table[t / bs]) * n_kv + h) * bs + t % bs;
           bad += ck[to].bits != __float2bfloat16(value_of(dtype, kc[from * hd + e]) * ks[from]).bits;
           bad += cv[to].bits != __float2bfloat16(value_of(dtype, vc[from * hd + e]) * vs[from]).bits;
         }
     }
     expect(bad == 0, "contiguous K/V from 8-bit pages", bad, 0);
+    expect(gap == 0, "contiguous K/V: zero rows past each sequence", gap, 0);
     // The bf16 pool: block p holds page p of pk / pv, i.e. table[p] of the 8-bit pool.
     IfdPaged kb{pk.data(), pv.data(), IFD_KV_BF16, n_kv, bs, hd, nullptr, nullptr, nullptr};
     std::vector<int32_t> ids = {0, 1, 2, 0, 1, 2, 3, 4, 5, 6};
     std::vector<__nv_bfloat16> bk(n_tok * row, poison), bv(n_tok * row, poison);
-    expect(ifd_kv_gather(kb, page_indptr.data(), ids.data(), tok_indptr.data(), 2, 10, bk.data(),
-                         bv.data(), nullptr) == 0,
+    expect(ifd_kv_gather(kb, page_indptr.data(), ids.data(), last_len.data(), tok_indptr.data(),
+                         2, 10, bk.data(), bv.data(), nullptr) == 0,
            "kv gather (bf16)");
     bad = 0;
     for (size_t i = 0; i < ck.size(); ++i) bad += ck[i].bits != bk[i].bits || cv[i].bits != bv[i].bits;

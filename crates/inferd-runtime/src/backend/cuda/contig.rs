@@ -5,9 +5,13 @@
 //! FlashInfer's SM90 prefill over the paged pool gathers 16-token pages with cp.async;
 //! over contiguous K/V (its ragged kernel) TMA loads whole 128-key tiles, 13-21% faster at
 //! the 8B head shape (`cuda_check fibench`, session 18). Getting there costs a copy of the
-//! part's K/V per layer (`ifd_kv_gather`: read and write each key once), which pays when
+//! chunk's K/V per layer (`ifd_kv_gather`: read and write each key once), which pays when
 //! every key is attended by enough queries: a long chunk, not a few rows over a long
 //! prefix.
+//!
+//! The scratch is reserved once, with the backend (before the engine sizes the KV pool
+//! from what is free), so whether a chunk takes the copy never depends on what else is
+//! allocated at the time.
 
 use std::sync::Arc;
 
@@ -22,7 +26,7 @@ pub enum PrefillKv {
     Auto,
     /// Always the pool's pages.
     Paged,
-    /// Always a contiguous copy (while it fits in [`MAX_BYTES`]).
+    /// Always a contiguous copy (where it fits in the scratch).
     Contiguous,
 }
 
@@ -36,8 +40,19 @@ pub enum PrefillKv {
 /// 0.95-1.02. 1024 takes chunks of 2048 tokens and more, and leaves shorter ones paged.
 pub const MIN_PAIRS_PER_KEY: usize = 1024;
 
-/// The most scratch the copy may take (K and V together); larger parts stay paged.
+/// The most scratch reserved for the copies (K and V together): 4 GiB, at most 1/32 of the
+/// device's memory. A chunk whose copy is larger stays paged.
 pub const MAX_BYTES: usize = 4 << 30;
+
+/// Rows of the contiguous K/V a chunk of `kv` keys takes: its keys, then zero rows up to
+/// the next multiple of FlashInfer's largest key tile (`IFD_FI_RAGGED_ROW_ALIGN`), so that
+/// no tile reads another sequence's keys.
+pub fn rows(kv: usize) -> usize {
+    kv.next_multiple_of(ROW_ALIGN)
+}
+
+/// `IFD_FI_RAGGED_ROW_ALIGN` (kernels/flashinfer_api.h).
+pub const ROW_ALIGN: usize = 128;
 
 /// Causal (query, key) pairs of a chunk of `q` queries at the end of `kv` keys.
 pub fn pairs(q: usize, kv: usize) -> usize {
@@ -45,11 +60,11 @@ pub fn pairs(q: usize, kv: usize) -> usize {
 }
 
 /// Whether a prompt chunk of `q` queries at the end of `kv` keys reads contiguous K/V under
-/// `mode`, its copy taking `bytes` (K and V). A function of the chunk alone: a sequence's
-/// attention never depends on the other sequences of its pass (the `Rows` contract; the
-/// two kernels round differently).
-pub fn pays(mode: PrefillKv, q: usize, kv: usize, bytes: usize) -> bool {
-    if bytes > MAX_BYTES {
+/// `mode`, its copy taking `bytes` (K and V) of a scratch of `capacity`. A function of the
+/// chunk alone: a sequence's attention never depends on the other sequences of its pass
+/// (the `Rows` contract; the two kernels round differently).
+pub fn pays(mode: PrefillKv, q: usize, kv: usize, bytes: usize, capacity: usize) -> bool {
+    if bytes > capacity {
         return false;
     }
     match mode {
@@ -61,13 +76,13 @@ pub fn pays(mode: PrefillKv, q: usize, kv: usize, bytes: usize) -> bool {
 
 /// The runs of a prompt part's sequences that one plan each takes: maximal runs of
 /// consecutive sequences read the same way (`contiguous[i]`), a contiguous run cut where its
-/// copy (`bytes[i]` a sequence) would pass [`MAX_BYTES`]. -> (first, end, contiguous)
-pub fn runs(contiguous: &[bool], bytes: &[usize]) -> Vec<(usize, usize, bool)> {
+/// copy (`bytes[i]` a sequence) would pass `capacity`. -> (first, end, contiguous)
+pub fn runs(contiguous: &[bool], bytes: &[usize], capacity: usize) -> Vec<(usize, usize, bool)> {
     let mut out: Vec<(usize, usize, bool)> = Vec::new();
     let mut held = 0; // the last run's copy
     for (i, (&c, &b)) in contiguous.iter().zip(bytes).enumerate() {
         match out.last_mut() {
-            Some(r) if r.2 == c && (!c || held + b <= MAX_BYTES) => {
+            Some(r) if r.2 == c && (!c || held + b <= capacity) => {
                 r.1 = i + 1;
                 held += b;
             }
@@ -80,46 +95,54 @@ pub fn runs(contiguous: &[bool], bytes: &[usize]) -> Vec<(usize, usize, bool)> {
     out
 }
 
-/// The contiguous K and V of one layer of a pass's prompt part (refilled per layer, so one
-/// buffer serves every layer).  bf16 [2][capacity tokens, n_kv_heads, head_dim]
+/// The contiguous K and V of a prompt run, refilled per layer and run in stream order, so
+/// one buffer serves them all.  bf16 [2][capacity / 4 rows · n_kv_heads · head_dim]
 #[derive(Default)]
 pub struct Scratch {
     buf: Option<DeviceBuffer>,
-    bytes: usize,
 }
 
 impl Scratch {
-    /// The K and V planes' addresses for `plane_bytes` each, grown (to a power of two, at
-    /// least 64 MiB) when smaller; `None` when the device has no room (the part stays
-    /// paged).
-    pub fn planes(
-        &mut self,
-        dev: &Arc<Device>,
-        plane_bytes: usize,
-    ) -> Option<(*mut std::ffi::c_void, *mut std::ffi::c_void)> {
-        if 2 * plane_bytes > self.bytes {
-            self.buf = None; // the old buffer goes before the larger one comes
-            self.bytes = 0;
-            let want = (2 * plane_bytes).next_power_of_two().max(64 << 20);
-            match dev.alloc(want) {
-                Ok(buf) => self.buf = Some(buf),
-                Err(_) => {
-                    // cudaMalloc's failure is left as the thread's last error, which the
-                    // next launch's check would report as its own: clear it.
-                    let _ = unsafe { super::ffi::ifd_last_error() };
-                    return None;
-                }
-            }
-            self.bytes = want;
+    /// Reserves [`MAX_BYTES`], at most 1/32 of `total` device bytes; none when the device
+    /// has no room (every chunk is then paged).
+    pub fn reserve(dev: &Arc<Device>, total: usize) -> Scratch {
+        let bytes = MAX_BYTES.min(total / 32) & !((2 << 20) - 1);
+        if bytes == 0 {
+            return Scratch::default();
         }
+        match dev.alloc(bytes) {
+            Ok(buf) => Scratch { buf: Some(buf) },
+            Err(_) => {
+                // cudaMalloc's failure is left as the thread's last error, which the next
+                // launch's check would report as its own: clear it.
+                let _ = unsafe { super::ffi::ifd_last_error() };
+                Scratch::default()
+            }
+        }
+    }
+
+    /// Bytes of K and V copies it holds at once.
+    pub fn capacity(&self) -> usize {
+        self.buf.as_ref().map_or(0, DeviceBuffer::bytes)
+    }
+
+    /// The K and V planes' addresses (V from half the capacity on).
+    pub fn planes(&self) -> Option<(*mut std::ffi::c_void, *mut std::ffi::c_void)> {
         let buf = self.buf.as_ref()?;
-        Some((buf.ptr(), buf.at::<u8>(plane_bytes).cast()))
+        Some((buf.ptr(), buf.at::<u8>(buf.bytes() / 2).cast()))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_round_up_to_the_key_tile() {
+        assert_eq!(rows(1), 128);
+        assert_eq!(rows(128), 128);
+        assert_eq!(rows(2049), 2176);
+    }
 
     #[test]
     fn pairs_count_the_causal_triangle_past_the_prefix() {
@@ -131,7 +154,7 @@ mod tests {
 
     #[test]
     fn long_chunks_go_contiguous_and_short_rows_over_long_prefixes_stay_paged() {
-        let auto = |q, kv| pays(PrefillKv::Auto, q, kv, 1 << 20);
+        let auto = |q, kv| pays(PrefillKv::Auto, q, kv, 1 << 20, MAX_BYTES);
         // A 4096-token prompt whole, a 2048-token chunk at the end of 16k, a whole 2048.
         assert!(auto(4096, 4096));
         assert!(auto(2048, 16384));
@@ -143,27 +166,32 @@ mod tests {
         assert!(!auto(1024, 16384));
         assert!(!auto(7, 21));
         // The modes that do not weigh, and the scratch's cap.
-        assert!(pays(PrefillKv::Contiguous, 1, 1, 1 << 20));
-        assert!(!pays(PrefillKv::Paged, 4096, 4096, 1 << 20));
-        assert!(!pays(PrefillKv::Contiguous, 1, 1, MAX_BYTES + 1));
+        assert!(pays(PrefillKv::Contiguous, 1, 1, 1 << 20, MAX_BYTES));
+        assert!(!pays(PrefillKv::Paged, 4096, 4096, 1 << 20, MAX_BYTES));
+        assert!(!pays(PrefillKv::Contiguous, 1, 1, MAX_BYTES + 1, MAX_BYTES));
+        assert!(!pays(PrefillKv::Auto, 4096, 4096, 1 << 20, 0), "no scratch");
     }
 
     #[test]
     fn runs_group_neighbours_read_alike_and_cut_at_the_cap() {
         let gib = 1usize << 30;
-        assert_eq!(runs(&[], &[]), vec![]);
+        assert_eq!(runs(&[], &[], MAX_BYTES), vec![]);
         assert_eq!(
-            runs(&[false, false, true, true, false], &[gib; 5]),
+            runs(&[false, false, true, true, false], &[gib; 5], MAX_BYTES),
             vec![(0, 2, false), (2, 4, true), (4, 5, false)]
         );
-        // Contiguous runs hold at most MAX_BYTES of copies; paged ones any number.
+        // Contiguous runs hold at most the capacity's copies; paged ones any number.
         let big = MAX_BYTES / 2 + 1;
         assert_eq!(
-            runs(&[true, true, true, false, false, false], &[big; 6]),
+            runs(
+                &[true, true, true, false, false, false],
+                &[big; 6],
+                MAX_BYTES
+            ),
             vec![(0, 1, true), (1, 2, true), (2, 3, true), (3, 6, false)]
         );
         assert_eq!(
-            runs(&[true; 4], &[MAX_BYTES / 2; 4]),
+            runs(&[true; 4], &[MAX_BYTES / 2; 4], MAX_BYTES),
             vec![(0, 2, true), (2, 4, true)]
         );
     }

@@ -221,6 +221,7 @@ extern "C" {
         kv: IfdPaged,
         page_indptr: *const i32,
         pages: *const i32,
+        last_page_len: *const i32,
         tok_indptr: *const i32,
         n_seqs: c_int,
         n_pages: c_int,

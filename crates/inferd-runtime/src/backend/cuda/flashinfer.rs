@@ -63,6 +63,9 @@ pub struct Plan {
     int_ws: *mut c_void,
 }
 
+// `IfdFiPlan`'s size (flashinfer_api.h asserts the same).
+const _: () = assert!(std::mem::size_of::<Plan>() == 208);
+
 // SAFETY: plain data; its pointers are device addresses.
 unsafe impl Send for Plan {}
 unsafe impl Sync for Plan {}
@@ -73,10 +76,16 @@ impl Plan {
         self.n_seqs as usize
     }
 
-    /// Device addresses of the plan's page tables: page offsets [n_seqs + 1], page ids,
-    /// and each sequence's first row in contiguous K/V [n_seqs + 1] (`ifd_kv_gather`'s).
-    pub fn tables(&self) -> (*const i32, *const i32, *const i32) {
-        (self.kv_indptr, self.kv_indices, self.kv_tok_indptr)
+    /// Device addresses of the plan's page tables, `ifd_kv_gather`'s: page offsets
+    /// [n_seqs + 1], page ids, the last page's tokens [n_seqs], and each sequence's first
+    /// row in contiguous K/V [n_seqs + 1].
+    pub fn tables(&self) -> (*const i32, *const i32, *const i32, *const i32) {
+        (
+            self.kv_indptr,
+            self.kv_indices,
+            self.kv_last_page_len,
+            self.kv_tok_indptr,
+        )
     }
 
     /// What a graph over this plan's runs depends on besides the workspace.

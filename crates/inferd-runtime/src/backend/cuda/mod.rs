@@ -29,6 +29,7 @@ mod tensor;
 mod weight;
 
 use std::ffi::c_int;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use batch::CudaBatch;
@@ -160,8 +161,11 @@ struct Inner {
     /// Block id -> its scratch page while a pass is planned (-1: none).  // [num_blocks]
     kv8_map: Mutex<Vec<i32>>,
     prefill_kv: Mutex<PrefillKv>,
-    /// Contiguous K/V of a pass's prompt chunks, refilled per layer (contig.rs).
-    contig: Mutex<contig::Scratch>,
+    /// Contiguous K/V of a pass's prompt runs, refilled per layer and run (contig.rs);
+    /// reserved with the backend.
+    contig: contig::Scratch,
+    /// Prompt runs planned so far: paged, contiguous.
+    prompt_runs: [AtomicU64; 2],
     /// The `sample` op's buffers (sample.rs).
     sampling: Mutex<sample::SampleScratch>,
     /// The tensor-core delta rule's per-piece products (delta_pieces.cu), grown as prompt
@@ -185,6 +189,10 @@ impl CudaBackend {
     pub fn new(cfg: CudaConfig) -> Result<Self> {
         let dev = Device::open(cfg.device)?;
         let gemm = gemm::Gemm::new(&dev)?;
+        let contig = match cfg.prefill_kv {
+            PrefillKv::Paged => contig::Scratch::default(),
+            _ => contig::Scratch::reserve(&dev, dev.info.total_bytes),
+        };
         Ok(CudaBackend {
             inner: Arc::new(Inner {
                 dev,
@@ -211,7 +219,8 @@ impl CudaBackend {
                 kv8_pages: Mutex::new(None),
                 kv8_map: Mutex::new(Vec::new()),
                 prefill_kv: Mutex::new(cfg.prefill_kv),
-                contig: Mutex::default(),
+                contig,
+                prompt_runs: Default::default(),
                 delta_ws: Mutex::new(None),
                 probe: Mutex::new(None),
                 kernel_probe: Mutex::new(None),
@@ -226,9 +235,16 @@ impl CudaBackend {
     }
 
     /// Changes which K/V layout the prompt chunks of passes planned from now on read
-    /// (measurement: both layouts timed on one loaded model).
+    /// (measurement: both layouts timed on one loaded model). A backend made with
+    /// `PrefillKv::Paged` reserved no scratch and stays paged.
     pub fn set_prefill_kv(&self, mode: PrefillKv) {
         *self.inner.prefill_kv.lock().unwrap() = mode;
+    }
+
+    /// Prompt runs planned so far (one FlashInfer plan each): (paged, over contiguous K/V).
+    pub fn prompt_runs(&self) -> (u64, u64) {
+        let [p, c] = &self.inner.prompt_runs;
+        (p.load(Ordering::Relaxed), c.load(Ordering::Relaxed))
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -347,38 +363,22 @@ impl CudaBackend {
         out: &mut flashinfer::Passes,
     ) -> Result<()> {
         let mode = *self.inner.prefill_kv.lock().unwrap();
+        let capacity = self.inner.contig.capacity();
         let token_bytes = 2 * attn.n_kv_heads * attn.head_dim * 2; // bf16 K and V
-        let bytes: Vec<usize> = seqs.iter().map(|s| s.kv_len() * token_bytes).collect();
-        let mut contiguous: Vec<bool> = seqs
+        let bytes: Vec<usize> = seqs
+            .iter()
+            .map(|s| contig::rows(s.kv_len()) * token_bytes)
+            .collect();
+        let contiguous: Vec<bool> = seqs
             .iter()
             .zip(&bytes)
             .map(|(s, &b)| {
-                attn.head_dim.is_multiple_of(8) && contig::pays(mode, s.n_tokens, s.kv_len(), b)
+                attn.head_dim.is_multiple_of(8)
+                    && contig::pays(mode, s.n_tokens, s.kv_len(), b, capacity)
             })
             .collect();
-        let mut runs = contig::runs(&contiguous, &bytes);
-        // The scratch, as large as the largest contiguous run's copy; no room: all paged.
-        let widest = runs
-            .iter()
-            .filter(|r| r.2)
-            .map(|r| bytes[r.0..r.1].iter().sum::<usize>())
-            .max();
-        let planes = match widest {
-            Some(b) => {
-                let p = self
-                    .inner
-                    .contig
-                    .lock()
-                    .unwrap()
-                    .planes(&self.inner.dev, b / 2);
-                if p.is_none() {
-                    contiguous.iter_mut().for_each(|c| *c = false);
-                    runs = contig::runs(&contiguous, &bytes);
-                }
-                p
-            }
-            None => None,
-        };
+        let runs = contig::runs(&contiguous, &bytes, capacity);
+        let planes = self.inner.contig.planes();
         let mut parts: Vec<Part> = runs
             .iter()
             .map(|&(first, end, _)| {
@@ -410,6 +410,7 @@ impl CudaBackend {
                 _ => (PlanKind::Prefill, None),
             };
             let (plan, generation) = self.plan_part(slot, part, attn, kv, kind, false)?;
+            self.inner.prompt_runs[contig.is_some() as usize].fetch_add(1, Ordering::Relaxed);
             out.runs.push(flashinfer::Run {
                 plan,
                 row,
@@ -1097,13 +1098,14 @@ impl Backend for CudaBackend {
                 // A ragged plan reads this layer's K/V copied out of the pool first.
                 let (k, v) = match run.contig {
                     Some(c) => {
-                        let (page_indptr, ids, tok_indptr) = plan.tables();
+                        let (page_indptr, ids, last, tok_indptr) = plan.tables();
                         check(
                             unsafe {
                                 ffi::ifd_kv_gather(
                                     paged,
                                     page_indptr,
                                     ids,
+                                    last,
                                     tok_indptr,
                                     int(plan.n_seqs()),
                                     int(c.pages),
