@@ -98,6 +98,22 @@ SMI=$!
 clocks() {  # the samples since line $1 of clocks.csv: SM MHz min / median, power max
   tail -n +$1 $OUT/clocks.csv | awk -F', ' '{print $2, $3}' | sort -n | awk '{c[NR]=$1; if ($2>p) p=$2} END {if (NR) printf "SM clock %d-%d MHz (median %d), power up to %.0f W\n", c[1], c[NR], c[int((NR+1)/2)], p}'
 }
+# Serves /tmp/q8b on port $1 with the flags after $2 (no prefix cache), drives the
+# prefill-bound fleets against it (64 x 4k, 32 x 16k: fleet-$2-CONTEXT-nAGENTS.json), stops it.
+prefill_fleets() {
+  local port=$1 tag=$2 sp run
+  shift 2
+  $B/inferd serve --device cuda -m /tmp/q8b --port $port --no-prefix-cache "$@" >$OUT/serve-$tag.log 2>&1 &
+  sp=$!
+  for i in $(seq 1 240); do curl -sf http://127.0.0.1:$port/health >/dev/null && break; sleep 0.5; done
+  for run in "64 4096" "32 16384"; do
+    set -- $run
+    timeout 120 $B/inferd bench fleet --url http://127.0.0.1:$port --token-prompts -q --agents $1 --context $2 --reply 128 \
+      --label inferd-$tag --meta engine=inferd --meta model=qwen3-8b-shape-bf16 --meta setting=$tag --out $OUT/fleet-$tag-$2-n$1.json >/dev/null 2>&1
+    note "fleet $tag, agents $1 x $2: rc $?"
+  done
+  kill $sp; wait $sp 2>/dev/null
+}
 for stage in "$@"; do
   [ -n "${mark:-}" ] && note "   ($(clocks $mark))"
   mark=$(($(wc -l < $OUT/clocks.csv) + 1))
@@ -181,16 +197,7 @@ chunks)
 prefillkv)
   [ -e /tmp/q8b/config.json ] || { note "prefillkv: no /tmp/q8b (run make8b first)"; continue; }
   for mode in paged auto paged2; do
-    $B/inferd serve --device cuda -m /tmp/q8b --port 8186 --no-prefix-cache --prefill-kv ${mode%2} >$OUT/serve-pkv-$mode.log 2>&1 &
-    SP=$!
-    for i in $(seq 1 240); do curl -sf http://127.0.0.1:8186/health >/dev/null && break; sleep 0.5; done
-    for run in "64 4096" "32 16384"; do
-      set -- $run
-      timeout 120 $B/inferd bench fleet --url http://127.0.0.1:8186 --token-prompts -q --agents $1 --context $2 --reply 128 \
-        --label inferd-$mode --meta engine=inferd --meta model=qwen3-8b-shape-bf16 --meta prefill_kv=$mode --out $OUT/fleet-pkv-$mode-$2-n$1.json >/dev/null 2>&1
-      note "fleet --prefill-kv $mode, agents $1 x $2: rc $?"
-    done
-    kill $SP; wait $SP 2>/dev/null
+    prefill_fleets 8186 pkv-$mode --prefill-kv ${mode%2}
   done
   $B/inferd bench table $OUT/fleet-pkv-*.json 2>&1 | tee -a $summary
   ;;
@@ -297,19 +304,9 @@ fp8loop)
 slices)
   for cfg in ${SLICES:-8192/8192/4096 8192/8192/8192}; do
     IFS=/ read -r sb sp sd <<< "$cfg"
-    tag=$sb-$sp-$sd
     # No prefix cache: agent i's 16k token prompt begins with its 4k one.
-    $B/inferd serve --device cuda -m /tmp/q8b --port 8185 --no-prefix-cache --max-batch-tokens $sb \
-      --max-prefill-tokens $sp --max-prefill-tokens-decoding $sd >$OUT/serve-slices-$tag.log 2>&1 &
-    SP=$!
-    for i in $(seq 1 240); do curl -sf http://127.0.0.1:8185/health >/dev/null && break; sleep 0.5; done
-    for run in "64 4096" "32 16384"; do
-      set -- $run
-      timeout 120 $B/inferd bench fleet --url http://127.0.0.1:8185 --token-prompts -q --agents $1 --context $2 --reply 128 \
-        --label inferd-$tag --meta engine=inferd --meta model=qwen3-8b-shape-bf16 --meta slices=$tag --out $OUT/fleet-slices-$tag-$2-n$1.json >/dev/null 2>&1
-      note "fleet slices $tag, agents $1 x $2: rc $?"
-    done
-    kill $SP; wait $SP 2>/dev/null
+    prefill_fleets 8185 slices-$sb-$sp-$sd --max-batch-tokens $sb --max-prefill-tokens $sp \
+      --max-prefill-tokens-decoding $sd
   done
   $B/inferd bench table $OUT/fleet-slices-*.json 2>&1 | tee -a $summary
   ;;

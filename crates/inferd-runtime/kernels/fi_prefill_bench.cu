@@ -3,22 +3,14 @@
 // (HND pages of 16 tokens, loaded by cp.async gathers, 128 x 96 tiles) and contiguous
 // (the ragged kernel, K/V [tokens, heads, 128] loaded by TMA, 128 x 128 tiles). How far
 // apart they are bounds what a KV layout that TMA can load would bring to prompt passes.
-#include <cutlass/numeric_types.h>
+#include <cuda_bf16.h>
 
-#include <flashinfer/attention/hopper/default_params.cuh>
-#include <flashinfer/attention/hopper/prefill_sm90.cuh>
-#include <flashinfer/attention/hopper/variants.cuh>
-#include <flashinfer/attention/mask.cuh>
-#include <flashinfer/attention/scheduler.cuh>
 #include <vector>
 
 #include "fi_internal.h"
 #include "flashinfer_api.h"
 
 namespace ifd_fi_bench {
-using namespace flashinfer;
-using CBF = cutlass::bfloat16_t;
-using RParams = BatchPrefillRaggedParams<CBF, CBF, CBF, int32_t>;
 constexpr int kHd = 128, kPage = 16;
 
 // x[i] = a small value from i (any bf16 pattern times the same way; this one stays finite).
@@ -43,23 +35,6 @@ __global__ void to_pages_kernel(const __nv_bfloat16* src, __nv_bfloat16* dst, in
   }
 }
 
-template <typename P>
-void set_plan_pointers(P& p, const PrefillPlanSM90Info& pi, void* int_ws) {
-  p.qo_tile_indices = GetPtrFromBaseOffset<int32_t>(int_ws, pi.qo_tile_indices_offset);
-  p.qo_indptr = GetPtrFromBaseOffset<int32_t>(int_ws, pi.qo_indptr_offset);
-  p.kv_indptr = GetPtrFromBaseOffset<int32_t>(int_ws, pi.kv_indptr_offset);
-  p.qo_lens = GetPtrFromBaseOffset<int32_t>(int_ws, pi.qo_len_offset);
-  p.kv_lens = GetPtrFromBaseOffset<int32_t>(int_ws, pi.kv_len_offset);
-  p.head_indices = GetPtrFromBaseOffset<int32_t>(int_ws, pi.head_indices_offset);
-  p.work_indptr = GetPtrFromBaseOffset<int32_t>(int_ws, pi.work_indptr_offset);
-  p.batch_indices = GetPtrFromBaseOffset<int32_t>(int_ws, pi.batch_indices_offset);
-  p.additional_params.logits_soft_cap = 0.f;
-  p.additional_params.sm_scale = 1.f / sqrtf(float(kHd));
-  p.additional_params.maybe_prefix_len_ptr = nullptr;
-  p.additional_params.maybe_token_pos_in_items_ptr = nullptr;
-  p.additional_params.token_pos_in_items_len = 0;
-  p.additional_params.maybe_max_item_len_ptr = nullptr;
-}
 }  // namespace ifd_fi_bench
 
 extern "C" int ifd_fi_prefill_bench(int n_q, int kv_len, int n_heads, int n_kv, int iters,
@@ -119,34 +94,16 @@ extern "C" int ifd_fi_prefill_bench(int n_q, int kv_len, int n_heads, int n_kv, 
   cudaEventElapsedTime(paged_ms, t0, t1);
   *paged_ms /= iters;
 
-  // The ragged run: its own plan (tokens as pages of one), K/V contiguous.
+  // The ragged run, through inferd's own plan and run too (what a prompt run over a
+  // contiguous copy launches): K/V contiguous, keys in rows.
   int32_t kv_indptr_tokens[2] = {0, kv_len};
-  PrefillPlanSM90Info pi;
-  if (!ok(PrefillSM90Plan<int32_t>(float_ws, float_bytes, int_ws, pinned, int_bytes, pi, qo_indptr,
-                                   kv_indptr_tokens, kv_lens, uint32_t(n_q), 1u,
-                                   uint32_t(n_heads), uint32_t(n_kv), kHd, kHd, 1u,
-                                   /*causal=*/true, /*enable_cuda_graph=*/false, 2, s)))
+  int64_t rinfo[9];
+  if (!ok(ifd_fi::ragged_plan<kHd>(b, qo_indptr, kv_indptr_tokens, kv_lens, 1, n_q, n_heads, n_kv,
+                                    rinfo, s)))
     return static_cast<int>(e);
-  if (pi.same_schedule_for_all_heads) return static_cast<int>(cudaErrorNotSupported);
-  RParams p;
-  p.q_ptr = reinterpret_cast<CBF*>(q);
-  p.k_ptr = reinterpret_cast<CBF*>(k);
-  p.v_ptr = reinterpret_cast<CBF*>(v);
-  p.o_ptr = reinterpret_cast<CBF*>(o_ragged);
-  p.lse_ptr = lse;
-  p.q_stride_n = int64_t(n_heads) * kHd, p.q_stride_h = kHd;
-  p.o_stride_n = int64_t(n_heads) * kHd, p.o_stride_h = kHd;
-  p.k_stride_n = int64_t(n_kv) * kHd, p.k_stride_h = kHd;
-  p.v_stride_n = int64_t(n_kv) * kHd, p.v_stride_h = kHd;
-  p.nnz_qo = n_q, p.nnz_kv = kv_len;
-  p.num_qo_heads = n_heads, p.num_kv_heads = n_kv, p.group_size = n_heads / n_kv;
-  p.window_left = -1;
-  p.causal = true;
-  set_plan_pointers(p, pi, int_ws);
-  const auto ragged = [&] {
-    return BatchPrefillWithRaggedKVCacheDispatched<kHd, kHd, MaskMode::kCausal, false, false,
-                                                   StandardAttention, RParams>(p, false, s);
-  };
+  ifd_fi::FiRun rr = r;
+  rr.k = k, rr.v = v, rr.o = o_ragged, rr.kv_tokens = kv_len, rr.info = rinfo;
+  const auto ragged = [&] { return ifd_fi::ragged_run<kHd>(rr, s); };
   for (int i = 0; i < 2; ++i)
     if (!ok(ragged())) return static_cast<int>(e);
   cudaEventRecord(t0, s);
