@@ -490,7 +490,7 @@ impl CudaBackend {
         }
         if !ws[slot]
             .as_ref()
-            .is_some_and(|w| w.holds(shape, n_seqs, tokens, pages))
+            .is_some_and(|w| w.holds(kind, shape, n_seqs, tokens, pages))
         {
             ws[slot] = None; // its buffers go before the larger ones come
             ws[slot] = Some(flashinfer::FiWorkspace::new(
@@ -499,6 +499,7 @@ impl CudaBackend {
                 n_seqs.max(256).next_power_of_two(),
                 tokens.max(8192).next_power_of_two(),
                 pages.max(1 << 16).next_power_of_two(),
+                kind == PlanKind::Auto,
             )?);
         }
         let w = ws[slot].as_ref().unwrap();
