@@ -39,7 +39,8 @@
 #            in chunks of 512..4k, each pass timed both ways (`cuda_check chunks`), and
 #            speed's prefill pass (8 x 4k whole) both ways
 #   prefillkv  the prefill-bound fleets (64 x 4k, 32 x 16k; no prefix cache) served with
-#            --prefill-kv paged, then auto (the default), then paged again (the drift)
+#            --prefill-kv paged, auto (the default), contiguous (every prompt chunk), then
+#            paged again (the drift)
 #   ncuprefill ncu's full set over one launch of FlashInfer's SM90 prefill attention, in a
 #            2048-token chunk at the end of a 16k and of a 4k prompt (`cuda_check profile
 #            ... prefill 2048`): what bounds it (tensor pipe, stalls, occupancy)
@@ -196,7 +197,7 @@ chunks)
   ;;
 prefillkv)
   [ -e /tmp/q8b/config.json ] || { note "prefillkv: no /tmp/q8b (run make8b first)"; continue; }
-  for mode in paged auto paged2; do
+  for mode in paged auto contiguous paged2; do
     prefill_fleets 8186 pkv-$mode --prefill-kv ${mode%2}
   done
   $B/inferd bench table $OUT/fleet-pkv-*.json 2>&1 | tee -a $summary
