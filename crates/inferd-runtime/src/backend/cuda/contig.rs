@@ -96,9 +96,11 @@ pub fn runs(contiguous: &[bool], bytes: &[usize], capacity: usize) -> Vec<(usize
 }
 
 /// The contiguous K and V of a prompt run, refilled per layer and run in stream order, so
-/// one buffer serves them all.  bf16 [2][capacity / 4 rows · n_kv_heads · head_dim]
+/// one buffer serves them all.
 #[derive(Default)]
 pub struct Scratch {
+    /// K in the first half, V in the second; a run uses the first `rows` of each.
+    /// bf16 [2][rows ≤ bytes / 4 / (n_kv_heads · head_dim), n_kv_heads, head_dim]
     buf: Option<DeviceBuffer>,
 }
 
