@@ -712,6 +712,22 @@ fn kernels(model_dir: &Path, context: usize, rows: usize) {
 /// The batch sizes `speed` steps at.
 const BATCHES: [usize; 6] = [1, 2, 4, 8, 32, 64];
 
+/// One pass run alone (the device idle before it): seconds until `forward_in` returned (the
+/// host's share, if the device waits on it) and until the device finished.
+fn timed_pass(
+    model: &Model<CudaBackend>,
+    ws: &mut inferd_runtime::Workspace<CudaBackend>,
+    pool: &mut Pool<CudaBackend>,
+    b: &ForwardBatch,
+) -> (f64, f64) {
+    model.backend.synchronize().unwrap();
+    let t = Instant::now();
+    model.forward_in(ws, &mut pool.kv, &pool.layout, b).unwrap();
+    let queued = t.elapsed().as_secs_f64();
+    model.backend.synchronize().unwrap();
+    (queued, t.elapsed().as_secs_f64())
+}
+
 fn speed_of(model: &Model<CudaBackend>, context: usize, dtype: KvDtype, batches: &[usize]) {
     let vocab = model.cfg.vocab_size;
     let steps = 32;
@@ -742,15 +758,9 @@ fn speed_of(model: &Model<CudaBackend>, context: usize, dtype: KvDtype, batches:
         for &s in group {
             b.push_in_slot(&prompt(s), 0, context, tables[s].clone(), s as u32, true);
         }
-        model.backend.synchronize().unwrap();
-        let t = Instant::now();
-        model
-            .forward_in(&mut ws, &mut pool.kv, &pool.layout, &b)
-            .unwrap();
-        let queued = t.elapsed().as_secs_f64();
-        model.backend.synchronize().unwrap();
+        let (queued, whole) = timed_pass(model, &mut ws, &mut pool, &b);
         if g > 0 {
-            prefill_s += t.elapsed().as_secs_f64();
+            prefill_s += whole;
             queue_s += queued;
             prefill_tokens += b.n_tokens();
         }
@@ -964,17 +974,11 @@ fn chunks(model_dir: &Path, context: usize, sizes: &[usize], seqs: usize) {
                     last,
                 );
             }
-            model.backend.synchronize().unwrap();
-            let t = Instant::now();
-            model
-                .forward_in(&mut ws, &mut pool.kv, &pool.layout, &b)
-                .unwrap();
-            model.backend.synchronize().unwrap();
-            times.push(t.elapsed().as_secs_f64());
+            times.push(timed_pass(&model, &mut ws, &mut pool, &b).1);
         }
         times
     };
-    run(PrefillKv::Contiguous, widest); // warm-up (cuBLASLt's choices, the scratch)
+    run(PrefillKv::Contiguous, widest); // warm-up (cuBLASLt's choices, FlashInfer's plans)
     run(PrefillKv::Paged, widest);
     for &chunk in sizes {
         let contig = run(PrefillKv::Contiguous, chunk);

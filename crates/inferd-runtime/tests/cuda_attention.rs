@@ -482,7 +482,8 @@ fn eight_bit_kv_head_dim_64_gqa_3_matches_the_cpu() {
 /// A 2304 tokens and C 2100 (prompts whole), B 340 (its first 300 alone, then a 40-token
 /// chunk), D 296 (a fork of B: B's first 256 positions' blocks, then its own 40-token
 /// chunk). The second pass holds B's chunk, A, D's chunk and C, in that order.
-fn prompt_runs_on<B: Backend>(model: &Model<B>, dtype: KvDtype) -> Vec<Vec<f32>> {
+/// Each row comes with its part of the pass, an index into `RUN_PARTS`.
+fn prompt_runs_on<B: Backend>(model: &Model<B>, dtype: KvDtype) -> Vec<(usize, Vec<f32>)> {
     let vocab = model.cfg.vocab_size;
     let lens = [2304usize, 340, 2100, 296];
     let mut run = Runner::with_blocks(model, lens.iter().sum(), dtype, 16);
@@ -523,8 +524,21 @@ fn prompt_runs_on<B: Backend>(model: &Model<B>, dtype: KvDtype) -> Vec<Vec<f32>>
     model
         .forward_into(&mut ws, &mut run.kv, &run.layout, &b, &mut logits)
         .unwrap();
-    logits.chunks(vocab).map(<[f32]>::to_vec).collect()
+    let part = |r: usize| [40, 104, 144].iter().filter(|&&end| r >= end).count();
+    logits
+        .chunks(vocab)
+        .enumerate()
+        .map(|(r, l)| (part(r), l.to_vec()))
+        .collect()
 }
+
+/// The parts of `prompt_runs_on`'s second pass whose rows it compares.
+const RUN_PARTS: [&str; 4] = [
+    "short chunk",
+    "long prompt",
+    "forked chunk",
+    "second long prompt",
+];
 
 /// One pass whose prompt chunks the default policy reads two ways, one plan a run: two
 /// short chunks over earlier positions, one of them a fork sharing the other's blocks
@@ -579,24 +593,11 @@ fn prompt_runs_match_the_cpu(head_dim: usize, heads: usize, dtypes: &[KvDtype]) 
                     dtype.name()
                 ));
             }
-            for (name, rows) in [
-                ("short chunk", 0..40),
-                ("long prompt", 40..104),
-                ("forked chunk", 104..144),
-                ("second long prompt", 144..208),
-            ] {
-                let worst = rows
-                    .clone()
-                    .map(|r| max_abs_diff(&want[r], &got[r]))
-                    .fold(0f32, f32::max);
-                let same = rows
-                    .clone()
-                    .filter(|&r| argmax(&want[r]) == argmax(&got[r]))
-                    .count();
+            for (p, name) in RUN_PARTS.iter().enumerate() {
+                let (worst, same, rows) = phase_diff(&want, &got, p);
                 let what = format!(
-                    "{} KV, head_dim {head_dim}, prompt K/V {prefill_kv:?}: {name}: {} rows, max |Δlogit| {worst}, top-1 equal {same}",
+                    "{} KV, head_dim {head_dim}, prompt K/V {prefill_kv:?}: {name}: {rows} rows, max |Δlogit| {worst}, top-1 equal {same}",
                     dtype.name(),
-                    rows.len()
                 );
                 eprintln!("{what}");
                 if worst > limit {

@@ -108,21 +108,18 @@ struct RunArgs {
     sm_scale: f32,
 }
 
-const AUTO: c_int = 0;
-const PREFILL: c_int = 2;
-const RAGGED: c_int = 3;
-
-/// Which kernel a plan is for.
+/// Which kernel a plan is for (its value: the C API's mode, `IFD_FI_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i32)]
 pub enum PlanKind {
     /// FlashInfer's choice for the pass: decode if every row is one token, else the paged
     /// SM90 prefill.
-    Auto,
+    Auto = 0,
     /// The paged SM90 prefill, whatever the rows' lengths (prompt chunks: a chunk's kernel
     /// never depends on its neighbours).
-    Prefill,
+    Prefill = 2,
     /// The SM90 prefill over contiguous K/V (`ifd_kv_gather` fills it per layer).
-    Ragged,
+    Ragged = 3,
 }
 
 extern "C" {
@@ -337,11 +334,7 @@ impl FiWorkspace {
                     &self.ws,
                     &self.shape,
                     &batch,
-                    match kind {
-                        PlanKind::Auto => AUTO,
-                        PlanKind::Prefill => PREFILL,
-                        PlanKind::Ragged => RAGGED,
-                    },
+                    kind as c_int,
                     graph as c_int,
                     plan.as_mut_ptr(),
                     stream,

@@ -310,11 +310,12 @@ impl CudaBackend {
             if own_rows > 0 {
                 out.splits = self.decode_splits(own_rows, attn, mma)?;
             }
-        } else if lead == batch.seqs.len() {
-            // Decode rows alone, padding rows after them: one query over one position of
-            // block 0 each (read, never written).
+        } else if lead > 0 {
+            // The decode rows by FlashInfer's decode kernel, then a decode pass's padding
+            // rows (only a decode pass has them, and a graph bucket): one query over one
+            // position of block 0 each (read, never written).
             let mut part = Part::default();
-            for s in &batch.seqs {
+            for s in &batch.seqs[..lead] {
                 part.push(tables.row(s.table), s.n_tokens, s.kv_len());
             }
             for _ in 0..pad {
@@ -322,20 +323,6 @@ impl CudaBackend {
             }
             let graph = b.bucket.is_some();
             let (plan, generation) = self.plan_part(0, part, attn, kv, PlanKind::Auto, graph)?;
-            out.runs.push(flashinfer::Run {
-                plan,
-                row: 0,
-                generation,
-                contig: None,
-            });
-            return Ok(out);
-        } else if lead > 0 {
-            // A mixed pass's decode rows by FlashInfer's decode kernel.
-            let mut part = Part::default();
-            for s in &batch.seqs[..lead] {
-                part.push(tables.row(s.table), s.n_tokens, s.kv_len());
-            }
-            let (plan, generation) = self.plan_part(0, part, attn, kv, PlanKind::Auto, false)?;
             out.runs.push(flashinfer::Run {
                 plan,
                 row: 0,
@@ -372,10 +359,7 @@ impl CudaBackend {
         let contiguous: Vec<bool> = seqs
             .iter()
             .zip(&bytes)
-            .map(|(s, &b)| {
-                attn.head_dim.is_multiple_of(8)
-                    && contig::pays(mode, s.n_tokens, s.kv_len(), b, capacity)
-            })
+            .map(|(s, &b)| contig::pays(mode, s.n_tokens, s.kv_len(), b, capacity))
             .collect();
         let runs = contig::runs(&contiguous, &bytes, capacity);
         let planes = self.inner.contig.planes();
@@ -400,11 +384,7 @@ impl CudaBackend {
         }
         for (part, &(first, end, c)) in parts.into_iter().zip(&runs) {
             let slot = out.runs.len();
-            let pages = part
-                .kv_len
-                .iter()
-                .map(|&l| (l as usize).div_ceil(kv.block_size))
-                .sum();
+            let pages = part.pages(kv.block_size);
             let (kind, contig) = match planes {
                 Some((k, v)) if c => (PlanKind::Ragged, Some(flashinfer::Contig { pages, k, v })),
                 _ => (PlanKind::Prefill, None),
@@ -479,11 +459,7 @@ impl CudaBackend {
         part.finish();
         let n_seqs = part.kv_len.len();
         let tokens = *part.qo.last().unwrap() as usize;
-        let pages: usize = part
-            .kv_len
-            .iter()
-            .map(|&l| (l as usize).div_ceil(kv.block_size))
-            .sum();
+        let pages = part.pages(kv.block_size);
         let mut ws = self.inner.fi.lock().unwrap();
         if ws.len() <= slot {
             ws.resize_with(slot + 1, || None);
@@ -1461,6 +1437,14 @@ impl Part {
         self.kv_len.push(kv_len as i32);
     }
 
+    /// Pages its sequences' K/V span (blocks of `block_size`).
+    fn pages(&self, block_size: usize) -> usize {
+        self.kv_len
+            .iter()
+            .map(|&l| (l as usize).div_ceil(block_size))
+            .sum()
+    }
+
     fn finish(&mut self) {
         if self.qo.is_empty() {
             self.qo.push(0);
@@ -1529,7 +1513,8 @@ mod tests {
         p.remap(16, &mut map, &mut src).unwrap();
         assert_eq!(src, vec![7, 3, 9, 2]);
         assert_eq!(p.bt, vec![0, 1, 2, 11, 0, 1, 3]); // the unread entry stays as it was
-                                                      // A second part shares the first's pages and appends its own.
+
+        // A second part shares the first's pages and appends its own.
         let mut p2 = Part::default();
         p2.push(&[3, 5], 1, 20);
         p2.remap(16, &mut map, &mut src).unwrap();
@@ -1547,7 +1532,7 @@ mod tests {
         reset(&mut map, &src);
         assert!(
             map.iter().all(|&m| m == -1),
-            "the map is as found once reset"
+            "remap marks only the blocks it lists in src"
         );
         let mut r = Part::default();
         r.push(&[1], 1, 40); // 40 tokens need 3 blocks
