@@ -1,0 +1,606 @@
+//! A pass's attention over the paged pool. Planned once a pass (`plan_attention`): which
+//! leading decode rows our decode kernel takes and in how many splits, which FlashInfer plans
+//! take the rest, and whether each prompt chunk reads the pool's pages or a contiguous copy
+//! of its K/V (`contig::pays`). Then run once a layer (`attend`): the KV append, our decode
+//! rows, and each FlashInfer run (after its gather, for a contiguous one).
+
+use std::ffi::c_int;
+use std::sync::atomic::Ordering;
+
+use super::ffi::check;
+use super::flashinfer::{self, PlanKind};
+use super::{
+    contig, ffi, int, same_shape, splits, Act, CudaBackend, CudaBatch, CudaKv, CudaTensor,
+};
+use super::{DecodeAttention, SkipOps, OWN_DECODE_MAX_ROWS};
+use crate::backend::{AttnConfig, NewKv};
+use crate::batch::{ForwardBatch, SeqChunk};
+use crate::kv::{BlockTables, KvLayout};
+use crate::{Result, RuntimeError};
+
+impl CudaBackend {
+    /// FlashInfer's plans of a pass (`b`: the pass as packed, padding included), in the
+    /// shared workspaces (grown when the pass does not fit). A pass of single-token rows
+    /// (decodes) followed by longer chunks gets the decode kernel over the leading rows,
+    /// whose K/V it reads once per KV head (the prefill kernel would read a decode row's K/V
+    /// once per query head), and the prefill kernel over the rest, in runs (`plan_prompt`).
+    pub(super) fn plan_attention(
+        &self,
+        b: &CudaBatch,
+        batch: &ForwardBatch,
+        attn: &AttnConfig,
+        kv: &KvLayout,
+        tables: &BlockTables,
+    ) -> Result<flashinfer::Passes> {
+        let pad = b.n_tokens - batch.n_tokens();
+        let lead = batch.seqs.iter().take_while(|s| s.n_tokens == 1).count();
+        let group = attn.n_heads / attn.n_kv_heads;
+        // Our decode kernel takes the leading decode rows (padding included, which follows
+        // them in a decode pass) where it measured faster; FlashInfer's prefill the rest.
+        let own_rows = if lead == batch.seqs.len() {
+            lead + pad
+        } else {
+            lead
+        };
+        // 8-bit KV: FlashInfer reads bf16 only, so every decode row is ours, and the
+        // prompt chunks read bf16 copies of their pages or a contiguous bf16 copy.
+        let eight = kv.dtype.is_8bit();
+        let mma_ok = unsafe {
+            ffi::ifd_decode_mma_supported(ffi::kv_code(kv.dtype), int(attn.head_dim), int(group))
+        } != 0;
+        // (ours at all, by its tensor-core build)
+        let (rows_ok, mma) = match self.inner.decode {
+            _ if eight => (true, false),
+            DecodeAttention::Auto => (own_rows <= OWN_DECODE_MAX_ROWS || mma_ok, mma_ok),
+            DecodeAttention::Inferd => (true, false),
+            DecodeAttention::TensorCores => (true, mma_ok),
+            DecodeAttention::FlashInfer => (false, false),
+        };
+        let own = (own_rows > 0 || eight)
+            && rows_ok
+            && unsafe { ffi::ifd_decode_supported(int(attn.head_dim), int(group)) } != 0;
+        let mut out = flashinfer::Passes {
+            own_rows: 0,
+            splits: 0,
+            mma: false,
+            runs: Vec::new(),
+            pages: None,
+        };
+        if own {
+            out.own_rows = own_rows;
+            out.mma = mma;
+            if own_rows > 0 {
+                out.splits = self.decode_splits(own_rows, attn, mma)?;
+            }
+        } else if lead > 0 {
+            // The decode rows by FlashInfer's decode kernel, then a decode pass's padding
+            // rows (only a decode pass has them, and a graph bucket): one query over one
+            // position of block 0 each (read, never written).
+            let mut part = Part::default();
+            for s in &batch.seqs[..lead] {
+                part.push(tables.row(s.table), s.n_tokens, s.kv_len());
+            }
+            for _ in 0..pad {
+                part.push(&[0], 1, 1);
+            }
+            let graph = b.bucket.is_some();
+            let (plan, generation) = self.plan_part(0, part, attn, kv, PlanKind::Auto, graph)?;
+            out.runs.push(flashinfer::Run {
+                plan,
+                row: 0,
+                generation,
+                contig: None,
+            });
+        }
+        if lead < batch.seqs.len() {
+            self.plan_prompt(&batch.seqs[lead..], lead, attn, kv, tables, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    /// The prompt chunks of a pass (`seqs`, from row `row` on), planned into `out`: each
+    /// sequence read paged or from a contiguous copy as `contig::pays` says of its chunk
+    /// alone, runs of neighbours read alike one plan each (`contig::runs`). An 8-bit pool's
+    /// paged runs read bf16 copies of their distinct pages, made once for all of them.
+    fn plan_prompt(
+        &self,
+        seqs: &[SeqChunk],
+        mut row: usize,
+        attn: &AttnConfig,
+        kv: &KvLayout,
+        tables: &BlockTables,
+        out: &mut flashinfer::Passes,
+    ) -> Result<()> {
+        let mode = *self.inner.prefill_kv.lock().unwrap();
+        let capacity = self.inner.contig.capacity();
+        let token_bytes = 2 * attn.n_kv_heads * attn.head_dim * 2; // bf16 K and V
+        let bytes: Vec<usize> = seqs
+            .iter()
+            .map(|s| contig::rows(s.kv_len()) * token_bytes)
+            .collect();
+        let contiguous: Vec<bool> = seqs
+            .iter()
+            .zip(&bytes)
+            .map(|(s, &b)| contig::pays(mode, s.n_tokens, s.kv_len(), b, capacity))
+            .collect();
+        let runs = contig::runs(&contiguous, &bytes, capacity);
+        let planes = self.inner.contig.planes();
+        let mut parts: Vec<Part> = runs
+            .iter()
+            .map(|&(first, end, _)| {
+                let mut part = Part::default();
+                for s in &seqs[first..end] {
+                    part.push(tables.row(s.table), s.n_tokens, s.kv_len());
+                }
+                part
+            })
+            .collect();
+        if kv.dtype.is_8bit() && runs.iter().any(|r| !r.2) {
+            let mut paged: Vec<&mut Part> = parts
+                .iter_mut()
+                .zip(&runs)
+                .filter(|(_, r)| !r.2)
+                .map(|(p, _)| p)
+                .collect();
+            out.pages = Some(self.kv8_gather(&mut paged, kv)?);
+        }
+        for (part, &(first, end, c)) in parts.into_iter().zip(&runs) {
+            let slot = out.runs.len();
+            let pages = part.pages(kv.block_size);
+            let (kind, contig) = match planes {
+                Some((k, v)) if c => (PlanKind::Ragged, Some(flashinfer::Contig { pages, k, v })),
+                _ => (PlanKind::Prefill, None),
+            };
+            let (plan, generation) = self.plan_part(slot, part, attn, kv, kind, false)?;
+            self.inner.prompt_runs[contig.is_some() as usize].fetch_add(1, Ordering::Relaxed);
+            out.runs.push(flashinfer::Run {
+                plan,
+                row,
+                generation,
+                contig,
+            });
+            row += seqs[first..end].iter().map(|s| s.n_tokens).sum::<usize>();
+        }
+        Ok(())
+    }
+
+    /// The bf16 pages the paged prompt runs of an 8-bit pass read: their distinct blocks
+    /// get scratch pages 0..n in the order first met, their block tables are rewritten to
+    /// them, and the blocks' ids go up to the device for `ifd_kv_dequant_pages` (run per
+    /// layer).
+    fn kv8_gather(&self, parts: &mut [&mut Part], kv: &KvLayout) -> Result<flashinfer::PassPages> {
+        let mut map = self.inner.kv8_map.lock().unwrap();
+        if map.len() < kv.num_blocks {
+            map.resize(kv.num_blocks, -1);
+        }
+        let mut src = Vec::new();
+        let mut remapped = Ok(());
+        for part in parts.iter_mut() {
+            remapped = part.remap(kv.block_size, &mut map, &mut src);
+            if remapped.is_err() {
+                break;
+            }
+        }
+        for &b in &src {
+            map[b as usize] = -1; // left as found, on success or not
+        }
+        remapped?;
+        let mut pages = self.inner.kv8_pages.lock().unwrap();
+        let page_bytes = kv.block_elems() * 2; // one bf16 page of K (or V)
+        if !pages
+            .as_ref()
+            .is_some_and(|p| p.holds(src.len(), page_bytes))
+        {
+            *pages = None; // the old buffers go before the larger ones come
+            *pages = Some(flashinfer::ScratchPages::new(
+                &self.inner.dev,
+                src.len().max(256).next_power_of_two(),
+                page_bytes,
+            )?);
+        }
+        pages.as_ref().unwrap().load(&self.inner.dev, &src)
+    }
+
+    /// FlashInfer's plan of one part of a pass in workspace `slot` (made or grown when the
+    /// part does not fit); the plan and the workspace's generation.
+    fn plan_part(
+        &self,
+        slot: usize,
+        mut part: Part,
+        attn: &AttnConfig,
+        kv: &KvLayout,
+        kind: PlanKind,
+        graph: bool,
+    ) -> Result<(flashinfer::Plan, u64)> {
+        let shape = flashinfer::Shape {
+            n_heads: attn.n_heads as i32,
+            n_kv_heads: attn.n_kv_heads as i32,
+            head_dim: attn.head_dim as i32,
+            page_size: kv.block_size as i32,
+        };
+        part.finish();
+        let n_seqs = part.kv_len.len();
+        let tokens = *part.qo.last().unwrap() as usize;
+        let pages = part.pages(kv.block_size);
+        let mut ws = self.inner.fi.lock().unwrap();
+        if ws.len() <= slot {
+            ws.resize_with(slot + 1, || None);
+        }
+        if !ws[slot]
+            .as_ref()
+            .is_some_and(|w| w.holds(kind, shape, n_seqs, tokens, pages))
+        {
+            ws[slot] = None; // its buffers go before the larger ones come
+            ws[slot] = Some(flashinfer::FiWorkspace::new(
+                &self.inner.dev,
+                shape,
+                n_seqs.max(256).next_power_of_two(),
+                tokens.max(8192).next_power_of_two(),
+                pages.max(1 << 16).next_power_of_two(),
+                kind == PlanKind::Auto,
+            )?);
+        }
+        let w = ws[slot].as_ref().unwrap();
+        let plan = w.plan(
+            kind,
+            &part.qo,
+            &part.kv_len,
+            &part.bt_off,
+            &part.bt,
+            graph,
+            self.inner.dev.stream(),
+        )?;
+        Ok((plan, w.generation))
+    }
+
+    /// Blocks of the tensor-core decode build a multiprocessor holds at this shape.
+    fn decode_mma_per_sm(&self, attn: &AttnConfig) -> Result<usize> {
+        let key = (attn.head_dim, attn.n_heads / attn.n_kv_heads);
+        let mut known = self.inner.decode_mma_per_sm.lock().unwrap();
+        if let Some(&(_, n)) = known.iter().find(|(k, _)| *k == key) {
+            return Ok(n);
+        }
+        let n = unsafe { ffi::ifd_decode_mma_blocks_per_sm(key.0 as c_int, key.1 as c_int) };
+        if n <= 0 {
+            return Err(RuntimeError::Device(format!(
+                "the tensor-core decode build reports no resident blocks at head_dim {} and \
+                 {} query heads a KV head",
+                key.0, key.1
+            )));
+        }
+        known.push((key, n as usize));
+        Ok(n as usize)
+    }
+
+    /// How many ranges our decode kernel splits each (row, KV head) into for `rows` rows
+    /// (`splits::decode_splits`, by the build `mma` names, or the configured count); the
+    /// partials' buffer is allocated the first time (outside any capture: a shape's first
+    /// pass runs eagerly).
+    fn decode_splits(&self, rows: usize, attn: &AttnConfig, mma: bool) -> Result<usize> {
+        let sms = (self.inner.dev.info.multiprocessors as usize).max(1);
+        let pairs = rows * attn.n_kv_heads;
+        let splits = match self.inner.decode_splits {
+            0 => {
+                let per_sm = if mma {
+                    Some(self.decode_mma_per_sm(attn)?)
+                } else {
+                    None
+                };
+                splits::decode_splits(pairs, sms, per_sm)
+            }
+            // (a fixed count, for measurement, within the kernel's buffers and counters)
+            _ if pairs >= 4 * sms => 1,
+            n => n
+                .min(splits::MAX_SPLITS)
+                .min((splits::PARTIALS_PER_SM * sms / pairs).max(1)),
+        };
+        if splits > 1 {
+            let group = attn.n_heads / attn.n_kv_heads;
+            let floats = splits::PARTIALS_PER_SM * sms * group * (attn.head_dim + 2);
+            let mut part = self.inner.decode_part.lock().unwrap();
+            if part.as_ref().is_none_or(|p| p.bytes() < floats * 4) {
+                *part = Some(self.inner.dev.alloc(floats * 4)?);
+            }
+            // Several splits only while rows · KV heads < 4 · SMs: one counter each.
+            let mut done = self.inner.decode_done.lock().unwrap();
+            if done.is_none() {
+                *done = Some(self.inner.dev.alloc_zeroed(4 * sms * 4)?);
+            }
+        }
+        Ok(splits)
+    }
+
+    /// Queues one layer's attention of a pass, as `Backend::attention` (the KV append of
+    /// `new` first, then the kernels the pass's plans name: our decode rows, FlashInfer's runs).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn attend(
+        &self,
+        q: &CudaTensor,
+        new: NewKv<'_, CudaTensor>,
+        kv: &mut CudaKv,
+        layer: usize,
+        batch: &CudaBatch,
+        cfg: &AttnConfig,
+        out: &mut CudaTensor,
+    ) -> Result<()> {
+        let s = self.stream()?;
+        if cfg.head_dim > 256 || !cfg.n_heads.is_multiple_of(cfg.n_kv_heads) {
+            return Err(RuntimeError::BadBatch(format!(
+                "attention: head_dim {} (at most 256) with {} heads over {} KV heads",
+                cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
+            )));
+        }
+        let paged = kv.paged(layer);
+        if let NewKv::Rows(k, v) = new {
+            same_shape(k, v, "attention")?;
+            let (kp, vp) = (k.f32_ptr("attention")?, v.f32_ptr("attention")?);
+            if !self.inner.skip.has(SkipOps::KV_APPEND) {
+                check(
+                    unsafe { ffi::ifd_kv_append(paged, kp, vp, batch.slot(), int(k.rows), s) },
+                    "kv append",
+                )?;
+            }
+        }
+        out.prepare(q.rows, q.cols, Act::Bf16)?; // [n, n_heads * head_dim]
+        let op = out.bf16_ptr("attention")?;
+        if self.inner.skip.has(SkipOps::ATTENTION) {
+            return Ok(());
+        }
+        if self.inner.skip.has(SkipOps::ATTENTION_STUB) {
+            let n = q.rows * q.cols;
+            return check(
+                unsafe { ffi::ifd_attention_stub(op.cast(), n, s) },
+                "attention stub",
+            );
+        }
+        if let Some(passes) = &batch.fi {
+            let q_bf16: *mut u8 = match q.dtype() {
+                // written in bf16 by qkv_prep
+                Act::Bf16 => q.bf16_ptr("attention")?.cast(),
+                // rounded into the upper half of out's buffer (f32-sized, so it has room):
+                // out's bf16 rows fill the lower half.
+                Act::F32 => {
+                    let scratch = out.buf.at::<u8>(q.len() * 2);
+                    flashinfer::to_bf16(q.f32_ptr("attention")?, scratch.cast(), q.len(), s)?;
+                    scratch
+                }
+            };
+            if passes.own_rows > 0 {
+                let part = self.inner.decode_part.lock().unwrap();
+                let pp = part
+                    .as_ref()
+                    .map_or(std::ptr::null_mut(), |p| p.at::<f32>(0));
+                let done = self.inner.decode_done.lock().unwrap();
+                let dp = done
+                    .as_ref()
+                    .map_or(std::ptr::null_mut(), |p| p.at::<i32>(0));
+                check(
+                    unsafe {
+                        ffi::ifd_decode_attention(
+                            paged,
+                            q_bf16.cast(),
+                            int(passes.own_rows),
+                            int(cfg.n_heads),
+                            cfg.scale,
+                            batch.seq(),
+                            batch.pos(),
+                            batch.bt_off(),
+                            batch.bt(),
+                            int(passes.splits),
+                            pp,
+                            dp,
+                            passes.mma as c_int,
+                            op,
+                            s,
+                        )
+                    },
+                    "decode attention",
+                )?;
+            }
+            // An 8-bit pool's prompt chunks read bf16 copies of their pages.
+            let (pk, pv) = match &passes.pages {
+                Some(p) => {
+                    check(
+                        unsafe { ffi::ifd_kv_dequant_pages(paged, p.src, p.n, p.k, p.v, s) },
+                        "kv dequant pages",
+                    )?;
+                    (p.k, p.v)
+                }
+                None => (paged.k, paged.v),
+            };
+            let ws = self.inner.fi.lock().unwrap();
+            let row_bytes = q.cols * 2; // bf16 rows of q and out alike
+            for (slot, run) in passes.runs.iter().enumerate() {
+                let (plan, w) = (
+                    &run.plan,
+                    ws[slot].as_ref().expect("a planned run has its workspace"),
+                );
+                let at = run.row * row_bytes;
+                // SAFETY: the plan's rows lie inside q and out.
+                let (qp, o) = unsafe { (q_bf16.add(at), op.cast::<u8>().add(at)) };
+                // A ragged plan reads this layer's K/V copied out of the pool first.
+                let (k, v) = match run.contig {
+                    Some(c) => {
+                        let (page_indptr, ids, last, tok_indptr) = plan.tables();
+                        check(
+                            unsafe {
+                                ffi::ifd_kv_gather(
+                                    paged,
+                                    page_indptr,
+                                    ids,
+                                    last,
+                                    tok_indptr,
+                                    int(plan.n_seqs()),
+                                    int(c.pages),
+                                    c.k,
+                                    c.v,
+                                    s,
+                                )
+                            },
+                            "kv gather",
+                        )?;
+                        (c.k, c.v)
+                    }
+                    None => (pk, pv),
+                };
+                w.run(plan, qp.cast(), k, v, o.cast(), cfg.scale, s)?;
+            }
+            return Ok(());
+        }
+        let qp = q.f32_ptr("attention")?;
+        check(
+            unsafe {
+                ffi::ifd_attention(
+                    paged,
+                    qp,
+                    int(q.rows),
+                    int(cfg.n_heads),
+                    cfg.scale,
+                    batch.seq(),
+                    batch.pos(),
+                    batch.bt_off(),
+                    batch.bt(),
+                    op,
+                    s,
+                )
+            },
+            "attention",
+        )
+    }
+}
+
+/// One FlashInfer plan's rows of a pass, as its planner reads them (host arrays).
+#[derive(Default)]
+struct Part {
+    qo: Vec<i32>,     // [n_seqs + 1] query row offsets
+    kv_len: Vec<i32>, // [n_seqs]
+    bt_off: Vec<i32>, // [n_seqs + 1] offsets into bt
+    bt: Vec<i32>,     // the block tables, end to end
+}
+
+impl Part {
+    fn push(&mut self, table: &[u32], n_tokens: usize, kv_len: usize) {
+        if self.qo.is_empty() {
+            self.qo.push(0);
+        }
+        self.bt_off.push(self.bt.len() as i32);
+        self.bt.extend(table.iter().map(|&x| x as i32));
+        self.qo.push(self.qo.last().unwrap() + n_tokens as i32);
+        self.kv_len.push(kv_len as i32);
+    }
+
+    /// Pages its sequences' K/V span (blocks of `block_size`).
+    fn pages(&self, block_size: usize) -> usize {
+        self.kv_len
+            .iter()
+            .map(|&l| (l as usize).div_ceil(block_size))
+            .sum()
+    }
+
+    fn finish(&mut self) {
+        if self.qo.is_empty() {
+            self.qo.push(0);
+        }
+        self.bt_off.push(self.bt.len() as i32);
+    }
+
+    /// Rewrites the block tables (the blocks each sequence's kv_len reaches) to pages, one
+    /// per distinct block: a block `map`s to a page already (from an earlier part), or gets
+    /// the next, `src.len()`, and is appended to `src`. `map`: block id -> page, -1 for
+    /// none, at least as long as the pool; the caller resets the entries of `src` to -1
+    /// after its last part, on success or not.
+    fn remap(&mut self, block_size: usize, map: &mut [i32], src: &mut Vec<i32>) -> Result<()> {
+        let pool = map.len();
+        let mut bad = None;
+        'seqs: for (i, &len) in self.kv_len.iter().enumerate() {
+            // Before `finish` the last table runs to the end of `bt`.
+            let start = self.bt_off[i] as usize;
+            let end = self
+                .bt_off
+                .get(i + 1)
+                .map_or(self.bt.len(), |&e| e as usize);
+            let np = (len as usize).div_ceil(block_size);
+            if start + np > end {
+                bad = Some(format!(
+                    "sequence {i}: {} blocks for {len} tokens",
+                    end - start
+                ));
+                break;
+            }
+            for b in &mut self.bt[start..start + np] {
+                let Some(slot) = map.get_mut(*b as usize) else {
+                    bad = Some(format!("block {b} outside the pool of {pool}"));
+                    break 'seqs;
+                };
+                if *slot < 0 {
+                    *slot = src.len() as i32;
+                    src.push(*b);
+                }
+                *b = *slot;
+            }
+        }
+        match bad {
+            Some(why) => Err(RuntimeError::BadBatch(why)),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Part;
+
+    #[test]
+    fn remap_gives_each_distinct_block_one_page() {
+        // Two sequences sharing blocks 7 and 3 (a forked prefix), block tables longer
+        // than their kv_len needs.
+        // Remapped before `finish`, as plan_prompt does.
+        let reset =
+            |map: &mut Vec<i32>, src: &[i32]| src.iter().for_each(|&b| map[b as usize] = -1);
+        let mut p = Part::default();
+        p.push(&[7, 3, 9, 11], 5, 40); // 40 tokens in blocks of 16: 3 blocks
+        p.push(&[7, 3, 2], 2, 33); // 3 blocks
+        let mut map = vec![-1; 16];
+        let mut src = Vec::new();
+        p.remap(16, &mut map, &mut src).unwrap();
+        assert_eq!(src, vec![7, 3, 9, 2]);
+        assert_eq!(p.bt, vec![0, 1, 2, 11, 0, 1, 3]); // the unread entry stays as it was
+
+        // A second part shares the first's pages and appends its own.
+        let mut p2 = Part::default();
+        p2.push(&[3, 5], 1, 20);
+        p2.remap(16, &mut map, &mut src).unwrap();
+        assert_eq!(src, vec![7, 3, 9, 2, 5]);
+        assert_eq!(p2.bt, vec![1, 4]);
+        reset(&mut map, &src);
+        let mut q = Part::default();
+        q.push(&[5, 20], 1, 20);
+        q.finish();
+        let mut src = Vec::new();
+        assert!(
+            q.remap(16, &mut map, &mut src).is_err(),
+            "a block outside the pool"
+        );
+        reset(&mut map, &src);
+        assert!(
+            map.iter().all(|&m| m == -1),
+            "remap marks only the blocks it lists in src"
+        );
+        let mut r = Part::default();
+        r.push(&[1], 1, 40); // 40 tokens need 3 blocks
+        r.push(&[2, 3, 4], 1, 40);
+        let mut src = Vec::new();
+        assert!(
+            r.remap(16, &mut map, &mut src).is_err(),
+            "a table shorter than its kv_len"
+        );
+        reset(&mut map, &src);
+        // After `finish` too.
+        let mut f = Part::default();
+        f.push(&[4, 5], 1, 17);
+        f.finish();
+        let mut src = Vec::new();
+        f.remap(16, &mut map, &mut src).unwrap();
+        assert_eq!(src, vec![4, 5]);
+    }
+}
