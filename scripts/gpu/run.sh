@@ -41,6 +41,9 @@
 #   prefillkv  the prefill-bound fleets (64 x 4k, 32 x 16k; no prefix cache) served with
 #            --prefill-kv paged, auto (the default), contiguous (every prompt chunk), then
 #            paged again (the drift)
+#   prefillonly  the prefill-bound fleets (64 x 4k, 32 x 16k; no prefix cache) with 1-token
+#            replies on the default server: the last first token of prompts alone, no decode
+#            rows in the passes (how much of `long`'s last first token the decoding agents cost)
 #   ncuprefill ncu's full set over one launch of FlashInfer's SM90 prefill attention, in a
 #            2048-token chunk at the end of a 16k and of a 4k prompt (`cuda_check profile
 #            ... prefill 2048`): what bounds it (tensor pipe, stalls, occupancy)
@@ -102,14 +105,14 @@ clocks() {  # the samples since line $1 of clocks.csv: SM MHz min / median, powe
 # Serves /tmp/q8b on port $1 with the flags after $2 (no prefix cache), drives the
 # prefill-bound fleets against it (64 x 4k, 32 x 16k: fleet-$2-CONTEXT-nAGENTS.json), stops it.
 prefill_fleets() {
-  local port=$1 tag=$2 sp run
+  local port=$1 tag=$2 sp run reply=${REPLY_TOKENS:-128}
   shift 2
   $B/inferd serve --device cuda -m /tmp/q8b --port $port --no-prefix-cache "$@" >$OUT/serve-$tag.log 2>&1 &
   sp=$!
   for i in $(seq 1 240); do curl -sf http://127.0.0.1:$port/health >/dev/null && break; sleep 0.5; done
   for run in "64 4096" "32 16384"; do
     set -- $run
-    timeout 120 $B/inferd bench fleet --url http://127.0.0.1:$port --token-prompts -q --agents $1 --context $2 --reply 128 \
+    timeout 120 $B/inferd bench fleet --url http://127.0.0.1:$port --token-prompts -q --agents $1 --context $2 --reply $reply \
       --label inferd-$tag --meta engine=inferd --meta model=qwen3-8b-shape-bf16 --meta setting=$tag --out $OUT/fleet-$tag-$2-n$1.json >/dev/null 2>&1
     note "fleet $tag, agents $1 x $2: rc $?"
   done
@@ -201,6 +204,11 @@ prefillkv)
     prefill_fleets 8186 pkv-$mode --prefill-kv ${mode%2}
   done
   $B/inferd bench table $OUT/fleet-pkv-*.json 2>&1 | tee -a $summary
+  ;;
+prefillonly)
+  [ -e /tmp/q8b/config.json ] || { note "prefillonly: no /tmp/q8b (run make8b first)"; continue; }
+  REPLY_TOKENS=1 prefill_fleets 8187 prefill-only
+  $B/inferd bench table $OUT/fleet-prefill-only-*.json 2>&1 | tee -a $summary
   ;;
 ncuprefill)
   for ctx in 16384 4096; do
