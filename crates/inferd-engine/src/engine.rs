@@ -99,6 +99,7 @@ pub fn start<B: Backend + 'static>(
         started: Instant::now(),
         max_queue: cfg.max_queue,
         queued: AtomicU64::new(0),
+        failure: Mutex::new(None),
     });
     // Every prefix key is rooted in what the KV depends on besides the tokens.
     // ("kv2": Q8 K rows are stored minus the model's K offset.)
@@ -169,6 +170,7 @@ pub fn start<B: Backend + 'static>(
         tokenizer: tokenizer.clone(),
         max_context,
         draining: false,
+        lost: None,
     };
     if cfg.warmup {
         engine.warmup()?;
@@ -194,7 +196,7 @@ pub(crate) struct Engine<B: Backend> {
     /// the last step.
     pending: StepInput,
     /// The step whose draws are queued and not yet accepted (step overlap).
-    flight: Option<Flight>,
+    pub(crate) flight: Option<Flight>,
     /// Whether a step is queued before the one ahead of it has come back
     /// (`EngineConfig::step_overlap`).
     overlap: bool,
@@ -210,11 +212,14 @@ pub(crate) struct Engine<B: Backend> {
     pub(crate) sched: Scheduler,
     /// One record per request (the scheduler's part included).
     pub(crate) seqs: Seqs,
-    inbox: mpsc::Receiver<Msg>,
-    shared: Arc<Shared>,
+    pub(crate) inbox: mpsc::Receiver<Msg>,
+    pub(crate) shared: Arc<Shared>,
     pub(crate) tokenizer: Arc<Tokenizer>,
     pub(crate) max_context: usize,
     draining: bool,
+    /// A fatal backend error seen (the device is lost): the loop fails every request and
+    /// ends once the step or message at hand is done (`stop_lost`).
+    pub(crate) lost: Option<String>,
     /// Named contexts and sessions.
     pub(crate) memory: Registry,
     /// Use order for LRU decisions.
@@ -237,7 +242,7 @@ pub(crate) struct Engine<B: Backend> {
 }
 
 /// A step whose draws are queued: its schedule, and the draws to wait for.
-struct Flight {
+pub(crate) struct Flight {
     out: SchedulerOutput,
     drawing: Drawing,
 }
@@ -255,9 +260,15 @@ impl<B: Backend> Engine<B> {
     fn run(mut self) {
         let _guard = StopGuard(self.shared.clone());
         loop {
+            if self.lost.is_some() {
+                return self.stop_lost();
+            }
             // Idle: block until a message arrives (a step still in flight lands first).
             if self.seqs.is_empty() {
                 self.land();
+                if self.lost.is_some() {
+                    continue;
+                }
                 if self.draining {
                     // A turn the engine ended waits to be trimmed to what its client got:
                     // the output side's word is on its way (bounded, should it be lost).
@@ -278,12 +289,15 @@ impl<B: Backend> Engine<B> {
             while let Ok(m) = self.inbox.try_recv() {
                 self.handle(m);
             }
+            if self.lost.is_some() {
+                continue;
+            }
             self.expire_waiting();
             if self.seqs.is_empty() {
                 self.publish();
                 continue;
             }
-            if !self.step() {
+            if !self.step() && self.lost.is_none() {
                 // Nothing could be scheduled this step: wait briefly for news.
                 if let Ok(m) = self.inbox.recv_timeout(Duration::from_millis(2)) {
                     self.handle(m);
@@ -443,7 +457,7 @@ impl<B: Backend> Engine<B> {
             Ok(p) => p,
             Err(e) => {
                 self.land();
-                self.fail(&out, &e.to_string());
+                self.fail(&out, &e);
                 return true;
             }
         };
@@ -459,7 +473,7 @@ impl<B: Backend> Engine<B> {
             Ok(l) => l,
             Err(e) => {
                 self.land();
-                self.fail(&out, &e.to_string());
+                self.fail(&out, &e);
                 return true;
             }
         };
@@ -484,7 +498,7 @@ impl<B: Backend> Engine<B> {
         // session parks and is written out).
         let copies = self.take_state_copies();
         if let Err(e) = self.runner.copy_state_slots(&copies) {
-            self.fail(&out, &e.to_string());
+            self.fail(&out, &e);
             return true;
         }
         let mut ended = Vec::new();
@@ -520,7 +534,7 @@ impl<B: Backend> Engine<B> {
             Ok(d) => d,
             Err(e) => {
                 drop(draws);
-                self.fail(&out, &e.to_string());
+                self.fail(&out, &e);
                 return true;
             }
         };
@@ -567,7 +581,7 @@ impl<B: Backend> Engine<B> {
         let sampled = match self.runner.finish_draws(drawing) {
             Ok(s) => s.sampled,
             Err(e) => {
-                self.fail(&out, &e.to_string());
+                self.fail(&out, &e);
                 return true;
             }
         };
@@ -730,7 +744,9 @@ impl<B: Backend> Engine<B> {
     }
 
     /// A forward pass failed: every sequence in it gets the error and is dropped.
-    fn fail(&mut self, out: &SchedulerOutput, msg: &str) {
+    fn fail(&mut self, out: &SchedulerOutput, e: &RuntimeError) {
+        self.note_fatal(e);
+        let msg = e.to_string();
         for c in &out.chunks {
             if self.seqs.contains_key(&c.seq) {
                 let e = format!("model forward pass failed: {msg}");
@@ -759,7 +775,7 @@ impl<B: Backend> Engine<B> {
         self.stats().requests_finished += 1;
     }
 
-    fn publish(&self) {
+    pub(crate) fn publish(&self) {
         let waiting = self.sched.num_waiting();
         let running = self.sched.num_running();
         let free = self.kvm.pool().num_free();

@@ -62,6 +62,8 @@ pub(crate) struct Shared {
     pub max_queue: usize,
     /// Requests sent to the engine and not yet admitted (inbox + waiting).
     pub queued: AtomicU64,
+    /// Why the engine stopped on a fatal backend error (the device is lost), if it did.
+    pub failure: Mutex<Option<String>>,
 }
 
 #[derive(Clone)]
@@ -78,7 +80,10 @@ impl EngineHandle {
     /// Queues a request. The stream yields its events; dropping the stream cancels it.
     pub fn submit(&self, req: GenRequest) -> Result<RequestStream, SubmitError> {
         if !self.shared.accepting.load(Ordering::SeqCst) {
-            return Err(SubmitError::ShuttingDown);
+            return Err(match self.failure() {
+                Some(why) => SubmitError::DeviceLost(why),
+                None => SubmitError::ShuttingDown,
+            });
         }
         if req.prompt.is_empty() {
             return Err(SubmitError::Invalid("the prompt is empty".into()));
@@ -206,6 +211,16 @@ impl EngineHandle {
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
             .is_some_and(|t| !t.is_finished())
+    }
+
+    /// Why the engine stopped, when a fatal backend error stopped it (the device is lost:
+    /// every request it held failed, and only a new process can serve again).
+    pub fn failure(&self) -> Option<String> {
+        self.shared
+            .failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Whether new requests are accepted.

@@ -11,6 +11,7 @@ mod config;
 mod engine;
 mod handle;
 mod load;
+mod lost;
 mod masks;
 mod memory;
 mod output;

@@ -32,7 +32,7 @@ pub(crate) struct Load {
     /// the prefix cache (an unpinned context).
     hold: bool,
     tokens: Vec<u32>,
-    waiting: Vec<Waiting>,
+    pub waiting: Vec<Waiting>,
 }
 
 impl<B: Backend> Engine<B> {
@@ -209,6 +209,7 @@ impl<B: Backend> Engine<B> {
                 data.extend_from_slice(b);
             }
             if let Err(e) = self.runner.import_blocks(&ids, &data) {
+                self.note_fatal(&e);
                 eprintln!("inferd: warning: KV spill tier: {e}");
                 end = group[0].0;
                 break;

@@ -166,4 +166,7 @@ pub enum SubmitError {
     ShuttingDown,
     #[error("the engine has stopped")]
     Stopped,
+    /// The device failed (a fatal backend error): nothing more runs in this process.
+    #[error("the device failed ({0}); the server must be restarted")]
+    DeviceLost(String),
 }

@@ -369,6 +369,7 @@ impl<B: Backend> Engine<B> {
             let ids: Vec<BlockId> = group.iter().map(|(_, b)| *b).collect();
             let mut data = vec![0u8; bytes * ids.len()];
             if let Err(err) = self.runner.export_blocks(&ids, &mut data) {
+                self.note_fatal(&err);
                 warn(err);
                 return;
             }

@@ -35,6 +35,7 @@ impl<B: Backend> Engine<B> {
             };
             let mut data = vec![0u8; slot_bytes];
             if let Err(e) = self.runner.export_state_slots(&[slot], &mut data) {
+                self.note_fatal(&e);
                 warn(e);
                 return;
             }
@@ -76,6 +77,7 @@ impl<B: Backend> Engine<B> {
     pub(crate) fn import_snapshot(&mut self, m: &BlockMeta, data: &[u8]) -> Option<SlotId> {
         let slot = self.kvm.fresh_slot()?;
         if let Err(e) = self.runner.import_state_slots(&[slot], data) {
+            self.note_fatal(&e);
             warn(e);
             self.kvm.release_slot(slot);
             return None;

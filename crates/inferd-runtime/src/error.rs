@@ -19,6 +19,19 @@ pub enum RuntimeError {
     /// A GPU (or its driver or libraries) failed or is missing.
     #[error("device: {0}")]
     Device(String),
+    /// The device can run no more work in this process (on CUDA a sticky error: an illegal
+    /// address, a kernel fault, an uncorrectable ECC error); its memory, the KV cache with
+    /// it, is gone. Only a new process can use it again.
+    #[error("device lost: {0}")]
+    DeviceLost(String),
     #[error("{0}")]
     Other(String),
+}
+
+impl RuntimeError {
+    /// Whether nothing more can run on this backend: the engine fails every request it
+    /// holds and stops, rather than failing one step at a time.
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, RuntimeError::DeviceLost(_))
+    }
 }

@@ -176,6 +176,7 @@ impl ApiError {
                 Self::unavailable("the server is shutting down").with_code("shutting_down")
             }
             SubmitError::Stopped => Self::unavailable("the engine has stopped"),
+            SubmitError::DeviceLost(_) => Self::unavailable(e.to_string()).with_code("device_lost"),
             SubmitError::KvPinned { .. } => {
                 Self::unavailable(e.to_string()).with_code("kv_cache_pinned")
             }

@@ -1,5 +1,6 @@
 //! `GET /health`: liveness plus the figures `inferd status` shows. 200 while serving,
-//! 503 when the engine is draining or stopped (same body, another `status`).
+//! 503 when the engine is draining, stopped, or failed (the device is lost; `error` says
+//! why): the same body, another `status`.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -11,7 +12,10 @@ use crate::state::AppState;
 
 pub async fn health(State(state): State<AppState>) -> Response {
     let e = &state.engine;
-    let (code, status) = if !e.is_running() {
+    let failure = e.failure();
+    let (code, status) = if failure.is_some() {
+        (StatusCode::SERVICE_UNAVAILABLE, "failed")
+    } else if !e.is_running() {
         (StatusCode::SERVICE_UNAVAILABLE, "stopped")
     } else if !e.is_accepting() {
         (StatusCode::SERVICE_UNAVAILABLE, "draining")
@@ -39,6 +43,9 @@ pub async fn health(State(state): State<AppState>) -> Response {
         "requests_finished": s.requests_finished,
         "rss_bytes": rss_bytes(),
     });
+    if let Some(why) = failure {
+        body["error"] = json!(why);
+    }
     if let Some(a) = state.config.address {
         body["address"] = json!(a.to_string());
     }

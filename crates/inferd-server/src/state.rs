@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use inferd_engine::EngineHandle;
+use inferd_engine::{EngineHandle, SubmitError};
 use inferd_text::ChatTemplate;
 
 use crate::config::ServerConfig;
@@ -169,6 +169,9 @@ impl AppState {
 
     /// 503 unless the engine is running and accepting requests.
     pub fn check_available(&self) -> Result<(), ApiError> {
+        if let Some(why) = self.engine.failure() {
+            return Err(ApiError::from_submit(SubmitError::DeviceLost(why), ""));
+        }
         if !self.engine.is_running() {
             return Err(ApiError::unavailable("the engine has stopped"));
         }

@@ -36,11 +36,19 @@ pub fn smollm2() -> Option<PathBuf> {
 
 /// Starts an engine on SmolLM2 with `cfg`; `None` when the model is absent.
 pub fn engine(cfg: EngineConfig) -> Option<EngineHandle> {
+    engine_on(
+        CpuConfig {
+            threads: 2,
+            ..Default::default()
+        },
+        cfg,
+    )
+}
+
+/// [`engine`] on a CPU backend configured as `cpu` says.
+pub fn engine_on(cpu: CpuConfig, cfg: EngineConfig) -> Option<EngineHandle> {
     let path = smollm2()?;
-    let backend = CpuBackend::with_config(CpuConfig {
-        threads: 2,
-        ..Default::default()
-    });
+    let backend = CpuBackend::with_config(cpu);
     let model = Model::load(backend, &path).expect("load SmolLM2");
     let tok = Tokenizer::from_gguf(model.gguf.as_ref().unwrap()).expect("tokenizer");
     Some(inferd_engine::start(model, Arc::new(tok), "smollm2".into(), cfg).expect("start"))

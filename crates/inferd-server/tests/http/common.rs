@@ -77,9 +77,18 @@ pub fn engine(cfg: EngineConfig) -> (EngineHandle, Arc<ChatTemplate>) {
 
 /// Loads a pulled model by name and starts an engine.
 pub fn engine_for(name: &str, cfg: EngineConfig) -> (EngineHandle, Arc<ChatTemplate>) {
+    engine_on(name, CpuBackend::new(), cfg)
+}
+
+/// [`engine_for`] on the given backend.
+pub fn engine_on(
+    name: &str,
+    backend: CpuBackend,
+    cfg: EngineConfig,
+) -> (EngineHandle, Arc<ChatTemplate>) {
     let path = model_file(name).expect("model present");
     inferd_server::metrics::install();
-    let model = Model::load(CpuBackend::new(), &path).unwrap();
+    let model = Model::load(backend, &path).unwrap();
     let g = model.gguf.clone().unwrap();
     let tok = Tokenizer::from_gguf(&g).unwrap();
     let tpl = ChatTemplate::from_gguf(&g, &tok).unwrap().unwrap();

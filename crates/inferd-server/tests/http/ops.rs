@@ -8,8 +8,8 @@ use inferd_server::ServerConfig;
 use serde_json::json;
 
 use crate::common::{
-    engine, get, keyed_server, post, request, send, serve, server, small_engine_config, wait_for,
-    ALIAS, KEY, MODEL,
+    engine, engine_on, get, keyed_server, post, request, send, serve, server, small_engine_config,
+    wait_for, ALIAS, KEY, MODEL,
 };
 
 #[test]
@@ -141,6 +141,47 @@ fn full_queue_is_429_and_draining_is_503() {
     assert!(["draining", "stopped"].contains(&h.json()["status"].as_str().unwrap()));
     eng.shutdown();
     assert!(!eng.is_running());
+}
+
+#[test]
+fn a_lost_device_fails_requests_and_health_says_why() {
+    if crate::common::model_path().is_none() {
+        return;
+    }
+    // The CPU backend simulates a GPU lost after 3 passes: the first request's prefill and
+    // two decode steps run, the fourth pass fails.
+    let backend = inferd_runtime::CpuBackend::with_config(inferd_runtime::CpuConfig {
+        threads: 2,
+        lose_device_after: Some(3),
+        ..Default::default()
+    });
+    let (eng, tpl) = engine_on(MODEL, backend, small_engine_config());
+    let addr = serve(eng.clone(), tpl, ServerConfig::default());
+    let body = json!({"messages": [{"role": "user", "content": "Count to fifty."}],
+                      "max_tokens": 40, "ignore_eos": true});
+    let r = post(addr, "/v1/chat/completions", &body);
+    assert!(r.status >= 500, "a request on a lost device: {}", r.status);
+    let msg = r.json()["error"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(msg.contains("device lost"), "{msg}");
+    assert!(wait_for(10, || !eng.is_running()), "the engine stops");
+    let h = get(addr, "/health");
+    assert_eq!(h.status, 503);
+    let v = h.json();
+    assert_eq!(v["status"], "failed");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("simulated after 3 passes"),
+        "{v}"
+    );
+    // New requests: 503, with the reason.
+    let e = post(addr, "/v1/chat/completions", &body).error(503);
+    assert_eq!(e["code"], "device_lost");
+    assert!(e["message"].as_str().unwrap().contains("restarted"), "{e}");
 }
 
 /// Reads until `n` SSE events arrived.

@@ -331,9 +331,27 @@ pub fn run(a: Args) -> Result<()> {
         let state = AppState::new(engine.clone(), template, cfg);
         write_state_file(bound, &name)?;
         println!("inferd listening on http://{bound} (model {name})");
+        // A lost device (a fatal GPU error) stops the engine, which failed every request
+        // it held: the server stops too, and exits with an error for a supervisor to start
+        // a new process (nothing more can run on the device in this one).
+        let watched = engine.clone();
+        let failed = async move {
+            loop {
+                if let Some(why) = watched.failure() {
+                    return why;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        };
         let shutdown = async {
-            inferd_server::shutdown_signal().await;
-            eprintln!("inferd: stopping: finishing running requests (signal again to exit now)");
+            tokio::select! {
+                _ = inferd_server::shutdown_signal() => {
+                    eprintln!("inferd: stopping: finishing running requests (signal again to exit now)");
+                }
+                why = failed => {
+                    eprintln!("inferd: stopping: the device failed ({why})");
+                }
+            }
             tokio::spawn(async {
                 inferd_server::shutdown_signal().await;
                 eprintln!("inferd: exiting without waiting");
@@ -348,6 +366,9 @@ pub fn run(a: Args) -> Result<()> {
     });
     engine.shutdown();
     result?;
+    if let Some(why) = engine.failure() {
+        bail!("the device failed ({why}); start the server again");
+    }
     eprintln!("inferd: stopped");
     Ok(())
 }

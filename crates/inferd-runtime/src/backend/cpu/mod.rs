@@ -15,6 +15,7 @@ mod state;
 mod tensor;
 mod weight;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rayon::prelude::*;
@@ -53,6 +54,11 @@ pub struct CpuConfig {
     /// numbers up to summation order: accuracy tests check the CUDA backend against it on
     /// models too sensitive for a float32 reference (tests/hybrid_reference.rs).
     pub bf16_like_cuda: bool,
+    /// Test support: after this many passes (`prepare_batch` calls) every pass fails as a
+    /// lost GPU's does ([`RuntimeError::DeviceLost`]), so what the engine and server do
+    /// then is tested on the CPU. `CpuBackend::new` reads it from
+    /// `INFERD_TEST_LOSE_DEVICE_AFTER`.
+    pub lose_device_after: Option<u64>,
 }
 
 /// The CPU backend owns its worker pool (one thread per core unless configured).
@@ -67,6 +73,9 @@ pub struct CpuBackend {
     drawn: Arc<std::sync::Mutex<Vec<Sampled>>>,
     /// The tensor-parallel group this backend is a rank of (`None`: the whole model).
     group: Option<HostGroup>,
+    /// `CpuConfig::lose_device_after`, and the passes prepared so far.
+    lose_device_after: Option<u64>,
+    passes: Arc<AtomicU64>,
 }
 
 impl CpuBackend {
@@ -76,8 +85,12 @@ impl CpuBackend {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
+        let lose_device_after = std::env::var("INFERD_TEST_LOSE_DEVICE_AFTER")
+            .ok()
+            .and_then(|v| v.parse().ok());
         Self::with_config(CpuConfig {
             threads,
+            lose_device_after,
             ..Default::default()
         })
     }
@@ -96,6 +109,8 @@ impl CpuBackend {
             bf16_like_cuda: cfg.bf16_like_cuda,
             drawn: Default::default(),
             group: None,
+            lose_device_after: cfg.lose_device_after,
+            passes: Default::default(),
         }
     }
 
@@ -216,6 +231,12 @@ impl Backend for CpuBackend {
         layout: &KvLayout,
         kv: &mut CpuKv,
     ) -> Result<CpuBatch> {
+        let passes = self.passes.fetch_add(1, Ordering::Relaxed);
+        if self.lose_device_after.is_some_and(|n| passes >= n) {
+            return Err(RuntimeError::DeviceLost(format!(
+                "simulated after {passes} passes (INFERD_TEST_LOSE_DEVICE_AFTER)"
+            )));
+        }
         if let Some((i, _)) = batch.drawn.first() {
             // Every draw is known on the host once started: the caller fills them in.
             return Err(RuntimeError::BadBatch(format!(

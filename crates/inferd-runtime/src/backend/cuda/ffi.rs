@@ -464,14 +464,50 @@ pub fn error_string(code: c_int) -> String {
         .into_owned()
 }
 
-/// `Ok` for 0, else a `RuntimeError::Device` naming `what`.
+/// `Ok` for 0, else a `RuntimeError::Device` naming `what`, or `DeviceLost` for an error
+/// after which the process can run no more CUDA work ([`is_sticky`]).
 pub fn check(code: c_int, what: &str) -> crate::Result<()> {
     if code == 0 {
-        Ok(())
+        return Ok(());
+    }
+    let msg = format!("{what}: CUDA error {code} ({})", error_string(code));
+    Err(if is_sticky(code) {
+        crate::RuntimeError::DeviceLost(msg)
     } else {
-        Err(crate::RuntimeError::Device(format!(
-            "{what}: CUDA error {code} ({})",
-            error_string(code)
-        )))
+        crate::RuntimeError::Device(msg)
+    })
+}
+
+/// The CUDA runtime's errors that leave the process "in an inconsistent state": every
+/// later CUDA call returns the same error, and only a new process can use the device
+/// (driver_types.h says so of each): a contained error (226), an illegal address (700), a
+/// kernel timeout (702), a device-side assert (710), a hardware stack error, an illegal
+/// instruction, a misaligned address, an invalid address space or PC (714-718), a launch
+/// failure (719), a tensor-memory leak (721), an MPS client terminated (810), an external
+/// device's error (911); and an uncorrectable ECC error (214), after which the device's
+/// memory cannot be trusted.
+pub fn is_sticky(code: c_int) -> bool {
+    matches!(
+        code,
+        214 | 226 | 700 | 702 | 710 | 714..=719 | 721 | 810 | 911
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_sticky;
+
+    #[test]
+    fn sticky_errors_are_the_ones_that_end_the_process() {
+        for code in [
+            214, 226, 700, 702, 710, 714, 715, 716, 717, 718, 719, 721, 810, 911,
+        ] {
+            assert!(is_sticky(code), "{code}");
+        }
+        // Out of memory, an invalid value, too many resources for a launch, not supported,
+        // not ready: the call failed, the device goes on.
+        for code in [0, 1, 2, 98, 209, 701, 720, 801, 600] {
+            assert!(!is_sticky(code), "{code}");
+        }
     }
 }

@@ -199,11 +199,16 @@ fn check(code: c_int, what: &str) -> Result<()> {
     let msg = unsafe { std::ffi::CStr::from_ptr(ifd_fi_last_error()) }
         .to_string_lossy()
         .into_owned();
-    Err(RuntimeError::Device(format!(
+    let msg = format!(
         "FlashInfer {what}: CUDA error {code} ({}){}{msg}",
         super::ffi::error_string(code),
         if msg.is_empty() { "" } else { ": " }
-    )))
+    );
+    Err(if super::ffi::is_sticky(code) {
+        RuntimeError::DeviceLost(msg)
+    } else {
+        RuntimeError::Device(msg)
+    })
 }
 
 /// Whether FlashInfer serves this attention: bf16 KV, head_dim 64, 128 or 256.

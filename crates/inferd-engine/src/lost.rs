@@ -1,0 +1,80 @@
+//! A lost device: a fatal backend error (on CUDA a sticky error, after which the process
+//! can run no more GPU work) is noted where it surfaces (`note_fatal`); the engine loop
+//! then fails every request it holds and ends (`stop_lost`). The handle reports why
+//! (`EngineHandle::failure`), new requests are refused with `SubmitError::DeviceLost`,
+//! and `inferd serve` exits so that a supervisor can start a new process.
+
+use std::sync::atomic::Ordering;
+
+use inferd_runtime::{Backend, RuntimeError};
+
+use crate::engine::Engine;
+use crate::handle::Msg;
+use crate::memory::MemoryError;
+use crate::output::OutMsg;
+use crate::request::{Event, SubmitError};
+
+impl<B: Backend> Engine<B> {
+    /// Records a fatal backend error (the device is lost), which the loop acts on once the
+    /// step or message at hand is done: new requests are refused from now on. `false` for
+    /// any other error.
+    pub(crate) fn note_fatal(&mut self, e: &RuntimeError) -> bool {
+        if !e.is_fatal() {
+            return false;
+        }
+        if self.lost.is_none() {
+            let msg = e.to_string();
+            eprintln!("inferd: error: {msg}: failing every request and stopping the engine");
+            self.shared.accepting.store(false, Ordering::SeqCst);
+            *self
+                .shared
+                .failure
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(msg.clone());
+            self.lost = Some(msg);
+        }
+        true
+    }
+
+    /// The device is lost: every request the engine holds fails (running, waiting, read
+    /// back from disk, in the inbox), and the engine thread ends. Nothing is written to
+    /// the SSD tier from here on (an export would read a dead device).
+    pub(crate) fn stop_lost(&mut self) {
+        let why = self.lost.clone().unwrap_or_default();
+        let e = SubmitError::DeviceLost(why.clone()).to_string();
+        self.flight = None; // its draws never come back
+        let ids: Vec<u64> = self.seqs.keys().copied().collect();
+        for id in ids {
+            if let Some(b) = self.seqs.get_mut(&id).and_then(|s| s.build.take()) {
+                let _ = b.reply.send(Err(MemoryError::Failed(e.clone())));
+            }
+            self.output.send(OutMsg::Error(id, e.clone()));
+            self.remove(id);
+        }
+        for (_, load) in self.loads.drain() {
+            for w in load.waiting {
+                let _ =
+                    w.tx.send(Event::Rejected(SubmitError::DeviceLost(why.clone())));
+            }
+        }
+        while let Ok(m) = self.inbox.try_recv() {
+            let failed = || MemoryError::Failed(e.clone());
+            match m {
+                Msg::Submit { tx, .. } => {
+                    let _ = tx.send(Event::Rejected(SubmitError::DeviceLost(why.clone())));
+                }
+                Msg::CreateContext(_, r) | Msg::GetContext(_, r) => {
+                    let _ = r.send(Err(failed()));
+                }
+                Msg::DeleteContext(_, r) | Msg::DeleteSession(_, r) => {
+                    let _ = r.send(Err(failed()));
+                }
+                Msg::Report(r) => {
+                    let _ = r.send(Err(failed()));
+                }
+                Msg::Cancel(_) | Msg::Ended { .. } | Msg::Drain | Msg::Loaded(_) => {}
+            }
+        }
+        self.publish();
+    }
+}
