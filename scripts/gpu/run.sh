@@ -44,6 +44,9 @@
 #   prefillonly  the prefill-bound fleets (64 x 4k, 32 x 16k; no prefix cache) with 1-token
 #            replies on the default server: the last first token of prompts alone, no decode
 #            rows in the passes (how much of `long`'s last first token the decoding agents cost)
+#   lost     a lost device for real: `inferd serve --device cuda` on /tmp/q8b whose pass after
+#            INFERD_TEST_LOSE_DEVICE_AFTER=8 stores to an invalid address (a sticky error):
+#            the request in flight must get an error, and the server exit with status 1
 #   ncuprefill ncu's full set over one launch of FlashInfer's SM90 prefill attention, in a
 #            2048-token chunk at the end of a 16k and of a 4k prompt (`cuda_check profile
 #            ... prefill 2048`): what bounds it (tensor pipe, stalls, occupancy)
@@ -204,6 +207,18 @@ prefillkv)
     prefill_fleets 8186 pkv-$mode --prefill-kv ${mode%2}
   done
   $B/inferd bench table $OUT/fleet-pkv-*.json 2>&1 | tee -a $summary
+  ;;
+lost)
+  [ -e /tmp/q8b/config.json ] || { note "lost: no /tmp/q8b (run make8b first)"; continue; }
+  INFERD_TEST_LOSE_DEVICE_AFTER=8 $B/inferd serve --device cuda -m /tmp/q8b --port 8188 --no-warmup >$OUT/serve-lost.log 2>&1 &
+  sp=$!
+  for i in $(seq 1 240); do curl -sf http://127.0.0.1:8188/health >/dev/null && break; sleep 0.5; done
+  code=$(curl -s -o $OUT/lost-reply.json -w '%{http_code}' http://127.0.0.1:8188/v1/completions \
+    -H 'content-type: application/json' -d "{\"prompt\": [$(seq -s, 100 163)], \"max_tokens\": 32, \"ignore_eos\": true}")
+  for i in $(seq 1 120); do kill -0 $sp 2>/dev/null || break; sleep 0.5; done
+  kill -0 $sp 2>/dev/null && { note "lost: the server did not exit"; kill -9 $sp; }
+  wait $sp; rc=$?
+  note "lost: HTTP $code $(head -c 240 $OUT/lost-reply.json); serve exit $rc; $(grep -a 'device failed' $OUT/serve-lost.log | tail -1)"
   ;;
 prefillonly)
   [ -e /tmp/q8b/config.json ] || { note "prefillonly: no /tmp/q8b (run make8b first)"; continue; }

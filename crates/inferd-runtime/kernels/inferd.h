@@ -27,6 +27,9 @@ int ifd_copy(void* dst, const void* src, size_t bytes, void* stream);
 int ifd_memset(void* ptr, int value, size_t bytes, void* stream);
 // The error of the last launch on this thread (and clears it).
 int ifd_last_error();
+// Test support: queues a kernel that stores to an invalid address, so the work after it
+// fails with a sticky error (cudaErrorIllegalAddress: the device is lost to the process).
+int ifd_test_fault(void* stream);
 // CUDA graphs: capture the work queued on `stream` between begin and end (this thread's
 // calls only) into an executable graph; launch replays it on `stream`.
 int ifd_capture_begin(void* stream);

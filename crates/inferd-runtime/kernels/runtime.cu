@@ -8,6 +8,11 @@ extern "C" cudaError_t cudaProfilerStop(void);
 
 #include "common.cuh"
 
+namespace {
+// Test support (ifd_test_fault): a store to an address no allocation holds.
+__global__ void fault_kernel(int* p) { *p = 1; }
+}  // namespace
+
 extern "C" {
 
 int ifd_device_count(int* n) {
@@ -90,6 +95,11 @@ int ifd_memset(void* ptr, int value, size_t bytes, void* stream) {
 }
 
 int ifd_last_error() { return static_cast<int>(cudaGetLastError()); }
+
+int ifd_test_fault(void* stream) {
+  fault_kernel<<<1, 1, 0, ifd::as_stream(stream)>>>(reinterpret_cast<int*>(16));
+  return static_cast<int>(cudaGetLastError());
+}
 
 int ifd_capture_begin(void* stream) {
   return static_cast<int>(

@@ -434,6 +434,9 @@ fn start_engine(
                 no_graphs: gpu.no_graphs,
                 decode,
                 prefill_kv,
+                lose_device_after: std::env::var("INFERD_TEST_LOSE_DEVICE_AFTER")
+                    .ok()
+                    .and_then(|v| v.parse().ok()),
                 ..Default::default()
             })?;
             eprintln!(

@@ -85,6 +85,11 @@ pub struct CudaConfig {
     pub host_sampling: bool,
     /// Which K/V layout prompt chunks' attention reads (see [`PrefillKv`]).
     pub prefill_kv: PrefillKv,
+    /// Test support: the pass after this many (`prepare_batch` calls) starts with a kernel
+    /// that stores to an invalid address, so the device is lost as it is to a real fault (a
+    /// sticky error, [`crate::RuntimeError::DeviceLost`]). `inferd serve` reads it from
+    /// `INFERD_TEST_LOSE_DEVICE_AFTER`, as the CPU backend does.
+    pub lose_device_after: Option<u64>,
 }
 
 /// The kernel of decode rows' attention.
@@ -166,6 +171,9 @@ struct Inner {
     contig: contig::Scratch,
     /// Prompt runs planned so far: paged, contiguous.
     prompt_runs: [AtomicU64; 2],
+    /// `CudaConfig::lose_device_after`, and the passes prepared so far.
+    lose_device_after: Option<u64>,
+    passes: AtomicU64,
     /// The `sample` op's buffers (sample.rs).
     sampling: Mutex<sample::SampleScratch>,
     /// The tensor-core delta rule's per-piece products (delta_pieces.cu), grown as prompt
@@ -221,6 +229,8 @@ impl CudaBackend {
                 prefill_kv: Mutex::new(cfg.prefill_kv),
                 contig,
                 prompt_runs: Default::default(),
+                lose_device_after: cfg.lose_device_after,
+                passes: AtomicU64::new(0),
                 delta_ws: Mutex::new(None),
                 probe: Mutex::new(None),
                 kernel_probe: Mutex::new(None),
@@ -426,6 +436,9 @@ impl Backend for CudaBackend {
     ) -> Result<CudaBatch> {
         self.inner.dev.bind()?;
         let i = &self.inner;
+        if i.lose_device_after == Some(i.passes.fetch_add(1, Ordering::Relaxed)) {
+            check(unsafe { ffi::ifd_test_fault(i.dev.stream()) }, "test fault")?;
+        }
         let kv = layout;
         let edits = pool
             .tables
