@@ -1,0 +1,90 @@
+//! Checks and measures the CUDA backend on a GPU machine (`scripts/gpu/run.sh` runs it;
+//! docs/gpu-notes.md has what it reported). Subcommands:
+//!
+//! - `agree MODEL [TEXT_FILE]`: the GPU against the CPU backend on the same weights:
+//!   top-1 agreement and |Δlogit| over every position of a real text, the greedy
+//!   continuations, and one batch of eight prompts against each prompt alone.
+//! - `hf MODEL_DIR IDS_JSON LOGITS_F32`: the GPU against transformers' logits for the
+//!   same ids (written by `scripts/gpu/hf_logits.py`).
+//! - `speed MODEL_DIR [CONTEXT [DTYPE[:OPTION…],…]]` (options: `speed_by_dtype`): decode steps at batch 1, 2, 4, 8, 32 and 64 over CONTEXT
+//!   prefilled tokens each, and one prefill pass: time per step, tokens/s, and the
+//!   fraction of the bandwidth roofline (weights + the KV read, and a hybrid model's
+//!   recurrent state read and written, over 4.3 TB/s); with graphs and the matrix-vector
+//!   kernel, with cuBLASLt only, and eager. Hybrid models (Qwen3.5) run each sequence in
+//!   its own state slot.
+//! - `sampling`: the `sample` op over 1 to 64 rows of Qwen-sized random logits, per kind
+//!   of draw, on the device (the default) and by the host sampler from rows read back.
+//! - `profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill [CHUNK]]`: one eager decode step
+//!   inside the profiler's capture range (`ncu --profile-from-start off`); `prefill`: one
+//!   pass of the last CHUNK (default 2048) tokens of BATCH CONTEXT-token prompts instead.
+//! - `timeline MODEL_DIR [CONTEXT] [ROWS]`: the decode attention's stages, stamped by its
+//!   blocks, in the last layer of a replayed decode step.
+//! - `kernels MODEL_DIR [CONTEXT] [ROWS]`: a replayed decode step's chain launch by launch,
+//!   from every block's entry, wait and done stamps (our kernels only).
+//! - `fibench [QUERIES] [KEYS]`: FlashInfer's SM90 prefill over paged K/V (as the pool holds
+//!   it) against contiguous K/V (its TMA kernel), same values, no model.
+//! - `chunks MODEL_DIR CONTEXT CHUNK[+CHUNK…] [SEQS]`: SEQS prompts (default 1) of CONTEXT
+//!   tokens prefilled in passes of CHUNK tokens of each, prompt chunks' attention over the
+//!   pool's pages and over a contiguous copy (`--prefill-kv`), in turn on one model: each
+//!   pass's ms both ways, and the sums.
+
+mod agree;
+mod common;
+mod probe;
+mod sampling;
+mod speed;
+
+use std::path::Path;
+
+use agree::*;
+use probe::*;
+use sampling::*;
+use speed::*;
+
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    let p = |i: usize| a.get(i).map(Path::new);
+    match a.get(1).map(String::as_str) {
+        Some("agree") => agree(p(2).expect("MODEL"), p(3)),
+        Some("hf") => hf(p(2).expect("MODEL_DIR"), p(3).expect("IDS_JSON"), p(4).expect("LOGITS")),
+        Some("speed") => {
+            let dir = p(2).expect("MODEL_DIR");
+            let context = a.get(3).map_or(512, |c| c.parse().expect("CONTEXT"));
+            match a.get(4) {
+                Some(dtypes) => speed_by_dtype(dir, context, dtypes),
+                None => speed(dir, context),
+            }
+        }
+        Some("sampling") => sampling(),
+        Some("profile") => profile(
+            p(2).expect("MODEL_DIR"),
+            a.get(3).map_or(512, |c| c.parse().expect("CONTEXT")),
+            a.get(4).map_or(1, |c| c.parse().expect("BATCH")),
+            a.get(5).is_some_and(|c| c == "cublas"),
+            a.get(5).filter(|c| *c == "prefill").map(|_| {
+                a.get(6).map_or(2048, |c| c.parse().expect("CHUNK"))
+            }),
+        ),
+        Some("timeline") => timeline(
+            p(2).expect("MODEL_DIR"),
+            a.get(3).map_or(4096, |c| c.parse().expect("CONTEXT")),
+            a.get(4).map_or(1, |c| c.parse().expect("ROWS")),
+        ),
+        Some("kernels") => kernels(
+            p(2).expect("MODEL_DIR"),
+            a.get(3).map_or(4096, |c| c.parse().expect("CONTEXT")),
+            a.get(4).map_or(1, |c| c.parse().expect("ROWS")),
+        ),
+        Some("fibench") => fibench(
+            a.get(2).map_or(2048, |c| c.parse().expect("QUERIES")),
+            a.get(3).map_or(16384, |c| c.parse().expect("KEYS")),
+        ),
+        Some("chunks") => chunks(
+            p(2).expect("MODEL_DIR"),
+            a.get(3).map_or(16384, |c| c.parse().expect("CONTEXT")),
+            &a.get(4).map_or("2048".to_string(), String::clone).split('+').map(|c| c.parse().expect("CHUNK+CHUNK")).collect::<Vec<usize>>(),
+            a.get(5).map_or(1, |c| c.parse().expect("SEQS")),
+        ),
+        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | fibench [QUERIES] [KEYS] | chunks MODEL_DIR CONTEXT CHUNK[+CHUNK…] [SEQS] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT] | sampling | profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill [CHUNK]] | timeline MODEL_DIR [CONTEXT] [ROWS] | kernels MODEL_DIR [CONTEXT] [ROWS]"),
+    }
+}
