@@ -16,11 +16,16 @@ use crate::request::{Event, SubmitError};
 
 impl<B: Backend> Engine<B> {
     /// Records a fatal backend error (the device is lost), which the loop acts on once the
-    /// step or message at hand is done: new requests are refused from now on. `false` for
-    /// any other error.
+    /// step or message at hand is done: new requests are refused from now on. `e` itself,
+    /// or the device asked after it (`Backend::check_device`), says whether the device is
+    /// lost; `false` when it is not.
     pub(crate) fn note_fatal(&mut self, e: &RuntimeError) -> bool {
         if !e.is_fatal() {
-            return false;
+            // A library's error after a GPU fault need not say it is one: ask the device.
+            return match self.runner.check_device() {
+                Err(lost) if lost.is_fatal() => self.note_fatal(&lost),
+                _ => false,
+            };
         }
         if self.lost.is_none() {
             let msg = e.to_string();

@@ -17,6 +17,9 @@ int ifd_mem_info(size_t* free_bytes, size_t* total_bytes);
 int ifd_stream_create(void** stream);
 int ifd_stream_destroy(void* stream);
 // Blocks until the stream's work is done; its first error.
+// cudaStreamQuery: 0 when its work is done, 600 (not ready) while it runs, or the
+// device's sticky error once it is lost; never waits.
+int ifd_stream_query(void* stream);
 int ifd_stream_sync(void* stream);
 int ifd_malloc(void** ptr, size_t bytes);
 int ifd_free(void* ptr);

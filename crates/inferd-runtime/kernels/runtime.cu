@@ -51,6 +51,10 @@ int ifd_stream_destroy(void* stream) {
   return static_cast<int>(cudaStreamDestroy(ifd::as_stream(stream)));
 }
 
+int ifd_stream_query(void* stream) {
+  return static_cast<int>(cudaStreamQuery(ifd::as_stream(stream)));
+}
+
 int ifd_stream_sync(void* stream) {
   return static_cast<int>(cudaStreamSynchronize(ifd::as_stream(stream)));
 }

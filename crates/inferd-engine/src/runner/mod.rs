@@ -244,6 +244,11 @@ impl<B: Backend> ModelRunner<B> {
         Ok(out)
     }
 
+    /// `Err(DeviceLost)` when the device can run no more work ([`Backend::check_device`]).
+    pub fn check_device(&self) -> Result<()> {
+        self.model.backend.check_device()
+    }
+
     /// Runs state-slot copies `(src, dst)` in order (snapshots queued after a pass).
     pub fn copy_state_slots(&mut self, copies: &[(u32, u32)]) -> Result<()> {
         if copies.is_empty() {

@@ -171,6 +171,13 @@ pub trait Backend: Send + Sync {
     /// Waits for the work queued so far; its first error, if any.
     fn synchronize(&self) -> Result<()>;
 
+    /// `Err(RuntimeError::DeviceLost)` when the device can run no more work in this
+    /// process, without waiting for it. An op's error does not always say so itself (a
+    /// library's status code after a GPU fault), so the caller asks here after one.
+    fn check_device(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// The slice of the model this backend computes: rank `r` of a tensor-parallel group of
     /// `w` backends ([`crate::model::Shard`]), or the whole model alone (the default).
     /// [`crate::Model::load`] loads that slice.

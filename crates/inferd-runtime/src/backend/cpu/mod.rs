@@ -54,9 +54,10 @@ pub struct CpuConfig {
     /// numbers up to summation order: accuracy tests check the CUDA backend against it on
     /// models too sensitive for a float32 reference (tests/hybrid_reference.rs).
     pub bf16_like_cuda: bool,
-    /// Test support: after this many passes (`prepare_batch` calls) every pass fails as a
-    /// lost GPU's does ([`RuntimeError::DeviceLost`]), so what the engine and server do
-    /// then is tested on the CPU. `CpuBackend::new` reads it from
+    /// Test support: after this many passes (`prepare_batch` calls) the device is lost:
+    /// every pass fails with an error that does not say so (as a GPU library's status
+    /// after a fault) and `check_device` reports [`RuntimeError::DeviceLost`], so what the
+    /// engine and server do then is tested on the CPU. `CpuBackend::new` reads it from
     /// `INFERD_TEST_LOSE_DEVICE_AFTER`.
     pub lose_device_after: Option<u64>,
 }
@@ -123,6 +124,16 @@ impl CpuBackend {
         }
     }
 
+    /// `CpuConfig::lose_device_after`'s loss: an error once `prepared` passes came before.
+    fn simulated_loss(&self, prepared: u64) -> Result<()> {
+        match self.lose_device_after {
+            Some(n) if prepared >= n => Err(RuntimeError::DeviceLost(format!(
+                "simulated after {n} passes (INFERD_TEST_LOSE_DEVICE_AFTER)"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// `x` rounded to bf16 in place with `bf16_like_cuda` (an activation the CUDA backend
     /// stores in bf16).
     fn round_like_cuda(&self, x: &mut [f32]) {
@@ -160,6 +171,11 @@ impl Backend for CpuBackend {
 
     fn synchronize(&self) -> Result<()> {
         Ok(()) // every op has finished when it returns
+    }
+
+    fn check_device(&self) -> Result<()> {
+        // Lost once a pass past the limit was tried.
+        self.simulated_loss(self.passes.load(Ordering::Relaxed).saturating_sub(1))
     }
 
     fn shard(&self) -> crate::model::Shard {
@@ -231,11 +247,10 @@ impl Backend for CpuBackend {
         layout: &KvLayout,
         kv: &mut CpuKv,
     ) -> Result<CpuBatch> {
-        let passes = self.passes.fetch_add(1, Ordering::Relaxed);
-        if self.lose_device_after.is_some_and(|n| passes >= n) {
-            return Err(RuntimeError::DeviceLost(format!(
-                "simulated after {passes} passes (INFERD_TEST_LOSE_DEVICE_AFTER)"
-            )));
+        // The loss shows as a GPU library reports one: an error of its own that does not
+        // say the device is lost (`check_device` does).
+        if let Err(lost) = self.simulated_loss(self.passes.fetch_add(1, Ordering::Relaxed)) {
+            return Err(RuntimeError::Device(format!("a library's error ({lost})")));
         }
         if let Some((i, _)) = batch.drawn.first() {
             // Every draw is known on the host once started: the caller fills them in.

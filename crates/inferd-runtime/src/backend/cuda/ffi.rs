@@ -60,6 +60,7 @@ extern "C" {
     pub fn ifd_mem_info(free_bytes: *mut usize, total_bytes: *mut usize) -> c_int;
     pub fn ifd_stream_create(stream: *mut Stream) -> c_int;
     pub fn ifd_stream_destroy(stream: Stream) -> c_int;
+    pub fn ifd_stream_query(stream: Stream) -> c_int;
     pub fn ifd_stream_sync(stream: Stream) -> c_int;
     pub fn ifd_malloc(ptr: *mut *mut c_void, bytes: usize) -> c_int;
     pub fn ifd_free(ptr: *mut c_void) -> c_int;

@@ -369,6 +369,15 @@ impl Backend for CudaBackend {
         self.inner.dev.sync()
     }
 
+    fn check_device(&self) -> Result<()> {
+        self.inner.dev.bind()?;
+        // Not ready (600) is the stream still running; only a sticky code is a loss.
+        match unsafe { ffi::ifd_stream_query(self.inner.dev.stream()) } {
+            code if ffi::is_sticky(code) => check(code, "the device"),
+            _ => Ok(()),
+        }
+    }
+
     fn alloc(&self, capacity: usize) -> Result<CudaTensor> {
         self.inner.dev.bind()?;
         let buf = self.inner.dev.alloc(capacity * 4)?;
