@@ -748,6 +748,10 @@ impl<B: Backend> Engine<B> {
         self.note_fatal(e);
         let msg = e.to_string();
         for c in &out.chunks {
+            if let Some(b) = self.seqs.get_mut(&c.seq).and_then(|s| s.build.take()) {
+                let e = format!("the context's prefill failed: {msg}");
+                let _ = b.reply.send(Err(crate::memory::MemoryError::Failed(e)));
+            }
             if self.seqs.contains_key(&c.seq) {
                 let e = format!("model forward pass failed: {msg}");
                 self.output.send(OutMsg::Error(c.seq, e));

@@ -159,15 +159,23 @@ impl EngineHandle {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .send(msg(tx))
-            .map_err(|_| MemoryError::Stopped)?;
-        rx.await.map_err(|_| MemoryError::Stopped)?
+            .map_err(|_| self.stopped())?;
+        rx.await.map_err(|_| self.stopped())?
+    }
+
+    /// Why the engine answers no more: stopped, or stopped by a lost device (with why).
+    fn stopped(&self) -> MemoryError {
+        match self.failure() {
+            Some(why) => MemoryError::Failed(SubmitError::DeviceLost(why).to_string()),
+            None => MemoryError::Stopped,
+        }
     }
 
     /// Prefills a context once and keeps it (pinned: never evicted). An existing id is
     /// replaced. Returns when the context's KV is computed.
     pub async fn create_context(&self, spec: ContextSpec) -> Result<ContextInfo, MemoryError> {
         if !self.is_accepting() {
-            return Err(MemoryError::Stopped);
+            return Err(self.stopped());
         }
         self.ask(|r| Msg::CreateContext(spec, r)).await
     }

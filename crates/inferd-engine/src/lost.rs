@@ -53,7 +53,13 @@ impl<B: Backend> Engine<B> {
             if let Some(b) = self.seqs.get_mut(&id).and_then(|s| s.build.take()) {
                 let _ = b.reply.send(Err(MemoryError::Failed(e.clone())));
             }
-            self.output.send(OutMsg::Error(id, e.clone()));
+            // Running: an error mid-reply. Never admitted: refused, as at submit.
+            match self.seqs.get(&id).is_some_and(|s| s.admitted) {
+                true => self.output.send(OutMsg::Error(id, e.clone())),
+                false => self
+                    .output
+                    .send(OutMsg::Reject(id, SubmitError::DeviceLost(why.clone()))),
+            }
             self.remove(id);
         }
         for (_, load) in self.loads.drain() {

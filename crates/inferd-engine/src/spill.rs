@@ -379,6 +379,9 @@ impl<B: Backend> Engine<B> {
             }
         }
         self.persist_snapshots(&table, &tokens);
+        if self.lost.is_some() {
+            return; // the device is lost: no record for what may not all be written
+        }
         let Some(tier) = self.spill.as_mut() else {
             return;
         };

@@ -80,7 +80,11 @@ fn a_lost_device_ends_the_server_with_an_error() {
         std::thread::sleep(Duration::from_millis(50));
     };
     let stderr = read_lossy(&err_path);
-    assert!(!exit.success(), "exit status {exit}; {stderr}");
-    assert!(stderr.contains("the device failed"), "{stderr}");
+    assert_eq!(exit.code(), Some(1), "{stderr}");
+    let last = stderr.lines().last().unwrap_or("");
+    assert!(
+        last.contains("the device failed") && last.contains("start the server again"),
+        "{stderr}"
+    );
     let _ = std::fs::remove_dir_all(&tmp);
 }

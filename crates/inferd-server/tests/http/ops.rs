@@ -160,7 +160,7 @@ fn a_lost_device_fails_requests_and_health_says_why() {
     let body = json!({"messages": [{"role": "user", "content": "Count to fifty."}],
                       "max_tokens": 40, "ignore_eos": true});
     let r = post(addr, "/v1/chat/completions", &body);
-    assert!(r.status >= 500, "a request on a lost device: {}", r.status);
+    assert_eq!(r.status, 500, "a request running on a lost device");
     let msg = r.json()["error"]["message"]
         .as_str()
         .unwrap_or("")

@@ -486,12 +486,12 @@ pub fn check(code: c_int, what: &str) -> crate::Result<()> {
 /// kernel timeout (702), a device-side assert (710), a hardware stack error, an illegal
 /// instruction, a misaligned address, an invalid address space or PC (714-718), a launch
 /// failure (719), a tensor-memory leak (721), an MPS client terminated (810), an external
-/// device's error (911); and an uncorrectable ECC error (214), after which the device's
-/// memory cannot be trusted.
+/// device's error (911); and an uncorrectable ECC or NVLink error (214, 220), after which
+/// the device's memory cannot be trusted.
 pub fn is_sticky(code: c_int) -> bool {
     matches!(
         code,
-        214 | 226 | 700 | 702 | 710 | 714..=719 | 721 | 810 | 911
+        214 | 220 | 226 | 700 | 702 | 710 | 714..=719 | 721 | 810 | 911
     )
 }
 
@@ -502,7 +502,7 @@ mod tests {
     #[test]
     fn sticky_errors_are_the_ones_that_end_the_process() {
         for code in [
-            214, 226, 700, 702, 710, 714, 715, 716, 717, 718, 719, 721, 810, 911,
+            214, 220, 226, 700, 702, 710, 714, 715, 716, 717, 718, 719, 721, 810, 911,
         ] {
             assert!(is_sticky(code), "{code}");
         }
