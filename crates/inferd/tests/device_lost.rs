@@ -5,30 +5,7 @@
 mod common;
 
 use common::*;
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// POSTs `body` to `path`; the status and the body, `None` when nothing answers.
-fn post(port: u16, path: &str, body: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(60))).ok()?;
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).ok()?;
-    s.write_all(body.as_bytes()).ok()?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).ok()?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    Some((
-        status,
-        text.split("\r\n\r\n").nth(1).unwrap_or("").to_string(),
-    ))
-}
 
 #[test]
 fn a_lost_device_ends_the_server_with_an_error() {
@@ -42,31 +19,19 @@ fn a_lost_device_ends_the_server_with_an_error() {
     }
     let tmp = std::env::temp_dir().join(format!("inferd-lost-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
-    let err_path = tmp.join("stderr");
+    let log = tmp.join("server.log");
     let port = free_port();
-    let mut server = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_inferd"))
-            .args(["serve", "--no-warmup", "--kv-memory", "64M", "--port"])
-            .arg(port.to_string())
-            .arg("-m")
-            .arg(&model)
-            .env("INFERD_THREADS", "2")
-            .env("INFERD_TEST_LOSE_DEVICE_AFTER", "3")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&err_path).unwrap())
-            .spawn()
-            .expect("starting inferd serve"),
-    );
     let t = Instant::now();
-    while get_status(port, "/health") != Some(200) {
-        assert!(
-            t.elapsed() < Duration::from_secs(120),
-            "the server did not come up"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let mut server = serve(
+        &model,
+        port,
+        &[],
+        &[("INFERD_TEST_LOSE_DEVICE_AFTER", "3")],
+        &log,
+    );
     let body = r#"{"messages": [{"role": "user", "content": "Count to fifty."}], "max_tokens": 40, "ignore_eos": true}"#;
-    let (status, reply) = post(port, "/v1/chat/completions", body).expect("an answer");
+    let (status, reply) =
+        http(port, "POST", "/v1/chat/completions", Some(body)).expect("an answer");
     assert!(status >= 500, "{status}: {reply}");
     assert!(reply.contains("device lost"), "{reply}");
     let exit = loop {
@@ -79,7 +44,7 @@ fn a_lost_device_ends_the_server_with_an_error() {
         );
         std::thread::sleep(Duration::from_millis(50));
     };
-    let stderr = read_lossy(&err_path);
+    let stderr = read_lossy(&log);
     assert_eq!(exit.code(), Some(1), "{stderr}");
     let last = stderr.lines().last().unwrap_or("");
     assert!(

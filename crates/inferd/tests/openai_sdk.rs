@@ -10,7 +10,6 @@ mod common;
 
 use common::*;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const SERVED_NAME: &str = "qwen";
@@ -31,34 +30,13 @@ fn openai_python_sdk_tool_loop() {
     let port = free_port();
     let started = Instant::now();
 
-    let log = std::fs::File::create(&server_log).unwrap();
-    let mut server = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_inferd"))
-            .args(["serve", "--no-warmup", "--kv-memory", "64M", "--port"])
-            .arg(port.to_string())
-            .arg("-m")
-            .arg(&model)
-            .args(["--served-model-name", SERVED_NAME])
-            .env("INFERD_THREADS", "2")
-            .stdout(Stdio::from(log.try_clone().unwrap()))
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("starting inferd serve"),
+    let server = serve(
+        &model,
+        port,
+        &["--served-model-name".as_ref(), SERVED_NAME.as_ref()],
+        &[],
+        &server_log,
     );
-    while get_status(port, "/health") != Some(200) {
-        if let Ok(Some(status)) = server.0.try_wait() {
-            panic!(
-                "inferd serve exited ({status}) before answering:\n{}",
-                read_lossy(&server_log)
-            );
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "inferd serve did not come up in 120 s:\n{}",
-            read_lossy(&server_log)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
     eprintln!("server up after {:.1} s", started.elapsed().as_secs_f64());
 
     let port_arg = port.to_string();

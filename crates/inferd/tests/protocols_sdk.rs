@@ -11,46 +11,18 @@ mod common;
 
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const SERVED_NAME: &str = "qwen";
 const SCRIPT_LIMIT: Duration = Duration::from_secs(600);
 
-/// `inferd serve` on the model, with `extra` arguments, logging to `log`.
+/// `inferd serve` on the model as `SERVED_NAME`, with `extra` arguments, logging to `log`.
 fn serve(model: &Path, port: u16, extra: &[&std::ffi::OsStr], log: &Path) -> KillOnDrop {
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap();
-    let mut server = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_inferd"))
-            .args(["serve", "--no-warmup", "--kv-memory", "64M", "--port"])
-            .arg(port.to_string())
-            .arg("-m")
-            .arg(model)
-            .args(["--served-model-name", SERVED_NAME])
-            .args(extra)
-            .env("INFERD_THREADS", "2")
-            .stdout(Stdio::from(f.try_clone().unwrap()))
-            .stderr(Stdio::from(f))
-            .spawn()
-            .expect("starting inferd serve"),
-    );
-    let started = Instant::now();
-    while get_status(port, "/health") != Some(200) {
-        if let Ok(Some(status)) = server.0.try_wait() {
-            panic!("inferd serve exited ({status}):\n{}", read_lossy(log));
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "inferd serve did not come up in 120 s:\n{}",
-            read_lossy(log)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    server
+    let mut args: Vec<&std::ffi::OsStr> =
+        vec!["--served-model-name".as_ref(), SERVED_NAME.as_ref()];
+    args.extend_from_slice(extra);
+    common::serve(model, port, &args, &[], log)
 }
 
 /// Stops a server as SIGTERM does (graceful: stored responses flushed) and waits.

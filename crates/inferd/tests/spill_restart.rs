@@ -6,8 +6,6 @@
 mod common;
 
 use common::*;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -37,23 +35,11 @@ fn serve(model: &Path, port: u16, spill: &Path) -> Child {
         .expect("starting inferd serve")
 }
 
-/// One HTTP/1.1 request; `None` when the server is not answering.
+/// One HTTP/1.1 request, its body parsed as JSON; `None` when the server is not answering.
 fn call(port: u16, method: &str, path: &str, body: Option<&Value>) -> Option<(u16, Value)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(120))).ok()?;
-    let b = body.map(|b| b.to_string()).unwrap_or_default();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        b.len()
-    );
-    s.write_all(head.as_bytes()).ok()?;
-    s.write_all(b.as_bytes()).ok()?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).ok()?;
-    let text = String::from_utf8_lossy(&raw);
-    let status: u16 = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text.split("\r\n\r\n").nth(1).unwrap_or("");
-    Some((status, serde_json::from_str(body).unwrap_or(Value::Null)))
+    let b = body.map(|b| b.to_string());
+    let (status, text) = http(port, method, path, b.as_deref())?;
+    Some((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
 }
 
 fn wait_healthy(port: u16) {

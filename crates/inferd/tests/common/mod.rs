@@ -94,6 +94,73 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// `inferd serve --no-warmup --kv-memory 64M` on `model` and `port` (two threads), with
+/// `args` and `envs` besides, its output appended to `log`; returns once `/health` answers
+/// 200 (panics with the log if it exits first or takes over 120 s).
+pub fn serve(
+    model: &Path,
+    port: u16,
+    args: &[&std::ffi::OsStr],
+    envs: &[(&str, &str)],
+    log: &Path,
+) -> KillOnDrop {
+    use std::process::Stdio;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let mut server = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_inferd"))
+            .args(["serve", "--no-warmup", "--kv-memory", "64M", "--port"])
+            .arg(port.to_string())
+            .arg("-m")
+            .arg(model)
+            .args(args)
+            .env("INFERD_THREADS", "2")
+            .envs(envs.iter().copied())
+            .stdout(Stdio::from(f.try_clone().unwrap()))
+            .stderr(Stdio::from(f))
+            .spawn()
+            .expect("starting inferd serve"),
+    );
+    let started = std::time::Instant::now();
+    while get_status(port, "/health") != Some(200) {
+        if let Ok(Some(status)) = server.0.try_wait() {
+            panic!("inferd serve exited ({status}):\n{}", read_lossy(log));
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "inferd serve did not come up in 120 s:\n{}",
+            read_lossy(log)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    server
+}
+
+/// One HTTP/1.1 request (`body` as JSON); the status and the body, `None` when nothing
+/// answers.
+pub fn http(port: u16, method: &str, path: &str, body: Option<&str>) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(120))).ok()?;
+    let b = body.unwrap_or("");
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        b.len()
+    );
+    s.write_all(head.as_bytes()).ok()?;
+    s.write_all(b.as_bytes()).ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    Some((
+        status,
+        text.split("\r\n\r\n").nth(1).unwrap_or("").to_string(),
+    ))
+}
+
 /// The HTTP status of `GET path`, `None` when nothing answers.
 pub fn get_status(port: u16, path: &str) -> Option<u16> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
