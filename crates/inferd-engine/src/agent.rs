@@ -14,7 +14,7 @@ use crate::handle::Reply;
 use crate::memory::{
     unix_now, CacheReport, ContextInfo, ContextSpec, Entry, MemoryError, SessionInfo,
 };
-use crate::request::{GenRequest, SubmitError};
+use crate::request::GenRequest;
 use crate::seq::{Build, Seq};
 use crate::spill;
 
@@ -150,8 +150,7 @@ impl<B: Backend> Engine<B> {
         if let Some(why) = &self.lost {
             // Its writes to the SSD tier saw the device lost: nothing of it will outlive
             // this process, so it is not reported made.
-            let msg = SubmitError::DeviceLost(why.clone()).to_string();
-            let _ = b.reply.send(Err(MemoryError::Failed(msg)));
+            let _ = b.reply.send(Err(MemoryError::DeviceLost(why.clone())));
             return;
         }
         let info = self.context_info(&b.id).expect("just inserted");

@@ -166,7 +166,7 @@ impl EngineHandle {
     /// Why the engine answers no more: stopped, or stopped by a lost device (with why).
     fn stopped(&self) -> MemoryError {
         match self.failure() {
-            Some(why) => MemoryError::Failed(SubmitError::DeviceLost(why).to_string()),
+            Some(why) => MemoryError::DeviceLost(why),
             None => MemoryError::Stopped,
         }
     }

@@ -51,7 +51,7 @@ impl<B: Backend> Engine<B> {
         let ids: Vec<u64> = self.seqs.keys().copied().collect();
         for id in ids {
             if let Some(b) = self.seqs.get_mut(&id).and_then(|s| s.build.take()) {
-                let _ = b.reply.send(Err(MemoryError::Failed(e.clone())));
+                let _ = b.reply.send(Err(MemoryError::DeviceLost(why.clone())));
             }
             // Running: an error mid-reply. Never admitted: refused, as at submit.
             match self.seqs.get(&id).is_some_and(|s| s.admitted) {
@@ -69,7 +69,7 @@ impl<B: Backend> Engine<B> {
             }
         }
         while let Ok(m) = self.inbox.try_recv() {
-            let failed = || MemoryError::Failed(e.clone());
+            let failed = || MemoryError::DeviceLost(why.clone());
             match m {
                 Msg::Submit { tx, .. } => {
                     let _ = tx.send(Event::Rejected(SubmitError::DeviceLost(why.clone())));

@@ -125,6 +125,9 @@ pub enum MemoryError {
     Failed(String),
     #[error("the engine has stopped")]
     Stopped,
+    /// The device failed (a fatal backend error): nothing more runs in this process.
+    #[error("the device failed ({0}); the server must be restarted")]
+    DeviceLost(String),
 }
 
 #[derive(Clone, Debug)]

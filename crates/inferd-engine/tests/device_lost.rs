@@ -101,7 +101,7 @@ fn a_context_whose_prefill_meets_a_lost_device_is_not_made() {
     // Asked after the loss, the engine says why it answers no more.
     wait_for(|| !e.is_running(), "the engine thread to end");
     match block_on(e.cache_report()) {
-        Err(MemoryError::Failed(m)) => assert!(m.contains("must be restarted"), "{m}"),
+        Err(MemoryError::DeviceLost(w)) => assert!(w.contains("simulated"), "{w}"),
         other => panic!("the cache report after the loss: {other:?}"),
     }
 }

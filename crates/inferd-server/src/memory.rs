@@ -62,6 +62,7 @@ pub fn api_error(e: MemoryError) -> ApiError {
         MemoryError::Invalid(m) => ApiError::bad_request(m),
         MemoryError::Failed(m) => ApiError::internal(m),
         MemoryError::Stopped => ApiError::unavailable("the engine has stopped"),
+        MemoryError::DeviceLost(_) => ApiError::unavailable(e.to_string()).with_code("device_lost"),
     }
 }
 
