@@ -159,13 +159,18 @@ fn a_lost_device_fails_requests_and_health_says_why() {
     let addr = serve(eng.clone(), tpl, ServerConfig::default());
     let body = json!({"messages": [{"role": "user", "content": "Count to fifty."}],
                       "max_tokens": 40, "ignore_eos": true});
-    let r = post(addr, "/v1/chat/completions", &body);
-    assert_eq!(r.status, 500, "a request running on a lost device");
-    let msg = r.json()["error"]["message"]
-        .as_str()
-        .unwrap_or("")
-        .to_string();
-    assert!(msg.contains("device lost"), "{msg}");
+    // Streamed: its first tokens come, then an error event and the end marker.
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let r = post(addr, "/v1/chat/completions", &streamed);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let events = r.events();
+    let (last, before) = events.split_last().expect("events");
+    assert_eq!(last, "[DONE]");
+    let err: serde_json::Value = serde_json::from_str(before.last().unwrap()).unwrap();
+    let msg = err["error"]["message"].as_str().unwrap_or("");
+    assert!(msg.contains("device lost"), "{err}");
+    assert!(before.len() >= 2, "tokens came before the loss: {events:?}");
     assert!(wait_for(10, || !eng.is_running()), "the engine stops");
     let h = get(addr, "/health");
     assert_eq!(h.status, 503);
