@@ -147,10 +147,10 @@ impl<B: Backend> Engine<B> {
             self.kvm.free(owner);
         }
         self.memory.contexts.insert(b.id.clone(), e);
-        if let Some(why) = &self.lost {
+        if let Some(why) = self.lost() {
             // Its writes to the SSD tier saw the device lost: nothing of it will outlive
             // this process, so it is not reported made.
-            let _ = b.reply.send(Err(MemoryError::DeviceLost(why.clone())));
+            let _ = b.reply.send(Err(MemoryError::DeviceLost(why)));
             return;
         }
         let info = self.context_info(&b.id).expect("just inserted");

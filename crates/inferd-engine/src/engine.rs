@@ -99,7 +99,7 @@ pub fn start<B: Backend + 'static>(
         started: Instant::now(),
         max_queue: cfg.max_queue,
         queued: AtomicU64::new(0),
-        failure: Mutex::new(None),
+        failure: tokio::sync::watch::Sender::new(None),
     });
     // Every prefix key is rooted in what the KV depends on besides the tokens.
     // ("kv2": Q8 K rows are stored minus the model's K offset.)
@@ -170,7 +170,6 @@ pub fn start<B: Backend + 'static>(
         tokenizer: tokenizer.clone(),
         max_context,
         draining: false,
-        lost: None,
     };
     if cfg.warmup {
         engine.warmup()?;
@@ -217,9 +216,6 @@ pub(crate) struct Engine<B: Backend> {
     pub(crate) tokenizer: Arc<Tokenizer>,
     pub(crate) max_context: usize,
     draining: bool,
-    /// A fatal backend error seen (the device is lost): the loop fails every request and
-    /// ends once the step or message at hand is done (`stop_lost`).
-    pub(crate) lost: Option<String>,
     /// Named contexts and sessions.
     pub(crate) memory: Registry,
     /// Use order for LRU decisions.
@@ -260,13 +256,13 @@ impl<B: Backend> Engine<B> {
     fn run(mut self) {
         let _guard = StopGuard(self.shared.clone());
         loop {
-            if self.lost.is_some() {
+            if self.is_lost() {
                 return self.stop_lost();
             }
             // Idle: block until a message arrives (a step still in flight lands first).
             if self.seqs.is_empty() {
                 self.land();
-                if self.lost.is_some() {
+                if self.is_lost() {
                     continue;
                 }
                 if self.draining {
@@ -289,7 +285,7 @@ impl<B: Backend> Engine<B> {
             while let Ok(m) = self.inbox.try_recv() {
                 self.handle(m);
             }
-            if self.lost.is_some() {
+            if self.is_lost() {
                 continue;
             }
             self.expire_waiting();
@@ -297,7 +293,7 @@ impl<B: Backend> Engine<B> {
                 self.publish();
                 continue;
             }
-            if !self.step() && self.lost.is_none() {
+            if !self.step() && !self.is_lost() {
                 // Nothing could be scheduled this step: wait briefly for news.
                 if let Ok(m) = self.inbox.recv_timeout(Duration::from_millis(2)) {
                     self.handle(m);

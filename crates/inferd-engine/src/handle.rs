@@ -9,7 +9,7 @@ use std::time::Instant;
 use inferd_grammar::{GrammarError, Grammars};
 use inferd_text::Tokenizer;
 use tokio::sync::mpsc as tmpsc;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use crate::memory::{CacheReport, ContextInfo, ContextSpec, MemoryError};
 use crate::request::{Event, GenRequest, SubmitError};
@@ -62,8 +62,9 @@ pub(crate) struct Shared {
     pub max_queue: usize,
     /// Requests sent to the engine and not yet admitted (inbox + waiting).
     pub queued: AtomicU64,
-    /// Why the engine stopped on a fatal backend error (the device is lost), if it did.
-    pub failure: Mutex<Option<String>>,
+    /// Why the engine stopped on a fatal backend error (the device is lost), once it did:
+    /// the one record of the loss (the engine thread reads it too).
+    pub failure: watch::Sender<Option<String>>,
 }
 
 #[derive(Clone)]
@@ -224,11 +225,20 @@ impl EngineHandle {
     /// Why the engine stopped, when a fatal backend error stopped it (the device is lost:
     /// every request it held failed, and only a new process can serve again).
     pub fn failure(&self) -> Option<String> {
-        self.shared
-            .failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.shared.failure.borrow().clone()
+    }
+
+    /// Waits until a fatal backend error stops the engine (forever if none does); why.
+    pub async fn failed(&self) -> String {
+        let mut rx = self.shared.failure.subscribe();
+        let why = match rx.wait_for(Option::is_some).await {
+            Ok(why) => why.clone(),
+            Err(_) => None, // (the sender lives as long as `self`: never)
+        };
+        match why {
+            Some(why) => why,
+            None => std::future::pending().await,
+        }
     }
 
     /// Whether new requests are accepted.

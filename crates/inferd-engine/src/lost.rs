@@ -15,6 +15,15 @@ use crate::output::OutMsg;
 use crate::request::{Event, SubmitError};
 
 impl<B: Backend> Engine<B> {
+    /// Why the device is lost, once it is (`EngineHandle::failure`'s record).
+    pub(crate) fn lost(&self) -> Option<String> {
+        self.shared.failure.borrow().clone()
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.shared.failure.borrow().is_some()
+    }
+
     /// Records a fatal backend error (the device is lost), which the loop acts on once the
     /// step or message at hand is done: new requests are refused from now on. `e` itself,
     /// or the device asked after it (`Backend::check_device`), says whether the device is
@@ -27,16 +36,11 @@ impl<B: Backend> Engine<B> {
                 _ => false,
             };
         }
-        if self.lost.is_none() {
+        if !self.is_lost() {
             let msg = e.to_string();
             eprintln!("inferd: error: {msg}: failing every request and stopping the engine");
             self.shared.accepting.store(false, Ordering::SeqCst);
-            *self
-                .shared
-                .failure
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()) = Some(msg.clone());
-            self.lost = Some(msg);
+            self.shared.failure.send_replace(Some(msg));
         }
         true
     }
@@ -45,7 +49,7 @@ impl<B: Backend> Engine<B> {
     /// back from disk, in the inbox), and the engine thread ends. Nothing is written to
     /// the SSD tier from here on (an export would read a dead device).
     pub(crate) fn stop_lost(&mut self) {
-        let why = self.lost.clone().unwrap_or_default();
+        let why = self.lost().unwrap_or_default();
         let e = SubmitError::DeviceLost(why.clone()).to_string();
         self.flight = None; // its draws never come back
         let ids: Vec<u64> = self.seqs.keys().copied().collect();
@@ -68,8 +72,8 @@ impl<B: Backend> Engine<B> {
                     w.tx.send(Event::Rejected(SubmitError::DeviceLost(why.clone())));
             }
         }
+        let failed = || MemoryError::DeviceLost(why.clone());
         while let Ok(m) = self.inbox.try_recv() {
-            let failed = || MemoryError::DeviceLost(why.clone());
             match m {
                 Msg::Submit { tx, .. } => {
                     let _ = tx.send(Event::Rejected(SubmitError::DeviceLost(why.clone())));

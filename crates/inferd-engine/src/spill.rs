@@ -379,7 +379,7 @@ impl<B: Backend> Engine<B> {
             }
         }
         self.persist_snapshots(&table, &tokens);
-        if self.lost.is_some() {
+        if self.is_lost() {
             return; // the device is lost: no record for what may not all be written
         }
         let Some(tier) = self.spill.as_mut() else {

@@ -21,7 +21,9 @@ pub use backend::cuda::{
     flashinfer_prefill_bench, kernel_launches, CudaBackend, CudaConfig, DecodeAttention,
     KernelLaunch, KernelStamp, PrefillKv, SkipOps, KERNEL_UNITS, PROBE_STAGES, PROBE_STAGE_NAMES,
 };
-pub use backend::{Backend, DeviceTensor, Keep, Rows, SampleRow};
+pub use backend::{
+    lose_device_after_from_env, Backend, DeviceTensor, Keep, Rows, SampleRow, SimulatedLoss,
+};
 pub use batch::{ForwardBatch, SeqChunk};
 pub use error::RuntimeError;
 pub use kv::{BlockTables, KvDtype, KvLayout, StateLayout, TableEdit};

@@ -34,7 +34,10 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+mod loss;
 mod views;
+
+pub use loss::{lose_device_after_from_env, SimulatedLoss};
 
 use std::sync::Arc;
 

@@ -335,20 +335,12 @@ pub fn run(a: Args) -> Result<()> {
         // it held: the server stops too, and exits with an error for a supervisor to start
         // a new process (nothing more can run on the device in this one).
         let watched = engine.clone();
-        let failed = async move {
-            loop {
-                if let Some(why) = watched.failure() {
-                    return why;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-        };
-        let shutdown = async {
+        let shutdown = async move {
             tokio::select! {
                 _ = inferd_server::shutdown_signal() => {
                     eprintln!("inferd: stopping: finishing running requests (signal again to exit now)");
                 }
-                why = failed => {
+                why = watched.failed() => {
                     eprintln!("inferd: stopping: the device failed ({why})");
                 }
             }
@@ -434,9 +426,7 @@ fn start_engine(
                 no_graphs: gpu.no_graphs,
                 decode,
                 prefill_kv,
-                lose_device_after: std::env::var("INFERD_TEST_LOSE_DEVICE_AFTER")
-                    .ok()
-                    .and_then(|v| v.parse().ok()),
+                lose_device_after: inferd_runtime::lose_device_after_from_env(),
                 ..Default::default()
             })?;
             eprintln!(

@@ -15,7 +15,6 @@ mod state;
 mod tensor;
 mod weight;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rayon::prelude::*;
@@ -30,6 +29,7 @@ use inferd_core::sampling::Sampled;
 
 use super::{
     AttnConfig, Backend, DeviceTensor, Keep, NewKv, RopeConfig, Rows, SampleRow, SharedSource,
+    SimulatedLoss,
 };
 use crate::batch::ForwardBatch;
 use crate::kv::KvLayout;
@@ -74,9 +74,8 @@ pub struct CpuBackend {
     drawn: Arc<std::sync::Mutex<Vec<Sampled>>>,
     /// The tensor-parallel group this backend is a rank of (`None`: the whole model).
     group: Option<HostGroup>,
-    /// `CpuConfig::lose_device_after`, and the passes prepared so far.
-    lose_device_after: Option<u64>,
-    passes: Arc<AtomicU64>,
+    /// `CpuConfig::lose_device_after`'s loss (shared by clones).
+    loss: Arc<SimulatedLoss>,
 }
 
 impl CpuBackend {
@@ -86,12 +85,9 @@ impl CpuBackend {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
-        let lose_device_after = std::env::var("INFERD_TEST_LOSE_DEVICE_AFTER")
-            .ok()
-            .and_then(|v| v.parse().ok());
         Self::with_config(CpuConfig {
             threads,
-            lose_device_after,
+            lose_device_after: super::lose_device_after_from_env(),
             ..Default::default()
         })
     }
@@ -110,8 +106,7 @@ impl CpuBackend {
             bf16_like_cuda: cfg.bf16_like_cuda,
             drawn: Default::default(),
             group: None,
-            lose_device_after: cfg.lose_device_after,
-            passes: Default::default(),
+            loss: Arc::new(SimulatedLoss::new(cfg.lose_device_after)),
         }
     }
 
@@ -121,16 +116,6 @@ impl CpuBackend {
         CpuBackend {
             group: Some(member),
             ..Self::with_config(cfg)
-        }
-    }
-
-    /// `CpuConfig::lose_device_after`'s loss: an error once `prepared` passes came before.
-    fn simulated_loss(&self, prepared: u64) -> Result<()> {
-        match self.lose_device_after {
-            Some(n) if prepared >= n => Err(RuntimeError::DeviceLost(format!(
-                "simulated after {n} passes (INFERD_TEST_LOSE_DEVICE_AFTER)"
-            ))),
-            _ => Ok(()),
         }
     }
 
@@ -174,8 +159,10 @@ impl Backend for CpuBackend {
     }
 
     fn check_device(&self) -> Result<()> {
-        // Lost once a pass past the limit was tried.
-        self.simulated_loss(self.passes.load(Ordering::Relaxed).saturating_sub(1))
+        match self.loss.lost() {
+            true => Err(self.loss.error()),
+            false => Ok(()),
+        }
     }
 
     fn shard(&self) -> crate::model::Shard {
@@ -249,7 +236,8 @@ impl Backend for CpuBackend {
     ) -> Result<CpuBatch> {
         // The loss shows as a GPU library reports one: an error of its own that does not
         // say the device is lost (`check_device` does).
-        if let Err(lost) = self.simulated_loss(self.passes.fetch_add(1, Ordering::Relaxed)) {
+        if self.loss.pass() {
+            let lost = self.loss.error();
             return Err(RuntimeError::Device(format!("a library's error ({lost})")));
         }
         if let Some((i, _)) = batch.drawn.first() {

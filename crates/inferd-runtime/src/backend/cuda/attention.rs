@@ -152,6 +152,14 @@ impl CudaBackend {
                 _ => (PlanKind::Prefill, None),
             };
             let (plan, generation) = self.plan_part(slot, part, attn, kv, kind, false)?;
+            // The run was sized by `contig::rows`, the plan's rows by FlashInfer's C side:
+            // the gather must never write past the scratch.
+            if contig.is_some() && plan.kv_tokens() * token_bytes > capacity {
+                return Err(RuntimeError::Device(format!(
+                    "a ragged plan's {} K/V rows pass the scratch of {capacity} bytes",
+                    plan.kv_tokens()
+                )));
+            }
             self.inner.prompt_runs[contig.is_some() as usize].fetch_add(1, Ordering::Relaxed);
             out.runs.push(flashinfer::Run {
                 plan,

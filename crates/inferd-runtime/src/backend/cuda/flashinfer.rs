@@ -76,6 +76,12 @@ impl Plan {
         self.n_seqs as usize
     }
 
+    /// Rows of a ragged plan's contiguous K/V (each sequence's keys rounded up to
+    /// `IFD_FI_RAGGED_ROW_ALIGN`).
+    pub fn kv_tokens(&self) -> usize {
+        self.kv_tokens as usize
+    }
+
     /// Device addresses of the plan's page tables, `ifd_kv_gather`'s: page offsets
     /// [n_seqs + 1], page ids, the last page's tokens [n_seqs], and each sequence's first
     /// row in contiguous K/V [n_seqs + 1].

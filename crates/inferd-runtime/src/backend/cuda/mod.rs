@@ -51,6 +51,7 @@ use inferd_core::sampling::Sampled;
 
 use super::{
     AttnConfig, Backend, Keep, KvRows, NewKv, RopeConfig, RopeStyle, Rows, SampleRow, SharedSource,
+    SimulatedLoss,
 };
 use crate::batch::ForwardBatch;
 use crate::kv::{KvDtype, KvLayout};
@@ -171,9 +172,8 @@ struct Inner {
     contig: contig::Scratch,
     /// Prompt runs planned so far: paged, contiguous.
     prompt_runs: [AtomicU64; 2],
-    /// `CudaConfig::lose_device_after`, and the passes prepared so far.
-    lose_device_after: Option<u64>,
-    passes: AtomicU64,
+    /// `CudaConfig::lose_device_after`'s loss.
+    loss: SimulatedLoss,
     /// The `sample` op's buffers (sample.rs).
     sampling: Mutex<sample::SampleScratch>,
     /// The tensor-core delta rule's per-piece products (delta_pieces.cu), grown as prompt
@@ -229,8 +229,7 @@ impl CudaBackend {
                 prefill_kv: Mutex::new(cfg.prefill_kv),
                 contig,
                 prompt_runs: Default::default(),
-                lose_device_after: cfg.lose_device_after,
-                passes: AtomicU64::new(0),
+                loss: SimulatedLoss::new(cfg.lose_device_after),
                 delta_ws: Mutex::new(None),
                 probe: Mutex::new(None),
                 kernel_probe: Mutex::new(None),
@@ -445,7 +444,7 @@ impl Backend for CudaBackend {
     ) -> Result<CudaBatch> {
         self.inner.dev.bind()?;
         let i = &self.inner;
-        if i.lose_device_after == Some(i.passes.fetch_add(1, Ordering::Relaxed)) {
+        if i.loss.pass() {
             check(unsafe { ffi::ifd_test_fault(i.dev.stream()) }, "test fault")?;
         }
         let kv = layout;
