@@ -6,9 +6,11 @@
 //!   ready for the prefix cache) and the per-sequence block tables.
 //! - [`sched`]: the token-counting scheduler (chunked prefill beside decodes, admission
 //!   by KV budget with lookahead and aging, priorities, preemption).
+//! - [`spec`]: speculative decoding's copy (n-gram) drafts and their configuration.
 
 pub mod kv;
 pub mod sampling;
 pub mod sched;
+pub mod spec;
 
 pub use sampling::{Sampled, Sampler, SamplingError, SamplingParams};

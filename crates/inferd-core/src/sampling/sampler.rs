@@ -72,6 +72,27 @@ impl Sampler {
         }
     }
 
+    /// A sampler in the state this one will be in after `draws` more draws (the same
+    /// parameters; a random draw takes one uniform, a greedy one none), with its own
+    /// scratch: speculative decoding draws a sequence's later positions with these in
+    /// the same pass, as plain decoding would draw them in later steps.
+    pub fn fork(&self, draws: usize) -> Sampler {
+        let mut rng = self.rng.clone();
+        if !self.params.is_greedy() {
+            for _ in 0..draws {
+                rng.next_f64();
+            }
+        }
+        Sampler {
+            params: self.params.clone(),
+            rng,
+            logits: Vec::new(),
+            weights: Vec::new(),
+            trunc: TruncScratch::default(),
+            penalties: PenaltyScratch::default(),
+        }
+    }
+
     /// The parameters this sampler uses.
     pub fn params(&self) -> &SamplingParams {
         &self.params

@@ -534,3 +534,29 @@ fn plain_argmax_is_what_sample_with_draws() {
         assert!(!Sampler::new(p).is_plain_argmax(&Extra::default()));
     }
 }
+
+#[test]
+fn a_fork_draws_what_the_sampler_draws_that_many_draws_later() {
+    let logits: Vec<Vec<f32>> = (0..6).map(|i| pseudo_logits(64, 100 + i)).collect();
+    for p in [
+        params(|p| {
+            p.temperature = 0.9;
+            p.top_p = 0.95;
+        }),
+        params(|p| p.temperature = 0.0),
+    ] {
+        let mut plain = Sampler::new(p.clone());
+        let before = Sampler::new(p);
+        let drawn: Vec<u32> = logits
+            .iter()
+            .map(|l| plain.sample(l, &[], &[]).token)
+            .collect();
+        for (k, l) in logits.iter().enumerate() {
+            assert_eq!(before.fork(k).sample(l, &[], &[]).token, drawn[k], "draw {k}");
+        }
+        // A fork's own later draws go on as the sampler's.
+        let mut f = before.fork(3);
+        let later: Vec<u32> = logits[3..].iter().map(|l| f.sample(l, &[], &[]).token).collect();
+        assert_eq!(later, drawn[3..]);
+    }
+}

@@ -27,6 +27,11 @@ pub struct SchedulerConfig {
     /// Hybrid models: a recurrent-state snapshot every this many tokens (rounded up to
     /// whole blocks), besides those at the end of prompts and turns.
     pub snapshot_interval: usize,
+    /// Speculative decoding: draft tokens per step at most, all decodes together (0:
+    /// none). A decode takes its sequence's draft ([`SeqStore::draft_len`]) while this
+    /// and the step's token budget last, and only into free blocks: a draft never
+    /// preempts.
+    pub draft_budget: usize,
 }
 
 impl Default for SchedulerConfig {
@@ -40,6 +45,7 @@ impl Default for SchedulerConfig {
             lookahead: 8,
             aging_per_step: 0.01,
             snapshot_interval: 512,
+            draft_budget: 0,
         }
     }
 }
@@ -74,6 +80,11 @@ pub struct ScheduledChunk {
     /// Hybrid models: snapshot the sequence's state after this chunk (it ends on a
     /// block boundary at a snapshot point).
     pub snapshot: Option<SnapshotKind>,
+    /// A decode's draft tokens: its last `drafts` tokens are guesses, and every one of
+    /// its `n_tokens` positions samples (speculative decoding). Until the caller accepts
+    /// some ([`Scheduler::accept_drafts`]), the sequence counts only its first token
+    /// computed.
+    pub drafts: usize,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -131,6 +142,10 @@ pub trait SeqStore {
     /// The sequence's known tokens (prompt and generated), which admission matches
     /// against the prefix cache; fewer than it counts: no prefix sharing.
     fn tokens(&self, id: SeqId) -> &[u32];
+    /// Draft tokens the sequence proposes for its next decode (speculative decoding).
+    fn draft_len(&self, _id: SeqId) -> usize {
+        0
+    }
 }
 
 /// Records with no tokens (no prefix sharing): the scheduler alone, as in its tests.
@@ -213,15 +228,28 @@ impl Scheduler {
     }
 
     /// Records the result of a step: every scheduled chunk is now computed, and
-    /// sampling chunks appended one token (unless the sequence then finished).
+    /// sampling chunks appended one token (unless the sequence then finished). A
+    /// decode's draft tokens are not counted: [`Scheduler::accept_drafts`] counts those
+    /// the model drew too.
     pub fn commit(&mut self, out: &SchedulerOutput, seqs: &mut dyn SeqStore) {
         for c in &out.chunks {
             if let Some(s) = seqs.state_mut(c.seq) {
-                s.num_computed = c.start_pos + c.n_tokens;
+                s.num_computed = c.start_pos + c.n_tokens - c.drafts;
                 if c.samples {
                     s.num_tokens += 1;
                 }
             }
+        }
+    }
+
+    /// After [`Scheduler::commit`]: `accepted` of a decode's draft tokens were drawn by
+    /// the model too, so their KV is computed and the token drawn after them is the
+    /// sequence's next. The rest of the draft's KV is written over by later chunks (its
+    /// blocks stay in the table).
+    pub fn accept_drafts(&mut self, seqs: &mut dyn SeqStore, seq: SeqId, accepted: usize) {
+        if let Some(s) = seqs.state_mut(seq) {
+            s.num_computed += accepted;
+            s.num_tokens += accepted;
         }
     }
 
@@ -327,7 +355,12 @@ impl Scheduler {
         let mut order = self.running.clone();
         order.sort_by_key(|&id| (-st(seqs, id).priority, st(seqs, id).arrival));
 
-        // 1. decodes
+        // 1. decodes, each with its draft while the draft budget lasts
+        let mut draft_budget = if kv.is_stateful() {
+            0 // a recurrent state cannot take back rejected tokens
+        } else {
+            self.cfg.draft_budget
+        };
         for &id in &order {
             if !self.running.contains(&id) || budget == 0 {
                 continue;
@@ -337,8 +370,13 @@ impl Scheduler {
                 continue;
             }
             let pos = s.num_computed;
-            if self.grow(seqs, id, pos + 1, kv, &mut out) {
-                budget -= 1;
+            let mut drafts = seqs.draft_len(id).min(draft_budget).min(budget - 1);
+            if drafts > 0 && kv.allocate_slots(id, pos + 1 + drafts).is_none() {
+                drafts = 0;
+            }
+            if self.grow(seqs, id, pos + 1 + drafts, kv, &mut out) {
+                budget -= 1 + drafts;
+                draft_budget -= drafts;
                 let new_blocks = Self::new_blocks(seqs, id, kv);
                 let snapshot = points
                     .filter(|_| kv.is_stateful())
@@ -346,10 +384,11 @@ impl Scheduler {
                 out.chunks.push(ScheduledChunk {
                     seq: id,
                     start_pos: pos,
-                    n_tokens: 1,
+                    n_tokens: 1 + drafts,
                     new_blocks,
                     samples: true,
                     snapshot,
+                    drafts,
                 });
             }
         }
@@ -412,6 +451,7 @@ impl Scheduler {
                     new_blocks,
                     samples: n == left,
                     snapshot,
+                    drafts: 0,
                 });
             }
         }
@@ -471,6 +511,7 @@ impl Scheduler {
                 new_blocks,
                 samples: cached + n == num_tokens,
                 snapshot,
+                drafts: 0,
             });
         }
         out

@@ -100,6 +100,7 @@ fn drive(
                 new_blocks: vec![],
                 samples: false,
                 snapshot: None,
+                drafts: 0,
             });
         }
         let total: usize = out.chunks.iter().map(|c| c.n_tokens).sum();
@@ -639,4 +640,77 @@ fn a_record_dropped_without_finish_leaves_the_queues_and_frees_its_kv() {
     assert_eq!((s.num_running(), s.num_waiting()), (1, 0));
     assert!(kv.table(1).is_none());
     assert_eq!(kv.pool().num_free(), 8 - kv.table(2).unwrap().len());
+}
+
+/// Records whose every sequence proposes `draft` tokens.
+struct Drafting<'a>(&'a mut HashMap<SeqId, SeqState>, usize);
+
+impl SeqStore for Drafting<'_> {
+    fn state(&self, id: SeqId) -> Option<&SeqState> {
+        self.0.get(&id)
+    }
+
+    fn state_mut(&mut self, id: SeqId) -> Option<&mut SeqState> {
+        self.0.get_mut(&id)
+    }
+
+    fn tokens(&self, _: SeqId) -> &[u32] {
+        &[]
+    }
+
+    fn draft_len(&self, _: SeqId) -> usize {
+        self.1
+    }
+}
+
+#[test]
+fn drafts_ride_with_decodes_within_their_budget_and_never_preempt() {
+    let cfg = SchedulerConfig {
+        max_batch_tokens: 64,
+        max_prefill_tokens: 64,
+        draft_budget: 6,
+        ..Default::default()
+    };
+    let mut sched = Sched::new(cfg);
+    // 5 blocks of 4 tokens.
+    let mut kv = KvManager::new(5, 4);
+    for id in 1..=2 {
+        sched.add(Request {
+            id,
+            prompt_len: 4,
+            ..Default::default()
+        });
+    }
+    let out = sched.schedule(&mut kv);
+    assert_eq!(out.chunks.len(), 2);
+    sched.commit(&out);
+    // Both decode at position 4, each proposing 4: the first takes 4, the second the
+    // budget's last 2.
+    let out = sched.s.schedule(&mut Drafting(&mut sched.seqs, 4), &mut kv);
+    let got: Vec<(u64, usize, usize, usize)> = out
+        .chunks
+        .iter()
+        .map(|c| (c.seq, c.start_pos, c.n_tokens, c.drafts))
+        .collect();
+    assert_eq!(got, vec![(1, 4, 5, 4), (2, 4, 3, 2)]);
+    assert!(out.chunks.iter().all(|c| c.samples));
+    sched.s.commit(&out, &mut sched.seqs);
+    // Only the decoded token counts until drafts are accepted.
+    assert_eq!(sched.seqs[&1].num_computed(), 5);
+    assert_eq!(sched.seqs[&1].num_tokens(), 6);
+    sched.s.accept_drafts(&mut sched.seqs, 1, 3);
+    assert_eq!(sched.seqs[&1].num_computed(), 8);
+    assert_eq!(sched.seqs[&1].num_tokens(), 9);
+    // Sequence 1 decodes at 8, sequence 2 at 5. The pool's 5 blocks are all taken: 1
+    // holds 3 (12 tokens), 2 holds 2 (8 tokens). A draft of 4 needs 13 tokens for 1 and
+    // 10 for 2, a block more each: none is free, so both decode alone, and nobody is
+    // preempted for a draft.
+    let out = sched.s.schedule(&mut Drafting(&mut sched.seqs, 4), &mut kv);
+    let got: Vec<(u64, usize, usize, usize)> = out
+        .chunks
+        .iter()
+        .map(|c| (c.seq, c.start_pos, c.n_tokens, c.drafts))
+        .collect();
+    assert_eq!(got, vec![(1, 8, 1, 0), (2, 5, 1, 0)]);
+    assert!(out.preempted.is_empty());
 }
