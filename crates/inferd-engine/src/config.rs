@@ -54,6 +54,13 @@ pub struct EngineConfig {
     /// Threads computing a step's grammar masks (`masks.rs`). `None`: one on the CPU (its
     /// forward pass's workers take the cores), on a GPU half the cores up to 8.
     pub mask_threads: Option<usize>,
+    /// Speculative decoding with copy (n-gram) drafts (`None`: off). A decode checks
+    /// its sequence's draft in the same pass, at most `sched.draft_budget` draft tokens
+    /// a step (0 there: 16 sequences' worth), and keeps what the model draws too: the
+    /// reply is plain decoding's, in fewer steps. Sequences under a grammar or with DRY,
+    /// and hybrid models, decode plainly. Steps then run one after another (a draft
+    /// needs the token before it), so it turns step overlap off.
+    pub speculate: Option<inferd_core::spec::SpecConfig>,
 }
 
 /// Default [`EngineConfig::queue_timeout`]: 10 minutes.
@@ -76,6 +83,7 @@ impl Default for EngineConfig {
             state_fraction: 0.5,
             step_overlap: overlap_from_env(),
             mask_threads: None,
+            speculate: None,
         }
     }
 }

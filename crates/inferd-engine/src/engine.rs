@@ -37,13 +37,27 @@ pub fn start<B: Backend + 'static>(
     name: String,
     cfg: EngineConfig,
 ) -> Result<EngineHandle, RuntimeError> {
+    let mut cfg = cfg;
+    if let Some(spec) = &cfg.speculate {
+        spec.check()
+            .map_err(|e| RuntimeError::Other(format!("speculative decoding: {e}")))?;
+        if cfg.sched.draft_budget == 0 {
+            cfg.sched.draft_budget = 16 * spec.max_draft;
+        }
+    } else {
+        cfg.sched.draft_budget = 0;
+    }
     let bs = cfg.block_size.max(1);
     let dtype = cfg.kv_dtype;
     let one = model.kv_layout_with_states(1, bs, dtype, 1);
     let bytes_per_block = one.block_bytes() as u64;
     let slot_bytes = one.state.slot_bytes() as u64;
     // The workspace first: on a GPU the KV pool takes a share of what is left.
-    let ws = model.workspace(cfg.sched.max_batch_tokens, cfg.sched.max_running)?;
+    // Logits rows: a decode's, and each draft token's.
+    let ws = model.workspace(
+        cfg.sched.max_batch_tokens,
+        cfg.sched.max_running + cfg.sched.draft_budget,
+    )?;
     let budget = kv_budget_bytes(cfg.kv_budget, model.backend.free_memory());
     let (num_blocks, num_slots) =
         split_budget(budget, bytes_per_block, slot_bytes, cfg.state_fraction);
@@ -159,7 +173,9 @@ pub fn start<B: Backend + 'static>(
         runner: ModelRunner::new(model, kv, layout, ws),
         pending: StepInput::default(),
         flight: None,
-        overlap: cfg.step_overlap.unwrap_or(queues_work),
+        // A draft is proposed after the token before it is known: no overlap.
+        overlap: cfg.step_overlap.unwrap_or(queues_work) && cfg.speculate.is_none(),
+        speculate: cfg.speculate,
         masks: MaskPool::new(
             cfg.mask_threads
                 .unwrap_or_else(|| default_mask_threads(queues_work)),
@@ -199,6 +215,8 @@ pub(crate) struct Engine<B: Backend> {
     /// Whether a step is queued before the one ahead of it has come back
     /// (`EngineConfig::step_overlap`).
     overlap: bool,
+    /// Speculative decoding's drafts (`EngineConfig::speculate`).
+    speculate: Option<inferd_core::spec::SpecConfig>,
     /// Where a step's grammar masks are computed (`EngineConfig::mask_threads`).
     masks: MaskPool,
     /// The output thread: every event of an accepted request goes through it.
@@ -410,6 +428,11 @@ impl<B: Backend> Engine<B> {
     /// first.
     fn step(&mut self) -> bool {
         let mut phase = Phases::start();
+        if let Some(spec) = &self.speculate {
+            for seq in self.seqs.values_mut() {
+                seq.propose_draft(spec);
+            }
+        }
         let mut out = self.sched.schedule(&mut self.seqs, &mut self.kvm);
         if !out.preempted.is_empty() {
             metrics::counter!(names::PREEMPTIONS).increment(out.preempted.len() as u64);
@@ -483,7 +506,8 @@ impl<B: Backend> Engine<B> {
         out.chunks.retain(|c| self.seqs.contains_key(&c.seq));
         for c in &out.chunks {
             if let Some(seq) = self.seqs.get(&c.seq).filter(|s| !s.no_trace) {
-                let end = c.start_pos + c.n_tokens;
+                // A draft's KV joins the cache once its tokens are drawn.
+                let end = c.start_pos + c.n_tokens - c.drafts;
                 self.kvm.register(c.seq, &seq.tokens[..end]);
                 if let Some(kind) = c.snapshot {
                     self.kvm.snapshot(c.seq, end, kind == SnapshotKind::Tail);
@@ -582,43 +606,78 @@ impl<B: Backend> Engine<B> {
             }
         };
         phase.end("sample");
-        let generated = sampled.len() as u64;
+        let mut generated = 0;
         let mut finished = Vec::new();
         let mut completed = 0;
         let mut tokens = Vec::with_capacity(sampled.len());
-        for (id, s) in sampled {
+        let (mut drafted, mut accepted) = (0, 0);
+        let mut sampled = sampled.into_iter().peekable();
+        while let Some((id, first)) = sampled.next() {
+            // A speculative decode's draws come together: its first token's, then one
+            // for each draft token.
+            let mut draws = vec![first];
+            while let Some((_, s)) = sampled.next_if(|(next, _)| *next == id) {
+                draws.push(s);
+            }
             let Some(seq) = self.seqs.get_mut(&id) else {
                 continue;
             };
-            let mut end = None;
-            match seq.accept(s.token) {
-                Verdict::Continue => {}
-                Verdict::End(e) => {
-                    end = Some(e);
-                    if seq.confirms_end() {
-                        // Its output side says how many tokens the client got.
-                        let session = seq.parks_under().unwrap_or_default().to_string();
-                        self.ended_turns.insert(id, (session, seq.prompt_len));
+            let draft = std::mem::take(&mut seq.draft);
+            let mut kept = 0;
+            let mut last = 0;
+            let mut going = true;
+            for (i, s) in draws.into_iter().enumerate() {
+                kept += 1;
+                last = s.token;
+                let mut end = None;
+                match seq.accept(s.token) {
+                    Verdict::Continue => {}
+                    Verdict::End(e) => {
+                        end = Some(e);
+                        if seq.confirms_end() {
+                            // Its output side says how many tokens the client got.
+                            let session = seq.parks_under().unwrap_or_default().to_string();
+                            self.ended_turns.insert(id, (session, seq.prompt_len));
+                        }
+                        finished.push(id);
+                        completed += 1;
+                        metrics::counter!(names::REQUESTS_FINISHED).increment(1);
                     }
-                    finished.push(id);
-                    completed += 1;
-                    metrics::counter!(names::REQUESTS_FINISHED).increment(1);
+                    Verdict::Failed(msg) => {
+                        self.output.send(OutMsg::Error(id, msg));
+                        finished.push(id);
+                        completed += 1;
+                        metrics::counter!(names::REQUESTS_FINISHED).increment(1);
+                        going = false;
+                        break;
+                    }
+                    Verdict::Disconnected => finished.push(id),
                 }
-                Verdict::Failed(msg) => {
-                    self.output.send(OutMsg::Error(id, msg));
-                    finished.push(id);
-                    completed += 1;
-                    metrics::counter!(names::REQUESTS_FINISHED).increment(1);
-                    continue;
+                generated += 1;
+                going = end.is_none() && !finished.last().is_some_and(|&f| f == id);
+                tokens.push(TokenMsg {
+                    id,
+                    sampled: s,
+                    end,
+                    cached: seq.cached,
+                });
+                // The model drew something else than the draft here: the rest is off.
+                if !going || draft.get(i) != Some(&last) {
+                    break;
                 }
-                Verdict::Disconnected => finished.push(id),
             }
-            tokens.push(TokenMsg {
-                id,
-                sampled: s,
-                end,
-                cached: seq.cached,
-            });
+            if !draft.is_empty() {
+                drafted += draft.len() as u64;
+                accepted += kept as u64 - 1;
+                if going {
+                    self.sched.accept_drafts(&mut self.seqs, id, kept - 1);
+                    self.runner.settle(id, kept, last);
+                }
+            }
+        }
+        if drafted > 0 {
+            metrics::counter!(names::DRAFT_TOKENS).increment(drafted);
+            metrics::counter!(names::ACCEPTED_DRAFT_TOKENS).increment(accepted);
         }
         self.output.send(OutMsg::Tokens(tokens));
         for id in finished {
@@ -626,6 +685,8 @@ impl<B: Backend> Engine<B> {
         }
         let mut st = self.stats();
         st.generated_tokens_total += generated;
+        st.draft_tokens_total += drafted;
+        st.accepted_draft_tokens_total += accepted;
         st.steps += 1;
         st.requests_finished += completed;
         drop(st);
@@ -662,6 +723,12 @@ impl<B: Backend> Engine<B> {
             .map(|c| (c.src, c.dst))
             .collect();
         step.state_copies = self.take_state_copies();
+        // A draft runs as far as the scheduler gave it room.
+        for c in &out.chunks {
+            if let Some(seq) = self.seqs.get_mut(&c.seq) {
+                seq.draft.truncate(c.drafts);
+            }
+        }
         let flight = self.flight.as_ref().map(|f| &f.drawing);
         step.chunks = out
             .chunks
@@ -674,7 +741,12 @@ impl<B: Backend> Engine<B> {
                 // A decode of the last generated token runs the row's last draw: the
                 // runner fills it in (on the device, if it is still there). A one-token
                 // piece of a recompute after preemption is not the last token.
-                let tokens = if c.n_tokens == 1
+                let tokens = if c.drafts > 0 {
+                    // A decode and its draft (known: speculative steps never overlap).
+                    let mut t = seq.tokens[c.start_pos..].to_vec();
+                    t.extend_from_slice(&seq.draft[..c.drafts]);
+                    ChunkTokens::Known(t)
+                } else if c.n_tokens == 1
                     && c.start_pos >= seq.prompt_len
                     && end == seq.tokens.len() + drawing
                 {
@@ -689,6 +761,7 @@ impl<B: Backend> Engine<B> {
                     new_blocks: std::mem::take(&mut c.new_blocks),
                     state_slot: self.kvm.running_slot(c.seq).unwrap_or(0),
                     samples: c.samples,
+                    drafts: c.drafts,
                 }
             })
             .collect();

@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use inferd_core::sampling::SamplingParams;
 use inferd_core::sched::{SeqState, SeqStore};
+use inferd_core::spec::{NgramDrafter, SpecConfig};
 use inferd_grammar::{Constraint, GrammarError, TokenMask};
 use inferd_text::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
@@ -58,6 +59,14 @@ pub(crate) struct Seq {
     /// Under a constraint: the ids that end the reply (the grammar allows them only
     /// where it may end, `ignore_eos` or not).
     grammar_eos: Vec<u32>,
+    /// May it decode speculatively (no grammar, no DRY: their state follows each
+    /// drawn token, which a draft position cannot see)?
+    drafts_ok: bool,
+    /// Its draft for the next decode (speculative decoding), cut to what the scheduler
+    /// gave room to; the tokens the model checks after its last token.
+    pub draft: Vec<u32>,
+    /// Where its drafts come from: its tokens' n-gram index, grown as they are.
+    drafter: NgramDrafter,
 }
 
 /// A context being prefilled: where it goes when its KV is computed.
@@ -99,7 +108,11 @@ impl Seq {
         } else {
             tokenizer.stop_ids().to_vec()
         };
+        let drafts_ok = req.constraint.is_none() && !req.sampling.dry.is_on();
         Seq {
+            drafts_ok,
+            draft: Vec::new(),
+            drafter: NgramDrafter::default(),
             sched,
             prompt_len: req.prompt.len(),
             max_tokens: req.max_tokens,
@@ -161,7 +174,7 @@ impl Seq {
     }
 
     /// What the runner needs to draw this sequence's next token: its history and this
-    /// step's `mask`.
+    /// step's `mask` (and its draft, when it decodes speculatively).
     pub fn draw(&self, id: u64, mask: Option<TokenMask>) -> Draw<'_> {
         let (prompt, generated) = self.tokens.split_at(self.prompt_len);
         Draw {
@@ -169,6 +182,29 @@ impl Seq {
             prompt,
             generated,
             mask,
+            drafts: &self.draft,
+        }
+    }
+
+    /// Proposes its draft for the next step (empty when it does not decode next, may
+    /// not draft, or its tokens hold no earlier match): at most `cfg.max_draft` tokens,
+    /// and none past its limits (the token drawn first comes before them).
+    pub fn propose_draft(&mut self, cfg: &SpecConfig) {
+        self.draft.clear();
+        let decodes = self.admitted
+            && self.build.is_none()
+            && self.sched.num_tokens() == self.tokens.len()
+            && self.sched.num_computed() + 1 == self.tokens.len()
+            && self.tokens.len() > self.prompt_len;
+        if !self.drafts_ok || !decodes {
+            return;
+        }
+        let room = (self.max_tokens.saturating_sub(self.generated()))
+            .min(self.max_len.saturating_sub(self.tokens.len()))
+            .saturating_sub(1);
+        let max = cfg.max_draft.min(room);
+        if max > 0 {
+            self.draft = self.drafter.propose(cfg, &self.tokens, max);
         }
     }
 
@@ -242,5 +278,9 @@ impl SeqStore for Seqs {
 
     fn tokens(&self, id: u64) -> &[u32] {
         self.0.get(&id).map_or(&[], |s| s.tokens.as_slice())
+    }
+
+    fn draft_len(&self, id: u64) -> usize {
+        self.0.get(&id).map_or(0, |s| s.draft.len())
     }
 }

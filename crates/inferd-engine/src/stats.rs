@@ -19,6 +19,9 @@ pub struct EngineStats {
     pub requests_finished: u64,
     pub steps: u64,
     pub uptime_s: f64,
+    /// Speculative decoding: draft tokens the model checked, and those it drew too.
+    pub draft_tokens_total: u64,
+    pub accepted_draft_tokens_total: u64,
 }
 
 impl EngineStats {
@@ -45,6 +48,10 @@ pub mod names {
     pub const TTFT: &str = "inferd_time_to_first_token_seconds";
     pub const ITL: &str = "inferd_inter_token_latency_seconds";
     pub const STEP_TOKENS: &str = "inferd_step_tokens";
+    /// Speculative decoding: draft tokens checked by the model, and those it drew too
+    /// (each accepted one is a decode step saved).
+    pub const DRAFT_TOKENS: &str = "inferd_draft_tokens_total";
+    pub const ACCEPTED_DRAFT_TOKENS: &str = "inferd_accepted_draft_tokens_total";
     /// Time a step waited, after the forward pass, for grammar masks still being
     /// computed (0 when masks are hidden behind the forward pass).
     pub const MASK_WAIT: &str = "inferd_grammar_mask_wait_seconds";

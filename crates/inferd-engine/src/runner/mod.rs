@@ -50,8 +50,9 @@ pub(crate) struct Prepared {
     batch: ForwardBatch,
     block_copies: Vec<(u32, u32)>,
     state_copies: Vec<(u32, u32)>,
-    /// The sampling rows' sequences, in logits-row order.
-    sampling: Vec<SeqId>,
+    /// The sampling chunks' sequences and their sampling rows (1, or 1 + drafts), in
+    /// logits-row order.
+    sampling: Vec<(SeqId, usize)>,
 }
 
 impl Prepared {
@@ -63,14 +64,14 @@ impl Prepared {
 
 /// A step whose pass ran: its logits wait in the workspace for [`ModelRunner::collect`].
 pub(crate) struct Launched {
-    /// The sampling rows' sequences, in logits-row order.
-    sampling: Vec<SeqId>,
+    /// As [`Prepared`]'s.
+    sampling: Vec<(SeqId, usize)>,
 }
 
 /// A step whose draws are queued ([`ModelRunner::start_draws`]), until
 /// [`ModelRunner::finish_draws`] brings them back.
 pub(crate) struct Drawing {
-    /// The drawing sequences, in draw order.
+    /// The drawing sequences, in draw order (a speculative row's once per position).
     seqs: Vec<SeqId>,
     /// The sample op's number.
     call: u64,
@@ -140,6 +141,14 @@ impl<B: Backend> ModelRunner<B> {
             if let Some(row) = on_device {
                 batch.drawn.push((batch.n_tokens(), row));
             }
+            if c.drafts > 0 && (!c.samples || c.drafts >= tokens.len()) {
+                return Err(RuntimeError::BadBatch(format!(
+                    "sequence {}: {} draft tokens in a chunk of {}",
+                    c.seq,
+                    c.drafts,
+                    tokens.len()
+                )));
+            }
             batch.push_row(
                 tokens,
                 c.start_pos,
@@ -149,7 +158,10 @@ impl<B: Backend> ModelRunner<B> {
                 c.samples,
             );
             if c.samples {
-                sampling.push(c.seq);
+                // A speculative chunk's every position: its first token and the drafts.
+                let last = batch.logits_rows.pop().expect("a sampling chunk's row");
+                batch.logits_rows.extend(last - c.drafts..=last);
+                sampling.push((c.seq, 1 + c.drafts));
             }
         }
         Ok(Prepared {
@@ -184,22 +196,44 @@ impl<B: Backend> ModelRunner<B> {
     /// Each drawing row's next decode may run before [`ModelRunner::finish_draws`]: it
     /// reads the token where the draw left it.
     pub fn start_draws(&mut self, launched: Launched, draws: &[Draw<'_>]) -> Result<Drawing> {
-        let logits_row: HashMap<SeqId, usize> = launched
-            .sampling
+        // Each sampling chunk's first logits row and its count.
+        let mut logits_rows: HashMap<SeqId, (usize, usize)> = HashMap::new();
+        let mut next = 0;
+        for &(s, n) in &launched.sampling {
+            logits_rows.insert(s, (next, n));
+            next += n;
+        }
+        // A speculative draw's histories: the i-th position's has the first i drafts.
+        let histories: Vec<Vec<Vec<u32>>> = draws
             .iter()
-            .enumerate()
-            .map(|(i, &s)| (s, i))
+            .map(|d| {
+                (1..=d.drafts.len())
+                    .map(|i| [d.generated, &d.drafts[..i]].concat())
+                    .collect()
+            })
             .collect();
         let mut rows = self.rows.many_mut(draws.iter().map(|d| d.seq));
         let mut sample_rows = Vec::with_capacity(draws.len());
-        for d in draws {
-            let row = *logits_row.get(&d.seq).ok_or_else(|| {
+        let mut seqs = Vec::with_capacity(draws.len());
+        for (d, history) in draws.iter().zip(&histories) {
+            let (row, n) = *logits_rows.get(&d.seq).ok_or_else(|| {
                 RuntimeError::BadBatch(format!("sequence {} has no logits row", d.seq))
             })?;
             let r = rows.remove(&d.seq).ok_or_else(|| {
                 RuntimeError::BadBatch(format!("sequence {} has no row or draws twice", d.seq))
             })?;
+            if n != 1 + d.drafts.len()
+                || (!d.drafts.is_empty() && (d.mask.is_some() || r.dry.is_some()))
+            {
+                return Err(RuntimeError::BadBatch(format!(
+                    "sequence {}: {} draft tokens drawn over {n} logits rows (a draft \
+                     takes no mask and no DRY)",
+                    d.seq,
+                    d.drafts.len()
+                )));
+            }
             let breaks = r.dry.as_ref().map_or(&[][..], |(_, b)| b.as_slice());
+            r.forks = (1..n).map(|i| r.sampler.fork(i)).collect();
             sample_rows.push(SampleRow {
                 row,
                 sampler: &mut r.sampler,
@@ -210,23 +244,35 @@ impl<B: Backend> ModelRunner<B> {
                     breaks,
                 },
             });
+            for (i, (fork, generated)) in r.forks.iter_mut().zip(history).enumerate() {
+                sample_rows.push(SampleRow {
+                    row: row + 1 + i,
+                    sampler: fork,
+                    prompt: d.prompt,
+                    generated,
+                    extra: Extra::default(),
+                });
+            }
+            seqs.extend(std::iter::repeat_n(d.seq, n));
         }
         let known = self.model.sample_start(&self.ws, &mut sample_rows)?;
         drop(sample_rows);
         self.draw_calls += 1;
         let call = self.draw_calls;
-        for (i, (d, k)) in draws.iter().zip(known).enumerate() {
-            if let Some(r) = self.rows.get_mut(d.seq) {
-                r.last_drawn = Some(match k {
-                    Some(t) => Drawn::Known(t),
-                    None => Drawn::OnDevice { call, row: i },
-                });
+        for (i, (&seq, k)) in seqs.iter().zip(known).enumerate() {
+            if let Some(r) = self.rows.get_mut(seq) {
+                // A speculative row's last draw is the one kept last: `settle` says.
+                r.last_drawn = if !r.forks.is_empty() {
+                    None
+                } else {
+                    Some(match k {
+                        Some(t) => Drawn::Known(t),
+                        None => Drawn::OnDevice { call, row: i },
+                    })
+                };
             }
         }
-        Ok(Drawing {
-            seqs: draws.iter().map(|d| d.seq).collect(),
-            call,
-        })
+        Ok(Drawing { seqs, call })
     }
 
     /// Phase 3's second half: waits for `drawing`'s ids (and for no pass queued since);
@@ -236,12 +282,21 @@ impl<B: Backend> ModelRunner<B> {
         self.model.sample_finish(&mut sampled)?;
         let mut out = StepOutput::default();
         for (&seq, s) in drawing.seqs.iter().zip(sampled) {
-            if let Some(r) = self.rows.get_mut(seq) {
+            if let Some(r) = self.rows.get_mut(seq).filter(|r| r.forks.is_empty()) {
                 r.note_sampled(s.token, drawing.call);
             }
             out.sampled.push((seq, s));
         }
         Ok(out)
+    }
+
+    /// A speculative draw of `seq` came back and the engine kept `kept` of its tokens,
+    /// `last` the newest (see [`rows::Row::settle`]). A row that drew no draft is left
+    /// as it is.
+    pub fn settle(&mut self, seq: SeqId, kept: usize, last: u32) {
+        if let Some(r) = self.rows.get_mut(seq).filter(|r| !r.forks.is_empty()) {
+            r.settle(kept, last);
+        }
     }
 
     /// `Err(DeviceLost)` when the device can run no more work ([`Backend::check_device`]).

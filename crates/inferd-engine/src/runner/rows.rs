@@ -33,6 +33,10 @@ pub(crate) struct Row {
     pub dry: Option<(Arc<Tokenizer>, Vec<bool>)>,
     /// The token it drew last ([`super::ChunkTokens::LastDrawn`] runs it).
     pub last_drawn: Option<Drawn>,
+    /// While a speculative step's draws are out: the samplers of its draft positions
+    /// (`forks[i]` drew position `i + 1`, in the state `i + 1` draws on), one of which
+    /// becomes the row's sampler when the engine says how many were kept.
+    pub forks: Vec<Sampler>,
 }
 
 /// Where a row's last draw is.
@@ -56,7 +60,24 @@ impl Row {
             dry: n.dry_tokenizer.map(|t| (t, Vec::new())),
             last_drawn: None,
             sampler: Sampler::new(n.sampling),
+            forks: Vec::new(),
         }
+    }
+
+    /// A speculative step's draws came back and the engine kept `kept` of them (the
+    /// first always; then each draft token the model drew too, and the draw after),
+    /// `last` the newest: the row's sampler is the one that drew it, and its position
+    /// goes back to the first rejected draft's, whose KV later chunks write over.
+    pub fn settle(&mut self, kept: usize, last: u32) {
+        let forks = std::mem::take(&mut self.forks);
+        let rejected = forks.len() + 1 - kept.clamp(1, forks.len() + 1);
+        if kept >= 2 {
+            if let Some(f) = forks.into_iter().nth(kept - 2) {
+                self.sampler = f;
+            }
+        }
+        self.position = self.position.map(|p| p - rejected);
+        self.last_drawn = Some(Drawn::Known(last));
     }
 
     /// A token drawn (known on the host now): the next decode's input unless the row has

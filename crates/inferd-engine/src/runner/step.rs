@@ -64,6 +64,9 @@ pub(crate) struct StepChunk {
     pub state_slot: u32,
     /// Its last token's logits are wanted (a sampling row, in chunk order).
     pub samples: bool,
+    /// Speculative decoding: its last `drafts` tokens are guesses, and each of its
+    /// `1 + drafts` positions is a sampling row (in order).
+    pub drafts: usize,
 }
 
 /// One step: the diff, then the pass.
@@ -87,9 +90,15 @@ pub(crate) struct Draw<'a> {
     pub prompt: &'a [u32],
     pub generated: &'a [u32],
     pub mask: Option<TokenMask>,
+    /// Its chunk's draft tokens (speculative decoding): `1 + drafts.len()` tokens are
+    /// drawn, the `i`-th as plain decoding would draw it had `drafts[..i]` been drawn
+    /// before it (its sampler's state that many draws on, that history). Such a row has
+    /// no mask and no DRY; [`super::ModelRunner::settle`] then says how many were kept.
+    pub drafts: &'a [u32],
 }
 
-/// What a step returns: `sampled[i]` is the token drawn for the step's `draws[i]`.
+/// What a step returns: the tokens drawn for the step's `draws`, in order (a draw with
+/// drafts has `1 + drafts.len()` of them).
 #[derive(Debug, Default)]
 pub(crate) struct StepOutput {
     pub sampled: Vec<(SeqId, Sampled)>,

@@ -71,6 +71,7 @@ fn chunk(seq: SeqId, start: usize, tokens: &[u32], new_blocks: &[u32], samples: 
         new_blocks: new_blocks.to_vec(),
         state_slot: 0,
         samples,
+        drafts: 0,
     }
 }
 
@@ -89,6 +90,7 @@ fn run(
             prompt,
             generated,
             mask: None,
+            drafts: &[],
         })
         .collect();
     let out = r.collect(l, &draws).expect("collect");
@@ -237,4 +239,113 @@ fn a_row_made_and_ended_within_one_diff_is_gone() {
         ..Default::default()
     };
     assert!(r.prepare(s).is_err());
+}
+
+/// A seeded sampler that draws at random (temperature 0.8).
+fn seeded_row(seq: SeqId, prompt_len: usize) -> NewRow {
+    let mut sampling = SamplingParams::greedy();
+    sampling.temperature = 0.8;
+    sampling.seed = Some(77);
+    NewRow {
+        sampling,
+        ..new_row(seq, prompt_len)
+    }
+}
+
+#[test]
+fn a_speculative_row_draws_what_plain_decoding_draws() {
+    let a: Vec<u32> = (0..6).map(|i| (i * 41 + 9) % 200).collect();
+    let table = [2u32, 3, 4, 5];
+    // Plain: the prompt, then one decode a step.
+    let mut r = runner();
+    let s = StepInput {
+        new: vec![seeded_row(1, a.len())],
+        chunks: vec![chunk(1, 0, &a, &table, true)],
+        ..Default::default()
+    };
+    let mut plain = vec![run(&mut r, s, &[(1, &a, &[])])[0].1];
+    while plain.len() < 9 {
+        let pos = a.len() + plain.len() - 1;
+        let s = StepInput {
+            chunks: vec![chunk(1, pos, &plain[plain.len() - 1..], &[], true)],
+            ..Default::default()
+        };
+        plain.push(run(&mut r, s, &[(1, &a, &plain)])[0].1);
+    }
+    // Speculative: a decode whose draft is right twice, then wrong (whatever plain
+    // drew, plus one), then right again; then a whole right draft.
+    let mut r = runner();
+    let s = StepInput {
+        new: vec![seeded_row(1, a.len())],
+        chunks: vec![chunk(1, 0, &a, &table, true)],
+        ..Default::default()
+    };
+    let mut got = vec![run(&mut r, s, &[(1, &a, &[])])[0].1];
+    let drafts = [plain[1], plain[2], plain[3] + 1, plain[4]];
+    let mut c = chunk(1, a.len(), &[&got[..], &drafts[..]].concat(), &[], true);
+    c.drafts = drafts.len();
+    let p = r.prepare(StepInput {
+        chunks: vec![c],
+        ..Default::default()
+    });
+    let l = r.launch(p.expect("prepare")).expect("launch");
+    let draw = Draw {
+        seq: 1,
+        prompt: &a,
+        generated: &got,
+        mask: None,
+        drafts: &drafts,
+    };
+    let out = r.collect(l, &[draw]).expect("collect");
+    let drawn: Vec<u32> = out.sampled.iter().map(|(_, s)| s.token).collect();
+    assert_eq!(drawn.len(), 5);
+    // The first three draws are plain's; the third is not the draft, so it ends there.
+    assert_eq!(drawn[..3], plain[1..4]);
+    got.extend_from_slice(&drawn[..3]);
+    r.settle(1, 3, got[got.len() - 1]);
+    // Its position is back at the rejected draft's: the next decode writes over it.
+    assert_eq!(r.rows.get(1).unwrap().position, Some(a.len() + 3));
+    let mut d = chunk(1, a.len() + 3, &[], &[], true);
+    d.tokens = ChunkTokens::LastDrawn;
+    let s = StepInput {
+        chunks: vec![d],
+        ..Default::default()
+    };
+    got.push(run(&mut r, s, &[(1, &a, &got)])[0].1);
+    let drafts = [plain[5], plain[6]];
+    let mut c = chunk(1, a.len() + 4, &[got[4], drafts[0], drafts[1]], &[], true);
+    c.drafts = 2;
+    let p = r.prepare(StepInput {
+        chunks: vec![c],
+        ..Default::default()
+    });
+    let l = r.launch(p.expect("prepare")).expect("launch");
+    let draw = Draw {
+        seq: 1,
+        prompt: &a,
+        generated: &got,
+        mask: None,
+        drafts: &drafts,
+    };
+    let out = r.collect(l, &[draw]).expect("collect");
+    got.extend(out.sampled.iter().map(|(_, s)| s.token));
+    assert_eq!(got, plain[..8]);
+    r.settle(1, 3, got[7]);
+    assert_eq!(r.rows.get(1).unwrap().position, Some(a.len() + 7));
+    // A draft over the wrong number of rows is refused.
+    let mut c = chunk(1, a.len() + 7, &[got[7], 1, 2], &[], true);
+    c.drafts = 2;
+    let p = r.prepare(StepInput {
+        chunks: vec![c],
+        ..Default::default()
+    });
+    let l = r.launch(p.expect("prepare")).expect("launch");
+    let draw = Draw {
+        seq: 1,
+        prompt: &a,
+        generated: &got,
+        mask: None,
+        drafts: &[1],
+    };
+    assert!(r.collect(l, &[draw]).is_err());
 }
