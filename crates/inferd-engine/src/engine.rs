@@ -669,8 +669,13 @@ impl<B: Backend> Engine<B> {
             if !draft.is_empty() {
                 drafted += draft.len() as u64;
                 accepted += kept as u64 - 1;
+                if let Some(spec) = &self.speculate {
+                    seq.draft_taken(spec, draft.len(), kept - 1);
+                }
+                // The accepted drafts' KV is computed, also for a reply that ends here
+                // (its session parks it).
+                self.sched.accept_drafts(&mut self.seqs, id, kept - 1);
                 if going {
-                    self.sched.accept_drafts(&mut self.seqs, id, kept - 1);
                     self.runner.settle(id, kept, last);
                 }
             }

@@ -186,6 +186,12 @@ impl Seq {
         }
     }
 
+    /// The model drew `accepted` of its last draft's `drafted` tokens (its next drafts'
+    /// length follows).
+    pub fn draft_taken(&mut self, cfg: &SpecConfig, drafted: usize, accepted: usize) {
+        self.drafter.feedback(cfg, drafted, accepted);
+    }
+
     /// Proposes its draft for the next step (empty when it does not decode next, may
     /// not draft, or its tokens hold no earlier match): at most `cfg.max_draft` tokens,
     /// and none past its limits (the token drawn first comes before them).

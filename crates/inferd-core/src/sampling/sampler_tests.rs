@@ -552,11 +552,18 @@ fn a_fork_draws_what_the_sampler_draws_that_many_draws_later() {
             .map(|l| plain.sample(l, &[], &[]).token)
             .collect();
         for (k, l) in logits.iter().enumerate() {
-            assert_eq!(before.fork(k).sample(l, &[], &[]).token, drawn[k], "draw {k}");
+            assert_eq!(
+                before.fork(k).sample(l, &[], &[]).token,
+                drawn[k],
+                "draw {k}"
+            );
         }
         // A fork's own later draws go on as the sampler's.
         let mut f = before.fork(3);
-        let later: Vec<u32> = logits[3..].iter().map(|l| f.sample(l, &[], &[]).token).collect();
+        let later: Vec<u32> = logits[3..]
+            .iter()
+            .map(|l| f.sample(l, &[], &[]).token)
+            .collect();
         assert_eq!(later, drawn[3..]);
     }
 }

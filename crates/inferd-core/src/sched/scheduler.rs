@@ -32,6 +32,10 @@ pub struct SchedulerConfig {
     /// and the step's token budget last, and only into free blocks: a draft never
     /// preempts.
     pub draft_budget: usize,
+    /// No drafts in a step where more sequences than this decode: a draft pays where a
+    /// decode costs its weights' bytes, which the draft's rows share, not where the
+    /// pass is already bound by its rows' arithmetic (a CPU past a few rows).
+    pub draft_max_decodes: usize,
 }
 
 impl Default for SchedulerConfig {
@@ -46,6 +50,7 @@ impl Default for SchedulerConfig {
             aging_per_step: 0.01,
             snapshot_interval: 512,
             draft_budget: 0,
+            draft_max_decodes: usize::MAX,
         }
     }
 }
@@ -356,7 +361,14 @@ impl Scheduler {
         order.sort_by_key(|&id| (-st(seqs, id).priority, st(seqs, id).arrival));
 
         // 1. decodes, each with its draft while the draft budget lasts
-        let mut draft_budget = if kv.is_stateful() {
+        let decodes = order
+            .iter()
+            .filter(|&&id| {
+                let s = st(seqs, id);
+                s.num_tokens - s.num_computed == 1
+            })
+            .count();
+        let mut draft_budget = if kv.is_stateful() || decodes > self.cfg.draft_max_decodes {
             0 // a recurrent state cannot take back rejected tokens
         } else {
             self.cfg.draft_budget

@@ -714,3 +714,32 @@ fn drafts_ride_with_decodes_within_their_budget_and_never_preempt() {
     assert_eq!(got, vec![(1, 8, 1, 0), (2, 5, 1, 0)]);
     assert!(out.preempted.is_empty());
 }
+
+#[test]
+fn no_drafts_while_more_sequences_decode_than_the_gate() {
+    let cfg = SchedulerConfig {
+        draft_budget: 64,
+        draft_max_decodes: 2,
+        ..Default::default()
+    };
+    let mut sched = Sched::new(cfg);
+    let mut kv = KvManager::new(64, 4);
+    for id in 1..=3 {
+        sched.add(Request {
+            id,
+            prompt_len: 4,
+            ..Default::default()
+        });
+    }
+    let out = sched.schedule(&mut kv);
+    sched.commit(&out);
+    // Three decode: over the gate, no drafts.
+    let out = sched.s.schedule(&mut Drafting(&mut sched.seqs, 3), &mut kv);
+    assert!(out.chunks.iter().all(|c| c.drafts == 0 && c.n_tokens == 1));
+    sched.s.commit(&out, &mut sched.seqs);
+    // One ends: two decode, each with its draft.
+    sched.finish(3, &mut kv);
+    let out = sched.s.schedule(&mut Drafting(&mut sched.seqs, 3), &mut kv);
+    let drafts: Vec<usize> = out.chunks.iter().map(|c| c.drafts).collect();
+    assert_eq!(drafts, vec![3, 3]);
+}

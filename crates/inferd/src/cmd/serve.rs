@@ -123,6 +123,27 @@ pub struct Args {
     /// the CPU, half the cores up to 8 on a GPU.
     #[arg(long)]
     mask_threads: Option<usize>,
+    /// Speculative decoding with copy drafts: a decode also checks the tokens that
+    /// followed the latest earlier occurrence of its last few tokens (in its prompt or
+    /// reply), in the same pass, and keeps those the model draws too. The reply is
+    /// plain decoding's, token for token; replies that copy (code edits, quotes, lists)
+    /// take fewer steps. Not for requests under a grammar or with DRY, nor hybrid models.
+    /// auto: on for the CPU, off on a GPU (where it would turn step overlap off; not
+    /// measured there yet).
+    #[arg(long, value_parser = ["auto", "on", "off"], default_value = "auto")]
+    speculate: String,
+    /// Draft tokens a decode checks at most (1 to 32, default 4).
+    #[arg(long)]
+    draft_tokens: Option<usize>,
+    /// Draft tokens a step checks at most, all decodes together (default 16 decodes'
+    /// worth).
+    #[arg(long)]
+    draft_budget: Option<usize>,
+    /// No drafts in a step where more requests than this decode (default 2 on the CPU,
+    /// whose passes past a few rows are bound by arithmetic, so drafts cost what they
+    /// save; 16 on a GPU).
+    #[arg(long)]
+    draft_max_decodes: Option<usize>,
     /// Hybrid models: a recurrent-state snapshot every this many tokens (default 512),
     /// besides those at the end of every context and session turn.
     #[arg(long)]
@@ -266,6 +287,19 @@ pub fn run(a: Args) -> Result<()> {
     }
     if let Some(v) = a.max_running {
         engine_cfg.sched.max_running = v;
+    }
+    if a.speculate == "on" || (a.speculate == "auto" && !on_gpu) {
+        let spec = inferd_core::spec::SpecConfig {
+            max_draft: a
+                .draft_tokens
+                .unwrap_or(inferd_core::spec::SpecConfig::default().max_draft),
+            ..Default::default()
+        };
+        spec.check().map_err(|e| anyhow!("--draft-tokens: {e}"))?;
+        engine_cfg.speculate = Some(spec);
+        engine_cfg.sched.draft_budget = a.draft_budget.unwrap_or(0);
+        engine_cfg.sched.draft_max_decodes =
+            a.draft_max_decodes.unwrap_or(if on_gpu { 16 } else { 2 });
     }
     if let Some(v) = a.snapshot_interval {
         if v == 0 {
