@@ -81,6 +81,11 @@
 #   overlap  step overlap against serial steps (`--step-overlap on` / `off`) on each model of
 #            OVERLAP_MODELS made (default "q8b q35"): the same replies to 24 concurrent
 #            completions (overlap_check.py), then the fleet at 1 / 8 / 32 x 4k each way
+#   spec     speculative decoding (copy drafts) on /tmp/q8b: `--speculate off` against `on`
+#            (overlap_check.py's 24 completions one at a time: how many replies agree, since
+#            a draft row runs the prefill kernels, which round differently in bf16), then
+#            the fleet at 1 / 8 / 32 x 4k each way, with the drafts' acceptance from
+#            /metrics (random weights: a reply that loops is what copy drafts catch)
 #   smol1    keeps SmolLM2's first part (prepare with SMOL=1); smol2 (the next call on the
 #            same machine) joins it and compares the GPU with the CPU on real weights
 # Logs under $OUT; summary.txt has the results.
@@ -475,6 +480,23 @@ overlap)
     python3 $C/overlap_check.py compare $OUT/overlap-$model-off.json $OUT/overlap-$model-on.json 2>&1 | head -20 | tee -a $summary
     $B/inferd bench table $OUT/ov-$model-*.json 2>&1 | tee -a $summary
   done
+  ;;
+spec)
+  for mode in off on; do
+    $B/inferd serve --device cuda -m /tmp/q8b --port 8186 --no-prefix-cache --speculate $mode >$OUT/serve-spec-$mode.log 2>&1 &
+    SP=$!
+    for i in $(seq 1 240); do curl -sf http://127.0.0.1:8186/health >/dev/null && break; sleep 0.5; done
+    SEQUENTIAL=1 python3 $C/overlap_check.py run http://127.0.0.1:8186 $OUT/spec-$mode.json 2>&1 | tee -a $summary
+    for n in 1 8 32; do
+      timeout 120 $B/inferd bench fleet --url http://127.0.0.1:8186 --token-prompts -q --agents $n --context 4096 --reply 128 \
+        --label inferd-spec-$mode --meta engine=inferd --meta model=qwen3-8b-shape-bf16 --out $OUT/spec-$mode-n$n.json >/dev/null 2>&1
+      note "fleet speculate $mode, agents $n x 4096: rc $?"
+      note "   $(curl -s http://127.0.0.1:8186/metrics | grep -E '^inferd_(accepted_)?draft_tokens_total|^inferd_generated_tokens_total' | tr '\n' ' ')"
+    done
+    kill $SP; wait $SP 2>/dev/null
+  done
+  python3 $C/overlap_check.py compare $OUT/spec-off.json $OUT/spec-on.json 2>&1 | head -20 | tee -a $summary
+  $B/inferd bench table $OUT/spec-*-n*.json 2>&1 | tee -a $summary
   ;;
 fleet|fleetq8|fleetfp8|fleetmma)
   kv=${stage#fleet}; [ "$kv" = mma ] && kv=; kvflag=${kv:+--kv-dtype $kv}; tag=${kv:+-$kv}

@@ -59,7 +59,8 @@ pub struct EngineConfig {
     /// a step (0 there: 16 sequences' worth), and keeps what the model draws too: the
     /// reply is plain decoding's, in fewer steps. Sequences under a grammar or with DRY,
     /// and hybrid models, decode plainly. Steps then run one after another (a draft
-    /// needs the token before it), so it turns step overlap off.
+    /// needs the token before it), so it turns step overlap off. `INFERD_SPECULATE=1`
+    /// sets the default on.
     pub speculate: Option<inferd_core::spec::SpecConfig>,
 }
 
@@ -83,7 +84,7 @@ impl Default for EngineConfig {
             state_fraction: 0.5,
             step_overlap: overlap_from_env(),
             mask_threads: None,
-            speculate: None,
+            speculate: speculate_from_env(),
         }
     }
 }
@@ -95,6 +96,13 @@ fn overlap_from_env() -> Option<bool> {
         "0" | "off" => Some(false),
         _ => None,
     }
+}
+
+/// `INFERD_SPECULATE`: `1` / `on` turns speculative decoding on with its defaults (CI runs
+/// the engine's and the server's tests so); unset or anything else: off.
+fn speculate_from_env() -> Option<inferd_core::spec::SpecConfig> {
+    matches!(std::env::var("INFERD_SPECULATE").ok()?.as_str(), "1" | "on")
+        .then(inferd_core::spec::SpecConfig::default)
 }
 
 /// Memory the OS reports as available (Linux `MemAvailable`), in bytes.

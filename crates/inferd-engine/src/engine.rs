@@ -14,15 +14,16 @@ use inferd_text::Tokenizer;
 
 use crate::config::{kv_budget_bytes, split_budget, EngineConfig};
 use crate::handle::{EngineHandle, ModelInfo, Msg, Shared};
+use crate::land::Landing;
 use crate::load::{Load, Waiting};
 use crate::masks::{default_mask_threads, MaskPool};
 use crate::memory::Registry;
-use crate::output::{OutMsg, OutStream, Output, TokenMsg};
+use crate::output::{OutMsg, OutStream, Output};
 use crate::request::{Event, GenRequest};
 use crate::runner::{
     ChunkTokens, Drawing, Launched, ModelRunner, NewRow, Prepared, StepChunk, StepInput,
 };
-use crate::seq::{Seq, Seqs, Verdict};
+use crate::seq::{Seq, Seqs};
 use crate::spill::SpillTier;
 use crate::stats::{names, EngineStats};
 use inferd_grammar::TokenMask;
@@ -216,7 +217,7 @@ pub(crate) struct Engine<B: Backend> {
     /// (`EngineConfig::step_overlap`).
     overlap: bool,
     /// Speculative decoding's drafts (`EngineConfig::speculate`).
-    speculate: Option<inferd_core::spec::SpecConfig>,
+    pub(crate) speculate: Option<inferd_core::spec::SpecConfig>,
     /// Where a step's grammar masks are computed (`EngineConfig::mask_threads`).
     masks: MaskPool,
     /// The output thread: every event of an accepted request goes through it.
@@ -224,7 +225,7 @@ pub(crate) struct Engine<B: Backend> {
     /// Turns the engine ended and parked whose output side has not said yet how many
     /// tokens the client got (a stop string may have ended the reply earlier): request
     /// id -> (session, prompt length).
-    ended_turns: HashMap<u64, (String, usize)>,
+    pub(crate) ended_turns: HashMap<u64, (String, usize)>,
     pub(crate) kvm: KvManager,
     pub(crate) sched: Scheduler,
     /// One record per request (the scheduler's part included).
@@ -606,11 +607,7 @@ impl<B: Backend> Engine<B> {
             }
         };
         phase.end("sample");
-        let mut generated = 0;
-        let mut finished = Vec::new();
-        let mut completed = 0;
-        let mut tokens = Vec::with_capacity(sampled.len());
-        let (mut drafted, mut accepted) = (0, 0);
+        let mut l = Landing::default();
         let mut sampled = sampled.into_iter().peekable();
         while let Some((id, first)) = sampled.next() {
             // A speculative decode's draws come together: its first token's, then one
@@ -619,71 +616,20 @@ impl<B: Backend> Engine<B> {
             while let Some((_, s)) = sampled.next_if(|(next, _)| *next == id) {
                 draws.push(s);
             }
-            let Some(seq) = self.seqs.get_mut(&id) else {
-                continue;
-            };
-            let draft = std::mem::take(&mut seq.draft);
-            let mut kept = 0;
-            let mut last = 0;
-            let mut going = true;
-            for (i, s) in draws.into_iter().enumerate() {
-                kept += 1;
-                last = s.token;
-                let mut end = None;
-                match seq.accept(s.token) {
-                    Verdict::Continue => {}
-                    Verdict::End(e) => {
-                        end = Some(e);
-                        if seq.confirms_end() {
-                            // Its output side says how many tokens the client got.
-                            let session = seq.parks_under().unwrap_or_default().to_string();
-                            self.ended_turns.insert(id, (session, seq.prompt_len));
-                        }
-                        finished.push(id);
-                        completed += 1;
-                        metrics::counter!(names::REQUESTS_FINISHED).increment(1);
-                    }
-                    Verdict::Failed(msg) => {
-                        self.output.send(OutMsg::Error(id, msg));
-                        finished.push(id);
-                        completed += 1;
-                        metrics::counter!(names::REQUESTS_FINISHED).increment(1);
-                        going = false;
-                        break;
-                    }
-                    Verdict::Disconnected => finished.push(id),
-                }
-                generated += 1;
-                going = end.is_none() && !finished.last().is_some_and(|&f| f == id);
-                tokens.push(TokenMsg {
-                    id,
-                    sampled: s,
-                    end,
-                    cached: seq.cached,
-                });
-                // The model drew something else than the draft here: the rest is off.
-                if !going || draft.get(i) != Some(&last) {
-                    break;
-                }
-            }
-            if !draft.is_empty() {
-                drafted += draft.len() as u64;
-                accepted += kept as u64 - 1;
-                if let Some(spec) = &self.speculate {
-                    seq.draft_taken(spec, draft.len(), kept - 1);
-                }
-                // The accepted drafts' KV is computed, also for a reply that ends here
-                // (its session parks it).
-                self.sched.accept_drafts(&mut self.seqs, id, kept - 1);
-                if going {
-                    self.runner.settle(id, kept, last);
-                }
-            }
+            self.take_draws(id, draws, &mut l);
         }
-        if drafted > 0 {
-            metrics::counter!(names::DRAFT_TOKENS).increment(drafted);
-            metrics::counter!(names::ACCEPTED_DRAFT_TOKENS).increment(accepted);
+        if l.drafted > 0 {
+            metrics::counter!(names::DRAFT_TOKENS).increment(l.drafted);
+            metrics::counter!(names::ACCEPTED_DRAFT_TOKENS).increment(l.accepted);
         }
+        let Landing {
+            generated,
+            finished,
+            completed,
+            tokens,
+            drafted,
+            accepted,
+        } = l;
         self.output.send(OutMsg::Tokens(tokens));
         for id in finished {
             self.end_now(id);

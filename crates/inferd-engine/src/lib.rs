@@ -10,6 +10,7 @@ mod agent;
 mod config;
 mod engine;
 mod handle;
+mod land;
 mod load;
 mod lost;
 mod masks;

@@ -1,0 +1,97 @@
+//! A landed step's draws taken into their sequences: each token through the sequence's
+//! checks (end of sequence, grammar, limits, a client gone) and out to the output thread;
+//! a speculative decode's draws in order while each follows a draft token the model drew
+//! too, then the scheduler and the runner told how many were kept.
+
+use inferd_core::kv::SeqId;
+use inferd_core::sampling::Sampled;
+use inferd_runtime::Backend;
+
+use crate::engine::Engine;
+use crate::output::{OutMsg, TokenMsg};
+use crate::seq::Verdict;
+use crate::stats::names;
+
+/// What a step's draws came to.
+#[derive(Default)]
+pub(crate) struct Landing {
+    /// Tokens kept (drawn and accepted into their sequences).
+    pub generated: u64,
+    /// Sequences that ended (their record goes after the tokens are out).
+    pub finished: Vec<SeqId>,
+    /// Of those, requests answered to the end (not a client gone).
+    pub completed: u64,
+    /// The kept tokens, for the output thread, in order.
+    pub tokens: Vec<TokenMsg>,
+    /// Draft tokens the model checked, and those it drew too.
+    pub drafted: u64,
+    pub accepted: u64,
+}
+
+impl<B: Backend> Engine<B> {
+    /// Takes `draws`, sequence `id`'s draws of the step (one, or one per position of a
+    /// speculative decode), into its record.
+    pub(crate) fn take_draws(&mut self, id: SeqId, draws: Vec<Sampled>, l: &mut Landing) {
+        let Some(seq) = self.seqs.get_mut(&id) else {
+            return;
+        };
+        let draft = std::mem::take(&mut seq.draft);
+        let mut kept = 0;
+        let mut last = 0;
+        let mut going = true;
+        for (i, s) in draws.into_iter().enumerate() {
+            kept += 1;
+            last = s.token;
+            let mut end = None;
+            match seq.accept(s.token) {
+                Verdict::Continue => {}
+                Verdict::End(e) => {
+                    end = Some(e);
+                    if seq.confirms_end() {
+                        // Its output side says how many tokens the client got.
+                        let session = seq.parks_under().unwrap_or_default().to_string();
+                        self.ended_turns.insert(id, (session, seq.prompt_len));
+                    }
+                    l.finished.push(id);
+                    l.completed += 1;
+                    metrics::counter!(names::REQUESTS_FINISHED).increment(1);
+                }
+                Verdict::Failed(msg) => {
+                    self.output.send(OutMsg::Error(id, msg));
+                    l.finished.push(id);
+                    l.completed += 1;
+                    metrics::counter!(names::REQUESTS_FINISHED).increment(1);
+                    going = false;
+                    break;
+                }
+                Verdict::Disconnected => l.finished.push(id),
+            }
+            l.generated += 1;
+            going = end.is_none() && l.finished.last() != Some(&id);
+            l.tokens.push(TokenMsg {
+                id,
+                sampled: s,
+                end,
+                cached: seq.cached,
+            });
+            // The model drew something else than the draft token here: the rest is off.
+            if !going || draft.get(i) != Some(&last) {
+                break;
+            }
+        }
+        if draft.is_empty() {
+            return;
+        }
+        l.drafted += draft.len() as u64;
+        l.accepted += kept as u64 - 1;
+        if let Some(spec) = &self.speculate {
+            seq.draft_taken(spec, draft.len(), kept - 1);
+        }
+        // The accepted drafts' KV is computed, also for a reply that ends here (its
+        // session parks it).
+        self.sched.accept_drafts(&mut self.seqs, id, kept - 1);
+        if going {
+            self.runner.settle(id, kept, last);
+        }
+    }
+}
