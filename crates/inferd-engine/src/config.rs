@@ -58,9 +58,10 @@ pub struct EngineConfig {
     /// its sequence's draft in the same pass, at most `sched.draft_budget` draft tokens
     /// a step (0 there: 16 sequences' worth), and keeps what the model draws too: the
     /// reply is plain decoding's, in fewer steps. Sequences under a grammar or with DRY,
-    /// and hybrid models, decode plainly. Steps then run one after another (a draft
-    /// needs the token before it), so it turns step overlap off. `INFERD_SPECULATE=1`
-    /// sets the default on.
+    /// and hybrid models, decode plainly. A step that drafts runs after the one before it
+    /// has come back (a draft follows the token before it), so step overlap holds only in
+    /// steps with more decodes than `sched.draft_max_decodes`. `INFERD_SPECULATE=1` sets
+    /// the default on.
     pub speculate: Option<inferd_core::spec::SpecConfig>,
 }
 

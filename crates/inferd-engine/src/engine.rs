@@ -174,9 +174,9 @@ pub fn start<B: Backend + 'static>(
         runner: ModelRunner::new(model, kv, layout, ws),
         pending: StepInput::default(),
         flight: None,
-        // A draft is proposed after the token before it is known: no overlap.
-        overlap: cfg.step_overlap.unwrap_or(queues_work) && cfg.speculate.is_none(),
+        overlap: cfg.step_overlap.unwrap_or(queues_work),
         speculate: cfg.speculate,
+        draft_max_decodes: cfg.sched.draft_max_decodes,
         masks: MaskPool::new(
             cfg.mask_threads
                 .unwrap_or_else(|| default_mask_threads(queues_work)),
@@ -218,6 +218,9 @@ pub(crate) struct Engine<B: Backend> {
     overlap: bool,
     /// Speculative decoding's drafts (`EngineConfig::speculate`).
     pub(crate) speculate: Option<inferd_core::spec::SpecConfig>,
+    /// Steps draft only while at most this many sequences decode (the scheduler's gate,
+    /// `SchedulerConfig::draft_max_decodes`); other steps may overlap.
+    draft_max_decodes: usize,
     /// Where a step's grammar masks are computed (`EngineConfig::mask_threads`).
     masks: MaskPool,
     /// The output thread: every event of an accepted request goes through it.
@@ -429,9 +432,21 @@ impl<B: Backend> Engine<B> {
     /// first.
     fn step(&mut self) -> bool {
         let mut phase = Phases::start();
-        if let Some(spec) = &self.speculate {
+        // Speculative decoding while few sequences decode (more: no drafts, and steps
+        // overlap again where they do): a draft follows the last token, which must be on
+        // the host, so the flight lands first.
+        let drafting = self.drafts_now();
+        let overlap = self.overlap && !drafting;
+        if drafting {
+            self.land();
+            if let Some(spec) = &self.speculate {
+                for seq in self.seqs.values_mut() {
+                    seq.propose_draft(spec);
+                }
+            }
+        } else if self.speculate.is_some() {
             for seq in self.seqs.values_mut() {
-                seq.propose_draft(spec);
+                seq.draft.clear();
             }
         }
         let mut out = self.sched.schedule(&mut self.seqs, &mut self.kvm);
@@ -483,7 +498,7 @@ impl<B: Backend> Engine<B> {
         };
         metrics::histogram!(names::STEP_TOKENS).record(prepared.n_tokens() as f64);
         phase.end("schedule");
-        let launched = if self.overlap {
+        let launched = if overlap {
             // Masks wait for the flight's tokens; they are made while the device runs.
             self.runner.launch(prepared)
         } else {
@@ -524,7 +539,7 @@ impl<B: Backend> Engine<B> {
         }
         let mut ended = Vec::new();
         let mut builds = Vec::new();
-        if self.overlap {
+        if overlap {
             // The flight's tokens are in: the masks, while the device runs this pass.
             let constrained = self.constrained(&out);
             self.masks.prepare(&mut self.seqs, &constrained);
@@ -570,10 +585,23 @@ impl<B: Backend> Engine<B> {
         }
         self.flight = Some(Flight { out, drawing });
         phase.end("finish");
-        if !self.overlap {
+        if !overlap {
             self.land();
         }
         true
+    }
+
+    /// Whether this step drafts: speculative decoding is on and at most
+    /// `draft_max_decodes` sequences decode (past that the scheduler gives drafts no room).
+    fn drafts_now(&self) -> bool {
+        self.speculate.is_some()
+            && self
+                .seqs
+                .values()
+                .filter(|s| s.admitted && s.sched.num_tokens() == s.sched.num_computed() + 1)
+                .take(self.draft_max_decodes.saturating_add(1))
+                .count()
+                <= self.draft_max_decodes
     }
 
     /// Whether `out` can be queued behind `flight`'s draws: each chunk's tokens are known

@@ -140,3 +140,30 @@ fn speculative_replies_survive_preemption_and_a_small_draft_budget() {
     assert!(st.preemptions > 0, "the pool was meant to preempt: {st:?}");
     e.shutdown();
 }
+
+#[test]
+fn overlapped_steps_and_drafting_steps_mix_without_changing_replies() {
+    let Some(plain) = engine(with_spec(false, config())) else {
+        return;
+    };
+    let mut reqs = requests(copy_prompts(&plain));
+    reqs.extend(requests(prompts(&plain.tokenizer, 3)));
+    let want: Vec<Output> = reqs.iter().map(|r| run_one(&plain, r.clone())).collect();
+    plain.shutdown();
+    // Seven requests at once: while more than four decode, steps overlap without drafts;
+    // as replies end, steps draft (the flight landing first).
+    let cfg = EngineConfig {
+        step_overlap: Some(true),
+        sched: SchedulerConfig {
+            draft_max_decodes: 4,
+            ..SchedulerConfig::default()
+        },
+        ..with_spec(true, config())
+    };
+    let e = engine(cfg).unwrap();
+    let got = submit_all(&e, &reqs);
+    assert_same(&want, &got, "overlap and drafts mixed");
+    let st = e.stats();
+    assert!(st.accepted_draft_tokens_total > 0, "{st:?}");
+    e.shutdown();
+}

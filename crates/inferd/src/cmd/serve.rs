@@ -128,8 +128,8 @@ pub struct Args {
     /// reply), in the same pass, and keeps those the model draws too. The reply is
     /// plain decoding's, token for token; replies that copy (code edits, quotes, lists)
     /// take fewer steps. Not for requests under a grammar or with DRY, nor hybrid models.
-    /// auto: on for the CPU, off on a GPU (where it would turn step overlap off; not
-    /// measured there yet).
+    /// A step that drafts does not overlap the one before. auto: on for the CPU, off on a
+    /// GPU (not measured there yet).
     #[arg(long, value_parser = ["auto", "on", "off"], default_value = "auto")]
     speculate: String,
     /// Draft tokens a decode checks at most (1 to 32, default 4).
@@ -139,9 +139,9 @@ pub struct Args {
     /// worth).
     #[arg(long)]
     draft_budget: Option<usize>,
-    /// No drafts in a step where more requests than this decode (default 2 on the CPU,
-    /// whose passes past a few rows are bound by arithmetic, so drafts cost what they
-    /// save; 16 on a GPU).
+    /// No drafts in a step where more requests than this decode (default 1 on the CPU,
+    /// whose passes past a row or two are bound by arithmetic, so drafts cost about what
+    /// they save: docs/RESULTS.md; 16 on a GPU).
     #[arg(long)]
     draft_max_decodes: Option<usize>,
     /// Hybrid models: a recurrent-state snapshot every this many tokens (default 512),
@@ -299,7 +299,7 @@ pub fn run(a: Args) -> Result<()> {
         engine_cfg.speculate = Some(spec);
         engine_cfg.sched.draft_budget = a.draft_budget.unwrap_or(0);
         engine_cfg.sched.draft_max_decodes =
-            a.draft_max_decodes.unwrap_or(if on_gpu { 16 } else { 2 });
+            a.draft_max_decodes.unwrap_or(if on_gpu { 16 } else { 1 });
     }
     if let Some(v) = a.snapshot_interval {
         if v == 0 {

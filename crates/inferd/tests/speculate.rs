@@ -1,0 +1,82 @@
+//! `inferd serve`'s speculative decoding on the CPU (on by default there): a reply that
+//! copies its prompt is the one `--speculate off` gives, with drafts accepted
+//! (`/metrics`); the draft flags refuse bad values.
+
+mod common;
+
+use common::*;
+use std::process::Command;
+
+fn metric(port: u16, name: &str) -> f64 {
+    let (_, text) = http(port, "GET", "/metrics", None).expect("/metrics");
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[test]
+fn speculative_replies_by_default_equal_plain_ones() {
+    let model = cache_dir().join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if !model.exists() {
+        assert!(
+            !required("INFERD_REQUIRE_MODELS"),
+            "smollm2-135m-instruct is not pulled"
+        );
+        return;
+    }
+    let tmp = std::env::temp_dir().join(format!("inferd-spec-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let (p_auto, p_off) = (free_port(), free_port());
+    let _auto = serve(&model, p_auto, &[], &[], &tmp.join("auto.log"));
+    let _off = serve(
+        &model,
+        p_off,
+        &["--speculate".as_ref(), "off".as_ref()],
+        &[],
+        &tmp.join("off.log"),
+    );
+    let bodies = [
+        r#"{"messages": [{"role": "user", "content": "Copy this list: apples, oranges, pears, plums, apples, oranges, pears, plums, apples."}], "max_tokens": 48, "temperature": 0}"#,
+        r#"{"messages": [{"role": "user", "content": "Say 'red green blue' four times."}], "max_tokens": 40, "temperature": 0.7, "seed": 5, "logprobs": true, "top_logprobs": 2}"#,
+    ];
+    for body in bodies {
+        let a = http(p_auto, "POST", "/v1/chat/completions", Some(body)).expect("an answer");
+        let b = http(p_off, "POST", "/v1/chat/completions", Some(body)).expect("an answer");
+        assert_eq!(a.0, 200, "{}", a.1);
+        assert_eq!(b.0, 200, "{}", b.1);
+        let (ja, jb): (serde_json::Value, serde_json::Value) = (
+            serde_json::from_str(&a.1).unwrap(),
+            serde_json::from_str(&b.1).unwrap(),
+        );
+        assert_eq!(ja["choices"][0]["message"], jb["choices"][0]["message"]);
+        assert_eq!(ja["choices"][0]["logprobs"], jb["choices"][0]["logprobs"]);
+        assert_eq!(ja["usage"], jb["usage"]);
+    }
+    assert!(metric(p_auto, "inferd_accepted_draft_tokens_total") > 0.0);
+    assert_eq!(metric(p_off, "inferd_draft_tokens_total"), 0.0);
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+#[test]
+fn draft_flags_refuse_bad_values() {
+    for args in [
+        &["--draft-tokens", "0"][..],
+        &["--draft-tokens", "33"][..],
+        &["--speculate", "maybe"][..],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_inferd"))
+            .arg("serve")
+            .args(args)
+            .args(["--port", "0", "-m", "/nonexistent.gguf"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("draft") || err.contains("speculate"),
+            "{args:?}: {err}"
+        );
+    }
+}
