@@ -591,10 +591,12 @@ impl<B: Backend> Engine<B> {
         true
     }
 
-    /// Whether this step drafts: speculative decoding is on and at most
-    /// `draft_max_decodes` sequences decode (past that the scheduler gives drafts no room).
+    /// Whether this step drafts: speculative decoding is on, the model is not hybrid, and
+    /// at most `draft_max_decodes` sequences decode (the scheduler's own tests, which
+    /// give drafts no room otherwise).
     fn drafts_now(&self) -> bool {
         self.speculate.is_some()
+            && !self.kvm.is_stateful()
             && self
                 .seqs
                 .values()
