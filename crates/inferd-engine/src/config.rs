@@ -56,8 +56,9 @@ pub struct EngineConfig {
     pub mask_threads: Option<usize>,
     /// Speculative decoding with copy (n-gram) drafts (`None`: off). A decode checks
     /// its sequence's draft in the same pass, at most `sched.draft_budget` draft tokens
-    /// a step (0 there: 16 sequences' worth), and keeps what the model draws too: the
-    /// reply is plain decoding's, in fewer steps. Sequences under a grammar or with DRY,
+    /// a step (0 there: 16 sequences' worth; at most `sched.max_batch_tokens`), and keeps
+    /// what the model draws too: the reply is plain decoding's, in fewer steps (on a GPU
+    /// up to bf16 rounding: a draft row runs the prefill path). Sequences under a grammar or with DRY,
     /// and hybrid models, decode plainly. A step that drafts runs after the one before it
     /// has come back (a draft follows the token before it), so step overlap holds only in
     /// steps with more decodes than `sched.draft_max_decodes`. `INFERD_SPECULATE=1` sets

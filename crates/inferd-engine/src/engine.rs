@@ -45,6 +45,7 @@ pub fn start<B: Backend + 'static>(
         if cfg.sched.draft_budget == 0 {
             cfg.sched.draft_budget = 16 * spec.max_draft;
         }
+        cfg.sched.draft_budget = cfg.sched.draft_budget.min(cfg.sched.max_batch_tokens);
     } else {
         cfg.sched.draft_budget = 0;
     }
@@ -591,19 +592,23 @@ impl<B: Backend> Engine<B> {
         true
     }
 
-    /// Whether this step drafts: speculative decoding is on, the model is not hybrid, and
-    /// at most `draft_max_decodes` sequences decode (the scheduler's own tests, which
-    /// give drafts no room otherwise).
+    /// Whether this step drafts: speculative decoding is on, the model is not hybrid, at
+    /// most `draft_max_decodes` sequences decode (the scheduler's own tests, which give
+    /// drafts no room otherwise), and one of them may draft (else the step may overlap).
     fn drafts_now(&self) -> bool {
-        self.speculate.is_some()
-            && !self.kvm.is_stateful()
-            && self
-                .seqs
+        if self.speculate.is_none() || self.kvm.is_stateful() {
+            return false;
+        }
+        let decoding = || {
+            self.seqs
                 .values()
                 .filter(|s| s.admitted && s.sched.num_tokens() == s.sched.num_computed() + 1)
-                .take(self.draft_max_decodes.saturating_add(1))
-                .count()
-                <= self.draft_max_decodes
+        };
+        decoding()
+            .take(self.draft_max_decodes.saturating_add(1))
+            .count()
+            <= self.draft_max_decodes
+            && decoding().any(|s| s.may_draft())
     }
 
     /// Whether `out` can be queued behind `flight`'s draws: each chunk's tokens are known

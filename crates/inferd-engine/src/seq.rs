@@ -186,6 +186,11 @@ impl Seq {
         }
     }
 
+    /// Whether it may decode speculatively (no grammar, no DRY, not a context's build).
+    pub fn may_draft(&self) -> bool {
+        self.drafts_ok && self.build.is_none()
+    }
+
     /// The model drew `accepted` of its last draft's `drafted` tokens (its next drafts'
     /// length follows).
     pub fn draft_taken(&mut self, cfg: &SpecConfig, drafted: usize, accepted: usize) {
@@ -198,11 +203,10 @@ impl Seq {
     pub fn propose_draft(&mut self, cfg: &SpecConfig) {
         self.draft.clear();
         let decodes = self.admitted
-            && self.build.is_none()
             && self.sched.num_tokens() == self.tokens.len()
             && self.sched.num_computed() + 1 == self.tokens.len()
             && self.tokens.len() > self.prompt_len;
-        if !self.drafts_ok || !decodes {
+        if !self.may_draft() || !decodes {
             return;
         }
         let room = (self.max_tokens.saturating_sub(self.generated()))

@@ -30,11 +30,12 @@ fn speculative_replies_by_default_equal_plain_ones() {
     std::fs::create_dir_all(&tmp).unwrap();
     let (p_auto, p_off) = (free_port(), free_port());
     let _auto = serve(&model, p_auto, &[], &[], &tmp.join("auto.log"));
+    // `--speculate off` wins over the tests' variable that turns the engine's default on.
     let _off = serve(
         &model,
         p_off,
         &["--speculate".as_ref(), "off".as_ref()],
-        &[],
+        &[("INFERD_SPECULATE", "1")],
         &tmp.join("off.log"),
     );
     let bodies = [
@@ -65,6 +66,8 @@ fn draft_flags_refuse_bad_values() {
         &["--draft-tokens", "0"][..],
         &["--draft-tokens", "33"][..],
         &["--speculate", "maybe"][..],
+        &["--speculate", "off", "--draft-tokens", "4"][..],
+        &["--draft-budget", "0"][..],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_inferd"))
             .arg("serve")

@@ -28,9 +28,9 @@ pub struct SchedulerConfig {
     /// whole blocks), besides those at the end of prompts and turns.
     pub snapshot_interval: usize,
     /// Speculative decoding: draft tokens per step at most, all decodes together (0:
-    /// none). A decode takes its sequence's draft ([`SeqStore::draft_len`]) while this
-    /// and the step's token budget last, and only into free blocks: a draft never
-    /// preempts.
+    /// none). A decode takes its sequence's draft ([`SeqStore::draft_len`]) from what
+    /// the step's token budget and the free blocks leave after everything else: a draft
+    /// never preempts nor holds another chunk back.
     pub draft_budget: usize,
     /// No drafts in a step where more sequences than this decode: a draft pays where a
     /// decode costs its weights' bytes, which the draft's rows share, not where the
@@ -360,19 +360,8 @@ impl Scheduler {
         let mut order = self.running.clone();
         order.sort_by_key(|&id| (-st(seqs, id).priority, st(seqs, id).arrival));
 
-        // 1. decodes, each with its draft while the draft budget lasts
-        let decodes = order
-            .iter()
-            .filter(|&&id| {
-                let s = st(seqs, id);
-                s.num_tokens - s.num_computed == 1
-            })
-            .count();
-        let mut draft_budget = if kv.is_stateful() || decodes > self.cfg.draft_max_decodes {
-            0 // a recurrent state cannot take back rejected tokens
-        } else {
-            self.cfg.draft_budget
-        };
+        // 1. decodes
+        let mut decodes = Vec::new();
         for &id in &order {
             if !self.running.contains(&id) || budget == 0 {
                 continue;
@@ -382,13 +371,9 @@ impl Scheduler {
                 continue;
             }
             let pos = s.num_computed;
-            let mut drafts = seqs.draft_len(id).min(draft_budget).min(budget - 1);
-            if drafts > 0 && kv.allocate_slots(id, pos + 1 + drafts).is_none() {
-                drafts = 0;
-            }
-            if self.grow(seqs, id, pos + 1 + drafts, kv, &mut out) {
-                budget -= 1 + drafts;
-                draft_budget -= drafts;
+            if self.grow(seqs, id, pos + 1, kv, &mut out) {
+                budget -= 1;
+                decodes.push(id);
                 let new_blocks = Self::new_blocks(seqs, id, kv);
                 let snapshot = points
                     .filter(|_| kv.is_stateful())
@@ -396,11 +381,11 @@ impl Scheduler {
                 out.chunks.push(ScheduledChunk {
                     seq: id,
                     start_pos: pos,
-                    n_tokens: 1 + drafts,
+                    n_tokens: 1,
                     new_blocks,
                     samples: true,
                     snapshot,
-                    drafts,
+                    drafts: 0,
                 });
             }
         }
@@ -526,7 +511,58 @@ impl Scheduler {
                 drafts: 0,
             });
         }
+
+        // 4. drafts, from what the step left
+        self.add_drafts(seqs, kv, &mut out, &decodes);
         out
+    }
+
+    /// Speculative decoding: each decode's draft ([`SeqStore::draft_len`]) from what the
+    /// step left: the token budget after every decode, prefill and admission (within
+    /// `draft_budget`), and free blocks only, so a draft never preempts nor holds another
+    /// chunk back; a draft that does not fit whole is cut to what fits. None while more
+    /// than `draft_max_decodes` sequences decode, nor for hybrid models (a recurrent state
+    /// cannot take back rejected tokens). Drafted decodes then go after the plain ones
+    /// (a backend that runs a pass's leading one-token decodes by a kernel of their own
+    /// keeps every plain decode there).
+    fn add_drafts(
+        &self,
+        seqs: &mut dyn SeqStore,
+        kv: &mut KvManager,
+        out: &mut SchedulerOutput,
+        decodes: &[SeqId],
+    ) {
+        if self.cfg.draft_budget == 0
+            || kv.is_stateful()
+            || decodes.len() > self.cfg.draft_max_decodes
+        {
+            return;
+        }
+        let used: usize = out.chunks.iter().map(|c| c.n_tokens).sum();
+        let mut left = self
+            .cfg
+            .max_batch_tokens
+            .saturating_sub(used)
+            .min(self.cfg.draft_budget);
+        let n_decodes = out
+            .chunks
+            .iter()
+            .take_while(|c| decodes.contains(&c.seq))
+            .count();
+        for c in &mut out.chunks[..n_decodes] {
+            let mut d = seqs.draft_len(c.seq).min(left);
+            while d > 0 && kv.allocate_slots(c.seq, c.start_pos + 1 + d).is_none() {
+                d -= 1;
+            }
+            if d > 0 {
+                c.n_tokens += d;
+                c.drafts = d;
+                left -= d;
+                c.new_blocks.extend(Self::new_blocks(seqs, c.seq, kv));
+            }
+        }
+        // A stable sort: plain decodes, then drafted ones, each in their order.
+        out.chunks[..n_decodes].sort_by_key(|c| c.drafts > 0);
     }
 }
 

@@ -702,16 +702,85 @@ fn drafts_ride_with_decodes_within_their_budget_and_never_preempt() {
     assert_eq!(sched.seqs[&1].num_computed(), 8);
     assert_eq!(sched.seqs[&1].num_tokens(), 9);
     // Sequence 1 decodes at 8, sequence 2 at 5. The pool's 5 blocks are all taken: 1
-    // holds 3 (12 tokens), 2 holds 2 (8 tokens). A draft of 4 needs 13 tokens for 1 and
-    // 10 for 2, a block more each: none is free, so both decode alone, and nobody is
-    // preempted for a draft.
+    // holds 3 (12 tokens), 2 holds 2 (8 tokens). A draft of 4 would need a block more
+    // for each: none is free, so each is cut to what its blocks hold (3 for 1; 2 for 2,
+    // which the budget's 3 left would allow), and nobody is preempted for a draft.
     let out = sched.s.schedule(&mut Drafting(&mut sched.seqs, 4), &mut kv);
     let got: Vec<(u64, usize, usize, usize)> = out
         .chunks
         .iter()
         .map(|c| (c.seq, c.start_pos, c.n_tokens, c.drafts))
         .collect();
-    assert_eq!(got, vec![(1, 8, 1, 0), (2, 5, 1, 0)]);
+    assert_eq!(got, vec![(1, 8, 4, 3), (2, 5, 3, 2)]);
+    assert!(out.preempted.is_empty());
+}
+
+/// Records where sequence `.1` proposes `.2` draft tokens, the others none.
+struct OneDrafts<'a>(&'a mut HashMap<SeqId, SeqState>, SeqId, usize);
+
+impl SeqStore for OneDrafts<'_> {
+    fn state(&self, id: SeqId) -> Option<&SeqState> {
+        self.0.get(&id)
+    }
+
+    fn state_mut(&mut self, id: SeqId) -> Option<&mut SeqState> {
+        self.0.get_mut(&id)
+    }
+
+    fn tokens(&self, _: SeqId) -> &[u32] {
+        &[]
+    }
+
+    fn draft_len(&self, id: SeqId) -> usize {
+        if id == self.1 {
+            self.2
+        } else {
+            0
+        }
+    }
+}
+
+#[test]
+fn drafts_take_only_what_decodes_prefills_and_blocks_leave_and_go_after_plain_decodes() {
+    let cfg = SchedulerConfig {
+        max_batch_tokens: 8,
+        max_prefill_tokens: 8,
+        max_prefill_tokens_decoding: 4,
+        draft_budget: 64,
+        ..Default::default()
+    };
+    let mut sched = Sched::new(cfg);
+    // 10 blocks of 4 tokens.
+    let mut kv = KvManager::new(10, 4);
+    for id in 1..=2 {
+        sched.add(Request {
+            id,
+            prompt_len: 4,
+            ..Default::default()
+        });
+    }
+    let out = sched.schedule(&mut kv);
+    assert_eq!(out.chunks.len(), 2);
+    sched.commit(&out);
+    // A long prompt arrives; 1 proposes 6 draft tokens, 2 none. The two decodes (2
+    // tokens) and the prompt's slice (4 while others decode) leave 2 of the 8 tokens:
+    // 1's draft is cut to 2, and it goes after 2's plain decode.
+    sched.add(Request {
+        id: 3,
+        prompt_len: 12,
+        ..Default::default()
+    });
+    let out = sched
+        .s
+        .schedule(&mut OneDrafts(&mut sched.seqs, 1, 6), &mut kv);
+    let got: Vec<(u64, usize, usize, usize)> = out
+        .chunks
+        .iter()
+        .map(|c| (c.seq, c.start_pos, c.n_tokens, c.drafts))
+        .collect();
+    assert_eq!(got, vec![(2, 4, 1, 0), (1, 4, 3, 2), (3, 0, 4, 0)]);
+    // Blocks: 1 holds 2 (its draft reaches 7), 2 holds 2, 3 holds 1.
+    assert_eq!(kv.pool().num_free(), 5);
     assert!(out.preempted.is_empty());
 }
 

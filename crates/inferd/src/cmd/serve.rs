@@ -126,8 +126,9 @@ pub struct Args {
     /// Speculative decoding with copy drafts: a decode also checks the tokens that
     /// followed the latest earlier occurrence of its last few tokens (in its prompt or
     /// reply), in the same pass, and keeps those the model draws too. The reply is
-    /// plain decoding's, token for token; replies that copy (code edits, quotes, lists)
-    /// take fewer steps. Not for requests under a grammar or with DRY, nor hybrid models.
+    /// plain decoding's, token for token on the CPU (on a GPU up to bf16 rounding: a draft
+    /// row runs the prefill kernels); replies that copy (code edits, quotes, lists) take
+    /// fewer steps. Not for requests under a grammar or with DRY, nor hybrid models.
     /// A step that drafts does not overlap the one before. auto: on for the CPU, off on a
     /// GPU (not measured there yet).
     #[arg(long, value_parser = ["auto", "on", "off"], default_value = "auto")]
@@ -288,7 +289,18 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(v) = a.max_running {
         engine_cfg.sched.max_running = v;
     }
-    if a.speculate == "on" || (a.speculate == "auto" && !on_gpu) {
+    let speculate = a.speculate == "on" || (a.speculate == "auto" && !on_gpu);
+    if !speculate && (a.draft_tokens, a.draft_budget, a.draft_max_decodes) != (None, None, None) {
+        bail!(
+            "--draft-tokens, --draft-budget and --draft-max-decodes need speculative decoding \
+             (--speculate on; auto is off on a GPU)"
+        );
+    }
+    if a.draft_budget == Some(0) {
+        bail!("--draft-budget must be at least 1 (--speculate off turns drafts off)");
+    }
+    engine_cfg.speculate = None;
+    if speculate {
         let spec = inferd_core::spec::SpecConfig {
             max_draft: a
                 .draft_tokens
