@@ -101,7 +101,18 @@ impl NgramDrafter {
             // The suffix itself ends at `len`, which has nothing after it yet; a match
             // ends earlier (indexed ends stop at len - 1).
             if end < len && end >= n && &tokens[end - n..end] == suffix {
-                return tokens[end..len.min(end + max)].to_vec();
+                // What followed, read on past the end into the draft itself: a match
+                // `p` tokens back says the sequence repeats with period `p`, so a loop
+                // gets a whole draft, not one period of it.
+                let mut draft = Vec::with_capacity(max);
+                for j in 0..max {
+                    let t = match tokens.get(end + j) {
+                        Some(&t) => t,
+                        None => draft[end + j - len],
+                    };
+                    draft.push(t);
+                }
+                return draft;
             }
         }
         Vec::new()
@@ -144,15 +155,19 @@ mod tests {
     }
 
     #[test]
-    fn a_longer_match_wins_and_a_draft_stops_at_the_end() {
+    fn a_longer_match_wins_and_a_draft_reads_on_past_the_end() {
         let mut d = NgramDrafter::default();
         // Suffix "5 1 2": the 3-gram occurs once (followed by 3), the 2-gram "1 2" later
         // (followed by 7).
         let t = [5, 1, 2, 3, 0, 1, 2, 7, 5, 1, 2];
         assert_eq!(d.propose(&cfg(), &t, 4), vec![3, 0, 1, 2]);
-        // A match close to the end proposes only what there is: "4 4" after "4 4".
+        // A match close to the end reads on into the draft: "4 4" after "4 4" repeats,
+        // and "7 8 9 7 8" continues its period of 3.
         let t = [4, 4, 4];
-        assert_eq!(d.propose(&cfg(), &t, 4), vec![4]);
+        assert_eq!(d.propose(&cfg(), &t, 4), vec![4, 4, 4, 4]);
+        let mut d = NgramDrafter::default();
+        let t = [1, 7, 8, 9, 7, 8];
+        assert_eq!(d.propose(&cfg(), &t, 4), vec![9, 7, 8, 9]);
     }
 
     #[test]
