@@ -58,8 +58,10 @@ pub struct EngineConfig {
     /// its sequence's draft in the same pass, at most `sched.draft_budget` draft tokens
     /// a step (0 there: 16 sequences' worth; at most `sched.max_batch_tokens`), and keeps
     /// what the model draws too: the reply is plain decoding's, in fewer steps (on a GPU
-    /// up to bf16 rounding: a draft row runs the prefill path). Sequences under a grammar or with DRY,
-    /// and hybrid models, decode plainly. A step that drafts runs after the one before it
+    /// up to bf16 rounding: a draft row runs the prefill path). A constrained sequence's
+    /// draft is cut to what its grammar allows and each position drawn under its own
+    /// mask; DRY sees the draft tokens before each position. Hybrid models decode
+    /// plainly. A step that drafts runs after the one before it
     /// has come back (a draft follows the token before it), so step overlap holds only in
     /// steps with more decodes than `sched.draft_max_decodes`. `INFERD_SPECULATE=1` sets
     /// the default on.

@@ -35,13 +35,14 @@ impl<B: Backend> Engine<B> {
         let Some(seq) = self.seqs.get_mut(&id) else {
             return;
         };
+        let usable = seq.usable_draws();
         let draft = std::mem::take(&mut seq.draft);
-        let mut kept = 0;
-        let mut last = 0;
+        seq.draft_masks.clear();
+        let mut kept = Vec::with_capacity(draws.len());
         let mut going = true;
         for (i, s) in draws.into_iter().enumerate() {
-            kept += 1;
-            last = s.token;
+            let last = s.token;
+            kept.push(last);
             let mut end = None;
             match seq.accept(s.token) {
                 Verdict::Continue => {}
@@ -74,24 +75,26 @@ impl<B: Backend> Engine<B> {
                 end,
                 cached: seq.cached,
             });
-            // The model drew something else than the draft token here: the rest is off.
-            if !going || draft.get(i) != Some(&last) {
+            // The model drew something else than the draft token here (or the grammar
+            // could not go on past it): the rest is off.
+            if !going || i + 1 >= usable || draft.get(i) != Some(&last) {
                 break;
             }
         }
         if draft.is_empty() {
             return;
         }
+        let accepted = kept.len() - 1;
         l.drafted += draft.len() as u64;
-        l.accepted += kept as u64 - 1;
+        l.accepted += accepted as u64;
         if let Some(spec) = &self.speculate {
-            seq.draft_taken(spec, draft.len(), kept - 1);
+            seq.draft_taken(spec, draft.len(), accepted);
         }
         // The accepted drafts' KV is computed, also for a reply that ends here (its
         // session parks it).
-        self.sched.accept_drafts(&mut self.seqs, id, kept - 1);
+        self.sched.accept_drafts(&mut self.seqs, id, accepted);
         if going {
-            self.runner.settle(id, kept, last);
+            self.runner.settle(id, &kept);
         }
     }
 }

@@ -59,12 +59,14 @@ pub(crate) struct Seq {
     /// Under a constraint: the ids that end the reply (the grammar allows them only
     /// where it may end, `ignore_eos` or not).
     grammar_eos: Vec<u32>,
-    /// May it decode speculatively (no grammar, no DRY: their state follows each
-    /// drawn token, which a draft position cannot see)?
-    drafts_ok: bool,
-    /// Its draft for the next decode (speculative decoding), cut to what the scheduler
-    /// gave room to; the tokens the model checks after its last token.
+    /// Its draft for the next decode (speculative decoding), cut to what the grammar
+    /// allows and the scheduler gave room to; the tokens the model checks after its
+    /// last token.
     pub draft: Vec<u32>,
+    /// Under a constraint: the masks of the draft's positions (after its first 1, 2, ..
+    /// tokens), computed with this step's mask; fewer than the draft where the reply
+    /// cannot go on, and then the draws past them are not taken.
+    pub draft_masks: Vec<TokenMask>,
     /// Where its drafts come from: its tokens' n-gram index, grown as they are.
     drafter: NgramDrafter,
 }
@@ -108,10 +110,9 @@ impl Seq {
         } else {
             tokenizer.stop_ids().to_vec()
         };
-        let drafts_ok = req.constraint.is_none() && !req.sampling.dry.is_on();
         Seq {
-            drafts_ok,
             draft: Vec::new(),
+            draft_masks: Vec::new(),
             drafter: NgramDrafter::default(),
             sched,
             prompt_len: req.prompt.len(),
@@ -156,11 +157,16 @@ impl Seq {
         self.stops && self.parks_under().is_some()
     }
 
-    /// Computes this step's mask (a constrained sequence only). Runs on the mask
-    /// thread while the forward pass runs.
+    /// Computes this step's mask (a constrained sequence only), and its draft's
+    /// positions' masks. Runs on the mask thread while the forward pass runs.
     pub fn prepare_mask(&mut self) {
         if let Some(c) = &mut self.constraint {
             self.mask = Some(c.mask());
+            self.draft_masks = if self.draft.is_empty() {
+                Vec::new()
+            } else {
+                c.draft_masks(&self.draft)
+            };
         }
     }
 
@@ -174,7 +180,8 @@ impl Seq {
     }
 
     /// What the runner needs to draw this sequence's next token: its history and this
-    /// step's `mask` (and its draft, when it decodes speculatively).
+    /// step's `mask` (and its draft with its positions' masks, when it decodes
+    /// speculatively).
     pub fn draw(&self, id: u64, mask: Option<TokenMask>) -> Draw<'_> {
         let (prompt, generated) = self.tokens.split_at(self.prompt_len);
         Draw {
@@ -183,12 +190,23 @@ impl Seq {
             generated,
             mask,
             drafts: &self.draft,
+            draft_masks: &self.draft_masks,
         }
     }
 
-    /// Whether it may decode speculatively (no grammar, no DRY, not a context's build).
+    /// How many of a drafted step's draws may be taken: all (`1 + draft`) unless the
+    /// grammar could not go on past some draft position (its mask was not made).
+    pub fn usable_draws(&self) -> usize {
+        if self.constraint.is_some() && !self.draft.is_empty() {
+            1 + self.draft_masks.len()
+        } else {
+            1 + self.draft.len()
+        }
+    }
+
+    /// Whether it may decode speculatively (not a context's build).
     pub fn may_draft(&self) -> bool {
-        self.drafts_ok && self.build.is_none()
+        self.build.is_none()
     }
 
     /// The model drew `accepted` of its last draft's `drafted` tokens (its next drafts'
@@ -215,6 +233,14 @@ impl Seq {
         let max = cfg.max_draft.min(room);
         if max > 0 {
             self.draft = self.drafter.propose(cfg, &self.tokens, max);
+        }
+        if let Some(c) = &mut self.constraint {
+            // No draft past the end of the reply, nor past what the grammar allows.
+            if let Some(end) = self.draft.iter().position(|t| self.grammar_eos.contains(t)) {
+                self.draft.truncate(end);
+            }
+            let valid = c.valid_prefix(&self.draft);
+            self.draft.truncate(valid);
         }
     }
 

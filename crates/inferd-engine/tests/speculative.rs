@@ -6,10 +6,12 @@
 mod common;
 
 use common::*;
-use inferd_core::sampling::SamplingParams;
+use inferd_core::sampling::{Dry, SamplingParams};
 use inferd_core::sched::SchedulerConfig;
 use inferd_core::spec::SpecConfig;
 use inferd_engine::{EngineConfig, EngineHandle, GenRequest, KvBudget};
+use inferd_grammar::{AnswerFormat, ReplyFormat};
+use serde_json::json;
 
 fn with_spec(on: bool, cfg: EngineConfig) -> EngineConfig {
     EngineConfig {
@@ -165,5 +167,75 @@ fn overlapped_steps_and_drafting_steps_mix_without_changing_replies() {
     assert_same(&want, &got, "overlap and drafts mixed");
     let st = e.stats();
     assert!(st.accepted_draft_tokens_total > 0, "{st:?}");
+    e.shutdown();
+}
+
+#[test]
+fn constrained_and_dry_replies_draft_and_equal_plain_ones() {
+    let Some(plain) = engine(with_spec(false, config())) else {
+        return;
+    };
+    let chat = |t: &str| {
+        let text = format!("<|im_start|>user\n{t}<|im_end|>\n<|im_start|>assistant\n");
+        plain.tokenizer.encode(&text, false).unwrap()
+    };
+    let grammars = plain.grammars.as_ref().expect("SmolLM2 can be constrained");
+    let schema = json!({"type": "object", "properties": {
+        "name": {"type": "string"},
+        "items": {"type": "array", "items": {"type": "string"}}
+    }, "required": ["name", "items"], "additionalProperties": false});
+    let format = ReplyFormat {
+        answer: Some(AnswerFormat::JsonSchema {
+            schema,
+            strict: true,
+        }),
+        calls: None,
+    };
+    let dry = Dry {
+        multiplier: 0.8,
+        ..Dry::default()
+    };
+    let json_prompt = chat(
+        r#"Return this JSON exactly: {"name": "fruit", "items": ["apples", "oranges", "pears", "plums", "apples", "oranges", "pears", "plums"]}"#,
+    );
+    // Held to the schema, with DRY as structured replies get it; greedy and seeded.
+    let mut reqs = Vec::new();
+    for seed in [None, Some(9)] {
+        let mut r = GenRequest::greedy(json_prompt.clone(), 80);
+        r.constraint = Some(grammars.compile(&format).unwrap());
+        r.sampling.dry = dry.clone();
+        if let Some(seed) = seed {
+            r.sampling.temperature = 0.6;
+            r.sampling.seed = Some(seed);
+        }
+        reqs.push(r);
+    }
+    // DRY alone, on a reply that copies.
+    let mut r = GenRequest::greedy(
+        chat("Copy this list: apples, oranges, pears, plums, apples, oranges, pears, plums."),
+        48,
+    );
+    r.sampling.dry = dry;
+    reqs.push(r);
+    let want: Vec<Output> = reqs.iter().map(|r| run_one(&plain, r.clone())).collect();
+    plain.shutdown();
+    let e = engine(with_spec(true, config())).unwrap();
+    let mut accepted = Vec::new();
+    let got: Vec<Output> = reqs
+        .iter()
+        .map(|r| {
+            let before = e.stats().accepted_draft_tokens_total;
+            let out = run_one(&e, r.clone());
+            accepted.push(e.stats().accepted_draft_tokens_total - before);
+            out
+        })
+        .collect();
+    assert_same(&want, &got, "constrained and DRY, speculative");
+    // Each of them took drafts: the grammar's masks and DRY's breakers at each draft
+    // position are what plain decoding had there.
+    assert!(
+        accepted.iter().all(|&a| a > 0),
+        "accepted drafts: {accepted:?}"
+    );
     e.shutdown();
 }

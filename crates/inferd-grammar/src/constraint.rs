@@ -76,6 +76,37 @@ impl Constraint {
             .map_err(|e| GrammarError::Failed(crate::error::brief(&e.to_string())))
     }
 
+    /// How many of `tokens`, in order from the current state, the grammar allows (the
+    /// state is left as it was): a speculative draft is cut to these.
+    pub fn valid_prefix(&mut self, tokens: &[u32]) -> usize {
+        self.matcher.validate_tokens(tokens).unwrap_or(0)
+    }
+
+    /// The masks a speculative draft's positions are drawn under: the mask after each
+    /// of `draft`'s first `i` tokens, for `i` in `1 ..= draft.len()` (the draft must be
+    /// [`valid_prefix`](Constraint::valid_prefix)), the state then put back. Stops at
+    /// the first position with no mask (the reply cannot go on there), so it may return
+    /// fewer.
+    pub fn draft_masks(&mut self, draft: &[u32]) -> Vec<TokenMask> {
+        let mut masks = Vec::with_capacity(draft.len());
+        let mut committed = 0;
+        for &t in draft {
+            if self.commit(t).is_err() {
+                break;
+            }
+            committed += 1;
+            match self.mask() {
+                Ok(m) => masks.push(m),
+                Err(_) => break,
+            }
+        }
+        if self.matcher.rollback(committed).is_err() {
+            // Not expected (every commit here succeeded); the reply's next mask reports it.
+            masks.clear();
+        }
+        masks
+    }
+
     /// The grammar is complete and nothing may follow (only end of sequence).
     pub fn is_finished(&self) -> bool {
         self.matcher.is_stopped()

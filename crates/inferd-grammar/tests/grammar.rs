@@ -376,3 +376,41 @@ fn unsatisfiable_schemas_fail_at_compile_without_parser_dumps() {
         }
     }
 }
+
+#[test]
+fn a_drafts_masks_are_those_plain_commits_give_and_the_state_is_put_back() {
+    let Some((tok, n)) = smollm2() else { return };
+    let g = Grammars::new(tok.clone(), n).unwrap();
+    let schema = json!({
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city", "days"],
+        "additionalProperties": false
+    });
+    let mut c = g.compile(&answer(schema.clone())).unwrap();
+    let head = tok.encode(r#"{"city": "Pa"#, false).unwrap();
+    for &t in &head {
+        c.commit(t).unwrap();
+    }
+    // A draft that the grammar allows for 4 tokens, then breaks it (a key the schema
+    // lacks after the city).
+    let good = tok.encode(r#"ris", "days": 3}"#, false).unwrap();
+    let mut draft = good[..4].to_vec();
+    draft.extend(tok.encode(r#"ris", "town"#, false).unwrap());
+    let valid = c.valid_prefix(&draft);
+    assert!(
+        valid >= 4 && valid < draft.len(),
+        "{valid} of {}",
+        draft.len()
+    );
+    let before = c.mask().unwrap();
+    let masks = c.draft_masks(&draft[..valid]);
+    assert_eq!(masks.len(), valid);
+    // The state is where it was: the same mask, and the plain commits give the same
+    // masks one by one.
+    assert_eq!(c.mask().unwrap().words(), before.words());
+    for (i, &t) in draft[..valid].iter().enumerate() {
+        c.commit(t).unwrap();
+        assert_eq!(c.mask().unwrap().words(), masks[i].words(), "position {i}");
+    }
+}

@@ -203,7 +203,8 @@ impl<B: Backend> ModelRunner<B> {
             logits_rows.insert(s, (next, n));
             next += n;
         }
-        // A speculative draw's histories: the i-th position's has the first i drafts.
+        // A speculative draw's histories: the i-th position's has the first i drafts,
+        // in the tokens (penalties) and in DRY's breakers.
         let histories: Vec<Vec<Vec<u32>>> = draws
             .iter()
             .map(|d| {
@@ -212,24 +213,43 @@ impl<B: Backend> ModelRunner<B> {
                     .collect()
             })
             .collect();
+        let dry_histories: Vec<Vec<Vec<bool>>> = draws
+            .iter()
+            .map(|d| {
+                let Some(r) = self.rows.get(d.seq).filter(|r| r.dry.is_some()) else {
+                    return Vec::new();
+                };
+                let base = r.dry.as_ref().map_or(&[][..], |(_, b)| b.as_slice());
+                let flags: Vec<bool> = d
+                    .drafts
+                    .iter()
+                    .map(|&t| r.breaker(t).unwrap_or(false))
+                    .collect();
+                (1..=d.drafts.len())
+                    .map(|i| [base, &flags[..i]].concat())
+                    .collect()
+            })
+            .collect();
         let mut rows = self.rows.many_mut(draws.iter().map(|d| d.seq));
         let mut sample_rows = Vec::with_capacity(draws.len());
         let mut seqs = Vec::with_capacity(draws.len());
-        for (d, history) in draws.iter().zip(&histories) {
+        for ((d, history), dry_history) in draws.iter().zip(&histories).zip(&dry_histories) {
             let (row, n) = *logits_rows.get(&d.seq).ok_or_else(|| {
                 RuntimeError::BadBatch(format!("sequence {} has no logits row", d.seq))
             })?;
             let r = rows.remove(&d.seq).ok_or_else(|| {
                 RuntimeError::BadBatch(format!("sequence {} has no row or draws twice", d.seq))
             })?;
+            let masked = !d.drafts.is_empty() && d.mask.is_some();
             if n != 1 + d.drafts.len()
-                || (!d.drafts.is_empty() && (d.mask.is_some() || r.dry.is_some()))
+                || (masked && d.draft_masks.is_empty())
+                || d.draft_masks.len() > d.drafts.len()
             {
                 return Err(RuntimeError::BadBatch(format!(
-                    "sequence {}: {} draft tokens drawn over {n} logits rows (a draft \
-                     takes no mask and no DRY)",
+                    "sequence {}: {} draft tokens ({} masks) drawn over {n} logits rows",
                     d.seq,
-                    d.drafts.len()
+                    d.drafts.len(),
+                    d.draft_masks.len()
                 )));
             }
             let breaks = r.dry.as_ref().map_or(&[][..], |(_, b)| b.as_slice());
@@ -245,12 +265,18 @@ impl<B: Backend> ModelRunner<B> {
                 },
             });
             for (i, (fork, generated)) in r.forks.iter_mut().zip(history).enumerate() {
+                // Positions past the grammar's masks are drawn under the last one, and
+                // not taken (`Seq::usable_draws`).
+                let mask = d.draft_masks.get(i).or(d.draft_masks.last());
                 sample_rows.push(SampleRow {
                     row: row + 1 + i,
                     sampler: fork,
                     prompt: d.prompt,
                     generated,
-                    extra: Extra::default(),
+                    extra: Extra {
+                        allowed: mask.filter(|_| masked).map(TokenMask::words),
+                        breaks: dry_history.get(i).map_or(&[][..], Vec::as_slice),
+                    },
                 });
             }
             seqs.extend(std::iter::repeat_n(d.seq, n));
@@ -291,11 +317,10 @@ impl<B: Backend> ModelRunner<B> {
     }
 
     /// A speculative draw of `seq` came back and the engine kept `kept` of its tokens,
-    /// `last` the newest (see [`rows::Row::settle`]). A row that drew no draft is left
-    /// as it is.
-    pub fn settle(&mut self, seq: SeqId, kept: usize, last: u32) {
+    /// in order (see [`rows::Row::settle`]). A row that drew no draft is left as it is.
+    pub fn settle(&mut self, seq: SeqId, kept: &[u32]) {
         if let Some(r) = self.rows.get_mut(seq).filter(|r| !r.forks.is_empty()) {
-            r.settle(kept, last);
+            r.settle(kept);
         }
     }
 

@@ -64,20 +64,44 @@ impl Row {
         }
     }
 
-    /// A speculative step's draws came back and the engine kept `kept` of them (the
-    /// first always; then each draft token the model drew too, and the draw after),
-    /// `last` the newest: the row's sampler is the one that drew it, and its position
-    /// goes back to the first rejected draft's, whose KV later chunks write over.
-    pub fn settle(&mut self, kept: usize, last: u32) {
+    /// A speculative step's draws came back and the engine kept `kept` of them, in order
+    /// (the first always; then each draft token the model drew too, and the draw after):
+    /// the row's sampler is the one that drew the last, its position goes back to the
+    /// first rejected draft's (whose KV later chunks write over), and DRY's history
+    /// takes the kept tokens.
+    pub fn settle(&mut self, kept: &[u32]) {
         let forks = std::mem::take(&mut self.forks);
-        let rejected = forks.len() + 1 - kept.clamp(1, forks.len() + 1);
-        if kept >= 2 {
-            if let Some(f) = forks.into_iter().nth(kept - 2) {
+        let drafts = forks.len();
+        let n = kept.len().clamp(1, drafts + 1);
+        if n >= 2 {
+            if let Some(f) = forks.into_iter().nth(n - 2) {
                 self.sampler = f;
             }
         }
-        self.position = self.position.map(|p| p - rejected);
-        self.last_drawn = Some(Drawn::Known(last));
+        self.position = self.position.map(|p| p - (drafts + 1 - n));
+        if let Some(&last) = kept.last() {
+            self.last_drawn = Some(Drawn::Known(last));
+        }
+        for &t in kept {
+            self.note_breaker(t);
+        }
+    }
+
+    /// Whether `token` breaks DRY's repeats (None: the row has no DRY).
+    pub fn breaker(&self, token: u32) -> Option<bool> {
+        let (tok, _) = self.dry.as_ref()?;
+        let text = tok.decode(&[token], false).unwrap_or_default();
+        let breakers = &self.sampler.params().dry.sequence_breakers;
+        Some(breakers.iter().any(|b| text.contains(b.as_str())))
+    }
+
+    /// DRY's history takes a drawn token.
+    fn note_breaker(&mut self, token: u32) {
+        if let Some(b) = self.breaker(token) {
+            if let Some((_, breaks)) = &mut self.dry {
+                breaks.push(b);
+            }
+        }
     }
 
     /// A token drawn (known on the host now): the next decode's input unless the row has
@@ -87,11 +111,7 @@ impl Row {
             Some(Drawn::OnDevice { call: c, .. }) if c != call => {}
             _ => self.last_drawn = Some(Drawn::Known(token)),
         }
-        if let Some((tok, breaks)) = &mut self.dry {
-            let text = tok.decode(&[token], false).unwrap_or_default();
-            let breakers = &self.sampler.params().dry.sequence_breakers;
-            breaks.push(breakers.iter().any(|b| text.contains(b.as_str())));
-        }
+        self.note_breaker(token);
     }
 }
 

@@ -92,9 +92,14 @@ pub(crate) struct Draw<'a> {
     pub mask: Option<TokenMask>,
     /// Its chunk's draft tokens (speculative decoding): `1 + drafts.len()` tokens are
     /// drawn, the `i`-th as plain decoding would draw it had `drafts[..i]` been drawn
-    /// before it (its sampler's state that many draws on, that history). Such a row has
-    /// no mask and no DRY; [`super::ModelRunner::settle`] then says how many were kept.
+    /// before it (its sampler's state that many draws on, that history, DRY's breakers
+    /// and the grammar's mask after them); [`super::ModelRunner::settle`] then says which
+    /// were kept.
     pub drafts: &'a [u32],
+    /// Under a grammar: the mask of each draft position (the `i`-th after `drafts[..=i]`);
+    /// positions past them (the reply could not go on) are drawn under the last one, and
+    /// not taken.
+    pub draft_masks: &'a [TokenMask],
 }
 
 /// What a step returns: the tokens drawn for the step's `draws`, in order (a draw with

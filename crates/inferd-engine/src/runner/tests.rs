@@ -91,6 +91,7 @@ fn run(
             generated,
             mask: None,
             drafts: &[],
+            draft_masks: &[],
         })
         .collect();
     let out = r.collect(l, &draws).expect("collect");
@@ -295,6 +296,7 @@ fn a_speculative_row_draws_what_plain_decoding_draws() {
         generated: &got,
         mask: None,
         drafts: &drafts,
+        draft_masks: &[],
     };
     let out = r.collect(l, &[draw]).expect("collect");
     let drawn: Vec<u32> = out.sampled.iter().map(|(_, s)| s.token).collect();
@@ -302,7 +304,7 @@ fn a_speculative_row_draws_what_plain_decoding_draws() {
     // The first three draws are plain's; the third is not the draft, so it ends there.
     assert_eq!(drawn[..3], plain[1..4]);
     got.extend_from_slice(&drawn[..3]);
-    r.settle(1, 3, got[got.len() - 1]);
+    r.settle(1, &drawn[..3]);
     // Its position is back at the rejected draft's: the next decode writes over it.
     assert_eq!(r.rows.get(1).unwrap().position, Some(a.len() + 3));
     let mut d = chunk(1, a.len() + 3, &[], &[], true);
@@ -326,11 +328,12 @@ fn a_speculative_row_draws_what_plain_decoding_draws() {
         generated: &got,
         mask: None,
         drafts: &drafts,
+        draft_masks: &[],
     };
     let out = r.collect(l, &[draw]).expect("collect");
     got.extend(out.sampled.iter().map(|(_, s)| s.token));
     assert_eq!(got, plain[..8]);
-    r.settle(1, 3, got[7]);
+    r.settle(1, &got[5..8]);
     assert_eq!(r.rows.get(1).unwrap().position, Some(a.len() + 7));
     // A draft over the wrong number of rows is refused.
     let mut c = chunk(1, a.len() + 7, &[got[7], 1, 2], &[], true);
@@ -346,6 +349,7 @@ fn a_speculative_row_draws_what_plain_decoding_draws() {
         generated: &got,
         mask: None,
         drafts: &[1],
+        draft_masks: &[],
     };
     assert!(r.collect(l, &[draw]).is_err());
 }

@@ -128,7 +128,8 @@ pub struct Args {
     /// reply), in the same pass, and keeps those the model draws too. The reply is
     /// plain decoding's, token for token on the CPU (on a GPU up to bf16 rounding: a draft
     /// row runs the prefill kernels); replies that copy (code edits, quotes, lists) take
-    /// fewer steps. Not for requests under a grammar or with DRY, nor hybrid models.
+    /// fewer steps (also under a JSON Schema or a forced tool call: a draft is cut to what
+    /// the grammar allows). Not for hybrid models.
     /// A step that drafts does not overlap the one before. auto: on for the CPU, off on a
     /// GPU (not measured there yet).
     #[arg(long, value_parser = ["auto", "on", "off"], default_value = "auto")]
