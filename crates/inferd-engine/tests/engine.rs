@@ -40,14 +40,6 @@ fn all_freed(e: &EngineHandle) {
     );
 }
 
-fn assert_same(a: &[Output], b: &[Output], what: &str) {
-    for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        assert_eq!(x.tokens, y.tokens, "{what}: request {i} differs");
-        assert_eq!(x.text, y.text, "{what}: request {i} text differs");
-        assert_eq!(x.finish, y.finish, "{what}: request {i} finish differs");
-    }
-}
-
 #[test]
 fn sixteen_concurrent_greedy_requests_match_their_solo_runs() {
     let Some(e) = engine(config()) else { return };

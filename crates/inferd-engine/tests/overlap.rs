@@ -48,19 +48,6 @@ fn requests(e: &EngineHandle, n: usize) -> Vec<GenRequest> {
         .collect()
 }
 
-fn assert_same(a: &[Output], b: &[Output], what: &str) {
-    assert_eq!(a.len(), b.len());
-    for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        assert_eq!(x.tokens, y.tokens, "{what}: request {i} tokens differ");
-        assert_eq!(x.text, y.text, "{what}: request {i} text differs");
-        assert_eq!(x.finish, y.finish, "{what}: request {i} finish differs");
-        assert_eq!(
-            x.completion_tokens, y.completion_tokens,
-            "{what}: request {i} usage differs"
-        );
-    }
-}
-
 /// Runs `reqs` on an engine made from `cfg`, serial then overlapped; both outputs.
 fn both(cfg: EngineConfig, reqs: &[GenRequest]) -> (Vec<Output>, Vec<Output>) {
     let run = |overlap| {

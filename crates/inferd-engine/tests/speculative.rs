@@ -65,19 +65,6 @@ fn requests(prompts: Vec<Vec<u32>>) -> Vec<GenRequest> {
         .collect()
 }
 
-fn assert_same(a: &[Output], b: &[Output], what: &str) {
-    assert_eq!(a.len(), b.len());
-    for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        assert_eq!(x.tokens, y.tokens, "{what}: request {i} tokens differ");
-        assert_eq!(x.text, y.text, "{what}: request {i} text differs");
-        assert_eq!(x.finish, y.finish, "{what}: request {i} finish differs");
-        assert_eq!(
-            x.completion_tokens, y.completion_tokens,
-            "{what}: request {i} usage differs"
-        );
-    }
-}
-
 #[test]
 fn speculative_replies_equal_plain_ones_one_at_a_time_and_together() {
     let Some(plain) = engine(with_spec(false, config())) else {

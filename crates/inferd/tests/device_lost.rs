@@ -9,14 +9,7 @@ use std::time::{Duration, Instant};
 
 #[test]
 fn a_lost_device_ends_the_server_with_an_error() {
-    let model = cache_dir().join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if !model.exists() {
-        assert!(
-            !required("INFERD_REQUIRE_MODELS"),
-            "smollm2-135m-instruct is not pulled"
-        );
-        return;
-    }
+    let Some(model) = smollm2() else { return };
     let tmp = std::env::temp_dir().join(format!("inferd-lost-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     let log = tmp.join("server.log");

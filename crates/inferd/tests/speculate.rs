@@ -18,14 +18,7 @@ fn metric(port: u16, name: &str) -> f64 {
 
 #[test]
 fn speculative_replies_by_default_equal_plain_ones() {
-    let model = cache_dir().join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if !model.exists() {
-        assert!(
-            !required("INFERD_REQUIRE_MODELS"),
-            "smollm2-135m-instruct is not pulled"
-        );
-        return;
-    }
+    let Some(model) = smollm2() else { return };
     let tmp = std::env::temp_dir().join(format!("inferd-spec-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     let (p_auto, p_off) = (free_port(), free_port());

@@ -642,8 +642,12 @@ fn a_record_dropped_without_finish_leaves_the_queues_and_frees_its_kv() {
     assert_eq!(kv.pool().num_free(), 8 - kv.table(2).unwrap().len());
 }
 
-/// Records whose every sequence proposes `draft` tokens.
-struct Drafting<'a>(&'a mut HashMap<SeqId, SeqState>, usize);
+/// Records whose sequences propose drafts: `.1` tokens each, or `.2[id]` where given.
+struct Drafting<'a>(
+    &'a mut HashMap<SeqId, SeqState>,
+    usize,
+    HashMap<SeqId, usize>,
+);
 
 impl SeqStore for Drafting<'_> {
     fn state(&self, id: SeqId) -> Option<&SeqState> {
@@ -658,9 +662,32 @@ impl SeqStore for Drafting<'_> {
         &[]
     }
 
-    fn draft_len(&self, _: SeqId) -> usize {
-        self.1
+    fn draft_len(&self, id: SeqId) -> usize {
+        self.2.get(&id).copied().unwrap_or(self.1)
     }
+}
+
+impl Sched {
+    /// A schedule where every sequence proposes `each` draft tokens, but those in `some`
+    /// as many as it says.
+    fn schedule_drafts(
+        &mut self,
+        kv: &mut KvManager,
+        each: usize,
+        some: &[(SeqId, usize)],
+    ) -> SchedulerOutput {
+        let some = some.iter().copied().collect();
+        self.s
+            .schedule(&mut Drafting(&mut self.seqs, each, some), kv)
+    }
+}
+
+/// Each chunk as (sequence, start, tokens, drafts).
+fn shapes(out: &SchedulerOutput) -> Vec<(u64, usize, usize, usize)> {
+    out.chunks
+        .iter()
+        .map(|c| (c.seq, c.start_pos, c.n_tokens, c.drafts))
+        .collect()
 }
 
 #[test]
@@ -686,13 +713,8 @@ fn drafts_ride_with_decodes_within_their_budget_and_never_preempt() {
     sched.commit(&out);
     // Both decode at position 4, each proposing 4: the first takes 4, the second the
     // budget's last 2.
-    let out = sched.s.schedule(&mut Drafting(&mut sched.seqs, 4), &mut kv);
-    let got: Vec<(u64, usize, usize, usize)> = out
-        .chunks
-        .iter()
-        .map(|c| (c.seq, c.start_pos, c.n_tokens, c.drafts))
-        .collect();
-    assert_eq!(got, vec![(1, 4, 5, 4), (2, 4, 3, 2)]);
+    let out = sched.schedule_drafts(&mut kv, 4, &[]);
+    assert_eq!(shapes(&out), vec![(1, 4, 5, 4), (2, 4, 3, 2)]);
     assert!(out.chunks.iter().all(|c| c.samples));
     sched.s.commit(&out, &mut sched.seqs);
     // Only the decoded token counts until drafts are accepted.
@@ -705,39 +727,9 @@ fn drafts_ride_with_decodes_within_their_budget_and_never_preempt() {
     // holds 3 (12 tokens), 2 holds 2 (8 tokens). A draft of 4 would need a block more
     // for each: none is free, so each is cut to what its blocks hold (3 for 1; 2 for 2,
     // which the budget's 3 left would allow), and nobody is preempted for a draft.
-    let out = sched.s.schedule(&mut Drafting(&mut sched.seqs, 4), &mut kv);
-    let got: Vec<(u64, usize, usize, usize)> = out
-        .chunks
-        .iter()
-        .map(|c| (c.seq, c.start_pos, c.n_tokens, c.drafts))
-        .collect();
-    assert_eq!(got, vec![(1, 8, 4, 3), (2, 5, 3, 2)]);
+    let out = sched.schedule_drafts(&mut kv, 4, &[]);
+    assert_eq!(shapes(&out), vec![(1, 8, 4, 3), (2, 5, 3, 2)]);
     assert!(out.preempted.is_empty());
-}
-
-/// Records where sequence `.1` proposes `.2` draft tokens, the others none.
-struct OneDrafts<'a>(&'a mut HashMap<SeqId, SeqState>, SeqId, usize);
-
-impl SeqStore for OneDrafts<'_> {
-    fn state(&self, id: SeqId) -> Option<&SeqState> {
-        self.0.get(&id)
-    }
-
-    fn state_mut(&mut self, id: SeqId) -> Option<&mut SeqState> {
-        self.0.get_mut(&id)
-    }
-
-    fn tokens(&self, _: SeqId) -> &[u32] {
-        &[]
-    }
-
-    fn draft_len(&self, id: SeqId) -> usize {
-        if id == self.1 {
-            self.2
-        } else {
-            0
-        }
-    }
 }
 
 #[test]
@@ -770,15 +762,8 @@ fn drafts_take_only_what_decodes_prefills_and_blocks_leave_and_go_after_plain_de
         prompt_len: 12,
         ..Default::default()
     });
-    let out = sched
-        .s
-        .schedule(&mut OneDrafts(&mut sched.seqs, 1, 6), &mut kv);
-    let got: Vec<(u64, usize, usize, usize)> = out
-        .chunks
-        .iter()
-        .map(|c| (c.seq, c.start_pos, c.n_tokens, c.drafts))
-        .collect();
-    assert_eq!(got, vec![(2, 4, 1, 0), (1, 4, 3, 2), (3, 0, 4, 0)]);
+    let out = sched.schedule_drafts(&mut kv, 0, &[(1, 6)]);
+    assert_eq!(shapes(&out), vec![(2, 4, 1, 0), (1, 4, 3, 2), (3, 0, 4, 0)]);
     // Blocks: 1 holds 2 (its draft reaches 7), 2 holds 2, 3 holds 1.
     assert_eq!(kv.pool().num_free(), 5);
     assert!(out.preempted.is_empty());
@@ -803,12 +788,12 @@ fn no_drafts_while_more_sequences_decode_than_the_gate() {
     let out = sched.schedule(&mut kv);
     sched.commit(&out);
     // Three decode: over the gate, no drafts.
-    let out = sched.s.schedule(&mut Drafting(&mut sched.seqs, 3), &mut kv);
+    let out = sched.schedule_drafts(&mut kv, 3, &[]);
     assert!(out.chunks.iter().all(|c| c.drafts == 0 && c.n_tokens == 1));
     sched.s.commit(&out, &mut sched.seqs);
     // One ends: two decode, each with its draft.
     sched.finish(3, &mut kv);
-    let out = sched.s.schedule(&mut Drafting(&mut sched.seqs, 3), &mut kv);
+    let out = sched.schedule_drafts(&mut kv, 3, &[]);
     let drafts: Vec<usize> = out.chunks.iter().map(|c| c.drafts).collect();
     assert_eq!(drafts, vec![3, 3]);
 }

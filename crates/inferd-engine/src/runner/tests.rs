@@ -253,6 +253,32 @@ fn seeded_row(seq: SeqId, prompt_len: usize) -> NewRow {
     }
 }
 
+/// Runs one drafted chunk, `draw` its sequence's draw; the step's output.
+fn run_drafted(
+    r: &mut ModelRunner<CpuBackend>,
+    c: StepChunk,
+    draw: Draw<'_>,
+) -> Result<StepOutput> {
+    let p = r.prepare(StepInput {
+        chunks: vec![c],
+        ..Default::default()
+    })?;
+    let l = r.launch(p)?;
+    r.collect(l, &[draw])
+}
+
+/// The draw of sequence 1 over `prompt` after `generated`, with `drafts`.
+fn draft_draw<'a>(prompt: &'a [u32], generated: &'a [u32], drafts: &'a [u32]) -> Draw<'a> {
+    Draw {
+        seq: 1,
+        prompt,
+        generated,
+        mask: None,
+        drafts,
+        draft_masks: &[],
+    }
+}
+
 #[test]
 fn a_speculative_row_draws_what_plain_decoding_draws() {
     let a: Vec<u32> = (0..6).map(|i| (i * 41 + 9) % 200).collect();
@@ -285,20 +311,7 @@ fn a_speculative_row_draws_what_plain_decoding_draws() {
     let drafts = [plain[1], plain[2], plain[3] + 1, plain[4]];
     let mut c = chunk(1, a.len(), &[&got[..], &drafts[..]].concat(), &[], true);
     c.drafts = drafts.len();
-    let p = r.prepare(StepInput {
-        chunks: vec![c],
-        ..Default::default()
-    });
-    let l = r.launch(p.expect("prepare")).expect("launch");
-    let draw = Draw {
-        seq: 1,
-        prompt: &a,
-        generated: &got,
-        mask: None,
-        drafts: &drafts,
-        draft_masks: &[],
-    };
-    let out = r.collect(l, &[draw]).expect("collect");
+    let out = run_drafted(&mut r, c, draft_draw(&a, &got, &drafts)).expect("drafted step");
     let drawn: Vec<u32> = out.sampled.iter().map(|(_, s)| s.token).collect();
     assert_eq!(drawn.len(), 5);
     // The first three draws are plain's; the third is not the draft, so it ends there.
@@ -317,20 +330,7 @@ fn a_speculative_row_draws_what_plain_decoding_draws() {
     let drafts = [plain[5], plain[6]];
     let mut c = chunk(1, a.len() + 4, &[got[4], drafts[0], drafts[1]], &[], true);
     c.drafts = 2;
-    let p = r.prepare(StepInput {
-        chunks: vec![c],
-        ..Default::default()
-    });
-    let l = r.launch(p.expect("prepare")).expect("launch");
-    let draw = Draw {
-        seq: 1,
-        prompt: &a,
-        generated: &got,
-        mask: None,
-        drafts: &drafts,
-        draft_masks: &[],
-    };
-    let out = r.collect(l, &[draw]).expect("collect");
+    let out = run_drafted(&mut r, c, draft_draw(&a, &got, &drafts)).expect("drafted step");
     got.extend(out.sampled.iter().map(|(_, s)| s.token));
     assert_eq!(got, plain[..8]);
     r.settle(1, &got[5..8]);
@@ -338,18 +338,5 @@ fn a_speculative_row_draws_what_plain_decoding_draws() {
     // A draft over the wrong number of rows is refused.
     let mut c = chunk(1, a.len() + 7, &[got[7], 1, 2], &[], true);
     c.drafts = 2;
-    let p = r.prepare(StepInput {
-        chunks: vec![c],
-        ..Default::default()
-    });
-    let l = r.launch(p.expect("prepare")).expect("launch");
-    let draw = Draw {
-        seq: 1,
-        prompt: &a,
-        generated: &got,
-        mask: None,
-        drafts: &[1],
-        draft_masks: &[],
-    };
-    assert!(r.collect(l, &[draw]).is_err());
+    assert!(run_drafted(&mut r, c, draft_draw(&a, &got, &[1])).is_err());
 }

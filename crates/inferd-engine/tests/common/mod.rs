@@ -116,6 +116,20 @@ pub fn submit_all(e: &EngineHandle, reqs: &[GenRequest]) -> Vec<Output> {
     })
 }
 
+/// Replies that must be the same: tokens, text, finish and usage, request by request.
+pub fn assert_same(a: &[Output], b: &[Output], what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: reply counts differ");
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert_eq!(x.tokens, y.tokens, "{what}: request {i} tokens differ");
+        assert_eq!(x.text, y.text, "{what}: request {i} text differs");
+        assert_eq!(x.finish, y.finish, "{what}: request {i} finish differs");
+        assert_eq!(
+            x.completion_tokens, y.completion_tokens,
+            "{what}: request {i} usage differs"
+        );
+    }
+}
+
 /// Runs one request alone to completion.
 pub fn run_one(e: &EngineHandle, req: GenRequest) -> Output {
     let mut s = e.submit(req).expect("submit");

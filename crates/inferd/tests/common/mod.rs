@@ -22,6 +22,20 @@ pub fn cache_dir() -> PathBuf {
         .unwrap_or_default()
 }
 
+/// The pulled SmolLM2-135M-Instruct GGUF, `None` (skip) when absent (a failure under
+/// `INFERD_REQUIRE_MODELS=1`).
+pub fn smollm2() -> Option<PathBuf> {
+    let model = cache_dir().join("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if !model.exists() {
+        assert!(
+            !required("INFERD_REQUIRE_MODELS"),
+            "smollm2-135m-instruct is not pulled"
+        );
+        return None;
+    }
+    Some(model)
+}
+
 /// The pulled Qwen2.5-Coder-0.5B GGUF, `None` (skip) when absent.
 pub fn qwen_coder() -> Option<PathBuf> {
     let dir = cache_dir().join("models/qwen2.5-coder-0.5b-instruct");
