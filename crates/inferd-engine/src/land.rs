@@ -91,10 +91,14 @@ impl<B: Backend> Engine<B> {
             seq.draft_taken(spec, draft.len(), accepted);
         }
         // The accepted drafts' KV is computed, also for a reply that ends here (its
-        // session parks it).
+        // session parks it, and its full blocks join the prefix cache now: no later
+        // step registers them).
         self.sched.accept_drafts(&mut self.seqs, id, accepted);
         if going {
             self.runner.settle(id, &kept);
+        } else if let Some(seq) = self.seqs.get(&id).filter(|s| !s.no_trace) {
+            self.kvm
+                .register(id, &seq.tokens[..seq.sched.num_computed()]);
         }
     }
 }

@@ -226,3 +226,38 @@ fn constrained_and_dry_replies_draft_and_equal_plain_ones() {
     );
     e.shutdown();
 }
+
+#[test]
+fn a_reply_that_ends_in_a_drafting_step_leaves_its_blocks_in_the_prefix_cache() {
+    let Some(plain) = engine(with_spec(false, config())) else {
+        return;
+    };
+    let spec = engine(with_spec(true, config())).unwrap();
+    let copy = copy_prompts(&plain).swap_remove(1);
+    // Replies of every length over two blocks' span, so that some end in a step that
+    // took drafts across a block boundary; then a request continuing each reply reads
+    // as much from the cache as after plain decoding. (Each length has its own prompt,
+    // so no other request's blocks are in the cache.)
+    for max_tokens in 20..52 {
+        let mut prompt = plain
+            .tokenizer
+            .encode(&format!("Request {max_tokens}."), false)
+            .unwrap();
+        prompt.extend(&copy);
+        let cached = |e: &EngineHandle| {
+            let first = run_one(e, GenRequest::greedy(prompt.clone(), max_tokens));
+            let mut next = prompt.clone();
+            next.extend(&first.tokens);
+            next.extend(&prompt[..4]);
+            run_one(e, GenRequest::greedy(next, 1)).cached_tokens
+        };
+        assert_eq!(
+            cached(&spec),
+            cached(&plain),
+            "replies of {max_tokens} tokens"
+        );
+    }
+    assert!(spec.stats().accepted_draft_tokens_total > 0);
+    plain.shutdown();
+    spec.shutdown();
+}
