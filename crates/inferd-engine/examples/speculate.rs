@@ -140,14 +140,11 @@ fn engine(path: &str, speculate: bool, max_decodes: usize) -> EngineHandle {
     let cfg = EngineConfig {
         kv_budget: KvBudget::Bytes(1 << 30),
         speculate: speculate.then(SpecConfig::default),
-        ..Default::default()
-    };
-    let cfg = EngineConfig {
         sched: inferd_core::sched::SchedulerConfig {
             draft_max_decodes: max_decodes,
-            ..cfg.sched.clone()
+            ..Default::default()
         },
-        ..cfg
+        ..Default::default()
     };
     inferd_engine::start(model, Arc::new(tok), "m".into(), cfg).expect("start")
 }

@@ -177,7 +177,6 @@ pub fn start<B: Backend + 'static>(
         flight: None,
         overlap: cfg.step_overlap.unwrap_or(queues_work),
         speculate: cfg.speculate,
-        draft_max_decodes: cfg.sched.draft_max_decodes,
         masks: MaskPool::new(
             cfg.mask_threads
                 .unwrap_or_else(|| default_mask_threads(queues_work)),
@@ -219,9 +218,6 @@ pub(crate) struct Engine<B: Backend> {
     overlap: bool,
     /// Speculative decoding's drafts (`EngineConfig::speculate`).
     pub(crate) speculate: Option<inferd_core::spec::SpecConfig>,
-    /// Steps draft only while at most this many sequences decode (the scheduler's gate,
-    /// `SchedulerConfig::draft_max_decodes`); other steps may overlap.
-    draft_max_decodes: usize,
     /// Where a step's grammar masks are computed (`EngineConfig::mask_threads`).
     masks: MaskPool,
     /// The output thread: every event of an accepted request goes through it.
@@ -599,16 +595,13 @@ impl<B: Backend> Engine<B> {
         if self.speculate.is_none() || self.kvm.is_stateful() {
             return false;
         }
+        let max = self.sched.config().draft_max_decodes;
         let decoding = || {
             self.seqs
                 .values()
                 .filter(|s| s.admitted && s.sched.num_tokens() == s.sched.num_computed() + 1)
         };
-        decoding()
-            .take(self.draft_max_decodes.saturating_add(1))
-            .count()
-            <= self.draft_max_decodes
-            && decoding().any(|s| s.may_draft())
+        decoding().take(max.saturating_add(1)).count() <= max && decoding().any(|s| s.may_draft())
     }
 
     /// Whether `out` can be queued behind `flight`'s draws: each chunk's tokens are known
@@ -646,12 +639,11 @@ impl<B: Backend> Engine<B> {
         let mut sampled = sampled.into_iter().peekable();
         while let Some((id, first)) = sampled.next() {
             // A speculative decode's draws come together: its first token's, then one
-            // for each draft token.
-            let mut draws = vec![first];
-            while let Some((_, s)) = sampled.next_if(|(next, _)| *next == id) {
-                draws.push(s);
-            }
-            self.take_draws(id, draws, &mut l);
+            // for each draft token; those past a rejection are dropped.
+            let rest =
+                std::iter::from_fn(|| sampled.next_if(|(next, _)| *next == id).map(|(_, s)| s));
+            self.take_draws(id, std::iter::once(first).chain(rest), &mut l);
+            while sampled.next_if(|(next, _)| *next == id).is_some() {}
         }
         if l.drafted > 0 {
             metrics::counter!(names::DRAFT_TOKENS).increment(l.drafted);

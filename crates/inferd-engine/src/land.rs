@@ -30,19 +30,25 @@ pub(crate) struct Landing {
 
 impl<B: Backend> Engine<B> {
     /// Takes `draws`, sequence `id`'s draws of the step (one, or one per position of a
-    /// speculative decode), into its record.
-    pub(crate) fn take_draws(&mut self, id: SeqId, draws: Vec<Sampled>, l: &mut Landing) {
+    /// speculative decode), into its record, as far as they go (the rest are dropped).
+    pub(crate) fn take_draws(
+        &mut self,
+        id: SeqId,
+        draws: impl Iterator<Item = Sampled>,
+        l: &mut Landing,
+    ) {
         let Some(seq) = self.seqs.get_mut(&id) else {
             return;
         };
         let usable = seq.usable_draws();
         let draft = std::mem::take(&mut seq.draft);
         seq.draft_masks.clear();
-        let mut kept = Vec::with_capacity(draws.len());
+        // Draws kept: they are the record's last tokens.
+        let mut kept = 0;
         let mut going = true;
-        for (i, s) in draws.into_iter().enumerate() {
+        for (i, s) in draws.enumerate() {
             let last = s.token;
-            kept.push(last);
+            kept += 1;
             let mut end = None;
             match seq.accept(s.token) {
                 Verdict::Continue => {}
@@ -84,7 +90,7 @@ impl<B: Backend> Engine<B> {
         if draft.is_empty() {
             return;
         }
-        let accepted = kept.len() - 1;
+        let accepted = kept - 1;
         l.drafted += draft.len() as u64;
         l.accepted += accepted as u64;
         if let Some(spec) = &self.speculate {
@@ -95,7 +101,8 @@ impl<B: Backend> Engine<B> {
         // step registers them).
         self.sched.accept_drafts(&mut self.seqs, id, accepted);
         if going {
-            self.runner.settle(id, &kept);
+            let tokens = &self.seqs[&id].tokens;
+            self.runner.settle(id, &tokens[tokens.len() - kept..]);
         } else if let Some(seq) = self.seqs.get(&id).filter(|s| !s.no_trace) {
             self.kvm
                 .register(id, &seq.tokens[..seq.sched.num_computed()]);

@@ -219,6 +219,11 @@ impl Scheduler {
         s
     }
 
+    /// The configuration it schedules by.
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.cfg
+    }
+
     pub fn num_waiting(&self) -> usize {
         self.waiting.len()
     }

@@ -203,31 +203,27 @@ impl<B: Backend> ModelRunner<B> {
             logits_rows.insert(s, (next, n));
             next += n;
         }
-        // A speculative draw's histories: the i-th position's has the first i drafts,
-        // in the tokens (penalties) and in DRY's breakers.
-        let histories: Vec<Vec<Vec<u32>>> = draws
+        // A speculative draw's history runs on through its drafts, in the tokens
+        // (penalties) and in DRY's breakers: position i reads it up to the first i
+        // drafts. (Empty for a draw without drafts.)
+        let histories: Vec<Vec<u32>> = draws
             .iter()
-            .map(|d| {
-                (1..=d.drafts.len())
-                    .map(|i| [d.generated, &d.drafts[..i]].concat())
-                    .collect()
+            .map(|d| match d.drafts {
+                [] => Vec::new(),
+                drafts => [d.generated, drafts].concat(),
             })
             .collect();
-        let dry_histories: Vec<Vec<Vec<bool>>> = draws
+        let dry_histories: Vec<Vec<bool>> = draws
             .iter()
             .map(|d| {
-                let Some(r) = self.rows.get(d.seq).filter(|r| r.dry.is_some()) else {
+                let Some(r) = self.rows.get(d.seq).filter(|_| !d.drafts.is_empty()) else {
                     return Vec::new();
                 };
-                let base = r.dry.as_ref().map_or(&[][..], |(_, b)| b.as_slice());
-                let flags: Vec<bool> = d
-                    .drafts
-                    .iter()
-                    .map(|&t| r.breaker(t).unwrap_or(false))
-                    .collect();
-                (1..=d.drafts.len())
-                    .map(|i| [base, &flags[..i]].concat())
-                    .collect()
+                let Some((_, base)) = &r.dry else {
+                    return Vec::new();
+                };
+                let flags = d.drafts.iter().map(|&t| r.breaker(t).unwrap_or(false));
+                base.iter().copied().chain(flags).collect()
             })
             .collect();
         let mut rows = self.rows.many_mut(draws.iter().map(|d| d.seq));
@@ -264,7 +260,8 @@ impl<B: Backend> ModelRunner<B> {
                     breaks,
                 },
             });
-            for (i, (fork, generated)) in r.forks.iter_mut().zip(history).enumerate() {
+            let dry_base = dry_history.len().saturating_sub(d.drafts.len());
+            for (i, fork) in r.forks.iter_mut().enumerate() {
                 // Positions past the grammar's masks are drawn under the last one, and
                 // not taken (`Seq::usable_draws`).
                 let mask = d.draft_masks.get(i).or(d.draft_masks.last());
@@ -272,10 +269,10 @@ impl<B: Backend> ModelRunner<B> {
                     row: row + 1 + i,
                     sampler: fork,
                     prompt: d.prompt,
-                    generated,
+                    generated: &history[..d.generated.len() + 1 + i],
                     extra: Extra {
                         allowed: mask.filter(|_| masked).map(TokenMask::words),
-                        breaks: dry_history.get(i).map_or(&[][..], Vec::as_slice),
+                        breaks: dry_history.get(..dry_base + 1 + i).unwrap_or_default(),
                     },
                 });
             }
