@@ -66,6 +66,10 @@ pub struct EngineConfig {
     /// steps with more decodes than `sched.draft_max_decodes`. `INFERD_SPECULATE=1` sets
     /// the default on.
     pub speculate: Option<inferd_core::spec::SpecConfig>,
+    /// With a draft model (`inferd_engine::start_with_draft`): tokens of new context
+    /// (prompts, the tokens kept last step) its catch-up pass reads at most a step, over
+    /// all drafting sequences; a sequence drafts once its draft KV has caught up.
+    pub draft_catchup: usize,
 }
 
 /// Default [`EngineConfig::queue_timeout`]: 10 minutes.
@@ -89,6 +93,7 @@ impl Default for EngineConfig {
             step_overlap: overlap_from_env(),
             mask_threads: None,
             speculate: speculate_from_env(),
+            draft_catchup: 512,
         }
     }
 }

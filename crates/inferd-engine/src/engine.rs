@@ -13,6 +13,7 @@ use inferd_runtime::{Backend, ForwardBatch, Model, RuntimeError};
 use inferd_text::Tokenizer;
 
 use crate::config::{kv_budget_bytes, split_budget, EngineConfig};
+use crate::draft::{DraftModel, DraftRequest, DraftSizes};
 use crate::handle::{EngineHandle, ModelInfo, Msg, Shared};
 use crate::land::Landing;
 use crate::load::{Load, Waiting};
@@ -38,7 +39,29 @@ pub fn start<B: Backend + 'static>(
     name: String,
     cfg: EngineConfig,
 ) -> Result<EngineHandle, RuntimeError> {
+    start_with_draft(model, None, tokenizer, name, cfg)
+}
+
+/// [`start`] with a draft model for speculative decoding (`cfg.speculate` must be set):
+/// a small dense model of the same vocabulary (its tokenizer, `draft.1`, must equal
+/// `tokenizer`) whose greedy guesses replace copy drafts. Its KV pool holds as many
+/// tokens as the target's, both taken from the KV budget.
+pub fn start_with_draft<B: Backend + 'static>(
+    model: Model<B>,
+    draft: Option<(Model<B>, Arc<Tokenizer>)>,
+    tokenizer: Arc<Tokenizer>,
+    name: String,
+    cfg: EngineConfig,
+) -> Result<EngineHandle, RuntimeError> {
     let mut cfg = cfg;
+    if let Some((_, draft_tok)) = &draft {
+        if cfg.speculate.is_none() {
+            return Err(RuntimeError::Other(
+                "a draft model needs speculative decoding on".into(),
+            ));
+        }
+        same_vocabulary(&tokenizer, draft_tok)?;
+    }
     if let Some(spec) = &cfg.speculate {
         spec.check()
             .map_err(|e| RuntimeError::Other(format!("speculative decoding: {e}")))?;
@@ -61,8 +84,16 @@ pub fn start<B: Backend + 'static>(
         cfg.sched.max_running + cfg.sched.draft_budget,
     )?;
     let budget = kv_budget_bytes(cfg.kv_budget, model.backend.free_memory());
-    let (num_blocks, num_slots) =
-        split_budget(budget, bytes_per_block, slot_bytes, cfg.state_fraction);
+    // A draft model's KV: a block of its own per target block.
+    let draft_block_bytes = draft
+        .as_ref()
+        .map_or(0, |(m, _)| DraftModel::block_bytes(m, bs, dtype) as u64);
+    let (num_blocks, num_slots) = split_budget(
+        budget,
+        bytes_per_block + draft_block_bytes,
+        slot_bytes,
+        cfg.state_fraction,
+    );
     if num_blocks < 2 {
         return Err(RuntimeError::Kv(format!(
             "the KV budget holds {num_blocks} blocks of {bs} tokens ({bytes_per_block} bytes each); \
@@ -78,6 +109,27 @@ pub fn start<B: Backend + 'static>(
     }
     let layout = model.kv_layout_with_states(num_blocks, bs, dtype, num_slots);
     let kv = model.alloc_kv(&layout)?;
+    let vocab_limit = model.cfg.vocab_size;
+    let draft_model = draft
+        .map(|(m, _)| {
+            if layout.state.is_stateful() {
+                return Err(RuntimeError::Other(
+                    "a hybrid model decodes without drafts: it takes no draft model".into(),
+                ));
+            }
+            DraftModel::new(
+                m,
+                DraftSizes {
+                    num_blocks,
+                    block_size: bs,
+                    dtype,
+                    catchup: cfg.draft_catchup,
+                    max_rows: cfg.sched.max_running.min(cfg.sched.draft_max_decodes),
+                    vocab_limit,
+                },
+            )
+        })
+        .transpose()?;
     // Longest sequence: model context, the configured cap, and what the pool holds.
     let pool_tokens = num_blocks * bs;
     let max_context = [
@@ -177,6 +229,7 @@ pub fn start<B: Backend + 'static>(
         flight: None,
         overlap: cfg.step_overlap.unwrap_or(queues_work),
         speculate: cfg.speculate,
+        draft_model,
         masks: MaskPool::new(
             cfg.mask_threads
                 .unwrap_or_else(|| default_mask_threads(queues_work)),
@@ -218,6 +271,8 @@ pub(crate) struct Engine<B: Backend> {
     overlap: bool,
     /// Speculative decoding's drafts (`EngineConfig::speculate`).
     pub(crate) speculate: Option<inferd_core::spec::SpecConfig>,
+    /// Where drafts come from when set (`start_with_draft`); else copies (n-grams).
+    draft_model: Option<DraftModel<B>>,
     /// Where a step's grammar masks are computed (`EngineConfig::mask_threads`).
     masks: MaskPool,
     /// The output thread: every event of an accepted request goes through it.
@@ -436,7 +491,9 @@ impl<B: Backend> Engine<B> {
         let overlap = self.overlap && !drafting;
         if drafting {
             self.land();
-            if let Some(spec) = &self.speculate {
+            if self.draft_model.is_some() {
+                self.model_drafts();
+            } else if let Some(spec) = &self.speculate {
                 for seq in self.seqs.values_mut() {
                     seq.propose_draft(spec);
                 }
@@ -602,6 +659,51 @@ impl<B: Backend> Engine<B> {
                 .filter(|s| s.admitted && s.sched.num_tokens() == s.sched.num_computed() + 1)
         };
         decoding().take(max.saturating_add(1)).count() <= max && decoding().any(|s| s.may_draft())
+    }
+
+    /// This step's drafts from the draft model, for every sequence that may draft. A
+    /// draft model that fails is dropped (copy drafts take over), with a warning.
+    fn model_drafts(&mut self) {
+        let (Some(spec), Some(dm)) = (&self.speculate, &mut self.draft_model) else {
+            return;
+        };
+        let seqs = &mut self.seqs;
+        dm.retain(|id| seqs.contains_key(&id));
+        let mut ids: Vec<SeqId> = seqs.keys().copied().collect();
+        ids.sort_unstable();
+        let mut reqs = Vec::new();
+        for id in ids {
+            let s = &seqs[&id];
+            let max = s.draft_room(spec);
+            if max > 0 {
+                reqs.push(DraftRequest {
+                    seq: id,
+                    tokens: &s.tokens,
+                    prompt_len: s.prompt_len,
+                    max,
+                });
+            }
+        }
+        let proposed = dm.propose(&reqs);
+        let ids: Vec<SeqId> = reqs.iter().map(|r| r.seq).collect();
+        for seq in seqs.values_mut() {
+            seq.draft.clear();
+        }
+        match proposed {
+            Ok(drafts) => {
+                for (id, d) in ids.into_iter().zip(drafts) {
+                    if let Some(seq) = seqs.get_mut(&id) {
+                        seq.set_draft(d);
+                    }
+                }
+            }
+            Err(e) => {
+                eprintln!(
+                    "inferd: warning: the draft model failed ({e}); drafting by copies from now on"
+                );
+                self.draft_model = None;
+            }
+        }
     }
 
     /// Whether `out` can be queued behind `flight`'s draws: each chunk's tokens are known
@@ -888,4 +990,25 @@ impl Phases {
             .record((now - self.0).as_secs_f64());
         self.0 = now;
     }
+}
+
+/// A draft model must speak the target's vocabulary: the same token for every id.
+fn same_vocabulary(target: &Tokenizer, draft: &Tokenizer) -> Result<(), RuntimeError> {
+    let n = target.vocab_size();
+    if draft.vocab_size() != n {
+        return Err(RuntimeError::Other(format!(
+            "the draft model's vocabulary has {} tokens, the model's {n}: a draft model \
+             must share the model's tokenizer",
+            draft.vocab_size()
+        )));
+    }
+    if let Some(id) = (0..n as u32).find(|&i| target.id_to_token(i) != draft.id_to_token(i)) {
+        return Err(RuntimeError::Other(format!(
+            "the draft model's token {id} is {:?}, the model's {:?}: a draft model must \
+             share the model's tokenizer",
+            draft.id_to_token(id).unwrap_or_default(),
+            target.id_to_token(id).unwrap_or_default()
+        )));
+    }
+    Ok(())
 }

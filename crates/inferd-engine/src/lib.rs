@@ -8,6 +8,7 @@
 mod admit;
 mod agent;
 mod config;
+mod draft;
 mod engine;
 mod handle;
 mod land;
@@ -30,7 +31,7 @@ pub use config::{
     available_memory, kv_blocks_for, kv_budget_bytes, parse_kv_budget, split_budget, EngineConfig,
     KvBudget, DEFAULT_QUEUE_TIMEOUT,
 };
-pub use engine::start;
+pub use engine::{start, start_with_draft};
 pub use handle::{EngineHandle, ModelInfo, RequestStream};
 pub use memory::{
     check_id, CacheReport, ContextInfo, ContextSpec, MemoryError, SessionInfo, MAX_ID_BYTES,

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use inferd_core::sampling::SamplingParams;
 use inferd_core::sched::{SeqState, SeqStore};
-use inferd_core::spec::{NgramDrafter, SpecConfig};
+use inferd_core::spec::{DraftLength, NgramDrafter, SpecConfig};
 use inferd_grammar::{Constraint, GrammarError, TokenMask};
 use inferd_text::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
@@ -67,8 +67,10 @@ pub(crate) struct Seq {
     /// tokens), computed with this step's mask; fewer than the draft where the reply
     /// cannot go on, and then the draws past them are not taken.
     pub draft_masks: Vec<TokenMask>,
-    /// Where its drafts come from: its tokens' n-gram index, grown as they are.
+    /// Where its copy drafts come from: its tokens' n-gram index, grown as they are.
     drafter: NgramDrafter,
+    /// How long its next draft may be, from how its last one fared.
+    draft_len: DraftLength,
 }
 
 /// A context being prefilled: where it goes when its KV is computed.
@@ -114,6 +116,7 @@ impl Seq {
             draft: Vec::new(),
             draft_masks: Vec::new(),
             drafter: NgramDrafter::default(),
+            draft_len: DraftLength::default(),
             sched,
             prompt_len: req.prompt.len(),
             max_tokens: req.max_tokens,
@@ -212,28 +215,42 @@ impl Seq {
     /// The model drew `accepted` of its last draft's `drafted` tokens (its next drafts'
     /// length follows).
     pub fn draft_taken(&mut self, cfg: &SpecConfig, drafted: usize, accepted: usize) {
-        self.drafter.feedback(cfg, drafted, accepted);
+        self.draft_len.feedback(cfg, drafted, accepted);
     }
 
-    /// Proposes its draft for the next step (empty when it does not decode next, may
-    /// not draft, or its tokens hold no earlier match): at most `cfg.max_draft` tokens,
-    /// and none past its limits (the token drawn first comes before them).
-    pub fn propose_draft(&mut self, cfg: &SpecConfig) {
-        self.draft.clear();
+    /// The most draft tokens it may propose for the next step: none when it does not
+    /// decode next or may not draft; else its draft length ([`DraftLength`]), and none
+    /// past its limits (the token drawn first comes before them).
+    pub fn draft_room(&self, cfg: &SpecConfig) -> usize {
         let decodes = self.admitted
             && self.sched.num_tokens() == self.tokens.len()
             && self.sched.num_computed() + 1 == self.tokens.len()
             && self.tokens.len() > self.prompt_len;
         if !self.may_draft() || !decodes {
-            return;
+            return 0;
         }
         let room = (self.max_tokens.saturating_sub(self.generated()))
             .min(self.max_len.saturating_sub(self.tokens.len()))
             .saturating_sub(1);
-        let max = cfg.max_draft.min(room);
-        if max > 0 {
-            self.draft = self.drafter.propose(cfg, &self.tokens, max);
-        }
+        self.draft_len.get(cfg).min(room)
+    }
+
+    /// Proposes its copy draft for the next step (empty when it may draft none, or its
+    /// tokens hold no earlier match; see [`Seq::draft_room`]).
+    pub fn propose_draft(&mut self, cfg: &SpecConfig) {
+        let max = self.draft_room(cfg);
+        let draft = if max > 0 {
+            self.drafter.propose(cfg, &self.tokens, max)
+        } else {
+            Vec::new()
+        };
+        self.set_draft(draft);
+    }
+
+    /// Takes `draft` as its draft for the next step, cut before an end of the reply and
+    /// to what its grammar allows.
+    pub fn set_draft(&mut self, draft: Vec<u32>) {
+        self.draft = draft;
         if let Some(c) = &mut self.constraint {
             // No draft past the end of the reply, nor past what the grammar allows.
             if let Some(end) = self.draft.iter().position(|t| self.grammar_eos.contains(t)) {

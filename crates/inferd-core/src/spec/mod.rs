@@ -10,8 +10,10 @@
 //! speculative sampling, so the reply is the one plain decoding gives, token for token,
 //! under greedy and seeded sampling alike.
 
+mod length;
 mod ngram;
 
+pub use length::DraftLength;
 pub use ngram::NgramDrafter;
 
 /// Copy (n-gram) drafting: the tokens that followed the latest earlier occurrence of

@@ -44,17 +44,13 @@ fn hash(tokens: &[u32]) -> u64 {
     h ^ (h >> 29)
 }
 
-/// One sequence's n-gram index, and how long its drafts should be.
+/// One sequence's n-gram index.
 #[derive(Debug, Default)]
 pub struct NgramDrafter {
     /// Per size `min_ngram + i`: n-gram hash -> latest end (exclusive) with a token after.
     by_size: Vec<Index>,
     /// Every end below this is indexed (for each size that fits).
     indexed: usize,
-    /// The next draft's length at most (0: not yet set, the configured maximum): one
-    /// more than the last draft's accepted tokens, doubling while drafts are taken
-    /// whole, so a sequence whose drafts miss checks few tokens a step.
-    next_len: usize,
 }
 
 impl NgramDrafter {
@@ -68,13 +64,8 @@ impl NgramDrafter {
             *self = NgramDrafter {
                 by_size: sizes.clone().map(|_| Index::default()).collect(),
                 indexed: 0,
-                next_len: self.next_len,
             };
         }
-        if self.next_len == 0 {
-            self.next_len = cfg.max_draft;
-        }
-        let max = max.min(self.next_len);
         // Index every n-gram that has a token after it: ends up to len - 1.
         let len = tokens.len();
         for end in self.indexed..len {
@@ -116,18 +107,6 @@ impl NgramDrafter {
             }
         }
         Vec::new()
-    }
-
-    /// The model drew `accepted` of a draft of `drafted` tokens: the next draft is at
-    /// most one longer than what was accepted, or twice as long when all of it was
-    /// (up to `cfg.max_draft`).
-    pub fn feedback(&mut self, cfg: &SpecConfig, drafted: usize, accepted: usize) {
-        self.next_len = if accepted >= drafted {
-            (drafted * 2).max(1)
-        } else {
-            accepted + 1
-        }
-        .clamp(1, cfg.max_draft.max(1));
     }
 }
 
@@ -199,28 +178,6 @@ mod tests {
             grown.propose(&cfg(), short, 4),
             fresh.propose(&cfg(), short, 4)
         );
-    }
-
-    #[test]
-    fn drafts_shrink_after_misses_and_grow_while_taken_whole() {
-        let cfg = SpecConfig {
-            max_draft: 8,
-            ..cfg()
-        };
-        let t: Vec<u32> = (0..40).chain(0..12).collect();
-        let mut d = NgramDrafter::default();
-        assert_eq!(d.propose(&cfg, &t, 8).len(), 8);
-        d.feedback(&cfg, 8, 0);
-        assert_eq!(d.propose(&cfg, &t, 8).len(), 1);
-        d.feedback(&cfg, 1, 1);
-        assert_eq!(d.propose(&cfg, &t, 8).len(), 2);
-        d.feedback(&cfg, 2, 2);
-        d.feedback(&cfg, 4, 4);
-        assert_eq!(d.propose(&cfg, &t, 8).len(), 8);
-        d.feedback(&cfg, 8, 3);
-        assert_eq!(d.propose(&cfg, &t, 8).len(), 4);
-        // The caller's limit still holds.
-        assert_eq!(d.propose(&cfg, &t, 2).len(), 2);
     }
 
     #[test]

@@ -321,6 +321,15 @@ impl<B: Backend> ModelRunner<B> {
         }
     }
 
+    /// Takes `seq`'s row back to `pos` computed tokens (never forward): the KV past
+    /// it is no longer the sequence's (a draft model's guesses the target did not keep),
+    /// and its next chunk starts there and writes over it.
+    pub fn rewind(&mut self, seq: SeqId, pos: usize) {
+        if let Some(r) = self.rows.get_mut(seq) {
+            r.position = r.position.map(|p| p.min(pos));
+        }
+    }
+
     /// `Err(DeviceLost)` when the device can run no more work ([`Backend::check_device`]).
     pub fn check_device(&self) -> Result<()> {
         self.model.backend.check_device()

@@ -13,21 +13,23 @@ use inferd_text::Tokenizer;
 /// The pulled SmolLM2-135M-Instruct GGUF, or `None` (with a note) when absent; with
 /// `INFERD_REQUIRE_MODELS=1` absence fails.
 pub fn smollm2() -> Option<PathBuf> {
+    pulled("smollm2-135m-instruct")
+}
+
+/// The GGUF of the built-in model `name` in the model cache (as [`smollm2`]).
+pub fn pulled(name: &str) -> Option<PathBuf> {
     let base = std::env::var_os("INFERD_CACHE_DIR")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/inferd")))
         .unwrap_or_default();
-    let dir = base.join("models/smollm2-135m-instruct");
+    let dir = base.join("models").join(name);
     let found = std::fs::read_dir(&dir).ok().and_then(|rd| {
         rd.filter_map(|e| e.ok().map(|e| e.path()))
             .find(|p| p.extension().is_some_and(|x| x == "gguf"))
     });
     if found.is_none() {
         if std::env::var("INFERD_REQUIRE_MODELS").is_ok_and(|v| v == "1") {
-            panic!(
-                "{} has no GGUF: run `inferd pull smollm2-135m-instruct`",
-                dir.display()
-            );
+            panic!("{} has no GGUF: run `inferd pull {name}`", dir.display());
         }
         eprintln!("note: {} absent, skipping", dir.display());
     }
@@ -52,6 +54,32 @@ pub fn engine_on(cpu: CpuConfig, cfg: EngineConfig) -> Option<EngineHandle> {
     let model = Model::load(backend, &path).expect("load SmolLM2");
     let tok = Tokenizer::from_gguf(model.gguf.as_ref().unwrap()).expect("tokenizer");
     Some(inferd_engine::start(model, Arc::new(tok), "smollm2".into(), cfg).expect("start"))
+}
+
+/// Starts an engine on SmolLM2 with `cfg` whose drafts come from the model at `draft`
+/// (speculative decoding must be on in `cfg`); `Err` is the engine's refusal.
+pub fn engine_with_draft(
+    cfg: EngineConfig,
+    draft: &std::path::Path,
+) -> Option<Result<EngineHandle, inferd_runtime::RuntimeError>> {
+    let path = smollm2()?;
+    let cpu = || {
+        CpuBackend::with_config(CpuConfig {
+            threads: 2,
+            ..Default::default()
+        })
+    };
+    let model = Model::load(cpu(), &path).expect("load SmolLM2");
+    let tok = Tokenizer::from_gguf(model.gguf.as_ref().unwrap()).expect("tokenizer");
+    let dm = Model::load(cpu(), draft).expect("load the draft model");
+    let dtok = Tokenizer::from_gguf(dm.gguf.as_ref().unwrap()).expect("draft tokenizer");
+    Some(inferd_engine::start_with_draft(
+        model,
+        Some((dm, Arc::new(dtok))),
+        Arc::new(tok),
+        "smollm2".into(),
+        cfg,
+    ))
 }
 
 /// A config with a generous KV budget and no warm-up (tests are short).

@@ -146,6 +146,14 @@ pub struct Args {
     /// they save: docs/RESULTS.md; 16 on a GPU).
     #[arg(long)]
     draft_max_decodes: Option<usize>,
+    /// Drafts from a small model instead of copies (a built-in name or a path): it
+    /// guesses each decoding request's next tokens greedily, and the model keeps those
+    /// it draws too, so replies are unchanged. It must share the model's tokenizer (as
+    /// qwen2.5-coder-0.5b-instruct does qwen2.5-coder-1.5b-instruct's) and be dense. Its
+    /// KV takes a share of the KV budget (as many tokens as the model's). Turns
+    /// speculative decoding on (auto), also on a GPU.
+    #[arg(long, value_name = "NAME|PATH")]
+    draft_model: Option<String>,
     /// Hybrid models: a recurrent-state snapshot every this many tokens (default 512),
     /// besides those at the end of every context and session turn.
     #[arg(long)]
@@ -290,7 +298,11 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(v) = a.max_running {
         engine_cfg.sched.max_running = v;
     }
-    let speculate = a.speculate == "on" || (a.speculate == "auto" && !on_gpu);
+    let speculate =
+        a.speculate == "on" || (a.speculate == "auto" && (!on_gpu || a.draft_model.is_some()));
+    if !speculate && a.draft_model.is_some() {
+        bail!("--draft-model needs speculative decoding (--speculate on or auto)");
+    }
     if !speculate && (a.draft_tokens, a.draft_budget, a.draft_max_decodes) != (None, None, None) {
         bail!(
             "--draft-tokens, --draft-budget and --draft-max-decodes need speculative decoding \
@@ -313,6 +325,8 @@ pub fn run(a: Args) -> Result<()> {
         engine_cfg.sched.draft_budget = a.draft_budget.unwrap_or(0);
         engine_cfg.sched.draft_max_decodes =
             a.draft_max_decodes.unwrap_or(if on_gpu { 16 } else { 1 });
+        // A GPU reads new context into the draft's KV in bigger passes.
+        engine_cfg.draft_catchup = if on_gpu { 4096 } else { 512 };
     }
     if let Some(v) = a.snapshot_interval {
         if v == 0 {
@@ -342,7 +356,14 @@ pub fn run(a: Args) -> Result<()> {
         decode_attention: a.decode_attention.clone(),
         prefill_kv: a.prefill_kv.clone(),
     };
-    let (engine, template) = start_engine(device, &gpu, &a.model, &name, engine_cfg)?;
+    let (engine, template) = start_engine(
+        device,
+        &gpu,
+        &a.model,
+        a.draft_model.as_deref(),
+        &name,
+        engine_cfg,
+    )?;
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -426,29 +447,47 @@ fn start_engine(
     device: Device,
     gpu: &GpuOptions,
     model: &str,
+    draft: Option<&str>,
     name: &str,
     cfg: EngineConfig,
 ) -> Result<(EngineHandle, Option<Arc<ChatTemplate>>)> {
+    /// `backend()` makes a backend for the model, and one more for a draft model.
     fn go<B: Backend + 'static>(
-        backend: B,
+        backend: impl Fn() -> Result<B>,
         model: &str,
+        draft: Option<&str>,
         name: &str,
         cfg: EngineConfig,
     ) -> Result<(EngineHandle, Option<Arc<ChatTemplate>>)> {
-        let m = Loaded::open_on(backend, model)?;
+        let m = Loaded::open_on(backend()?, model)?;
         let tokenizer = Arc::new(m.tokenizer);
         let template = m.template.map(Arc::new);
+        let draft = match draft {
+            Some(d) => {
+                let dm = Loaded::open_on(backend()?, d).context("the draft model")?;
+                eprintln!("drafting with {d}");
+                Some((dm.model, Arc::new(dm.tokenizer)))
+            }
+            None => None,
+        };
         eprintln!(
             "starting the engine for {name} on {}...",
             m.model.backend.name()
         );
-        let engine = inferd_engine::start(m.model, tokenizer, name.to_string(), cfg)
-            .context("starting the engine")?;
+        let engine =
+            inferd_engine::start_with_draft(m.model, draft, tokenizer, name.to_string(), cfg)
+                .context("starting the engine")?;
         Ok((engine, template))
     }
     let _ = gpu; // read by the CUDA arm only
     match device {
-        Device::Cpu => go(inferd_runtime::CpuBackend::new(), model, name, cfg),
+        Device::Cpu => go(
+            || Ok(inferd_runtime::CpuBackend::new()),
+            model,
+            draft,
+            name,
+            cfg,
+        ),
         #[cfg(feature = "cuda")]
         Device::Cuda(n) => {
             use inferd_runtime::DecodeAttention;
@@ -468,20 +507,28 @@ fn start_engine(
                 "contiguous" => PrefillKv::Contiguous,
                 other => bail!("--prefill-kv {other}: expected auto, paged or contiguous"),
             };
-            let b = inferd_runtime::CudaBackend::new(inferd_runtime::CudaConfig {
+            let config = inferd_runtime::CudaConfig {
                 device: n,
                 no_graphs: gpu.no_graphs,
                 decode,
                 prefill_kv,
                 lose_device_after: inferd_runtime::lose_device_after_from_env(),
                 ..Default::default()
-            })?;
-            eprintln!(
-                "GPU {n}: {} ({:.0} GiB)",
-                b.info().name,
-                b.info().total_bytes as f64 / (1u64 << 30) as f64
-            );
-            go(b, model, name, cfg)
+            };
+            let made = std::cell::Cell::new(0);
+            let backend = || {
+                // The draft model's backend: the same device and settings.
+                let b = inferd_runtime::CudaBackend::new(config)?;
+                if made.replace(made.get() + 1) == 0 {
+                    eprintln!(
+                        "GPU {n}: {} ({:.0} GiB)",
+                        b.info().name,
+                        b.info().total_bytes as f64 / (1u64 << 30) as f64
+                    );
+                }
+                Ok(b)
+            };
+            go(backend, model, draft, name, cfg)
         }
         #[cfg(not(feature = "cuda"))]
         Device::Cuda(_) => unreachable!("resolve refuses cuda without the feature"),

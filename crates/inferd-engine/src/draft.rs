@@ -1,0 +1,335 @@
+//! Speculative decoding's draft model: a small model of the target's vocabulary guesses
+//! each drafting sequence's next tokens, greedily, in one pass per token over all the
+//! drafting sequences at once. The target then checks the guesses as it checks copy
+//! drafts (`crate::land`), so the reply is the target's either way.
+//!
+//! The draft model keeps its own KV pool and persistent batch (a [`ModelRunner`]), and
+//! per sequence how far its KV follows the sequence's tokens ([`Follow`]). A step's
+//! proposals:
+//!
+//! 1. **catch-up**: one pass over the tokens each sequence has that the draft's KV does
+//!    not (a new prompt, the tokens the target kept last step), at most
+//!    [`DraftModel::catchup`] tokens in all, so a long new prompt is read over several
+//!    steps; a sequence drafts once it is caught up, its last row drawing the first guess;
+//! 2. then one-token passes, each sequence's last guess in and its next guess out, while
+//!    a sequence wants more.
+//!
+//! A guess's KV stays: at the next proposal the guesses the target kept are already
+//! computed, and the runner's row goes back to the first one it did not keep (later
+//! chunks write over the rest).
+
+use std::collections::HashMap;
+
+use inferd_core::kv::SeqId;
+use inferd_core::sampling::SamplingParams;
+use inferd_runtime::{Backend, KvDtype, LayerKind, Model, RuntimeError};
+
+use crate::runner::{ChunkTokens, Draw, ModelRunner, NewRow, StepChunk, StepInput};
+
+type Result<T> = std::result::Result<T, RuntimeError>;
+
+/// A sequence that wants a draft this step.
+pub(crate) struct DraftRequest<'a> {
+    pub seq: SeqId,
+    /// Its prompt and generated tokens.  // [prompt_len + generated]
+    pub tokens: &'a [u32],
+    pub prompt_len: usize,
+    /// Guesses wanted at most (at least 1).
+    pub max: usize,
+}
+
+/// How far the draft's KV follows one sequence.
+struct Follow {
+    /// Its KV blocks in the draft's pool, in position order.
+    blocks: Vec<u32>,
+    /// Of those, how many the runner's row has (the rest go with its next chunk).
+    sent: usize,
+    /// Leading tokens of the sequence whose KV is computed.
+    computed: usize,
+    /// The guesses after those whose KV is computed too (in order), of the last draft.
+    guessed: Vec<u32>,
+    /// The proposal it was last asked in (eviction goes by it).
+    used: u64,
+}
+
+/// The draft model and its KV: see the module's documentation.
+pub(crate) struct DraftModel<B: Backend> {
+    runner: ModelRunner<B>,
+    /// Blocks of its pool no sequence holds.
+    free: Vec<u32>,
+    block_size: usize,
+    /// Tokens a catch-up pass takes at most (its workspace's size).
+    catchup: usize,
+    /// Guesses at or past this id are cut (the target has no such token).
+    vocab_limit: u32,
+    seqs: HashMap<SeqId, Follow>,
+    /// Rows made or dropped since its runner's last pass.
+    pending: StepInput,
+    /// Proposals so far.
+    calls: u64,
+}
+
+/// The draft's pool and passes, as the engine sizes them.
+pub(crate) struct DraftSizes {
+    /// Blocks of `block_size` tokens in its KV pool.
+    pub num_blocks: usize,
+    pub block_size: usize,
+    pub dtype: KvDtype,
+    /// Tokens a catch-up pass takes at most.
+    pub catchup: usize,
+    /// Sequences a pass draws for at most.
+    pub max_rows: usize,
+    /// The target's vocabulary size.
+    pub vocab_limit: usize,
+}
+
+impl<B: Backend> DraftModel<B> {
+    /// Bytes one KV block of `block_size` tokens takes for `model` (what the engine
+    /// sets aside per target block).
+    pub fn block_bytes(model: &Model<B>, block_size: usize, dtype: KvDtype) -> usize {
+        model.kv_layout(1, block_size, dtype).block_bytes()
+    }
+
+    /// Allocates the draft's pool and workspace. The model must be dense: a recurrent
+    /// state cannot go back to a guess the target did not keep.
+    pub fn new(model: Model<B>, s: DraftSizes) -> Result<Self> {
+        if model
+            .cfg
+            .layer_kinds
+            .iter()
+            .any(|&k| k != LayerKind::FullAttention)
+        {
+            return Err(RuntimeError::Other(
+                "a draft model must be a dense transformer (a hybrid's recurrent state \
+                 cannot go back to a guess the target did not keep)"
+                    .into(),
+            ));
+        }
+        let catchup = s.catchup.max(s.max_rows).max(1);
+        let ws = model.workspace(catchup, s.max_rows.max(1))?;
+        let layout = model.kv_layout(s.num_blocks, s.block_size, s.dtype);
+        let kv = model.alloc_kv(&layout)?;
+        Ok(DraftModel {
+            runner: ModelRunner::new(model, kv, layout, ws),
+            // Popped from the end: the lowest blocks first.
+            free: (0..s.num_blocks as u32).rev().collect(),
+            block_size: s.block_size,
+            catchup,
+            vocab_limit: s.vocab_limit.min(u32::MAX as usize) as u32,
+            seqs: HashMap::new(),
+            pending: StepInput::default(),
+            calls: 0,
+        })
+    }
+
+    /// Forgets the sequences `live` says are gone (their blocks go back to the pool).
+    pub fn retain(&mut self, live: impl Fn(SeqId) -> bool) {
+        let gone: Vec<SeqId> = self.seqs.keys().copied().filter(|&s| !live(s)).collect();
+        for s in gone {
+            self.forget(s);
+        }
+    }
+
+    fn forget(&mut self, seq: SeqId) {
+        if let Some(f) = self.seqs.remove(&seq) {
+            self.free.extend(f.blocks);
+            self.pending.finished.push(seq);
+        }
+    }
+
+    /// Up to `r.max` guesses for each of `reqs` (distinct sequences), in their order;
+    /// empty for a sequence still catching up or whose KV does not fit.
+    pub fn propose(&mut self, reqs: &[DraftRequest<'_>]) -> Result<Vec<Vec<u32>>> {
+        self.calls += 1;
+        let mut drafts = vec![Vec::new(); reqs.len()];
+        // Pass 1: each sequence's catch-up; `wants[i]`: guesses request i still wants
+        // (0: it does not draft this step).
+        let mut wants = vec![0usize; reqs.len()];
+        let mut chunks = Vec::new();
+        let mut budget = self.catchup;
+        // Every sequence asked keeps its blocks through this proposal.
+        for r in reqs {
+            if let Some(f) = self.seqs.get_mut(&r.seq) {
+                f.used = self.calls;
+            }
+        }
+        // Those with least to catch up first, so a long new prompt does not hold back
+        // the sequences that only need their last tokens.
+        let mut order: Vec<usize> = (0..reqs.len()).collect();
+        order.sort_by_key(|&i| {
+            let r = &reqs[i];
+            let computed = self.seqs.get(&r.seq).map_or(0, |f| f.computed);
+            r.tokens.len().saturating_sub(computed)
+        });
+        for i in order {
+            let r = &reqs[i];
+            if budget == 0 {
+                break;
+            }
+            if r.tokens.is_empty() || r.max == 0 {
+                continue;
+            }
+            let valid = self.follow(r);
+            let take = (r.tokens.len() - valid).min(budget);
+            let caught_up = valid + take == r.tokens.len();
+            // Its KV up to its last guess's position (the last guess is not run).
+            let end = if caught_up {
+                r.tokens.len() + r.max - 1
+            } else {
+                valid + take
+            };
+            if !self.reserve(r.seq, end) {
+                continue;
+            }
+            budget -= take;
+            let f = self.seqs.get_mut(&r.seq).expect("followed above");
+            f.computed = valid + take;
+            chunks.push(StepChunk {
+                seq: r.seq,
+                start_pos: valid,
+                tokens: ChunkTokens::Known(r.tokens[valid..valid + take].to_vec()),
+                new_blocks: f.blocks[f.sent..].to_vec(),
+                state_slot: 0,
+                samples: caught_up,
+                drafts: 0,
+            });
+            f.sent = f.blocks.len();
+            if caught_up {
+                wants[i] = r.max;
+            }
+        }
+        // Then a pass per guess: the last guess in, the next out.
+        let mut round = 0;
+        while !chunks.is_empty() {
+            let sampling: Vec<usize> = (0..reqs.len()).filter(|&i| wants[i] > round).collect();
+            let guesses = self.pass(std::mem::take(&mut chunks), reqs, &sampling)?;
+            round += 1;
+            for (&i, g) in sampling.iter().zip(guesses) {
+                if g >= self.vocab_limit {
+                    wants[i] = 0;
+                    continue;
+                }
+                drafts[i].push(g);
+                if wants[i] > round {
+                    let r = &reqs[i];
+                    let f = self.seqs.get_mut(&r.seq).expect("a sampling sequence");
+                    f.guessed.push(g);
+                    chunks.push(StepChunk {
+                        seq: r.seq,
+                        start_pos: r.tokens.len() + round - 1,
+                        tokens: ChunkTokens::Known(vec![g]),
+                        new_blocks: Vec::new(),
+                        state_slot: 0,
+                        samples: true,
+                        drafts: 0,
+                    });
+                }
+            }
+        }
+        Ok(drafts)
+    }
+
+    /// Starts following `r.seq` if it is new, and returns how many of its leading
+    /// tokens the draft's KV holds (never its last: that one's logits give the first
+    /// guess); its runner row goes back there.
+    fn follow(&mut self, r: &DraftRequest<'_>) -> usize {
+        let calls = self.calls;
+        let pending = &mut self.pending;
+        let f = self.seqs.entry(r.seq).or_insert_with(|| {
+            if let Some(at) = pending.finished.iter().position(|&s| s == r.seq) {
+                // Dropped since the last pass, and back before the next: its row stays,
+                // emptied (a diff must not make and drop one sequence's row).
+                pending.finished.swap_remove(at);
+                pending.preempted.push(r.seq);
+            } else {
+                pending.new.push(NewRow {
+                    seq: r.seq,
+                    prompt_len: r.prompt_len,
+                    sampling: SamplingParams::greedy(),
+                    dry_tokenizer: None,
+                });
+            }
+            Follow {
+                blocks: Vec::new(),
+                sent: 0,
+                computed: 0,
+                guessed: Vec::new(),
+                used: calls,
+            }
+        });
+        f.used = calls;
+        let after = r.tokens.get(f.computed..).unwrap_or_default();
+        let kept = f
+            .guessed
+            .iter()
+            .zip(after)
+            .take_while(|(g, t)| g == t)
+            .count();
+        let valid = (f.computed.min(r.tokens.len()) + kept).min(r.tokens.len() - 1);
+        f.computed = valid;
+        f.guessed.clear();
+        self.runner.rewind(r.seq, valid);
+        valid
+    }
+
+    /// Gives `seq` blocks for positions `..end`, taking them from sequences not asked
+    /// in this proposal, least recently asked first. `false` if they do not fit.
+    fn reserve(&mut self, seq: SeqId, end: usize) -> bool {
+        let want = end.div_ceil(self.block_size);
+        let have = self.seqs.get(&seq).map_or(0, |f| f.blocks.len());
+        let need = want.saturating_sub(have);
+        while self.free.len() < need {
+            let idle = self
+                .seqs
+                .iter()
+                .filter(|(_, f)| f.used < self.calls)
+                .min_by_key(|(_, f)| f.used)
+                .map(|(&s, _)| s);
+            let Some(idle) = idle else {
+                return false;
+            };
+            self.forget(idle);
+        }
+        let at = self.free.len() - need;
+        let taken: Vec<u32> = self.free.drain(at..).rev().collect();
+        self.seqs
+            .get_mut(&seq)
+            .expect("followed before reserving")
+            .blocks
+            .extend(taken);
+        true
+    }
+
+    /// Runs one pass of `chunks` (with the rows made or dropped since the last) and
+    /// returns the greedy token of each request in `sampling` (in order; each sampling
+    /// chunk's sequence once).
+    fn pass(
+        &mut self,
+        chunks: Vec<StepChunk>,
+        reqs: &[DraftRequest<'_>],
+        sampling: &[usize],
+    ) -> Result<Vec<u32>> {
+        let mut step = std::mem::take(&mut self.pending);
+        step.chunks = chunks;
+        let prepared = self.runner.prepare(step)?;
+        let launched = self.runner.launch(prepared)?;
+        let draws: Vec<Draw<'_>> = sampling
+            .iter()
+            .map(|&i| Draw {
+                seq: reqs[i].seq,
+                prompt: &[],
+                generated: &[],
+                mask: None,
+                drafts: &[],
+                draft_masks: &[],
+            })
+            .collect();
+        let drawing = self.runner.start_draws(launched, &draws)?;
+        let out = self.runner.finish_draws(drawing)?;
+        Ok(out.sampled.into_iter().map(|(_, s)| s.token).collect())
+    }
+}
+
+#[cfg(test)]
+#[path = "draft_tests.rs"]
+mod tests;

@@ -1,0 +1,168 @@
+//! The draft model on the tiny committed Llama fixture: whatever happened before (guesses
+//! kept or not, catch-up in pieces, blocks taken by other sequences), a proposal is the
+//! model's greedy continuation of the sequence's tokens as they are now.
+
+use std::path::Path;
+
+use inferd_runtime::{CpuBackend, CpuConfig, ForwardBatch, KvDtype, Model};
+
+use super::*;
+
+const BS: usize = 4;
+
+fn model() -> Model<CpuBackend> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models/llama");
+    let backend = CpuBackend::with_config(CpuConfig {
+        threads: 1,
+        ..Default::default()
+    });
+    Model::load(backend, &dir).expect("load the Llama fixture")
+}
+
+fn draft(num_blocks: usize, catchup: usize) -> DraftModel<CpuBackend> {
+    let m = model();
+    let vocab_limit = m.cfg.vocab_size;
+    DraftModel::new(
+        m,
+        DraftSizes {
+            num_blocks,
+            block_size: BS,
+            dtype: KvDtype::F32,
+            catchup,
+            max_rows: 4,
+            vocab_limit,
+        },
+    )
+    .expect("draft model")
+}
+
+/// The model's greedy continuation of `tokens`, `n` tokens, each from a pass over the
+/// whole sequence (no KV kept between them).
+fn greedy(tokens: &[u32], n: usize) -> Vec<u32> {
+    let model = model();
+    let blocks = (tokens.len() + n).div_ceil(BS);
+    let layout = model.kv_layout(blocks, BS, KvDtype::F32);
+    let vocab = model.cfg.vocab_size;
+    let mut t = tokens.to_vec();
+    for _ in 0..n {
+        let mut kv = model.alloc_kv(&layout).expect("kv");
+        let mut b = ForwardBatch::default();
+        b.push(&t, 0, tokens.len(), (0..blocks as u32).collect(), true);
+        let logits = model.forward(&mut kv, &layout, &b).expect("forward");
+        let last = &logits[logits.len() - vocab..];
+        let next = (0..vocab)
+            .max_by(|&a, &b| last[a].total_cmp(&last[b]).then(b.cmp(&a)))
+            .unwrap() as u32;
+        t.push(next);
+    }
+    t[tokens.len()..].to_vec()
+}
+
+/// A pseudo-random stream of token ids below the fixture's vocabulary.
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self) -> u32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 33) % 500) as u32
+    }
+}
+
+fn req(seq: SeqId, tokens: &[u32], prompt_len: usize, max: usize) -> DraftRequest<'_> {
+    DraftRequest {
+        seq,
+        tokens,
+        prompt_len,
+        max,
+    }
+}
+
+#[test]
+fn every_proposal_is_the_greedy_continuation_of_the_tokens_as_they_are() {
+    // Two sequences side by side; a catch-up of 7 tokens a step, so the prompts (19 and
+    // 11 tokens) are read in pieces, and a sequence drafts only once it has caught up.
+    let mut d = draft(64, 7);
+    let mut rng = Lcg(5);
+    let mut seqs: Vec<Vec<u32>> = vec![
+        (0..19).map(|_| rng.next()).collect(),
+        (0..11).map(|_| rng.next()).collect(),
+    ];
+    let prompt_lens = [19, 11];
+    let mut drafted = [0usize; 2];
+    for step in 0..14 {
+        let max = [4, 1 + step % 3];
+        let reqs: Vec<DraftRequest<'_>> = (0..2)
+            .map(|i| req(i as SeqId + 1, &seqs[i], prompt_lens[i], max[i]))
+            .collect();
+        let out = d.propose(&reqs).expect("propose");
+        for i in 0..2 {
+            if out[i].is_empty() {
+                assert!(
+                    drafted[i] == 0,
+                    "step {step}: sequence {i} stopped drafting"
+                );
+                continue;
+            }
+            drafted[i] += 1;
+            assert_eq!(
+                out[i],
+                greedy(&seqs[i], max[i]),
+                "step {step}, sequence {i}"
+            );
+            // The target keeps some guesses, then draws a token of its own: all of
+            // them, none, or a prefix, and the bonus token sometimes the next guess.
+            let keep = (step + i) % (out[i].len() + 1);
+            let mut next = out[i][..keep].to_vec();
+            let bonus = match (step % 3, out[i].get(keep)) {
+                (0, Some(&g)) => (g + 1) % 500,
+                _ => rng.next(),
+            };
+            next.push(bonus);
+            seqs[i].extend(next);
+        }
+    }
+    assert!(drafted.iter().all(|&n| n >= 10), "{drafted:?}");
+}
+
+#[test]
+fn a_pool_too_small_for_both_evicts_the_one_not_asked_and_starts_it_again() {
+    // 9 blocks of 4 tokens: one sequence of 24 tokens and its guesses fits, two do not.
+    let mut d = draft(9, 64);
+    let mut rng = Lcg(11);
+    let mut a: Vec<u32> = (0..24).map(|_| rng.next()).collect();
+    let mut b: Vec<u32> = (0..22).map(|_| rng.next()).collect();
+    for round in 0..3 {
+        let out = d.propose(&[req(1, &a, 24, 3)]).expect("a");
+        assert_eq!(out[0], greedy(&a, 3), "round {round}: a");
+        a.push(out[0][0]);
+        a.push(rng.next());
+        // b takes a's blocks (a was not asked this time).
+        let out = d.propose(&[req(2, &b, 22, 3)]).expect("b");
+        assert_eq!(out[0], greedy(&b, 3), "round {round}: b");
+        b.push(rng.next());
+    }
+    // Both at once do not fit: the first asked gets the blocks, the other drafts nothing
+    // this step (and takes no blocks from it).
+    let out = d
+        .propose(&[req(1, &a, 24, 3), req(2, &b, 22, 3)])
+        .expect("both");
+    let drafting: Vec<bool> = out.iter().map(|g| !g.is_empty()).collect();
+    assert_eq!(drafting.iter().filter(|&&x| x).count(), 1, "{out:?}");
+    for (g, t) in out.iter().zip([&a, &b]) {
+        if !g.is_empty() {
+            assert_eq!(g, &greedy(t, 3));
+        }
+    }
+    // A sequence too long for the pool takes every block not asked for, and still does
+    // not fit: no pass runs; the evicted ones come back in the next proposal.
+    let long: Vec<u32> = (0..40).map(|_| rng.next()).collect();
+    assert!(d.propose(&[req(3, &long, 40, 3)]).expect("long")[0].is_empty());
+    let out = d.propose(&[req(1, &a, 24, 3)]).expect("a again");
+    assert_eq!(out[0], greedy(&a, 3));
+    // A sequence gone frees its blocks: the other fits again.
+    d.retain(|s| s == 2);
+    let out = d.propose(&[req(2, &b, 22, 3)]).expect("b alone");
+    assert_eq!(out[0], greedy(&b, 3));
+}

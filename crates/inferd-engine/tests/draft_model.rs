@@ -1,0 +1,160 @@
+//! Drafts from a draft model never change a reply either: the target keeps only what it
+//! draws itself. SmolLM2 drafting for itself makes the check sharp: under greedy
+//! decoding its every guess must be taken (the draft's KV follows the sequence exactly,
+//! through rejections, rewinds, catch-up in pieces and a pool too small for every
+//! sequence), and under seeded sampling the replies must be plain decoding's.
+
+mod common;
+
+use common::*;
+use inferd_core::sampling::SamplingParams;
+use inferd_core::spec::SpecConfig;
+use inferd_engine::{EngineConfig, GenRequest, KvBudget};
+
+/// Speculation on; every decoding sequence drafts (the engine's default gate).
+fn spec(cfg: EngineConfig) -> EngineConfig {
+    EngineConfig {
+        speculate: Some(SpecConfig::default()),
+        ..cfg
+    }
+}
+
+fn plain(cfg: EngineConfig) -> EngineConfig {
+    EngineConfig {
+        speculate: None,
+        ..cfg
+    }
+}
+
+/// Greedy requests over `n` chat prompts, of various lengths.
+fn greedy(e: &inferd_engine::EngineHandle, n: usize) -> Vec<GenRequest> {
+    prompts(&e.tokenizer, n)
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| GenRequest::greedy(p, [40, 9, 64, 25][i % 4]))
+        .collect()
+}
+
+#[test]
+fn a_model_drafting_for_itself_is_taken_whole_and_changes_nothing() {
+    let (Some(e), Some(me)) = (engine(plain(config())), smollm2()) else {
+        return;
+    };
+    let reqs = greedy(&e, 4);
+    let want: Vec<Output> = reqs.iter().map(|r| run_one(&e, r.clone())).collect();
+    let plain_steps = e.stats().steps;
+    e.shutdown();
+    // A catch-up of 24 tokens a step: each prompt is read over several steps.
+    let cfg = EngineConfig {
+        draft_catchup: 24,
+        ..spec(config())
+    };
+    let d = engine_with_draft(cfg, &me).unwrap().expect("start");
+    let alone: Vec<Output> = reqs.iter().map(|r| run_one(&d, r.clone())).collect();
+    assert_same(&want, &alone, "drafted by itself, one at a time");
+    let st = d.stats();
+    assert!(st.draft_tokens_total > 0, "{st:?}");
+    assert_eq!(
+        st.accepted_draft_tokens_total, st.draft_tokens_total,
+        "a greedy model's own guesses are all taken"
+    );
+    assert!(
+        st.steps < plain_steps,
+        "steps: plain {plain_steps}, drafted {st:?}"
+    );
+    // All at once: the guesses of four sequences per pass.
+    let together = submit_all(&d, &reqs);
+    assert_same(&want, &together, "drafted by itself, together");
+    let st = d.stats();
+    assert_eq!(st.accepted_draft_tokens_total, st.draft_tokens_total);
+    d.shutdown();
+}
+
+#[test]
+fn sampled_replies_reject_guesses_and_still_equal_plain_ones() {
+    let (Some(e), Some(me)) = (engine(plain(config())), smollm2()) else {
+        return;
+    };
+    let reqs: Vec<GenRequest> = greedy(&e, 5)
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut r)| {
+            r.max_tokens = 48;
+            r.sampling = SamplingParams {
+                temperature: 0.9,
+                top_p: 0.95,
+                presence_penalty: 0.3,
+                seed: Some(40 + i as u64),
+                logprobs: Some(2),
+                ..Default::default()
+            };
+            r
+        })
+        .collect();
+    let want = submit_all(&e, &reqs);
+    e.shutdown();
+    let d = engine_with_draft(spec(config()), &me)
+        .unwrap()
+        .expect("start");
+    let got = submit_all(&d, &reqs);
+    assert_same(&want, &got, "sampled, drafted by a greedy model");
+    let st = d.stats();
+    assert!(
+        st.accepted_draft_tokens_total > 0
+            && st.accepted_draft_tokens_total < st.draft_tokens_total,
+        "sampling takes some guesses and rejects others: {st:?}"
+    );
+    d.shutdown();
+}
+
+#[test]
+fn a_pool_too_small_for_every_sequence_preempts_and_evicts_without_changing_replies() {
+    let (Some(e), Some(me)) = (engine(plain(config())), smollm2()) else {
+        return;
+    };
+    let reqs: Vec<GenRequest> = greedy(&e, 6)
+        .into_iter()
+        .map(|mut r| {
+            r.max_tokens = 40;
+            r
+        })
+        .collect();
+    let want: Vec<Output> = reqs.iter().map(|r| run_one(&e, r.clone())).collect();
+    e.shutdown();
+    // 10 blocks each for the model and its draft (SmolLM2's f32 block is 720 KiB): every
+    // sequence fits alone, six together do not, so the model preempts and the draft's
+    // pool takes blocks from sequences it was not asked about.
+    let cfg = EngineConfig {
+        kv_budget: KvBudget::Bytes(20 * 737_280),
+        ..spec(config())
+    };
+    let d = engine_with_draft(cfg, &me).unwrap().expect("start");
+    let got = submit_all(&d, &reqs);
+    assert_same(&want, &got, "drafted in a small pool");
+    let st = d.stats();
+    assert!(st.preemptions > 0, "the pool was meant to preempt: {st:?}");
+    assert!(st.accepted_draft_tokens_total > 0, "{st:?}");
+    assert_eq!(st.accepted_draft_tokens_total, st.draft_tokens_total);
+    d.shutdown();
+}
+
+#[test]
+fn a_draft_model_of_another_vocabulary_or_without_speculation_is_refused() {
+    let (Some(qwen), Some(me)) = (pulled("qwen2.5-coder-0.5b-instruct"), smollm2()) else {
+        return;
+    };
+    let Some(r) = engine_with_draft(spec(config()), &qwen) else {
+        return;
+    };
+    let err = r
+        .err()
+        .expect("Qwen's vocabulary is not SmolLM2's")
+        .to_string();
+    assert!(err.contains("tokenizer"), "{err}");
+    let err = engine_with_draft(plain(config()), &me)
+        .unwrap()
+        .err()
+        .expect("a draft model needs speculation")
+        .to_string();
+    assert!(err.contains("speculative decoding"), "{err}");
+}
