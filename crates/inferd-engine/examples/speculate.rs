@@ -1,13 +1,14 @@
-//! Speculative decoding with copy drafts against plain decoding, on the engine alone (no
-//! HTTP), in one run: agents that edit a file (the reply writes most of the prompt's code
-//! out again) and agents that chat (little to copy), 1 and 8 at a time (`--agents`),
-//! greedy, each configuration twice (the better run kept); drafts in steps where up to
-//! `--max-decodes` sequences decode (default: any number). Prints tok/s, steps, the drafts' acceptance
-//! and whether the replies are the same as plain decoding's.
+//! Speculative decoding with copy drafts (or a draft model's, `--draft-model`) against
+//! plain decoding, on the engine alone (no HTTP), in one run: agents that edit a file (the
+//! reply writes most of the prompt's code out again) and agents that chat (little to
+//! copy), 1 and 8 at a time (`--agents`), greedy, each configuration twice (the better run
+//! kept); drafts in steps where up to `--max-decodes` sequences decode (default: any
+//! number). Prints tok/s, steps, the drafts' acceptance and whether the replies are the
+//! same as plain decoding's.
 //!
 //! ```text
 //! cargo run --release -p inferd-engine --example speculate -- MODEL.gguf [--reply 160] [--agents 1,8] \
-//!     [--max-decodes N]
+//!     [--max-decodes N] [--draft-model DRAFT.gguf]
 //! ```
 
 use std::sync::Arc;
@@ -134,9 +135,16 @@ fn run(e: &EngineHandle, reqs: &[GenRequest]) -> Run {
     }
 }
 
-fn engine(path: &str, speculate: bool, max_decodes: usize) -> EngineHandle {
-    let model = Model::load(CpuBackend::new(), path.as_ref()).expect("load");
+fn load(backend: CpuBackend, path: &str) -> (Model<CpuBackend>, Arc<Tokenizer>) {
+    let model = Model::load(backend, path.as_ref()).expect("load");
     let tok = Tokenizer::from_gguf(model.gguf.as_ref().expect("a GGUF")).expect("tokenizer");
+    (model, Arc::new(tok))
+}
+
+/// Plain decoding, or speculative with copy drafts or `draft`'s.
+fn engine(path: &str, speculate: bool, max_decodes: usize, draft: Option<&str>) -> EngineHandle {
+    let cpu = CpuBackend::new();
+    let (model, tok) = load(cpu.sibling(), path);
     let cfg = EngineConfig {
         kv_budget: KvBudget::Bytes(1 << 30),
         speculate: speculate.then(SpecConfig::default),
@@ -146,14 +154,21 @@ fn engine(path: &str, speculate: bool, max_decodes: usize) -> EngineHandle {
         },
         ..Default::default()
     };
-    inferd_engine::start(model, Arc::new(tok), "m".into(), cfg).expect("start")
+    inferd_engine::start_with_draft(
+        model,
+        draft.map(|d| load(cpu.sibling(), d)),
+        tok,
+        "m".into(),
+        cfg,
+    )
+    .expect("start")
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let path = args
         .first()
-        .expect("usage: speculate MODEL.gguf [--reply N] [--agents 1,8] [--max-decodes N]");
+        .expect("usage: speculate MODEL.gguf [--reply N] [--agents 1,8] [--max-decodes N] [--draft-model DRAFT.gguf]");
     let reply = args
         .iter()
         .position(|a| a == "--reply")
@@ -171,9 +186,13 @@ fn main() {
         .position(|a| a == "--max-decodes")
         .and_then(|i| args.get(i + 1))
         .map_or(usize::MAX, |v| v.parse().expect("a number"));
+    let draft = args
+        .iter()
+        .position(|a| a == "--draft-model")
+        .and_then(|i| args.get(i + 1));
     let engines = [
-        engine(path, false, max_decodes),
-        engine(path, true, max_decodes),
+        engine(path, false, max_decodes, None),
+        engine(path, true, max_decodes, draft.map(String::as_str)),
     ];
     println!(
         "| workload | agents | plain tok/s | speculative tok/s | ratio | steps plain / spec \

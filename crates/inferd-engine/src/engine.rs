@@ -661,8 +661,9 @@ impl<B: Backend> Engine<B> {
         decoding().take(max.saturating_add(1)).count() <= max && decoding().any(|s| s.may_draft())
     }
 
-    /// This step's drafts from the draft model, for every sequence that may draft. A
-    /// draft model that fails is dropped (copy drafts take over), with a warning.
+    /// This step's drafts with a draft model: a sequence whose copy draft is as long as
+    /// it may be takes it (it costs nothing), the others the draft model's. A draft
+    /// model that fails is dropped (copy drafts take over), with a warning.
     fn model_drafts(&mut self) {
         let (Some(spec), Some(dm)) = (&self.speculate, &mut self.draft_model) else {
             return;
@@ -672,10 +673,18 @@ impl<B: Backend> Engine<B> {
         let mut ids: Vec<SeqId> = seqs.keys().copied().collect();
         ids.sort_unstable();
         let mut reqs = Vec::new();
+        for &id in &ids {
+            let s = seqs.get_mut(&id).expect("listed above");
+            let max = s.draft_room(spec);
+            s.propose_draft(spec);
+            if max > 0 && s.draft.len() < max {
+                s.draft.clear();
+            }
+        }
         for id in ids {
             let s = &seqs[&id];
             let max = s.draft_room(spec);
-            if max > 0 {
+            if max > 0 && s.draft.is_empty() {
                 reqs.push(DraftRequest {
                     seq: id,
                     tokens: &s.tokens,
@@ -686,9 +695,6 @@ impl<B: Backend> Engine<B> {
         }
         let proposed = dm.propose(&reqs);
         let ids: Vec<SeqId> = reqs.iter().map(|r| r.seq).collect();
-        for seq in seqs.values_mut() {
-            seq.draft.clear();
-        }
         match proposed {
             Ok(drafts) => {
                 for (id, d) in ids.into_iter().zip(drafts) {

@@ -63,12 +63,11 @@ pub fn engine_with_draft(
     draft: &std::path::Path,
 ) -> Option<Result<EngineHandle, inferd_runtime::RuntimeError>> {
     let path = smollm2()?;
-    let cpu = || {
-        CpuBackend::with_config(CpuConfig {
-            threads: 2,
-            ..Default::default()
-        })
-    };
+    let backend = CpuBackend::with_config(CpuConfig {
+        threads: 2,
+        ..Default::default()
+    });
+    let cpu = || backend.sibling();
     let model = Model::load(cpu(), &path).expect("load SmolLM2");
     let tok = Tokenizer::from_gguf(model.gguf.as_ref().unwrap()).expect("tokenizer");
     let dm = Model::load(cpu(), draft).expect("load the draft model");

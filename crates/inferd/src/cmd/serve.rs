@@ -481,13 +481,10 @@ fn start_engine(
     }
     let _ = gpu; // read by the CUDA arm only
     match device {
-        Device::Cpu => go(
-            || Ok(inferd_runtime::CpuBackend::new()),
-            model,
-            draft,
-            name,
-            cfg,
-        ),
+        Device::Cpu => {
+            let cpu = inferd_runtime::CpuBackend::new();
+            go(|| Ok(cpu.sibling()), model, draft, name, cfg)
+        }
         #[cfg(feature = "cuda")]
         Device::Cuda(n) => {
             use inferd_runtime::DecodeAttention;

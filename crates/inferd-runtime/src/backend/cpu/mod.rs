@@ -110,6 +110,15 @@ impl CpuBackend {
         }
     }
 
+    /// A backend for a second model run beside this one (a draft model): the same worker
+    /// pool (a second pool's idle workers would spin against this one's), its own draws.
+    pub fn sibling(&self) -> Self {
+        CpuBackend {
+            drawn: Default::default(),
+            ..self.clone()
+        }
+    }
+
     /// A backend computing rank `member.shard()`'s slice of a model, its all-reduce over
     /// `member`'s group ([`HostGroup`]); each rank has its own worker pool.
     pub fn in_group(cfg: CpuConfig, member: HostGroup) -> Self {
