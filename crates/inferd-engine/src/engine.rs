@@ -700,6 +700,7 @@ impl<B: Backend> Engine<B> {
                 for (id, d) in ids.into_iter().zip(drafts) {
                     if let Some(seq) = seqs.get_mut(&id) {
                         seq.set_draft(d);
+                        seq.draft_by_model = true;
                     }
                 }
             }
@@ -764,6 +765,8 @@ impl<B: Backend> Engine<B> {
             tokens,
             drafted,
             accepted,
+            model_drafted,
+            model_accepted,
         } = l;
         self.output.send(OutMsg::Tokens(tokens));
         for id in finished {
@@ -773,6 +776,8 @@ impl<B: Backend> Engine<B> {
         st.generated_tokens_total += generated;
         st.draft_tokens_total += drafted;
         st.accepted_draft_tokens_total += accepted;
+        st.model_draft_tokens_total += model_drafted;
+        st.model_accepted_draft_tokens_total += model_accepted;
         st.steps += 1;
         st.requests_finished += completed;
         drop(st);

@@ -26,6 +26,9 @@ pub(crate) struct Landing {
     /// Draft tokens the model checked, and those it drew too.
     pub drafted: u64,
     pub accepted: u64,
+    /// Of those, the draft model's.
+    pub model_drafted: u64,
+    pub model_accepted: u64,
 }
 
 impl<B: Backend> Engine<B> {
@@ -93,6 +96,10 @@ impl<B: Backend> Engine<B> {
         let accepted = kept - 1;
         l.drafted += draft.len() as u64;
         l.accepted += accepted as u64;
+        if seq.draft_by_model {
+            l.model_drafted += draft.len() as u64;
+            l.model_accepted += accepted as u64;
+        }
         if let Some(spec) = &self.speculate {
             seq.draft_taken(spec, draft.len(), accepted);
         }

@@ -63,6 +63,8 @@ pub(crate) struct Seq {
     /// allows and the scheduler gave room to; the tokens the model checks after its
     /// last token.
     pub draft: Vec<u32>,
+    /// Its draft came from the draft model (else it is a copy).
+    pub draft_by_model: bool,
     /// Under a constraint: the masks of the draft's positions (after its first 1, 2, ..
     /// tokens), computed with this step's mask; fewer than the draft where the reply
     /// cannot go on, and then the draws past them are not taken.
@@ -114,6 +116,7 @@ impl Seq {
         };
         Seq {
             draft: Vec::new(),
+            draft_by_model: false,
             draft_masks: Vec::new(),
             drafter: NgramDrafter::default(),
             draft_len: DraftLength::default(),
@@ -251,6 +254,7 @@ impl Seq {
     /// to what its grammar allows.
     pub fn set_draft(&mut self, draft: Vec<u32>) {
         self.draft = draft;
+        self.draft_by_model = false;
         if let Some(c) = &mut self.constraint {
             // No draft past the end of the reply, nor past what the grammar allows.
             if let Some(end) = self.draft.iter().position(|t| self.grammar_eos.contains(t)) {

@@ -22,6 +22,9 @@ pub struct EngineStats {
     /// Speculative decoding: draft tokens the model checked, and those it drew too.
     pub draft_tokens_total: u64,
     pub accepted_draft_tokens_total: u64,
+    /// Of those, the draft model's (`inferd_engine::start_with_draft`).
+    pub model_draft_tokens_total: u64,
+    pub model_accepted_draft_tokens_total: u64,
 }
 
 impl EngineStats {

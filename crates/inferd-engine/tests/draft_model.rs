@@ -53,9 +53,9 @@ fn a_model_drafting_for_itself_is_taken_whole_and_changes_nothing() {
     let alone: Vec<Output> = reqs.iter().map(|r| run_one(&d, r.clone())).collect();
     assert_same(&want, &alone, "drafted by itself, one at a time");
     let st = d.stats();
-    assert!(st.draft_tokens_total > 0, "{st:?}");
+    assert!(st.model_draft_tokens_total > 0, "{st:?}");
     assert_eq!(
-        st.accepted_draft_tokens_total, st.draft_tokens_total,
+        st.model_accepted_draft_tokens_total, st.model_draft_tokens_total,
         "a greedy model's own guesses are all taken"
     );
     assert!(
@@ -66,7 +66,10 @@ fn a_model_drafting_for_itself_is_taken_whole_and_changes_nothing() {
     let together = submit_all(&d, &reqs);
     assert_same(&want, &together, "drafted by itself, together");
     let st = d.stats();
-    assert_eq!(st.accepted_draft_tokens_total, st.draft_tokens_total);
+    assert_eq!(
+        st.model_accepted_draft_tokens_total,
+        st.model_draft_tokens_total
+    );
     d.shutdown();
 }
 
@@ -100,8 +103,8 @@ fn sampled_replies_reject_guesses_and_still_equal_plain_ones() {
     assert_same(&want, &got, "sampled, drafted by a greedy model");
     let st = d.stats();
     assert!(
-        st.accepted_draft_tokens_total > 0
-            && st.accepted_draft_tokens_total < st.draft_tokens_total,
+        st.model_accepted_draft_tokens_total > 0
+            && st.model_accepted_draft_tokens_total < st.model_draft_tokens_total,
         "sampling takes some guesses and rejects others: {st:?}"
     );
     d.shutdown();
@@ -133,8 +136,11 @@ fn a_pool_too_small_for_every_sequence_preempts_and_evicts_without_changing_repl
     assert_same(&want, &got, "drafted in a small pool");
     let st = d.stats();
     assert!(st.preemptions > 0, "the pool was meant to preempt: {st:?}");
-    assert!(st.accepted_draft_tokens_total > 0, "{st:?}");
-    assert_eq!(st.accepted_draft_tokens_total, st.draft_tokens_total);
+    assert!(st.model_accepted_draft_tokens_total > 0, "{st:?}");
+    assert_eq!(
+        st.model_accepted_draft_tokens_total,
+        st.model_draft_tokens_total
+    );
     d.shutdown();
 }
 
