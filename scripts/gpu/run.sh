@@ -86,6 +86,13 @@
 #            a draft row runs the prefill kernels, which round differently in bf16), then
 #            the fleet at 1 / 8 / 32 x 4k each way, with the drafts' acceptance from
 #            /metrics (random weights: a reply that loops is what copy drafts catch)
+#   draftmodel  a draft model on the GPU (needs /tmp/q8b): makes a Qwen3-0.6B-shaped random
+#            model (/tmp/q06, Qwen3's vocabulary), then serves /tmp/q8b with --speculate off,
+#            /tmp/q8b with --draft-model /tmp/q06 (random weights: few guesses taken, so what
+#            a drafting step costs) and /tmp/q06 with --draft-model /tmp/q06 (drafting for
+#            itself: greedy guesses taken up to bf16 near-ties); overlap_check.py's 24
+#            completions one at a time each, then the fleet at 1 and 8 x 4k, with the
+#            drafts' acceptance from /metrics
 #   smol1    keeps SmolLM2's first part (prepare with SMOL=1); smol2 (the next call on the
 #            same machine) joins it and compares the GPU with the CPU on real weights
 # Logs under $OUT; summary.txt has the results.
@@ -497,6 +504,30 @@ spec)
   done
   python3 $C/overlap_check.py compare $OUT/spec-off.json $OUT/spec-on.json 2>&1 | head -20 | tee -a $summary
   $B/inferd bench table $OUT/spec-*-n*.json 2>&1 | tee -a $summary
+  ;;
+draftmodel)
+  python3 $C/make_qwen3_small.py /tmp/q06 /tmp/tok >$OUT/make06.log 2>&1; note "make q06: rc=$? $(tail -1 $OUT/make06.log)"
+  for mode in off q06 self; do
+    case $mode in
+      off) m=/tmp/q8b; flags="--speculate off" ;;
+      q06) m=/tmp/q8b; flags="--draft-model /tmp/q06" ;;
+      self) m=/tmp/q06; flags="--draft-model /tmp/q06" ;;
+    esac
+    $B/inferd serve --device cuda -m $m --port 8187 --no-prefix-cache $flags >$OUT/serve-draft-$mode.log 2>&1 &
+    SP=$!
+    for i in $(seq 1 240); do curl -sf http://127.0.0.1:8187/health >/dev/null && break; sleep 0.5; done
+    SEQUENTIAL=1 timeout 200 python3 $C/overlap_check.py run http://127.0.0.1:8187 $OUT/draft-$mode.json 2>&1 | tail -2 | tee -a $summary
+    for n in 1 8; do
+      timeout 120 $B/inferd bench fleet --url http://127.0.0.1:8187 --token-prompts -q --agents $n --context 4096 --reply 128 \
+        --label inferd-draft-$mode --meta engine=inferd --meta model=$(basename $m) --out $OUT/draft-$mode-n$n.json >/dev/null 2>&1
+      note "fleet draft model $mode ($(basename $m)), agents $n x 4096: rc $?"
+      note "   $(curl -s http://127.0.0.1:8187/metrics | grep -E '^inferd_(accepted_)?draft_tokens_total|^inferd_generated_tokens_total' | tr '\n' ' ')"
+    done
+    kill $SP; wait $SP 2>/dev/null
+    tail -3 $OUT/serve-draft-$mode.log
+  done
+  python3 $C/overlap_check.py compare $OUT/draft-off.json $OUT/draft-q06.json 2>&1 | head -20 | tee -a $summary
+  $B/inferd bench table $OUT/draft-*-n*.json 2>&1 | tee -a $summary
   ;;
 fleet|fleetq8|fleetfp8|fleetmma)
   kv=${stage#fleet}; [ "$kv" = mma ] && kv=; kvflag=${kv:+--kv-dtype $kv}; tag=${kv:+-$kv}

@@ -190,52 +190,58 @@ fn main() {
         .iter()
         .position(|a| a == "--draft-model")
         .and_then(|i| args.get(i + 1));
-    let engines = [
-        engine(path, false, max_decodes, None),
-        engine(path, true, max_decodes, draft.map(String::as_str)),
+    // Plain decoding, copy drafts, and with `--draft-model` copies then the model's.
+    let mut engines = vec![
+        ("plain", engine(path, false, max_decodes, None)),
+        ("copies", engine(path, true, max_decodes, None)),
     ];
+    if let Some(d) = draft {
+        engines.push(("model", engine(path, true, max_decodes, Some(d))));
+    }
     println!(
-        "| workload | agents | plain tok/s | speculative tok/s | ratio | steps plain / spec \
+        "| workload | agents | drafts | plain tok/s | speculative tok/s | ratio | steps plain / spec \
          | drafts accepted | same replies |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---|");
+    println!("|---|---:|---|---:|---:|---:|---:|---:|---|");
     for workload in ["edit", "chat"] {
         for &agents in &agents {
             let reqs: Vec<GenRequest> = (0..agents)
                 .map(|i| {
                     let mut r =
-                        GenRequest::greedy(prompt(&engines[0].tokenizer, workload, i), reply);
+                        GenRequest::greedy(prompt(&engines[0].1.tokenizer, workload, i), reply);
                     r.ignore_eos = true;
                     r
                 })
                 .collect();
             // Each configuration twice, alternating; the faster run of each is kept.
-            let mut best: [Option<Run>; 2] = [None, None];
+            let mut best: Vec<Option<Run>> = engines.iter().map(|_| None).collect();
             for _ in 0..2 {
-                for (k, e) in engines.iter().enumerate() {
+                for (k, (_, e)) in engines.iter().enumerate() {
                     let r = run(e, &reqs);
                     if best[k].as_ref().is_none_or(|b| r.secs < b.secs) {
                         best[k] = Some(r);
                     }
                 }
             }
-            let [Some(p), Some(s)] = best else {
-                unreachable!()
-            };
-            let (tp, ts) = (p.tokens as f64 / p.secs, s.tokens as f64 / s.secs);
-            println!(
-                "| {workload} | {agents} | {tp:.1} | {ts:.1} | {:.2}x | {} / {} | {} of {} ({:.0}%) | {} |",
-                ts / tp,
-                p.steps,
-                s.steps,
-                s.accepted,
-                s.drafted,
-                100.0 * s.accepted as f64 / s.drafted.max(1) as f64,
-                if p.replies == s.replies { "yes" } else { "no" },
-            );
+            let best: Vec<Run> = best.into_iter().map(Option::unwrap).collect();
+            let p = &best[0];
+            let tp = p.tokens as f64 / p.secs;
+            for ((label, _), s) in engines.iter().zip(&best).skip(1) {
+                let ts = s.tokens as f64 / s.secs;
+                println!(
+                    "| {workload} | {agents} | {label} | {tp:.1} | {ts:.1} | {:.2}x | {} / {} | {} of {} ({:.0}%) | {} |",
+                    ts / tp,
+                    p.steps,
+                    s.steps,
+                    s.accepted,
+                    s.drafted,
+                    100.0 * s.accepted as f64 / s.drafted.max(1) as f64,
+                    if p.replies == s.replies { "yes" } else { "no" },
+                );
+            }
         }
     }
-    for e in &engines {
+    for (_, e) in &engines {
         e.shutdown();
     }
 }

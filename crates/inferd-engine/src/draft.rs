@@ -62,6 +62,10 @@ pub(crate) struct DraftModel<B: Backend> {
     catchup: usize,
     /// Guesses at or past this id are cut (the target has no such token).
     vocab_limit: u32,
+    /// Sequences a pass draws for at most (its workspace's logits rows).
+    max_rows: usize,
+    /// Longest sequence the draft model takes (its context).
+    max_context: usize,
     seqs: HashMap<SeqId, Follow>,
     /// Rows made or dropped since its runner's last pass.
     pending: StepInput,
@@ -106,6 +110,7 @@ impl<B: Backend> DraftModel<B> {
             ));
         }
         let catchup = s.catchup.max(s.max_rows).max(1);
+        let max_context = model.cfg.max_context;
         let ws = model.workspace(catchup, s.max_rows.max(1))?;
         let layout = model.kv_layout(s.num_blocks, s.block_size, s.dtype);
         let kv = model.alloc_kv(&layout)?;
@@ -116,6 +121,8 @@ impl<B: Backend> DraftModel<B> {
             block_size: s.block_size,
             catchup,
             vocab_limit: s.vocab_limit.min(u32::MAX as usize) as u32,
+            max_rows: s.max_rows.max(1),
+            max_context,
             seqs: HashMap::new(),
             pending: StepInput::default(),
             calls: 0,
@@ -138,7 +145,8 @@ impl<B: Backend> DraftModel<B> {
     }
 
     /// Up to `r.max` guesses for each of `reqs` (distinct sequences), in their order;
-    /// empty for a sequence still catching up or whose KV does not fit.
+    /// empty for a sequence still catching up, whose KV does not fit, past the draft
+    /// model's context, or past the pass's rows.
     pub fn propose(&mut self, reqs: &[DraftRequest<'_>]) -> Result<Vec<Vec<u32>>> {
         self.calls += 1;
         let mut drafts = vec![Vec::new(); reqs.len()];
@@ -161,12 +169,13 @@ impl<B: Backend> DraftModel<B> {
             let computed = self.seqs.get(&r.seq).map_or(0, |f| f.computed);
             r.tokens.len().saturating_sub(computed)
         });
+        let mut rows = 0;
         for i in order {
             let r = &reqs[i];
-            if budget == 0 {
+            if budget == 0 || rows == self.max_rows {
                 break;
             }
-            if r.tokens.is_empty() || r.max == 0 {
+            if r.tokens.is_empty() || r.max == 0 || r.tokens.len() + r.max > self.max_context {
                 continue;
             }
             let valid = self.follow(r);
@@ -196,6 +205,7 @@ impl<B: Backend> DraftModel<B> {
             f.sent = f.blocks.len();
             if caught_up {
                 wants[i] = r.max;
+                rows += 1;
             }
         }
         // Then a pass per guess: the last guess in, the next out.
