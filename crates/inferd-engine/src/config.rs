@@ -70,6 +70,9 @@ pub struct EngineConfig {
     /// (prompts, the tokens kept last step) its catch-up pass reads at most a step, over
     /// all drafting sequences; a sequence drafts once its draft KV has caught up.
     pub draft_catchup: usize,
+    /// With a draft model: a guess it gives less probability than this ends the draft
+    /// (0: guesses run to the draft's length).
+    pub draft_confidence: f32,
 }
 
 /// Default [`EngineConfig::queue_timeout`]: 10 minutes.
@@ -94,6 +97,7 @@ impl Default for EngineConfig {
             mask_threads: None,
             speculate: speculate_from_env(),
             draft_catchup: 512,
+            draft_confidence: 0.5,
         }
     }
 }

@@ -66,6 +66,8 @@ pub(crate) struct DraftModel<B: Backend> {
     max_rows: usize,
     /// Longest sequence the draft model takes (its context).
     max_context: usize,
+    /// A guess less likely than this (natural log) under the draft model ends the draft.
+    min_logprob: f32,
     seqs: HashMap<SeqId, Follow>,
     /// Rows made or dropped since its runner's last pass.
     pending: StepInput,
@@ -85,6 +87,8 @@ pub(crate) struct DraftSizes {
     pub max_rows: usize,
     /// The target's vocabulary size.
     pub vocab_limit: usize,
+    /// A guess the draft model gives less probability than this ends the draft (0: never).
+    pub min_confidence: f32,
 }
 
 impl<B: Backend> DraftModel<B> {
@@ -123,6 +127,11 @@ impl<B: Backend> DraftModel<B> {
             vocab_limit: s.vocab_limit.min(u32::MAX as usize) as u32,
             max_rows: s.max_rows.max(1),
             max_context,
+            min_logprob: if s.min_confidence > 0.0 {
+                s.min_confidence.min(1.0).ln()
+            } else {
+                f32::NEG_INFINITY
+            },
             seqs: HashMap::new(),
             pending: StepInput::default(),
             calls: 0,
@@ -144,12 +153,13 @@ impl<B: Backend> DraftModel<B> {
         }
     }
 
-    /// Up to `r.max` guesses for each of `reqs` (distinct sequences), in their order;
-    /// empty for a sequence still catching up, whose KV does not fit, past the draft
-    /// model's context, or past the pass's rows.
-    pub fn propose(&mut self, reqs: &[DraftRequest<'_>]) -> Result<Vec<Vec<u32>>> {
+    /// Up to `r.max` guesses for each of `reqs` (distinct sequences), in their order:
+    /// as many as the model is sure enough of (maybe none); `None` for a sequence that
+    /// did not draft this step (still catching up, its KV does not fit, past the draft
+    /// model's context or past the pass's rows).
+    pub fn propose(&mut self, reqs: &[DraftRequest<'_>]) -> Result<Vec<Option<Vec<u32>>>> {
         self.calls += 1;
-        let mut drafts = vec![Vec::new(); reqs.len()];
+        let mut drafts: Vec<Option<Vec<u32>>> = vec![None; reqs.len()];
         // Pass 1: each sequence's catch-up; `wants[i]`: guesses request i still wants
         // (0: it does not draft this step).
         let mut wants = vec![0usize; reqs.len()];
@@ -205,6 +215,7 @@ impl<B: Backend> DraftModel<B> {
             f.sent = f.blocks.len();
             if caught_up {
                 wants[i] = r.max;
+                drafts[i] = Some(Vec::new());
                 rows += 1;
             }
         }
@@ -214,12 +225,14 @@ impl<B: Backend> DraftModel<B> {
             let sampling: Vec<usize> = (0..reqs.len()).filter(|&i| wants[i] > round).collect();
             let guesses = self.pass(std::mem::take(&mut chunks), reqs, &sampling)?;
             round += 1;
-            for (&i, g) in sampling.iter().zip(guesses) {
-                if g >= self.vocab_limit {
+            for (&i, (g, logprob)) in sampling.iter().zip(guesses) {
+                // An unsure guess ends the draft: the target would likely not draw it,
+                // and every guess costs a pass here and a row there.
+                if g >= self.vocab_limit || logprob < self.min_logprob {
                     wants[i] = 0;
                     continue;
                 }
-                drafts[i].push(g);
+                drafts[i].get_or_insert_default().push(g);
                 if wants[i] > round {
                     let r = &reqs[i];
                     let f = self.seqs.get_mut(&r.seq).expect("a sampling sequence");
@@ -255,7 +268,11 @@ impl<B: Backend> DraftModel<B> {
                 pending.new.push(NewRow {
                     seq: r.seq,
                     prompt_len: r.prompt_len,
-                    sampling: SamplingParams::greedy(),
+                    sampling: SamplingParams {
+                        // The guess's own logprob: how sure the draft model is.
+                        logprobs: Some(0),
+                        ..SamplingParams::greedy()
+                    },
                     dry_tokenizer: None,
                 });
             }
@@ -311,14 +328,14 @@ impl<B: Backend> DraftModel<B> {
     }
 
     /// Runs one pass of `chunks` (with the rows made or dropped since the last) and
-    /// returns the greedy token of each request in `sampling` (in order; each sampling
-    /// chunk's sequence once).
+    /// returns the greedy token of each request in `sampling` and its logprob (in order;
+    /// each sampling chunk's sequence once).
     fn pass(
         &mut self,
         chunks: Vec<StepChunk>,
         reqs: &[DraftRequest<'_>],
         sampling: &[usize],
-    ) -> Result<Vec<u32>> {
+    ) -> Result<Vec<(u32, f32)>> {
         let mut step = std::mem::take(&mut self.pending);
         step.chunks = chunks;
         let prepared = self.runner.prepare(step)?;
@@ -336,7 +353,11 @@ impl<B: Backend> DraftModel<B> {
             .collect();
         let drawing = self.runner.start_draws(launched, &draws)?;
         let out = self.runner.finish_draws(drawing)?;
-        Ok(out.sampled.into_iter().map(|(_, s)| s.token).collect())
+        Ok(out
+            .sampled
+            .into_iter()
+            .map(|(_, s)| (s.token, s.logprob.unwrap_or(0.0)))
+            .collect())
     }
 }
 

@@ -20,6 +20,11 @@ fn model() -> Model<CpuBackend> {
 }
 
 fn draft(num_blocks: usize, catchup: usize) -> DraftModel<CpuBackend> {
+    draft_sure(num_blocks, catchup, 0.0)
+}
+
+/// [`draft`] whose guesses end at the first one less likely than `min_confidence`.
+fn draft_sure(num_blocks: usize, catchup: usize, min_confidence: f32) -> DraftModel<CpuBackend> {
     let m = model();
     let vocab_limit = m.cfg.vocab_size;
     DraftModel::new(
@@ -31,6 +36,7 @@ fn draft(num_blocks: usize, catchup: usize) -> DraftModel<CpuBackend> {
             catchup,
             max_rows: 4,
             vocab_limit,
+            min_confidence,
         },
     )
     .expect("draft model")
@@ -70,6 +76,15 @@ impl Lcg {
     }
 }
 
+/// `d.propose(reqs)`, a sequence that did not draft as no guesses.
+fn guesses(d: &mut DraftModel<CpuBackend>, reqs: &[DraftRequest<'_>]) -> Vec<Vec<u32>> {
+    d.propose(reqs)
+        .expect("propose")
+        .into_iter()
+        .map(Option::unwrap_or_default)
+        .collect()
+}
+
 fn req(seq: SeqId, tokens: &[u32], prompt_len: usize, max: usize) -> DraftRequest<'_> {
     DraftRequest {
         seq,
@@ -96,7 +111,7 @@ fn every_proposal_is_the_greedy_continuation_of_the_tokens_as_they_are() {
         let reqs: Vec<DraftRequest<'_>> = (0..2)
             .map(|i| req(i as SeqId + 1, &seqs[i], prompt_lens[i], max[i]))
             .collect();
-        let out = d.propose(&reqs).expect("propose");
+        let out = guesses(&mut d, &reqs);
         for i in 0..2 {
             if out[i].is_empty() {
                 assert!(
@@ -134,20 +149,18 @@ fn a_pool_too_small_for_both_evicts_the_one_not_asked_and_starts_it_again() {
     let mut a: Vec<u32> = (0..24).map(|_| rng.next()).collect();
     let mut b: Vec<u32> = (0..22).map(|_| rng.next()).collect();
     for round in 0..3 {
-        let out = d.propose(&[req(1, &a, 24, 3)]).expect("a");
+        let out = guesses(&mut d, &[req(1, &a, 24, 3)]);
         assert_eq!(out[0], greedy(&a, 3), "round {round}: a");
         a.push(out[0][0]);
         a.push(rng.next());
         // b takes a's blocks (a was not asked this time).
-        let out = d.propose(&[req(2, &b, 22, 3)]).expect("b");
+        let out = guesses(&mut d, &[req(2, &b, 22, 3)]);
         assert_eq!(out[0], greedy(&b, 3), "round {round}: b");
         b.push(rng.next());
     }
     // Both at once do not fit: the first asked gets the blocks, the other drafts nothing
     // this step (and takes no blocks from it).
-    let out = d
-        .propose(&[req(1, &a, 24, 3), req(2, &b, 22, 3)])
-        .expect("both");
+    let out = guesses(&mut d, &[req(1, &a, 24, 3), req(2, &b, 22, 3)]);
     let drafting: Vec<bool> = out.iter().map(|g| !g.is_empty()).collect();
     assert_eq!(drafting.iter().filter(|&&x| x).count(), 1, "{out:?}");
     for (g, t) in out.iter().zip([&a, &b]) {
@@ -158,11 +171,27 @@ fn a_pool_too_small_for_both_evicts_the_one_not_asked_and_starts_it_again() {
     // A sequence too long for the pool takes every block not asked for, and still does
     // not fit: no pass runs; the evicted ones come back in the next proposal.
     let long: Vec<u32> = (0..40).map(|_| rng.next()).collect();
-    assert!(d.propose(&[req(3, &long, 40, 3)]).expect("long")[0].is_empty());
-    let out = d.propose(&[req(1, &a, 24, 3)]).expect("a again");
+    assert_eq!(d.propose(&[req(3, &long, 40, 3)]).expect("long")[0], None);
+    let out = guesses(&mut d, &[req(1, &a, 24, 3)]);
     assert_eq!(out[0], greedy(&a, 3));
     // A sequence gone frees its blocks: the other fits again.
     d.retain(|s| s == 2);
-    let out = d.propose(&[req(2, &b, 22, 3)]).expect("b alone");
+    let out = guesses(&mut d, &[req(2, &b, 22, 3)]);
     assert_eq!(out[0], greedy(&b, 3));
+}
+
+#[test]
+fn an_unsure_guess_ends_the_draft() {
+    let mut rng = Lcg(3);
+    let t: Vec<u32> = (0..12).map(|_| rng.next()).collect();
+    // The fixture's random weights are never 99% sure of a token.
+    let out = draft_sure(16, 64, 0.99)
+        .propose(&[req(1, &t, 12, 4)])
+        .unwrap();
+    assert_eq!(out[0], Some(Vec::new()), "drafted, and sure of nothing");
+    // A bar every guess clears: the whole greedy draft.
+    let out = draft_sure(16, 64, 1e-9)
+        .propose(&[req(1, &t, 12, 4)])
+        .unwrap();
+    assert_eq!(out[0], Some(greedy(&t, 4)));
 }

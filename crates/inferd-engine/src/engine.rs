@@ -126,6 +126,7 @@ pub fn start_with_draft<B: Backend + 'static>(
                     catchup: cfg.draft_catchup,
                     max_rows: cfg.sched.max_running.min(cfg.sched.draft_max_decodes),
                     vocab_limit,
+                    min_confidence: cfg.draft_confidence,
                 },
             )
         })
@@ -662,8 +663,9 @@ impl<B: Backend> Engine<B> {
     }
 
     /// This step's drafts with a draft model: a sequence whose copy draft is as long as
-    /// it may be takes it (it costs nothing), the others the draft model's. A draft
-    /// model that fails is dropped (copy drafts take over), with a warning.
+    /// it may be takes it (it costs nothing), the others the draft model's, unless their
+    /// back-off says to wait (`Seq::model_backoff`: the model's guesses kept missing). A
+    /// draft model that fails is dropped (copy drafts take over), with a warning.
     fn model_drafts(&mut self) {
         let (Some(spec), Some(dm)) = (&self.speculate, &mut self.draft_model) else {
             return;
@@ -679,12 +681,16 @@ impl<B: Backend> Engine<B> {
             s.propose_draft(spec);
             if max > 0 && s.draft.len() < max {
                 s.draft.clear();
+                if !s.model_backoff.ask() {
+                    continue;
+                }
+                s.draft_by_model = true;
             }
         }
         for id in ids {
             let s = &seqs[&id];
             let max = s.draft_room(spec);
-            if max > 0 && s.draft.is_empty() {
+            if max > 0 && s.draft_by_model {
                 reqs.push(DraftRequest {
                     seq: id,
                     tokens: &s.tokens,
@@ -698,9 +704,19 @@ impl<B: Backend> Engine<B> {
         match proposed {
             Ok(drafts) => {
                 for (id, d) in ids.into_iter().zip(drafts) {
-                    if let Some(seq) = seqs.get_mut(&id) {
-                        seq.set_draft(d);
-                        seq.draft_by_model = true;
+                    let Some(seq) = seqs.get_mut(&id) else {
+                        continue;
+                    };
+                    let Some(d) = d else {
+                        // No draft this step (catching up, no room): asks again next.
+                        seq.draft_by_model = false;
+                        continue;
+                    };
+                    seq.set_draft(d);
+                    seq.draft_by_model = true;
+                    if seq.draft.is_empty() {
+                        // Nothing it was sure of: as a miss.
+                        seq.model_backoff.missed();
                     }
                 }
             }

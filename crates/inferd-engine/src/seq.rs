@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use inferd_core::sampling::SamplingParams;
 use inferd_core::sched::{SeqState, SeqStore};
-use inferd_core::spec::{DraftLength, NgramDrafter, SpecConfig};
+use inferd_core::spec::{Backoff, DraftLength, NgramDrafter, SpecConfig};
 use inferd_grammar::{Constraint, GrammarError, TokenMask};
 use inferd_text::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
@@ -73,6 +73,8 @@ pub(crate) struct Seq {
     drafter: NgramDrafter,
     /// How long its next draft may be, from how its last one fared.
     draft_len: DraftLength,
+    /// With a draft model: when it asks it next (fewer asks while its guesses miss).
+    pub model_backoff: Backoff,
 }
 
 /// A context being prefilled: where it goes when its KV is computed.
@@ -120,6 +122,7 @@ impl Seq {
             draft_masks: Vec::new(),
             drafter: NgramDrafter::default(),
             draft_len: DraftLength::default(),
+            model_backoff: Backoff::default(),
             sched,
             prompt_len: req.prompt.len(),
             max_tokens: req.max_tokens,
@@ -219,6 +222,13 @@ impl Seq {
     /// length follows).
     pub fn draft_taken(&mut self, cfg: &SpecConfig, drafted: usize, accepted: usize) {
         self.draft_len.feedback(cfg, drafted, accepted);
+        if self.draft_by_model {
+            if accepted > 0 {
+                self.model_backoff.taken();
+            } else {
+                self.model_backoff.missed();
+            }
+        }
     }
 
     /// The most draft tokens it may propose for the next step: none when it does not

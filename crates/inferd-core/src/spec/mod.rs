@@ -10,9 +10,11 @@
 //! speculative sampling, so the reply is the one plain decoding gives, token for token,
 //! under greedy and seeded sampling alike.
 
+mod backoff;
 mod length;
 mod ngram;
 
+pub use backoff::Backoff;
 pub use length::DraftLength;
 pub use ngram::NgramDrafter;
 
