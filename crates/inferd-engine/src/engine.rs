@@ -13,7 +13,8 @@ use inferd_runtime::{Backend, ForwardBatch, Model, RuntimeError};
 use inferd_text::Tokenizer;
 
 use crate::config::{kv_budget_bytes, split_budget, EngineConfig};
-use crate::draft::{DraftModel, DraftRequest, DraftSizes};
+use crate::draft::{DraftModel, DraftSizes};
+use crate::drafting::same_vocabulary;
 use crate::handle::{EngineHandle, ModelInfo, Msg, Shared};
 use crate::land::Landing;
 use crate::load::{Load, Waiting};
@@ -273,7 +274,7 @@ pub(crate) struct Engine<B: Backend> {
     /// Speculative decoding's drafts (`EngineConfig::speculate`).
     pub(crate) speculate: Option<inferd_core::spec::SpecConfig>,
     /// Where drafts come from when set (`start_with_draft`); else copies (n-grams).
-    draft_model: Option<DraftModel<B>>,
+    pub(crate) draft_model: Option<DraftModel<B>>,
     /// Where a step's grammar masks are computed (`EngineConfig::mask_threads`).
     masks: MaskPool,
     /// The output thread: every event of an accepted request goes through it.
@@ -662,73 +663,6 @@ impl<B: Backend> Engine<B> {
         decoding().take(max.saturating_add(1)).count() <= max && decoding().any(|s| s.may_draft())
     }
 
-    /// This step's drafts with a draft model: a sequence whose copy draft is as long as
-    /// it may be takes it (it costs nothing), the others the draft model's, unless their
-    /// back-off says to wait (`Seq::model_backoff`: the model's guesses kept missing). A
-    /// draft model that fails is dropped (copy drafts take over), with a warning.
-    fn model_drafts(&mut self) {
-        let (Some(spec), Some(dm)) = (&self.speculate, &mut self.draft_model) else {
-            return;
-        };
-        let seqs = &mut self.seqs;
-        dm.retain(|id| seqs.contains_key(&id));
-        let mut ids: Vec<SeqId> = seqs.keys().copied().collect();
-        ids.sort_unstable();
-        let mut reqs = Vec::new();
-        for &id in &ids {
-            let s = seqs.get_mut(&id).expect("listed above");
-            let max = s.draft_room(spec);
-            s.propose_draft(spec);
-            if max > 0 && s.draft.len() < max {
-                s.draft.clear();
-                if !s.model_backoff.ask() {
-                    continue;
-                }
-                s.draft_by_model = true;
-            }
-        }
-        for id in ids {
-            let s = &seqs[&id];
-            let max = s.draft_room(spec);
-            if max > 0 && s.draft_by_model {
-                reqs.push(DraftRequest {
-                    seq: id,
-                    tokens: &s.tokens,
-                    prompt_len: s.prompt_len,
-                    max,
-                });
-            }
-        }
-        let proposed = dm.propose(&reqs);
-        let ids: Vec<SeqId> = reqs.iter().map(|r| r.seq).collect();
-        match proposed {
-            Ok(drafts) => {
-                for (id, d) in ids.into_iter().zip(drafts) {
-                    let Some(seq) = seqs.get_mut(&id) else {
-                        continue;
-                    };
-                    let Some(d) = d else {
-                        // No draft this step (catching up, no room): asks again next.
-                        seq.draft_by_model = false;
-                        continue;
-                    };
-                    seq.set_draft(d);
-                    seq.draft_by_model = true;
-                    if seq.draft.is_empty() {
-                        // Nothing it was sure of: as a miss.
-                        seq.model_backoff.missed();
-                    }
-                }
-            }
-            Err(e) => {
-                eprintln!(
-                    "inferd: warning: the draft model failed ({e}); drafting by copies from now on"
-                );
-                self.draft_model = None;
-            }
-        }
-    }
-
     /// Whether `out` can be queued behind `flight`'s draws: each chunk's tokens are known
     /// on the host, or it is a decode of a token the flight draws.
     fn runs_behind(&self, flight: &Flight, out: &SchedulerOutput) -> bool {
@@ -1017,25 +951,4 @@ impl Phases {
             .record((now - self.0).as_secs_f64());
         self.0 = now;
     }
-}
-
-/// A draft model must speak the target's vocabulary: the same token for every id.
-fn same_vocabulary(target: &Tokenizer, draft: &Tokenizer) -> Result<(), RuntimeError> {
-    let n = target.vocab_size();
-    if draft.vocab_size() != n {
-        return Err(RuntimeError::Other(format!(
-            "the draft model's vocabulary has {} tokens, the model's {n}: a draft model \
-             must share the model's tokenizer",
-            draft.vocab_size()
-        )));
-    }
-    if let Some(id) = (0..n as u32).find(|&i| target.id_to_token(i) != draft.id_to_token(i)) {
-        return Err(RuntimeError::Other(format!(
-            "the draft model's token {id} is {:?}, the model's {:?}: a draft model must \
-             share the model's tokenizer",
-            draft.id_to_token(id).unwrap_or_default(),
-            target.id_to_token(id).unwrap_or_default()
-        )));
-    }
-    Ok(())
 }

@@ -9,6 +9,7 @@ mod admit;
 mod agent;
 mod config;
 mod draft;
+mod drafting;
 mod engine;
 mod handle;
 mod land;
