@@ -2,22 +2,12 @@
 //! kept or not, catch-up in pieces, blocks taken by other sequences), a proposal is the
 //! model's greedy continuation of the sequence's tokens as they are now.
 
-use std::path::Path;
-
-use inferd_runtime::{CpuBackend, CpuConfig, ForwardBatch, KvDtype, Model};
+use inferd_runtime::{CpuBackend, ForwardBatch, KvDtype};
 
 use super::*;
+use crate::runner::tests::model;
 
 const BS: usize = 4;
-
-fn model() -> Model<CpuBackend> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models/llama");
-    let backend = CpuBackend::with_config(CpuConfig {
-        threads: 1,
-        ..Default::default()
-    });
-    Model::load(backend, &dir).expect("load the Llama fixture")
-}
 
 fn draft(num_blocks: usize, catchup: usize) -> DraftModel<CpuBackend> {
     draft_sure(num_blocks, catchup, 0.0)

@@ -378,4 +378,4 @@ impl<B: Backend> ModelRunner<B> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -12,7 +12,8 @@ use super::*;
 const BS: usize = 4;
 const BLOCKS: usize = 32;
 
-fn model() -> Model<CpuBackend> {
+/// The tiny committed Llama fixture on one CPU thread (the draft model's tests too).
+pub(crate) fn model() -> Model<CpuBackend> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models/llama");
     let backend = CpuBackend::with_config(CpuConfig {
         threads: 1,
