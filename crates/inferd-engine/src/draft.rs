@@ -60,7 +60,8 @@ pub(crate) struct DraftModel<B: Backend> {
     block_size: usize,
     /// Tokens a catch-up pass takes at most (its workspace's size).
     catchup: usize,
-    /// Guesses at or past this id are cut (the target has no such token).
+    /// Guesses at or past this id are cut (the target has no such token), and a
+    /// sequence holding a token at or past it drafts nothing (the draft has none).
     vocab_limit: u32,
     /// Sequences a pass draws for at most (its workspace's logits rows).
     max_rows: usize,
@@ -115,6 +116,7 @@ impl<B: Backend> DraftModel<B> {
         }
         let catchup = s.catchup.max(s.max_rows).max(1);
         let max_context = model.cfg.max_context;
+        let draft_vocab = model.cfg.vocab_size;
         let ws = model.workspace(catchup, s.max_rows.max(1))?;
         let layout = model.kv_layout(s.num_blocks, s.block_size, s.dtype);
         let kv = model.alloc_kv(&layout)?;
@@ -124,7 +126,7 @@ impl<B: Backend> DraftModel<B> {
             free: (0..s.num_blocks as u32).rev().collect(),
             block_size: s.block_size,
             catchup,
-            vocab_limit: s.vocab_limit.min(u32::MAX as usize) as u32,
+            vocab_limit: s.vocab_limit.min(draft_vocab).min(u32::MAX as usize) as u32,
             max_rows: s.max_rows.max(1),
             max_context,
             min_logprob: if s.min_confidence > 0.0 {
@@ -190,6 +192,12 @@ impl<B: Backend> DraftModel<B> {
             }
             let valid = self.follow(r);
             let take = (r.tokens.len() - valid).min(budget);
+            if r.tokens[valid..valid + take]
+                .iter()
+                .any(|&t| t >= self.vocab_limit)
+            {
+                continue;
+            }
             let caught_up = valid + take == r.tokens.len();
             // Its KV up to its last guess's position (the last guess is not run).
             let end = if caught_up {
@@ -305,6 +313,16 @@ impl<B: Backend> DraftModel<B> {
         let want = end.div_ceil(self.block_size);
         let have = self.seqs.get(&seq).map_or(0, |f| f.blocks.len());
         let need = want.saturating_sub(have);
+        // Evict only if that makes room: else the others' KV would go for nothing.
+        let idle: usize = self
+            .seqs
+            .values()
+            .filter(|f| f.used < self.calls)
+            .map(|f| f.blocks.len())
+            .sum();
+        if self.free.len() + idle < need {
+            return false;
+        }
         while self.free.len() < need {
             let idle = self
                 .seqs

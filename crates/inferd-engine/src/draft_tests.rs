@@ -158,10 +158,18 @@ fn a_pool_too_small_for_both_evicts_the_one_not_asked_and_starts_it_again() {
             assert_eq!(g, &greedy(t, 3));
         }
     }
-    // A sequence too long for the pool takes every block not asked for, and still does
-    // not fit: no pass runs; the evicted ones come back in the next proposal.
+    // A sequence too long for the pool even with every block not asked for drafts
+    // nothing, and evicts no one for nothing.
     let long: Vec<u32> = (0..40).map(|_| rng.next()).collect();
+    let before = d.seqs.values().map(|f| f.blocks.len()).sum::<usize>();
     assert_eq!(d.propose(&[req(3, &long, 40, 3)]).expect("long")[0], None);
+    assert_eq!(
+        d.seqs.values().map(|f| f.blocks.len()).sum::<usize>(),
+        before
+    );
+    // A sequence dropped and asked again before any pass: its row is emptied, not made
+    // and dropped in one diff.
+    d.retain(|s| s != 1);
     let out = guesses(&mut d, &[req(1, &a, 24, 3)]);
     assert_eq!(out[0], greedy(&a, 3));
     // A sequence gone frees its blocks: the other fits again.

@@ -28,11 +28,9 @@ impl<B: Backend> Engine<B> {
             let s = seqs.get_mut(&id).expect("listed above");
             let max = s.draft_room(spec);
             s.propose_draft(spec);
-            if max > 0 && s.draft.len() < max {
-                s.draft.clear();
-                if s.model_backoff.ask() {
-                    asking.push((id, max));
-                }
+            // A shorter copy draft stays unless the model drafts.
+            if max > 0 && s.draft.len() < max && s.model_backoff.ask() {
+                asking.push((id, max));
             }
         }
         let reqs: Vec<DraftRequest<'_>> = asking
@@ -55,19 +53,23 @@ impl<B: Backend> Engine<B> {
                     let Some(seq) = seqs.get_mut(&id) else {
                         continue;
                     };
-                    // None: no draft this step (catching up, no room); it asks again next.
-                    let Some(d) = d else {
-                        continue;
-                    };
-                    seq.set_draft(d);
-                    seq.draft_by_model = true;
-                    if seq.draft.is_empty() {
+                    match d {
+                        // No draft this step (catching up, no room): it asks again next.
+                        None => {}
                         // Nothing it was sure of: as a miss.
-                        seq.model_backoff.missed();
+                        Some(d) if d.is_empty() => seq.model_backoff.missed(),
+                        Some(d) => {
+                            seq.set_draft(d);
+                            seq.draft_by_model = true;
+                        }
                     }
                 }
             }
             Err(e) => {
+                if self.note_fatal(&e) {
+                    // The device is lost: the engine stops at its next turn.
+                    return;
+                }
                 eprintln!(
                     "inferd: warning: the draft model failed ({e}); drafting by copies from now on"
                 );

@@ -514,9 +514,19 @@ fn start_engine(
             };
             let made = std::cell::Cell::new(0);
             let backend = || {
-                // The draft model's backend: the same device and settings.
-                let b = inferd_runtime::CudaBackend::new(config)?;
-                if made.replace(made.get() + 1) == 0 {
+                // The draft model's backend: the same device, no contiguous-prompt scratch
+                // (its prompts read pages) and no test fault.
+                let first = made.replace(made.get() + 1) == 0;
+                let b = inferd_runtime::CudaBackend::new(if first {
+                    config
+                } else {
+                    inferd_runtime::CudaConfig {
+                        prefill_kv: PrefillKv::Paged,
+                        lose_device_after: None,
+                        ..config
+                    }
+                })?;
+                if first {
                     eprintln!(
                         "GPU {n}: {} ({:.0} GiB)",
                         b.info().name,
