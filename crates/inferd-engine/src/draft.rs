@@ -93,12 +93,6 @@ pub(crate) struct DraftSizes {
 }
 
 impl<B: Backend> DraftModel<B> {
-    /// Bytes one KV block of `block_size` tokens takes for `model` (what the engine
-    /// sets aside per target block).
-    pub fn block_bytes(model: &Model<B>, block_size: usize, dtype: KvDtype) -> usize {
-        model.kv_layout(1, block_size, dtype).block_bytes()
-    }
-
     /// Allocates the draft's pool and workspace. The model must be dense: a recurrent
     /// state cannot go back to a guess the target did not keep.
     pub fn new(model: Model<B>, s: DraftSizes) -> Result<Self> {
@@ -240,7 +234,7 @@ impl<B: Backend> DraftModel<B> {
                     wants[i] = 0;
                     continue;
                 }
-                drafts[i].get_or_insert_default().push(g);
+                drafts[i].as_mut().expect("a caught-up sequence").push(g);
                 if wants[i] > round {
                     let r = &reqs[i];
                     let f = self.seqs.get_mut(&r.seq).expect("a sampling sequence");
@@ -292,7 +286,6 @@ impl<B: Backend> DraftModel<B> {
                 used: calls,
             }
         });
-        f.used = calls;
         let after = r.tokens.get(f.computed..).unwrap_or_default();
         let kept = f
             .guessed
@@ -329,10 +322,8 @@ impl<B: Backend> DraftModel<B> {
                 .iter()
                 .filter(|(_, f)| f.used < self.calls)
                 .min_by_key(|(_, f)| f.used)
-                .map(|(&s, _)| s);
-            let Some(idle) = idle else {
-                return false;
-            };
+                .map(|(&s, _)| s)
+                .expect("the idle sequences' blocks make room (checked above)");
             self.forget(idle);
         }
         let at = self.free.len() - need;

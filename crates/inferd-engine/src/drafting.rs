@@ -26,8 +26,7 @@ impl<B: Backend> Engine<B> {
         let mut asking = Vec::new();
         for id in ids {
             let s = seqs.get_mut(&id).expect("listed above");
-            let max = s.draft_room(spec);
-            s.propose_draft(spec);
+            let max = s.propose_draft(spec);
             // A shorter copy draft stays unless the model drafts.
             if max > 0 && s.draft.len() < max && s.model_backoff.ask() {
                 asking.push((id, max));
@@ -58,10 +57,7 @@ impl<B: Backend> Engine<B> {
                         None => {}
                         // Nothing it was sure of: as a miss.
                         Some(d) if d.is_empty() => seq.model_backoff.missed(),
-                        Some(d) => {
-                            seq.set_draft(d);
-                            seq.draft_by_model = true;
-                        }
+                        Some(d) => seq.set_draft(d, true),
                     }
                 }
             }

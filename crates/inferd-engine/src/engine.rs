@@ -88,7 +88,7 @@ pub fn start_with_draft<B: Backend + 'static>(
     // A draft model's KV: a block of its own per target block.
     let draft_block_bytes = draft
         .as_ref()
-        .map_or(0, |(m, _)| DraftModel::block_bytes(m, bs, dtype) as u64);
+        .map_or(0, |(m, _)| m.kv_layout(1, bs, dtype).block_bytes() as u64);
     let (num_blocks, num_slots) = split_budget(
         budget,
         bytes_per_block + draft_block_bytes,

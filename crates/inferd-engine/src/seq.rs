@@ -249,22 +249,24 @@ impl Seq {
     }
 
     /// Proposes its copy draft for the next step (empty when it may draft none, or its
-    /// tokens hold no earlier match; see [`Seq::draft_room`]).
-    pub fn propose_draft(&mut self, cfg: &SpecConfig) {
+    /// tokens hold no earlier match), and returns how long a draft it may have
+    /// ([`Seq::draft_room`]).
+    pub fn propose_draft(&mut self, cfg: &SpecConfig) -> usize {
         let max = self.draft_room(cfg);
         let draft = if max > 0 {
             self.drafter.propose(cfg, &self.tokens, max)
         } else {
             Vec::new()
         };
-        self.set_draft(draft);
+        self.set_draft(draft, false);
+        max
     }
 
-    /// Takes `draft` as its draft for the next step, cut before an end of the reply and
-    /// to what its grammar allows.
-    pub fn set_draft(&mut self, draft: Vec<u32>) {
+    /// Takes `draft` (the draft model's, or a copy) as its draft for the next step, cut
+    /// before an end of the reply and to what its grammar allows.
+    pub fn set_draft(&mut self, draft: Vec<u32>, by_model: bool) {
         self.draft = draft;
-        self.draft_by_model = false;
+        self.draft_by_model = by_model;
         if let Some(c) = &mut self.constraint {
             // No draft past the end of the reply, nor past what the grammar allows.
             if let Some(end) = self.draft.iter().position(|t| self.grammar_eos.contains(t)) {

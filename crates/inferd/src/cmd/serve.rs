@@ -451,20 +451,21 @@ fn start_engine(
     name: &str,
     cfg: EngineConfig,
 ) -> Result<(EngineHandle, Option<Arc<ChatTemplate>>)> {
-    /// `backend()` makes a backend for the model, and one more for a draft model.
+    /// `draft_backend` makes the draft model's backend, when there is one.
     fn go<B: Backend + 'static>(
-        backend: impl Fn() -> Result<B>,
+        backend: B,
+        draft_backend: impl FnOnce() -> Result<B>,
         model: &str,
         draft: Option<&str>,
         name: &str,
         cfg: EngineConfig,
     ) -> Result<(EngineHandle, Option<Arc<ChatTemplate>>)> {
-        let m = Loaded::open_on(backend()?, model)?;
+        let m = Loaded::open_on(backend, model)?;
         let tokenizer = Arc::new(m.tokenizer);
         let template = m.template.map(Arc::new);
         let draft = match draft {
             Some(d) => {
-                let dm = Loaded::open_on(backend()?, d).context("the draft model")?;
+                let dm = Loaded::open_on(draft_backend()?, d).context("the draft model")?;
                 eprintln!("drafting with {d}");
                 Some((dm.model, Arc::new(dm.tokenizer)))
             }
@@ -483,7 +484,8 @@ fn start_engine(
     match device {
         Device::Cpu => {
             let cpu = inferd_runtime::CpuBackend::new();
-            go(|| Ok(cpu.sibling()), model, draft, name, cfg)
+            let draft_backend = cpu.sibling();
+            go(cpu, move || Ok(draft_backend), model, draft, name, cfg)
         }
         #[cfg(feature = "cuda")]
         Device::Cuda(n) => {
@@ -512,30 +514,24 @@ fn start_engine(
                 lose_device_after: inferd_runtime::lose_device_after_from_env(),
                 ..Default::default()
             };
-            let made = std::cell::Cell::new(0);
-            let backend = || {
-                // The draft model's backend: the same device, no contiguous-prompt scratch
-                // (its prompts read pages) and no test fault.
-                let first = made.replace(made.get() + 1) == 0;
-                let b = inferd_runtime::CudaBackend::new(if first {
-                    config
-                } else {
+            let b = inferd_runtime::CudaBackend::new(config)?;
+            eprintln!(
+                "GPU {n}: {} ({:.0} GiB)",
+                b.info().name,
+                b.info().total_bytes as f64 / (1u64 << 30) as f64
+            );
+            // The draft model's backend: the same device, no contiguous-prompt scratch (its
+            // prompts read pages) and no test fault.
+            let draft_backend = || {
+                Ok(inferd_runtime::CudaBackend::new(
                     inferd_runtime::CudaConfig {
                         prefill_kv: PrefillKv::Paged,
                         lose_device_after: None,
                         ..config
-                    }
-                })?;
-                if first {
-                    eprintln!(
-                        "GPU {n}: {} ({:.0} GiB)",
-                        b.info().name,
-                        b.info().total_bytes as f64 / (1u64 << 30) as f64
-                    );
-                }
-                Ok(b)
+                    },
+                )?)
             };
-            go(backend, model, draft, name, cfg)
+            go(b, draft_backend, model, draft, name, cfg)
         }
         #[cfg(not(feature = "cuda"))]
         Device::Cuda(_) => unreachable!("resolve refuses cuda without the feature"),
