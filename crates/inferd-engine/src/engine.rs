@@ -707,6 +707,8 @@ impl<B: Backend> Engine<B> {
         if l.drafted > 0 {
             metrics::counter!(names::DRAFT_TOKENS).increment(l.drafted);
             metrics::counter!(names::ACCEPTED_DRAFT_TOKENS).increment(l.accepted);
+            metrics::counter!(names::MODEL_DRAFT_TOKENS).increment(l.model_drafted);
+            metrics::counter!(names::MODEL_ACCEPTED_DRAFT_TOKENS).increment(l.model_accepted);
         }
         let Landing {
             generated,

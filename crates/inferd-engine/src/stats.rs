@@ -55,6 +55,9 @@ pub mod names {
     /// (each accepted one is a decode step saved).
     pub const DRAFT_TOKENS: &str = "inferd_draft_tokens_total";
     pub const ACCEPTED_DRAFT_TOKENS: &str = "inferd_accepted_draft_tokens_total";
+    /// Of those, the draft model's (`inferd serve --draft-model`).
+    pub const MODEL_DRAFT_TOKENS: &str = "inferd_model_draft_tokens_total";
+    pub const MODEL_ACCEPTED_DRAFT_TOKENS: &str = "inferd_model_accepted_draft_tokens_total";
     /// Time a step waited, after the forward pass, for grammar masks still being
     /// computed (0 when masks are hidden behind the forward pass).
     pub const MASK_WAIT: &str = "inferd_grammar_mask_wait_seconds";

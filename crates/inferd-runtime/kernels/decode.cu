@@ -14,13 +14,18 @@
 // register pipeline, V loading during the scores and the next K during the sums, measured
 // slower on the H200: 17.3 against 14.3 ms an 8B step at 32 rows; docs/gpu-notes.md.)
 //
+// Several rows may be one sequence's (a chunk of a few tokens, e.g. a speculative check:
+// row i of a chunk starting at position p attends 0..p + i), so a row's positions written by
+// this pass start at its chunk's start position, `fresh` below (the row's own position for
+// a one-token chunk).
+//
 // With one row (the PRE build) a block first copies the K/V rows of its range, up to
 // `pre_cap` positions, into shared memory, before it waits for the kernel before it
 // (ifd::pdl_trigger / pdl_wait): those rows were written by earlier passes, so their read
-// overlaps the Q/K/V projection of this layer instead of following it. Only the newest
-// position, which the KV append right before writes, is read again after the wait. The
-// tensor-core build likewise issues each warp's first two tiles before the wait where they
-// hold only older positions.
+// overlaps the Q/K/V projection of this layer instead of following it. Only the positions
+// from `fresh` on, which the KV append right before writes, are read again after the wait.
+// The tensor-core build likewise issues each warp's first two tiles before the wait where
+// they hold only positions before `fresh`.
 //
 // The warps' partials are merged by their log-sum-exp in shared memory, then the splits'
 // by the last block of a (row, KV head) to finish (a counter per pair, reset by that
@@ -139,7 +144,8 @@ __device__ __forceinline__ float head_sum(float v) {
 // position pos[r]), KV head kvh, and of the row's positions 0..pos[r] the split's range
 // [t0, t1): whole blocks of its table, as even as they divide.
 struct Range {
-  int split, splits, kvh, r, len, t0, t1;
+  // fresh: the first position this pass writes of the row's sequence (its chunk's start).
+  int split, splits, kvh, r, len, fresh, t0, t1;
   const int32_t* table;
   int n_kv, block_size;
   // Position t's row in a [num_blocks, n_kv, block_size] plane (its first value at
@@ -148,8 +154,11 @@ struct Range {
     return (static_cast<size_t>(table[t / block_size]) * n_kv + kvh) * block_size + t % block_size;
   }
 };
+// chunks: the pass's chunks (first row, tokens, start position, state slot) [n_chunks, 4],
+// or null where every row is its own chunk's only token (then fresh = the row's position).
 __device__ __forceinline__ Range range_of(const int32_t* __restrict__ seq,
                                           const int32_t* __restrict__ pos,
+                                          const int32_t* __restrict__ chunks,
                                           const int32_t* __restrict__ bt_off,
                                           const int32_t* __restrict__ bt, int n_kv,
                                           int block_size) {
@@ -161,7 +170,9 @@ __device__ __forceinline__ Range range_of(const int32_t* __restrict__ seq,
   g.kvh = blockIdx.y;
   g.r = blockIdx.z;
   g.len = pos[g.r] + 1;
-  g.table = bt + bt_off[seq[g.r]];
+  const int si = seq[g.r];
+  g.table = bt + bt_off[si];
+  g.fresh = chunks ? min(chunks[4 * si + 2], g.len - 1) : g.len - 1;
   const int blocks = (g.len + block_size - 1) / block_size;
   const int per = (blocks + g.splits - 1) / g.splits;
   g.t0 = min(g.len, g.split * per * block_size);
@@ -298,8 +309,8 @@ __device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n
   ifd::kprobe<4>(ifd::kDone);
 }
 
-// Grid (splits, n_kv, rows). Row r: the token of sequence seq[r] at position pos[r],
-// attending positions 0..pos[r] through its block table. q bf16 [rows, n_heads * D] ->
+// Grid (splits, n_kv, rows). Row r: the token of chunk seq[r] at position pos[r],
+// attending positions 0..pos[r] through its block table (see range_of for `chunks`). q bf16 [rows, n_heads * D] ->
 // out bf16 [rows, n_heads * D]. With several splits each block leaves its (m, l, acc[D])
 // per query head in part f32 [rows, n_heads, splits, D + 2] and the last block of a
 // (row, KV head) to finish, counted in done [rows * n_kv] (zero between launches),
@@ -330,8 +341,9 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
                   const float* __restrict__ vs,
                   const bf16* __restrict__ q, int n_kv, int block_size, float scale_log2,
                   const int32_t* __restrict__ seq, const int32_t* __restrict__ pos,
-                  const int32_t* __restrict__ bt_off, const int32_t* __restrict__ bt,
-                  float* __restrict__ part, int32_t* __restrict__ done, int pre_cap,
+                  const int32_t* __restrict__ chunks, const int32_t* __restrict__ bt_off,
+                  const int32_t* __restrict__ bt, float* __restrict__ part,
+                  int32_t* __restrict__ done, int pre_cap,
                   bf16* __restrict__ out) {
   ifd::kprobe<4>(ifd::kEntry);
   ifd::pdl_trigger();
@@ -346,7 +358,7 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
   constexpr int kFlight = (D == 256 ? 8 : 16) / (LEAN ? 2 : 1);
   constexpr int R = kFlight / P > 0 ? kFlight / P : 1;
   constexpr int PI = P * R;  // positions an iteration
-  const Range rg = range_of(seq, pos, bt_off, bt, n_kv, block_size);
+  const Range rg = range_of(seq, pos, chunks, bt_off, bt, n_kv, block_size);
   const int split = rg.split, splits = rg.splits, kvh = rg.kvh, r = rg.r, len = rg.len;
   const int t0 = rg.t0, t1 = rg.t1;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -381,9 +393,8 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
   if (!LEAN && pre_end > t0) {
     ifd::cp_async_wait_all();
     __syncthreads();
-    // The newest position's rows, which the append before this kernel wrote.
-    const int t = len - 1;
-    if (t < pre_end && warp == 0) {
+    // The positions this pass wrote (the append before this kernel), a warp each.
+    for (int t = max(rg.fresh, t0) + warp; t < pre_end; t += kWarps) {
       const size_t off = rg.row(t) * D;
       for (int i = lane; i < D; i += 32) {
         pk[static_cast<size_t>(t - t0) * D + i] = kc[off + i];
@@ -537,9 +548,9 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
     decode_mma_kernel(const bf16* __restrict__ kc, const bf16* __restrict__ vc,
                       const bf16* __restrict__ q, int n_kv, int block_size, float scale_log2,
                       const int32_t* __restrict__ seq, const int32_t* __restrict__ pos,
-                      const int32_t* __restrict__ bt_off, const int32_t* __restrict__ bt,
-                      float* __restrict__ part, int32_t* __restrict__ done,
-                      bf16* __restrict__ out) {
+                      const int32_t* __restrict__ chunks, const int32_t* __restrict__ bt_off,
+                      const int32_t* __restrict__ bt, float* __restrict__ part,
+                      int32_t* __restrict__ done, bf16* __restrict__ out) {
   static_assert(D == 64 || D == 128, "the tensor-core build takes head_dim 64 or 128");
   static_assert(G <= 8, "at most 8 query heads a KV head (the M rows 0..7)");
   unsigned long long* const probe = g_decode_probe;
@@ -549,7 +560,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   constexpr int KS = D / 16;     // k-steps of Q·Kᵀ
   constexpr int NT = D / 8;      // n-tiles of P·V
   constexpr int CH = D / 8;      // 16-byte pieces a row
-  const Range rg = range_of(seq, pos, bt_off, bt, n_kv, block_size);
+  const Range rg = range_of(seq, pos, chunks, bt_off, bt, n_kv, block_size);
   const int split = rg.split, splits = rg.splits, kvh = rg.kvh, r = rg.r;
   const int t0 = rg.t0, t1 = rg.t1;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -574,14 +585,15 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   };
 
   // A warp's first two tiles (both stages) are read before the wait for the kernel before
-  // (the KV append), where they hold only positions older than the row's newest, which
-  // that kernel writes: earlier passes wrote them, and the pass's metadata, block tables
-  // and block copies are complete before its first kernel lets the next launch (the
+  // (the KV append), where they hold only positions before `fresh`, the first that kernel
+  // writes of the row's sequence: earlier passes wrote them, and the pass's metadata, block
+  // tables and block copies are complete before its first kernel lets the next launch (the
   // embedding, elementwise.cu).
   constexpr int kStep = kWarps * kTile;
   int tb = t0 + warp * kTile;
   int early = 0;  // this warp's tiles issued before the wait
-  while (early < 2 && tb + early * kStep < t1 && min(tb + early * kStep + kTile, t1) < rg.len) {
+  while (early < 2 && tb + early * kStep < t1 &&
+         min(tb + early * kStep + kTile, t1) <= rg.fresh) {
     issue(tb + early * kStep, early);
     ++early;
   }
@@ -755,7 +767,8 @@ int allow_mma_smem() {
 // The tensor-core build, where it takes the shape (bf16, D 64 or 128, G ≤ 8).
 template <int D, int G>
 int launch_mma(const IfdPaged& kv, const void* q, int rows, float scale, const int32_t* seq,
-               const int32_t* pos, const int32_t* bt_off, const int32_t* bt, int splits,
+               const int32_t* pos, const int32_t* chunks, const int32_t* bt_off,
+               const int32_t* bt, int splits,
                float* part, int32_t* done, void* out, cudaStream_t s) {
   if constexpr ((D == 64 || D == 128) && G <= 8) {
     const int err = allow_mma_smem<D, G>();
@@ -763,7 +776,7 @@ int launch_mma(const IfdPaged& kv, const void* q, int rows, float scale, const i
     ifd::launch(decode_mma_kernel<D, G>, dim3(splits, kv.n_kv_heads, rows), kWarps * 32,
                 mma_smem<D>(), s, static_cast<const bf16*>(kv.k), static_cast<const bf16*>(kv.v),
                 static_cast<const bf16*>(q), kv.n_kv_heads, kv.block_size,
-                scale * 1.4426950408889634f, seq, pos, bt_off, bt, part, done,
+                scale * 1.4426950408889634f, seq, pos, chunks, bt_off, bt, part, done,
                 static_cast<bf16*>(out));
     return ifd::launched();
   } else {
@@ -802,12 +815,13 @@ int mma_blocks_by_group(int g) {
 
 template <int D, int G, int KV>
 int launch_kv(const IfdPaged& kv, const void* q, int rows, float scale, const int32_t* seq,
-              const int32_t* pos, const int32_t* bt_off, const int32_t* bt, int splits,
+              const int32_t* pos, const int32_t* chunks, const int32_t* bt_off,
+               const int32_t* bt, int splits,
               float* part, int32_t* done, int mma, void* out, cudaStream_t s) {
   using K = Kv<D, KV>;
   using E = typename K::Elem;
   if constexpr (KV == IFD_KV_BF16)
-    if (mma) return launch_mma<D, G>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, out, s);
+    if (mma) return launch_mma<D, G>(kv, q, rows, scale, seq, pos, chunks, bt_off, bt, splits, part, done, out, s);
   const dim3 grid(splits, kv.n_kv_heads, rows);
   int err = 0, pre = 0;
   if (rows == 1) {
@@ -819,24 +833,25 @@ int launch_kv(const IfdPaged& kv, const void* q, int rows, float scale, const in
               kWarps * 32, smem, s, static_cast<const E*>(kv.k), static_cast<const E*>(kv.v),
               static_cast<const float*>(kv.k_scale), static_cast<const float*>(kv.v_scale),
               static_cast<const bf16*>(q), kv.n_kv_heads, kv.block_size,
-              scale * 1.4426950408889634f, seq, pos, bt_off, bt, part, done, pre,
+              scale * 1.4426950408889634f, seq, pos, chunks, bt_off, bt, part, done, pre,
               static_cast<bf16*>(out));
   return ifd::launched();
 }
 
 template <int D, int G>
 int launch(const IfdPaged& kv, const void* q, int rows, float scale, const int32_t* seq,
-           const int32_t* pos, const int32_t* bt_off, const int32_t* bt, int splits,
+           const int32_t* pos, const int32_t* chunks, const int32_t* bt_off,
+               const int32_t* bt, int splits,
            float* part, int32_t* done, int mma, void* out, cudaStream_t s) {
   switch (kv.dtype) {
     case IFD_KV_BF16:
-      return launch_kv<D, G, IFD_KV_BF16>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part,
+      return launch_kv<D, G, IFD_KV_BF16>(kv, q, rows, scale, seq, pos, chunks, bt_off, bt, splits, part,
                                           done, mma, out, s);
     case IFD_KV_Q8:
-      return launch_kv<D, G, IFD_KV_Q8>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part,
+      return launch_kv<D, G, IFD_KV_Q8>(kv, q, rows, scale, seq, pos, chunks, bt_off, bt, splits, part,
                                         done, mma, out, s);
     case IFD_KV_FP8:
-      return launch_kv<D, G, IFD_KV_FP8>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part,
+      return launch_kv<D, G, IFD_KV_FP8>(kv, q, rows, scale, seq, pos, chunks, bt_off, bt, splits, part,
                                          done, mma, out, s);
     default: return static_cast<int>(cudaErrorInvalidValue);
   }
@@ -844,17 +859,17 @@ int launch(const IfdPaged& kv, const void* q, int rows, float scale, const int32
 
 template <int D>
 int by_group(int g, const IfdPaged& kv, const void* q, int rows, float scale,
-             const int32_t* seq, const int32_t* pos, const int32_t* bt_off, const int32_t* bt,
-             int splits, float* part, int32_t* done, int mma, void* out, cudaStream_t s) {
+             const int32_t* seq, const int32_t* pos, const int32_t* chunks, const int32_t* bt_off,
+             const int32_t* bt, int splits, float* part, int32_t* done, int mma, void* out, cudaStream_t s) {
   switch (g) {
     case 1:
-      return launch<D, 1>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
+      return launch<D, 1>(kv, q, rows, scale, seq, pos, chunks, bt_off, bt, splits, part, done, mma, out, s);
     case 2:
-      return launch<D, 2>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
+      return launch<D, 2>(kv, q, rows, scale, seq, pos, chunks, bt_off, bt, splits, part, done, mma, out, s);
     case 4:
-      return launch<D, 4>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
+      return launch<D, 4>(kv, q, rows, scale, seq, pos, chunks, bt_off, bt, splits, part, done, mma, out, s);
     case 8:
-      return launch<D, 8>(kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
+      return launch<D, 8>(kv, q, rows, scale, seq, pos, chunks, bt_off, bt, splits, part, done, mma, out, s);
     default: return static_cast<int>(cudaErrorInvalidValue);
   }
 }
@@ -904,7 +919,8 @@ int ifd_decode_mma_blocks_per_sm(int head_dim, int group) {
 }
 
 int ifd_decode_attention(IfdPaged kv, const void* q, int rows, int n_heads, float scale,
-                         const int32_t* seq, const int32_t* pos, const int32_t* bt_off,
+                         const int32_t* seq, const int32_t* pos, const int32_t* chunks,
+                         const int32_t* bt_off,
                          const int32_t* bt, int splits, float* part, int32_t* done, int mma,
                          void* out, void* stream) {
   if (rows == 0) return 0;
@@ -919,11 +935,11 @@ int ifd_decode_attention(IfdPaged kv, const void* q, int rows, int n_heads, floa
   const cudaStream_t s = ifd::as_stream(stream);
   switch (kv.head_dim) {
     case 256:
-      return by_group<256>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
+      return by_group<256>(g, kv, q, rows, scale, seq, pos, chunks, bt_off, bt, splits, part, done, mma, out, s);
     case 128:
-      return by_group<128>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
+      return by_group<128>(g, kv, q, rows, scale, seq, pos, chunks, bt_off, bt, splits, part, done, mma, out, s);
     default:
-      return by_group<64>(g, kv, q, rows, scale, seq, pos, bt_off, bt, splits, part, done, mma, out, s);
+      return by_group<64>(g, kv, q, rows, scale, seq, pos, chunks, bt_off, bt, splits, part, done, mma, out, s);
   }
 }
 

@@ -160,11 +160,14 @@ int ifd_attention(IfdPaged kv, const float* q, int n, int n_heads, float scale,
                   const int32_t* seq, const int32_t* pos, const int32_t* bt_off,
                   const int32_t* bt, void* out, void* stream);
 
-// ---- decode.cu: attention of one query row per sequence over paged bf16 or 8-bit KV (GQA), each
+// ---- decode.cu: attention of query rows over paged bf16 or 8-bit KV (GQA), each
 // (row, KV head) split into `splits` ranges of its positions (partials in part f32 [rows,
 // n_heads, splits, head_dim + 2], merged by the last block of each (row, KV head), counted
 // in done int32 [rows * n_kv_heads], zero before a launch and after it; both unused with
-// 1 split). Rows as in ifd_attention.  q bf16 [rows, n_heads * head_dim] -> out bf16, same
+// 1 split). Rows as in ifd_attention; several rows may be one chunk's (a speculative check),
+// chunks int32 [n_chunks, 4] = (first row, tokens, start position, state slot) saying where
+// each chunk's positions written by this pass begin (null: each row is its chunk's one
+// token).  q bf16 [rows, n_heads * head_dim] -> out bf16, same
 int ifd_decode_supported(int head_dim, int group);
 // mma != 0: the tensor-core build (bf16 KV, head_dim 64 or 128; ifd_decode_mma_supported).
 int ifd_decode_mma_supported(int kv_dtype, int head_dim, int group);
@@ -183,7 +186,8 @@ int ifd_kernel_probe_norm(void* region);
 int ifd_kernel_probe_fused(void* region);
 int ifd_kernel_probe_decode(void* region);
 int ifd_decode_attention(IfdPaged kv, const void* q, int rows, int n_heads, float scale,
-                         const int32_t* seq, const int32_t* pos, const int32_t* bt_off,
+                         const int32_t* seq, const int32_t* pos, const int32_t* chunks,
+                         const int32_t* bt_off,
                          const int32_t* bt, int splits, float* part, int32_t* done, int mma,
                          void* out, void* stream);
 

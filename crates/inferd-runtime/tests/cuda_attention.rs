@@ -116,7 +116,13 @@ fn random_qwen3(head_dim: usize, heads: usize) -> std::path::PathBuf {
 }
 
 /// The parts of the scripted run, for reporting where two runs differ.
-const PHASES: [&str; 4] = ["whole prefill", "chunked prefill", "decode", "mixed pass"];
+const PHASES: [&str; 5] = [
+    "whole prefill",
+    "chunked prefill",
+    "decode",
+    "mixed pass",
+    "speculative checks",
+];
 
 /// How a scripted run's passes name their block tables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,9 +173,11 @@ impl KeptRows {
 }
 
 /// Every row's logits of a scripted run, each with its phase (an index into `PHASES`):
-/// three prompts prefilled (one in chunks of 7 that start mid-context), then decode steps
-/// of all three together, then one pass mixing two new prompts' prefill with the others'
-/// decode rows. KV blocks of `bs` tokens. Decode inputs are fixed tokens, not each run's
+/// three prompts prefilled (one in chunks of 9 that start mid-context), then decode steps
+/// of all three together, then passes of speculative checks (each sequence a chunk of 1 to
+/// 5 tokens, every row's logits: on the GPU a decode bucket, two of each bucket, so graphs
+/// are captured and replayed), then one pass mixing two new prompts' prefill with the
+/// others' decode rows. KV blocks of `bs` tokens. Decode inputs are fixed tokens, not each run's
 /// own argmax: on a random model's near-ties two correct runs would otherwise go apart.
 fn scripted<B: Backend>(model: &Model<B>, dtype: KvDtype, bs: usize) -> Vec<(usize, Vec<f32>)> {
     scripted_with(model, dtype, bs, Tables::Whole)
@@ -215,7 +223,8 @@ fn scripted_with<B: Backend>(
         held: vec![0; 5],
     };
     for (s, p) in prompts.iter().enumerate() {
-        let chunk = if s == 1 { 7 } else { p.len() };
+        // (9: past a decode bucket's chunks, so these stay prompt passes on the GPU)
+        let chunk = if s == 1 { 9 } else { p.len() };
         for (i, c) in p.chunks(chunk).enumerate() {
             let mut b = ForwardBatch::default();
             kept.add(mode, &mut b, s, c, i * chunk, p.len(), &tables[s], bs);
@@ -244,6 +253,29 @@ fn scripted_with<B: Backend>(
             pos[s] += 1;
         }
         pass(&b, 2, &mut out);
+    }
+    // Rows 9, 7, 5, 9, 7: buckets 16, 8, 8, 16, 8.
+    for (k, lens) in [[3, 1, 5], [1, 4, 2], [2, 2, 1], [5, 3, 1], [2, 1, 4]]
+        .iter()
+        .enumerate()
+    {
+        let mut b = ForwardBatch::default();
+        for s in 0..3 {
+            let t: Vec<u32> = (0..lens[s]).map(|i| token(20 + 5 * k + i, s)).collect();
+            kept.add(
+                mode,
+                &mut b,
+                s,
+                &t,
+                pos[s],
+                prompts[s].len(),
+                &tables[s],
+                bs,
+            );
+            pos[s] += t.len();
+        }
+        b.logits_rows = (0..b.n_tokens()).collect();
+        pass(&b, 4, &mut out);
     }
     let mut b = ForwardBatch::default();
     for s in 0..2 {

@@ -57,6 +57,19 @@ fn describe() {
     describe_counter!(names::GENERATED_TOKENS, "Tokens generated");
     describe_counter!(names::PREEMPTIONS, "Sequences preempted for KV memory");
     describe_counter!(names::REQUESTS_FINISHED, "Requests that finished");
+    describe_counter!(names::DRAFT_TOKENS, "Draft tokens the model checked");
+    describe_counter!(
+        names::ACCEPTED_DRAFT_TOKENS,
+        "Draft tokens the model drew too"
+    );
+    describe_counter!(
+        names::MODEL_DRAFT_TOKENS,
+        "Draft tokens a draft model guessed"
+    );
+    describe_counter!(
+        names::MODEL_ACCEPTED_DRAFT_TOKENS,
+        "Draft tokens a draft model guessed that the model drew too"
+    );
     describe_histogram!(names::TTFT, Unit::Seconds, "Time to first token");
     describe_histogram!(names::ITL, Unit::Seconds, "Time between tokens");
     describe_histogram!(names::STEP_TOKENS, "Tokens per engine step");

@@ -57,6 +57,12 @@ fn a_draft_model_gives_the_replies_plain_decoding_gives() {
         assert_eq!(answer(p_draft, body), answer(p_off, body), "{body}");
     }
     assert!(metric(p_draft, "inferd_accepted_draft_tokens_total") > 0.0);
+    // The draft model's share: SmolLM2 drafting for itself, its guesses are taken.
+    assert!(metric(p_draft, "inferd_model_accepted_draft_tokens_total") > 0.0);
+    assert!(
+        metric(p_draft, "inferd_model_draft_tokens_total")
+            >= metric(p_draft, "inferd_model_accepted_draft_tokens_total")
+    );
     assert!(read_lossy(&tmp.join("draft.log")).contains("drafting with"));
     let _ = std::fs::remove_dir_all(&tmp);
 }
@@ -110,6 +116,7 @@ fn speculative_replies_by_default_equal_plain_ones() {
         assert_eq!(answer(p_auto, body), answer(p_off, body), "{body}");
     }
     assert!(metric(p_auto, "inferd_accepted_draft_tokens_total") > 0.0);
+    assert_eq!(metric(p_auto, "inferd_model_draft_tokens_total"), 0.0);
     assert_eq!(metric(p_off, "inferd_draft_tokens_total"), 0.0);
     let _ = std::fs::remove_dir_all(&tmp);
 }

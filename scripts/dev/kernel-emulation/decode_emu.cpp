@@ -2,9 +2,14 @@
 // lean one from 2 rows) and its tensor-core build (mma.sync and ldmatrix stood in for by
 // common.cuh here, warp-wide), against attention in double over the same bf16 rows, at
 // head_dim 64 and 128 with 1, 4 and 8 query heads a KV head; blocks out of order, rows
-// ending inside a block, one, three and forty splits (most of them empty). The newest
-// position of row 0 holds garbage until the kernel waits for the one before it (the
-// KV append that writes it, emu::on_pdl_wait), so a read of it before the wait shows.
+// ending inside a block, one, three and forty splits (most of them empty). Rows 0..3 are
+// one chunk (a speculative check: four tokens from position 142, over a 16-position tile's
+// end, each row attending up to its own), row 4 another sequence's one token, row 5 a third chunk over the first one's
+// table (a shared prefix, older positions only). The positions this pass writes (142..145 of
+// the first sequence, 36 of the second) hold garbage until the kernel waits for the one
+// before it (the KV append that writes them, emu::on_pdl_wait), so a read of one before the
+// wait shows; one-row runs start at row 0 and at row 3 (three of its chunk's written
+// positions before its own).
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -34,13 +39,16 @@ struct Newest {
 Newest newest;
 
 void run(int hd, int group) {
-  const int n_kv = 2, n_heads = n_kv * group, bs = 16, blocks = 12;
+  const int n_kv = 2, n_heads = n_kv * group, bs = 16, blocks = 13;
   std::mt19937 rng(hd * 10 + group);
   std::normal_distribution<float> g(0.f, 1.f);
-  // Two sequences: 150 positions through 10 blocks out of order, 37 through 3.
-  const std::vector<int32_t> table = {6, 2, 8, 0, 5, 1, 7, 11, 9, 3, 10, 4, 2};
-  const std::vector<int32_t> bt_off = {0, 10, 13};
-  const std::vector<int32_t> seq = {0, 1, 0}, pos = {149, 36, 63};
+  // Two tables: 146 positions through 10 blocks out of order, 37 through 3 (the block a
+  // pass appends to is its sequence's own: no other table holds it).
+  const std::vector<int32_t> table = {6, 2, 8, 0, 5, 1, 7, 11, 9, 3, 10, 4, 12};
+  // Chunks: (first row, tokens, start position, state slot); chunk 2 reads chunk 0's table.
+  const std::vector<int32_t> chunks = {0, 4, 142, 0, 4, 1, 36, 0, 5, 1, 63, 0};
+  const std::vector<int32_t> bt_off = {0, 10, 0, 13};
+  const std::vector<int32_t> seq = {0, 0, 0, 0, 1, 2}, pos = {142, 143, 144, 145, 36, 63};
   const size_t plane = static_cast<size_t>(blocks) * n_kv * bs * hd;
   std::vector<__nv_bfloat16> kc(plane), vc(plane);
   for (size_t i = 0; i < plane; ++i) {
@@ -75,38 +83,45 @@ void run(int hd, int group) {
         ref[(r * n_heads + h) * hd + e] = o;
       }
     }
-  // Row 0's: no other row reads that position (row 2 ends before it; row 1's newest lies in
-  // block 2, which its table shares with row 0's).
+  // What the pass writes: each chunk's positions from its start (blocks 9 and 3 of
+  // the first table, past row 5's positions; block 12 of the second).
   newest = Newest{};
   newest.kc = kc.data();
   newest.vc = vc.data();
   newest.hd = hd;
-  for (int kh = 0; kh < n_kv; ++kh) {
-    const int32_t* tab = table.data() + bt_off[seq[0]];
-    const size_t at = ((static_cast<size_t>(tab[pos[0] / bs]) * n_kv + kh) * bs + pos[0] % bs) * hd;
-    newest.rows.push_back(at);
-    newest.k.insert(newest.k.end(), kc.begin() + at, kc.begin() + at + hd);
-    newest.v.insert(newest.v.end(), vc.begin() + at, vc.begin() + at + hd);
-  }
+  for (int c = 0; c < 2; ++c)
+    for (int p = chunks[4 * c + 2]; p < chunks[4 * c + 2] + chunks[4 * c + 1]; ++p)
+      for (int kh = 0; kh < n_kv; ++kh) {
+        const int32_t* tab = table.data() + bt_off[c];
+        const size_t at = ((static_cast<size_t>(tab[p / bs]) * n_kv + kh) * bs + p % bs) * hd;
+        newest.rows.push_back(at);
+        newest.k.insert(newest.k.end(), kc.begin() + at, kc.begin() + at + hd);
+        newest.v.insert(newest.v.end(), vc.begin() + at, vc.begin() + at + hd);
+      }
   emu::on_block_start = [] { newest.put(false); };
   emu::on_pdl_wait = [] { newest.put(true); };
   IfdPaged kv{kc.data(), vc.data(), IFD_KV_BF16, n_kv, bs, hd, nullptr, nullptr, nullptr};
+  const size_t row_elems = static_cast<size_t>(n_heads) * hd;
   for (int mma : {0, 1})
     for (int splits : {1, 3, 40})  // 40: the merge's lanes take two splits each
-      for (int rows : {1, nr}) {
+      for (const auto [first, rows] : {std::pair{0, 1}, std::pair{3, 1}, std::pair{0, nr}}) {
         std::vector<float> part(static_cast<size_t>(nr) * n_heads * splits * (hd + 2));
         std::vector<int32_t> done(nr * n_kv, 0);
         std::vector<__nv_bfloat16> out(qb.size());
         char what[128];
-        std::snprintf(what, sizeof what, "head_dim %d, group %d, %s, %d row(s), %d split(s)", hd,
-                      group, mma ? "tensor cores" : "SIMT", rows, splits);
-        expect(ifd_decode_attention(kv, qb.data(), rows, n_heads, sm, seq.data(), pos.data(),
+        std::snprintf(what, sizeof what,
+                      "head_dim %d, group %d, %s, %d row(s) from row %d, %d split(s)", hd, group,
+                      mma ? "tensor cores" : "SIMT", rows, first, splits);
+        expect(ifd_decode_attention(kv, qb.data() + first * row_elems, rows, n_heads, sm,
+                                    seq.data() + first, pos.data() + first, chunks.data(),
                                     bt_off.data(), table.data(), splits, part.data(),
                                     done.data(), mma, out.data(), nullptr) == 0,
                what);
         double w = 0;
-        for (size_t i = 0; i < static_cast<size_t>(rows) * n_heads * hd; ++i)
-          w = std::max(w, std::fabs(__bfloat162float(out[i]) - ref[i]) / (1.0 + std::fabs(ref[i])));
+        for (size_t i = 0; i < static_cast<size_t>(rows) * row_elems; ++i) {
+          const double want = ref[first * row_elems + i];
+          w = std::max(w, std::fabs(__bfloat162float(out[i]) - want) / (1.0 + std::fabs(want)));
+        }
         // The tensor-core build weights V by bf16 probabilities: a looser bound.
         const double limit = mma ? 2e-2 : 1e-2;
         std::printf("  %s: worst |Δ| / (1 + |ref|) %.2e\n", what, w);

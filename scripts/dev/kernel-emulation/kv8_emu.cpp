@@ -193,7 +193,7 @@ void run(int dtype, int hd) {
     std::vector<int32_t> done(nr * n_kv, 0);
     std::vector<__nv_bfloat16> out(qf.size());
     expect(ifd_decode_attention(kv, qb.data(), rows, n_heads, sm, seq.data(), pos.data(),
-                                bt_off.data(), table.data(), splits, part.data(), done.data(),
+                                nullptr, bt_off.data(), table.data(), splits, part.data(), done.data(),
                                 0, out.data(), nullptr) == 0,
            "decode attention");
     const double w = worst(out, static_cast<size_t>(rows) * n_heads * hd);

@@ -278,7 +278,7 @@ impl<B: Backend> Model<B> {
         if batch.tokens.is_empty() {
             return Ok(false);
         }
-        let (tokens, logit_rows) = self.backend.pass_rows(batch);
+        let (tokens, logit_rows) = self.backend.pass_rows(batch, layout);
         ws.ensure(&self.backend, &self.cfg, tokens, logit_rows)?;
         let b = self.backend.prepare_batch(
             batch,

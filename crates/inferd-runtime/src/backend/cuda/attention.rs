@@ -33,12 +33,18 @@ impl CudaBackend {
         tables: &BlockTables,
     ) -> Result<flashinfer::Passes> {
         let pad = b.n_tokens - batch.n_tokens();
-        let lead = batch.seqs.iter().take_while(|s| s.n_tokens == 1).count();
+        // Leading chunks whose rows are decode rows: one-token chunks, or in a decode bucket
+        // every chunk (a speculative check's rows each attend up to their own position).
+        let lead = if b.bucket.is_some() {
+            batch.seqs.len()
+        } else {
+            batch.seqs.iter().take_while(|s| s.n_tokens == 1).count()
+        };
         let group = attn.n_heads / attn.n_kv_heads;
         // Our decode kernel takes the leading decode rows (padding included, which follows
         // them in a decode pass) where it measured faster; FlashInfer's prefill the rest.
         let own_rows = if lead == batch.seqs.len() {
-            lead + pad
+            batch.n_tokens() + pad
         } else {
             lead
         };
@@ -78,7 +84,9 @@ impl CudaBackend {
             // position of block 0 each (read, never written).
             let mut part = Part::default();
             for s in &batch.seqs[..lead] {
-                part.push(tables.row(s.table), s.n_tokens, s.kv_len());
+                for i in 0..s.n_tokens {
+                    part.push(tables.row(s.table), 1, s.start_pos + i + 1);
+                }
             }
             for _ in 0..pad {
                 part.push(&[0], 1, 1);
@@ -392,6 +400,7 @@ impl CudaBackend {
                             cfg.scale,
                             batch.seq(),
                             batch.pos(),
+                            batch.chunks(),
                             batch.bt_off(),
                             batch.bt(),
                             int(passes.splits),

@@ -90,14 +90,23 @@ pub fn rope_table(
 /// that holds it.
 pub const BUCKETS: [usize; 13] = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256];
 
-/// The bucket a pass is padded to: decode-only passes (one token per sequence, every
-/// row's logits, in order) of at most 256 sequences.
-pub fn decode_bucket(b: &ForwardBatch) -> Option<usize> {
+/// Tokens a chunk of a decode pass has at most: a speculative check (a decoded token and
+/// its drafts, `SpecConfig::max_draft` 4 by default) runs as that many decode rows, each
+/// attending up to its own position, so it replays a graph too. Past this a chunk's rows
+/// re-reading its K/V each cost more than the eager pass's launches (a row's K/V at 16k
+/// is about 0.5 ms of an 8B step).
+pub const DECODE_CHUNK_TOKENS: usize = 8;
+
+/// The bucket a pass is padded to: decode passes (logits rows in order: every row's, or
+/// some, as a draft model's catch-up of a sequence's last two tokens asks) of at most 256
+/// rows, whose chunks have one token each or, for a model without recurrent state
+/// (`stateful` false: a state slot steps once a chunk), up to [`DECODE_CHUNK_TOKENS`].
+pub fn decode_bucket(b: &ForwardBatch, stateful: bool) -> Option<usize> {
     let n = b.n_tokens();
+    let most = if stateful { 1 } else { DECODE_CHUNK_TOKENS };
     let decode = n > 0
-        && b.seqs.len() == n
-        && b.logits_rows.len() == n
-        && b.logits_rows.iter().enumerate().all(|(i, &r)| i == r);
+        && b.seqs.iter().all(|s| s.n_tokens <= most)
+        && b.logits_rows.windows(2).all(|w| w[0] < w[1]);
     decode
         .then(|| BUCKETS.iter().copied().find(|&k| k >= n))
         .flatten()
@@ -234,12 +243,14 @@ impl CudaBatch {
             b.validate_state_slots(kv.state.slots)
                 .map_err(RuntimeError::BadBatch)?;
         }
-        let bucket = decode_bucket(b);
+        let bucket = decode_bucket(b, kv.state.is_stateful());
         let real = b.n_tokens();
         let n = bucket.unwrap_or(real); // rows of the pass, padding included
         let n_logits = bucket.unwrap_or(b.logits_rows.len());
         let n_seqs = b.seqs.len() + (n - real);
-        let mut at = Offsets::new(n, n_logits, n_seqs);
+        // A bucket's arrays are laid out for as many chunks as rows, whatever its chunks
+        // (a speculative check's rows share one), so its graphs read every pass's own.
+        let mut at = Offsets::new(n, n_logits, if bucket.is_some() { n } else { n_seqs });
         // The delta rule's pieces (stateful models' passes with prompt chunks only, which
         // are never a bucket's).
         let longer = b.seqs.iter().any(|s| s.n_tokens > 1);
@@ -440,7 +451,43 @@ impl Drop for CudaBatch {
 
 #[cfg(test)]
 mod tests {
-    use super::{delta_piece_table, Offsets, SeqChunk, DELTA_CHUNK};
+    use super::{decode_bucket, delta_piece_table, Offsets, SeqChunk, DELTA_CHUNK};
+    use crate::ForwardBatch;
+
+    /// A pass of `chunks` (tokens each) over tables 0.., every row's logits if `all`.
+    fn pass(chunks: &[usize], all: bool) -> ForwardBatch {
+        let mut b = ForwardBatch::default();
+        for (i, &n) in chunks.iter().enumerate() {
+            let tokens = vec![1; n];
+            b.push(&tokens, 40, 40, vec![i as u32; 3 + n / 16], true);
+            if all {
+                let last = b.logits_rows.pop().unwrap();
+                b.logits_rows.extend(last + 1 - n..=last);
+            }
+        }
+        b
+    }
+
+    #[test]
+    fn decode_buckets_take_short_checks_of_stateless_models() {
+        // Decodes, and a speculative check's rows beside them, pad to the row count's bucket.
+        assert_eq!(decode_bucket(&pass(&[1, 1, 1], true), false), Some(4));
+        assert_eq!(decode_bucket(&pass(&[1, 5, 1], true), false), Some(8));
+        assert_eq!(decode_bucket(&pass(&[8, 8, 1], true), false), Some(24));
+        assert_eq!(decode_bucket(&pass(&[1; 256], true), false), Some(256));
+        // A draft model's catch-up (each chunk's last row's logits) too.
+        assert_eq!(decode_bucket(&pass(&[1, 2, 2], false), false), Some(8));
+        // Not: a chunk past the limit, logits rows out of order, more than 256 rows, and a
+        // stateful model's chunk of several tokens (its state steps once a chunk).
+        assert_eq!(decode_bucket(&pass(&[1, 9], true), false), None);
+        let mut back = pass(&[1, 1], true);
+        back.logits_rows.reverse();
+        assert_eq!(decode_bucket(&back, false), None);
+        assert_eq!(decode_bucket(&pass(&[1; 257], true), false), None);
+        assert_eq!(decode_bucket(&pass(&[1, 5], true), true), None);
+        assert_eq!(decode_bucket(&pass(&[1, 1], true), true), Some(2));
+        assert_eq!(decode_bucket(&ForwardBatch::default(), false), None);
+    }
 
     fn chunk(token_start: usize, n_tokens: usize, start_pos: usize) -> SeqChunk {
         SeqChunk {

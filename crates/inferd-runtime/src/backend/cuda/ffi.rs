@@ -280,6 +280,7 @@ extern "C" {
         scale: f32,
         seq: *const i32,
         pos: *const i32,
+        chunks: *const i32,
         bt_off: *const i32,
         bt: *const i32,
         splits: c_int,

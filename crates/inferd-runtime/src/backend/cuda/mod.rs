@@ -478,8 +478,8 @@ impl Backend for CudaBackend {
         Ok(b)
     }
 
-    fn pass_rows(&self, batch: &ForwardBatch) -> (usize, usize) {
-        match batch::decode_bucket(batch) {
+    fn pass_rows(&self, batch: &ForwardBatch, layout: &KvLayout) -> (usize, usize) {
+        match batch::decode_bucket(batch, layout.state.is_stateful()) {
             Some(k) => (k, k),
             None => (batch.n_tokens(), batch.logits_rows.len()),
         }
