@@ -89,10 +89,13 @@
 #   draftmodel  a draft model on the GPU (needs /tmp/q8b): makes a Qwen3-0.6B-shaped random
 #            model (/tmp/q06, Qwen3's vocabulary), then serves /tmp/q8b with --speculate off,
 #            /tmp/q8b with --draft-model /tmp/q06 (random weights: few guesses taken, so what
-#            a drafting step costs) and /tmp/q06 with --draft-model /tmp/q06 (drafting for
-#            itself: greedy guesses taken up to bf16 near-ties); overlap_check.py's 24
-#            completions one at a time each, then the fleet at 1 and 8 x 4k, with the
-#            drafts' acceptance from /metrics
+#            a drafting step costs), /tmp/q06 with --speculate off and /tmp/q06 with
+#            --draft-model /tmp/q06 (drafting for itself: greedy guesses taken up to bf16
+#            near-ties); overlap_check.py's 24 completions one at a time each, then the
+#            fleet at 1 and 8 x 4k, with the drafts' acceptance and the backend's graph
+#            counts from /metrics
+#   checks   speculative checks of 1..9 tokens per agent (1 and 8 agents at 4k, 1 at 16k) as
+#            decode rows replayed from graphs and as eager prompt chunks (`cuda_check checks`)
 #   smol1    keeps SmolLM2's first part (prepare with SMOL=1); smol2 (the next call on the
 #            same machine) joins it and compares the GPU with the CPU on real weights
 # Logs under $OUT; summary.txt has the results.
@@ -160,6 +163,10 @@ speed)
   ;;
 speedkv)
   timeout 300 $B/cuda_check speed /tmp/q8b 4096 bf16,q8,fp8 2>&1 | tee -a $summary
+  ;;
+checks)
+  timeout 200 $B/cuda_check checks /tmp/q8b 4096 1+8 2>&1 | tee -a $summary
+  timeout 200 $B/cuda_check checks /tmp/q8b 16384 1 2>&1 | tee -a $summary
   ;;
 mmadecode)
   # Decode attention by the default kernels against our tensor-core build at every row count.
@@ -507,10 +514,11 @@ spec)
   ;;
 draftmodel)
   python3 $C/make_qwen3_small.py /tmp/q06 /tmp/tok >$OUT/make06.log 2>&1; note "make q06: rc=$? $(tail -1 $OUT/make06.log)"
-  for mode in off q06 self; do
+  for mode in off q06 off06 self; do
     case $mode in
       off) m=/tmp/q8b; flags="--speculate off" ;;
       q06) m=/tmp/q8b; flags="--draft-model /tmp/q06" ;;
+      off06) m=/tmp/q06; flags="--speculate off" ;;
       self) m=/tmp/q06; flags="--draft-model /tmp/q06" ;;
     esac
     $B/inferd serve --device cuda -m $m --port 8187 --no-prefix-cache $flags >$OUT/serve-draft-$mode.log 2>&1 &
@@ -521,7 +529,7 @@ draftmodel)
       timeout 120 $B/inferd bench fleet --url http://127.0.0.1:8187 --token-prompts -q --agents $n --context 4096 --reply 128 \
         --label inferd-draft-$mode --meta engine=inferd --meta model=$(basename $m) --out $OUT/draft-$mode-n$n.json >/dev/null 2>&1
       note "fleet draft model $mode ($(basename $m)), agents $n x 4096: rc $?"
-      note "   $(curl -s http://127.0.0.1:8187/metrics | grep -E '^inferd_(accepted_)?draft_tokens_total|^inferd_generated_tokens_total' | tr '\n' ' ')"
+      note "   $(curl -s http://127.0.0.1:8187/metrics | grep -E '^inferd_(model_)?(accepted_)?draft_tokens_total|^inferd_generated_tokens_total|^inferd_backend_events' | tr '\n' ' ')"
     done
     kill $SP; wait $SP 2>/dev/null
     tail -3 $OUT/serve-draft-$mode.log

@@ -358,7 +358,7 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
     // cuBLASLt instead of the matrix-vector kernel; decode rows by our kernel whatever
     // their number, or by FlashInfer's; prompt chunks' attention over a contiguous copy of
     // their K/V (FlashInfer's ragged kernel; by the policy these short chunks are paged),
-    // also beside FlashInfer's decode rows.
+    // also beside FlashInfer's decode rows; speculative checks as eager prompt chunks.
     let base = CudaConfig::default();
     let configs = [
         base,
@@ -389,6 +389,10 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
         CudaConfig {
             decode: DecodeAttention::FlashInfer,
             prefill_kv: PrefillKv::Contiguous,
+            ..base
+        },
+        CudaConfig {
+            decode_chunk_tokens: 1,
             ..base
         },
     ];

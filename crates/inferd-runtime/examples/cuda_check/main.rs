@@ -23,12 +23,15 @@
 //!   from every block's entry, wait and done stamps (our kernels only).
 //! - `fibench [QUERIES] [KEYS]`: FlashInfer's SM90 prefill over paged K/V (as the pool holds
 //!   it) against contiguous K/V (its TMA kernel), same values, no model.
+//! - `checks MODEL_DIR [CONTEXT] [AGENTS+AGENTS…]`: speculative checks of 1 to 9 tokens per
+//!   agent, as decode rows replayed from a graph and as eager prompt chunks: forward ms.
 //! - `chunks MODEL_DIR CONTEXT CHUNK[+CHUNK…] [SEQS]`: SEQS prompts (default 1) of CONTEXT
 //!   tokens prefilled in passes of CHUNK tokens of each, prompt chunks' attention over the
 //!   pool's pages and over a contiguous copy (`--prefill-kv`), in turn on one model: each
 //!   pass's ms both ways, and the sums.
 
 mod agree;
+mod checks;
 mod common;
 mod probe;
 mod sampling;
@@ -37,6 +40,7 @@ mod speed;
 use std::path::Path;
 
 use agree::*;
+use checks::*;
 use probe::*;
 use sampling::*;
 use speed::*;
@@ -56,6 +60,13 @@ fn main() {
             }
         }
         Some("sampling") => sampling(),
+        Some("checks") => checks(
+            p(2).expect("MODEL_DIR"),
+            a.get(3).map_or(4096, |c| c.parse().expect("CONTEXT")),
+            &a.get(4).map_or(vec![1, 8], |l| {
+                l.split('+').map(|n| n.parse().expect("AGENTS")).collect()
+            }),
+        ),
         Some("profile") => profile(
             p(2).expect("MODEL_DIR"),
             a.get(3).map_or(512, |c| c.parse().expect("CONTEXT")),
@@ -85,6 +96,6 @@ fn main() {
             &a.get(4).map_or("2048".to_string(), String::clone).split('+').map(|c| c.parse().expect("CHUNK+CHUNK")).collect::<Vec<usize>>(),
             a.get(5).map_or(1, |c| c.parse().expect("SEQS")),
         ),
-        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | fibench [QUERIES] [KEYS] | chunks MODEL_DIR CONTEXT CHUNK[+CHUNK…] [SEQS] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT] | sampling | profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill [CHUNK]] | timeline MODEL_DIR [CONTEXT] [ROWS] | kernels MODEL_DIR [CONTEXT] [ROWS]"),
+        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | fibench [QUERIES] [KEYS] | chunks MODEL_DIR CONTEXT CHUNK[+CHUNK…] [SEQS] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT] | checks MODEL_DIR [CONTEXT] [AGENTS+…] | sampling | profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill [CHUNK]] | timeline MODEL_DIR [CONTEXT] [ROWS] | kernels MODEL_DIR [CONTEXT] [ROWS]"),
     }
 }

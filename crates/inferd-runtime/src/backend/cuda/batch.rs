@@ -90,22 +90,21 @@ pub fn rope_table(
 /// that holds it.
 pub const BUCKETS: [usize; 13] = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256];
 
-/// Tokens a chunk of a decode pass has at most: a speculative check (a decoded token and
-/// its drafts, `SpecConfig::max_draft` 4 by default) runs as that many decode rows, each
-/// attending up to its own position, so it replays a graph too. Past this a chunk's rows
-/// re-reading its K/V each cost more than the eager pass's launches (a row's K/V at 16k
-/// is about 0.5 ms of an 8B step).
+/// Tokens a chunk of a decode pass has at most (`CudaConfig::decode_chunk_tokens`'s
+/// default): a speculative check (a decoded token and its drafts, `SpecConfig::max_draft`
+/// 4 by default) runs as that many decode rows, each attending up to its own position, so
+/// it replays a graph too. Past this a chunk's rows re-reading its K/V each would cost
+/// more than the eager pass's launches (a row's K/V at 16k is about 0.5 ms of an 8B step).
 pub const DECODE_CHUNK_TOKENS: usize = 8;
 
 /// The bucket a pass is padded to: decode passes (logits rows in order: every row's, or
 /// some, as a draft model's catch-up of a sequence's last two tokens asks) of at most 256
-/// rows, whose chunks have one token each or, for a model without recurrent state
-/// (`stateful` false: a state slot steps once a chunk), up to [`DECODE_CHUNK_TOKENS`].
-pub fn decode_bucket(b: &ForwardBatch, stateful: bool) -> Option<usize> {
+/// rows, whose chunks have at most `most_tokens` tokens (1 for a model with recurrent
+/// state, whose state slot steps once a chunk).
+pub fn decode_bucket(b: &ForwardBatch, most_tokens: usize) -> Option<usize> {
     let n = b.n_tokens();
-    let most = if stateful { 1 } else { DECODE_CHUNK_TOKENS };
     let decode = n > 0
-        && b.seqs.iter().all(|s| s.n_tokens <= most)
+        && b.seqs.iter().all(|s| s.n_tokens <= most_tokens)
         && b.logits_rows.windows(2).all(|w| w[0] < w[1]);
     decode
         .then(|| BUCKETS.iter().copied().find(|&k| k >= n))
@@ -220,7 +219,8 @@ pub struct CudaBatch {
 }
 
 impl CudaBatch {
-    /// `buckets`: each bucket's metadata buffer (decode passes are padded to a bucket:
+    /// `bucket`: the one the pass is padded to (`decode_bucket`), if any. `buckets`: each
+    /// bucket's metadata buffer (decode passes are padded to a bucket:
     /// padding rows hold token 0 at position 0 over block 0, the tables' zero row, and
     /// store no KV). `tables`: the pool's, with the pass's edits applied to the host's
     /// copy; `edits`: those edits' (entry, block) pairs for the device image
@@ -230,6 +230,7 @@ impl CudaBatch {
         dev: &Arc<Device>,
         pool: &Arc<BatchPool>,
         buckets: &Mutex<std::collections::HashMap<usize, Arc<BucketBuffer>>>,
+        bucket: Option<usize>,
         rope_slot: &Mutex<Option<Arc<RopeTable>>>,
         b: &ForwardBatch,
         rope: &RopeConfig,
@@ -243,7 +244,6 @@ impl CudaBatch {
             b.validate_state_slots(kv.state.slots)
                 .map_err(RuntimeError::BadBatch)?;
         }
-        let bucket = decode_bucket(b, kv.state.is_stateful());
         let real = b.n_tokens();
         let n = bucket.unwrap_or(real); // rows of the pass, padding included
         let n_logits = bucket.unwrap_or(b.logits_rows.len());
@@ -470,23 +470,24 @@ mod tests {
 
     #[test]
     fn decode_buckets_take_short_checks_of_stateless_models() {
+        let most = super::DECODE_CHUNK_TOKENS;
         // Decodes, and a speculative check's rows beside them, pad to the row count's bucket.
-        assert_eq!(decode_bucket(&pass(&[1, 1, 1], true), false), Some(4));
-        assert_eq!(decode_bucket(&pass(&[1, 5, 1], true), false), Some(8));
-        assert_eq!(decode_bucket(&pass(&[8, 8, 1], true), false), Some(24));
-        assert_eq!(decode_bucket(&pass(&[1; 256], true), false), Some(256));
+        assert_eq!(decode_bucket(&pass(&[1, 1, 1], true), most), Some(4));
+        assert_eq!(decode_bucket(&pass(&[1, 5, 1], true), most), Some(8));
+        assert_eq!(decode_bucket(&pass(&[8, 8, 1], true), most), Some(24));
+        assert_eq!(decode_bucket(&pass(&[1; 256], true), most), Some(256));
         // A draft model's catch-up (each chunk's last row's logits) too.
-        assert_eq!(decode_bucket(&pass(&[1, 2, 2], false), false), Some(8));
+        assert_eq!(decode_bucket(&pass(&[1, 2, 2], false), most), Some(8));
         // Not: a chunk past the limit, logits rows out of order, more than 256 rows, and a
-        // stateful model's chunk of several tokens (its state steps once a chunk).
-        assert_eq!(decode_bucket(&pass(&[1, 9], true), false), None);
+        // stateful model's chunk of several tokens (its state steps once a chunk: 1).
+        assert_eq!(decode_bucket(&pass(&[1, 9], true), most), None);
         let mut back = pass(&[1, 1], true);
         back.logits_rows.reverse();
-        assert_eq!(decode_bucket(&back, false), None);
-        assert_eq!(decode_bucket(&pass(&[1; 257], true), false), None);
-        assert_eq!(decode_bucket(&pass(&[1, 5], true), true), None);
-        assert_eq!(decode_bucket(&pass(&[1, 1], true), true), Some(2));
-        assert_eq!(decode_bucket(&ForwardBatch::default(), false), None);
+        assert_eq!(decode_bucket(&back, most), None);
+        assert_eq!(decode_bucket(&pass(&[1; 257], true), most), None);
+        assert_eq!(decode_bucket(&pass(&[1, 5], true), 1), None);
+        assert_eq!(decode_bucket(&pass(&[1, 1], true), 1), Some(2));
+        assert_eq!(decode_bucket(&ForwardBatch::default(), most), None);
     }
 
     fn chunk(token_start: usize, n_tokens: usize, start_pos: usize) -> SeqChunk {

@@ -30,7 +30,7 @@ mod tensor;
 mod weight;
 
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use batch::CudaBatch;
@@ -86,6 +86,10 @@ pub struct CudaConfig {
     pub host_sampling: bool,
     /// Which K/V layout prompt chunks' attention reads (see [`PrefillKv`]).
     pub prefill_kv: PrefillKv,
+    /// Tokens a chunk of a decode pass (graph-replayed, each row by the decode kernel) has
+    /// at most: 0 is [`batch::DECODE_CHUNK_TOKENS`]; 1 keeps speculative checks as eager
+    /// prompt chunks (for comparison).
+    pub decode_chunk_tokens: usize,
     /// Test support: the pass after this many (`prepare_batch` calls) starts with a kernel
     /// that stores to an invalid address, so the device is lost as it is to a real fault (a
     /// sticky error, [`crate::RuntimeError::DeviceLost`]). `inferd serve` reads it from
@@ -144,6 +148,8 @@ struct Inner {
     gemv_loads: usize,
     decode: DecodeAttention,
     decode_splits: usize,
+    /// `CudaConfig::decode_chunk_tokens`, 0 resolved (set again by measurements).
+    decode_chunk_tokens: AtomicUsize,
     skip: SkipOps,
     host_sampling: bool,
     /// Our decode kernel's split partials, allocated once at its largest size (its
@@ -211,6 +217,10 @@ impl CudaBackend {
                 gemv_rows: if cfg.no_gemv { 0 } else { GEMV_MAX_ROWS },
                 skip: cfg.profile_skip,
                 decode_splits: cfg.decode_splits,
+                decode_chunk_tokens: AtomicUsize::new(match cfg.decode_chunk_tokens {
+                    0 => batch::DECODE_CHUNK_TOKENS,
+                    n => n,
+                }),
                 gemv_loads: if cfg.gemv_loads == 0 {
                     GEMV_LOADS
                 } else {
@@ -237,6 +247,17 @@ impl CudaBackend {
         })
     }
 
+    /// The graph bucket `batch` is padded to, over a pool of `layout` (`batch::decode_bucket`:
+    /// a hybrid model's decode chunks have one token, its state stepping once a chunk).
+    fn bucket(&self, batch: &ForwardBatch, layout: &KvLayout) -> Option<usize> {
+        let most = if layout.state.is_stateful() {
+            1
+        } else {
+            self.inner.decode_chunk_tokens.load(Ordering::Relaxed)
+        };
+        batch::decode_bucket(batch, most)
+    }
+
     /// Starts (`true`) or ends the profiler's capture range, for `ncu --profile-from-start
     /// off`; without a profiler attached it does nothing.
     pub fn profiler(on: bool) {
@@ -248,6 +269,18 @@ impl CudaBackend {
     /// `PrefillKv::Paged` reserved no scratch and stays paged.
     pub fn set_prefill_kv(&self, mode: PrefillKv) {
         *self.inner.prefill_kv.lock().unwrap() = mode;
+    }
+
+    /// Changes `CudaConfig::decode_chunk_tokens` for passes from now on (measurement: a
+    /// speculative check replayed as decode rows and run eagerly as a prompt chunk, on one
+    /// loaded model; graphs captured before stay valid, they do not depend on it).
+    pub fn set_decode_chunk_tokens(&self, n: usize) {
+        let n = if n == 0 {
+            batch::DECODE_CHUNK_TOKENS
+        } else {
+            n
+        };
+        self.inner.decode_chunk_tokens.store(n, Ordering::Relaxed);
     }
 
     /// Prompt runs planned so far (one FlashInfer plan each): (paged, over contiguous K/V).
@@ -455,6 +488,7 @@ impl Backend for CudaBackend {
             &i.dev,
             &i.batches,
             &i.buckets,
+            self.bucket(batch, layout),
             &i.rope,
             batch,
             rope,
@@ -479,7 +513,7 @@ impl Backend for CudaBackend {
     }
 
     fn pass_rows(&self, batch: &ForwardBatch, layout: &KvLayout) -> (usize, usize) {
-        match batch::decode_bucket(batch, layout.state.is_stateful()) {
+        match self.bucket(batch, layout) {
             Some(k) => (k, k),
             None => (batch.n_tokens(), batch.logits_rows.len()),
         }
