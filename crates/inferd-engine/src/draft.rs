@@ -17,6 +17,12 @@
 //! A guess's KV stays: at the next proposal the guesses the target kept are already
 //! computed, and the runner's row goes back to the first one it did not keep (later
 //! chunks write over the rest).
+//!
+//! Full blocks of a sequence's tokens are cached by the chain hash of those tokens
+//! ([`DraftBlocks`]) once their KV is computed: a new sequence starts from the cached
+//! blocks its tokens begin with, as the target's prefix cache lets it, so agents on one
+//! brief read it into the draft once. A block is cached only where it ends before the
+//! sequence's last token, which no rewind reaches: its KV is never written again.
 
 use std::collections::HashMap;
 
@@ -24,6 +30,7 @@ use inferd_core::kv::SeqId;
 use inferd_core::sampling::SamplingParams;
 use inferd_runtime::{Backend, KvDtype, LayerKind, Model, RuntimeError};
 
+use crate::draft_blocks::{chain, DraftBlocks};
 use crate::runner::{ChunkTokens, Draw, ModelRunner, NewRow, StepChunk, StepInput};
 
 type Result<T> = std::result::Result<T, RuntimeError>;
@@ -40,8 +47,13 @@ pub(crate) struct DraftRequest<'a> {
 
 /// How far the draft's KV follows one sequence.
 struct Follow {
-    /// Its KV blocks in the draft's pool, in position order.
+    /// Its KV blocks in the draft's pool, in position order (its first `hashed` maybe
+    /// other sequences' too).
     blocks: Vec<u32>,
+    /// Leading blocks whose tokens are hashed (and cached, or taken from the cache), and
+    /// the chain hash through them.
+    hashed: usize,
+    chain: u64,
     /// Of those, how many the runner's row has (the rest go with its next chunk).
     sent: usize,
     /// Leading tokens of the sequence whose KV is computed.
@@ -55,8 +67,8 @@ struct Follow {
 /// The draft model and its KV: see the module's documentation.
 pub(crate) struct DraftModel<B: Backend> {
     runner: ModelRunner<B>,
-    /// Blocks of its pool no sequence holds.
-    free: Vec<u32>,
+    /// Its pool's blocks: free, held, cached.
+    blocks: DraftBlocks,
     block_size: usize,
     /// Tokens a catch-up pass takes at most (its workspace's size).
     catchup: usize,
@@ -116,8 +128,7 @@ impl<B: Backend> DraftModel<B> {
         let kv = model.alloc_kv(&layout)?;
         Ok(DraftModel {
             runner: ModelRunner::new(model, kv, layout, ws),
-            // Popped from the end: the lowest blocks first.
-            free: (0..s.num_blocks as u32).rev().collect(),
+            blocks: DraftBlocks::new(s.num_blocks),
             block_size: s.block_size,
             catchup,
             vocab_limit: s.vocab_limit.min(draft_vocab).min(u32::MAX as usize) as u32,
@@ -144,7 +155,9 @@ impl<B: Backend> DraftModel<B> {
 
     fn forget(&mut self, seq: SeqId) {
         if let Some(f) = self.seqs.remove(&seq) {
-            self.free.extend(f.blocks);
+            for b in f.blocks {
+                self.blocks.release(b);
+            }
             self.pending.finished.push(seq);
         }
     }
@@ -221,6 +234,7 @@ impl<B: Backend> DraftModel<B> {
                 rows += 1;
             }
         }
+        let read: Vec<usize> = chunks.iter().map(|c| order_of(reqs, c.seq)).collect();
         // Then a pass per guess: the last guess in, the next out.
         let mut round = 0;
         while !chunks.is_empty() {
@@ -251,15 +265,33 @@ impl<B: Backend> DraftModel<B> {
                 }
             }
         }
+        // The catch-up's KV is computed: its full blocks can serve later sequences.
+        for i in read {
+            self.cache_full_blocks(&reqs[i]);
+        }
         Ok(drafts)
+    }
+
+    /// Caches `r.seq`'s blocks that are full of computed KV and end before its last token.
+    fn cache_full_blocks(&mut self, r: &DraftRequest<'_>) {
+        let bs = self.block_size;
+        let Some(f) = self.seqs.get_mut(&r.seq) else {
+            return;
+        };
+        let end = f.computed.min(r.tokens.len() - 1);
+        while (f.hashed + 1) * bs <= end {
+            let h = chain(f.chain, &r.tokens[f.hashed * bs..(f.hashed + 1) * bs]);
+            self.blocks.cache(f.blocks[f.hashed], h);
+            (f.hashed, f.chain) = (f.hashed + 1, h);
+        }
     }
 
     /// Starts following `r.seq` if it is new, and returns how many of its leading
     /// tokens the draft's KV holds (never its last: that one's logits give the first
     /// guess); its runner row goes back there.
     fn follow(&mut self, r: &DraftRequest<'_>) -> usize {
-        let calls = self.calls;
-        let pending = &mut self.pending;
+        let (calls, block_size) = (self.calls, self.block_size);
+        let (pending, blocks) = (&mut self.pending, &mut self.blocks);
         let f = self.seqs.entry(r.seq).or_insert_with(|| {
             if let Some(at) = pending.finished.iter().position(|&s| s == r.seq) {
                 // Dropped since the last pass, and back before the next: its row stays,
@@ -278,13 +310,27 @@ impl<B: Backend> DraftModel<B> {
                     dry_tokenizer: None,
                 });
             }
-            Follow {
+            // The cached blocks its tokens begin with (ending before its last token).
+            let mut f = Follow {
                 blocks: Vec::new(),
+                hashed: 0,
+                chain: 0,
                 sent: 0,
                 computed: 0,
                 guessed: Vec::new(),
                 used: calls,
+            };
+            let bs = block_size;
+            while (f.hashed + 1) * bs < r.tokens.len() {
+                let h = chain(f.chain, &r.tokens[f.hashed * bs..(f.hashed + 1) * bs]);
+                let Some(b) = blocks.hold_cached(h) else {
+                    break;
+                };
+                f.blocks.push(b);
+                (f.hashed, f.chain) = (f.hashed + 1, h);
             }
+            f.computed = f.hashed * bs;
+            f
         });
         let after = r.tokens.get(f.computed..).unwrap_or_default();
         let kept = f
@@ -306,17 +352,22 @@ impl<B: Backend> DraftModel<B> {
         let want = end.div_ceil(self.block_size);
         let have = self.seqs.get(&seq).map_or(0, |f| f.blocks.len());
         let need = want.saturating_sub(have);
-        // Evict only if that makes room: else the others' KV would go for nothing.
-        let idle: usize = self
-            .seqs
-            .values()
-            .filter(|f| f.used < self.calls)
-            .map(|f| f.blocks.len())
-            .sum();
-        if self.free.len() + idle < need {
+        // Evict only if that makes room: else the others' KV would go for nothing. The
+        // room: blocks that only sequences not asked hold.
+        let mut idle_holders: HashMap<u32, u32> = HashMap::new();
+        for f in self.seqs.values().filter(|f| f.used < self.calls) {
+            for &b in &f.blocks {
+                *idle_holders.entry(b).or_default() += 1;
+            }
+        }
+        let idle = idle_holders
+            .iter()
+            .filter(|&(&b, &n)| self.blocks.holders(b) == n)
+            .count();
+        if self.blocks.available() + idle < need {
             return false;
         }
-        while self.free.len() < need {
+        while self.blocks.available() < need {
             let idle = self
                 .seqs
                 .iter()
@@ -326,8 +377,9 @@ impl<B: Backend> DraftModel<B> {
                 .expect("the idle sequences' blocks make room (checked above)");
             self.forget(idle);
         }
-        let at = self.free.len() - need;
-        let taken: Vec<u32> = self.free.drain(at..).rev().collect();
+        let taken: Vec<u32> = (0..need)
+            .map(|_| self.blocks.take().expect("room made above"))
+            .collect();
         self.seqs
             .get_mut(&seq)
             .expect("followed before reserving")
@@ -368,6 +420,13 @@ impl<B: Backend> DraftModel<B> {
             .map(|(_, s)| (s.token, s.logprob.unwrap_or(0.0)))
             .collect())
     }
+}
+
+/// The index in `reqs` of the request of `seq`.
+fn order_of(reqs: &[DraftRequest<'_>], seq: SeqId) -> usize {
+    reqs.iter()
+        .position(|r| r.seq == seq)
+        .expect("a chunk of a request")
 }
 
 #[cfg(test)]

@@ -193,3 +193,66 @@ fn an_unsure_guess_ends_the_draft() {
         .unwrap();
     assert_eq!(out[0], Some(greedy(&t, 4)));
 }
+
+#[test]
+fn sequences_on_one_brief_share_its_blocks_and_draft_as_alone() {
+    // A brief of 18 tokens: four full blocks of 4, and two tokens over.
+    let mut d = draft(64, 64);
+    let mut rng = Lcg(7);
+    let brief: Vec<u32> = (0..18).map(|_| rng.next()).collect();
+    let mut with = |n: usize| -> Vec<u32> {
+        let tail: Vec<u32> = (0..n).map(|_| rng.next()).collect();
+        [brief.clone(), tail].concat()
+    };
+    let (mut a, mut b, c) = (with(3), with(1), with(5));
+    let out = guesses(&mut d, &[req(1, &a, a.len(), 3)]);
+    assert_eq!(out[0], greedy(&a, 3));
+    // b starts from the brief's four full blocks, which a's catch-up computed; the block
+    // holding its own tokens is its own.
+    let out = guesses(&mut d, &[req(2, &b, b.len(), 3)]);
+    assert_eq!(out[0], greedy(&b, 3));
+    let shared = d.seqs[&1].blocks[..4].to_vec();
+    assert_eq!(d.seqs[&2].blocks[..4], shared[..]);
+    assert_ne!(d.seqs[&2].blocks[4], d.seqs[&1].blocks[4]);
+    // Both go on drafting side by side over the shared blocks, guesses kept or not.
+    for step in 0..6 {
+        let out = guesses(&mut d, &[req(1, &a, 21, 2), req(2, &b, 19, 3)]);
+        assert_eq!(out[0], greedy(&a, 2), "step {step}: a");
+        assert_eq!(out[1], greedy(&b, 3), "step {step}: b");
+        a.extend(out[0][..step % 3].iter().copied().chain([rng.next()]));
+        b.push(rng.next());
+    }
+    // With both gone the brief's blocks stay cached: c takes them.
+    d.retain(|_| false);
+    let out = guesses(&mut d, &[req(3, &c, c.len(), 3)]);
+    assert_eq!(out[0], greedy(&c, 3));
+    assert_eq!(d.seqs[&3].blocks[..4], shared[..]);
+}
+
+#[test]
+fn cached_blocks_give_way_when_their_room_is_wanted() {
+    // 8 blocks: a's 26 tokens and 3 guesses take 8 (6 full ones cached); then b (no
+    // common tokens) needs them all, so a's cached blocks go: were one still named by a's
+    // tokens, a's next draft would read b's KV there.
+    let mut d = draft(8, 64);
+    let mut rng = Lcg(13);
+    let a: Vec<u32> = (0..26).map(|_| rng.next()).collect();
+    let b: Vec<u32> = (0..26).map(|_| rng.next()).collect();
+    assert_eq!(guesses(&mut d, &[req(1, &a, 26, 3)])[0], greedy(&a, 3));
+    d.retain(|_| false);
+    assert_eq!(guesses(&mut d, &[req(2, &b, 26, 3)])[0], greedy(&b, 3));
+    d.retain(|_| false);
+    assert_eq!(guesses(&mut d, &[req(1, &a, 26, 3)])[0], greedy(&a, 3));
+    // A sequence on b's tokens and more, asked with b, shares b's full blocks but finds
+    // no room for its own: it drafts nothing, and b keeps its blocks.
+    let b_blocks = {
+        d.retain(|_| false);
+        assert_eq!(guesses(&mut d, &[req(2, &b, 26, 3)])[0], greedy(&b, 3));
+        d.seqs[&2].blocks.clone()
+    };
+    let b2 = [b.clone(), vec![rng.next(); 8]].concat();
+    let out = d.propose(&[req(2, &b, 26, 3), req(4, &b2, 34, 3)]).unwrap();
+    assert_eq!(out[0], Some(greedy(&b, 3)));
+    assert_eq!(out[1], None, "no room past b's blocks");
+    assert_eq!(d.seqs[&2].blocks, b_blocks);
+}

@@ -9,6 +9,7 @@ mod admit;
 mod agent;
 mod config;
 mod draft;
+mod draft_blocks;
 mod drafting;
 mod engine;
 mod handle;
