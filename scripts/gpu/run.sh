@@ -93,7 +93,8 @@
 #            --draft-model /tmp/q06 (drafting for itself: greedy guesses taken up to bf16
 #            near-ties); overlap_check.py's 24 completions one at a time each, then the
 #            fleet at 1 and 8 x 4k, with the drafts' acceptance and the backend's graph
-#            counts from /metrics
+#            counts from /metrics; then forked agents (32 on an 8k brief, prefix cache on)
+#            without a draft and with /tmp/q06 drafting
 #   checks   speculative checks of 1..9 tokens per agent (1 and 8 agents at 4k, 1 at 16k) as
 #            decode rows replayed from graphs and as eager prompt chunks (`cuda_check checks`)
 #   smol1    keeps SmolLM2's first part (prepare with SMOL=1); smol2 (the next call on the
@@ -536,6 +537,19 @@ draftmodel)
   done
   python3 $C/overlap_check.py compare $OUT/draft-off.json $OUT/draft-q06.json 2>&1 | head -20 | tee -a $summary
   $B/inferd bench table $OUT/draft-*-n*.json 2>&1 | tee -a $summary
+  # Forked agents with the prefix cache on: the draft model reads the brief once too (its
+  # own block cache), so the relaunch should cost about what it costs without a draft.
+  for mode in off q06; do
+    flags="--speculate off"; [ $mode = q06 ] && flags="--draft-model /tmp/q06"
+    $B/inferd serve --device cuda -m /tmp/q8b --port 8188 $flags >$OUT/serve-draft-forked-$mode.log 2>&1 &
+    SP=$!
+    for i in $(seq 1 240); do curl -sf http://127.0.0.1:8188/health >/dev/null && break; sleep 0.5; done
+    timeout 100 $B/inferd bench forked --url http://127.0.0.1:8188 --token-prompts --brief 8192 --agents 32 --suffix 64 --reply 64 \
+      --label inferd-draft-$mode --meta engine=inferd --out $OUT/forked-draft-$mode.json >$OUT/forked-draft-$mode.txt 2>&1
+    note "forked 32 x 8k brief, draft $mode: rc $?"; tail -6 $OUT/forked-draft-$mode.txt | sed "s|$OUT|\$OUT|g" | tee -a $summary
+    note "   $(curl -s http://127.0.0.1:8188/metrics | grep -E '^inferd_model_(accepted_)?draft_tokens_total' | tr '\n' ' ')"
+    kill $SP; wait $SP 2>/dev/null
+  done
   ;;
 fleet|fleetq8|fleetfp8|fleetmma)
   kv=${stage#fleet}; [ "$kv" = mma ] && kv=; kvflag=${kv:+--kv-dtype $kv}; tag=${kv:+-$kv}
