@@ -90,21 +90,34 @@ pub fn rope_table(
 /// that holds it.
 pub const BUCKETS: [usize; 13] = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256];
 
-/// Tokens a chunk of a decode pass has at most (`CudaConfig::decode_chunk_tokens`'s
-/// default): a speculative check (a decoded token and its drafts, `SpecConfig::max_draft`
-/// 4 by default) runs as that many decode rows, each attending up to its own position, so
-/// it replays a graph too. Past this a chunk's rows re-reading its K/V each would cost
-/// more than the eager pass's launches (a row's K/V at 16k is about 0.5 ms of an 8B step).
+/// Tokens a chunk of a decode pass has at most by default (`CudaConfig::
+/// decode_chunk_tokens` 0): a speculative check (a decoded token and its drafts,
+/// `SpecConfig::max_draft` 4 by default) runs as that many decode rows, each attending up to
+/// its own position, so it replays a graph too.
 pub const DECODE_CHUNK_TOKENS: usize = 8;
+
+/// K/V positions a decode pass's chunks of several tokens may read again, by default: each
+/// row of a chunk reads its K/V, where a prompt chunk's kernel reads it once, so a chunk
+/// of c tokens over L positions costs (c - 1) · L position reads more (an 8B's position is
+/// 147 KB over its layers: 8192 of them about 0.3 ms at 4.3 TB/s, about what an eager
+/// pass's launches and plans cost beside a replayed graph). A pass past it runs eagerly.
+pub const DECODE_REREAD_POSITIONS: usize = 8192;
 
 /// The bucket a pass is padded to: decode passes (logits rows in order: every row's, or
 /// some, as a draft model's catch-up of a sequence's last two tokens asks) of at most 256
 /// rows, whose chunks have at most `most_tokens` tokens (1 for a model with recurrent
-/// state, whose state slot steps once a chunk).
-pub fn decode_bucket(b: &ForwardBatch, most_tokens: usize) -> Option<usize> {
+/// state, whose state slot steps once a chunk) and read at most `reread` K/V positions
+/// again (see [`DECODE_REREAD_POSITIONS`]).
+pub fn decode_bucket(b: &ForwardBatch, most_tokens: usize, reread: usize) -> Option<usize> {
     let n = b.n_tokens();
+    let again: usize = b
+        .seqs
+        .iter()
+        .map(|s| (s.n_tokens - 1).saturating_mul(s.kv_len()))
+        .fold(0, usize::saturating_add);
     let decode = n > 0
         && b.seqs.iter().all(|s| s.n_tokens <= most_tokens)
+        && again <= reread
         && b.logits_rows.windows(2).all(|w| w[0] < w[1]);
     decode
         .then(|| BUCKETS.iter().copied().find(|&k| k >= n))
@@ -471,6 +484,7 @@ mod tests {
     #[test]
     fn decode_buckets_take_short_checks_of_stateless_models() {
         let most = super::DECODE_CHUNK_TOKENS;
+        let decode_bucket = |b: &ForwardBatch, most| decode_bucket(b, most, usize::MAX);
         // Decodes, and a speculative check's rows beside them, pad to the row count's bucket.
         assert_eq!(decode_bucket(&pass(&[1, 1, 1], true), most), Some(4));
         assert_eq!(decode_bucket(&pass(&[1, 5, 1], true), most), Some(8));
@@ -488,6 +502,18 @@ mod tests {
         assert_eq!(decode_bucket(&pass(&[1, 5], true), 1), None);
         assert_eq!(decode_bucket(&pass(&[1, 1], true), 1), Some(2));
         assert_eq!(decode_bucket(&ForwardBatch::default(), most), None);
+    }
+
+    #[test]
+    fn decode_buckets_bound_the_positions_a_check_reads_again() {
+        // `pass` puts each chunk at position 40: a chunk of c tokens reads (c - 1) · (40 + c)
+        // positions again.
+        let most = super::DECODE_CHUNK_TOKENS;
+        let b = pass(&[1, 5, 3], true); // 4 · 45 + 2 · 43 = 266
+        assert_eq!(decode_bucket(&b, most, 266), Some(16));
+        assert_eq!(decode_bucket(&b, most, 265), None);
+        // Decodes alone read nothing again.
+        assert_eq!(decode_bucket(&pass(&[1; 64], true), most, 0), Some(64));
     }
 
     fn chunk(token_start: usize, n_tokens: usize, start_pos: usize) -> SeqChunk {

@@ -87,8 +87,10 @@ pub struct CudaConfig {
     /// Which K/V layout prompt chunks' attention reads (see [`PrefillKv`]).
     pub prefill_kv: PrefillKv,
     /// Tokens a chunk of a decode pass (graph-replayed, each row by the decode kernel) has
-    /// at most: 0 is [`batch::DECODE_CHUNK_TOKENS`]; 1 keeps speculative checks as eager
-    /// prompt chunks (for comparison).
+    /// at most. 0: [`batch::DECODE_CHUNK_TOKENS`], while the pass's chunks read at most
+    /// [`batch::DECODE_REREAD_POSITIONS`] K/V positions again; 1: speculative checks run
+    /// as eager prompt chunks; N: chunks of up to N tokens, whatever they read again (for
+    /// measurement).
     pub decode_chunk_tokens: usize,
     /// Test support: the pass after this many (`prepare_batch` calls) starts with a kernel
     /// that stores to an invalid address, so the device is lost as it is to a real fault (a
@@ -148,7 +150,7 @@ struct Inner {
     gemv_loads: usize,
     decode: DecodeAttention,
     decode_splits: usize,
-    /// `CudaConfig::decode_chunk_tokens`, 0 resolved (set again by measurements).
+    /// `CudaConfig::decode_chunk_tokens` (set again by measurements).
     decode_chunk_tokens: AtomicUsize,
     skip: SkipOps,
     host_sampling: bool,
@@ -217,10 +219,7 @@ impl CudaBackend {
                 gemv_rows: if cfg.no_gemv { 0 } else { GEMV_MAX_ROWS },
                 skip: cfg.profile_skip,
                 decode_splits: cfg.decode_splits,
-                decode_chunk_tokens: AtomicUsize::new(match cfg.decode_chunk_tokens {
-                    0 => batch::DECODE_CHUNK_TOKENS,
-                    n => n,
-                }),
+                decode_chunk_tokens: AtomicUsize::new(cfg.decode_chunk_tokens),
                 gemv_loads: if cfg.gemv_loads == 0 {
                     GEMV_LOADS
                 } else {
@@ -250,12 +249,12 @@ impl CudaBackend {
     /// The graph bucket `batch` is padded to, over a pool of `layout` (`batch::decode_bucket`:
     /// a hybrid model's decode chunks have one token, its state stepping once a chunk).
     fn bucket(&self, batch: &ForwardBatch, layout: &KvLayout) -> Option<usize> {
-        let most = if layout.state.is_stateful() {
-            1
-        } else {
-            self.inner.decode_chunk_tokens.load(Ordering::Relaxed)
+        let (most, reread) = match self.inner.decode_chunk_tokens.load(Ordering::Relaxed) {
+            0 => (batch::DECODE_CHUNK_TOKENS, batch::DECODE_REREAD_POSITIONS),
+            n => (n, usize::MAX),
         };
-        batch::decode_bucket(batch, most)
+        let most = if layout.state.is_stateful() { 1 } else { most };
+        batch::decode_bucket(batch, most, reread)
     }
 
     /// Starts (`true`) or ends the profiler's capture range, for `ncu --profile-from-start
@@ -275,11 +274,6 @@ impl CudaBackend {
     /// speculative check replayed as decode rows and run eagerly as a prompt chunk, on one
     /// loaded model; graphs captured before stay valid, they do not depend on it).
     pub fn set_decode_chunk_tokens(&self, n: usize) {
-        let n = if n == 0 {
-            batch::DECODE_CHUNK_TOKENS
-        } else {
-            n
-        };
         self.inner.decode_chunk_tokens.store(n, Ordering::Relaxed);
     }
 
