@@ -233,35 +233,21 @@ fn scripted_with<B: Backend>(
         }
     }
     let mut pos: Vec<usize> = prompts.iter().map(Vec::len).collect();
-    for step in 0..12 {
-        if step == 6 {
+    // Passes of each sequence's next tokens (fixed ones from `salt` on), every row's
+    // logits: 12 decode steps (sequence 0's table row moved at the seventh), then checks
+    // of 9, 7, 5, 9 and 7 rows (buckets 16, 8, 8, 16, 8).
+    let decodes = (0..12).map(|step| ([1, 1, 1], step, 2));
+    let checks = [[3, 1, 5], [1, 4, 2], [2, 2, 1], [5, 3, 1], [2, 1, 4]]
+        .into_iter()
+        .enumerate()
+        .map(|(k, lens)| (lens, 20 + 5 * k, 4));
+    for (i, (lens, salt, phase)) in decodes.chain(checks).enumerate() {
+        if i == 6 {
             (kept.row[0], kept.held[0]) = (200, 0);
         }
         let mut b = ForwardBatch::default();
         for s in 0..3 {
-            let t = [token(step, s)];
-            kept.add(
-                mode,
-                &mut b,
-                s,
-                &t,
-                pos[s],
-                prompts[s].len(),
-                &tables[s],
-                bs,
-            );
-            pos[s] += 1;
-        }
-        pass(&b, 2, &mut out);
-    }
-    // Rows 9, 7, 5, 9, 7: buckets 16, 8, 8, 16, 8.
-    for (k, lens) in [[3, 1, 5], [1, 4, 2], [2, 2, 1], [5, 3, 1], [2, 1, 4]]
-        .iter()
-        .enumerate()
-    {
-        let mut b = ForwardBatch::default();
-        for s in 0..3 {
-            let t: Vec<u32> = (0..lens[s]).map(|i| token(20 + 5 * k + i, s)).collect();
+            let t: Vec<u32> = (0..lens[s]).map(|j| token(salt + j, s)).collect();
             kept.add(
                 mode,
                 &mut b,
@@ -275,7 +261,7 @@ fn scripted_with<B: Backend>(
             pos[s] += t.len();
         }
         b.logits_rows = (0..b.n_tokens()).collect();
-        pass(&b, 4, &mut out);
+        pass(&b, phase, &mut out);
     }
     let mut b = ForwardBatch::default();
     for s in 0..2 {
