@@ -28,7 +28,7 @@ use std::collections::HashMap;
 
 use inferd_core::kv::SeqId;
 use inferd_core::sampling::SamplingParams;
-use inferd_runtime::{Backend, KvDtype, LayerKind, Model, RuntimeError};
+use inferd_runtime::{Backend, ForwardBatch, KvDtype, LayerKind, Model, RuntimeError};
 
 use crate::draft_blocks::{chain, DraftBlocks};
 use crate::runner::{ChunkTokens, Draw, ModelRunner, NewRow, StepChunk, StepInput};
@@ -143,6 +143,34 @@ impl<B: Backend> DraftModel<B> {
             pending: StepInput::default(),
             calls: 0,
         })
+    }
+
+    /// Warm-up at start, before any sequence: a short prompt's pass and a decode pass (on a
+    /// GPU the libraries' kernels loaded and plans made, not in the first drafting step).
+    pub fn warmup(&mut self) -> Result<()> {
+        let vocab = self.runner.model().cfg.vocab_size as u32;
+        let n = 16.min(self.max_context.saturating_sub(1)).max(1);
+        let prompt: Vec<u32> = (0..n as u32).map(|i| (i * 7919 + 13) % vocab).collect();
+        let want = (n + 1).div_ceil(self.block_size);
+        let table: Vec<u32> = (0..want).map_while(|_| self.blocks.take()).collect();
+        let run = |d: &mut Self| -> Result<()> {
+            if table.len() < want {
+                return Err(RuntimeError::Kv(
+                    "the draft model's KV pool is too small to warm up".into(),
+                ));
+            }
+            let mut b = ForwardBatch::default();
+            b.push(&prompt, 0, n, table.clone(), true);
+            d.runner.forward_raw(&b)?;
+            let mut b = ForwardBatch::default();
+            b.push(&prompt[..1], n, n, table.clone(), true);
+            d.runner.forward_raw(&b)
+        };
+        let out = run(self);
+        for &b in &table {
+            self.blocks.release(b);
+        }
+        out
     }
 
     /// Forgets the sequences `live` says are gone (their blocks go back to the pool).

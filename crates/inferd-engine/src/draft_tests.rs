@@ -256,3 +256,17 @@ fn cached_blocks_give_way_when_their_room_is_wanted() {
     assert_eq!(out[1], None, "no room past b's blocks");
     assert_eq!(d.seqs[&2].blocks, b_blocks);
 }
+
+#[test]
+fn a_warmed_up_draft_model_gives_its_blocks_back_and_drafts_as_before() {
+    let mut rng = Lcg(17);
+    let t: Vec<u32> = (0..12).map(|_| rng.next()).collect();
+    let mut d = draft(16, 64);
+    d.warmup().expect("warm-up");
+    assert_eq!(d.blocks.available(), 16);
+    assert_eq!(guesses(&mut d, &[req(1, &t, 12, 3)])[0], greedy(&t, 3));
+    // A pool too small for the warm-up's 17 positions says so, and keeps its blocks.
+    let mut small = draft(4, 64);
+    assert!(small.warmup().is_err());
+    assert_eq!(small.blocks.available(), 4);
+}

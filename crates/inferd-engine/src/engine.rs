@@ -935,6 +935,9 @@ impl<B: Backend> Engine<B> {
         b.push_in_slot(&[prompt[0]], n, n, table, slot, true);
         self.runner.forward_raw(&b)?;
         self.kvm.free(u64::MAX);
+        if let Some(d) = &mut self.draft_model {
+            d.warmup()?;
+        }
         Ok(())
     }
 }
