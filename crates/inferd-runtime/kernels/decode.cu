@@ -156,12 +156,14 @@ struct Range {
 };
 // chunks: the pass's chunks (first row, tokens, start position, state slot) [n_chunks, 4],
 // or null where every row is its own chunk's only token (then fresh = the row's position).
+// span: rows r .. r + span - 1 of one chunk attended by this block (the grouped build), the
+// range that of the last (its positions cover the others').
 __device__ __forceinline__ Range range_of(const int32_t* __restrict__ seq,
                                           const int32_t* __restrict__ pos,
                                           const int32_t* __restrict__ chunks,
                                           const int32_t* __restrict__ bt_off,
                                           const int32_t* __restrict__ bt, int n_kv,
-                                          int block_size) {
+                                          int block_size, int span = 1) {
   Range g;
   g.n_kv = n_kv;
   g.block_size = block_size;
@@ -169,7 +171,7 @@ __device__ __forceinline__ Range range_of(const int32_t* __restrict__ seq,
   g.splits = gridDim.x;
   g.kvh = blockIdx.y;
   g.r = blockIdx.z;
-  g.len = pos[g.r] + 1;
+  g.len = pos[g.r + span - 1] + 1;
   const int si = seq[g.r];
   g.table = bt + bt_off[si];
   g.fresh = chunks ? min(chunks[4 * si + 2], g.len - 1) : g.len - 1;
@@ -199,27 +201,39 @@ __device__ __forceinline__ void stamp(unsigned long long* probe, int stage) {
   }
 }
 
-// A block's warps' softmax partials of their G heads: running max m, sum l, acc[D].
-template <int D, int G>
+// A block's warps' softmax partials of their S slots (a slot: a query head of one row):
+// running max m, sum l, acc[D].
+template <int D, int S>
 struct Partials {
-  float m[kWarps][G], l[kWarps][G];
-  float acc[kWarps][G][D];
+  float m[kWarps][S], l[kWarps][S];
+  float acc[kWarps][S][D];
 };
 
 // The end of a block of either decode kernel, its warps' partials in `sp`: merges them by
 // log-sum-exp, then writes the (row, KV head)'s G output heads (one split), or its split's
 // partial to `part` and, in the last block of the (row, KV head) to finish, merges the
-// splits' (a counter per pair in `done`, reset by that block, so a graph replays it).
-template <int D, int G>
-__device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n_kv, int split,
+// splits' (a counter per pair in `done`, reset by that block, so a graph replays it). The
+// grouped build's block holds `slots` = G · rows slots of rows r, r + 1, ..: slot e is row
+// r + e / G's head kvh·G + e % G (one row: slot g is head kvh·G + g).
+template <int D, int G, int S = G>
+__device__ __forceinline__ void finish(Partials<D, S>& sp, int r, int kvh, int n_kv, int split,
                                        int splits, float* __restrict__ part,
-                                       int32_t* __restrict__ done, bf16* __restrict__ out) {
+                                       int32_t* __restrict__ done, bf16* __restrict__ out,
+                                       int slots = G) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n_heads = n_kv * G;
   unsigned long long* const probe = g_decode_probe;
+  // Slot e's head, counted over all rows' heads.
+  const auto head_of = [&](int e) -> size_t {
+    if constexpr (S == G) {
+      return static_cast<size_t>(r) * n_heads + kvh * G + e;
+    } else {
+      return static_cast<size_t>(r + e / G) * n_heads + kvh * G + e % G;
+    }
+  };
   __syncthreads();
   stamp(probe, 5);
-  for (int e = threadIdx.x; e < G * D; e += kWarps * 32) {
+  for (int e = threadIdx.x; e < slots * D; e += kWarps * 32) {
     const int g = e / D, d = e % D;
     float mx = -FLT_MAX;
 #pragma unroll
@@ -231,7 +245,7 @@ __device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n
       lt += sp.l[w][g] * c;
       at += sp.acc[w][g][d] * c;
     }
-    const size_t head = static_cast<size_t>(r) * n_heads + kvh * G + g;
+    const size_t head = head_of(g);
     if (splits == 1) {
       out[head * D + d] = __float2bfloat16(lt > 0.f ? at / lt : 0.f);
     } else {
@@ -262,12 +276,11 @@ __device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n
     return;
   }
   __threadfence();
-  __shared__ float w[G][kMaxSplits];
-  __shared__ float total[G];
-  const size_t head0 = static_cast<size_t>(r) * n_heads + kvh * G;
-  for (int g = warp; g < G; g += kWarps) {
+  __shared__ float w[S][kMaxSplits];
+  __shared__ float total[S];
+  for (int g = warp; g < slots; g += kWarps) {
     // Lane L takes splits L and L + 32.
-    const float* ph = part + (head0 + g) * splits * (D + 2);
+    const float* ph = part + head_of(g) * splits * (D + 2);
     float ms[kMaxSplits / 32], mx = -FLT_MAX;
 #pragma unroll
     for (int i = 0; i < kMaxSplits / 32; ++i) {
@@ -288,9 +301,9 @@ __device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n
     if (lane == 0) total[g] = lt;
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < G * D; e += kWarps * 32) {
+  for (int e = threadIdx.x; e < slots * D; e += kWarps * 32) {
     const int g = e / D, d = e % D;
-    const float* ph = part + (head0 + g) * splits * (D + 2) + 2 + d;
+    const float* ph = part + head_of(g) * splits * (D + 2) + 2 + d;
     // Every split's value of a group of 32 loaded before any is added.
     float at = 0.f;
 #pragma unroll
@@ -302,7 +315,7 @@ __device__ __forceinline__ void finish(Partials<D, G>& sp, int r, int kvh, int n
 #pragma unroll
       for (int s = 0; s < 32; ++s) at = fmaf(v[s], w[g][s0 + s], at);
     }
-    out[(head0 + g) * D + d] = __float2bfloat16(total[g] > 0.f ? at / total[g] : 0.f);
+    out[head_of(g) * D + d] = __float2bfloat16(total[g] > 0.f ? at / total[g] : 0.f);
   }
   if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
   stamp(probe, 7);
@@ -543,8 +556,12 @@ __device__ __forceinline__ int swz(int p, int c) {
   return p * D + ((c ^ (p & 7)) << 3);
 }
 
-template <int D, int G>
-__global__ void __launch_bounds__(kWarps * 32, 3)
+// RG > 1 (the grouped build): a block attends up to RG consecutive rows of one chunk (a
+// speculative check's), row i's G heads in M rows i·G .. i·G + G - 1 of the 16-row MMA
+// tile, so the chunk's K/V is read once for those rows; a row that is not its group's
+// first leaves at once. Each M row masks positions past its own row's.
+template <int D, int G, int RG = 1>
+__global__ void __launch_bounds__(kWarps * 32, RG > 1 ? 2 : 3)
     decode_mma_kernel(const bf16* __restrict__ kc, const bf16* __restrict__ vc,
                       const bf16* __restrict__ q, int n_kv, int block_size, float scale_log2,
                       const int32_t* __restrict__ seq, const int32_t* __restrict__ pos,
@@ -553,6 +570,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
                       int32_t* __restrict__ done, bf16* __restrict__ out) {
   static_assert(D == 64 || D == 128, "the tensor-core build takes head_dim 64 or 128");
   static_assert(G <= 8, "at most 8 query heads a KV head (the M rows 0..7)");
+  static_assert(RG == 1 || G * RG == 16, "a group fills the 16 M rows");
   unsigned long long* const probe = g_decode_probe;
   stamp(probe, 0);
   ifd::kprobe<4>(ifd::kEntry);
@@ -560,7 +578,16 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   constexpr int KS = D / 16;     // k-steps of Q·Kᵀ
   constexpr int NT = D / 8;      // n-tiles of P·V
   constexpr int CH = D / 8;      // 16-byte pieces a row
-  const Range rg = range_of(seq, pos, chunks, bt_off, bt, n_kv, block_size);
+  // Rows of this block's group (1 but in the grouped build).
+  int span = 1;
+  if constexpr (RG > 1) {
+    const int z = blockIdx.z, si = seq[z];
+    const int first = chunks ? chunks[4 * si] : z;
+    const int end = chunks ? min(first + chunks[4 * si + 1], static_cast<int>(gridDim.z)) : z + 1;
+    if (z > first && (z - first) % RG != 0) return;  // its group's first row attends it
+    span = z >= first ? min(RG, end - z) : 1;
+  }
+  const Range rg = range_of(seq, pos, chunks, bt_off, bt, n_kv, block_size, span);
   const int split = rg.split, splits = rg.splits, kvh = rg.kvh, r = rg.r;
   const int t0 = rg.t0, t1 = rg.t1;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -602,9 +629,12 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   ifd::kprobe<4>(ifd::kWaited);
 
   // Q as the A operand: rows lane / 4 (< G: query head kvh·G + row), k-pairs 2 (lane % 4).
-  // Rows 8..15 (a[1], a[3]) are zero.
+  // Rows 8..15 (a[1], a[3]) are zero. (Grouped: M row i is row r + i / G's head i % G, for
+  // i < G · span; lane / 4 + 8 in a[1], a[3].)
   uint32_t qa[KS][4];
-  {
+  // The last position M rows lane / 4 and lane / 4 + 8 attend (grouped; -1: no row).
+  [[maybe_unused]] int lim_a = 0, lim_b = 0;
+  if constexpr (RG == 1) {
     const int row = lane >> 2;
     const uint32_t* qh = reinterpret_cast<const uint32_t*>(
         q + (static_cast<size_t>(r) * n_heads + kvh * G + (row < G ? row : 0)) * D);
@@ -614,10 +644,31 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
       qa[ks][2] = row < G ? qh[ks * 8 + 4 + (lane & 3)] : 0u;
       qa[ks][1] = qa[ks][3] = 0u;
     }
+  } else {
+    const int ma = lane >> 2, mb = ma + 8;
+    const bool ok_a = ma < G * span, ok_b = mb < G * span;
+    const auto q_of = [&](int m, bool ok) {
+      const int i = ok ? m : 0;
+      return reinterpret_cast<const uint32_t*>(
+          q + (static_cast<size_t>(r + i / G) * n_heads + kvh * G + i % G) * D);
+    };
+    const uint32_t* qh_a = q_of(ma, ok_a);
+    const uint32_t* qh_b = q_of(mb, ok_b);
+    lim_a = ok_a ? pos[r + ma / G] : -1;
+    lim_b = ok_b ? pos[r + mb / G] : -1;
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      qa[ks][0] = ok_a ? qh_a[ks * 8 + (lane & 3)] : 0u;
+      qa[ks][2] = ok_a ? qh_a[ks * 8 + 4 + (lane & 3)] : 0u;
+      qa[ks][1] = ok_b ? qh_b[ks * 8 + (lane & 3)] : 0u;
+      qa[ks][3] = ok_b ? qh_b[ks * 8 + 4 + (lane & 3)] : 0u;
+    }
   }
   // Softmax state of row lane / 4 (every lane of a quad holds the same), and O's
-  // accumulators: n-tile n holds O[row][8n + 2 (lane % 4) + {0, 1}] in [0], [1].
+  // accumulators: n-tile n holds O[row][8n + 2 (lane % 4) + {0, 1}] in [0], [1] (grouped:
+  // row lane / 4 + 8's in [2], [3], its state in m_b, l_b).
   float m = -FLT_MAX, l = 0.f;
+  [[maybe_unused]] float m_b = -FLT_MAX, l_b = 0.f;
   float o[NT][4];
 #pragma unroll
   for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
@@ -654,40 +705,93 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
         ifd::mma_bf16(sc[j], qa[ks + 1], b[2], b[3]);
       }
     }
-    // Online softmax over the tile's 16 positions (in log2 units), rows lane / 4.
-    float tile_max = -FLT_MAX;
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int t = tb + 8 * j + 2 * (lane & 3) + e;
-        sc[j][e] = t < t1 ? sc[j][e] * scale_log2 : -FLT_MAX;
-        tile_max = fmaxf(tile_max, sc[j][e]);
-      }
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(kFull, tile_max, 1));
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(kFull, tile_max, 2));
-    const float mn = fmaxf(m, tile_max);  // finite: position tb is valid
-    const float corr = exp2f(m - mn);
-    float rs = 0.f;
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        sc[j][e] = sc[j][e] == -FLT_MAX ? 0.f : exp2f(sc[j][e] - mn);
-        rs += sc[j][e];
-      }
-    rs += __shfl_xor_sync(kFull, rs, 1);
-    rs += __shfl_xor_sync(kFull, rs, 2);
-    l = l * corr + rs;
-    m = mn;
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      o[n][0] *= corr;
-      o[n][1] *= corr;
-    }
     // O += P·V: P (rows, k = the 16 positions) from the score accumulators.
-    const uint32_t pa[4] = {ifd::pack_bf16(sc[0][0], sc[0][1]), 0u,
-                            ifd::pack_bf16(sc[1][0], sc[1][1]), 0u};
+    uint32_t pa[4];
+    if constexpr (RG == 1) {
+      // Online softmax over the tile's 16 positions (in log2 units), rows lane / 4.
+      float tile_max = -FLT_MAX;
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int t = tb + 8 * j + 2 * (lane & 3) + e;
+          sc[j][e] = t < t1 ? sc[j][e] * scale_log2 : -FLT_MAX;
+          tile_max = fmaxf(tile_max, sc[j][e]);
+        }
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(kFull, tile_max, 1));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(kFull, tile_max, 2));
+      const float mn = fmaxf(m, tile_max);  // finite: position tb is valid
+      const float corr = exp2f(m - mn);
+      float rs = 0.f;
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          sc[j][e] = sc[j][e] == -FLT_MAX ? 0.f : exp2f(sc[j][e] - mn);
+          rs += sc[j][e];
+        }
+      rs += __shfl_xor_sync(kFull, rs, 1);
+      rs += __shfl_xor_sync(kFull, rs, 2);
+      l = l * corr + rs;
+      m = mn;
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        o[n][0] *= corr;
+        o[n][1] *= corr;
+      }
+      pa[0] = ifd::pack_bf16(sc[0][0], sc[0][1]);
+      pa[2] = ifd::pack_bf16(sc[1][0], sc[1][1]);
+      pa[1] = pa[3] = 0u;
+    } else {
+      // Rows lane / 4 ([0], [1]) and lane / 4 + 8 ([2], [3]), each its own positions.
+      float max_a = -FLT_MAX, max_b = -FLT_MAX;
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int t = tb + 8 * j + 2 * (lane & 3) + e;
+          sc[j][e] = t < t1 && t <= lim_a ? sc[j][e] * scale_log2 : -FLT_MAX;
+          sc[j][2 + e] = t < t1 && t <= lim_b ? sc[j][2 + e] * scale_log2 : -FLT_MAX;
+          max_a = fmaxf(max_a, sc[j][e]);
+          max_b = fmaxf(max_b, sc[j][2 + e]);
+        }
+      max_a = fmaxf(max_a, __shfl_xor_sync(kFull, max_a, 1));
+      max_a = fmaxf(max_a, __shfl_xor_sync(kFull, max_a, 2));
+      max_b = fmaxf(max_b, __shfl_xor_sync(kFull, max_b, 1));
+      max_b = fmaxf(max_b, __shfl_xor_sync(kFull, max_b, 2));
+      // A row may have no position yet (-FLT_MAX both: its correction 1, its weights 0).
+      const float mn_a = fmaxf(m, max_a), mn_b = fmaxf(m_b, max_b);
+      const float corr_a = exp2f(m - mn_a), corr_b = exp2f(m_b - mn_b);
+      float rs_a = 0.f, rs_b = 0.f;
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          sc[j][e] = sc[j][e] == -FLT_MAX ? 0.f : exp2f(sc[j][e] - mn_a);
+          sc[j][2 + e] = sc[j][2 + e] == -FLT_MAX ? 0.f : exp2f(sc[j][2 + e] - mn_b);
+          rs_a += sc[j][e];
+          rs_b += sc[j][2 + e];
+        }
+      rs_a += __shfl_xor_sync(kFull, rs_a, 1);
+      rs_a += __shfl_xor_sync(kFull, rs_a, 2);
+      rs_b += __shfl_xor_sync(kFull, rs_b, 1);
+      rs_b += __shfl_xor_sync(kFull, rs_b, 2);
+      l = l * corr_a + rs_a;
+      l_b = l_b * corr_b + rs_b;
+      m = mn_a;
+      m_b = mn_b;
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        o[n][0] *= corr_a;
+        o[n][1] *= corr_a;
+        o[n][2] *= corr_b;
+        o[n][3] *= corr_b;
+      }
+      pa[0] = ifd::pack_bf16(sc[0][0], sc[0][1]);
+      pa[1] = ifd::pack_bf16(sc[0][2], sc[0][3]);
+      pa[2] = ifd::pack_bf16(sc[1][0], sc[1][1]);
+      pa[3] = ifd::pack_bf16(sc[1][2], sc[1][3]);
+    }
 #pragma unroll
     for (int n = 0; n < NT; n += 2) {
       // Matrices (transposed): positions 0..7 and 8..15 of dims 8n .., then of 8 (n + 1) ..
@@ -701,9 +805,9 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   }
   stamp(probe, 4);
 
-  __shared__ Partials<D, G> sp;
+  __shared__ Partials<D, G * RG> sp;
   const int row = lane >> 2;
-  if (row < G) {
+  if (row < G * span) {
     if ((lane & 3) == 0) {
       sp.m[warp][row] = m;
       sp.l[warp][row] = l;
@@ -714,7 +818,22 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
       sp.acc[warp][row][8 * n + 2 * (lane & 3) + 1] = o[n][1];
     }
   }
-  finish<D, G>(sp, r, kvh, n_kv, split, splits, part, done, out);
+  if constexpr (RG > 1) {
+    if (row + 8 < G * span) {
+      if ((lane & 3) == 0) {
+        sp.m[warp][row + 8] = m_b;
+        sp.l[warp][row + 8] = l_b;
+      }
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        sp.acc[warp][row + 8][8 * n + 2 * (lane & 3)] = o[n][2];
+        sp.acc[warp][row + 8][8 * n + 2 * (lane & 3) + 1] = o[n][3];
+      }
+    }
+    finish<D, G, G * RG>(sp, r, kvh, n_kv, split, splits, part, done, out, G * span);
+  } else {
+    finish<D, G>(sp, r, kvh, n_kv, split, splits, part, done, out);
+  }
 }
 
 // Blocks of the one-row build resident per multiprocessor: its registers allow 3.
@@ -756,28 +875,37 @@ int pre_positions(int* err) {
 
 // Raises the tensor-core build's dynamic shared memory limit, once per instantiation: the
 // error, or 0.
-template <int D, int G>
+template <int D, int G, int RG = 1>
 int allow_mma_smem() {
-  static const int err = cudaFuncSetAttribute(decode_mma_kernel<D, G>,
+  static const int err = cudaFuncSetAttribute(decode_mma_kernel<D, G, RG>,
                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               static_cast<int>(mma_smem<D>()));
   return err;
 }
 
-// The tensor-core build, where it takes the shape (bf16, D 64 or 128, G ≤ 8).
+// The tensor-core build, where it takes the shape (bf16, D 64 or 128, G ≤ 8); `grouped`:
+// its grouped build (rows of one chunk in one block, RG = 16 / G of them).
 template <int D, int G>
 int launch_mma(const IfdPaged& kv, const void* q, int rows, float scale, const int32_t* seq,
                const int32_t* pos, const int32_t* chunks, const int32_t* bt_off,
-               const int32_t* bt, int splits,
-               float* part, int32_t* done, void* out, cudaStream_t s) {
+               const int32_t* bt, int splits, float* part, int32_t* done, bool grouped,
+               void* out, cudaStream_t s) {
   if constexpr ((D == 64 || D == 128) && G <= 8) {
-    const int err = allow_mma_smem<D, G>();
+    constexpr int RG = 16 / G;
+    const int err = grouped ? allow_mma_smem<D, G, RG>() : allow_mma_smem<D, G>();
     if (err != 0) return err;
-    ifd::launch(decode_mma_kernel<D, G>, dim3(splits, kv.n_kv_heads, rows), kWarps * 32,
-                mma_smem<D>(), s, static_cast<const bf16*>(kv.k), static_cast<const bf16*>(kv.v),
-                static_cast<const bf16*>(q), kv.n_kv_heads, kv.block_size,
-                scale * 1.4426950408889634f, seq, pos, chunks, bt_off, bt, part, done,
-                static_cast<bf16*>(out));
+    const dim3 grid(splits, kv.n_kv_heads, rows);
+    const auto args = [&](auto kernel) {
+      ifd::launch(kernel, grid, kWarps * 32, mma_smem<D>(), s, static_cast<const bf16*>(kv.k),
+                  static_cast<const bf16*>(kv.v), static_cast<const bf16*>(q), kv.n_kv_heads,
+                  kv.block_size, scale * 1.4426950408889634f, seq, pos, chunks, bt_off, bt,
+                  part, done, static_cast<bf16*>(out));
+    };
+    if (grouped) {
+      args(decode_mma_kernel<D, G, RG>);
+    } else {
+      args(decode_mma_kernel<D, G>);
+    }
     return ifd::launched();
   } else {
     return static_cast<int>(cudaErrorInvalidValue);
@@ -821,7 +949,9 @@ int launch_kv(const IfdPaged& kv, const void* q, int rows, float scale, const in
   using K = Kv<D, KV>;
   using E = typename K::Elem;
   if constexpr (KV == IFD_KV_BF16)
-    if (mma) return launch_mma<D, G>(kv, q, rows, scale, seq, pos, chunks, bt_off, bt, splits, part, done, out, s);
+    if (mma)
+      return launch_mma<D, G>(kv, q, rows, scale, seq, pos, chunks, bt_off, bt, splits, part,
+                              done, mma == 2, out, s);
   const dim3 grid(splits, kv.n_kv_heads, rows);
   int err = 0, pre = 0;
   if (rows == 1) {

@@ -169,7 +169,9 @@ int ifd_attention(IfdPaged kv, const float* q, int n, int n_heads, float scale,
 // each chunk's positions written by this pass begin (null: each row is its chunk's one
 // token).  q bf16 [rows, n_heads * head_dim] -> out bf16, same
 int ifd_decode_supported(int head_dim, int group);
-// mma != 0: the tensor-core build (bf16 KV, head_dim 64 or 128; ifd_decode_mma_supported).
+// mma != 0: the tensor-core build (bf16 KV, head_dim 64 or 128; ifd_decode_mma_supported);
+// mma == 2 its grouped build: up to 16 / group consecutive rows of one chunk in one block,
+// reading the chunk's K/V once for them (a speculative check's rows).
 int ifd_decode_mma_supported(int kv_dtype, int head_dim, int group);
 // Blocks of the tensor-core build one multiprocessor holds (0: the shape is not taken).
 int ifd_decode_mma_blocks_per_sm(int head_dim, int group);

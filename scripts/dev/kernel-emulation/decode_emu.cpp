@@ -1,6 +1,7 @@
 // kernels/decode.cu over bf16 pages on the host (see run.sh): its SIMT builds (1 row; the
-// lean one from 2 rows) and its tensor-core build (mma.sync and ldmatrix stood in for by
-// common.cuh here, warp-wide), against attention in double over the same bf16 rows, at
+// lean one from 2 rows), its tensor-core build (mma.sync and ldmatrix stood in for by
+// common.cuh here, warp-wide) and that build grouped (a chunk's rows in one block: 2, 4 or
+// 16 of them at 8, 4 or 1 query heads a KV head), against attention in double over the same bf16 rows, at
 // head_dim 64 and 128 with 1, 4 and 8 query heads a KV head; blocks out of order, rows
 // ending inside a block, one, three and forty splits (most of them empty). Rows 0..3 are
 // one chunk (a speculative check: four tokens from position 142, over a 16-position tile's
@@ -102,7 +103,7 @@ void run(int hd, int group) {
   emu::on_pdl_wait = [] { newest.put(true); };
   IfdPaged kv{kc.data(), vc.data(), IFD_KV_BF16, n_kv, bs, hd, nullptr, nullptr, nullptr};
   const size_t row_elems = static_cast<size_t>(n_heads) * hd;
-  for (int mma : {0, 1})
+  for (int mma : {0, 1, 2})  // SIMT, tensor cores, tensor cores grouped
     for (int splits : {1, 3, 40})  // 40: the merge's lanes take two splits each
       for (const auto [first, rows] : {std::pair{0, 1}, std::pair{3, 1}, std::pair{0, nr}}) {
         if (first == 3 && splits != 3) continue;  // (3 splits: a range starts at 128)
@@ -112,7 +113,8 @@ void run(int hd, int group) {
         char what[128];
         std::snprintf(what, sizeof what,
                       "head_dim %d, group %d, %s, %d row(s) from row %d, %d split(s)", hd, group,
-                      mma ? "tensor cores" : "SIMT", rows, first, splits);
+                      mma == 2 ? "grouped" : mma ? "tensor cores" : "SIMT", rows, first,
+                      splits);
         expect(ifd_decode_attention(kv, qb.data() + first * row_elems, rows, n_heads, sm,
                                     seq.data() + first, pos.data() + first, chunks.data(),
                                     bt_off.data(), table.data(), splits, part.data(),

@@ -69,12 +69,18 @@ impl CudaBackend {
             own_rows: 0,
             splits: 0,
             mma: false,
+            grouped: false,
             runs: Vec::new(),
             pages: None,
         };
         if own {
             out.own_rows = own_rows;
             out.mma = mma;
+            // A decode bucket's chunks of several tokens (speculative checks) by the
+            // tensor-core build's grouped form: up to 16 / group rows of a chunk a block,
+            // which read its K/V once. (Its splits are still sized by rows, as its partials
+            // and counters are indexed: fewer blocks than that may run.)
+            out.grouped = mma && b.bucket.is_some() && batch.seqs.iter().any(|s| s.n_tokens > 1);
             if own_rows > 0 {
                 out.splits = self.decode_splits(own_rows, attn, mma)?;
             }
@@ -406,7 +412,7 @@ impl CudaBackend {
                             int(passes.splits),
                             pp,
                             dp,
-                            passes.mma as c_int,
+                            passes.mma as c_int + passes.grouped as c_int,
                             op,
                             s,
                         )

@@ -400,6 +400,8 @@ pub struct Passes {
     pub splits: usize,
     /// The own rows by the decode kernel's tensor-core build.
     pub mma: bool,
+    /// ... in its grouped form (a chunk's rows in one block: speculative checks).
+    pub grouped: bool,
     /// Plan i lives in workspace i.
     pub runs: Vec<Run>,
     /// 8-bit pools: the bf16 pages the paged prompt runs read.
@@ -482,7 +484,10 @@ impl ScratchPages {
 impl Passes {
     /// What a graph over these runs depends on (graphs replay single-plan decode passes).
     pub fn fingerprint(&self) -> u64 {
-        let mut h = (self.own_rows as u64) << 20 ^ (self.splits as u64) << 1 ^ self.mma as u64;
+        let mut h = (self.own_rows as u64) << 20
+            ^ (self.splits as u64) << 2
+            ^ (self.grouped as u64) << 1
+            ^ self.mma as u64;
         for r in &self.runs {
             h = h.rotate_left(17) ^ r.plan.fingerprint() ^ r.generation.rotate_left(32);
         }
