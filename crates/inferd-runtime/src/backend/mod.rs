@@ -277,8 +277,13 @@ pub trait Backend: Send + Sync {
     /// Token rows and logits rows a pass of `batch` occupies in the workspace. A backend
     /// that pads passes to fixed sizes (the CUDA backend pads decode passes to its graph
     /// buckets) says so here; padding rows come after the batch's own, and their logits
-    /// rows too. `_layout`: the pool's the pass runs over.
-    fn pass_rows(&self, batch: &ForwardBatch, _layout: &KvLayout) -> (usize, usize) {
+    /// rows too. `_attn`, `_layout`: the model's attention and the pool the pass runs over.
+    fn pass_rows(
+        &self,
+        batch: &ForwardBatch,
+        _attn: &AttnConfig,
+        _layout: &KvLayout,
+    ) -> (usize, usize) {
         (batch.n_tokens(), batch.logits_rows.len())
     }
 

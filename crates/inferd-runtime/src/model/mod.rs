@@ -278,7 +278,9 @@ impl<B: Backend> Model<B> {
         if batch.tokens.is_empty() {
             return Ok(false);
         }
-        let (tokens, logit_rows) = self.backend.pass_rows(batch, layout);
+        let (tokens, logit_rows) = self
+            .backend
+            .pass_rows(batch, &self.cfg.attn_config(), layout);
         ws.ensure(&self.backend, &self.cfg, tokens, logit_rows)?;
         let b = self.backend.prepare_batch(
             batch,

@@ -96,24 +96,31 @@ pub const BUCKETS: [usize; 13] = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 
 /// its own position, so it replays a graph too.
 pub const DECODE_CHUNK_TOKENS: usize = 8;
 
-/// K/V positions a decode pass's chunks of several tokens may read again, by default: each
-/// row of a chunk reads its K/V, where a prompt chunk's kernel reads it once, so a chunk
-/// of c tokens over L positions costs (c - 1) · L position reads more (an 8B's position is
-/// 147 KB over its layers: 8192 of them about 0.3 ms at 4.3 TB/s, about what an eager
-/// pass's launches and plans cost beside a replayed graph). A pass past it runs eagerly.
+/// K/V positions a decode pass's chunks of several tokens may read again, by default: the
+/// decode kernel reads a chunk's K/V once per block of its rows (one row, or up to 16 / G in
+/// the tensor-core build's grouped form), where a prompt chunk's kernel reads it once, so a
+/// chunk of c tokens over L positions costs (ceil(c / rows a block) - 1) · L position
+/// reads more (an 8B's position is 147 KB over its layers: 8192 of them about 0.3 ms at
+/// 4.3 TB/s, about what an eager pass's launches and plans cost beside a replayed graph).
+/// A pass past it runs eagerly.
 pub const DECODE_REREAD_POSITIONS: usize = 8192;
 
 /// The bucket a pass is padded to: decode passes (logits rows in order: every row's, or
 /// some, as a draft model's catch-up of a sequence's last two tokens asks) of at most 256
 /// rows, whose chunks have at most `most_tokens` tokens (1 for a model with recurrent
 /// state, whose state slot steps once a chunk) and read at most `reread` K/V positions
-/// again (see [`DECODE_REREAD_POSITIONS`]).
-pub fn decode_bucket(b: &ForwardBatch, most_tokens: usize, reread: usize) -> Option<usize> {
+/// again, `per_read` rows of a chunk a read (see [`DECODE_REREAD_POSITIONS`]).
+pub fn decode_bucket(
+    b: &ForwardBatch,
+    most_tokens: usize,
+    reread: usize,
+    per_read: usize,
+) -> Option<usize> {
     let n = b.n_tokens();
     let again: usize = b
         .seqs
         .iter()
-        .map(|s| (s.n_tokens - 1).saturating_mul(s.kv_len()))
+        .map(|s| (s.n_tokens.div_ceil(per_read.max(1)) - 1).saturating_mul(s.kv_len()))
         .fold(0, usize::saturating_add);
     let decode = n > 0
         && b.seqs.iter().all(|s| s.n_tokens <= most_tokens)
@@ -484,7 +491,7 @@ mod tests {
     #[test]
     fn decode_buckets_take_short_checks_of_stateless_models() {
         let most = super::DECODE_CHUNK_TOKENS;
-        let decode_bucket = |b: &ForwardBatch, most| decode_bucket(b, most, usize::MAX);
+        let decode_bucket = |b: &ForwardBatch, most| decode_bucket(b, most, usize::MAX, 1);
         // Decodes, and a speculative check's rows beside them, pad to the row count's bucket.
         assert_eq!(decode_bucket(&pass(&[1, 1, 1], true), most), Some(4));
         assert_eq!(decode_bucket(&pass(&[1, 5, 1], true), most), Some(8));
@@ -510,10 +517,13 @@ mod tests {
         // positions again.
         let most = super::DECODE_CHUNK_TOKENS;
         let b = pass(&[1, 5, 3], true); // 4 · 45 + 2 · 43 = 266
-        assert_eq!(decode_bucket(&b, most, 266), Some(16));
-        assert_eq!(decode_bucket(&b, most, 265), None);
+        assert_eq!(decode_bucket(&b, most, 266, 1), Some(16));
+        assert_eq!(decode_bucket(&b, most, 265, 1), None);
+        // 4 rows a read: the 5 tokens read twice, the 3 once: 45 again.
+        assert_eq!(decode_bucket(&b, most, 45, 4), Some(16));
+        assert_eq!(decode_bucket(&b, most, 44, 4), None);
         // Decodes alone read nothing again.
-        assert_eq!(decode_bucket(&pass(&[1; 64], true), most, 0), Some(64));
+        assert_eq!(decode_bucket(&pass(&[1; 64], true), most, 0, 1), Some(64));
     }
 
     fn chunk(token_start: usize, n_tokens: usize, start_pos: usize) -> SeqChunk {

@@ -247,14 +247,33 @@ impl CudaBackend {
     }
 
     /// The graph bucket `batch` is padded to, over a pool of `layout` (`batch::decode_bucket`:
-    /// a hybrid model's decode chunks have one token, its state stepping once a chunk).
-    fn bucket(&self, batch: &ForwardBatch, layout: &KvLayout) -> Option<usize> {
+    /// a hybrid model's decode chunks have one token, its state stepping once a chunk; a
+    /// chunk's rows read its K/V once per block of the tensor-core build's grouped form).
+    fn bucket(&self, batch: &ForwardBatch, attn: &AttnConfig, layout: &KvLayout) -> Option<usize> {
         let (most, reread) = match self.inner.decode_chunk_tokens.load(Ordering::Relaxed) {
             0 => (batch::DECODE_CHUNK_TOKENS, batch::DECODE_REREAD_POSITIONS),
             n => (n, usize::MAX),
         };
         let most = if layout.state.is_stateful() { 1 } else { most };
-        batch::decode_bucket(batch, most, reread)
+        let per_read = if self.decode_mma(attn, layout.dtype) {
+            16 / (attn.n_heads / attn.n_kv_heads.max(1)).max(1)
+        } else {
+            1
+        };
+        batch::decode_bucket(batch, most, reread, per_read)
+    }
+
+    /// Whether decode rows take the tensor-core build of our decode kernel (bf16 KV, a
+    /// shape it takes, `DecodeAttention` Auto or TensorCores).
+    fn decode_mma(&self, attn: &AttnConfig, dtype: KvDtype) -> bool {
+        let group = attn.n_heads / attn.n_kv_heads.max(1);
+        matches!(
+            self.inner.decode,
+            DecodeAttention::Auto | DecodeAttention::TensorCores
+        ) && !dtype.is_8bit()
+            && unsafe {
+                ffi::ifd_decode_mma_supported(ffi::kv_code(dtype), int(attn.head_dim), int(group))
+            } != 0
     }
 
     /// Starts (`true`) or ends the profiler's capture range, for `ncu --profile-from-start
@@ -482,7 +501,7 @@ impl Backend for CudaBackend {
             &i.dev,
             &i.batches,
             &i.buckets,
-            self.bucket(batch, layout),
+            self.bucket(batch, attn, layout),
             &i.rope,
             batch,
             rope,
@@ -506,8 +525,13 @@ impl Backend for CudaBackend {
         Ok(b)
     }
 
-    fn pass_rows(&self, batch: &ForwardBatch, layout: &KvLayout) -> (usize, usize) {
-        match self.bucket(batch, layout) {
+    fn pass_rows(
+        &self,
+        batch: &ForwardBatch,
+        attn: &AttnConfig,
+        layout: &KvLayout,
+    ) -> (usize, usize) {
+        match self.bucket(batch, attn, layout) {
             Some(k) => (k, k),
             None => (batch.n_tokens(), batch.logits_rows.len()),
         }
