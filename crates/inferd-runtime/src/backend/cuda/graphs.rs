@@ -17,6 +17,10 @@ use crate::Result;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Key {
     pub bucket: usize,
+    /// The decode kernel's form: plain rows, or grouped (speculative checks' rows sharing
+    /// their K/V reads). A bucket keeps a graph of each, so passes alternating between the
+    /// two both replay.
+    pub grouped: bool,
     pub workspace: u64,
     pub kv: u64,
     pub meta: u64,
@@ -32,6 +36,11 @@ impl Key {
     /// The buffers the graph reads and writes, whatever the bucket.
     fn buffers(&self) -> (u64, u64, u64, usize) {
         (self.workspace, self.kv, self.tables, self.rope)
+    }
+
+    /// The place a graph holds: one per bucket and form (a newer one there replaces it).
+    fn place(&self) -> (usize, bool) {
+        (self.bucket, self.grouped)
     }
 }
 
@@ -72,9 +81,11 @@ impl Graphs {
             // Graphs over other buffers (a grown workspace, another pool) are stale.
             execs.retain(|k, _| k.buffers() == key.buffers());
             // A bucket whose metadata buffer grew: its older graph is stale too.
-            execs.retain(|k, _| k.bucket != key.bucket);
+            execs.retain(|k, _| k.place() != key.place());
             let mut warm = self.warm.lock().unwrap();
-            warm.retain(|k| k.buffers() == key.buffers() && (k.bucket != key.bucket || *k == key));
+            warm.retain(|k| {
+                k.buffers() == key.buffers() && (k.place() != key.place() || *k == key)
+            });
             if warm.insert(key) {
                 self.eager.fetch_add(1, Ordering::Relaxed);
                 return pass();

@@ -291,7 +291,9 @@ impl CudaBackend {
 
     /// Changes `CudaConfig::decode_chunk_tokens` for passes from now on (measurement: a
     /// speculative check replayed as decode rows and run eagerly as a prompt chunk, on one
-    /// loaded model; graphs captured before stay valid, they do not depend on it).
+    /// loaded model; graphs captured before stay valid, they do not depend on it). Only
+    /// between passes: a pass's workspace is sized by the bucket `pass_rows` finds, which
+    /// `prepare_batch` finds again.
     pub fn set_decode_chunk_tokens(&self, n: usize) {
         self.inner.decode_chunk_tokens.store(n, Ordering::Relaxed);
     }
@@ -549,6 +551,7 @@ impl Backend for CudaBackend {
         };
         let key = graphs::Key {
             bucket,
+            grouped: batch.fi.as_ref().is_some_and(|p| p.grouped),
             workspace: ws_generation,
             kv: kv.id,
             meta: batch.meta_generation(),
