@@ -28,7 +28,7 @@ use std::collections::HashMap;
 
 use inferd_core::kv::SeqId;
 use inferd_core::sampling::SamplingParams;
-use inferd_runtime::{Backend, ForwardBatch, KvDtype, LayerKind, Model, RuntimeError};
+use inferd_runtime::{Backend, KvDtype, LayerKind, Model, RuntimeError};
 
 use crate::draft_blocks::{chain, DraftBlocks};
 use crate::runner::{ChunkTokens, Draw, ModelRunner, NewRow, StepChunk, StepInput};
@@ -62,6 +62,14 @@ struct Follow {
     guessed: Vec<u32>,
     /// The proposal it was last asked in (eviction goes by it).
     used: u64,
+}
+
+impl Follow {
+    /// The chain hash of its next block's tokens (block `hashed` of `tokens`).
+    fn next_hash(&self, tokens: &[u32], block_size: usize) -> u64 {
+        let at = self.hashed * block_size;
+        chain(self.chain, &tokens[at..at + block_size])
+    }
 }
 
 /// The draft model and its KV: see the module's documentation.
@@ -149,23 +157,14 @@ impl<B: Backend> DraftModel<B> {
     /// GPU the libraries' kernels loaded and plans made, not in the first drafting step). A
     /// pool too small for it skips it: it only drafts less.
     pub fn warmup(&mut self) -> Result<()> {
-        let vocab = self.runner.model().cfg.vocab_size as u32;
         let n = 16.min(self.max_context.saturating_sub(1)).max(1);
-        let prompt: Vec<u32> = (0..n as u32).map(|i| (i * 7919 + 13) % vocab).collect();
         let want = (n + 1).div_ceil(self.block_size);
         let table: Vec<u32> = (0..want).map_while(|_| self.blocks.take()).collect();
-        let run = |d: &mut Self| -> Result<()> {
-            if table.len() < want {
-                return Ok(());
-            }
-            let mut b = ForwardBatch::default();
-            b.push(&prompt, 0, n, table.clone(), true);
-            d.runner.forward_raw(&b)?;
-            let mut b = ForwardBatch::default();
-            b.push(&prompt[..1], n, n, table.clone(), true);
-            d.runner.forward_raw(&b)
+        let out = if table.len() == want {
+            self.runner.warm_up(n, table.clone(), 0)
+        } else {
+            Ok(())
         };
-        let out = run(self);
         for &b in &table {
             self.blocks.release(b);
         }
@@ -200,6 +199,8 @@ impl<B: Backend> DraftModel<B> {
         // (0: it does not draft this step).
         let mut wants = vec![0usize; reqs.len()];
         let mut chunks = Vec::new();
+        // The requests read into the draft this step (their full blocks cached after).
+        let mut read = Vec::new();
         let mut budget = self.catchup;
         // Every sequence asked keeps its blocks through this proposal.
         for r in reqs {
@@ -245,6 +246,7 @@ impl<B: Backend> DraftModel<B> {
             budget -= take;
             let f = self.seqs.get_mut(&r.seq).expect("followed above");
             f.computed = valid + take;
+            read.push(i);
             chunks.push(StepChunk {
                 seq: r.seq,
                 start_pos: valid,
@@ -261,7 +263,6 @@ impl<B: Backend> DraftModel<B> {
                 rows += 1;
             }
         }
-        let read: Vec<usize> = chunks.iter().map(|c| order_of(reqs, c.seq)).collect();
         // Then a pass per guess: the last guess in, the next out.
         let mut round = 0;
         while !chunks.is_empty() {
@@ -307,7 +308,7 @@ impl<B: Backend> DraftModel<B> {
         };
         let end = f.computed.min(r.tokens.len() - 1);
         while (f.hashed + 1) * bs <= end {
-            let h = chain(f.chain, &r.tokens[f.hashed * bs..(f.hashed + 1) * bs]);
+            let h = f.next_hash(r.tokens, bs);
             self.blocks.cache(f.blocks[f.hashed], h);
             (f.hashed, f.chain) = (f.hashed + 1, h);
         }
@@ -349,7 +350,7 @@ impl<B: Backend> DraftModel<B> {
             };
             let bs = block_size;
             while (f.hashed + 1) * bs < r.tokens.len() {
-                let h = chain(f.chain, &r.tokens[f.hashed * bs..(f.hashed + 1) * bs]);
+                let h = f.next_hash(r.tokens, bs);
                 let Some(b) = blocks.hold_cached(h) else {
                     break;
                 };
@@ -379,8 +380,25 @@ impl<B: Backend> DraftModel<B> {
         let want = end.div_ceil(self.block_size);
         let have = self.seqs.get(&seq).map_or(0, |f| f.blocks.len());
         let need = want.saturating_sub(have);
-        // Evict only if that makes room: else the others' KV would go for nothing. The
-        // room: blocks that only sequences not asked hold.
+        if self.blocks.available() < need && !self.evict_for(need) {
+            return false;
+        }
+        let taken: Vec<u32> = (0..need)
+            .map(|_| self.blocks.take().expect("room made above"))
+            .collect();
+        self.seqs
+            .get_mut(&seq)
+            .expect("followed before reserving")
+            .blocks
+            .extend(taken);
+        true
+    }
+
+    /// Forgets sequences not asked in this proposal, least recently asked first, until
+    /// `need` blocks are available; `false` (forgetting none) if all of them would not
+    /// make that room: else the others' KV would go for nothing.
+    fn evict_for(&mut self, need: usize) -> bool {
+        // The room: blocks that only sequences not asked hold.
         let mut idle_holders: HashMap<u32, u32> = HashMap::new();
         for f in self.seqs.values().filter(|f| f.used < self.calls) {
             for &b in &f.blocks {
@@ -404,14 +422,6 @@ impl<B: Backend> DraftModel<B> {
                 .expect("the idle sequences' blocks make room (checked above)");
             self.forget(idle);
         }
-        let taken: Vec<u32> = (0..need)
-            .map(|_| self.blocks.take().expect("room made above"))
-            .collect();
-        self.seqs
-            .get_mut(&seq)
-            .expect("followed before reserving")
-            .blocks
-            .extend(taken);
         true
     }
 
@@ -447,13 +457,6 @@ impl<B: Backend> DraftModel<B> {
             .map(|(_, s)| (s.token, s.logprob.unwrap_or(0.0)))
             .collect())
     }
-}
-
-/// The index in `reqs` of the request of `seq`.
-fn order_of(reqs: &[DraftRequest<'_>], seq: SeqId) -> usize {
-    reqs.iter()
-        .position(|r| r.seq == seq)
-        .expect("a chunk of a request")
 }
 
 #[cfg(test)]

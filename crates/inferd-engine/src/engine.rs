@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use inferd_core::kv::{root_key, KvManager, SeqId};
 use inferd_core::sched::{Request, Scheduler, SchedulerOutput, SnapshotKind};
 use inferd_grammar::Grammars;
-use inferd_runtime::{Backend, ForwardBatch, Model, RuntimeError};
+use inferd_runtime::{Backend, Model, RuntimeError};
 use inferd_text::Tokenizer;
 
 use crate::config::{kv_budget_bytes, split_budget, EngineConfig};
@@ -919,21 +919,14 @@ impl<B: Backend> Engine<B> {
     /// Runs a short prefill and one decode step through the whole model, so weights are
     /// paged in and thread pools started before the first request.
     fn warmup(&mut self) -> Result<(), RuntimeError> {
-        let vocab = self.runner.model().cfg.vocab_size as u32;
         let n = 16.min(self.max_context - 1);
-        let prompt: Vec<u32> = (0..n as u32).map(|i| (i * 7919 + 13) % vocab).collect();
         let table = self
             .kvm
             .allocate_slots(u64::MAX, n + 1)
             .ok_or_else(|| RuntimeError::Kv("KV pool too small to warm up".into()))?
             .to_vec();
         let slot = self.kvm.running_slot(u64::MAX).unwrap_or(0);
-        let mut b = ForwardBatch::default();
-        b.push_in_slot(&prompt, 0, n, table.clone(), slot, true);
-        self.runner.forward_raw(&b)?;
-        let mut b = ForwardBatch::default();
-        b.push_in_slot(&[prompt[0]], n, n, table, slot, true);
-        self.runner.forward_raw(&b)?;
+        self.runner.warm_up(n, table, slot)?;
         self.kvm.free(u64::MAX);
         if let Some(d) = &mut self.draft_model {
             d.warmup()?;

@@ -357,6 +357,20 @@ impl<B: Backend> ModelRunner<B> {
             .map(|_| ())
     }
 
+    /// Warm-up before any row: a prompt of `n` fixed tokens over `table` (blocks for `n + 1`
+    /// positions) in state slot `slot`, then one decode step after it, so weights are paged
+    /// in, thread pools started and (on a GPU) kernels loaded and plans made.
+    pub fn warm_up(&mut self, n: usize, table: Vec<u32>, slot: u32) -> Result<()> {
+        let vocab = self.model.cfg.vocab_size as u32;
+        let prompt: Vec<u32> = (0..n as u32).map(|i| (i * 7919 + 13) % vocab).collect();
+        let mut b = ForwardBatch::default();
+        b.push_in_slot(&prompt, 0, n, table.clone(), slot, true);
+        self.forward_raw(&b)?;
+        let mut b = ForwardBatch::default();
+        b.push_in_slot(&prompt[..1], n, n, table, slot, true);
+        self.forward_raw(&b)
+    }
+
     /// One block's KV as its export image (the SSD tier).
     /// Blocks as their images, end to end (one batched copy: `Backend::export_blocks`).
     pub fn export_blocks(&self, blocks: &[u32], out: &mut [u8]) -> Result<()> {

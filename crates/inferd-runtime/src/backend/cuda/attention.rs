@@ -51,16 +51,13 @@ impl CudaBackend {
         // 8-bit KV: FlashInfer reads bf16 only, so every decode row is ours, and the
         // prompt chunks read bf16 copies of their pages or a contiguous bf16 copy.
         let eight = kv.dtype.is_8bit();
-        let mma_ok = unsafe {
-            ffi::ifd_decode_mma_supported(ffi::kv_code(kv.dtype), int(attn.head_dim), int(group))
-        } != 0;
-        // (ours at all, by its tensor-core build)
-        let (rows_ok, mma) = match self.inner.decode {
-            _ if eight => (true, false),
-            DecodeAttention::Auto => (own_rows <= OWN_DECODE_MAX_ROWS || mma_ok, mma_ok),
-            DecodeAttention::Inferd => (true, false),
-            DecodeAttention::TensorCores => (true, mma_ok),
-            DecodeAttention::FlashInfer => (false, false),
+        let mma = self.decode_mma(attn, kv.dtype);
+        // (ours at all)
+        let rows_ok = match self.inner.decode {
+            _ if eight => true,
+            DecodeAttention::Auto => own_rows <= OWN_DECODE_MAX_ROWS || mma,
+            DecodeAttention::Inferd | DecodeAttention::TensorCores => true,
+            DecodeAttention::FlashInfer => false,
         };
         let own = (own_rows > 0 || eight)
             && rows_ok

@@ -484,10 +484,8 @@ impl ScratchPages {
 impl Passes {
     /// What a graph over these runs depends on (graphs replay single-plan decode passes).
     pub fn fingerprint(&self) -> u64 {
-        let mut h = (self.own_rows as u64) << 20
-            ^ (self.splits as u64) << 2
-            ^ (self.grouped as u64) << 1
-            ^ self.mma as u64;
+        // (`grouped` is the graph key's own field.)
+        let mut h = (self.own_rows as u64) << 20 ^ (self.splits as u64) << 1 ^ self.mma as u64;
         for r in &self.runs {
             h = h.rotate_left(17) ^ r.plan.fingerprint() ^ r.generation.rotate_left(32);
         }

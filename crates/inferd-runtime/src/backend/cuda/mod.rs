@@ -265,7 +265,7 @@ impl CudaBackend {
 
     /// Whether decode rows take the tensor-core build of our decode kernel (bf16 KV, a
     /// shape it takes, `DecodeAttention` Auto or TensorCores).
-    fn decode_mma(&self, attn: &AttnConfig, dtype: KvDtype) -> bool {
+    pub(super) fn decode_mma(&self, attn: &AttnConfig, dtype: KvDtype) -> bool {
         let group = attn.n_heads / attn.n_kv_heads.max(1);
         matches!(
             self.inner.decode,
