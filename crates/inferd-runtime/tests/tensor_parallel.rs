@@ -129,7 +129,10 @@ fn fixtures_split_two_ways_equal_the_whole() {
         split_equals_whole(name, &fixture(name), 2, KvDtype::F32, 1e-5);
     }
     // Each rank's 8-bit K rows are stored minus its own heads' K offsets (Q/K/V biases).
-    split_equals_whole("qwen2", &fixture("qwen2"), 2, KvDtype::Q8, 1e-5);
+    // The ranks' sums (the all-reduce) round differently from the whole model's at 1e-6,
+    // which can move a K value across a code boundary: one step of a code moves these
+    // logits by up to about 5e-4 of their scale, so the bound is 1e-3, not f32's 1e-5.
+    split_equals_whole("qwen2", &fixture("qwen2"), 2, KvDtype::Q8, 1e-3);
 }
 
 #[test]

@@ -24,6 +24,10 @@ pub struct Args {
     /// Tokens for the decode test.
     #[arg(short = 'n', long, default_value_t = 128)]
     gen_tokens: usize,
+    /// Context the decode test starts after (llama-bench's `-d`): that many tokens are
+    /// prefilled, untimed, before each repetition's decode steps.
+    #[arg(short = 'd', long, default_value_t = 0)]
+    depth: usize,
     /// Prompt tokens per forward pass during prefill.
     #[arg(long, default_value_t = 512)]
     chunk: usize,
@@ -40,7 +44,7 @@ pub fn run(a: Args) -> Result<()> {
     let threads = m.model.backend.threads();
     let model = &m.model;
     let bs = 16;
-    let total = a.prompt_tokens.max(a.gen_tokens) + 1;
+    let total = a.prompt_tokens.max(a.depth + a.gen_tokens) + 1;
     // A hybrid model's one sequence runs in state slot 0 (every pass below starts at
     // position 0 from a zero state, or continues it).
     let layout = model.kv_layout_with_states(total.div_ceil(bs), bs, KvDtype::F32, 1);
@@ -52,7 +56,7 @@ pub fn run(a: Args) -> Result<()> {
         .to_vec();
     // Deterministic pseudo-random prompt over the vocabulary (llama-bench uses random tokens too).
     let vocab = model.cfg.vocab_size as u64;
-    let prompt: Vec<u32> = (0..a.prompt_tokens as u64)
+    let prompt: Vec<u32> = (0..a.prompt_tokens.max(a.depth) as u64)
         .map(|i| ((i * 2654435761 + 12345) % vocab) as u32)
         .collect();
 
@@ -67,18 +71,26 @@ pub fn run(a: Args) -> Result<()> {
     let mut tg = Vec::new();
     for _ in 0..a.reps {
         let t = Instant::now();
-        for (i, c) in prompt.chunks(a.chunk.max(1)).enumerate() {
+        let pp_prompt = &prompt[..a.prompt_tokens];
+        for (i, c) in pp_prompt.chunks(a.chunk.max(1)).enumerate() {
             let mut b = ForwardBatch::default();
-            b.push_in_slot(c, i * a.chunk, prompt.len(), table.clone(), 0, true);
+            b.push_in_slot(c, i * a.chunk, pp_prompt.len(), table.clone(), 0, true);
             model.forward_into(&mut ws, &mut kv, &layout, &b, &mut logits)?;
         }
         pp.push(a.prompt_tokens as f64 / t.elapsed().as_secs_f64());
+        // The decode test's context (untimed).
+        let context = &prompt[..a.depth];
+        for (i, c) in context.chunks(a.chunk.max(1)).enumerate() {
+            let mut b = ForwardBatch::default();
+            b.push_in_slot(c, i * a.chunk, context.len(), table.clone(), 0, true);
+            model.forward_into(&mut ws, &mut kv, &layout, &b, &mut logits)?;
+        }
         let t = Instant::now();
         let mut tok = prompt[0];
-        for pos in 0..a.gen_tokens {
+        for pos in a.depth..a.depth + a.gen_tokens {
             let mut b = ForwardBatch::default();
             // Decode rows are generated tokens (prompt length 0 here: no prompt kept).
-            b.push_in_slot(&[tok], pos, 0, table.clone(), 0, true);
+            b.push_in_slot(&[tok], pos, a.depth, table.clone(), 0, true);
             model.forward_into(&mut ws, &mut kv, &layout, &b, &mut logits)?;
             tok = argmax(&logits);
         }
@@ -97,7 +109,12 @@ pub fn run(a: Args) -> Result<()> {
         println!("| {engine} | {name} | {threads} | {test} | {mean:.1} | {best:.1} |");
     };
     row("inferd", format!("pp{}", a.prompt_tokens), &pp);
-    row("inferd", format!("tg{}", a.gen_tokens), &tg);
+    let at = if a.depth > 0 {
+        format!(" @ d{}", a.depth)
+    } else {
+        String::new()
+    };
+    row("inferd", format!("tg{}{at}", a.gen_tokens), &tg);
     if let Some(lb) = &a.llama_bench {
         for (test, ts) in llama_bench(lb, &model.path, threads, &a)? {
             row("llama.cpp", test, &ts);

@@ -3,23 +3,26 @@
 //! Work is split into items of (chunk, kv head, tile of up to [`MAX_TILE`]
 //! consecutive query tokens of that chunk). An item handles, for every token
 //! of its tile, the `group` query heads that share its kv head: its rows are
-//! (token, query head) pairs. For each KV block of the sequence's block table
-//! it computes the scores of all its rows against that block while the block
-//! is in cache (each token only up to its causal limit pos + 1), then a softmax
-//! per row, then the weighted sums of V, again block by block for all rows. A
-//! prefill chunk thus reads each K/V block once per tile instead of once per
-//! token; a decode step is a tile of one token.
+//! (token, query head) pairs. It walks the sequence's KV blocks once, each block
+//! while it is in cache, with an online softmax per row (flash attention): the
+//! block's scores of every row that reaches it (each token only up to its causal
+//! limit pos + 1), the row's running maximum and sum rescaled when the maximum
+//! grows, and the block's weighted V rows added to the row's output, normalized
+//! by the sum at the end. A prefill chunk thus reads each K/V block once per tile
+//! instead of once per token, and no row's scores outlive their block (a tile's
+//! scratch is a block's, not a context's); a decode step is a tile of one token.
 //!
 //! Batch invariance (bit for bit): tiling only changes which rows are computed
-//! while a block is hot, never a row's own operation sequence, which is always
-//! `score[p] = dot(q, k[p]) * scale` for p = 0..=pos, the max, `exp(score - max)`
-//! summed in increasing p, a multiply by `1 / sum`, then `dst += w[p] · v[p]` for
-//! p in increasing order. A row's output is thus the same whatever its tile,
-//! its place in it, the chunking of the prompt, the batch or the thread count.
-//! The kernels keep it: [`simd::dot_rows`] interleaves 8 K rows' dots and
-//! [`simd::axpy_rows`] keeps an output row in registers across V rows, each
-//! bit-identical to [`simd::dot`] / [`simd::axpy`] one row at a time; `exp` is
-//! std's f32 `exp`; nothing is fused (no FMA contraction).
+//! while a block is hot, never a row's own operation sequence. For each block
+//! holding positions of the row's window, in order: its scores
+//! `s[p] = dot(q, k[p]) · scale · log2(e)` ([`attn_simd::dot`]), their maximum m'
+//! with the running m; if m' > m, the output and the sum times `exp2(m - m')`;
+//! `w[p] = exp2(s[p] - m')` ([`attn_simd::exp2`]), the sum plus `Σ w[p]` in
+//! increasing p, and `out[e] = fma(w[p], v[p][e], out[e])` for p in increasing
+//! order; at the end `out · (1 / sum)`. The kernels compute each value the same
+//! way whichever rows and keys share a call, with AVX2 or without (their tests
+//! check it bit for bit), so a row's output is the same whatever its tile, its
+//! place in it, the chunking of the prompt, the batch or the thread count.
 //!
 //! 8-bit KV (Q8, Fp8) keeps it too: a K or V block is first dequantized (its first rows the
 //! tile needs) into a per-item f32 scratch, one exact product `q · scale` per
@@ -32,14 +35,11 @@
 //! row's scores by the same amount, and the softmax (max subtracted, then `exp`,
 //! normalized) gives the same weights for any shift. `store_kv` subtracts c inside
 //! the quantizer, per row, so batch invariance is untouched.
-//!
-//! Items run in a named `#[target_feature(enable = "avx2,fma")]` function (a
-//! closure given to [`simd::with_avx2`] was not inlined into it and ran as SSE).
 
 use rayon::prelude::*;
 
+use super::attn_simd;
 use super::batch::CpuBatch;
-use super::simd;
 use super::tensor::CpuTensor;
 use super::{CpuKv, KvPlane};
 use crate::backend::AttnConfig;
@@ -131,10 +131,16 @@ pub fn attend(
 /// Per-worker buffers reused across items.
 #[derive(Default)]
 struct Scratch {
-    /// [nt, group, cmax] attention weights of the item's rows
+    /// [rows, block_size] one block's scores, then weights, of the item's rows
     scores: Vec<f32>,
-    /// [block_size, head_dim] one dequantized K or V block (8-bit dtypes only)
-    rows: Vec<f32>,
+    /// [rows] each row's running maximum of its scores (log2 units)
+    max: Vec<f32>,
+    /// [rows] each row's running sum of its weights
+    sum: Vec<f32>,
+    /// [block_size, head_dim] one dequantized K block (8-bit dtypes only)
+    k_rows: Vec<f32>,
+    /// [block_size, head_dim] one dequantized V block (8-bit dtypes only)
+    v_rows: Vec<f32>,
 }
 
 /// One tile: `positions.len()` consecutive query tokens of a chunk × one kv head.
@@ -158,90 +164,97 @@ struct Item<'a> {
 impl Item<'_> {
     /// dst: [nt] of [group, d]
     fn run(&self, scratch: &mut Scratch, dst: &mut [&mut [f32]]) {
-        #[cfg(target_arch = "x86_64")]
-        if simd::has_avx2() {
-            // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
-            return unsafe { self.run_avx2(scratch, dst) };
-        }
-        self.body(scratch, dst)
-    }
-
-    /// [`Self::body`] compiled with AVX2 (a named `target_feature` function: a closure
-    /// passed to [`simd::with_avx2`] is not reliably inlined into it, so would stay SSE).
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn run_avx2(&self, scratch: &mut Scratch, dst: &mut [&mut [f32]]) {
-        self.body(scratch, dst)
-    }
-
-    /// dst: [nt] of [group, d]
-    #[inline(always)]
-    fn body(&self, scratch: &mut Scratch, dst: &mut [&mut [f32]]) {
         let (d, g, h) = (self.d, self.group, self.head);
         let layout = &self.kv.layout;
         let bs = layout.block_size;
-        let Scratch { scores, rows } = scratch;
+        let scale = self.scale * std::f32::consts::LOG2_E;
+        let Scratch {
+            scores,
+            max,
+            sum,
+            k_rows,
+            v_rows,
+        } = scratch;
         let nt = dst.len();
-        let ctx = |i: usize| self.positions[i] as usize + 1; // causal: positions 0..=pos
-        let cmax = (0..nt).map(ctx).max().unwrap_or(0);
-        let qs = |i: usize| &self.q.row(self.t0 + i)[h * g * d..(h + 1) * g * d]; // [group, d]
+        let rows = nt * g; // row r: token r / g, query head r % g of the kv head
+        let ctx = |r: usize| self.positions[r / g] as usize + 1; // causal: positions 0..=pos
+        let cmax = (0..nt)
+            .map(|i| self.positions[i] as usize + 1)
+            .max()
+            .unwrap_or(0);
+        let q = |r: usize| {
+            let (i, j) = (r / g, r % g);
+            &self.q.row(self.t0 + i)[(h * g + j) * d..(h * g + j + 1) * d] // [d]
+        };
         scores.clear();
-        scores.resize(nt * g * cmax, 0.0); // [nt, group, cmax]; row (i, j) uses [..ctx(i)]
-        let blocks = self.block_table.iter().enumerate().take(cmax.div_ceil(bs));
+        scores.resize(rows * bs, 0.0); // [rows, bs]
+        max.clear();
+        max.resize(rows, f32::NEG_INFINITY);
+        sum.clear();
+        sum.resize(rows, 0.0);
+        let mut active = Vec::with_capacity(rows); // rows reaching the block
 
-        // 1. scores = q·k * scale, every row against each block while it is hot
-        for (bi, &block) in blocks.clone() {
+        for (bi, &block) in self.block_table.iter().enumerate().take(cmax.div_ceil(bs)) {
             let p0 = bi * bs;
             let used = bs.min(cmax - p0); // slots of this block any row reads
-            let kb = self.kc.head_rows(layout, block as usize, h, used, rows); // [used, d]
-            for i in 0..nt {
-                let n = bs.min(ctx(i).saturating_sub(p0)); // this block's rows in i's window
-                let q = qs(i);
-                for j in 0..g {
-                    let qj = &q[j * d..(j + 1) * d];
-                    let row = &mut scores[(i * g + j) * cmax + p0..][..n];
-                    let mut s = 0;
-                    while s + 8 <= n {
-                        let k = &kb[s * d..(s + 8) * d]; // [8, d]
-                        for (x, dot) in row[s..s + 8].iter_mut().zip(simd::dot_rows::<8>(qj, k)) {
-                            *x = dot * self.scale;
-                        }
-                        s += 8;
-                    }
-                    for (s, x) in row.iter_mut().enumerate().skip(s) {
-                        *x = simd::dot(qj, &kb[s * d..(s + 1) * d]) * self.scale;
-                    }
+            let kb = self.kc.head_rows(layout, block as usize, h, used, k_rows); // [used, d]
+            let vb = self.vc.head_rows(layout, block as usize, h, used, v_rows); // [used, d]
+            let key = |t: usize| &kb[t.min(used - 1) * d..(t.min(used - 1) + 1) * d]; // [d]
+            active.clear();
+            active.extend((0..rows).filter(|&r| ctx(r) > p0));
+
+            // 1. scores, two rows × four keys or one row × eight keys a call (keys past
+            //    `used` repeat the last and are not kept)
+            let mut put = |r: usize, t0: usize, vals: &[f32]| {
+                let n = bs.min(ctx(r) - p0).saturating_sub(t0).min(vals.len());
+                for (x, v) in scores[r * bs + t0..][..n].iter_mut().zip(vals) {
+                    *x = v * scale;
+                }
+            };
+            let mut pairs = active.chunks_exact(2);
+            for two in &mut pairs {
+                for t0 in (0..used).step_by(4) {
+                    let keys = std::array::from_fn(|j| key(t0 + j));
+                    let s = attn_simd::dots::<2, 4>([q(two[0]), q(two[1])], keys);
+                    put(two[0], t0, &s[..4]);
+                    put(two[1], t0, &s[4..]);
                 }
             }
-        }
-        // 2. softmax per row
-        for i in 0..nt {
-            for j in 0..g {
-                let row = &mut scores[(i * g + j) * cmax..][..ctx(i)];
-                let max = simd::max(row);
-                let mut sum = 0.0;
-                for x in row.iter_mut() {
-                    *x = (*x - max).exp();
-                    sum += *x;
-                }
-                let inv = 1.0 / sum;
-                for x in row.iter_mut() {
-                    *x *= inv;
+            for &r in pairs.remainder() {
+                for t0 in (0..used).step_by(8) {
+                    let s = attn_simd::dots::<1, 8>([q(r)], std::array::from_fn(|j| key(t0 + j)));
+                    put(r, t0, &s);
                 }
             }
-        }
-        // 3. out = Σ p · v, every row against each block while it is hot
-        for (bi, &block) in blocks {
-            let p0 = bi * bs;
-            let used = bs.min(cmax - p0);
-            let vb = self.vc.head_rows(layout, block as usize, h, used, rows); // [used, d]
-            for (i, out) in dst.iter_mut().enumerate() {
-                let n = bs.min(ctx(i).saturating_sub(p0));
-                for j in 0..g {
-                    let w = &scores[(i * g + j) * cmax + p0..][..n];
-                    let o = &mut out[j * d..(j + 1) * d];
-                    simd::axpy_rows(o, w, vb); // = axpy(o, w[s], v[s]) for s in order
+
+            // 2. per row: the running maximum, the weights, the sum and the output
+            for &r in &active {
+                let n = bs.min(ctx(r) - p0); // this block's positions in r's window
+                let w = &mut scores[r * bs..][..n];
+                let m = w.iter().copied().fold(max[r], f32::max);
+                let out = &mut dst[r / g][(r % g) * d..(r % g + 1) * d];
+                if m > max[r] && max[r] != f32::NEG_INFINITY {
+                    let c = attn_simd::exp2(max[r] - m);
+                    sum[r] *= c;
+                    for o in out.iter_mut() {
+                        *o *= c;
+                    }
                 }
+                max[r] = m;
+                for x in w.iter_mut() {
+                    *x -= m;
+                }
+                attn_simd::exp2_all(w);
+                for &x in w.iter() {
+                    sum[r] += x;
+                }
+                attn_simd::axpy_rows(out, w, vb);
+            }
+        }
+        for (r, &s) in sum.iter().enumerate() {
+            let inv = 1.0 / s;
+            for o in &mut dst[r / g][(r % g) * d..(r % g + 1) * d] {
+                *o *= inv;
             }
         }
     }

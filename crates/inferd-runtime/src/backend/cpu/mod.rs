@@ -2,6 +2,7 @@
 //! quantized dot products from `inferd-quant`), paged f32, Q8 or Fp8 KV, all cores via rayon.
 
 mod attention;
+mod attn_simd;
 mod batch;
 mod conv;
 mod delta_net;
