@@ -57,7 +57,7 @@ fn assert_rows_eq(name: &str, what: &str, got: &[Vec<u32>], want: &[Vec<u32>]) {
 /// Every way of computing a prompt's rows gives the same bits as one pass alone.
 fn bit_identical(name: &str, dtype: KvDtype) {
     let path = repo_root().join("fixtures/models").join(name);
-    let n = 150; // several 32-token tiles, many 4-token KV blocks
+    let n = 600; // several 32-token tiles, many 4-token KV blocks, two attention segments
     let mut reference: Option<(Bits, Bits)> = None;
     for threads in [1, 2, 3] {
         let backend = CpuBackend::with_config(CpuConfig {

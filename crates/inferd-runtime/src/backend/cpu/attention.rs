@@ -48,6 +48,9 @@ use crate::backend::AttnConfig;
 const MAX_TILE: usize = 32;
 /// Tiles shrink (down to one token) to give each thread at least this many items.
 const MIN_ITEMS_PER_THREAD: usize = 4;
+/// A row's window is walked in segments of about this many positions, each an item of
+/// its own (so one long decode row spreads over the threads), merged in order after.
+const SEGMENT_POSITIONS: usize = 512;
 
 /// Writes this pass's K/V rows into their cache slots of `layer`.
 /// k, v: [n_tokens, n_kv_heads * head_dim]
@@ -69,6 +72,11 @@ fn tile_size(n_tokens: usize, n_kv_heads: usize, threads: usize) -> usize {
     (n_tokens * n_kv_heads / (MIN_ITEMS_PER_THREAD * threads.max(1))).clamp(1, MAX_TILE)
 }
 
+/// KV blocks of a segment: about [`SEGMENT_POSITIONS`] positions, whole blocks.
+fn segment_blocks(block_size: usize) -> usize {
+    (SEGMENT_POSITIONS / block_size.max(1)).max(1)
+}
+
 /// q: [n_tokens, n_heads * head_dim] -> out [n_tokens, n_heads * head_dim] (shaped so)
 pub fn attend(
     q: &CpuTensor,
@@ -82,50 +90,69 @@ pub fn attend(
     let n_kv = cfg.n_kv_heads;
     let group = cfg.n_heads / n_kv;
     let tile = tile_size(q.rows, n_kv, rayon::current_num_threads());
-    // Rows accumulate `w[p] · v[p]` from zero.
-    out.data.fill(0.0);
+    let seg_len = segment_blocks(kv.layout.block_size) * kv.layout.block_size;
     let (kc, vc) = (&kv.k[layer], &kv.v[layer]);
 
     // The output of one (token, kv head) is `group` adjacent query heads: [group, head_dim].
     let mut cells: Vec<Option<&mut [f32]>> = out.data.chunks_mut(group * d).map(Some).collect(); // [n_tokens * n_kv_heads]
                                                                                                  // Those cells reordered by (chunk, kv head, token), so that each tile's are adjacent.
     let mut ordered: Vec<&mut [f32]> = Vec::with_capacity(cells.len()); // [n_tokens * n_kv_heads]
-    let mut tiles: Vec<(usize, usize, usize, usize)> = Vec::new(); // (chunk, kv head, first token, n tokens)
+    let mut tiles: Vec<Item<'_>> = Vec::new();
+    let mut part_floats = 0;
     for (ci, s) in b.seqs.iter().enumerate() {
         let end = s.token_start + s.n_tokens;
         for h in 0..n_kv {
             for t0 in (s.token_start..end).step_by(tile) {
                 let nt = tile.min(end - t0);
-                tiles.push((ci, h, t0, nt));
+                let item = Item {
+                    kv,
+                    kc,
+                    vc,
+                    q,
+                    positions: &b.positions[t0..t0 + nt],
+                    block_table: kv.tables.row(b.seqs[ci].table),
+                    head: h,
+                    t0,
+                    group,
+                    d,
+                    scale: cfg.scale,
+                    seg_len,
+                };
+                part_floats += item.segments() * item.rows() * (d + 2);
+                tiles.push(item);
                 ordered.extend((t0..t0 + nt).map(|t| cells[t * n_kv + h].take().unwrap()));
             }
         }
     }
-    let mut rest = &mut ordered[..];
-    let mut items = Vec::with_capacity(tiles.len()); // [n_tiles]
-    for &(ci, h, t0, nt) in &tiles {
-        let (dst, tail) = std::mem::take(&mut rest).split_at_mut(nt); // [nt] of [group, head_dim]
-        rest = tail;
-        let item = Item {
-            kv,
-            kc,
-            vc,
-            q,
-            positions: &b.positions[t0..t0 + nt],
-            block_table: kv.tables.row(b.seqs[ci].table),
-            head: h,
-            t0,
-            group,
-            d,
-            scale: cfg.scale,
-        };
-        items.push((item, dst));
+    // Each (tile, segment)'s partial results: [segments, rows, d + 2] a tile.
+    let mut parts = vec![0f32; part_floats];
+    let mut work = Vec::new(); // (tile, segment, its partials [rows, d + 2])
+    let mut rest = &mut parts[..];
+    for item in &tiles {
+        for seg in 0..item.segments() {
+            let (part, tail) = std::mem::take(&mut rest).split_at_mut(item.rows() * (d + 2));
+            rest = tail;
+            work.push((item, seg, part));
+        }
     }
-    items
-        .into_par_iter()
-        .for_each_init(Scratch::default, |scratch, (item, dst)| {
-            item.run(scratch, dst);
+    work.into_par_iter()
+        .for_each_init(Scratch::default, |scratch, (item, seg, part)| {
+            item.segment(scratch, seg, part);
         });
+    // Each row's segments merged, in order, into its output.
+    let mut rest = &mut ordered[..];
+    let mut parts = &parts[..];
+    let mut merges = Vec::with_capacity(tiles.len());
+    for item in &tiles {
+        let (dst, tail) = std::mem::take(&mut rest).split_at_mut(item.positions.len()); // [nt] of [group, d]
+        rest = tail;
+        let (part, more) = parts.split_at(item.segments() * item.rows() * (d + 2));
+        parts = more;
+        merges.push((item, part, dst));
+    }
+    merges
+        .into_par_iter()
+        .for_each(|(item, part, dst)| item.merge(part, dst));
 }
 
 /// Per-worker buffers reused across items.
@@ -133,10 +160,8 @@ pub fn attend(
 struct Scratch {
     /// [rows, block_size] one block's scores, then weights, of the item's rows
     scores: Vec<f32>,
-    /// [rows] each row's running maximum of its scores (log2 units)
-    max: Vec<f32>,
-    /// [rows] each row's running sum of its weights
-    sum: Vec<f32>,
+    /// the rows reaching a block
+    active: Vec<usize>,
     /// [block_size, head_dim] one dequantized K block (8-bit dtypes only)
     k_rows: Vec<f32>,
     /// [block_size, head_dim] one dequantized V block (8-bit dtypes only)
@@ -159,42 +184,61 @@ struct Item<'a> {
     group: usize,
     d: usize,
     scale: f32,
+    /// Positions of a segment (whole blocks).
+    seg_len: usize,
 }
 
 impl Item<'_> {
-    /// dst: [nt] of [group, d]
-    fn run(&self, scratch: &mut Scratch, dst: &mut [&mut [f32]]) {
+    /// Rows: (token, query head) pairs, token r / group, query head r % group.
+    fn rows(&self) -> usize {
+        self.positions.len() * self.group
+    }
+
+    /// Row r's window: positions 0..=pos (causal).
+    fn ctx(&self, r: usize) -> usize {
+        self.positions[r / self.group] as usize + 1
+    }
+
+    /// Segments the tile's longest window spans.
+    fn segments(&self) -> usize {
+        let cmax = (0..self.positions.len())
+            .map(|i| self.positions[i] as usize + 1)
+            .max();
+        cmax.unwrap_or(0).div_ceil(self.seg_len)
+    }
+
+    /// Segment `seg` of every row reaching it, from a fresh softmax state: part[r] =
+    /// [Σ w·v (d values), the maximum m, the sum of w], w = exp2(s - m).
+    /// part: [rows, d + 2]
+    fn segment(&self, scratch: &mut Scratch, seg: usize, part: &mut [f32]) {
         let (d, g, h) = (self.d, self.group, self.head);
         let layout = &self.kv.layout;
         let bs = layout.block_size;
         let scale = self.scale * std::f32::consts::LOG2_E;
         let Scratch {
             scores,
-            max,
-            sum,
+            active,
             k_rows,
             v_rows,
         } = scratch;
-        let nt = dst.len();
-        let rows = nt * g; // row r: token r / g, query head r % g of the kv head
-        let ctx = |r: usize| self.positions[r / g] as usize + 1; // causal: positions 0..=pos
-        let cmax = (0..nt)
-            .map(|i| self.positions[i] as usize + 1)
-            .max()
-            .unwrap_or(0);
+        let rows = self.rows();
+        let ctx = |r: usize| self.ctx(r);
+        let cmax = (0..rows).map(ctx).max().unwrap_or(0);
         let q = |r: usize| {
             let (i, j) = (r / g, r % g);
             &self.q.row(self.t0 + i)[(h * g + j) * d..(h * g + j + 1) * d] // [d]
         };
         scores.clear();
         scores.resize(rows * bs, 0.0); // [rows, bs]
-        max.clear();
-        max.resize(rows, f32::NEG_INFINITY);
-        sum.clear();
-        sum.resize(rows, 0.0);
-        let mut active = Vec::with_capacity(rows); // rows reaching the block
+        for p in part.chunks_exact_mut(d + 2) {
+            p[..d].fill(0.0);
+            p[d] = f32::NEG_INFINITY;
+            p[d + 1] = 0.0;
+        }
+        let first = seg * (self.seg_len / bs);
+        let blocks = self.block_table.iter().enumerate().take(cmax.div_ceil(bs));
 
-        for (bi, &block) in self.block_table.iter().enumerate().take(cmax.div_ceil(bs)) {
+        for (bi, &block) in blocks.skip(first).take(self.seg_len / bs) {
             let p0 = bi * bs;
             let used = bs.min(cmax - p0); // slots of this block any row reads
             let kb = self.kc.head_rows(layout, block as usize, h, used, k_rows); // [used, d]
@@ -227,33 +271,59 @@ impl Item<'_> {
                 }
             }
 
-            // 2. per row: the running maximum, the weights, the sum and the output
-            for &r in &active {
+            // 2. per row: the running maximum, the weights, the sum and Σ w·v
+            for &r in active.iter() {
                 let n = bs.min(ctx(r) - p0); // this block's positions in r's window
                 let w = &mut scores[r * bs..][..n];
-                let m = w.iter().copied().fold(max[r], f32::max);
-                let out = &mut dst[r / g][(r % g) * d..(r % g + 1) * d];
-                if m > max[r] && max[r] != f32::NEG_INFINITY {
-                    let c = attn_simd::exp2(max[r] - m);
-                    sum[r] *= c;
+                let (out, state) = part[r * (d + 2)..(r + 1) * (d + 2)].split_at_mut(d);
+                let (max, sum) = (state[0], state[1]);
+                let m = w.iter().copied().fold(max, f32::max);
+                let mut sum = if m > max && max != f32::NEG_INFINITY {
+                    let c = attn_simd::exp2(max - m);
                     for o in out.iter_mut() {
                         *o *= c;
                     }
-                }
-                max[r] = m;
+                    sum * c
+                } else {
+                    sum
+                };
                 for x in w.iter_mut() {
                     *x -= m;
                 }
                 attn_simd::exp2_all(w);
                 for &x in w.iter() {
-                    sum[r] += x;
+                    sum += x;
                 }
                 attn_simd::axpy_rows(out, w, vb);
+                state[0] = m;
+                state[1] = sum;
             }
         }
-        for (r, &s) in sum.iter().enumerate() {
-            let inv = 1.0 / s;
-            for o in &mut dst[r / g][(r % g) * d..(r % g + 1) * d] {
+    }
+
+    /// Each row's segments (`part`: [segments, rows, d + 2]) merged in order into its
+    /// output, divided by the sum: dst [nt] of [group, d].
+    fn merge(&self, part: &[f32], dst: &mut [&mut [f32]]) {
+        let (d, g) = (self.d, self.group);
+        let rows = self.rows();
+        let at = |seg: usize, r: usize| &part[(seg * rows + r) * (d + 2)..][..d + 2];
+        for r in 0..rows {
+            let out = &mut dst[r / g][(r % g) * d..(r % g + 1) * d];
+            let first = at(0, r);
+            out.copy_from_slice(&first[..d]);
+            let (mut max, mut sum) = (first[d], first[d + 1]);
+            for seg in 1..self.ctx(r).div_ceil(self.seg_len) {
+                let p = at(seg, r);
+                let m = max.max(p[d]);
+                let (ca, cb) = (attn_simd::exp2(max - m), attn_simd::exp2(p[d] - m));
+                for (o, &x) in out.iter_mut().zip(&p[..d]) {
+                    *o = x.mul_add(cb, *o * ca);
+                }
+                sum = p[d + 1].mul_add(cb, sum * ca);
+                max = m;
+            }
+            let inv = 1.0 / sum;
+            for o in out.iter_mut() {
                 *o *= inv;
             }
         }
