@@ -25,7 +25,7 @@ pub use workspace::Workspace;
 
 use inferd_core::sampling::Sampled;
 
-use crate::backend::{Backend, SampleRow, SharedSource};
+use crate::backend::{Backend, DeviceTensor, SampleRow, SharedSource};
 use crate::batch::ForwardBatch;
 use crate::kv::{KvDtype, KvLayout, StateLayout};
 use crate::{Result, RuntimeError};
@@ -299,6 +299,12 @@ impl<B: Backend> Model<B> {
             self.backend
                 .run_pass(&b, kv, generation, |kv| dec.forward(ws, kv, &b))
         })?;
+        // The logits hold the pass's own rows: a replayed graph runs none of the host code
+        // that shapes the tensors, so they would keep the shape of the last pass that ran
+        // eagerly, and a bucket's padding rows (after the pass's own) are no rows to read
+        // or sample from.
+        let cols = ws.logits().cols();
+        ws.logits_mut().set_shape(batch.logits_rows.len(), cols)?;
         Ok(true)
     }
 

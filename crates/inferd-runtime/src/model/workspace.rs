@@ -179,4 +179,9 @@ impl<B: Backend> Workspace<B> {
     pub fn logits(&self) -> &B::Tensor {
         &self.logits
     }
+
+    /// The logits, to reshape after a pass (see `Model::forward_in`).
+    pub(crate) fn logits_mut(&mut self) -> &mut B::Tensor {
+        &mut self.logits
+    }
 }

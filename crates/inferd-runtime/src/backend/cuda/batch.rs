@@ -100,10 +100,13 @@ pub const DECODE_CHUNK_TOKENS: usize = 8;
 /// decode kernel reads a chunk's K/V once per block of its rows (one row, or up to 16 / G in
 /// the tensor-core build's grouped form), where a prompt chunk's kernel reads it once, so a
 /// chunk of c tokens over L positions costs (ceil(c / rows a block) - 1) · L position
-/// reads more (an 8B's position is 147 KB over its layers: 8192 of them about 0.3 ms at
-/// 4.3 TB/s, about what an eager pass's launches and plans cost beside a replayed graph).
-/// A pass past it runs eagerly.
-pub const DECODE_REREAD_POSITIONS: usize = 8192;
+/// reads more (an 8B's position is 147 KB over its layers: about 34 ns at 4.3 TB/s). The
+/// eager prompt path costs far more than launches on a few rows over a long context
+/// (H200, 8B shape, docs/gpu-notes.md session 24: one agent's 2-token check 7.34 ms eager
+/// against 5.19 replayed at 4k, its 5-token check 13.88 against 8.66 at 16k, which re-reads
+/// 16k positions), while 8 agents' 5-token checks at 4k (33k re-read) ran 10.08 eager
+/// against 10.80: the bound lies between. A pass past it runs eagerly.
+pub const DECODE_REREAD_POSITIONS: usize = 24576;
 
 /// The bucket a pass is padded to: decode passes (logits rows in order: every row's, or
 /// some, as a draft model's catch-up of a sequence's last two tokens asks) of at most 256
