@@ -1,28 +1,31 @@
 //! Causal grouped-query attention over the paged KV cache.
 //!
 //! Work is split into items of (chunk, kv head, tile of up to [`MAX_TILE`]
-//! consecutive query tokens of that chunk). An item handles, for every token
-//! of its tile, the `group` query heads that share its kv head: its rows are
-//! (token, query head) pairs. It walks the sequence's KV blocks once, each block
-//! while it is in cache, with an online softmax per row (flash attention): the
-//! block's scores of every row that reaches it (each token only up to its causal
-//! limit pos + 1), the row's running maximum and sum rescaled when the maximum
-//! grows, and the block's weighted V rows added to the row's output, normalized
-//! by the sum at the end. A prefill chunk thus reads each K/V block once per tile
-//! instead of once per token, and no row's scores outlive their block (a tile's
-//! scratch is a block's, not a context's); a decode step is a tile of one token.
+//! consecutive query tokens of that chunk, segment of about [`SEGMENT_POSITIONS`]
+//! positions). An item handles, for every token of its tile, the `group` query heads
+//! that share its kv head: its rows are (token, query head) pairs. It walks the
+//! segment's KV blocks once, each block while it is in cache, with an online softmax
+//! per row (flash attention): the block's scores of every row that reaches it (each
+//! token only up to its causal limit pos + 1), the row's running maximum and sum
+//! rescaled when the maximum grows, and the block's weighted V rows added to the row's
+//! partial output. Each row's segments are then merged in order and divided by the sum.
+//! A prefill chunk thus reads each K/V block once per tile instead of once per token,
+//! no row's scores outlive their block, and one long decode row (as many tiles as KV
+//! heads) still spreads over the threads by its segments.
 //!
 //! Batch invariance (bit for bit): tiling only changes which rows are computed
-//! while a block is hot, never a row's own operation sequence. For each block
-//! holding positions of the row's window, in order: its scores
-//! `s[p] = dot(q, k[p]) · scale · log2(e)` ([`attn_simd::dot`]), their maximum m'
-//! with the running m; if m' > m, the output and the sum times `exp2(m - m')`;
-//! `w[p] = exp2(s[p] - m')` ([`attn_simd::exp2`]), the sum plus `Σ w[p]` in
-//! increasing p, and `out[e] = fma(w[p], v[p][e], out[e])` for p in increasing
-//! order; at the end `out · (1 / sum)`. The kernels compute each value the same
-//! way whichever rows and keys share a call, with AVX2 or without (their tests
-//! check it bit for bit), so a row's output is the same whatever its tile, its
-//! place in it, the chunking of the prompt, the batch or the thread count.
+//! while a block is hot, never a row's own operation sequence. A row's segments are
+//! fixed by its positions (whole blocks from position 0). In each, from m = -inf and a
+//! zero sum and output, for each block holding positions of the row's window, in order:
+//! its scores `s[p] = dot(q, k[p]) · scale · log2(e)` ([`attn_simd::dot`]), their
+//! maximum m' with m; if m' > m (m finite), the output and the sum times `exp2(m - m')`;
+//! `w[p] = exp2(s[p] - m')` ([`attn_simd::exp2`]), the sum plus `Σ w[p]` in increasing
+//! p, and `out[e] = fma(w[p], v[p][e], out[e])` for p in increasing order. Segments
+//! merge left to right: M = max(m_a, m_b), `out = fma(out_b, exp2(m_b - M), out_a ·
+//! exp2(m_a - M))`, the sums alike; at the end `out · (1 / sum)`. The kernels compute
+//! each value the same way whichever rows and keys share a call, with AVX2 or without
+//! (their tests check it bit for bit), so a row's output is the same whatever its tile,
+//! its place in it, the chunking of the prompt, the batch or the thread count.
 //!
 //! 8-bit KV (Q8, Fp8) keeps it too: a K or V block is first dequantized (its first rows the
 //! tile needs) into a per-item f32 scratch, one exact product `q · scale` per
