@@ -64,11 +64,16 @@ if ! command -v cmake >/dev/null 2>&1; then
 fi
 cmake --version | head -1
 
-# 4. Configure and build (CPU only, no network: no curl, no prebuilt web UI).
+# 4. Configure and build (CPU only, no network: no curl, no prebuilt web UI). The CPU may
+# report AMX while the kernel does not let a process use its tiles (this machine: ggml's
+# AMX matmul dies on `ldtilecfg` with SIGILL), so -march=native goes without AMX.
+no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 cmake -S "$SRC" -B "$BUILD" \
   -DCMAKE_BUILD_TYPE=Release \
   -DBUILD_SHARED_LIBS=ON \
   -DGGML_NATIVE=ON \
+  -DCMAKE_C_FLAGS="$no_amx" \
+  -DCMAKE_CXX_FLAGS="$no_amx" \
   -DLLAMA_CURL=OFF \
   -DLLAMA_OPENSSL=OFF \
   -DLLAMA_USE_PREBUILT_UI=OFF \
