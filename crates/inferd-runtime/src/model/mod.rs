@@ -261,8 +261,6 @@ impl<B: Backend> Model<B> {
             self.backend.to_host(ws.logits(), logits)?;
             self.backend.synchronize()
         })?;
-        // Rows a backend padded the pass with come last.
-        logits.truncate(batch.logits_rows.len() * self.cfg.vocab_size);
         Ok(())
     }
 

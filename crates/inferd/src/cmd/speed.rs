@@ -69,29 +69,38 @@ pub fn run(a: Args) -> Result<()> {
 
     let mut pp = Vec::new();
     let mut tg = Vec::new();
+    // The passes of the first `n` prompt tokens from position 0, `chunk` tokens each.
+    let (chunk, prompt_ref, table_ref) = (a.chunk.max(1), &prompt, &table);
+    let prefill = move |n: usize| {
+        prompt_ref[..n]
+            .chunks(chunk)
+            .enumerate()
+            .map(move |(i, c)| {
+                let mut b = ForwardBatch::default();
+                b.push_in_slot(c, i * chunk, n, table_ref.clone(), 0, true);
+                b
+            })
+    };
+    let mut forward = |b: &ForwardBatch, logits: &mut Vec<f32>| {
+        model.forward_into(&mut ws, &mut kv, &layout, b, logits)
+    };
     for _ in 0..a.reps {
         let t = Instant::now();
-        let pp_prompt = &prompt[..a.prompt_tokens];
-        for (i, c) in pp_prompt.chunks(a.chunk.max(1)).enumerate() {
-            let mut b = ForwardBatch::default();
-            b.push_in_slot(c, i * a.chunk, pp_prompt.len(), table.clone(), 0, true);
-            model.forward_into(&mut ws, &mut kv, &layout, &b, &mut logits)?;
+        for b in prefill(a.prompt_tokens) {
+            forward(&b, &mut logits)?;
         }
         pp.push(a.prompt_tokens as f64 / t.elapsed().as_secs_f64());
         // The decode test's context (untimed).
-        let context = &prompt[..a.depth];
-        for (i, c) in context.chunks(a.chunk.max(1)).enumerate() {
-            let mut b = ForwardBatch::default();
-            b.push_in_slot(c, i * a.chunk, context.len(), table.clone(), 0, true);
-            model.forward_into(&mut ws, &mut kv, &layout, &b, &mut logits)?;
+        for b in prefill(a.depth) {
+            forward(&b, &mut logits)?;
         }
         let t = Instant::now();
         let mut tok = prompt[0];
         for pos in a.depth..a.depth + a.gen_tokens {
             let mut b = ForwardBatch::default();
-            // Decode rows are generated tokens (prompt length 0 here: no prompt kept).
+            // Decode rows are generated tokens after the context (the prompt kept).
             b.push_in_slot(&[tok], pos, a.depth, table.clone(), 0, true);
-            model.forward_into(&mut ws, &mut kv, &layout, &b, &mut logits)?;
+            forward(&b, &mut logits)?;
             tok = argmax(&logits);
         }
         tg.push(a.gen_tokens as f64 / t.elapsed().as_secs_f64());

@@ -97,8 +97,9 @@ pub fn attend(
     let (kc, vc) = (&kv.k[layer], &kv.v[layer]);
 
     // The output of one (token, kv head) is `group` adjacent query heads: [group, head_dim].
-    let mut cells: Vec<Option<&mut [f32]>> = out.data.chunks_mut(group * d).map(Some).collect(); // [n_tokens * n_kv_heads]
-                                                                                                 // Those cells reordered by (chunk, kv head, token), so that each tile's are adjacent.
+    // [n_tokens * n_kv_heads]
+    let mut cells: Vec<Option<&mut [f32]>> = out.data.chunks_mut(group * d).map(Some).collect();
+    // Those cells reordered by (chunk, kv head, token), so that each tile's are adjacent.
     let mut ordered: Vec<&mut [f32]> = Vec::with_capacity(cells.len()); // [n_tokens * n_kv_heads]
     let mut tiles: Vec<Item<'_>> = Vec::new();
     let mut part_floats = 0;
@@ -202,12 +203,18 @@ impl Item<'_> {
         self.positions[r / self.group] as usize + 1
     }
 
+    /// The tile's longest window.
+    fn cmax(&self) -> usize {
+        self.positions
+            .iter()
+            .map(|&p| p as usize + 1)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Segments the tile's longest window spans.
     fn segments(&self) -> usize {
-        let cmax = (0..self.positions.len())
-            .map(|i| self.positions[i] as usize + 1)
-            .max();
-        cmax.unwrap_or(0).div_ceil(self.seg_len)
+        self.cmax().div_ceil(self.seg_len)
     }
 
     /// Segment `seg` of every row reaching it, from a fresh softmax state: part[r] =
@@ -226,7 +233,7 @@ impl Item<'_> {
         } = scratch;
         let rows = self.rows();
         let ctx = |r: usize| self.ctx(r);
-        let cmax = (0..rows).map(ctx).max().unwrap_or(0);
+        let cmax = self.cmax();
         let q = |r: usize| {
             let (i, j) = (r / g, r % g);
             &self.q.row(self.t0 + i)[(h * g + j) * d..(h * g + j + 1) * d] // [d]
