@@ -15,6 +15,8 @@ impl<B: Backend> Engine<B> {
     /// back-off says to wait (`Seq::model_backoff`: the model's guesses kept missing). A
     /// draft model that fails is dropped (copy drafts take over), with a warning.
     pub(crate) fn model_drafts(&mut self) {
+        // The back-off's clock: steps so far.
+        let now = self.stats().steps;
         let (Some(spec), Some(dm)) = (&self.speculate, &mut self.draft_model) else {
             return;
         };
@@ -28,7 +30,7 @@ impl<B: Backend> Engine<B> {
             let s = seqs.get_mut(&id).expect("listed above");
             let max = s.propose_draft(spec);
             // A shorter copy draft stays unless the model drafts.
-            if max > 0 && s.draft.len() < max && s.model_backoff.ask() {
+            if max > 0 && s.draft.len() < max && s.model_backoff.ask(now) {
                 asking.push((id, max));
             }
         }

@@ -450,7 +450,7 @@ impl<B: Backend> Engine<B> {
         self.seqs.insert(id, seq);
     }
 
-    fn stats(&self) -> std::sync::MutexGuard<'_, EngineStats> {
+    pub(crate) fn stats(&self) -> std::sync::MutexGuard<'_, EngineStats> {
         self.shared.stats.lock().unwrap_or_else(|e| e.into_inner())
     }
 
