@@ -544,6 +544,8 @@ draftmodel)
         --label inferd-draft-$mode --meta engine=inferd --meta model=$(basename $m) --out $OUT/draft-$mode-n$n.json >/dev/null 2>&1
       note "fleet draft model $mode ($(basename $m)), agents $n x 4096: rc $?"
       note "   $(curl -s http://127.0.0.1:8187/metrics | grep -E '^inferd_(model_)?(accepted_)?draft_tokens_total|^inferd_generated_tokens_total|^inferd_backend_events' | tr '\n' ' ')"
+      # Seconds in each step phase so far (draft: the draft model's proposals).
+      note "   $(curl -s http://127.0.0.1:8187/metrics | grep -E '^inferd_step_phase_seconds_(sum|count)' | sed -E 's/inferd_step_phase_seconds_//' | tr '\n' ' ')"
     done
     kill $SP; wait $SP 2>/dev/null
     tail -3 $OUT/serve-draft-$mode.log
@@ -561,6 +563,7 @@ draftmodel)
       --label inferd-draft-$mode --meta engine=inferd --out $OUT/forked-draft-$mode.json >$OUT/forked-draft-$mode.txt 2>&1
     note "forked 32 x 8k brief, draft $mode: rc $?"; tail -6 $OUT/forked-draft-$mode.txt | sed "s|$OUT|\$OUT|g" | tee -a $summary
     note "   $(curl -s http://127.0.0.1:8188/metrics | grep -E '^inferd_model_(accepted_)?draft_tokens_total' | tr '\n' ' ')"
+    note "   $(curl -s http://127.0.0.1:8188/metrics | grep -E '^inferd_step_phase_seconds_(sum|count)' | sed -E 's/inferd_step_phase_seconds_//' | tr '\n' ' ')"
     kill $SP; wait $SP 2>/dev/null
   done
   ;;

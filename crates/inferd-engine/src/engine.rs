@@ -493,8 +493,11 @@ impl<B: Backend> Engine<B> {
         let overlap = self.overlap && !drafting;
         if drafting {
             self.land();
+            // (land timed its own phases)
+            phase = Phases::start();
             if self.draft_model.is_some() {
                 self.model_drafts();
+                phase.end("draft");
             } else if let Some(spec) = &self.speculate {
                 for seq in self.seqs.values_mut() {
                     seq.propose_draft(spec);
