@@ -12,8 +12,11 @@ use crate::engine::Engine;
 impl<B: Backend> Engine<B> {
     /// This step's drafts with a draft model: a sequence whose copy draft is as long as
     /// it may be takes it (it costs nothing), the others the draft model's, unless their
-    /// back-off says to wait (`Seq::model_backoff`: the model's guesses kept missing). A
-    /// draft model that fails is dropped (copy drafts take over), with a warning.
+    /// back-off says to wait (`Seq::model_backoff`: the model's guesses kept missing), or
+    /// prompt work waits (a prompt or a recompute not yet read): the device is busy with
+    /// it, and the draft's passes (its catch-up of new context first) would only delay
+    /// those first tokens. A draft model that fails is dropped (copy drafts take over),
+    /// with a warning.
     pub(crate) fn model_drafts(&mut self) {
         // The back-off's clock: steps so far.
         let now = self.stats().steps;
@@ -22,6 +25,7 @@ impl<B: Backend> Engine<B> {
         };
         let seqs = &mut self.seqs;
         dm.retain(|id| seqs.contains_key(&id));
+        let prompt_work = seqs.values().any(|s| s.prompt_waits());
         let mut ids: Vec<SeqId> = seqs.keys().copied().collect();
         ids.sort_unstable();
         // The sequences that ask the model, and how many guesses each may take.
@@ -30,7 +34,7 @@ impl<B: Backend> Engine<B> {
             let s = seqs.get_mut(&id).expect("listed above");
             let max = s.propose_draft(spec);
             // A shorter copy draft stays unless the model drafts.
-            if max > 0 && s.draft.len() < max && s.model_backoff.ask(now) {
+            if max > 0 && s.draft.len() < max && !prompt_work && s.model_backoff.ask(now) {
                 asking.push((id, max));
             }
         }

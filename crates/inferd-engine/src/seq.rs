@@ -213,6 +213,12 @@ impl Seq {
         }
     }
 
+    /// Whether tokens of its own wait to be read before it decodes: a prompt not yet
+    /// (or not wholly) prefilled, or a recompute after preemption.
+    pub fn prompt_waits(&self) -> bool {
+        self.sched.num_computed() + 1 < self.sched.num_tokens()
+    }
+
     /// Whether it may decode speculatively (not a context's build).
     pub fn may_draft(&self) -> bool {
         self.build.is_none()

@@ -8,6 +8,7 @@ mod common;
 
 use common::*;
 use inferd_core::sampling::SamplingParams;
+use inferd_core::sched::SchedulerConfig;
 use inferd_core::spec::SpecConfig;
 use inferd_engine::{EngineConfig, GenRequest, KvBudget};
 
@@ -163,4 +164,50 @@ fn a_draft_model_of_another_vocabulary_or_without_speculation_is_refused() {
         .expect("a draft model needs speculation")
         .to_string();
     assert!(err.contains("speculative decoding"), "{err}");
+}
+
+/// While a prompt is being read the draft model is not asked: the steps go to the prompt
+/// (its first token sooner), and the decoding sequence drafts again after it. Asked
+/// through B's 75 prompt steps, A's draft model guessed 47 tokens (where its copy drafts
+/// fall short); the bound leaves room for the steps either side of B's.
+#[test]
+fn the_draft_model_waits_while_a_prompt_is_read() {
+    let Some(me) = smollm2() else {
+        return;
+    };
+    let base = spec(config());
+    let cfg = EngineConfig {
+        sched: SchedulerConfig {
+            max_prefill_tokens: 16,
+            max_prefill_tokens_decoding: 16,
+            ..base.sched.clone()
+        },
+        ..base
+    };
+    let d = engine_with_draft(cfg, &me).unwrap().expect("start");
+    let p = prompts(&d.tokenizer, 2);
+    let mut a = d
+        .submit(GenRequest {
+            ignore_eos: true,
+            ..GenRequest::greedy(p[0].clone(), 400)
+        })
+        .expect("submit");
+    wait_for(
+        || d.stats().model_draft_tokens_total > 0,
+        "A's first drafts",
+    );
+    let long: Vec<u32> = p[1].iter().cycle().take(1200).copied().collect();
+    let before = d.stats().model_draft_tokens_total;
+    let b = run_one(&d, GenRequest::greedy(long, 1));
+    assert_eq!(b.completion_tokens, 1);
+    let during = d.stats().model_draft_tokens_total - before;
+    assert!(
+        during <= 8,
+        "{during} model drafts while B's 1200-token prompt was read 16 tokens a step"
+    );
+    let a = collect(&mut a);
+    assert_eq!(a.completion_tokens, 400);
+    let after = d.stats().model_draft_tokens_total - before - during;
+    assert!(after > 0, "A drafts again once B's prompt is read");
+    d.shutdown();
 }
