@@ -105,6 +105,9 @@
 #            checked while the test bodies still compare their values (see `fisan`); then
 #            racecheck over all (OURS_RACE_S a binary, default 300), hazards outside the
 #            vendors' kernels counted. OURS_BINS, OURS_TOOLS pick binaries and tools
+#   shortchunks  a short prompt chunk at the end of 4k and 16k contexts (/tmp/q8b: 2, 9, 40,
+#            200, 512 tokens) by FlashInfer's SM90 prefill and by its FA2 prefill (split keys):
+#            ms each against a one-row decode, and the two kernels' logits compared
 #   fisan    `cuda_check fibench` (FlashInfer's SM90 prefill paged against contiguous, no kernel of
 #            ours) plainly and under memcheck, FISAN_RUNS times each (default 4): whether the
 #            two outputs part under the sanitizer alone
@@ -769,6 +772,11 @@ ours)
     timeout ${OURS_RACE_S:-300} compute-sanitizer --tool racecheck $B/$t --test-threads 1 >$OUT/ours-racecheck-$t.log 2>&1
     note "racecheck $t: rc=$? $(grep -E 'RACECHECK SUMMARY' $OUT/ours-racecheck-$t.log | tail -1); $(grep 'test result' $OUT/ours-racecheck-$t.log | tail -1)"
     note "   hazards in kernels of ours: $(grep -E 'Race reported between|and (Read|Write) access at' $OUT/ours-racecheck-$t.log | grep -v -E 'nvjet|cutlass|cute::|flashinfer' | wc -l)"
+  done
+  ;;
+shortchunks)
+  for ctx in 4096 16384; do
+    timeout 200 $B/cuda_check shortchunks /tmp/q8b $ctx ${SHORT_CHUNKS:-2+9+40+200+512} 2>&1 | tee -a $summary
   done
   ;;
 fisan)

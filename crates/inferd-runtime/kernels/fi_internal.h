@@ -1,6 +1,6 @@
 // Internal interface between the C API (flashinfer_attention.cu, no FlashInfer headers)
 // and the FlashInfer instantiations (fi_decode_hd*.cu, fi_prefill_sm90_hd*.cu,
-// fi_ragged_sm90_hd*.cu).
+// fi_ragged_sm90_hd*.cu, fi_prefill_fa2_hd128.cu).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -31,6 +31,7 @@ struct FiRun {
   int32_t* kv_indptr;
   int32_t* kv_indices;
   int32_t* kv_last_page_len;
+  int32_t* qo_indptr;  // [n_seqs + 1] query row offsets on the device (FA2 prefill)
   void* float_ws;  // FlashInfer region bases, as planned
   void* int_ws;
   const int64_t* info;  // FlashInfer plan info
@@ -61,6 +62,16 @@ cudaError_t ragged_plan(const FiBufs& b, int32_t* qo_indptr_h, int32_t* kv_tok_i
                         int64_t* info, cudaStream_t s);
 template <int HD>
 cudaError_t ragged_run(const FiRun& r, cudaStream_t s);
+
+// FA2 paged prefill (fi_prefill_fa2_impl.cuh; head_dim 128 only): packs a KV head's query
+// group into its query tiles and splits the keys to fill the SMs. kv_indptr_h: page
+// offsets. info: PrefillPlanInfo::ToVector() (15 values).
+template <int HD>
+cudaError_t fa2_plan(const FiBufs& b, int32_t* qo_indptr_h, int32_t* kv_indptr_h, int n_seqs,
+                     int n_tokens, int n_heads, int n_kv_heads, int page_size, int64_t* info,
+                     int* split_kv, cudaStream_t s);
+template <int HD>
+cudaError_t fa2_run(const FiRun& r, cudaStream_t s);
 
 // Sets the thread's error message (flashinfer_attention.cu).
 void set_error(const char* msg);

@@ -105,6 +105,10 @@ enum {
   IFD_FI_PREFILL = 2,  // FlashInfer SM90 (FA3, wgmma) paged prefill, any qo_len, causal
   IFD_FI_RAGGED = 3,   // the same over contiguous K/V (TMA-loaded), which the caller fills
                        // per layer with ifd_kv_gather from the plan's page tables
+  IFD_FI_SPLIT = 4,    // FlashInfer FA2 paged prefill (mma.sync), any qo_len, causal: packs a
+                       // KV head's query group into its query tiles and splits the keys to
+                       // fill the SMs (partials in float_ws), for chunks of few query tiles
+                       // over long contexts; head_dim 128 only
 };
 
 // Filled by ifd_fi_plan, read by ifd_fi_run; plain data, the caller just keeps it
@@ -115,10 +119,12 @@ typedef struct IfdFiPlan {
   int32_t n_tokens;
   int32_t cuda_graph;  // decode planned in CUDA-graph mode
   IfdFiShape shape;
-  int32_t split_kv;    // decode: split-KV (partials in float_ws, merged by a 2nd kernel)
+  int32_t split_kv;    // decode, split: split-KV (partials in float_ws, merged by a 2nd
+                       // kernel)
   int32_t kv_tokens;   // rows of a ragged plan's contiguous K/V: the sum of kv_len, each
                        // rounded up to IFD_FI_RAGGED_ROW_ALIGN
-  int64_t fi_info[16];  // FlashInfer's DecodePlanInfo (10) / PrefillPlanSM90Info (9)
+  int64_t fi_info[16];  // FlashInfer's DecodePlanInfo (10) / PrefillPlanSM90Info (9) /
+                        // PrefillPlanInfo (15)
   // Device page tables the run reads (inside int_ws, or bt_dev):
   int32_t* kv_indptr;       // [n_seqs + 1] page offsets
   int32_t* kv_indices;      // [kv_indptr[n_seqs]] page ids
@@ -136,11 +142,13 @@ static_assert(sizeof(IfdFiPlan) == 208, "IfdFiPlan's layout is shared with Rust"
 // Conservative workspace sizes for a shape and the largest batch a workspace will see:
 // max_seqs sequences, max_tokens query rows, max_pages pages (these two also go into
 // IfdFiWorkspace). Host only; queries the current device's SM count if it can (else
-// assumes 256 SMs). float: split-KV decode partials; int: page tables + schedule.
+// assumes 256 SMs). float: split-KV decode and FA2 prefill partials; int: page tables +
+// schedule.
 int ifd_fi_workspace_bytes(const IfdFiShape* shape, int32_t max_seqs, int32_t max_tokens,
                            int32_t max_pages, size_t* float_ws_bytes, size_t* int_ws_bytes);
 
-// Plans one pass. mode: IFD_FI_AUTO / IFD_FI_DECODE / IFD_FI_PREFILL / IFD_FI_RAGGED. cuda_graph = 1
+// Plans one pass. mode: IFD_FI_AUTO / IFD_FI_DECODE / IFD_FI_PREFILL / IFD_FI_RAGGED /
+// IFD_FI_SPLIT. cuda_graph = 1
 // (decode only; ignored for prefill): plan so that the run's kernel arguments depend
 // only on (workspace, n_seqs, shape, q/k/v/out pointers): always split-KV, fixed padded
 // grid. Host work, then H2D copies (page tables + schedule) queued on `stream`; returns

@@ -29,16 +29,18 @@ constexpr int kRaggedRowAlign = IFD_FI_RAGGED_ROW_ALIGN;
 
 // The page-table region at the start of int_ws / pinned_ws (fixed by the capacities).
 // indptr [max_seqs + 1] (pages), last [max_seqs], tok [max_seqs + 1] (contiguous K/V rows of
-// a ragged plan), indices [max_pages].
+// a ragged plan), qo [max_seqs + 1] (query row offsets, which the FA2 kernel reads on the
+// device), indices [max_pages].
 struct PtLayout {
-  size_t indptr, last, tok, indices, bytes;
+  size_t indptr, last, tok, qo, indices, bytes;
 };
 PtLayout pt_layout(int32_t max_seqs, int32_t max_pages) {
   PtLayout l;
   l.indptr = 0;
   l.last = align_up((static_cast<size_t>(max_seqs) + 1) * 4, 256);
   l.tok = l.last + align_up(static_cast<size_t>(max_seqs) * 4, 256);
-  l.indices = l.tok + align_up((static_cast<size_t>(max_seqs) + 1) * 4, 256);
+  l.qo = l.tok + align_up((static_cast<size_t>(max_seqs) + 1) * 4, 256);
+  l.indices = l.qo + align_up((static_cast<size_t>(max_seqs) + 1) * 4, 256);
   l.bytes = l.indices + align_up(static_cast<size_t>(max_pages) * 4, 256);
   return l;
 }
@@ -101,9 +103,19 @@ int ifd_fi_workspace_bytes(const IfdFiShape* shape, int32_t max_seqs, int32_t ma
   const size_t works = static_cast<size_t>(shape->n_heads) *
                        ((static_cast<size_t>(max_tokens) + 127) / 128 + max_seqs);
   const size_t pre_int = 7 * (works * 4 + 16) + (sms + 1) * 4 + 16 + 4096;
-  *float_ws_bytes = align_up(dec_float, 1 << 20);
-  *int_ws_bytes = align_up(pt_layout(max_seqs, max_pages).bytes + std::max(dec_int, pre_int),
-                           1 << 16);
+  // FA2 prefill (head_dim 128): split only while its tiles stay within 2 * SMs / n_kv_heads,
+  // each holding at most 128 / group query rows' partials of (head_dim + 1) floats a query
+  // head; its schedule: 3 arrays of tiles (at most tokens * group / 16 + seqs unsplit),
+  // o_indptr, the chunk size and merge_indptr (a query row each).
+  const size_t fa2_rows = (2 * static_cast<size_t>(sms) / shape->n_kv_heads * 128 + group - 1) /
+                          group;
+  const size_t fa2_float = shape->n_heads * fa2_rows * (hd + 1) * 4 + 4096;
+  const size_t tiles = static_cast<size_t>(max_tokens) * group / 16 + max_seqs + 1;
+  const size_t fa2_int = 3 * (tiles * 4 + 16) + (static_cast<size_t>(max_seqs) + 1) * 4 +
+                         (static_cast<size_t>(max_tokens) + 1) * 4 + 4096;
+  *float_ws_bytes = align_up(std::max(dec_float, hd == 128 ? fa2_float : 0), 1 << 20);
+  *int_ws_bytes = align_up(
+      pt_layout(max_seqs, max_pages).bytes + std::max({dec_int, pre_int, fa2_int}), 1 << 16);
   return 0;
 }
 
@@ -160,8 +172,11 @@ int ifd_fi_plan(const IfdFiWorkspace* ws, const IfdFiShape* shape, const IfdFiBa
     if (kind == IFD_FI_DECODE && !decode_group_supported(group))
       return fail(cudaErrorNotSupported, "decode kernel has no GQA group " +
                                              std::to_string(group) + " (use prefill)");
-    if (kind != IFD_FI_DECODE && kind != IFD_FI_PREFILL && kind != IFD_FI_RAGGED)
+    if (kind != IFD_FI_DECODE && kind != IFD_FI_PREFILL && kind != IFD_FI_RAGGED &&
+        kind != IFD_FI_SPLIT)
       return fail(cudaErrorInvalidValue, "bad mode");
+    if (kind == IFD_FI_SPLIT && hd != 128)
+      return fail(cudaErrorNotSupported, "FA2 prefill is built for head_dim 128 only");
     if (kind == IFD_FI_RAGGED && batch->bt_dev)
       return fail(cudaErrorInvalidValue, "ragged plans take host block tables (bt), not bt_dev");
     if (!batch->bt_dev && n_pages > ws->max_pages)
@@ -186,6 +201,7 @@ int ifd_fi_plan(const IfdFiWorkspace* ws, const IfdFiShape* shape, const IfdFiBa
     int32_t* indptr_h = reinterpret_cast<int32_t*>(ph + L.indptr);
     int32_t* last_h = reinterpret_cast<int32_t*>(ph + L.last);
     int32_t* tok_h = reinterpret_cast<int32_t*>(ph + L.tok);
+    int32_t* qo_dev_h = reinterpret_cast<int32_t*>(ph + L.qo);
     int32_t* indices_h = reinterpret_cast<int32_t*>(ph + L.indices);
     std::vector<int32_t> kv_len_h(batch->kv_len, batch->kv_len + n);
     if (batch->bt_dev) {
@@ -202,6 +218,7 @@ int ifd_fi_plan(const IfdFiWorkspace* ws, const IfdFiShape* shape, const IfdFiBa
     tok_h[0] = 0;
     for (int i = 0; i < n; ++i)
       tok_h[i + 1] = tok_h[i] + static_cast<int32_t>(align_up(kv_len_h[i], kRaggedRowAlign));
+    std::memcpy(qo_dev_h, qo, static_cast<size_t>(n + 1) * 4);
     const size_t pt_copy = batch->bt_dev ? L.indices : L.indices + static_cast<size_t>(n_pages) * 4;
     if ((e = cudaMemcpyAsync(pd, ph, pt_copy, cudaMemcpyHostToDevice, s)) != cudaSuccess)
       return fail(e, std::string("page-table copy: ") + cudaGetErrorString(e));
@@ -216,6 +233,9 @@ int ifd_fi_plan(const IfdFiWorkspace* ws, const IfdFiShape* shape, const IfdFiBa
       auto dec = hd == 64 ? decode_plan<64> : hd == 128 ? decode_plan<128> : decode_plan<256>;
       e = dec(b, kv_indptr_h.data(), n, shape->n_heads, shape->n_kv_heads, ps, cuda_graph != 0,
               plan->fi_info, &split, s);
+    } else if (kind == IFD_FI_SPLIT) {
+      e = fa2_plan<128>(b, qo_h.data(), kv_indptr_h.data(), n, n_tokens, shape->n_heads,
+                        shape->n_kv_heads, ps, plan->fi_info, &split, s);
     } else if (kind == IFD_FI_RAGGED) {
       std::vector<int32_t> tok(tok_h, tok_h + n + 1);
       auto rag = hd == 64 ? ragged_plan<64> : hd == 128 ? ragged_plan<128> : ragged_plan<256>;
@@ -263,7 +283,7 @@ int ifd_fi_run(const IfdFiWorkspace* ws, const IfdFiPlan* plan, const IfdFiRunAr
   try {
     if (!ws || !plan || !args) return fail(cudaErrorInvalidValue, "run: NULL argument");
     if (plan->kind != IFD_FI_DECODE && plan->kind != IFD_FI_PREFILL &&
-        plan->kind != IFD_FI_RAGGED)
+        plan->kind != IFD_FI_RAGGED && plan->kind != IFD_FI_SPLIT)
       return fail(cudaErrorInvalidValue, "run: plan not planned");
     if (plan->int_ws != ws->int_ws)
       return fail(cudaErrorInvalidValue, "run: plan belongs to another workspace");
@@ -286,13 +306,17 @@ int ifd_fi_run(const IfdFiWorkspace* ws, const IfdFiPlan* plan, const IfdFiRunAr
     r.kv_indptr = plan->kv_indptr;
     r.kv_indices = plan->kv_indices;
     r.kv_last_page_len = plan->kv_last_page_len;
+    r.qo_indptr = reinterpret_cast<int32_t*>(static_cast<char*>(ws->int_ws) + L.qo);
     r.float_ws = ws->float_ws;
     r.int_ws = static_cast<char*>(ws->int_ws) + L.bytes;
     r.info = plan->fi_info;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     const int hd = plan->shape.head_dim;
+    if (plan->kind == IFD_FI_SPLIT && hd != 128)
+      return fail(cudaErrorNotSupported, "run: FA2 prefill is built for head_dim 128 only");
     auto run = plan->kind == IFD_FI_DECODE
                    ? (hd == 64 ? decode_run<64> : hd == 128 ? decode_run<128> : decode_run<256>)
+               : plan->kind == IFD_FI_SPLIT ? fa2_run<128>
                : plan->kind == IFD_FI_RAGGED
                    ? (hd == 64 ? ragged_run<64> : hd == 128 ? ragged_run<128> : ragged_run<256>)
                    : (hd == 64 ? prefill_run<64> : hd == 128 ? prefill_run<128> : prefill_run<256>);

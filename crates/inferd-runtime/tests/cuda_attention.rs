@@ -6,7 +6,8 @@
 //! the CPU's own 8-bit KV: our decode kernel on the codes, FlashInfer's prefill on bf16
 //! copies of the pages, and the simple kernel where our decode kernel has no group.
 //! Prompt chunks' attention runs both over the pool's pages and over a contiguous copy of
-//! their K/V (FlashInfer's ragged kernel, `PrefillKv::Contiguous`).
+//! their K/V (FlashInfer's ragged kernel, `PrefillKv::Contiguous`), and by FlashInfer's FA2
+//! prefill, which splits the keys (`SplitPrefill::Always`, head_dim 128).
 //! Each run is made twice, with every pass sending its chunks' whole tables and with
 //! tables kept in the pool across passes (edits appending blocks as the sequences grow,
 //! rows past the image's first size, a row moved mid-decode): the two give the same bits.
@@ -19,7 +20,7 @@ use common::*;
 use inferd_formats::{GgufWriter, MetaValue};
 use inferd_runtime::{
     Backend, CpuBackend, CudaBackend, CudaConfig, DecodeAttention, ForwardBatch, KvDtype, Model,
-    PrefillKv, TableEdit,
+    PrefillKv, SplitPrefill, TableEdit,
 };
 
 /// A random Qwen3-shaped GGUF: 2 layers, `heads` query heads over 2 KV heads of `head_dim`.
@@ -587,38 +588,53 @@ fn prompt_runs_match_the_cpu(head_dim: usize, heads: usize, dtypes: &[KvDtype]) 
             _ => (dtype, 1.2 * tol),
         };
         let want = prompt_runs_on(&cpu_model, cpu_dtype);
-        // (paged, contiguous) runs of the second pass each way.
-        for (prefill_kv, runs) in [
-            (PrefillKv::Auto, (2, 2)),
-            (PrefillKv::Paged, (1, 0)),
-            (PrefillKv::Contiguous, (0, 1)),
+        // The FA2 prefill takes every chunk of a bf16 pool at head_dim 128 when told to
+        // (its only build); elsewhere the SM90 kernel's runs stay.
+        let fa2 = dtype == KvDtype::Bf16 && head_dim == 128;
+        // (paged, contiguous) runs of the second pass each way, and FA2 runs in all.
+        for (prefill_kv, split_prefill, runs, splits) in [
+            (PrefillKv::Auto, SplitPrefill::Off, (2, 2), 0),
+            (PrefillKv::Paged, SplitPrefill::Off, (1, 0), 0),
+            (PrefillKv::Contiguous, SplitPrefill::Off, (0, 1), 0),
+            (
+                PrefillKv::Auto,
+                SplitPrefill::Always,
+                if fa2 { (0, 0) } else { (2, 2) },
+                if fa2 { 2 } else { 0 },
+            ),
         ] {
             let backend = CudaBackend::new(CudaConfig {
                 prefill_kv,
+                split_prefill,
                 ..CudaConfig::default()
             })
             .unwrap();
             let gpu_model = Model::load(backend.clone(), &path).unwrap();
-            let before = backend.prompt_runs();
+            let (before, split_before) = (backend.prompt_runs(), backend.split_runs());
             let got = prompt_runs_on(&gpu_model, dtype);
             let after = backend.prompt_runs();
-            // The first pass (B's 300 tokens alone) is one run: paged by the policy.
-            let first = if prefill_kv == PrefillKv::Contiguous {
+            let split_planned = backend.split_runs() - split_before;
+            // The first pass (B's 300 tokens alone) is one run: paged by the policy (FA2's
+            // when it takes every chunk).
+            let first = if split_planned > 0 {
+                (0, 0)
+            } else if prefill_kv == PrefillKv::Contiguous {
                 (0, 1)
             } else {
                 (1, 0)
             };
             let planned = (after.0 - before.0 - first.0, after.1 - before.1 - first.1);
-            if planned != runs {
+            let prefill_kv = format!("{prefill_kv:?}, split {split_prefill:?}");
+            if planned != runs || split_planned != splits {
                 failures.push(format!(
-                    "{} KV, head_dim {head_dim}, prompt K/V {prefill_kv:?}: runs (paged, contiguous) {planned:?}, want {runs:?}",
+                    "{} KV, head_dim {head_dim}, prompt K/V {prefill_kv}: runs (paged, contiguous) {planned:?}, FA2 {split_planned}, want {runs:?}, {splits}",
                     dtype.name()
                 ));
             }
             for (p, name) in RUN_PARTS.iter().enumerate() {
                 let (worst, same, rows) = phase_diff(&want, &got, p);
                 let what = format!(
-                    "{} KV, head_dim {head_dim}, prompt K/V {prefill_kv:?}: {name}: {rows} rows, max |Δlogit| {worst}, top-1 equal {same}",
+                    "{} KV, head_dim {head_dim}, prompt K/V {prefill_kv}: {name}: {rows} rows, max |Δlogit| {worst}, top-1 equal {same}",
                     dtype.name(),
                 );
                 eprintln!("{what}");

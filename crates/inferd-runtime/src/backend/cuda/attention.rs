@@ -1,16 +1,18 @@
 //! A pass's attention over the paged pool. Planned once a pass (`plan_attention`): which
 //! leading decode rows our decode kernel takes and in how many splits, which FlashInfer plans
 //! take the rest, and whether each prompt chunk reads the pool's pages or a contiguous copy
-//! of its K/V (`contig::pays`). Then run once a layer (`attend`): the KV append, our decode
+//! of its K/V (`contig::pays`), or the pages by the FA2 kernel, which splits the keys
+//! (`split::pays`). Then run once a layer (`attend`): the KV append, our decode
 //! rows, and each FlashInfer run (after its gather, for a contiguous one).
 
 use std::ffi::c_int;
 use std::sync::atomic::Ordering;
 
+use super::contig::Read;
 use super::ffi::check;
 use super::flashinfer::{self, PlanKind};
 use super::{
-    contig, ffi, int, same_shape, splits, Act, CudaBackend, CudaBatch, CudaKv, CudaTensor,
+    contig, ffi, int, same_shape, split, splits, Act, CudaBackend, CudaBatch, CudaKv, CudaTensor,
 };
 use super::{DecodeAttention, SkipOps, OWN_DECODE_MAX_ROWS};
 use crate::backend::{AttnConfig, NewKv};
@@ -110,9 +112,10 @@ impl CudaBackend {
     }
 
     /// The prompt chunks of a pass (`seqs`, from row `row` on), planned into `out`: each
-    /// sequence read paged or from a contiguous copy as `contig::pays` says of its chunk
-    /// alone, runs of neighbours read alike one plan each (`contig::runs`). An 8-bit pool's
-    /// paged runs read bf16 copies of their distinct pages, made once for all of them.
+    /// sequence read by the FA2 kernel as `split::pays` says of its chunk alone (bf16
+    /// pools), else paged or from a contiguous copy as `contig::pays` says, runs of
+    /// neighbours read alike one plan each (`contig::runs`). An 8-bit pool's paged runs read
+    /// bf16 copies of their distinct pages, made once for all of them.
     fn plan_prompt(
         &self,
         seqs: &[SeqChunk],
@@ -123,18 +126,31 @@ impl CudaBackend {
         out: &mut flashinfer::Passes,
     ) -> Result<()> {
         let mode = *self.inner.prefill_kv.lock().unwrap();
+        let split_mode = *self.inner.split_prefill.lock().unwrap();
+        let sms = (self.inner.dev.info.multiprocessors as usize).max(1);
         let capacity = self.inner.contig.capacity();
         let token_bytes = 2 * attn.n_kv_heads * attn.head_dim * 2; // bf16 K and V
         let bytes: Vec<usize> = seqs
             .iter()
             .map(|s| contig::rows(s.kv_len()) * token_bytes)
             .collect();
-        let contiguous: Vec<bool> = seqs
+        let read: Vec<Read> = seqs
             .iter()
             .zip(&bytes)
-            .map(|(s, &b)| contig::pays(mode, s.n_tokens, s.kv_len(), b, capacity))
+            .map(|(s, &b)| {
+                let (q, keys) = (s.n_tokens, s.kv_len());
+                if !kv.dtype.is_8bit()
+                    && split::pays(split_mode, q, keys, attn.n_heads, attn.head_dim, sms)
+                {
+                    Read::Split
+                } else if contig::pays(mode, q, keys, b, capacity) {
+                    Read::Contiguous
+                } else {
+                    Read::Paged
+                }
+            })
             .collect();
-        let runs = contig::runs(&contiguous, &bytes, capacity);
+        let runs = contig::runs(&read, &bytes, capacity);
         let planes = self.inner.contig.planes();
         let mut parts: Vec<Part> = runs
             .iter()
@@ -146,11 +162,11 @@ impl CudaBackend {
                 part
             })
             .collect();
-        if kv.dtype.is_8bit() && runs.iter().any(|r| !r.2) {
+        if kv.dtype.is_8bit() && runs.iter().any(|r| r.2 == Read::Paged) {
             let mut paged: Vec<&mut Part> = parts
                 .iter_mut()
                 .zip(&runs)
-                .filter(|(_, r)| !r.2)
+                .filter(|(_, r)| r.2 == Read::Paged)
                 .map(|(p, _)| p)
                 .collect();
             out.pages = Some(self.kv8_gather(&mut paged, kv)?);
@@ -158,8 +174,11 @@ impl CudaBackend {
         for (part, &(first, end, c)) in parts.into_iter().zip(&runs) {
             let slot = out.runs.len();
             let pages = part.pages(kv.block_size);
-            let (kind, contig) = match planes {
-                Some((k, v)) if c => (PlanKind::Ragged, Some(flashinfer::Contig { pages, k, v })),
+            let (kind, contig) = match (planes, c) {
+                (Some((k, v)), Read::Contiguous) => {
+                    (PlanKind::Ragged, Some(flashinfer::Contig { pages, k, v }))
+                }
+                (_, Read::Split) => (PlanKind::Split, None),
                 _ => (PlanKind::Prefill, None),
             };
             let (plan, generation) = self.plan_part(slot, part, attn, kv, kind, false)?;
@@ -171,7 +190,12 @@ impl CudaBackend {
                     plan.kv_tokens()
                 )));
             }
-            self.inner.prompt_runs[contig.is_some() as usize].fetch_add(1, Ordering::Relaxed);
+            let counter = match kind {
+                PlanKind::Ragged => 1,
+                PlanKind::Split => 2,
+                _ => 0,
+            };
+            self.inner.prompt_runs[counter].fetch_add(1, Ordering::Relaxed);
             out.runs.push(flashinfer::Run {
                 plan,
                 row,
@@ -256,7 +280,7 @@ impl CudaBackend {
                 n_seqs.max(256).next_power_of_two(),
                 tokens.max(8192).next_power_of_two(),
                 pages.max(1 << 16).next_power_of_two(),
-                kind == PlanKind::Auto,
+                matches!(kind, PlanKind::Auto | PlanKind::Split),
             )?);
         }
         let w = ws[slot].as_ref().unwrap();

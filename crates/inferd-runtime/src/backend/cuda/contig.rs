@@ -74,15 +74,25 @@ pub fn pays(mode: PrefillKv, q: usize, kv: usize, bytes: usize, capacity: usize)
     }
 }
 
+/// How a prompt chunk's attention reads its K/V: the pool's pages or a contiguous copy of
+/// them by the SM90 kernel, or the pages by the FA2 kernel, which splits the keys
+/// (split.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Read {
+    Paged,
+    Contiguous,
+    Split,
+}
+
 /// The runs of a prompt part's sequences that one plan each takes: maximal runs of
-/// consecutive sequences read the same way (`contiguous[i]`), a contiguous run cut where its
-/// copy (`bytes[i]` a sequence) would pass `capacity`. -> (first, end, contiguous)
-pub fn runs(contiguous: &[bool], bytes: &[usize], capacity: usize) -> Vec<(usize, usize, bool)> {
-    let mut out: Vec<(usize, usize, bool)> = Vec::new();
+/// consecutive sequences read the same way (`read[i]`), a contiguous run cut where its
+/// copy (`bytes[i]` a sequence) would pass `capacity`. -> (first, end, read)
+pub fn runs(read: &[Read], bytes: &[usize], capacity: usize) -> Vec<(usize, usize, Read)> {
+    let mut out: Vec<(usize, usize, Read)> = Vec::new();
     let mut held = 0; // the last run's copy
-    for (i, (&c, &b)) in contiguous.iter().zip(bytes).enumerate() {
+    for (i, (&c, &b)) in read.iter().zip(bytes).enumerate() {
         match out.last_mut() {
-            Some(r) if r.2 == c && (!c || held + b <= capacity) => {
+            Some(r) if r.2 == c && (c != Read::Contiguous || held + b <= capacity) => {
                 r.1 = i + 1;
                 held += b;
             }
@@ -177,24 +187,23 @@ mod tests {
     #[test]
     fn runs_group_neighbours_read_alike_and_cut_at_the_cap() {
         let gib = 1usize << 30;
+        let (p, c, s) = (Read::Paged, Read::Contiguous, Read::Split);
         assert_eq!(runs(&[], &[], MAX_BYTES), vec![]);
         assert_eq!(
-            runs(&[false, false, true, true, false], &[gib; 5], MAX_BYTES),
-            vec![(0, 2, false), (2, 4, true), (4, 5, false)]
+            runs(&[p, p, c, c, p, s, s], &[gib; 7], MAX_BYTES),
+            vec![(0, 2, p), (2, 4, c), (4, 5, p), (5, 7, s)]
         );
         // Contiguous runs hold at most the capacity's copies; paged ones any number.
         let big = MAX_BYTES / 2 + 1;
         assert_eq!(
-            runs(
-                &[true, true, true, false, false, false],
-                &[big; 6],
-                MAX_BYTES
-            ),
-            vec![(0, 1, true), (1, 2, true), (2, 3, true), (3, 6, false)]
+            runs(&[c, c, c, p, p, p], &[big; 6], MAX_BYTES),
+            vec![(0, 1, c), (1, 2, c), (2, 3, c), (3, 6, p)]
         );
         assert_eq!(
-            runs(&[true; 4], &[MAX_BYTES / 2; 4], MAX_BYTES),
-            vec![(0, 2, true), (2, 4, true)]
+            runs(&[c; 4], &[MAX_BYTES / 2; 4], MAX_BYTES),
+            vec![(0, 2, c), (2, 4, c)]
         );
+        // Split runs, like paged ones, copy nothing.
+        assert_eq!(runs(&[s; 3], &[MAX_BYTES; 3], MAX_BYTES), vec![(0, 3, s)]);
     }
 }

@@ -4,7 +4,9 @@
 //! splits, exact page tables, copied into the workspace) and run per layer. Decode passes
 //! padded to a graph bucket are planned in graph mode, so a captured graph stays valid.
 //! A prompt run may be planned for the ragged prefill instead ([`PlanKind::Ragged`]): the
-//! same kernel family over a contiguous copy of its K/V (`ifd_kv_gather`, contig.rs).
+//! same kernel family over a contiguous copy of its K/V (`ifd_kv_gather`, contig.rs); or
+//! for FlashInfer's FA2 prefill ([`PlanKind::Split`], head_dim 128), which splits the keys
+//! of chunks too short to fill the SMs with the SM90 kernel's query tiles (split.rs).
 
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
@@ -126,6 +128,10 @@ pub enum PlanKind {
     Prefill = 2,
     /// The SM90 prefill over contiguous K/V (`ifd_kv_gather` fills it per layer).
     Ragged = 3,
+    /// FlashInfer's FA2 paged prefill: a KV head's query group packed into its query
+    /// tiles, the keys split to fill the SMs, the splits merged (partials in the float
+    /// workspace). head_dim 128.
+    Split = 4,
 }
 
 extern "C" {
@@ -242,9 +248,9 @@ unsafe impl Send for FiWorkspace {}
 static GENERATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl FiWorkspace {
-    /// `decode`: with room for the decode kernel's partials (`PlanKind::Auto` plans); a
-    /// workspace for prefill plans alone keeps a token float buffer (FlashInfer's SM90
-    /// prefill uses none), about 9 MB less at the 8B shape.
+    /// `decode`: with room for the split kernels' partials (`PlanKind::Auto` and
+    /// `PlanKind::Split` plans); a workspace for SM90 prefill plans alone keeps a token
+    /// float buffer (those kernels use none), about 18 MB less at the 8B shape.
     pub fn new(
         dev: &Arc<Device>,
         shape: Shape,
@@ -309,7 +315,7 @@ impl FiWorkspace {
         tokens: usize,
         pages: usize,
     ) -> bool {
-        (self.decode || kind != PlanKind::Auto)
+        (self.decode || !matches!(kind, PlanKind::Auto | PlanKind::Split))
             && self.shape == shape
             && seqs <= self.ws.max_seqs as usize
             && tokens <= self.max_tokens

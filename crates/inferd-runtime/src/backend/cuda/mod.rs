@@ -22,6 +22,7 @@ mod graphs;
 mod kv;
 mod profile;
 mod sample;
+mod split;
 mod splits;
 mod staging;
 mod state;
@@ -42,6 +43,7 @@ pub use profile::{
     kernel_launches, KernelLaunch, KernelStamp, SkipOps, KERNEL_UNITS, PROBE_STAGES,
     PROBE_STAGE_NAMES,
 };
+pub use split::SplitPrefill;
 pub use tensor::{Act, CudaTensor, CudaWeight};
 
 use batch::{BatchPool, RopeTable};
@@ -86,6 +88,9 @@ pub struct CudaConfig {
     pub host_sampling: bool,
     /// Which K/V layout prompt chunks' attention reads (see [`PrefillKv`]).
     pub prefill_kv: PrefillKv,
+    /// Which prompt chunks FlashInfer's FA2 prefill takes, splitting their keys (see
+    /// [`SplitPrefill`]; off by default until measured on a GPU).
+    pub split_prefill: SplitPrefill,
     /// Tokens a chunk of a decode pass (graph-replayed, each row by the decode kernel) has
     /// at most. 0: [`batch::DECODE_CHUNK_TOKENS`], while the pass's chunks read at most
     /// [`batch::DECODE_REREAD_POSITIONS`] K/V positions again; 1: speculative checks run
@@ -175,11 +180,12 @@ struct Inner {
     /// Block id -> its scratch page while a pass is planned (-1: none).  // [num_blocks]
     kv8_map: Mutex<Vec<i32>>,
     prefill_kv: Mutex<PrefillKv>,
+    split_prefill: Mutex<SplitPrefill>,
     /// Contiguous K/V of a pass's prompt runs, refilled per layer and run (contig.rs);
     /// reserved with the backend.
     contig: contig::Scratch,
-    /// Prompt runs planned so far: paged, contiguous.
-    prompt_runs: [AtomicU64; 2],
+    /// Prompt runs planned so far: paged, contiguous, split (FA2).
+    prompt_runs: [AtomicU64; 3],
     /// `CudaConfig::lose_device_after`'s loss.
     loss: SimulatedLoss,
     /// The `sample` op's buffers (sample.rs).
@@ -236,6 +242,7 @@ impl CudaBackend {
                 kv8_pages: Mutex::new(None),
                 kv8_map: Mutex::new(Vec::new()),
                 prefill_kv: Mutex::new(cfg.prefill_kv),
+                split_prefill: Mutex::new(cfg.split_prefill),
                 contig,
                 prompt_runs: Default::default(),
                 loss: SimulatedLoss::new(cfg.lose_device_after),
@@ -298,10 +305,22 @@ impl CudaBackend {
         self.inner.decode_chunk_tokens.store(n, Ordering::Relaxed);
     }
 
-    /// Prompt runs planned so far (one FlashInfer plan each): (paged, over contiguous K/V).
+    /// Changes which prompt chunks the FA2 prefill takes in passes planned from now on
+    /// (measurement: both kernels timed on one loaded model).
+    pub fn set_split_prefill(&self, mode: SplitPrefill) {
+        *self.inner.split_prefill.lock().unwrap() = mode;
+    }
+
+    /// Prompt runs planned so far (one FlashInfer plan each) by the SM90 kernel: (paged,
+    /// over contiguous K/V).
     pub fn prompt_runs(&self) -> (u64, u64) {
-        let [p, c] = &self.inner.prompt_runs;
+        let [p, c, _] = &self.inner.prompt_runs;
         (p.load(Ordering::Relaxed), c.load(Ordering::Relaxed))
+    }
+
+    /// Prompt runs planned so far for the FA2 prefill, which splits the keys.
+    pub fn split_runs(&self) -> u64 {
+        self.inner.prompt_runs[2].load(Ordering::Relaxed)
     }
 
     pub fn info(&self) -> &DeviceInfo {

@@ -1,0 +1,108 @@
+// FlashInfer FA2 paged prefill (mma.sync, HND, bf16, causal, no RoPE) for one head_dim: plan
+// + run. Included by fi_prefill_fa2_hd*.cu with IFD_FI_HD set.
+//
+// Why beside the SM90 kernels: FlashInfer's SM90 scheduler makes one work item per (query
+// head, 128-query tile) and never splits the keys, so a prompt chunk of a few dozen tokens
+// over a long context is n_heads blocks, each streaming the whole context, while most SMs
+// idle. This kernel's planner packs a KV head's query group into its query tile and splits
+// the keys into chunks to fill the SMs (`PrefillSplitQOKVIndptr`), merging the chunks' partial
+// results (`VariableLengthMergeStates`, partials in the float workspace).
+#include <cuda_bf16.h>
+
+#include <flashinfer/attention/default_prefill_params.cuh>
+#include <flashinfer/attention/prefill.cuh>
+#include <flashinfer/attention/scheduler.cuh>
+#include <flashinfer/attention/variants.cuh>
+#include <vector>
+
+#include "fi_internal.h"
+
+#ifndef IFD_FI_HD
+#error "define IFD_FI_HD"
+#endif
+
+namespace ifd_fi {
+namespace {
+using namespace flashinfer;
+using BF = nv_bfloat16;
+using FParams = BatchPrefillPagedParams<BF, BF, BF, int32_t>;
+using FVariant = DefaultAttention</*custom_mask=*/false, /*sliding_window=*/false,
+                                  /*soft_cap=*/false, /*alibi=*/false>;
+constexpr size_t kInfoLen = 15;  // PrefillPlanInfo::ToVector()
+}  // namespace
+
+template <int HD_>
+cudaError_t fa2_plan(const FiBufs& b, int32_t* qo_indptr_h, int32_t* kv_indptr_h, int n_seqs,
+                     int n_tokens, int n_heads, int n_kv_heads, int page_size, int64_t* info,
+                     int* split_kv, cudaStream_t s) {
+  constexpr uint32_t HD = HD_;
+  PrefillPlanInfo pi;
+  const cudaError_t st = PrefillPlan<int32_t>(
+      b.float_ws, b.float_bytes, b.int_ws, b.pinned, b.int_bytes, pi, qo_indptr_h, kv_indptr_h,
+      static_cast<uint32_t>(n_tokens), static_cast<uint32_t>(n_seqs),
+      static_cast<uint32_t>(n_heads), static_cast<uint32_t>(n_kv_heads), HD, HD,
+      static_cast<uint32_t>(page_size), /*enable_cuda_graph=*/false, sizeof(BF),
+      /*window_left=*/-1, /*fixed_split_size=*/-1, /*disable_split_kv=*/false,
+      /*num_colocated_ctas=*/0, /*uniform_q_len=*/0, s);
+  if (st != cudaSuccess) return st;
+  const std::vector<int64_t> v = pi.ToVector();
+  for (size_t i = 0; i < v.size(); ++i) info[i] = v[i];
+  *split_kv = pi.split_kv ? 1 : 0;
+  return cudaSuccess;
+}
+
+template <int HD_>
+cudaError_t fa2_run(const FiRun& r, cudaStream_t s) {
+  constexpr uint32_t HD = HD_;
+  PrefillPlanInfo pi;
+  pi.FromVector(std::vector<int64_t>(r.info, r.info + kInfoLen));
+
+  FParams p;
+  p.q = static_cast<BF*>(const_cast<void*>(r.q));
+  p.paged_kv = paged_kv_t<BF, int32_t>(
+      static_cast<uint32_t>(r.n_kv_heads), static_cast<uint32_t>(r.page_size), HD,
+      static_cast<uint32_t>(r.n_seqs), QKVLayout::kHND, static_cast<BF*>(const_cast<void*>(r.k)),
+      static_cast<BF*>(const_cast<void*>(r.v)), r.kv_indices, r.kv_indptr, r.kv_last_page_len);
+  p.q_indptr = r.qo_indptr;
+  p.o = static_cast<BF*>(r.o);
+  p.lse = r.lse;
+  p.group_size = uint_fastdiv(static_cast<uint32_t>(r.n_heads / r.n_kv_heads));
+  p.num_qo_heads = static_cast<uint32_t>(r.n_heads);
+  p.q_stride_n = static_cast<int32_t>(r.n_heads * HD);
+  p.q_stride_h = static_cast<int32_t>(HD);
+  p.window_left = -1;
+  p.logits_soft_cap = 0.f;
+  p.sm_scale = r.sm_scale;
+  p.rope_rcp_scale = 1.f;
+  p.rope_rcp_theta = 1.f;
+  p.request_indices = GetPtrFromBaseOffset<int32_t>(r.int_ws, pi.request_indices_offset);
+  p.qo_tile_indices = GetPtrFromBaseOffset<int32_t>(r.int_ws, pi.qo_tile_indices_offset);
+  p.kv_tile_indices = GetPtrFromBaseOffset<int32_t>(r.int_ws, pi.kv_tile_indices_offset);
+  p.o_indptr = GetPtrFromBaseOffset<int32_t>(r.int_ws, pi.o_indptr_offset);
+  p.kv_chunk_size_ptr = GetPtrFromBaseOffset<int32_t>(r.int_ws, pi.kv_chunk_size_ptr_offset);
+  p.max_total_num_rows = static_cast<uint32_t>(pi.total_num_rows);
+  p.total_num_rows = nullptr;  // planned without CUDA graphs: max_total_num_rows is exact
+  p.padded_batch_size = static_cast<uint32_t>(pi.padded_batch_size);
+  p.partition_kv = false;
+
+  BF* tmp_v = nullptr;
+  float* tmp_s = nullptr;
+  if (pi.split_kv) {
+    p.merge_indptr = GetPtrFromBaseOffset<int32_t>(r.int_ws, pi.merge_indptr_offset);
+    tmp_v = GetPtrFromBaseOffset<BF>(r.float_ws, pi.v_offset);
+    tmp_s = GetPtrFromBaseOffset<float>(r.float_ws, pi.s_offset);
+  }
+  cudaError_t st = cudaErrorNotSupported;
+  DISPATCH_CTA_TILE_Q(pi.cta_tile_q, CTA_TILE_Q, {
+    st = BatchPrefillWithPagedKVCacheDispatched<
+        /*SAME_KV_STRIDES=*/true, CTA_TILE_Q, HD, HD, PosEncodingMode::kNone,
+        /*USE_FP16_QK_REDUCTION=*/false, MaskMode::kCausal, FVariant, FParams>(
+        p, tmp_v, tmp_s, /*enable_pdl=*/false, s);
+  });
+  return st;
+}
+
+template cudaError_t fa2_plan<IFD_FI_HD>(const FiBufs&, int32_t*, int32_t*, int, int, int, int,
+                                         int, int64_t*, int*, cudaStream_t);
+template cudaError_t fa2_run<IFD_FI_HD>(const FiRun&, cudaStream_t);
+}  // namespace ifd_fi
