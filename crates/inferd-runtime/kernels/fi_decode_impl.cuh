@@ -8,7 +8,7 @@
 #include <flashinfer/attention/variants.cuh>
 #include <vector>
 
-#include "fi_internal.h"
+#include "fi_fa2_common.cuh"
 
 #ifndef IFD_FI_HD
 #error "define IFD_FI_HD"
@@ -53,34 +53,11 @@ cudaError_t decode_run(const FiRun& r, cudaStream_t s) {
   DecodePlanInfo pi;
   pi.FromVector(std::vector<int64_t>(r.info, r.info + 10));
 
-  paged_kv_t<BF, int32_t> kv(static_cast<uint32_t>(r.n_kv_heads),
-                             static_cast<uint32_t>(r.page_size), HD,
-                             static_cast<uint32_t>(r.n_seqs), QKVLayout::kHND,
-                             static_cast<BF*>(const_cast<void*>(r.k)),
-                             static_cast<BF*>(const_cast<void*>(r.v)), r.kv_indices,
-                             r.kv_indptr, r.kv_last_page_len);
   DParams p;
-  p.q = static_cast<BF*>(const_cast<void*>(r.q));
+  set_fa2_run<HD>(p, r, pi);
   p.q_rope_offset = nullptr;
-  p.paged_kv = kv;
-  p.o = static_cast<BF*>(r.o);
-  p.lse = r.lse;
   p.maybe_alibi_slopes = nullptr;
-  p.num_qo_heads = static_cast<uint32_t>(r.n_heads);
-  p.q_stride_n = static_cast<int32_t>(r.n_heads * HD);
-  p.q_stride_h = static_cast<int32_t>(HD);
-  p.window_left = -1;
-  p.logits_soft_cap = 0.f;
-  p.sm_scale = r.sm_scale;
-  p.rope_rcp_scale = 1.f;
-  p.rope_rcp_theta = 1.f;
-  p.request_indices = GetPtrFromBaseOffset<int32_t>(r.int_ws, pi.request_indices_offset);
-  p.kv_tile_indices = GetPtrFromBaseOffset<int32_t>(r.int_ws, pi.kv_tile_indices_offset);
-  p.o_indptr = GetPtrFromBaseOffset<int32_t>(r.int_ws, pi.o_indptr_offset);
-  p.kv_chunk_size_ptr = GetPtrFromBaseOffset<int32_t>(r.int_ws, pi.kv_chunk_size_ptr_offset);
   p.block_valid_mask = nullptr;
-  p.partition_kv = false;
-  p.padded_batch_size = static_cast<uint32_t>(pi.padded_batch_size);
 
   BF* tmp_v = nullptr;
   float* tmp_s = nullptr;

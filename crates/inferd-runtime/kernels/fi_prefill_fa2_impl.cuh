@@ -15,7 +15,7 @@
 #include <flashinfer/attention/variants.cuh>
 #include <vector>
 
-#include "fi_internal.h"
+#include "fi_fa2_common.cuh"
 
 #ifndef IFD_FI_HD
 #error "define IFD_FI_HD"
@@ -58,32 +58,12 @@ cudaError_t fa2_run(const FiRun& r, cudaStream_t s) {
   pi.FromVector(std::vector<int64_t>(r.info, r.info + kInfoLen));
 
   FParams p;
-  p.q = static_cast<BF*>(const_cast<void*>(r.q));
-  p.paged_kv = paged_kv_t<BF, int32_t>(
-      static_cast<uint32_t>(r.n_kv_heads), static_cast<uint32_t>(r.page_size), HD,
-      static_cast<uint32_t>(r.n_seqs), QKVLayout::kHND, static_cast<BF*>(const_cast<void*>(r.k)),
-      static_cast<BF*>(const_cast<void*>(r.v)), r.kv_indices, r.kv_indptr, r.kv_last_page_len);
+  set_fa2_run<HD>(p, r, pi);
   p.q_indptr = r.qo_indptr;
-  p.o = static_cast<BF*>(r.o);
-  p.lse = r.lse;
   p.group_size = uint_fastdiv(static_cast<uint32_t>(r.n_heads / r.n_kv_heads));
-  p.num_qo_heads = static_cast<uint32_t>(r.n_heads);
-  p.q_stride_n = static_cast<int32_t>(r.n_heads * HD);
-  p.q_stride_h = static_cast<int32_t>(HD);
-  p.window_left = -1;
-  p.logits_soft_cap = 0.f;
-  p.sm_scale = r.sm_scale;
-  p.rope_rcp_scale = 1.f;
-  p.rope_rcp_theta = 1.f;
-  p.request_indices = GetPtrFromBaseOffset<int32_t>(r.int_ws, pi.request_indices_offset);
   p.qo_tile_indices = GetPtrFromBaseOffset<int32_t>(r.int_ws, pi.qo_tile_indices_offset);
-  p.kv_tile_indices = GetPtrFromBaseOffset<int32_t>(r.int_ws, pi.kv_tile_indices_offset);
-  p.o_indptr = GetPtrFromBaseOffset<int32_t>(r.int_ws, pi.o_indptr_offset);
-  p.kv_chunk_size_ptr = GetPtrFromBaseOffset<int32_t>(r.int_ws, pi.kv_chunk_size_ptr_offset);
   p.max_total_num_rows = static_cast<uint32_t>(pi.total_num_rows);
   p.total_num_rows = nullptr;  // planned without CUDA graphs: max_total_num_rows is exact
-  p.padded_batch_size = static_cast<uint32_t>(pi.padded_batch_size);
-  p.partition_kv = false;
 
   BF* tmp_v = nullptr;
   float* tmp_s = nullptr;
