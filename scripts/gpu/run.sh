@@ -108,6 +108,9 @@
 #   shortchunks  a short prompt chunk at the end of 4k and 16k contexts (/tmp/q8b: 2, 9, 40,
 #            200, 512 tokens) by FlashInfer's SM90 prefill and by its FA2 prefill (split keys):
 #            ms each against a one-row decode, and the two kernels' logits compared
+#   splitfleet  `inferd serve` on /tmp/q8b with --prefill-split off, then auto (prefix cache
+#            on): agents back on 16k contexts (`bench resume`), forked agents on an 8k brief,
+#            and the fleet at 1 / 8 x 4k: what short chunks over long contexts gain end to end
 #   fisan    `cuda_check fibench` (FlashInfer's SM90 prefill paged against contiguous, no kernel of
 #            ours) plainly and under memcheck, FISAN_RUNS times each (default 4): whether the
 #            two outputs part under the sanitizer alone
@@ -778,6 +781,26 @@ shortchunks)
   for ctx in 4096 16384; do
     timeout 200 $B/cuda_check shortchunks /tmp/q8b $ctx ${SHORT_CHUNKS:-2+9+40+200+512} 2>&1 | tee -a $summary
   done
+  ;;
+splitfleet)
+  for mode in off auto; do
+    $B/inferd serve --device cuda -m /tmp/q8b --port 8192 --prefill-split $mode >$OUT/serve-split-$mode.log 2>&1 &
+    SP=$!
+    for i in $(seq 1 240); do curl -sf http://127.0.0.1:8192/health >/dev/null && break; sleep 0.5; done
+    timeout 150 $B/inferd bench resume --url http://127.0.0.1:8192 --token-prompts --seed 11 --agents 8 --context 16384 --reply 64 --filler 4 \
+      --label split-$mode --meta engine=inferd --out $OUT/split-$mode-resume.json >$OUT/split-$mode-resume.txt 2>&1
+    note "split $mode resume 8 x 16k: rc $? $(grep -iE 'return|cached' $OUT/split-$mode-resume.txt | tr -s ' ' | tr '\n' ';' | head -c 400)"
+    timeout 100 $B/inferd bench forked --url http://127.0.0.1:8192 --token-prompts --brief 8192 --agents 32 --suffix 64 --reply 64 \
+      --label split-$mode --meta engine=inferd --out $OUT/split-$mode-forked.json >$OUT/split-$mode-forked.txt 2>&1
+    note "split $mode forked: rc $? $(grep -E 'relaunch|TTFT agents' $OUT/split-$mode-forked.txt | tr -s ' ' | tr '\n' ';')"
+    for n in 1 8; do
+      timeout 120 $B/inferd bench fleet --url http://127.0.0.1:8192 --token-prompts -q --agents $n --context 4096 --reply 128 \
+        --label split-$mode --meta engine=inferd --meta model=qwen3-8b-shape-bf16 --out $OUT/split-$mode-n$n.json >/dev/null 2>&1
+      note "split $mode fleet $n x 4k: rc $?"
+    done
+    kill $SP; wait $SP 2>/dev/null
+  done
+  $B/inferd bench table $OUT/split-*-n*.json 2>&1 | tee -a $summary
   ;;
 fisan)
   for i in $(seq 1 ${FISAN_RUNS:-4}); do

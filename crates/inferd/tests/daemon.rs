@@ -251,6 +251,7 @@ fn gpu_kernel_flags_take_only_their_values() {
     let state = fresh_state("flags");
     for (flag, values) in [
         ("--prefill-kv", "auto, paged, contiguous"),
+        ("--prefill-split", "off, auto, always"),
         (
             "--decode-attention",
             "auto, inferd, flashinfer, tensor-cores",

@@ -48,6 +48,12 @@ pub struct Args {
     /// or contiguous.
     #[arg(long, default_value = "auto", value_parser = ["auto", "paged", "contiguous"])]
     prefill_kv: String,
+    /// GPU only: which prompt chunks FlashInfer's FA2 prefill takes, which splits a long
+    /// context's keys over the GPU (head_dim 128): off (the SM90 prefill for every
+    /// chunk), auto (short chunks over long contexts, which the SM90 prefill runs on few
+    /// SMs), or always (for measurement). Off by default until measured on a GPU.
+    #[arg(long, default_value = "off", value_parser = ["off", "auto", "always"])]
+    prefill_split: String,
     /// KV cache memory: a size (512M, 2G) or a share of free memory (25%; on a GPU, of
     /// the device memory left after the weights). Default: 25% on the CPU, 85% on a GPU.
     #[arg(long)]
@@ -355,6 +361,7 @@ pub fn run(a: Args) -> Result<()> {
         no_graphs: a.no_graphs,
         decode_attention: a.decode_attention.clone(),
         prefill_kv: a.prefill_kv.clone(),
+        prefill_split: a.prefill_split.clone(),
     };
     let (engine, template) = start_engine(
         device,
@@ -439,6 +446,7 @@ struct GpuOptions {
     no_graphs: bool,
     decode_attention: String,
     prefill_kv: String,
+    prefill_split: String,
 }
 
 /// Loads the model on `device` and starts the engine (the one place the backend type is
@@ -506,11 +514,19 @@ fn start_engine(
                 "contiguous" => PrefillKv::Contiguous,
                 other => bail!("--prefill-kv {other}: expected auto, paged or contiguous"),
             };
+            use inferd_runtime::SplitPrefill;
+            let split_prefill = match gpu.prefill_split.as_str() {
+                "off" => SplitPrefill::Off,
+                "auto" => SplitPrefill::Auto,
+                "always" => SplitPrefill::Always,
+                other => bail!("--prefill-split {other}: expected off, auto or always"),
+            };
             let config = inferd_runtime::CudaConfig {
                 device: n,
                 no_graphs: gpu.no_graphs,
                 decode,
                 prefill_kv,
+                split_prefill,
                 lose_device_after: inferd_runtime::lose_device_after_from_env(),
                 ..Default::default()
             };
