@@ -600,7 +600,8 @@ fn prompt_runs_match_the_cpu(head_dim: usize, heads: usize, dtypes: &[KvDtype]) 
                 PrefillKv::Auto,
                 SplitPrefill::Always,
                 if fa2 { (0, 0) } else { (2, 2) },
-                if fa2 { 2 } else { 0 },
+                // The first pass's chunk, then the second's four, a plan each.
+                if fa2 { 5 } else { 0 },
             ),
         ] {
             let backend = CudaBackend::new(CudaConfig {

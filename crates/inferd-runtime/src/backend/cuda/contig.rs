@@ -86,13 +86,19 @@ pub enum Read {
 
 /// The runs of a prompt part's sequences that one plan each takes: maximal runs of
 /// consecutive sequences read the same way (`read[i]`), a contiguous run cut where its
-/// copy (`bytes[i]` a sequence) would pass `capacity`. -> (first, end, read)
+/// copy (`bytes[i]` a sequence) would pass `capacity`; a split chunk alone, since the FA2
+/// planner sizes its query tiles and key splits from the whole plan's batch, and a chunk's
+/// result must not depend on its neighbours (the `Rows` contract). -> (first, end, read)
 pub fn runs(read: &[Read], bytes: &[usize], capacity: usize) -> Vec<(usize, usize, Read)> {
     let mut out: Vec<(usize, usize, Read)> = Vec::new();
     let mut held = 0; // the last run's copy
     for (i, (&c, &b)) in read.iter().zip(bytes).enumerate() {
         match out.last_mut() {
-            Some(r) if r.2 == c && (c != Read::Contiguous || held + b <= capacity) => {
+            Some(r)
+                if r.2 == c
+                    && c != Read::Split
+                    && (c != Read::Contiguous || held + b <= capacity) =>
+            {
                 r.1 = i + 1;
                 held += b;
             }
@@ -191,7 +197,7 @@ mod tests {
         assert_eq!(runs(&[], &[], MAX_BYTES), vec![]);
         assert_eq!(
             runs(&[p, p, c, c, p, s, s], &[gib; 7], MAX_BYTES),
-            vec![(0, 2, p), (2, 4, c), (4, 5, p), (5, 7, s)]
+            vec![(0, 2, p), (2, 4, c), (4, 5, p), (5, 6, s), (6, 7, s)]
         );
         // Contiguous runs hold at most the capacity's copies; paged ones any number.
         let big = MAX_BYTES / 2 + 1;
@@ -203,7 +209,10 @@ mod tests {
             runs(&[c; 4], &[MAX_BYTES / 2; 4], MAX_BYTES),
             vec![(0, 2, c), (2, 4, c)]
         );
-        // Split runs, like paged ones, copy nothing.
-        assert_eq!(runs(&[s; 3], &[MAX_BYTES; 3], MAX_BYTES), vec![(0, 3, s)]);
+        // A split chunk is a plan of its own (copying nothing).
+        assert_eq!(
+            runs(&[s; 3], &[MAX_BYTES; 3], MAX_BYTES),
+            vec![(0, 1, s), (1, 2, s), (2, 3, s)]
+        );
     }
 }

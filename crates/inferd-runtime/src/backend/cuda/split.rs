@@ -37,7 +37,8 @@ pub const MIN_PREFIX: usize = 1024;
 /// Whether a chunk of `q` queries at the end of `kv` keys takes the FA2 prefill under
 /// `mode` on a GPU of `sms` multiprocessors, for a model of `n_heads` query heads and
 /// head_dim `head_dim`. A function of the chunk alone: a sequence's attention never
-/// depends on the other sequences of its pass (the `Rows` contract).
+/// depends on the other sequences of its pass (the `Rows` contract; so each such chunk is
+/// also a plan of its own, `contig::runs`).
 pub fn pays(
     mode: SplitPrefill,
     q: usize,
