@@ -41,9 +41,7 @@ cudaError_t decode_plan(const FiBufs& b, int32_t* kv_indptr_h, int n_seqs,
         static_cast<uint32_t>(page_size), cuda_graph, s, estimate);
   });
   if (st != cudaSuccess) return st;
-  const std::vector<int64_t> v = pi.ToVector();
-  for (size_t i = 0; i < v.size(); ++i) info[i] = v[i];
-  *split_kv = pi.split_kv ? 1 : 0;
+  export_plan(pi, info, split_kv);
   return cudaSuccess;
 }
 

@@ -4,10 +4,19 @@
 #pragma once
 #include <flashinfer/attention/scheduler.cuh>
 #include <flashinfer/page.cuh>
+#include <vector>
 
 #include "fi_internal.h"
 
 namespace ifd_fi {
+
+// A plan's info as the C API keeps it (`IfdFiPlan::fi_info`), and whether it splits the keys.
+template <typename Info>
+void export_plan(const Info& pi, int64_t* info, int* split_kv) {
+  const std::vector<int64_t> v = pi.ToVector();
+  for (size_t i = 0; i < v.size(); ++i) info[i] = v[i];
+  *split_kv = pi.split_kv ? 1 : 0;
+}
 
 // `Info`: the plan's DecodePlanInfo or PrefillPlanInfo (the same offsets by name).
 template <uint32_t HD, typename Params, typename Info>

@@ -45,9 +45,7 @@ cudaError_t fa2_plan(const FiBufs& b, int32_t* qo_indptr_h, int32_t* kv_indptr_h
       /*window_left=*/-1, /*fixed_split_size=*/-1, /*disable_split_kv=*/false,
       /*num_colocated_ctas=*/0, /*uniform_q_len=*/0, s);
   if (st != cudaSuccess) return st;
-  const std::vector<int64_t> v = pi.ToVector();
-  for (size_t i = 0; i < v.size(); ++i) info[i] = v[i];
-  *split_kv = pi.split_kv ? 1 : 0;
+  export_plan(pi, info, split_kv);
   return cudaSuccess;
 }
 
