@@ -130,6 +130,10 @@ root=$(cat $C/build-root.txt)
 xz -dc $C/bins.tar.xz | tar -C $B -xf -
 summary=$OUT/summary.txt
 note() { echo "$*" | tee -a $summary; }
+# Waits (up to 2 minutes) for the server on port $1 to answer /health.
+wait_up() { for i in $(seq 1 240); do curl -sf http://127.0.0.1:$1/health >/dev/null && return; sleep 0.5; done; }
+# The engine's seconds in each step phase so far on the server on port $1, on one line.
+phases() { curl -s http://127.0.0.1:$1/metrics | grep -E '^inferd_step_phase_seconds_(sum|count)' | sed -E 's/inferd_step_phase_seconds_//' | tr '\n' ' '; }
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm --format=csv > $OUT/gpu.txt
 # SM clock, power and temperature every 200 ms through the call (clocks.csv; a summary per
 # stage in summary.txt).
@@ -158,7 +162,7 @@ prefill_fleets() {
   shift 2
   $B/inferd serve --device cuda -m /tmp/q8b --port $port --no-prefix-cache "$@" >$OUT/serve-$tag.log 2>&1 &
   sp=$!
-  for i in $(seq 1 240); do curl -sf http://127.0.0.1:$port/health >/dev/null && break; sleep 0.5; done
+  wait_up $port
   for run in "64 4096" "32 16384"; do
     set -- $run
     timeout 120 $B/inferd bench fleet --url http://127.0.0.1:$port --token-prompts -q --agents $1 --context $2 --reply $reply \
@@ -269,7 +273,7 @@ lost)
   [ -e /tmp/q8b/config.json ] || { note "lost: no /tmp/q8b (run make8b first)"; continue; }
   INFERD_TEST_LOSE_DEVICE_AFTER=8 $B/inferd serve --device cuda -m /tmp/q8b --port 8188 --no-warmup >$OUT/serve-lost.log 2>&1 &
   sp=$!
-  for i in $(seq 1 240); do curl -sf http://127.0.0.1:8188/health >/dev/null && break; sleep 0.5; done
+  wait_up 8188
   code=$(curl -s -o $OUT/lost-reply.json -w '%{http_code}' http://127.0.0.1:8188/v1/completions \
     -H 'content-type: application/json' -d "{\"prompt\": [$(seq -s, 100 163)], \"max_tokens\": 32, \"ignore_eos\": true}")
   for i in $(seq 1 120); do kill -0 $sp 2>/dev/null || break; sleep 0.5; done
@@ -421,7 +425,7 @@ sampling)
 fleettemp)
   $B/inferd serve --device cuda -m /tmp/q8b --port 8183 --no-prefix-cache >$OUT/serve-temp.log 2>&1 &
   SP=$!
-  for i in $(seq 1 240); do curl -sf http://127.0.0.1:8183/health >/dev/null && break; sleep 0.5; done
+  wait_up 8183
   curl -s http://127.0.0.1:8183/metrics > $OUT/metrics-temp-0.txt
   prev=$OUT/metrics-temp-0.txt
   for n in 32 64; do
@@ -450,7 +454,7 @@ structured)
     [ $mode = heldnodry ] && bargs=(--dry-multiplier 0)
     $B/inferd serve --device cuda -m /tmp/q8b --port 8186 "${args[@]}" >$OUT/serve-structured-$mode.log 2>&1 &
     SP=$!
-    for i in $(seq 1 240); do curl -sf http://127.0.0.1:8186/health >/dev/null && break; sleep 0.5; done
+    wait_up 8186
     curl -s http://127.0.0.1:8186/metrics > $OUT/metrics-structured-$mode-0.txt
     prev=$OUT/metrics-structured-$mode-0.txt
     for n in 8 32 64; do
@@ -515,7 +519,7 @@ overlap)
     for mode in off on; do
       $B/inferd serve --device cuda -m /tmp/$model --port 8185 --no-prefix-cache --step-overlap $mode >$OUT/serve-ov-$model-$mode.log 2>&1 &
       SP=$!
-      for i in $(seq 1 240); do curl -sf http://127.0.0.1:8185/health >/dev/null && break; sleep 0.5; done
+      wait_up 8185
       python3 $C/overlap_check.py run http://127.0.0.1:8185 $OUT/overlap-$model-$mode.json 2>&1 | tee -a $summary
       curl -s http://127.0.0.1:8185/metrics > $OUT/metrics-ov-$model-$mode-0.txt
       prev=$OUT/metrics-ov-$model-$mode-0.txt
@@ -537,7 +541,7 @@ spec)
   for mode in off on; do
     $B/inferd serve --device cuda -m /tmp/q8b --port 8186 --no-prefix-cache --speculate $mode >$OUT/serve-spec-$mode.log 2>&1 &
     SP=$!
-    for i in $(seq 1 240); do curl -sf http://127.0.0.1:8186/health >/dev/null && break; sleep 0.5; done
+    wait_up 8186
     SEQUENTIAL=1 python3 $C/overlap_check.py run http://127.0.0.1:8186 $OUT/spec-$mode.json 2>&1 | tee -a $summary
     for n in 1 8 32; do
       timeout 120 $B/inferd bench fleet --url http://127.0.0.1:8186 --token-prompts -q --agents $n --context 4096 --reply 128 \
@@ -561,7 +565,7 @@ draftmodel)
     esac
     $B/inferd serve --device cuda -m $m --port 8187 --no-prefix-cache $flags >$OUT/serve-draft-$mode.log 2>&1 &
     SP=$!
-    for i in $(seq 1 240); do curl -sf http://127.0.0.1:8187/health >/dev/null && break; sleep 0.5; done
+    wait_up 8187
     SEQUENTIAL=1 timeout 200 python3 $C/overlap_check.py run http://127.0.0.1:8187 $OUT/draft-$mode.json 2>&1 | tail -2 | tee -a $summary
     for n in 1 8; do
       timeout 120 $B/inferd bench fleet --url http://127.0.0.1:8187 --token-prompts -q --agents $n --context 4096 --reply 128 \
@@ -569,7 +573,7 @@ draftmodel)
       note "fleet draft model $mode ($(basename $m)), agents $n x 4096: rc $?"
       note "   $(curl -s http://127.0.0.1:8187/metrics | grep -E '^inferd_(model_)?(accepted_)?draft_tokens_total|^inferd_generated_tokens_total|^inferd_backend_events' | tr '\n' ' ')"
       # Seconds in each step phase so far (draft: the draft model's proposals).
-      note "   $(curl -s http://127.0.0.1:8187/metrics | grep -E '^inferd_step_phase_seconds_(sum|count)' | sed -E 's/inferd_step_phase_seconds_//' | tr '\n' ' ')"
+      note "   $(phases 8187)"
     done
     kill $SP; wait $SP 2>/dev/null
     tail -3 $OUT/serve-draft-$mode.log
@@ -582,12 +586,12 @@ draftmodel)
     flags="--speculate off"; [ $mode = q06 ] && flags="--draft-model /tmp/q06"
     $B/inferd serve --device cuda -m /tmp/q8b --port 8188 $flags >$OUT/serve-draft-forked-$mode.log 2>&1 &
     SP=$!
-    for i in $(seq 1 240); do curl -sf http://127.0.0.1:8188/health >/dev/null && break; sleep 0.5; done
+    wait_up 8188
     timeout 100 $B/inferd bench forked --url http://127.0.0.1:8188 --token-prompts --brief 8192 --agents 32 --suffix 64 --reply 64 \
       --label inferd-draft-$mode --meta engine=inferd --out $OUT/forked-draft-$mode.json >$OUT/forked-draft-$mode.txt 2>&1
     note "forked 32 x 8k brief, draft $mode: rc $?"; tail -6 $OUT/forked-draft-$mode.txt | sed "s|$OUT|\$OUT|g" | tee -a $summary
     note "   $(curl -s http://127.0.0.1:8188/metrics | grep -E '^inferd_model_(accepted_)?draft_tokens_total' | tr '\n' ' ')"
-    note "   $(curl -s http://127.0.0.1:8188/metrics | grep -E '^inferd_step_phase_seconds_(sum|count)' | sed -E 's/inferd_step_phase_seconds_//' | tr '\n' ' ')"
+    note "   $(phases 8188)"
     kill $SP; wait $SP 2>/dev/null
   done
   ;;
@@ -596,7 +600,7 @@ fleet|fleetq8|fleetfp8|fleetmma)
   if [ $stage = fleetmma ]; then kvflag="--decode-attention tensor-cores"; tag=-mma; fi
   $B/inferd serve --device cuda -m /tmp/q8b --port 8181 --no-prefix-cache $kvflag >$OUT/serve$tag.log 2>&1 &
   SP=$!
-  for i in $(seq 1 240); do curl -sf http://127.0.0.1:8181/health >/dev/null && break; sleep 0.5; done
+  wait_up 8181
   note "server: $(curl -s http://127.0.0.1:8181/health | head -c 300)"
   curl -s http://127.0.0.1:8181/metrics > $OUT/metrics-0.txt
   prev=$OUT/metrics-0.txt
@@ -619,7 +623,7 @@ wide)
   wide="--max-batch-tokens 8192 --max-prefill-tokens 8192 --max-prefill-tokens-decoding 4096"
   $B/inferd serve --device cuda -m /tmp/q8b --port 8184 --no-prefix-cache $wide >$OUT/serve-wide.log 2>&1 &
   SP=$!
-  for i in $(seq 1 240); do curl -sf http://127.0.0.1:8184/health >/dev/null && break; sleep 0.5; done
+  wait_up 8184
   curl -s http://127.0.0.1:8184/metrics > $OUT/metrics-wide-0.txt
   prev=$OUT/metrics-wide-0.txt
   for run in "8 4096" "32 4096" "64 4096" "32 16384"; do
@@ -639,7 +643,7 @@ long|longq8|longfp8)
   kv=${stage#long}; kvflag=${kv:+--kv-dtype $kv}; tag=${kv:+-$kv}
   $B/inferd serve --device cuda -m /tmp/q8b --port 8182 $kvflag >$OUT/serve-long$tag.log 2>&1 &
   SP=$!
-  for i in $(seq 1 240); do curl -sf http://127.0.0.1:8182/health >/dev/null && break; sleep 0.5; done
+  wait_up 8182
   curl -s http://127.0.0.1:8182/metrics > $OUT/metrics-long-0.txt
   prev=$OUT/metrics-long-0.txt
   for run in "1 16384" "32 16384"; do
@@ -713,7 +717,7 @@ fleet35|peer35)
     eng=llama.cpp
   fi
   SP=$!
-  for i in $(seq 1 240); do curl -sf http://127.0.0.1:8191/health >/dev/null && break; sleep 0.5; done
+  wait_up 8191
   for n in 1 8 32; do
     timeout 120 $B/inferd bench fleet --url http://127.0.0.1:8191 --token-prompts -q --agents $n --context 4096 --reply 128 \
       --label $eng --meta engine=$eng --meta model=qwen3.5-9b-shape-bf16 --out $OUT/h35-$eng-4096-n$n.json >/dev/null 2>&1
@@ -759,7 +763,6 @@ sanitize)
   done
   ;;
 ours)
-  # compute-sanitizer's option for kernels left out (its name changed across releases).
   skip=$(vendor_skip)
   [ -n "$skip" ] || { note "ours: this compute-sanitizer takes no kernel filter"; continue; }
   for t in ${OURS_BINS:-cuda_attention cuda_graphs}; do
@@ -786,7 +789,7 @@ splitfleet)
   for mode in off auto; do
     $B/inferd serve --device cuda -m /tmp/q8b --port 8192 --prefill-split $mode >$OUT/serve-split-$mode.log 2>&1 &
     SP=$!
-    for i in $(seq 1 240); do curl -sf http://127.0.0.1:8192/health >/dev/null && break; sleep 0.5; done
+    wait_up 8192
     timeout 150 $B/inferd bench resume --url http://127.0.0.1:8192 --token-prompts --seed 11 --agents 8 --context 16384 --reply 64 --filler 4 \
       --label split-$mode --meta engine=inferd --out $OUT/split-$mode-resume.json >$OUT/split-$mode-resume.txt 2>&1
     note "split $mode resume 8 x 16k: rc $? $(grep -iE 'return|cached' $OUT/split-$mode-resume.txt | tr -s ' ' | tr '\n' ';' | head -c 400)"

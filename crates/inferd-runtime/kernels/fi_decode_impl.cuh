@@ -1,12 +1,7 @@
 // FlashInfer BatchDecode (paged, HND, bf16, no RoPE, causal by construction) for one
 // head_dim: plan + run. Included by fi_decode_hd{64,128}.cu with IFD_FI_HD set.
-#include <cuda_bf16.h>
-
 #include <flashinfer/attention/decode.cuh>
 #include <flashinfer/attention/default_decode_params.cuh>
-#include <flashinfer/attention/scheduler.cuh>
-#include <flashinfer/attention/variants.cuh>
-#include <vector>
 
 #include "fi_fa2_common.cuh"
 
@@ -17,10 +12,9 @@
 namespace ifd_fi {
 namespace {
 using namespace flashinfer;
-using BF = nv_bfloat16;
+using BF = Fa2BF;
 using DParams = BatchDecodeParams<BF, BF, BF, int32_t>;
-using DVariant = DefaultAttention</*custom_mask=*/false, /*sliding_window=*/false,
-                                  /*soft_cap=*/false, /*alibi=*/false>;
+using DVariant = Fa2Variant;
 constexpr PosEncodingMode kPos = PosEncodingMode::kNone;
 }  // namespace
 
@@ -48,8 +42,7 @@ cudaError_t decode_plan(const FiBufs& b, int32_t* kv_indptr_h, int n_seqs,
 template <int HD_>
 cudaError_t decode_run(const FiRun& r, cudaStream_t s) {
   constexpr uint32_t HD = HD_;
-  DecodePlanInfo pi;
-  pi.FromVector(std::vector<int64_t>(r.info, r.info + 10));
+  const auto pi = import_plan<DecodePlanInfo>(r);
 
   DParams p;
   set_fa2_run<HD>(p, r, pi);

@@ -2,7 +2,10 @@
 // the paged prefill, fi_prefill_fa2_impl.cuh): q, out, the paged K/V over inferd's pages
 // (HND), the softmax scale, and the schedule the plan wrote into the int workspace.
 #pragma once
+#include <cuda_bf16.h>
+
 #include <flashinfer/attention/scheduler.cuh>
+#include <flashinfer/attention/variants.cuh>
 #include <flashinfer/page.cuh>
 #include <vector>
 
@@ -10,12 +13,25 @@
 
 namespace ifd_fi {
 
+using Fa2BF = nv_bfloat16;
+// Plain causal softmax attention: no custom mask, sliding window, soft cap or ALiBi.
+using Fa2Variant = flashinfer::DefaultAttention</*custom_mask=*/false, /*sliding_window=*/false,
+                                                /*soft_cap=*/false, /*alibi=*/false>;
+
 // A plan's info as the C API keeps it (`IfdFiPlan::fi_info`), and whether it splits the keys.
 template <typename Info>
 void export_plan(const Info& pi, int64_t* info, int* split_kv) {
   const std::vector<int64_t> v = pi.ToVector();
   for (size_t i = 0; i < v.size(); ++i) info[i] = v[i];
   *split_kv = pi.split_kv ? 1 : 0;
+}
+
+// The plan's info back from `IfdFiPlan::fi_info` (as many values as `Info` exports).
+template <typename Info>
+Info import_plan(const FiRun& r) {
+  Info pi;
+  pi.FromVector(std::vector<int64_t>(r.info, r.info + Info().ToVector().size()));
+  return pi;
 }
 
 // `Info`: the plan's DecodePlanInfo or PrefillPlanInfo (the same offsets by name).

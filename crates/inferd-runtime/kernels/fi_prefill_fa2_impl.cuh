@@ -7,13 +7,8 @@
 // idle. This kernel's planner packs a KV head's query group into its query tile and splits
 // the keys into chunks to fill the SMs (`PrefillSplitQOKVIndptr`), merging the chunks' partial
 // results (`VariableLengthMergeStates`, partials in the float workspace).
-#include <cuda_bf16.h>
-
 #include <flashinfer/attention/default_prefill_params.cuh>
 #include <flashinfer/attention/prefill.cuh>
-#include <flashinfer/attention/scheduler.cuh>
-#include <flashinfer/attention/variants.cuh>
-#include <vector>
 
 #include "fi_fa2_common.cuh"
 
@@ -24,11 +19,8 @@
 namespace ifd_fi {
 namespace {
 using namespace flashinfer;
-using BF = nv_bfloat16;
+using BF = Fa2BF;
 using FParams = BatchPrefillPagedParams<BF, BF, BF, int32_t>;
-using FVariant = DefaultAttention</*custom_mask=*/false, /*sliding_window=*/false,
-                                  /*soft_cap=*/false, /*alibi=*/false>;
-constexpr size_t kInfoLen = 15;  // PrefillPlanInfo::ToVector()
 }  // namespace
 
 template <int HD_>
@@ -52,8 +44,7 @@ cudaError_t fa2_plan(const FiBufs& b, int32_t* qo_indptr_h, int32_t* kv_indptr_h
 template <int HD_>
 cudaError_t fa2_run(const FiRun& r, cudaStream_t s) {
   constexpr uint32_t HD = HD_;
-  PrefillPlanInfo pi;
-  pi.FromVector(std::vector<int64_t>(r.info, r.info + kInfoLen));
+  const auto pi = import_plan<PrefillPlanInfo>(r);
 
   FParams p;
   set_fa2_run<HD>(p, r, pi);
@@ -74,7 +65,7 @@ cudaError_t fa2_run(const FiRun& r, cudaStream_t s) {
   DISPATCH_CTA_TILE_Q(pi.cta_tile_q, CTA_TILE_Q, {
     st = BatchPrefillWithPagedKVCacheDispatched<
         /*SAME_KV_STRIDES=*/true, CTA_TILE_Q, HD, HD, PosEncodingMode::kNone,
-        /*USE_FP16_QK_REDUCTION=*/false, MaskMode::kCausal, FVariant, FParams>(
+        /*USE_FP16_QK_REDUCTION=*/false, MaskMode::kCausal, Fa2Variant, FParams>(
         p, tmp_v, tmp_s, /*enable_pdl=*/false, s);
   });
   return st;
