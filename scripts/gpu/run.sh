@@ -105,11 +105,14 @@
 #            checked while the test bodies still compare their values (see `fisan`); then
 #            racecheck over all (OURS_RACE_S a binary, default 300), hazards outside the
 #            vendors' kernels counted. OURS_BINS, OURS_TOOLS pick binaries and tools
-#   shortchunks  a short prompt chunk at the end of 4k and 16k contexts (/tmp/q8b: 2, 9, 40,
-#            200, 512 tokens) by FlashInfer's SM90 prefill and by its FA2 prefill (split keys):
-#            ms each against a one-row decode, and the two kernels' logits compared
+#   shortchunks  short prompt chunks at the end of 4k and 16k contexts (/tmp/q8b: 2 to 200
+#            tokens), 1 and 8 sequences a pass (SHORT_SEQS, SHORT_CHUNKS), by FlashInfer's SM90
+#            prefill and by its FA2 prefill (split keys): ms each against a one-row decode,
+#            the FA2 plans a pass (told to and by Auto), the two kernels' logits compared,
+#            and a sequence's FA2 logits in the pass against its chunk alone
 #   splitfleet  `inferd serve` on /tmp/q8b with --prefill-split off, then auto (prefix cache
-#            on): agents back on 16k contexts (`bench resume`), forked agents on an 8k brief,
+#            on): agents back on 16k contexts (`bench resume`, without and with sessions: a
+#            return of about 80 new tokens, and of 16), forked agents on an 8k brief,
 #            and the fleet at 1 / 8 x 4k: what short chunks over long contexts gain end to end
 #   fisan    `cuda_check fibench` (FlashInfer's SM90 prefill paged against contiguous, no kernel of
 #            ours) plainly and under memcheck, FISAN_RUNS times each (default 4): whether the
@@ -781,8 +784,10 @@ ours)
   done
   ;;
 shortchunks)
-  for ctx in 4096 16384; do
-    timeout 200 $B/cuda_check shortchunks /tmp/q8b $ctx ${SHORT_CHUNKS:-2+9+40+200+512} 2>&1 | tee -a $summary
+  for seqs in ${SHORT_SEQS:-1 8}; do
+    for ctx in 4096 16384; do
+      timeout 200 $B/cuda_check shortchunks /tmp/q8b $ctx ${SHORT_CHUNKS:-2+9+16+32+64+80+200} $seqs 2>&1 | tee -a $summary
+    done
   done
   ;;
 splitfleet)
@@ -790,9 +795,13 @@ splitfleet)
     $B/inferd serve --device cuda -m /tmp/q8b --port 8192 --prefill-split $mode >$OUT/serve-split-$mode.log 2>&1 &
     SP=$!
     wait_up 8192
-    timeout 150 $B/inferd bench resume --url http://127.0.0.1:8192 --token-prompts --seed 11 --agents 8 --context 16384 --reply 64 --filler 4 \
-      --label split-$mode --meta engine=inferd --out $OUT/split-$mode-resume.json >$OUT/split-$mode-resume.txt 2>&1
-    note "split $mode resume 8 x 16k: rc $? $(grep -iE 'return|cached' $OUT/split-$mode-resume.txt | tr -s ' ' | tr '\n' ';' | head -c 400)"
+    # Without sessions a return re-reads its last reply (about 80 new tokens); with them
+    # only the tool's result (16).
+    for sess in "" --session; do
+      timeout 150 $B/inferd bench resume --url http://127.0.0.1:8192 --token-prompts --seed 11 --agents 8 --context 16384 --reply 64 --filler 4 $sess \
+        --label split-$mode --meta engine=inferd --out $OUT/split-$mode-resume$sess.json >$OUT/split-$mode-resume$sess.txt 2>&1
+      note "split $mode resume 8 x 16k $sess: rc $? $(grep -iE 'on return  |cached on' $OUT/split-$mode-resume$sess.txt | tr -s ' ' | tr '\n' ';' | head -c 300)"
+    done
     timeout 100 $B/inferd bench forked --url http://127.0.0.1:8192 --token-prompts --brief 8192 --agents 32 --suffix 64 --reply 64 \
       --label split-$mode --meta engine=inferd --out $OUT/split-$mode-forked.json >$OUT/split-$mode-forked.txt 2>&1
     note "split $mode forked: rc $? $(grep -E 'relaunch|TTFT agents' $OUT/split-$mode-forked.txt | tr -s ' ' | tr '\n' ';')"

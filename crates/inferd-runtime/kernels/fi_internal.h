@@ -65,11 +65,12 @@ cudaError_t ragged_run(const FiRun& r, cudaStream_t s);
 
 // FA2 paged prefill (fi_prefill_fa2_impl.cuh; head_dim 128 only): packs a KV head's query
 // group into its query tiles and splits the keys to fill the SMs. kv_indptr_h: page
-// offsets. info: PrefillPlanInfo::ToVector() (15 values).
+// offsets. split_pages: the keys of a piece (0: FlashInfer's choice for the batch). info:
+// PrefillPlanInfo::ToVector() (15 values).
 template <int HD>
 cudaError_t fa2_plan(const FiBufs& b, int32_t* qo_indptr_h, int32_t* kv_indptr_h, int n_seqs,
-                     int n_tokens, int n_heads, int n_kv_heads, int page_size, int64_t* info,
-                     int* split_kv, cudaStream_t s);
+                     int n_tokens, int n_heads, int n_kv_heads, int page_size, int split_pages,
+                     int64_t* info, int* split_kv, cudaStream_t s);
 template <int HD>
 cudaError_t fa2_run(const FiRun& r, cudaStream_t s);
 

@@ -25,8 +25,8 @@ using FParams = BatchPrefillPagedParams<BF, BF, BF, int32_t>;
 
 template <int HD_>
 cudaError_t fa2_plan(const FiBufs& b, int32_t* qo_indptr_h, int32_t* kv_indptr_h, int n_seqs,
-                     int n_tokens, int n_heads, int n_kv_heads, int page_size, int64_t* info,
-                     int* split_kv, cudaStream_t s) {
+                     int n_tokens, int n_heads, int n_kv_heads, int page_size, int split_pages,
+                     int64_t* info, int* split_kv, cudaStream_t s) {
   constexpr uint32_t HD = HD_;
   PrefillPlanInfo pi;
   const cudaError_t st = PrefillPlan<int32_t>(
@@ -34,7 +34,8 @@ cudaError_t fa2_plan(const FiBufs& b, int32_t* qo_indptr_h, int32_t* kv_indptr_h
       static_cast<uint32_t>(n_tokens), static_cast<uint32_t>(n_seqs),
       static_cast<uint32_t>(n_heads), static_cast<uint32_t>(n_kv_heads), HD, HD,
       static_cast<uint32_t>(page_size), /*enable_cuda_graph=*/false, sizeof(BF),
-      /*window_left=*/-1, /*fixed_split_size=*/-1, /*disable_split_kv=*/false,
+      /*window_left=*/-1, /*fixed_split_size=*/split_pages > 0 ? split_pages : -1,
+      /*disable_split_kv=*/false,
       /*num_colocated_ctas=*/0, /*uniform_q_len=*/0, s);
   if (st != cudaSuccess) return st;
   export_plan(pi, info, split_kv);
@@ -72,6 +73,6 @@ cudaError_t fa2_run(const FiRun& r, cudaStream_t s) {
 }
 
 template cudaError_t fa2_plan<IFD_FI_HD>(const FiBufs&, int32_t*, int32_t*, int, int, int, int,
-                                         int, int64_t*, int*, cudaStream_t);
+                                         int, int, int64_t*, int*, cudaStream_t);
 template cudaError_t fa2_run<IFD_FI_HD>(const FiRun&, cudaStream_t);
 }  // namespace ifd_fi

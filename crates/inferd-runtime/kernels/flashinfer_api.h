@@ -92,6 +92,10 @@ typedef struct IfdFiBatch {
   // bt_off[i+1]-bt_off[i] == ceil(kv_len[i]/page_size) (checked, else
   // cudaErrorInvalidValue). For CUDA-graph replay its address must stay the same.
   const int32_t* bt_dev;
+  // IFD_FI_SPLIT: the keys of one piece, in pages, the same for every sequence (so a
+  // sequence's pieces follow from its own length, whatever else the plan holds); 0:
+  // FlashInfer's planner sizes them to fill the SMs from the whole batch. Other kinds: 0.
+  int32_t split_pages;
 } IfdFiBatch;
 
 // Rows of a ragged plan's contiguous K/V: sequence i's keys start at kv_tok_indptr[i], a

@@ -103,14 +103,18 @@ int ifd_fi_workspace_bytes(const IfdFiShape* shape, int32_t max_seqs, int32_t ma
   const size_t works = static_cast<size_t>(shape->n_heads) *
                        ((static_cast<size_t>(max_tokens) + 127) / 128 + max_seqs);
   const size_t pre_int = 7 * (works * 4 + 16) + (sms + 1) * 4 + 16 + 4096;
-  // FA2 prefill (head_dim 128): split only while its tiles stay within 2 * SMs / n_kv_heads,
-  // each holding at most 128 / group query rows' partials of (head_dim + 1) floats a query
-  // head; its schedule: 3 arrays of tiles (at most tokens * group / 16 + seqs unsplit),
-  // o_indptr, the chunk size and merge_indptr (a query row each).
+  // FA2 prefill (head_dim 128): split by its planner only while its tiles stay within
+  // 2 * SMs / n_kv_heads, each holding at most 128 / group query rows' partials of
+  // (head_dim + 1) floats a query head (plans of fixed pieces, split_pages, need more: the
+  // caller sizes float_ws for them); its schedule: 3 arrays of tiles (at most
+  // tokens * group / 16 + seqs unsplit, and with pieces sized to fill the SMs from each
+  // sequence's own tiles, at most 2 * SMs / n_kv_heads more a sequence), o_indptr, the
+  // chunk size and merge_indptr (a query row each).
   const size_t fa2_rows = (2 * static_cast<size_t>(sms) / shape->n_kv_heads * 128 + group - 1) /
                           group;
   const size_t fa2_float = shape->n_heads * fa2_rows * (hd + 1) * 4 + 4096;
-  const size_t tiles = static_cast<size_t>(max_tokens) * group / 16 + max_seqs + 1;
+  const size_t tiles = static_cast<size_t>(max_tokens) * group / 16 +
+                       static_cast<size_t>(max_seqs) * (1 + 2 * sms / shape->n_kv_heads) + 1;
   const size_t fa2_int = 3 * (tiles * 4 + 16) + (static_cast<size_t>(max_seqs) + 1) * 4 +
                          (static_cast<size_t>(max_tokens) + 1) * 4 + 4096;
   *float_ws_bytes = align_up(std::max(dec_float, hd == 128 ? fa2_float : 0), 1 << 20);
@@ -177,6 +181,8 @@ int ifd_fi_plan(const IfdFiWorkspace* ws, const IfdFiShape* shape, const IfdFiBa
       return fail(cudaErrorInvalidValue, "bad mode");
     if (kind == IFD_FI_SPLIT && hd != 128)
       return fail(cudaErrorNotSupported, "FA2 prefill is built for head_dim 128 only");
+    if (batch->split_pages < 0 || (batch->split_pages > 0 && kind != IFD_FI_SPLIT))
+      return fail(cudaErrorInvalidValue, "split_pages is for IFD_FI_SPLIT plans, >= 0");
     if (kind == IFD_FI_RAGGED && batch->bt_dev)
       return fail(cudaErrorInvalidValue, "ragged plans take host block tables (bt), not bt_dev");
     if (!batch->bt_dev && n_pages > ws->max_pages)
@@ -235,7 +241,7 @@ int ifd_fi_plan(const IfdFiWorkspace* ws, const IfdFiShape* shape, const IfdFiBa
               plan->fi_info, &split, s);
     } else if (kind == IFD_FI_SPLIT) {
       e = fa2_plan<128>(b, qo_h.data(), kv_indptr_h.data(), n, n_tokens, shape->n_heads,
-                        shape->n_kv_heads, ps, plan->fi_info, &split, s);
+                        shape->n_kv_heads, ps, batch->split_pages, plan->fi_info, &split, s);
     } else if (kind == IFD_FI_RAGGED) {
       std::vector<int32_t> tok(tok_h, tok_h + n + 1);
       auto rag = hd == 64 ? ragged_plan<64> : hd == 128 ? ragged_plan<128> : ragged_plan<256>;

@@ -29,10 +29,12 @@
 //!   tokens prefilled in passes of CHUNK tokens of each, prompt chunks' attention over the
 //!   pool's pages and over a contiguous copy (`--prefill-kv`), in turn on one model: each
 //!   pass's ms both ways, and the sums.
-//! - `shortchunks MODEL_DIR [CONTEXT] [CHUNK+CHUNK…]`: one sequence's chunk of CHUNK tokens
-//!   at the end of CONTEXT (default 16384; chunks 2+9+40+200+512) by FlashInfer's SM90
-//!   prefill and by its FA2 prefill, which splits the keys: ms each, against a one-row
-//!   decode, and the two kernels' logits compared.
+//! - `shortchunks MODEL_DIR [CONTEXT] [CHUNK+CHUNK…] [SEQS]`: SEQS sequences' chunks of
+//!   CHUNK tokens at the end of CONTEXT (default 16384; chunks 2+9+40+200+512; 1 sequence)
+//!   in one pass, by FlashInfer's SM90 prefill and by its FA2 prefill, which splits the
+//!   keys: ms each, against a one-row decode; the FA2 plans a pass (told to, and by
+//!   `Auto`), the two kernels' logits compared, and the first sequence's FA2 logits in the
+//!   pass against its pass alone.
 
 mod agree;
 mod checks;
@@ -99,6 +101,7 @@ fn main() {
             p(2).expect("MODEL_DIR"),
             a.get(3).map_or(16384, |c| c.parse().expect("CONTEXT")),
             &a.get(4).map_or("2+9+40+200+512".to_string(), String::clone).split('+').map(|c| c.parse().expect("CHUNK+CHUNK")).collect::<Vec<usize>>(),
+            a.get(5).map_or(1, |c| c.parse().expect("SEQS")),
         ),
         Some("chunks") => chunks(
             p(2).expect("MODEL_DIR"),
@@ -106,6 +109,6 @@ fn main() {
             &a.get(4).map_or("2048".to_string(), String::clone).split('+').map(|c| c.parse().expect("CHUNK+CHUNK")).collect::<Vec<usize>>(),
             a.get(5).map_or(1, |c| c.parse().expect("SEQS")),
         ),
-        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | fibench [QUERIES] [KEYS] | chunks MODEL_DIR CONTEXT CHUNK[+CHUNK…] [SEQS] | shortchunks MODEL_DIR [CONTEXT] [CHUNK+…] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT] | checks MODEL_DIR [CONTEXT] [AGENTS+…] | sampling | profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill [CHUNK]] | timeline MODEL_DIR [CONTEXT] [ROWS] | kernels MODEL_DIR [CONTEXT] [ROWS]"),
+        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | fibench [QUERIES] [KEYS] | chunks MODEL_DIR CONTEXT CHUNK[+CHUNK…] [SEQS] | shortchunks MODEL_DIR [CONTEXT] [CHUNK+…] [SEQS] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT] | checks MODEL_DIR [CONTEXT] [AGENTS+…] | sampling | profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill [CHUNK]] | timeline MODEL_DIR [CONTEXT] [ROWS] | kernels MODEL_DIR [CONTEXT] [ROWS]"),
     }
 }

@@ -1,7 +1,10 @@
-//! `shortchunks`: one sequence's short prompt chunk at the end of a long context (an agent
-//! back from a tool), its attention by FlashInfer's SM90 prefill and by its FA2 prefill,
-//! which splits the keys (`SplitPrefill`), against a one-row decode step at the same
-//! context; each pass timed alone, and the two kernels' logits compared.
+//! `shortchunks`: short prompt chunks at the end of a long context (agents back from a
+//! tool), `seqs` of them in one pass (forked: the context's pages shared, each its own
+//! last `TAIL` tokens), their attention by FlashInfer's SM90 prefill and by its FA2
+//! prefill, which splits the keys (`SplitPrefill`), against a one-row decode step at the
+//! same context; each pass timed alone, the two kernels' logits compared, and the first
+//! sequence's FA2 logits in the pass against its own pass alone (bit for bit: the `Rows`
+//! contract).
 
 use std::path::Path;
 
@@ -10,17 +13,44 @@ use inferd_runtime::{CudaBackend, CudaConfig, ForwardBatch, KvDtype, Model, Spli
 use super::common::*;
 use super::speed::timed_pass;
 
-pub fn shortchunks(model_dir: &Path, context: usize, sizes: &[usize]) {
+/// Each sequence's own last tokens (the rest of the context is the first's).
+const TAIL: usize = 1024;
+
+pub fn shortchunks(model_dir: &Path, context: usize, sizes: &[usize], seqs: usize) {
     let model = Model::load(CudaBackend::new(CudaConfig::default()).unwrap(), model_dir).unwrap();
     let vocab = model.cfg.vocab_size;
-    let mut pool = Pool::new(&model, context, KvDtype::Bf16, 1);
-    let table = pool.table(context);
-    let widest = sizes.iter().copied().max().unwrap_or(1).max(4096);
-    let mut ws = model.workspace(widest, 1).unwrap();
+    let seqs = seqs.max(1);
+    let tail = sizes
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(1)
+        .max(TAIL)
+        .next_multiple_of(BLOCK);
+    assert!(
+        context > tail && context % BLOCK == 0,
+        "CONTEXT: a multiple of {BLOCK} past {tail}"
+    );
+    let mut pool = Pool::new(&model, context + seqs * tail, KvDtype::Bf16, seqs);
+    let first = pool.table(context);
+    let shared = (context - tail) / BLOCK;
+    // [seqs] block tables: the first sequence's context, then each one's own tail.
+    let tables: Vec<Vec<u32>> = (0..seqs)
+        .map(|i| match i {
+            0 => first.clone(),
+            _ => first[..shared]
+                .iter()
+                .copied()
+                .chain(pool.table(tail))
+                .collect(),
+        })
+        .collect();
+    let widest = (seqs * tail).max(4096);
+    let mut ws = model.workspace(widest, seqs).unwrap();
     let prompt: Vec<u32> = (0..context)
         .map(|i| ((i * 7919 + 17) % vocab) as u32)
         .collect();
-    // The context, read once in passes of 4096.
+    // The context, read once in passes of 4096; then the other sequences' tails.
     for start in (0..context).step_by(4096) {
         let end = (start + 4096).min(context);
         let mut b = ForwardBatch::default();
@@ -28,26 +58,43 @@ pub fn shortchunks(model_dir: &Path, context: usize, sizes: &[usize]) {
             &prompt[start..end],
             start,
             context,
-            table.clone(),
+            first.clone(),
             end == context,
         );
         timed_pass(&model, &mut ws, &mut pool, &b);
     }
-    let pass = |n: usize| {
+    if seqs > 1 {
         let mut b = ForwardBatch::default();
-        b.push(
-            &prompt[context - n..],
-            context - n,
-            context,
-            table.clone(),
-            true,
-        );
+        for t in &tables[1..] {
+            b.push(
+                &prompt[context - tail..],
+                context - tail,
+                context,
+                t.clone(),
+                true,
+            );
+        }
+        timed_pass(&model, &mut ws, &mut pool, &b);
+    }
+    // The last `n` tokens of the first `k` sequences, in one pass.
+    let pass = |n: usize, k: usize| {
+        let mut b = ForwardBatch::default();
+        for t in &tables[..k] {
+            b.push(
+                &prompt[context - n..],
+                context - n,
+                context,
+                t.clone(),
+                true,
+            );
+        }
         b
     };
-    // The median of 7 passes (the first of each kernel warms it up), and the last row's logits.
-    let time = |mode: SplitPrefill, n: usize, ws: &mut _, pool: &mut _| -> (f64, Vec<f32>) {
+    // The median of 7 passes (the first of each kernel warms it up), and the pass's
+    // last-row logits, `vocab` a sequence.
+    let time = |mode: SplitPrefill, n: usize, k: usize, ws: &mut _, pool: &mut _| {
         model.backend.set_split_prefill(mode);
-        let b = pass(n);
+        let b = pass(n, k);
         let mut t: Vec<f64> = (0..7).map(|_| timed_pass(&model, ws, pool, &b).1).collect();
         t.sort_by(f64::total_cmp);
         let mut logits = Vec::new();
@@ -56,26 +103,31 @@ pub fn shortchunks(model_dir: &Path, context: usize, sizes: &[usize]) {
             .unwrap();
         (t[3], logits)
     };
-    let (decode, _) = time(SplitPrefill::Off, 1, &mut ws, &mut pool);
+    let (decode, _) = time(SplitPrefill::Off, 1, 1, &mut ws, &mut pool);
     println!(
-        "shortchunks at {context} keys: one-row decode (eager) {:.2} ms",
+        "shortchunks at {context} keys, {seqs} sequences a pass: one-row decode (eager) {:.2} ms",
         decode * 1e3
     );
     println!(
-        "| chunk tokens | SM90 ms | FA2 (split keys) ms | SM90 / FA2 | FA2 runs | max |Δlogit| |"
+        "| chunk tokens | SM90 ms | FA2 (split keys) ms | SM90 / FA2 | FA2 plans | Auto's FA2 plans | max |Δlogit| SM90 vs FA2 | FA2 first sequence, pass vs alone |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for &n in sizes {
-        let (sm90, a) = time(SplitPrefill::Off, n, &mut ws, &mut pool);
-        let runs = model.backend.split_runs();
-        let (fa2, b) = time(SplitPrefill::Always, n, &mut ws, &mut pool);
-        let runs = model.backend.split_runs() - runs;
+        let (sm90, a) = time(SplitPrefill::Off, n, seqs, &mut ws, &mut pool);
+        let before = model.backend.split_runs();
+        let (fa2, b) = time(SplitPrefill::Always, n, seqs, &mut ws, &mut pool);
+        let plans = (model.backend.split_runs() - before) / 8;
+        let before = model.backend.split_runs();
+        time(SplitPrefill::Auto, n, seqs, &mut ws, &mut pool);
+        let auto = (model.backend.split_runs() - before) / 8;
+        let (_, alone) = time(SplitPrefill::Always, n, 1, &mut ws, &mut pool);
         println!(
-            "| {n} | {:.2} | {:.2} | {:.2} | {runs} | {:.3e} |",
+            "| {n} | {:.2} | {:.2} | {:.2} | {plans} | {auto} | {:.3e} | {:.3e} |",
             sm90 * 1e3,
             fa2 * 1e3,
             sm90 / fa2,
-            max_abs(&a, &b)
+            max_abs(&a, &b),
+            max_abs(&alone, &b[..vocab]),
         );
     }
     model.backend.set_split_prefill(SplitPrefill::Off);

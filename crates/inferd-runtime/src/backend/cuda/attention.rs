@@ -97,7 +97,8 @@ impl CudaBackend {
                 part.push(&[0], 1, 1);
             }
             let graph = b.bucket.is_some();
-            let (plan, generation) = self.plan_part(0, part, attn, kv, PlanKind::Auto, graph)?;
+            let (plan, generation) =
+                self.plan_part(0, part, attn, kv, PlanKind::Auto, None, graph)?;
             out.runs.push(flashinfer::Run {
                 plan,
                 row: 0,
@@ -114,8 +115,9 @@ impl CudaBackend {
     /// The prompt chunks of a pass (`seqs`, from row `row` on), planned into `out`: each
     /// sequence read by the FA2 kernel as `split::pays` says of its chunk alone (bf16
     /// pools), else paged or from a contiguous copy as `contig::pays` says, runs of
-    /// neighbours read alike one plan each (`contig::runs`). An 8-bit pool's paged runs read
-    /// bf16 copies of their distinct pages, made once for all of them.
+    /// neighbours read alike (split chunks: of one `split::Class`) one plan each
+    /// (`contig::runs`). An 8-bit pool's paged runs read bf16 copies of their distinct
+    /// pages, made once for all of them.
     fn plan_prompt(
         &self,
         seqs: &[SeqChunk],
@@ -130,26 +132,39 @@ impl CudaBackend {
         let sms = (self.inner.dev.info.multiprocessors as usize).max(1);
         let capacity = self.inner.contig.capacity();
         let token_bytes = 2 * attn.n_kv_heads * attn.head_dim * 2; // bf16 K and V
-        let bytes: Vec<usize> = seqs
+        let group = attn.n_heads / attn.n_kv_heads;
+        // Each sequence's read and the bytes of its run's scratch it takes (a contiguous
+        // copy, FA2 partials).
+        let (read, bytes): (Vec<Read>, Vec<usize>) = seqs
             .iter()
-            .map(|s| contig::rows(s.kv_len()) * token_bytes)
-            .collect();
-        let read: Vec<Read> = seqs
-            .iter()
-            .zip(&bytes)
-            .map(|(s, &b)| {
+            .map(|s| {
                 let (q, keys) = (s.n_tokens, s.kv_len());
-                if !kv.dtype.is_8bit()
-                    && split::pays(split_mode, q, keys, attn.n_heads, attn.head_dim, sms)
-                {
-                    Read::Split
-                } else if contig::pays(mode, q, keys, b, capacity) {
-                    Read::Contiguous
+                let copy = contig::rows(keys) * token_bytes;
+                let fa2 = !kv.dtype.is_8bit()
+                    && split::pays(
+                        split_mode,
+                        q,
+                        keys,
+                        attn.n_heads,
+                        attn.n_kv_heads,
+                        attn.head_dim,
+                    );
+                if fa2 {
+                    let (c, work) =
+                        split::class(q, keys, group, attn.n_kv_heads, kv.block_size, sms);
+                    let partials = if c.split {
+                        split::partial_bytes(work, c.tile, group, attn.n_heads, attn.head_dim)
+                    } else {
+                        0
+                    };
+                    (Read::Split(c), partials)
+                } else if contig::pays(mode, q, keys, copy, capacity) {
+                    (Read::Contiguous, copy)
                 } else {
-                    Read::Paged
+                    (Read::Paged, 0)
                 }
             })
-            .collect();
+            .unzip();
         let runs = contig::runs(&read, &bytes, capacity);
         let planes = self.inner.contig.planes();
         let mut parts: Vec<Part> = runs
@@ -174,14 +189,19 @@ impl CudaBackend {
         for (part, &(first, end, c)) in parts.into_iter().zip(&runs) {
             let slot = out.runs.len();
             let pages = part.pages(kv.block_size);
-            let (kind, contig) = match (planes, c) {
-                (Some((k, v)), Read::Contiguous) => {
-                    (PlanKind::Ragged, Some(flashinfer::Contig { pages, k, v }))
+            let (kind, contig, split) = match (planes, c) {
+                (Some((k, v)), Read::Contiguous) => (
+                    PlanKind::Ragged,
+                    Some(flashinfer::Contig { pages, k, v }),
+                    None,
+                ),
+                (_, Read::Split(class)) => {
+                    let partials = bytes[first..end].iter().sum::<usize>();
+                    (PlanKind::Split, None, Some((class.piece_pages, partials)))
                 }
-                (_, Read::Split) => (PlanKind::Split, None),
-                _ => (PlanKind::Prefill, None),
+                _ => (PlanKind::Prefill, None, None),
             };
-            let (plan, generation) = self.plan_part(slot, part, attn, kv, kind, false)?;
+            let (plan, generation) = self.plan_part(slot, part, attn, kv, kind, split, false)?;
             // The run was sized by `contig::rows`, the plan's rows by FlashInfer's C side:
             // the gather must never write past the scratch.
             if contig.is_some() && plan.kv_tokens() * token_bytes > capacity {
@@ -245,7 +265,9 @@ impl CudaBackend {
     }
 
     /// FlashInfer's plan of one part of a pass in workspace `slot` (made or grown when the
-    /// part does not fit); the plan and the workspace's generation.
+    /// part does not fit); the plan and the workspace's generation. `split`: a split
+    /// plan's pages a key piece and the float workspace bytes its partials take.
+    #[allow(clippy::too_many_arguments)]
     fn plan_part(
         &self,
         slot: usize,
@@ -253,6 +275,7 @@ impl CudaBackend {
         attn: &AttnConfig,
         kv: &KvLayout,
         kind: PlanKind,
+        split: Option<(usize, usize)>,
         graph: bool,
     ) -> Result<(flashinfer::Plan, u64)> {
         let shape = flashinfer::Shape {
@@ -269,17 +292,21 @@ impl CudaBackend {
         if ws.len() <= slot {
             ws.resize_with(slot + 1, || None);
         }
+        let (piece_pages, partials) = split.unwrap_or((0, 0));
         if !ws[slot]
             .as_ref()
-            .is_some_and(|w| w.holds(kind, shape, n_seqs, tokens, pages))
+            .is_some_and(|w| w.holds(kind, shape, n_seqs, tokens, pages, partials))
         {
             ws[slot] = None; // its buffers go before the larger ones come
             ws[slot] = Some(flashinfer::FiWorkspace::new(
                 &self.inner.dev,
                 shape,
-                n_seqs.max(256).next_power_of_two(),
-                tokens.max(8192).next_power_of_two(),
-                pages.max(1 << 16).next_power_of_two(),
+                flashinfer::Capacity {
+                    seqs: n_seqs.max(256).next_power_of_two(),
+                    tokens: tokens.max(8192).next_power_of_two(),
+                    pages: pages.max(1 << 16).next_power_of_two(),
+                    partials: partials.next_power_of_two(),
+                },
                 matches!(kind, PlanKind::Auto | PlanKind::Split),
             )?);
         }
@@ -290,6 +317,7 @@ impl CudaBackend {
             &part.kv_len,
             &part.bt_off,
             &part.bt,
+            piece_pages,
             graph,
             self.inner.dev.stream(),
         )?;

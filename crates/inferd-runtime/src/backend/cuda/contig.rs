@@ -16,6 +16,7 @@
 use std::sync::Arc;
 
 use super::device::{Device, DeviceBuffer};
+use super::split;
 
 /// Which K/V layout the prompt chunks' attention reads (bf16 and 8-bit pools alike; an
 /// 8-bit pool's chunks read bf16 either way, dequantized on the copy).
@@ -75,30 +76,34 @@ pub fn pays(mode: PrefillKv, q: usize, kv: usize, bytes: usize, capacity: usize)
 }
 
 /// How a prompt chunk's attention reads its K/V: the pool's pages or a contiguous copy of
-/// them by the SM90 kernel, or the pages by the FA2 kernel, which splits the keys
-/// (split.rs).
+/// them by the SM90 kernel, or the pages by the FA2 kernel, which splits the keys, in
+/// plans of one [`split::Class`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Read {
     Paged,
     Contiguous,
-    Split,
+    Split(split::Class),
 }
 
 /// The runs of a prompt part's sequences that one plan each takes: maximal runs of
-/// consecutive sequences read the same way (`read[i]`), a contiguous run cut where its
-/// copy (`bytes[i]` a sequence) would pass `capacity`; a split chunk alone, since the FA2
-/// planner sizes its query tiles and key splits from the whole plan's batch, and a chunk's
-/// result must not depend on its neighbours (the `Rows` contract). -> (first, end, read)
+/// consecutive sequences read the same way (`read[i]`; split chunks of one class), cut
+/// where the run's scratch would pass its capacity: a contiguous run's copy (`bytes[i]` a
+/// sequence) `capacity`, a split run's partials (`bytes[i]` a sequence)
+/// [`split::PLAN_PARTIALS`]. Neighbours join a run only where that leaves each one's
+/// result its own (the `Rows` contract): the SM90 kernel's blocks are a query head and
+/// tile of one sequence; the FA2 planner's tile and pieces are fixed by the class.
+/// -> (first, end, read)
 pub fn runs(read: &[Read], bytes: &[usize], capacity: usize) -> Vec<(usize, usize, Read)> {
+    let cap = |r: Read| match r {
+        Read::Paged => usize::MAX,
+        Read::Contiguous => capacity,
+        Read::Split(_) => split::PLAN_PARTIALS,
+    };
     let mut out: Vec<(usize, usize, Read)> = Vec::new();
-    let mut held = 0; // the last run's copy
+    let mut held: usize = 0; // the last run's scratch
     for (i, (&c, &b)) in read.iter().zip(bytes).enumerate() {
         match out.last_mut() {
-            Some(r)
-                if r.2 == c
-                    && c != Read::Split
-                    && (c != Read::Contiguous || held + b <= capacity) =>
-            {
+            Some(r) if r.2 == c && held.saturating_add(b) <= cap(c) => {
                 r.1 = i + 1;
                 held += b;
             }
@@ -193,11 +198,21 @@ mod tests {
     #[test]
     fn runs_group_neighbours_read_alike_and_cut_at_the_cap() {
         let gib = 1usize << 30;
-        let (p, c, s) = (Read::Paged, Read::Contiguous, Read::Split);
+        let class = |tile, piece_pages| split::Class {
+            tile,
+            piece_pages,
+            split: true,
+        };
+        let (p, c) = (Read::Paged, Read::Contiguous);
+        let (s, t) = (Read::Split(class(128, 128)), Read::Split(class(64, 128)));
         assert_eq!(runs(&[], &[], MAX_BYTES), vec![]);
         assert_eq!(
-            runs(&[p, p, c, c, p, s, s], &[gib; 7], MAX_BYTES),
-            vec![(0, 2, p), (2, 4, c), (4, 5, p), (5, 6, s), (6, 7, s)]
+            runs(
+                &[p, p, c, c, p, s, s],
+                &[gib, gib, 1, 1, gib, 1, 1],
+                MAX_BYTES
+            ),
+            vec![(0, 2, p), (2, 4, c), (4, 5, p), (5, 7, s)]
         );
         // Contiguous runs hold at most the capacity's copies; paged ones any number.
         let big = MAX_BYTES / 2 + 1;
@@ -209,10 +224,16 @@ mod tests {
             runs(&[c; 4], &[MAX_BYTES / 2; 4], MAX_BYTES),
             vec![(0, 2, c), (2, 4, c)]
         );
-        // A split chunk is a plan of its own (copying nothing).
+        // Split chunks share a plan within a class, as far as their partials fit; a
+        // chunk whose partials alone pass the cap still gets its plan.
+        let half = split::PLAN_PARTIALS / 2;
         assert_eq!(
-            runs(&[s; 3], &[MAX_BYTES; 3], MAX_BYTES),
-            vec![(0, 1, s), (1, 2, s), (2, 3, s)]
+            runs(&[s, s, s, t, t, s], &[half, half, half, 1, 1, 1], MAX_BYTES),
+            vec![(0, 2, s), (2, 3, s), (3, 5, t), (5, 6, s)]
+        );
+        assert_eq!(
+            runs(&[s, s], &[gib, 1], MAX_BYTES),
+            vec![(0, 1, s), (1, 2, s)]
         );
     }
 }

@@ -44,6 +44,7 @@ struct Batch {
     bt_off: *const i32,
     bt: *const i32,
     bt_dev: *const i32,
+    split_pages: i32,
 }
 
 /// A planned pass (FlashInfer's plan info and page-table pointers), kept by value.
@@ -242,6 +243,16 @@ pub struct FiWorkspace {
     pub generation: u64,
 }
 
+/// What a workspace is made to hold: sequences, query rows and pages of a plan, and the
+/// float bytes of a split plan's partials (0: FlashInfer's own splits alone).
+#[derive(Clone, Copy, Debug)]
+pub struct Capacity {
+    pub seqs: usize,
+    pub tokens: usize,
+    pub pages: usize,
+    pub partials: usize,
+}
+
 // SAFETY: used under the backend's lock, one plan at a time.
 unsafe impl Send for FiWorkspace {}
 
@@ -249,16 +260,16 @@ static GENERATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64:
 
 impl FiWorkspace {
     /// `decode`: with room for the split kernels' partials (`PlanKind::Auto` and
-    /// `PlanKind::Split` plans); a workspace for SM90 prefill plans alone keeps a token
-    /// float buffer (those kernels use none), about 18 MB less at the 8B shape.
-    pub fn new(
-        dev: &Arc<Device>,
-        shape: Shape,
-        max_seqs: usize,
-        max_tokens: usize,
-        max_pages: usize,
-        decode: bool,
-    ) -> Result<Self> {
+    /// `PlanKind::Split` plans: FlashInfer's own splits, and at least `cap.partials`
+    /// bytes for plans of fixed pieces); a workspace for SM90 prefill plans alone keeps a
+    /// token float buffer (those kernels use none), about 18 MB less at the 8B shape.
+    pub fn new(dev: &Arc<Device>, shape: Shape, cap: Capacity, decode: bool) -> Result<Self> {
+        let Capacity {
+            seqs: max_seqs,
+            tokens: max_tokens,
+            pages: max_pages,
+            partials,
+        } = cap;
         let (mut fb, mut ib) = (0, 0);
         check(
             unsafe {
@@ -275,6 +286,8 @@ impl FiWorkspace {
         )?;
         if !decode {
             fb = 64 << 10;
+        } else {
+            fb = fb.max(partials);
         }
         let float = dev.alloc(fb)?;
         let int = dev.alloc(ib)?;
@@ -306,7 +319,8 @@ impl FiWorkspace {
         })
     }
 
-    /// Whether a plan of this kind, shape and size fits.
+    /// Whether a plan of this kind, shape and size fits (`partials`: float workspace
+    /// bytes a split plan of fixed pieces takes).
     pub fn holds(
         &self,
         kind: PlanKind,
@@ -314,8 +328,10 @@ impl FiWorkspace {
         seqs: usize,
         tokens: usize,
         pages: usize,
+        partials: usize,
     ) -> bool {
         (self.decode || !matches!(kind, PlanKind::Auto | PlanKind::Split))
+            && partials <= self.ws.float_ws_bytes
             && self.shape == shape
             && seqs <= self.ws.max_seqs as usize
             && tokens <= self.max_tokens
@@ -323,8 +339,9 @@ impl FiWorkspace {
     }
 
     /// Plans a pass: `qo_indptr` [n_seqs + 1], `kv_len` [n_seqs] and the block tables
-    /// (`bt_off` [n_seqs + 1] into `bt`), all on the host. `graph`: plan a decode pass so
-    /// that its runs can be captured and replayed.
+    /// (`bt_off` [n_seqs + 1] into `bt`), all on the host. `split_pages`: a split plan's
+    /// pages a key piece (0: FlashInfer's planner sizes them from the batch). `graph`:
+    /// plan a decode pass so that its runs can be captured and replayed.
     #[allow(clippy::too_many_arguments)]
     pub fn plan(
         &self,
@@ -333,6 +350,7 @@ impl FiWorkspace {
         kv_len: &[i32],
         bt_off: &[i32],
         bt: &[i32],
+        split_pages: usize,
         graph: bool,
         stream: *mut c_void,
     ) -> Result<Plan> {
@@ -343,6 +361,7 @@ impl FiWorkspace {
             bt_off: bt_off.as_ptr(),
             bt: bt.as_ptr(),
             bt_dev: std::ptr::null(),
+            split_pages: split_pages as i32,
         };
         let mut plan = std::mem::MaybeUninit::<Plan>::zeroed();
         check(

@@ -35,27 +35,112 @@ pub fn sm90_blocks(q: usize, n_heads: usize) -> usize {
 pub const MIN_PREFIX: usize = 1024;
 
 /// Whether a chunk of `q` queries at the end of `kv` keys takes the FA2 prefill under
-/// `mode` on a GPU of `sms` multiprocessors, for a model of `n_heads` query heads and
-/// head_dim `head_dim`. A function of the chunk alone: a sequence's attention never
-/// depends on the other sequences of its pass (the `Rows` contract; so each such chunk is
-/// also a plan of its own, `contig::runs`).
+/// `mode`, for a model of `n_heads` query heads over `n_kv_heads` and head_dim `head_dim`.
+/// A function of the chunk alone: a sequence's attention never depends on the other
+/// sequences of its pass (the `Rows` contract).
+///
+/// Auto: over a long context, when the FA2 kernel's padded query rows (the KV heads'
+/// packed groups, [`tile`]s) are at most half the SM90 kernel's (every query head padded
+/// to 128), so the FA2 kernel, at about half the SM90 kernel's tensor rate (mma.sync
+/// against wgmma), is ahead even in a pass full of such chunks, where the SM90 kernel
+/// fills the GPU too; alone, a chunk of a few tiles gains far more (the SM90 kernel's
+/// `n_heads` blocks idle most multiprocessors; 16k context, H100: 40 tokens 15.4 -> 8.9
+/// ms a pass, `cuda_check shortchunks`). At the 8B shape (32 / 8 heads): up to 64
+/// tokens.
 pub fn pays(
     mode: SplitPrefill,
     q: usize,
     kv: usize,
     n_heads: usize,
+    n_kv_heads: usize,
     head_dim: usize,
-    sms: usize,
 ) -> bool {
-    if head_dim != 128 {
+    if head_dim != 128 || q == 0 {
         return false;
     }
     match mode {
         SplitPrefill::Off => false,
         SplitPrefill::Always => true,
-        SplitPrefill::Auto => kv >= q + MIN_PREFIX && 2 * sm90_blocks(q, n_heads) <= sms,
+        SplitPrefill::Auto => {
+            let group = n_heads / n_kv_heads.max(1);
+            let t = tile(q, group);
+            let fa2_rows = n_kv_heads * (q * group).div_ceil(t) * t;
+            let sm90_rows = sm90_blocks(q, n_heads) * 128;
+            kv >= q + MIN_PREFIX && 2 * fa2_rows <= sm90_rows
+        }
     }
 }
+
+/// The query tile (packed rows: a query row times a KV head's group) FlashInfer's FA2
+/// planner gives a plan whose chunks pack `q * group` rows on average
+/// (`FA2DetermineCtaTileQ` at head_dim 128 on sm_90: above 64 rows 128, above 16 64,
+/// else 16).
+pub fn tile(q: usize, group: usize) -> usize {
+    match q * group {
+        p if p > 64 => 128,
+        p if p > 16 => 64,
+        _ => 16,
+    }
+}
+
+/// The keys of a piece, in pages, are at least this many tokens.
+pub const MIN_PIECE_TOKENS: usize = 256;
+
+/// What a split chunk's plan must agree on for the chunk's result to be its own: its
+/// query tile, the pages of a key piece, and whether it is split at all (an unsplit plan
+/// writes its rows directly; a split one merges pieces). Chunks of one class share a
+/// plan (FlashInfer's FA2 planner picks the tile from the plan's average packed length,
+/// which stays in the class's range, and takes the piece size as given).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Class {
+    pub tile: usize,
+    pub piece_pages: usize,
+    pub split: bool,
+}
+
+/// A split chunk's class and its work tiles (query tiles times key pieces): the pieces
+/// sized from the chunk alone, so that its tiles times KV heads times pieces fill `sms`
+/// multiprocessors once (a power of two pages, at least [`MIN_PIECE_TOKENS`]).
+pub fn class(
+    q: usize,
+    kv: usize,
+    group: usize,
+    n_kv_heads: usize,
+    page_size: usize,
+    sms: usize,
+) -> (Class, usize) {
+    let tile = tile(q, group);
+    let tiles = (q * group).div_ceil(tile);
+    let pages = kv.div_ceil(page_size).max(1);
+    let target = sms.div_ceil(tiles * n_kv_heads).max(1);
+    let min_pages = MIN_PIECE_TOKENS.div_ceil(page_size).max(1);
+    let piece_pages = pages.div_ceil(target).next_power_of_two().max(min_pages);
+    let pieces = pages.div_ceil(piece_pages);
+    let class = Class {
+        tile,
+        piece_pages,
+        split: pieces > 1,
+    };
+    (class, tiles * pieces)
+}
+
+/// Float workspace bytes FlashInfer's FA2 planner reserves for the partials of a split
+/// plan of `work` tiles (the sum of its chunks' [`class`] tiles) of query tile `tile`:
+/// a `(head_dim + 1)`-float row a query head for each of `work * tile / group` query rows,
+/// with room for the allocator's alignment.
+pub fn partial_bytes(
+    work: usize,
+    tile: usize,
+    group: usize,
+    n_heads: usize,
+    head_dim: usize,
+) -> usize {
+    let rows = (work * tile).div_ceil(group.max(1));
+    n_heads * rows * (head_dim + 1) * 4 + 4096
+}
+
+/// Float workspace a run of split chunks may fill before the next starts its own plan.
+pub const PLAN_PARTIALS: usize = 64 << 20;
 
 #[cfg(test)]
 mod tests {
@@ -63,20 +148,88 @@ mod tests {
 
     #[test]
     fn short_chunks_over_long_contexts_split_and_the_rest_stay() {
-        // The 8B shape (32 query heads, head_dim 128) on 132 multiprocessors.
-        let auto = |q, kv| pays(SplitPrefill::Auto, q, kv, 32, 128, 132);
-        // An agent back from a tool with 40 or 200 tokens over 16k; a 9-token check at 4k.
-        assert!(auto(40, 16384));
-        assert!(auto(200, 16384));
+        // The 8B shape: 32 query heads over 8 KV heads, head_dim 128.
+        let auto = |q, kv| pays(SplitPrefill::Auto, q, kv, 32, 8, 128);
+        // A 9-token check at 4k; an agent back from a tool with 40 or 64 tokens over 16k.
         assert!(auto(9, 4096));
-        // 512-token chunks fill the SMs with tiles; a short context; a whole prompt.
+        assert!(auto(40, 16384));
+        assert!(auto(64, 16384));
+        // 65 to 128 tokens: the FA2 kernel's 3-4 tiles of 128 packed rows a KV head are
+        // more than half the SM90 kernel's one a query head; longer chunks; a short
+        // context; a whole prompt.
+        assert!(!auto(65, 16384));
+        assert!(!auto(200, 16384));
         assert!(!auto(512, 16384));
         assert!(!auto(40, 600));
         assert!(!auto(4096, 4096));
+        // Without GQA nothing packs: 32 rows of a 64 tile against 128.
+        assert!(pays(SplitPrefill::Auto, 32, 4096, 32, 32, 128));
+        assert!(!pays(SplitPrefill::Auto, 65, 4096, 32, 32, 128));
         // Off, Always, and head dims without the FA2 build.
-        assert!(!pays(SplitPrefill::Off, 40, 16384, 32, 128, 132));
-        assert!(pays(SplitPrefill::Always, 4096, 4096, 32, 128, 132));
-        assert!(!pays(SplitPrefill::Always, 40, 16384, 32, 64, 132));
+        assert!(!pays(SplitPrefill::Off, 40, 16384, 32, 8, 128));
+        assert!(pays(SplitPrefill::Always, 4096, 4096, 32, 8, 128));
+        assert!(!pays(SplitPrefill::Always, 40, 16384, 32, 8, 64));
         assert_eq!(sm90_blocks(129, 32), 64);
+    }
+
+    #[test]
+    fn a_chunks_pieces_fill_the_gpu_from_its_own_shape() {
+        // 16-token pages, 8 KV heads, group 4, 132 SMs.
+        let c = |q, kv| class(q, kv, 4, 8, 16, 132);
+        // 40 tokens over 16k: 160 packed rows, two tiles of 128; 9 pieces wanted, so 8
+        // pieces of 128 pages (2048 tokens): 16 tiles * 8 heads = 128 blocks.
+        assert_eq!(
+            c(40, 16384),
+            (
+                Class {
+                    tile: 128,
+                    piece_pages: 128,
+                    split: true
+                },
+                16
+            )
+        );
+        // 9 tokens (36 rows, a tile of 64) over 4k: 17 pieces wanted, 16 of 16 pages.
+        assert_eq!(
+            c(9, 4096),
+            (
+                Class {
+                    tile: 64,
+                    piece_pages: 16,
+                    split: true
+                },
+                16
+            )
+        );
+        // 4 tokens: tile 16; a short context stays in one piece of the minimum size.
+        assert_eq!(
+            c(4, 200).0,
+            Class {
+                tile: 16,
+                piece_pages: 16,
+                split: false
+            }
+        );
+        // A whole prompt: 128 tiles already fill the GPU; one piece.
+        assert_eq!(
+            c(4096, 4096),
+            (
+                Class {
+                    tile: 128,
+                    piece_pages: 256,
+                    split: false
+                },
+                128
+            )
+        );
+        // Each chunk's class follows from its own length: two contexts a little apart
+        // share one, a context twice as long does not.
+        assert_eq!(c(40, 16000).0, c(40, 16384).0);
+        assert_ne!(c(40, 32768).0, c(40, 16384).0);
+        // Partials: 16 tiles of 128 packed rows = 512 query rows of 32 heads.
+        assert_eq!(
+            partial_bytes(16, 128, 4, 32, 128),
+            32 * 512 * 129 * 4 + 4096
+        );
     }
 }
