@@ -797,11 +797,14 @@ splitfleet)
     wait_up 8192
     # Without sessions a return re-reads its last reply (about 80 new tokens); with them
     # only the tool's result (16).
-    for sess in "" --session; do
-      timeout 150 $B/inferd bench resume --url http://127.0.0.1:8192 --token-prompts --seed 11 --agents 8 --context 16384 --reply 64 --filler 4 $sess \
-        --label split-$mode --meta engine=inferd --out $OUT/split-$mode-resume$sess.json >$OUT/split-$mode-resume$sess.txt 2>&1
-      note "split $mode resume 8 x 16k $sess: rc $? $(grep -iE 'on return  |cached on' $OUT/split-$mode-resume$sess.txt | tr -s ' ' | tr '\n' ';' | head -c 300)"
+    for run in "8 " "8 --sessions" "1 --sessions" "1 "; do
+      read -r na ss <<<"$run"; tag=$na$ss
+      timeout 150 $B/inferd bench resume --url http://127.0.0.1:8192 --token-prompts --seed 11 --agents $na --context 16384 --reply 64 --filler 4 $ss \
+        --label split-$mode --meta engine=inferd --out $OUT/split-$mode-resume$tag.json >$OUT/split-$mode-resume$tag.txt 2>&1
+      note "split $mode resume $na x 16k $ss: rc $? $(grep -iE 'on return  |cached on' $OUT/split-$mode-resume$tag.txt | tr -s ' ' | tr '\n' ';' | head -c 300)"
     done
+    # SPLIT_RESUME_ONLY=1: the returns alone.
+    [ -n "${SPLIT_RESUME_ONLY:-}" ] && { kill $SP; wait $SP 2>/dev/null; continue; }
     timeout 100 $B/inferd bench forked --url http://127.0.0.1:8192 --token-prompts --brief 8192 --agents 32 --suffix 64 --reply 64 \
       --label split-$mode --meta engine=inferd --out $OUT/split-$mode-forked.json >$OUT/split-$mode-forked.txt 2>&1
     note "split $mode forked: rc $? $(grep -E 'relaunch|TTFT agents' $OUT/split-$mode-forked.txt | tr -s ' ' | tr '\n' ';')"

@@ -50,9 +50,10 @@ pub struct Args {
     prefill_kv: String,
     /// GPU only: which prompt chunks FlashInfer's FA2 prefill takes, which splits a long
     /// context's keys over the GPU (head_dim 128): off (the SM90 prefill for every
-    /// chunk), auto (short chunks over long contexts, which the SM90 prefill runs on few
-    /// SMs), or always (for measurement). Off by default until measured on a GPU.
-    #[arg(long, default_value = "off", value_parser = ["off", "auto", "always"])]
+    /// chunk), auto (the default: chunks of up to 64 tokens at the 8B shape over contexts
+    /// of 1024 tokens and more, which the SM90 prefill runs on few SMs), or always (for
+    /// measurement).
+    #[arg(long, default_value = "auto", value_parser = ["off", "auto", "always"])]
     prefill_split: String,
     /// KV cache memory: a size (512M, 2G) or a share of free memory (25%; on a GPU, of
     /// the device memory left after the weights). Default: 25% on the CPU, 85% on a GPU.

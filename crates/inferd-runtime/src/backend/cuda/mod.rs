@@ -89,7 +89,7 @@ pub struct CudaConfig {
     /// Which K/V layout prompt chunks' attention reads (see [`PrefillKv`]).
     pub prefill_kv: PrefillKv,
     /// Which prompt chunks FlashInfer's FA2 prefill takes, splitting their keys (see
-    /// [`SplitPrefill`]; off by default until measured on a GPU).
+    /// [`SplitPrefill`]; by default short chunks over long contexts).
     pub split_prefill: SplitPrefill,
     /// Tokens a chunk of a decode pass (graph-replayed, each row by the decode kernel) has
     /// at most. 0: [`batch::DECODE_CHUNK_TOKENS`], while the pass's chunks read at most
