@@ -345,7 +345,10 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
     // cuBLASLt instead of the matrix-vector kernel; decode rows by our kernel whatever
     // their number, or by FlashInfer's; prompt chunks' attention over a contiguous copy of
     // their K/V (FlashInfer's ragged kernel; by the policy these short chunks are paged),
-    // also beside FlashInfer's decode rows; speculative checks as eager prompt chunks.
+    // also beside FlashInfer's decode rows; speculative checks as eager prompt chunks;
+    // the FA2 prefill off (at head_dim 128 the default runs checks of more than two tokens
+    // as prompt chunks, `DECODE_CHUNK_TOKENS_SPLIT`; off, up to eight replay as decode
+    // rows).
     let base = CudaConfig::default();
     let configs = [
         base,
@@ -382,6 +385,10 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
             decode_chunk_tokens: 1,
             ..base
         },
+        CudaConfig {
+            split_prefill: SplitPrefill::Off,
+            ..base
+        },
     ];
     for cfg in configs {
         let backend = CudaBackend::new(cfg).unwrap();
@@ -393,11 +400,13 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
             for (p, name) in PHASES.iter().enumerate() {
                 let (worst, same, rows) = phase_diff(&want, &got, p);
                 let what = format!(
-                    "head_dim {head_dim}, blocks of {bs}, graphs {}, {}, decode {:?}, prompt K/V {:?}: {name}: {rows} rows, max |Δlogit| {worst}, top-1 equal {same}",
+                    "head_dim {head_dim}, blocks of {bs}, graphs {}, {}, decode {:?}, prompt K/V {:?}, split {:?}, checks {}: {name}: {rows} rows, max |Δlogit| {worst}, top-1 equal {same}",
                     if cfg.no_graphs { "off" } else { "on" },
                     if cfg.no_gemv { "cuBLASLt only" } else { "gemv" },
                     cfg.decode,
                     cfg.prefill_kv,
+                    cfg.split_prefill,
+                    cfg.decode_chunk_tokens,
                 );
                 eprintln!("{what}");
                 if worst > tol {

@@ -96,6 +96,15 @@ pub const BUCKETS: [usize; 13] = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 
 /// its own position, so it replays a graph too.
 pub const DECODE_CHUNK_TOKENS: usize = 8;
 
+/// Tokens a chunk of a decode pass has at most by default where the FA2 prefill takes
+/// short prompt chunks (`SplitPrefill` not Off, head_dim 128, bf16 KV): run as a prompt
+/// chunk, a check's attention costs about a decode row's whatever its length, so past 2
+/// tokens the eager pass is ahead (H100, 8B shape, session 26's `cuda_check checks`: one
+/// agent's 5-token check at 16k 8.07 ms eager against 10.14 replayed, its 3-token one 7.86
+/// against 8.30; 8 agents' 3-token checks at 4k 8.87 against 9.94; a 2-token check 6.86
+/// replayed against 7.14 at 4k).
+pub const DECODE_CHUNK_TOKENS_SPLIT: usize = 2;
+
 /// K/V positions a decode pass's chunks of several tokens may read again, by default: the
 /// decode kernel reads a chunk's K/V once per block of its rows (one row, or up to 16 / G in
 /// the tensor-core build's grouped form), where a prompt chunk's kernel reads it once, so a

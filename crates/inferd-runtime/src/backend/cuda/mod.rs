@@ -255,9 +255,18 @@ impl CudaBackend {
 
     /// The graph bucket `batch` is padded to, over a pool of `layout` (`batch::decode_bucket`:
     /// a hybrid model's decode chunks have one token, its state stepping once a chunk; a
-    /// chunk's rows read its K/V once per block of the tensor-core build's grouped form).
+    /// chunk's rows read its K/V once per block of the tensor-core build's grouped form;
+    /// where the FA2 prefill takes short prompt chunks, checks of more than
+    /// `DECODE_CHUNK_TOKENS_SPLIT` tokens run as prompt chunks).
     fn bucket(&self, batch: &ForwardBatch, attn: &AttnConfig, layout: &KvLayout) -> Option<usize> {
+        let split = *self.inner.split_prefill.lock().unwrap() != SplitPrefill::Off
+            && attn.head_dim == 128
+            && !layout.dtype.is_8bit();
         let (most, reread) = match self.inner.decode_chunk_tokens.load(Ordering::Relaxed) {
+            0 if split => (
+                batch::DECODE_CHUNK_TOKENS_SPLIT,
+                batch::DECODE_REREAD_POSITIONS,
+            ),
             0 => (batch::DECODE_CHUNK_TOKENS, batch::DECODE_REREAD_POSITIONS),
             n => (n, usize::MAX),
         };
