@@ -2,7 +2,7 @@
 # There (GPU machine), from the repository root, after scripts/gpu/prepare.sh here.
 # Usage: run.sh STAGE...   stages, in the order given:
 #   tests    the runtime's test bodies on the GPU (INFERD_REQUIRE_GPU=1), compute-sanitizer
-#            memcheck and racecheck over two of them
+#            memcheck and racecheck over two of them (TESTS_PLAIN=1: the bodies alone)
 #   model8b  makes the Qwen3-8B-shaped random model (/tmp/q8b) and checks the GPU against
 #            transformers (float32) on it; make8b only makes it
 #   speed    decode at batch 1..64 over 4096 tokens and prefill on /tmp/q8b: the default,
@@ -184,6 +184,8 @@ tests)
     $B/$t --test-threads 1 --nocapture $filter >$OUT/test-$t.log 2>&1; note "test $t (cuda): rc=$? $(grep 'test result' $OUT/test-$t.log)"
     grep -E "panicked|Δ|differs" $OUT/test-$t.log | head -6 | tee -a $summary
   done
+  # TESTS_PLAIN=1: the bodies alone, no sanitizer.
+  [ -n "${TESTS_PLAIN:-}" ] && continue
   timeout 300 compute-sanitizer --tool memcheck $B/cuda_attention --test-threads 1 >$OUT/memcheck.log 2>&1
   note "memcheck cuda_attention: rc=$? $(grep -E 'ERROR SUMMARY' $OUT/memcheck.log | tail -1)"
   # The verdict is the error count. A body may also fail its comparison under memcheck: the
