@@ -119,7 +119,7 @@ pub fn class(
     let tile = tile(q, group);
     let tiles = (q * group).div_ceil(tile);
     let pages = kv.div_ceil(page_size).max(1);
-    let target = sms.div_ceil(tiles * n_kv_heads).max(1);
+    let target = sms.div_ceil((tiles * n_kv_heads).max(1)).max(1);
     let min_pages = MIN_PIECE_TOKENS.div_ceil(page_size).max(1);
     let piece_pages = pages.div_ceil(target).next_power_of_two().max(min_pages);
     let pieces = pages.div_ceil(piece_pages);
