@@ -112,7 +112,7 @@ enum {
   IFD_FI_SPLIT = 4,    // FlashInfer FA2 paged prefill (mma.sync), any qo_len, causal: packs a
                        // KV head's query group into its query tiles and splits the keys to
                        // fill the SMs (partials in float_ws), for chunks of few query tiles
-                       // over long contexts; head_dim 128 only
+                       // over long contexts
 };
 
 // Filled by ifd_fi_plan, read by ifd_fi_run; plain data, the caller just keeps it

@@ -103,7 +103,7 @@ int ifd_fi_workspace_bytes(const IfdFiShape* shape, int32_t max_seqs, int32_t ma
   const size_t works = static_cast<size_t>(shape->n_heads) *
                        ((static_cast<size_t>(max_tokens) + 127) / 128 + max_seqs);
   const size_t pre_int = 7 * (works * 4 + 16) + (sms + 1) * 4 + 16 + 4096;
-  // FA2 prefill (head_dim 128): split by its planner only while its tiles stay within
+  // FA2 prefill: split by its planner only while its tiles stay within
   // 2 * SMs / n_kv_heads, each holding at most 128 / group query rows' partials of
   // (head_dim + 1) floats a query head (plans of fixed pieces, split_pages, need more: the
   // caller sizes float_ws for them); its schedule: 3 arrays of tiles (at most
@@ -117,7 +117,7 @@ int ifd_fi_workspace_bytes(const IfdFiShape* shape, int32_t max_seqs, int32_t ma
                        static_cast<size_t>(max_seqs) * (1 + 2 * sms / shape->n_kv_heads) + 1;
   const size_t fa2_int = 3 * (tiles * 4 + 16) + (static_cast<size_t>(max_seqs) + 1) * 4 +
                          (static_cast<size_t>(max_tokens) + 1) * 4 + 4096;
-  *float_ws_bytes = align_up(std::max(dec_float, hd == 128 ? fa2_float : 0), 1 << 20);
+  *float_ws_bytes = align_up(std::max(dec_float, fa2_float), 1 << 20);
   *int_ws_bytes = align_up(
       pt_layout(max_seqs, max_pages).bytes + std::max({dec_int, pre_int, fa2_int}), 1 << 16);
   return 0;
@@ -179,8 +179,6 @@ int ifd_fi_plan(const IfdFiWorkspace* ws, const IfdFiShape* shape, const IfdFiBa
     if (kind != IFD_FI_DECODE && kind != IFD_FI_PREFILL && kind != IFD_FI_RAGGED &&
         kind != IFD_FI_SPLIT)
       return fail(cudaErrorInvalidValue, "bad mode");
-    if (kind == IFD_FI_SPLIT && hd != 128)
-      return fail(cudaErrorNotSupported, "FA2 prefill is built for head_dim 128 only");
     if (batch->split_pages < 0 || (batch->split_pages > 0 && kind != IFD_FI_SPLIT))
       return fail(cudaErrorInvalidValue, "split_pages is for IFD_FI_SPLIT plans, >= 0");
     if (kind == IFD_FI_RAGGED && batch->bt_dev)
@@ -240,8 +238,9 @@ int ifd_fi_plan(const IfdFiWorkspace* ws, const IfdFiShape* shape, const IfdFiBa
       e = dec(b, kv_indptr_h.data(), n, shape->n_heads, shape->n_kv_heads, ps, cuda_graph != 0,
               plan->fi_info, &split, s);
     } else if (kind == IFD_FI_SPLIT) {
-      e = fa2_plan<128>(b, qo_h.data(), kv_indptr_h.data(), n, n_tokens, shape->n_heads,
-                        shape->n_kv_heads, ps, batch->split_pages, plan->fi_info, &split, s);
+      auto fa2 = hd == 64 ? fa2_plan<64> : hd == 128 ? fa2_plan<128> : fa2_plan<256>;
+      e = fa2(b, qo_h.data(), kv_indptr_h.data(), n, n_tokens, shape->n_heads, shape->n_kv_heads,
+              ps, batch->split_pages, plan->fi_info, &split, s);
     } else if (kind == IFD_FI_RAGGED) {
       std::vector<int32_t> tok(tok_h, tok_h + n + 1);
       auto rag = hd == 64 ? ragged_plan<64> : hd == 128 ? ragged_plan<128> : ragged_plan<256>;
@@ -318,11 +317,10 @@ int ifd_fi_run(const IfdFiWorkspace* ws, const IfdFiPlan* plan, const IfdFiRunAr
     r.info = plan->fi_info;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     const int hd = plan->shape.head_dim;
-    if (plan->kind == IFD_FI_SPLIT && hd != 128)
-      return fail(cudaErrorNotSupported, "run: FA2 prefill is built for head_dim 128 only");
     auto run = plan->kind == IFD_FI_DECODE
                    ? (hd == 64 ? decode_run<64> : hd == 128 ? decode_run<128> : decode_run<256>)
-               : plan->kind == IFD_FI_SPLIT ? fa2_run<128>
+               : plan->kind == IFD_FI_SPLIT
+                   ? (hd == 64 ? fa2_run<64> : hd == 128 ? fa2_run<128> : fa2_run<256>)
                : plan->kind == IFD_FI_RAGGED
                    ? (hd == 64 ? ragged_run<64> : hd == 128 ? ragged_run<128> : ragged_run<256>)
                    : (hd == 64 ? prefill_run<64> : hd == 128 ? prefill_run<128> : prefill_run<256>);

@@ -7,7 +7,7 @@
 //! copies of the pages, and the simple kernel where our decode kernel has no group.
 //! Prompt chunks' attention runs both over the pool's pages and over a contiguous copy of
 //! their K/V (FlashInfer's ragged kernel, `PrefillKv::Contiguous`), and by FlashInfer's FA2
-//! prefill, which splits the keys (`SplitPrefill::Always`, head_dim 128).
+//! prefill, which splits the keys (`SplitPrefill::Always`; by default at head_dim 128).
 //! Each run is made twice, with every pass sending its chunks' whole tables and with
 //! tables kept in the pool across passes (edits appending blocks as the sequences grow,
 //! rows past the image's first size, a row moved mid-decode): the two give the same bits.
@@ -597,9 +597,9 @@ fn prompt_runs_match_the_cpu(head_dim: usize, heads: usize, dtypes: &[KvDtype]) 
             _ => (dtype, 1.2 * tol),
         };
         let want = prompt_runs_on(&cpu_model, cpu_dtype);
-        // The FA2 prefill takes every chunk of a bf16 pool at head_dim 128 when told to
-        // (its only build); elsewhere the SM90 kernel's runs stay.
-        let fa2 = dtype == KvDtype::Bf16 && head_dim == 128;
+        // The FA2 prefill takes every chunk of a bf16 pool when told to (head_dim 64, 128
+        // and 256 built); 8-bit pools keep the SM90 kernel's runs.
+        let fa2 = dtype == KvDtype::Bf16;
         // (paged, contiguous) runs of the second pass each way, and FA2 runs in all.
         for (prefill_kv, split_prefill, runs, splits) in [
             (PrefillKv::Auto, SplitPrefill::Off, (2, 2), 0),

@@ -29,7 +29,7 @@ pub fn shortchunks(model_dir: &Path, context: usize, sizes: &[usize], seqs: usiz
         .max(TAIL)
         .next_multiple_of(BLOCK);
     assert!(
-        context > tail && context % BLOCK == 0,
+        context > tail && context.is_multiple_of(BLOCK),
         "CONTEXT: a multiple of {BLOCK} past {tail}"
     );
     let mut pool = Pool::new(&model, context + seqs * tail, KvDtype::Bf16, seqs);

@@ -150,8 +150,15 @@ impl CudaBackend {
                         attn.head_dim,
                     );
                 if fa2 {
-                    let (c, work) =
-                        split::class(q, keys, group, attn.n_kv_heads, kv.block_size, sms);
+                    let (c, work) = split::class(
+                        q,
+                        keys,
+                        group,
+                        attn.n_kv_heads,
+                        attn.head_dim,
+                        kv.block_size,
+                        sms,
+                    );
                     let partials = if c.split {
                         split::partial_bytes(work, c.tile, group, attn.n_heads, attn.head_dim)
                     } else {

@@ -97,7 +97,7 @@ pub const BUCKETS: [usize; 13] = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 
 pub const DECODE_CHUNK_TOKENS: usize = 8;
 
 /// Tokens a chunk of a decode pass has at most by default where the FA2 prefill takes
-/// short prompt chunks (`SplitPrefill` not Off, head_dim 128, bf16 KV): run as a prompt
+/// short prompt chunks (`split::takes_short_chunks`, bf16 KV): run as a prompt
 /// chunk, a check's attention costs about a decode row's whatever its length, so past 2
 /// tokens the eager pass is ahead (H100, 8B shape, session 26's `cuda_check checks`: one
 /// agent's 5-token check at 16k 8.07 ms eager against 10.14 replayed, its 3-token one 7.86

@@ -5,7 +5,7 @@
 //! padded to a graph bucket are planned in graph mode, so a captured graph stays valid.
 //! A prompt run may be planned for the ragged prefill instead ([`PlanKind::Ragged`]): the
 //! same kernel family over a contiguous copy of its K/V (`ifd_kv_gather`, contig.rs); or
-//! for FlashInfer's FA2 prefill ([`PlanKind::Split`], head_dim 128), which splits the keys
+//! for FlashInfer's FA2 prefill ([`PlanKind::Split`], head_dim 64, 128, 256), which splits the keys
 //! of chunks too short to fill the SMs with the SM90 kernel's query tiles (split.rs).
 
 use std::ffi::{c_int, c_void};
@@ -131,7 +131,7 @@ pub enum PlanKind {
     Ragged = 3,
     /// FlashInfer's FA2 paged prefill: a KV head's query group packed into its query
     /// tiles, the keys split to fill the SMs, the splits merged (partials in the float
-    /// workspace). head_dim 128.
+    /// workspace). head_dim 64, 128, 256.
     Split = 4,
 }
 

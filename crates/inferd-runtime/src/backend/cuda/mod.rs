@@ -259,9 +259,9 @@ impl CudaBackend {
     /// where the FA2 prefill takes short prompt chunks, checks of more than
     /// `DECODE_CHUNK_TOKENS_SPLIT` tokens run as prompt chunks).
     fn bucket(&self, batch: &ForwardBatch, attn: &AttnConfig, layout: &KvLayout) -> Option<usize> {
-        let split = *self.inner.split_prefill.lock().unwrap() != SplitPrefill::Off
-            && attn.head_dim == 128
-            && !layout.dtype.is_8bit();
+        let split =
+            split::takes_short_chunks(*self.inner.split_prefill.lock().unwrap(), attn.head_dim)
+                && !layout.dtype.is_8bit();
         let (most, reread) = match self.inner.decode_chunk_tokens.load(Ordering::Relaxed) {
             0 if split => (
                 batch::DECODE_CHUNK_TOKENS_SPLIT,

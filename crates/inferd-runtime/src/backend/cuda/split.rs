@@ -27,7 +27,8 @@ pub enum SplitPrefill {
     /// crowd ([`pays`]); the default.
     #[default]
     Auto,
-    /// Every prompt chunk it can take (head_dim 128, bf16 KV): for tests and measurement.
+    /// Every prompt chunk it can take (head_dim 64, 128, 256, bf16 KV): for tests and
+    /// measurement (64 and 256 are not measured yet).
     Always,
 }
 
@@ -40,6 +41,18 @@ pub fn sm90_blocks(q: usize, n_heads: usize) -> usize {
 /// Keys before a chunk for the split to pay at all: below this the SM90 kernel's blocks
 /// are short whatever their number.
 pub const MIN_PREFIX: usize = 1024;
+
+/// Whether `mode` gives short chunks over long contexts to the FA2 prefill at head_dim
+/// `head_dim`: Always wherever the kernel is built (64, 128, 256), Auto at 128, the one
+/// head_dim measured on a GPU (the 8B shape). The decode bucket's chunks follow it
+/// (`batch::DECODE_CHUNK_TOKENS_SPLIT`).
+pub fn takes_short_chunks(mode: SplitPrefill, head_dim: usize) -> bool {
+    match mode {
+        SplitPrefill::Off => false,
+        SplitPrefill::Auto => head_dim == 128,
+        SplitPrefill::Always => matches!(head_dim, 64 | 128 | 256),
+    }
+}
 
 /// Whether a chunk of `q` queries at the end of `kv` keys takes the FA2 prefill under
 /// `mode`, for a model of `n_heads` query heads over `n_kv_heads` and head_dim `head_dim`.
@@ -62,7 +75,7 @@ pub fn pays(
     n_kv_heads: usize,
     head_dim: usize,
 ) -> bool {
-    if head_dim != 128 || q == 0 {
+    if !takes_short_chunks(mode, head_dim) || q == 0 {
         return false;
     }
     match mode {
@@ -70,7 +83,7 @@ pub fn pays(
         SplitPrefill::Always => true,
         SplitPrefill::Auto => {
             let group = n_heads / n_kv_heads.max(1);
-            let t = tile(q, group);
+            let t = tile(q, group, head_dim);
             let fa2_rows = n_kv_heads * (q * group).div_ceil(t) * t;
             let sm90_rows = sm90_blocks(q, n_heads) * 128;
             kv >= q + MIN_PREFIX && 2 * fa2_rows <= sm90_rows
@@ -80,11 +93,11 @@ pub fn pays(
 
 /// The query tile (packed rows: a query row times a KV head's group) FlashInfer's FA2
 /// planner gives a plan whose chunks pack `q * group` rows on average
-/// (`FA2DetermineCtaTileQ` at head_dim 128 on sm_90: above 64 rows 128, above 16 64,
+/// (`FA2DetermineCtaTileQ` on sm_90: above 64 rows 128 below head_dim 256, above 16 64,
 /// else 16).
-pub fn tile(q: usize, group: usize) -> usize {
+pub fn tile(q: usize, group: usize, head_dim: usize) -> usize {
     match q * group {
-        p if p > 64 => 128,
+        p if p > 64 && head_dim < 256 => 128,
         p if p > 16 => 64,
         _ => 16,
     }
@@ -113,10 +126,11 @@ pub fn class(
     kv: usize,
     group: usize,
     n_kv_heads: usize,
+    head_dim: usize,
     page_size: usize,
     sms: usize,
 ) -> (Class, usize) {
-    let tile = tile(q, group);
+    let tile = tile(q, group, head_dim);
     let tiles = (q * group).div_ceil(tile);
     let pages = kv.div_ceil(page_size).max(1);
     let target = sms.div_ceil((tiles * n_kv_heads).max(1)).max(1);
@@ -172,17 +186,23 @@ mod tests {
         // Without GQA nothing packs: 32 rows of a 64 tile against 128.
         assert!(pays(SplitPrefill::Auto, 32, 4096, 32, 32, 128));
         assert!(!pays(SplitPrefill::Auto, 65, 4096, 32, 32, 128));
-        // Off, Always, and head dims without the FA2 build.
+        // Off; Always at every head_dim built, Auto at the one measured.
         assert!(!pays(SplitPrefill::Off, 40, 16384, 32, 8, 128));
         assert!(pays(SplitPrefill::Always, 4096, 4096, 32, 8, 128));
-        assert!(!pays(SplitPrefill::Always, 40, 16384, 32, 8, 64));
+        assert!(pays(SplitPrefill::Always, 40, 16384, 32, 8, 64));
+        assert!(pays(SplitPrefill::Always, 40, 16384, 16, 4, 256));
+        assert!(!pays(SplitPrefill::Always, 40, 16384, 32, 8, 96));
+        assert!(!pays(SplitPrefill::Auto, 9, 16384, 16, 4, 256));
+        assert!(takes_short_chunks(SplitPrefill::Auto, 128));
+        assert!(!takes_short_chunks(SplitPrefill::Auto, 64));
+        assert!(!takes_short_chunks(SplitPrefill::Off, 128));
         assert_eq!(sm90_blocks(129, 32), 64);
     }
 
     #[test]
     fn a_chunks_pieces_fill_the_gpu_from_its_own_shape() {
         // 16-token pages, 8 KV heads, group 4, 132 SMs.
-        let c = |q, kv| class(q, kv, 4, 8, 16, 132);
+        let c = |q, kv| class(q, kv, 4, 8, 128, 16, 132);
         // 40 tokens over 16k: 160 packed rows, two tiles of 128; 9 pieces wanted, so 8
         // pieces of 128 pages (2048 tokens): 16 tiles * 8 heads = 128 blocks.
         assert_eq!(
@@ -233,6 +253,10 @@ mod tests {
         // share one, a context twice as long does not.
         assert_eq!(c(40, 16000).0, c(40, 16384).0);
         assert_ne!(c(40, 32768).0, c(40, 16384).0);
+        // head_dim 256 never gets the 128-row tile.
+        assert_eq!(tile(40, 4, 256), 64);
+        assert_eq!(tile(40, 4, 128), 128);
+        assert_eq!(tile(4, 4, 256), 16);
         // Partials: 16 tiles of 128 packed rows = 512 query rows of 32 heads.
         assert_eq!(
             partial_bytes(16, 128, 4, 32, 128),
