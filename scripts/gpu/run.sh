@@ -110,6 +110,8 @@
 #            prefill and by its FA2 prefill (split keys): ms each against a one-row decode,
 #            the FA2 plans a pass (told to and by Auto), the two kernels' logits compared,
 #            and a sequence's FA2 logits in the pass against its chunk alone
+#   shortchunks35  after make35: `shortchunks` on the hybrid at 16k, one sequence (its
+#            attention layers at head_dim 256: the FA2 build Always takes, not yet Auto)
 #   splitfleet  `inferd serve` on /tmp/q8b with --prefill-split off, then auto (prefix cache
 #            on): agents back on 16k contexts (`bench resume`, without and with sessions: a
 #            return of about 80 new tokens, and of 16), forked agents on an 8k brief,
@@ -791,6 +793,12 @@ shortchunks)
       timeout 200 $B/cuda_check shortchunks /tmp/q8b $ctx ${SHORT_CHUNKS:-2+9+16+32+64+80+200} $seqs 2>&1 | tee -a $summary
     done
   done
+  ;;
+shortchunks35)
+  # After make35: the hybrid's attention layers (head_dim 256, 16 / 4 heads), one sequence
+  # (a hybrid's state slot is one a pass here). Timing only: each pass steps the
+  # recurrent state again, so the logits columns compare different states.
+  timeout 200 $B/cuda_check shortchunks /tmp/q35 16384 ${SHORT_CHUNKS:-9+16+32+64+200} 1 2>&1 | tee -a $summary
   ;;
 splitfleet)
   for mode in off auto; do

@@ -668,22 +668,22 @@ fn prompt_runs_head_dim_256_match_the_cpu() {
     prompt_runs_match_the_cpu(256, 4, &[KvDtype::Bf16]);
 }
 
-/// Short chunks over long contexts taken by the FA2 prefill (`SplitPrefill::Auto`) share
-/// a plan with neighbours of their class (query tile, key pieces) and keep their own
-/// results. Two passes of four chunks, 72 rows each (so every product has the same shape
-/// and cuBLASLt rounds each row alike: a sequence alone would not, and would differ in
-/// the last bits whatever its attention), share their first sequence, 16 tokens over
-/// 1500; its neighbours differ: 16 and 16 tokens over 1600 and 1700 and 24 over 1800 (two
-/// FA2 plans: three chunks of 64 packed rows, one of 96), then 16 over 4000, 24 over 1300
-/// and 16 over 2500 (three: the 24 in a tile class of its own between the others). The
-/// first sequence's logits are the same bits in both, by the FA2 kernel as by the SM90
-/// kernel (`Off`, the control: the rest of the pass keeps rows apart).
-#[test]
-fn split_chunks_share_plans_by_class_and_keep_their_own_results() {
+/// Short chunks over long contexts taken by the FA2 prefill share a plan with neighbours
+/// of their class (query tile, key pieces) and keep their own results. Two passes of four
+/// chunks, 72 rows each (so every product has the same shape and cuBLASLt rounds each row
+/// alike: a sequence alone would not, and would differ in the last bits whatever its
+/// attention), share their first sequence, 16 tokens over 1500; its neighbours differ: 16
+/// and 16 tokens over 1600 and 1700 and 24 over 1800, then 16 over 4000, 24 over 1300 and
+/// 16 over 2500. With a GQA group of 4 (or 3) the 24-token chunks pack past 64 rows, a
+/// tile class of their own: two FA2 plans, then three; with 2 (or at head_dim 256, which
+/// never takes 128-row tiles) one each. The first sequence's logits are the same bits in
+/// both, by the FA2 kernel as by the SM90 kernel (`Off`, the control: the rest of the pass
+/// keeps rows apart). `modes`: each mode and the FA2 plans of the two passes.
+fn split_plans_keep_their_rows(head_dim: usize, heads: usize, modes: &[(SplitPrefill, [u64; 2])]) {
     if cuda().is_none() {
         return;
     }
-    let path = random_qwen3(128, 8);
+    let path = random_qwen3(head_dim, heads);
     // (context, chunk) of each sequence: every context past the FA2 path's 1024 keys.
     let shapes = [
         (1500usize, 16usize),
@@ -695,7 +695,7 @@ fn split_chunks_share_plans_by_class_and_keep_their_own_results() {
         (2500, 16),
     ];
     let passes: [&[usize]; 2] = [&[0, 1, 2, 3], &[0, 4, 5, 6]];
-    for (mode, plans) in [(SplitPrefill::Off, [0, 0]), (SplitPrefill::Auto, [2, 3])] {
+    for &(mode, plans) in modes {
         let backend = CudaBackend::new(CudaConfig {
             split_prefill: mode,
             ..CudaConfig::default()
@@ -741,15 +741,28 @@ fn split_chunks_share_plans_by_class_and_keep_their_own_results() {
             assert_eq!(
                 backend.split_runs() - before,
                 want,
-                "{mode:?}: FA2 plans of {which:?}"
+                "head_dim {head_dim}, {mode:?}: FA2 plans of {which:?}"
             );
             first.push(logits[..vocab].to_vec());
         }
         assert!(
             first[0] == first[1],
-            "{mode:?}: the first sequence's logits differ with its neighbours (max |Δ| {})",
+            "head_dim {head_dim}, {mode:?}: the first sequence's logits differ with its neighbours (max |Δ| {})",
             max_abs_diff(&first[0], &first[1])
         );
     }
     let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn split_chunks_share_plans_by_class_and_keep_their_own_results() {
+    let off = (SplitPrefill::Off, [0, 0]);
+    split_plans_keep_their_rows(128, 8, &[off, (SplitPrefill::Auto, [2, 3])]);
+}
+
+#[test]
+fn split_chunks_at_head_dims_64_and_256_keep_their_own_results() {
+    let off = (SplitPrefill::Off, [0, 0]);
+    split_plans_keep_their_rows(64, 6, &[off, (SplitPrefill::Always, [2, 3])]);
+    split_plans_keep_their_rows(256, 4, &[off, (SplitPrefill::Always, [1, 1])]);
 }
