@@ -97,6 +97,10 @@ typedef struct IfdFiBatch {
   // FlashInfer's planner sizes them to fill the SMs from the whole batch. Other kinds: 0.
   int32_t split_pages;
 } IfdFiBatch;
+#ifdef __cplusplus
+// The Rust mirror (src/backend/cuda/flashinfer.rs `Batch`) asserts the same size.
+static_assert(sizeof(IfdFiBatch) == 56, "IfdFiBatch's layout is shared with Rust");
+#endif
 
 // Rows of a ragged plan's contiguous K/V: sequence i's keys start at kv_tok_indptr[i], a
 // multiple of this; the rows from its kv_len to the next start are zero.
@@ -118,7 +122,8 @@ enum {
 // Filled by ifd_fi_plan, read by ifd_fi_run; plain data, the caller just keeps it
 // (by value) from the plan until the last run of the pass. Fields are informative.
 typedef struct IfdFiPlan {
-  int32_t kind;        // IFD_FI_DECODE, IFD_FI_PREFILL or IFD_FI_RAGGED (0: not planned)
+  int32_t kind;        // IFD_FI_DECODE, IFD_FI_PREFILL, IFD_FI_RAGGED or IFD_FI_SPLIT (0: not
+                       // planned)
   int32_t n_seqs;
   int32_t n_tokens;
   int32_t cuda_graph;  // decode planned in CUDA-graph mode

@@ -346,9 +346,9 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
     // their number, or by FlashInfer's; prompt chunks' attention over a contiguous copy of
     // their K/V (FlashInfer's ragged kernel; by the policy these short chunks are paged),
     // also beside FlashInfer's decode rows; speculative checks as eager prompt chunks;
-    // the FA2 prefill off (at head_dim 128 the default runs checks of more than two tokens
-    // as prompt chunks, `DECODE_CHUNK_TOKENS_SPLIT`; off, up to eight replay as decode
-    // rows).
+    // the FA2 prefill off (over these short contexts the default replays checks of up to
+    // eight tokens as decode rows too; past 1024 keys it runs those of more than two as
+    // prompt chunks, `DECODE_CHUNK_TOKENS_SPLIT`).
     let base = CudaConfig::default();
     let configs = [
         base,
@@ -670,15 +670,17 @@ fn prompt_runs_head_dim_256_match_the_cpu() {
 
 /// Short chunks over long contexts taken by the FA2 prefill share a plan with neighbours
 /// of their class (query tile, key pieces) and keep their own results. Two passes of four
-/// chunks, 72 rows each (so every product has the same shape and cuBLASLt rounds each row
+/// chunks, 61 rows each (so every product has the same shape and cuBLASLt rounds each row
 /// alike: a sequence alone would not, and would differ in the last bits whatever its
-/// attention), share their first sequence, 16 tokens over 1500; its neighbours differ: 16
-/// and 16 tokens over 1600 and 1700 and 24 over 1800, then 16 over 4000, 24 over 1300 and
-/// 16 over 2500. With a GQA group of 4 (or 3) the 24-token chunks pack past 64 rows, a
-/// tile class of their own: two FA2 plans, then three; with 2 (or at head_dim 256, which
-/// never takes 128-row tiles) one each. The first sequence's logits are the same bits in
-/// both, by the FA2 kernel as by the SM90 kernel (`Off`, the control: the rest of the pass
-/// keeps rows apart). `modes`: each mode and the FA2 plans of the two passes.
+/// attention), share their first sequence, 16 tokens over 1500; its neighbours differ: 5,
+/// 16 and 24 tokens over 1600, 1700 and 1800, then 16, 24 and 5 over 4000, 1300 and 2500.
+/// With a GQA group of 4 the 5- and 16-token chunks pack into 64-row tiles (so the plan's
+/// average, which picks the tile, mixes lengths) and the 24-token ones past 64 rows, a
+/// class of their own: two FA2 plans, then three; with 3 the 5-token chunks pack into
+/// 16-row tiles: four, then three; at head_dim 256, which never takes 128-row tiles, one
+/// and one. The first sequence's logits are the same bits in both, by the FA2 kernel as
+/// by the SM90 kernel (`Off`, the control: the rest of the pass keeps rows apart).
+/// `modes`: each mode and the FA2 plans of the two passes.
 fn split_plans_keep_their_rows(head_dim: usize, heads: usize, modes: &[(SplitPrefill, [u64; 2])]) {
     if cuda().is_none() {
         return;
@@ -687,12 +689,12 @@ fn split_plans_keep_their_rows(head_dim: usize, heads: usize, modes: &[(SplitPre
     // (context, chunk) of each sequence: every context past the FA2 path's 1024 keys.
     let shapes = [
         (1500usize, 16usize),
-        (1600, 16),
+        (1600, 5),
         (1700, 16),
         (1800, 24),
         (4000, 16),
         (1300, 24),
-        (2500, 16),
+        (2500, 5),
     ];
     let passes: [&[usize]; 2] = [&[0, 1, 2, 3], &[0, 4, 5, 6]];
     for &(mode, plans) in modes {
@@ -732,7 +734,7 @@ fn split_plans_keep_their_rows(head_dim: usize, heads: usize, modes: &[(SplitPre
                 let (n, q) = shapes[i];
                 b.push(&prompts[i][n - q..], n - q, n, tables[i].clone(), true);
             }
-            assert_eq!(b.n_tokens(), 72);
+            assert_eq!(b.n_tokens(), 61);
             let before = backend.split_runs();
             logits.clear();
             model
@@ -763,6 +765,6 @@ fn split_chunks_share_plans_by_class_and_keep_their_own_results() {
 #[test]
 fn split_chunks_at_head_dims_64_and_256_keep_their_own_results() {
     let off = (SplitPrefill::Off, [0, 0]);
-    split_plans_keep_their_rows(64, 6, &[off, (SplitPrefill::Always, [2, 3])]);
-    split_plans_keep_their_rows(256, 4, &[off, (SplitPrefill::Always, [1, 1])]);
+    split_plans_keep_their_rows(64, 6, &[off, (SplitPrefill::Always, [4, 3])]);
+    split_plans_keep_their_rows(256, 8, &[off, (SplitPrefill::Always, [1, 1])]);
 }

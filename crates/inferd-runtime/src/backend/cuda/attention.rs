@@ -209,6 +209,19 @@ impl CudaBackend {
                 _ => (PlanKind::Prefill, None, None),
             };
             let (plan, generation) = self.plan_part(slot, part, attn, kv, kind, split, false)?;
+            // A class's chunks keep their own results only while FlashInfer's planner
+            // chooses what `split::class` says it does (checked, not assumed: a new
+            // FlashInfer could choose otherwise).
+            if let Read::Split(class) = c {
+                let (tile, splits) = plan.split_shape();
+                if (tile, splits) != (class.tile, class.split) {
+                    return Err(RuntimeError::Device(format!(
+                        "FlashInfer's FA2 plan took a query tile of {tile} (split: {splits}) \
+                         where its class has {} ({}): its chunks would depend on each other",
+                        class.tile, class.split
+                    )));
+                }
+            }
             // The run was sized by `contig::rows`, the plan's rows by FlashInfer's C side:
             // the gather must never write past the scratch.
             if contig.is_some() && plan.kv_tokens() * token_bytes > capacity {

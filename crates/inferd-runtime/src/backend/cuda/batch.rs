@@ -91,13 +91,13 @@ pub fn rope_table(
 pub const BUCKETS: [usize; 13] = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256];
 
 /// Tokens a chunk of a decode pass has at most by default (`CudaConfig::
-/// decode_chunk_tokens` 0): a speculative check (a decoded token and its drafts,
+/// decode_chunk_tokens` 0; see also [`DECODE_CHUNK_TOKENS_SPLIT`]): a speculative check (a decoded token and its drafts,
 /// `SpecConfig::max_draft` 4 by default) runs as that many decode rows, each attending up to
 /// its own position, so it replays a graph too.
 pub const DECODE_CHUNK_TOKENS: usize = 8;
 
-/// Tokens a chunk of a decode pass has at most by default where the FA2 prefill takes
-/// short prompt chunks (`split::takes_short_chunks`, bf16 KV): run as a prompt
+/// Tokens a chunk of a decode pass has at most by default in a pass with a longer check
+/// the FA2 prefill would take (`split::pays`: over at least 1024 keys): run as a prompt
 /// chunk, a check's attention costs about a decode row's whatever its length, so past 2
 /// tokens the eager pass is ahead (H100, 8B shape, session 26's `cuda_check checks`: one
 /// agent's 5-token check at 16k 8.07 ms eager against 10.14 replayed, its 3-token one 7.86

@@ -47,6 +47,9 @@ struct Batch {
     split_pages: i32,
 }
 
+// `IfdFiBatch`'s size (flashinfer_api.h asserts the same).
+const _: () = assert!(std::mem::size_of::<Batch>() == 56);
+
 /// A planned pass (FlashInfer's plan info and page-table pointers), kept by value.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -77,6 +80,12 @@ impl Plan {
     /// Sequences of the plan.
     pub fn n_seqs(&self) -> usize {
         self.n_seqs as usize
+    }
+
+    /// A split (FA2) plan's query tile and whether it splits the keys, as FlashInfer's
+    /// planner chose them (`PrefillPlanInfo::cta_tile_q`, its fourth value).
+    pub fn split_shape(&self) -> (usize, bool) {
+        (self.fi_info[3] as usize, self.split_kv != 0)
     }
 
     /// Rows of a ragged plan's contiguous K/V (each sequence's keys rounded up to
@@ -361,7 +370,9 @@ impl FiWorkspace {
             bt_off: bt_off.as_ptr(),
             bt: bt.as_ptr(),
             bt_dev: std::ptr::null(),
-            split_pages: split_pages as i32,
+            split_pages: i32::try_from(split_pages).map_err(|_| {
+                RuntimeError::Device(format!("{split_pages} pages a key piece: too many"))
+            })?,
         };
         let mut plan = std::mem::MaybeUninit::<Plan>::zeroed();
         check(

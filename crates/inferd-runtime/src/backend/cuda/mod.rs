@@ -92,8 +92,9 @@ pub struct CudaConfig {
     /// [`SplitPrefill`]; by default short chunks over long contexts).
     pub split_prefill: SplitPrefill,
     /// Tokens a chunk of a decode pass (graph-replayed, each row by the decode kernel) has
-    /// at most. 0: [`batch::DECODE_CHUNK_TOKENS`], while the pass's chunks read at most
-    /// [`batch::DECODE_REREAD_POSITIONS`] K/V positions again; 1: speculative checks run
+    /// at most. 0: [`batch::DECODE_CHUNK_TOKENS`] ([`batch::DECODE_CHUNK_TOKENS_SPLIT`] in
+    /// a pass with a longer check the FA2 prefill would take), while the pass's chunks read
+    /// at most [`batch::DECODE_REREAD_POSITIONS`] K/V positions again; 1: speculative checks run
     /// as eager prompt chunks; N: chunks of up to N tokens, whatever they read again (for
     /// measurement).
     pub decode_chunk_tokens: usize,
@@ -255,13 +256,23 @@ impl CudaBackend {
 
     /// The graph bucket `batch` is padded to, over a pool of `layout` (`batch::decode_bucket`:
     /// a hybrid model's decode chunks have one token, its state stepping once a chunk; a
-    /// chunk's rows read its K/V once per block of the tensor-core build's grouped form;
-    /// where the FA2 prefill takes short prompt chunks, checks of more than
-    /// `DECODE_CHUNK_TOKENS_SPLIT` tokens run as prompt chunks).
+    /// chunk's rows read its K/V once per block of the tensor-core build's grouped form; a
+    /// pass holding a check of more than `DECODE_CHUNK_TOKENS_SPLIT` tokens that the FA2
+    /// prefill would take runs its chunks as prompt chunks).
     fn bucket(&self, batch: &ForwardBatch, attn: &AttnConfig, layout: &KvLayout) -> Option<usize> {
-        let split =
-            split::takes_short_chunks(*self.inner.split_prefill.lock().unwrap(), attn.head_dim)
-                && !layout.dtype.is_8bit();
+        let mode = *self.inner.split_prefill.lock().unwrap();
+        let split = !layout.dtype.is_8bit()
+            && batch.seqs.iter().any(|s| {
+                s.n_tokens > batch::DECODE_CHUNK_TOKENS_SPLIT
+                    && split::pays(
+                        mode,
+                        s.n_tokens,
+                        s.kv_len(),
+                        attn.n_heads,
+                        attn.n_kv_heads,
+                        attn.head_dim,
+                    )
+            });
         let (most, reread) = match self.inner.decode_chunk_tokens.load(Ordering::Relaxed) {
             0 if split => (
                 batch::DECODE_CHUNK_TOKENS_SPLIT,

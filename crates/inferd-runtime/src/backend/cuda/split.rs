@@ -44,8 +44,7 @@ pub const MIN_PREFIX: usize = 1024;
 
 /// Whether `mode` gives short chunks over long contexts to the FA2 prefill at head_dim
 /// `head_dim`: Always wherever the kernel is built (64, 128, 256), Auto at 128, the one
-/// head_dim measured on a GPU (the 8B shape). The decode bucket's chunks follow it
-/// (`batch::DECODE_CHUNK_TOKENS_SPLIT`).
+/// head_dim measured on a GPU (the 8B shape).
 pub fn takes_short_chunks(mode: SplitPrefill, head_dim: usize) -> bool {
     match mode {
         SplitPrefill::Off => false,
@@ -118,9 +117,13 @@ pub struct Class {
     pub split: bool,
 }
 
+/// The piece of a chunk its class keeps whole: more pages than any context.
+pub const WHOLE: usize = 1 << 24;
+
 /// A split chunk's class and its work tiles (query tiles times key pieces): the pieces
 /// sized from the chunk alone, so that its tiles times KV heads times pieces fill `sms`
-/// multiprocessors once (a power of two pages, at least [`MIN_PIECE_TOKENS`]).
+/// multiprocessors once (a power of two pages, at least [`MIN_PIECE_TOKENS`]); a chunk of
+/// one piece gets [`WHOLE`], so unsplit chunks of any length share a class.
 pub fn class(
     q: usize,
     kv: usize,
@@ -139,7 +142,7 @@ pub fn class(
     let pieces = pages.div_ceil(piece_pages);
     let class = Class {
         tile,
-        piece_pages,
+        piece_pages: if pieces > 1 { piece_pages } else { WHOLE },
         split: pieces > 1,
     };
     (class, tiles * pieces)
@@ -228,27 +231,17 @@ mod tests {
                 16
             )
         );
-        // 4 tokens: tile 16; a short context stays in one piece of the minimum size.
-        assert_eq!(
-            c(4, 200).0,
-            Class {
-                tile: 16,
-                piece_pages: 16,
-                split: false
-            }
-        );
-        // A whole prompt: 128 tiles already fill the GPU; one piece.
-        assert_eq!(
-            c(4096, 4096),
-            (
-                Class {
-                    tile: 128,
-                    piece_pages: 256,
-                    split: false
-                },
-                128
-            )
-        );
+        // 4 tokens: tile 16; a short context stays whole.
+        let whole = |tile| Class {
+            tile,
+            piece_pages: WHOLE,
+            split: false,
+        };
+        assert_eq!(c(4, 200).0, whole(16));
+        // A whole prompt: 128 tiles already fill the GPU; one piece, the same class as
+        // any other whole chunk of its tile.
+        assert_eq!(c(4096, 4096), (whole(128), 128));
+        assert_eq!(c(2048, 2048).0, whole(128));
         // Each chunk's class follows from its own length: two contexts a little apart
         // share one, a context twice as long does not.
         assert_eq!(c(40, 16000).0, c(40, 16384).0);
