@@ -65,7 +65,7 @@ cudaError_t ragged_run(const FiRun& r, cudaStream_t s);
 
 // FA2 paged prefill (fi_prefill_fa2_impl.cuh; head_dim 64, 128, 256): packs a KV head's query
 // group into its query tiles and splits the keys to fill the SMs. kv_indptr_h: page
-// offsets. split_pages: the keys of a piece (0: FlashInfer's choice for the batch). info:
+// offsets. split_pages: the keys of a piece (> 0; float_ws sized for the partials). info:
 // PrefillPlanInfo::ToVector() (15 values).
 template <int HD>
 cudaError_t fa2_plan(const FiBufs& b, int32_t* qo_indptr_h, int32_t* kv_indptr_h, int n_seqs,

@@ -5,8 +5,9 @@
 // head, 128-query tile) and never splits the keys, so a prompt chunk of a few dozen tokens
 // over a long context is n_heads blocks, each streaming the whole context, while most SMs
 // idle. This kernel's planner packs a KV head's query group into its query tile and splits
-// the keys into chunks to fill the SMs (`PrefillSplitQOKVIndptr`), merging the chunks' partial
-// results (`VariableLengthMergeStates`, partials in the float workspace).
+// the keys into pieces of the size the caller gives (`PrefillSplitQOKVIndptr`'s
+// fixed_split_size: inferd sizes them from each chunk alone, split.rs), merging the pieces'
+// partial results (`VariableLengthMergeStates`, partials in the float workspace).
 #include <flashinfer/attention/default_prefill_params.cuh>
 #include <flashinfer/attention/prefill.cuh>
 
@@ -34,7 +35,7 @@ cudaError_t fa2_plan(const FiBufs& b, int32_t* qo_indptr_h, int32_t* kv_indptr_h
       static_cast<uint32_t>(n_tokens), static_cast<uint32_t>(n_seqs),
       static_cast<uint32_t>(n_heads), static_cast<uint32_t>(n_kv_heads), HD, HD,
       static_cast<uint32_t>(page_size), /*enable_cuda_graph=*/false, sizeof(BF),
-      /*window_left=*/-1, /*fixed_split_size=*/split_pages > 0 ? split_pages : -1,
+      /*window_left=*/-1, /*fixed_split_size=*/split_pages,
       /*disable_split_kv=*/false,
       /*num_colocated_ctas=*/0, /*uniform_q_len=*/0, s);
   if (st != cudaSuccess) return st;

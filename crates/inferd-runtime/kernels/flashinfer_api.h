@@ -92,9 +92,9 @@ typedef struct IfdFiBatch {
   // bt_off[i+1]-bt_off[i] == ceil(kv_len[i]/page_size) (checked, else
   // cudaErrorInvalidValue). For CUDA-graph replay its address must stay the same.
   const int32_t* bt_dev;
-  // IFD_FI_SPLIT: the keys of one piece, in pages, the same for every sequence (so a
-  // sequence's pieces follow from its own length, whatever else the plan holds); 0:
-  // FlashInfer's planner sizes them to fill the SMs from the whole batch. Other kinds: 0.
+  // IFD_FI_SPLIT: the keys of one piece, in pages (> 0), the same for every sequence (so a
+  // sequence's pieces follow from its own length, whatever else the plan holds); the
+  // caller sizes float_ws for the plan's partials. Other kinds: 0.
   int32_t split_pages;
 } IfdFiBatch;
 #ifdef __cplusplus
@@ -151,7 +151,8 @@ static_assert(sizeof(IfdFiPlan) == 208, "IfdFiPlan's layout is shared with Rust"
 // Conservative workspace sizes for a shape and the largest batch a workspace will see:
 // max_seqs sequences, max_tokens query rows, max_pages pages (these two also go into
 // IfdFiWorkspace). Host only; queries the current device's SM count if it can (else
-// assumes 256 SMs). float: split-KV decode and FA2 prefill partials; int: page tables +
+// assumes 256 SMs). float: split-KV decode partials (an FA2 prefill plan's are the caller's
+// to add: IfdFiBatch.split_pages); int: page tables +
 // schedule.
 int ifd_fi_workspace_bytes(const IfdFiShape* shape, int32_t max_seqs, int32_t max_tokens,
                            int32_t max_pages, size_t* float_ws_bytes, size_t* int_ws_bytes);

@@ -103,21 +103,15 @@ int ifd_fi_workspace_bytes(const IfdFiShape* shape, int32_t max_seqs, int32_t ma
   const size_t works = static_cast<size_t>(shape->n_heads) *
                        ((static_cast<size_t>(max_tokens) + 127) / 128 + max_seqs);
   const size_t pre_int = 7 * (works * 4 + 16) + (sms + 1) * 4 + 16 + 4096;
-  // FA2 prefill: split by its planner only while its tiles stay within
-  // 2 * SMs / n_kv_heads, each holding at most 128 / group query rows' partials of
-  // (head_dim + 1) floats a query head (plans of fixed pieces, split_pages, need more: the
-  // caller sizes float_ws for them); its schedule: 3 arrays of tiles (at most
-  // tokens * group / 16 + seqs unsplit, and with pieces sized to fill the SMs from each
-  // sequence's own tiles, at most 2 * SMs / n_kv_heads more a sequence), o_indptr, the
-  // chunk size and merge_indptr (a query row each).
-  const size_t fa2_rows = (2 * static_cast<size_t>(sms) / shape->n_kv_heads * 128 + group - 1) /
-                          group;
-  const size_t fa2_float = shape->n_heads * fa2_rows * (hd + 1) * 4 + 4096;
+  // FA2 prefill: its partials are the caller's to size (split_pages); its schedule: 3
+  // arrays of tiles (at most tokens * group / 16 + seqs unsplit, and with pieces sized to
+  // fill the SMs from each sequence's own tiles, at most 2 * SMs / n_kv_heads more a
+  // sequence), o_indptr, the chunk size and merge_indptr (a query row each).
   const size_t tiles = static_cast<size_t>(max_tokens) * group / 16 +
                        static_cast<size_t>(max_seqs) * (1 + 2 * sms / shape->n_kv_heads) + 1;
   const size_t fa2_int = 3 * (tiles * 4 + 16) + (static_cast<size_t>(max_seqs) + 1) * 4 +
                          (static_cast<size_t>(max_tokens) + 1) * 4 + 4096;
-  *float_ws_bytes = align_up(std::max(dec_float, fa2_float), 1 << 20);
+  *float_ws_bytes = align_up(dec_float, 1 << 20);
   *int_ws_bytes = align_up(
       pt_layout(max_seqs, max_pages).bytes + std::max({dec_int, pre_int, fa2_int}), 1 << 16);
   return 0;
@@ -179,8 +173,9 @@ int ifd_fi_plan(const IfdFiWorkspace* ws, const IfdFiShape* shape, const IfdFiBa
     if (kind != IFD_FI_DECODE && kind != IFD_FI_PREFILL && kind != IFD_FI_RAGGED &&
         kind != IFD_FI_SPLIT)
       return fail(cudaErrorInvalidValue, "bad mode");
-    if (batch->split_pages < 0 || (batch->split_pages > 0 && kind != IFD_FI_SPLIT))
-      return fail(cudaErrorInvalidValue, "split_pages is for IFD_FI_SPLIT plans, >= 0");
+    if ((kind == IFD_FI_SPLIT) != (batch->split_pages > 0) || batch->split_pages < 0)
+      return fail(cudaErrorInvalidValue,
+                  "split_pages: > 0 for IFD_FI_SPLIT plans (their pieces), else 0");
     if (kind == IFD_FI_RAGGED && batch->bt_dev)
       return fail(cudaErrorInvalidValue, "ragged plans take host block tables (bt), not bt_dev");
     if (!batch->bt_dev && n_pages > ws->max_pages)

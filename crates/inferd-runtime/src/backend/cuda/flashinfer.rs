@@ -253,7 +253,7 @@ pub struct FiWorkspace {
 }
 
 /// What a workspace is made to hold: sequences, query rows and pages of a plan, and the
-/// float bytes of a split plan's partials (0: FlashInfer's own splits alone).
+/// float bytes of a split plan's partials (0: none).
 #[derive(Clone, Copy, Debug)]
 pub struct Capacity {
     pub seqs: usize,
@@ -268,10 +268,10 @@ unsafe impl Send for FiWorkspace {}
 static GENERATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl FiWorkspace {
-    /// `decode`: with room for the split kernels' partials (`PlanKind::Auto` and
-    /// `PlanKind::Split` plans: FlashInfer's own splits, and at least `cap.partials`
-    /// bytes for plans of fixed pieces); a workspace for SM90 prefill plans alone keeps a
-    /// token float buffer (those kernels use none), about 18 MB less at the 8B shape.
+    /// `decode`: with room for the split kernels' partials (`PlanKind::Auto`'s decode
+    /// splits, and `cap.partials` bytes for `PlanKind::Split` plans); a workspace for
+    /// SM90 prefill plans alone keeps a token float buffer (those kernels use none),
+    /// about 9 MB less at the 8B shape.
     pub fn new(dev: &Arc<Device>, shape: Shape, cap: Capacity, decode: bool) -> Result<Self> {
         let Capacity {
             seqs: max_seqs,
@@ -349,7 +349,7 @@ impl FiWorkspace {
 
     /// Plans a pass: `qo_indptr` [n_seqs + 1], `kv_len` [n_seqs] and the block tables
     /// (`bt_off` [n_seqs + 1] into `bt`), all on the host. `split_pages`: a split plan's
-    /// pages a key piece (0: FlashInfer's planner sizes them from the batch). `graph`:
+    /// pages a key piece (> 0; other kinds 0). `graph`:
     /// plan a decode pass so that its runs can be captured and replayed.
     #[allow(clippy::too_many_arguments)]
     pub fn plan(
