@@ -105,6 +105,18 @@ pub const DECODE_CHUNK_TOKENS: usize = 8;
 /// replayed against 7.14 at 4k).
 pub const DECODE_CHUNK_TOKENS_SPLIT: usize = 2;
 
+/// Tokens a decode pass's chunks may have by default: [`DECODE_CHUNK_TOKENS`], or
+/// [`DECODE_CHUNK_TOKENS_SPLIT`] in a pass with a longer chunk that `fa2` says the FA2
+/// prefill would take (so the pass runs it as a prompt chunk).
+pub fn chunk_limit(b: &ForwardBatch, fa2: impl Fn(&SeqChunk) -> bool) -> usize {
+    let longer = |s: &&SeqChunk| s.n_tokens > DECODE_CHUNK_TOKENS_SPLIT;
+    if b.seqs.iter().filter(longer).any(fa2) {
+        DECODE_CHUNK_TOKENS_SPLIT
+    } else {
+        DECODE_CHUNK_TOKENS
+    }
+}
+
 /// K/V positions a decode pass's chunks of several tokens may read again, by default: the
 /// decode kernel reads a chunk's K/V once per block of its rows (one row, or up to 16 / G in
 /// the tensor-core build's grouped form), where a prompt chunk's kernel reads it once, so a
@@ -483,7 +495,8 @@ impl Drop for CudaBatch {
 
 #[cfg(test)]
 mod tests {
-    use super::{decode_bucket, delta_piece_table, Offsets, SeqChunk, DELTA_CHUNK};
+    use super::{chunk_limit, decode_bucket, delta_piece_table, Offsets, SeqChunk, DELTA_CHUNK};
+    use crate::backend::cuda::split::{self, SplitPrefill};
     use crate::ForwardBatch;
 
     /// A pass of `chunks` (tokens each) over tables 0.., every row's logits if `all`.
@@ -498,6 +511,26 @@ mod tests {
             }
         }
         b
+    }
+
+    #[test]
+    fn longer_checks_leave_the_graphs_where_the_fa2_prefill_takes_them() {
+        // A pass of checks of `n` tokens over `kv` keys at the 8B shape under `mode`.
+        let limit = |mode, n: usize, kv: usize| {
+            let mut b = ForwardBatch::default();
+            b.push(&vec![1; n], kv - n, kv, vec![0; kv.div_ceil(16)], true);
+            b.push(&[1], 99, 100, vec![1; 7], true);
+            chunk_limit(&b, |s| {
+                split::pays(mode, s.n_tokens, s.kv_len(), 32, 8, 128)
+            })
+        };
+        // A 5-token check over 16k runs as a prompt chunk (the FA2 kernel's), a 2-token
+        // one replays; over 600 keys (the SM90 kernel's prompt path) or with the FA2
+        // prefill off, checks of up to 8 tokens replay.
+        assert_eq!(limit(SplitPrefill::Auto, 5, 16384), 2);
+        assert_eq!(limit(SplitPrefill::Auto, 2, 16384), 8);
+        assert_eq!(limit(SplitPrefill::Auto, 5, 600), 8);
+        assert_eq!(limit(SplitPrefill::Off, 5, 16384), 8);
     }
 
     #[test]

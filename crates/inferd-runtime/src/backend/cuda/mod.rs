@@ -55,7 +55,7 @@ use super::{
     AttnConfig, Backend, Keep, KvRows, NewKv, RopeConfig, RopeStyle, Rows, SampleRow, SharedSource,
     SimulatedLoss,
 };
-use crate::batch::ForwardBatch;
+use crate::batch::{ForwardBatch, SeqChunk};
 use crate::kv::{KvDtype, KvLayout};
 use crate::model::LinearAttnConfig;
 use crate::{Result, RuntimeError};
@@ -261,24 +261,24 @@ impl CudaBackend {
     /// prefill would take runs its chunks as prompt chunks).
     fn bucket(&self, batch: &ForwardBatch, attn: &AttnConfig, layout: &KvLayout) -> Option<usize> {
         let mode = *self.inner.split_prefill.lock().unwrap();
-        let split = !layout.dtype.is_8bit()
-            && batch.seqs.iter().any(|s| {
-                s.n_tokens > batch::DECODE_CHUNK_TOKENS_SPLIT
-                    && split::pays(
-                        mode,
-                        s.n_tokens,
-                        s.kv_len(),
-                        attn.n_heads,
-                        attn.n_kv_heads,
-                        attn.head_dim,
-                    )
-            });
         let (most, reread) = match self.inner.decode_chunk_tokens.load(Ordering::Relaxed) {
-            0 if split => (
-                batch::DECODE_CHUNK_TOKENS_SPLIT,
-                batch::DECODE_REREAD_POSITIONS,
-            ),
-            0 => (batch::DECODE_CHUNK_TOKENS, batch::DECODE_REREAD_POSITIONS),
+            0 => {
+                let fa2 = |s: &SeqChunk| {
+                    !layout.dtype.is_8bit()
+                        && split::pays(
+                            mode,
+                            s.n_tokens,
+                            s.kv_len(),
+                            attn.n_heads,
+                            attn.n_kv_heads,
+                            attn.head_dim,
+                        )
+                };
+                (
+                    batch::chunk_limit(batch, fa2),
+                    batch::DECODE_REREAD_POSITIONS,
+                )
+            }
             n => (n, usize::MAX),
         };
         let most = if layout.state.is_stateful() { 1 } else { most };
