@@ -825,7 +825,7 @@ splitfleet)
     done
     kill $SP; wait $SP 2>/dev/null
   done
-  $B/inferd bench table $OUT/split-*-n*.json 2>&1 | tee -a $summary
+  [ -n "${SPLIT_RESUME_ONLY:-}" ] || $B/inferd bench table $OUT/split-*-n*.json 2>&1 | tee -a $summary
   ;;
 fisan)
   for i in $(seq 1 ${FISAN_RUNS:-4}); do

@@ -50,16 +50,11 @@ cudaError_t decode_run(const FiRun& r, cudaStream_t s) {
   p.maybe_alibi_slopes = nullptr;
   p.block_valid_mask = nullptr;
 
-  BF* tmp_v = nullptr;
-  float* tmp_s = nullptr;
-  if (pi.split_kv) {
-    tmp_v = GetPtrFromBaseOffset<BF>(r.float_ws, pi.v_offset);
-    tmp_s = GetPtrFromBaseOffset<float>(r.float_ws, pi.s_offset);
-    if (pi.enable_cuda_graph)
-      p.block_valid_mask = GetPtrFromBaseOffset<bool>(r.int_ws, pi.block_valid_mask_offset);
-  }
+  if (pi.split_kv && pi.enable_cuda_graph)
+    p.block_valid_mask = GetPtrFromBaseOffset<bool>(r.int_ws, pi.block_valid_mask_offset);
+  const auto tmp = fa2_partials<BF>(r, pi);
   return BatchDecodeWithPagedKVCacheDispatched<HD, kPos, DVariant, DParams>(
-      p, tmp_v, tmp_s, /*enable_pdl=*/false, s);
+      p, tmp.first, tmp.second, /*enable_pdl=*/false, s);
 }
 
 }  // namespace ifd_fi

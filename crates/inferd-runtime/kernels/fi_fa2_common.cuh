@@ -7,6 +7,7 @@
 #include <flashinfer/attention/scheduler.cuh>
 #include <flashinfer/attention/variants.cuh>
 #include <flashinfer/page.cuh>
+#include <utility>
 #include <vector>
 
 #include "fi_internal.h"
@@ -32,6 +33,15 @@ Info import_plan(const FiRun& r) {
   Info pi;
   pi.FromVector(std::vector<int64_t>(r.info, r.info + Info().ToVector().size()));
   return pi;
+}
+
+// A split plan's partial outputs and their log-sum-exps in the float workspace, merged by
+// the kernel's second pass (none for an unsplit plan).
+template <typename BF, typename Info>
+std::pair<BF*, float*> fa2_partials(const FiRun& r, const Info& pi) {
+  if (!pi.split_kv) return {nullptr, nullptr};
+  return {flashinfer::GetPtrFromBaseOffset<BF>(r.float_ws, pi.v_offset),
+          flashinfer::GetPtrFromBaseOffset<float>(r.float_ws, pi.s_offset)};
 }
 
 // `Info`: the plan's DecodePlanInfo or PrefillPlanInfo (the same offsets by name).

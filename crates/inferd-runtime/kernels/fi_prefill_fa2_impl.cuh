@@ -56,19 +56,15 @@ cudaError_t fa2_run(const FiRun& r, cudaStream_t s) {
   p.max_total_num_rows = static_cast<uint32_t>(pi.total_num_rows);
   p.total_num_rows = nullptr;  // planned without CUDA graphs: max_total_num_rows is exact
 
-  BF* tmp_v = nullptr;
-  float* tmp_s = nullptr;
-  if (pi.split_kv) {
+  if (pi.split_kv)
     p.merge_indptr = GetPtrFromBaseOffset<int32_t>(r.int_ws, pi.merge_indptr_offset);
-    tmp_v = GetPtrFromBaseOffset<BF>(r.float_ws, pi.v_offset);
-    tmp_s = GetPtrFromBaseOffset<float>(r.float_ws, pi.s_offset);
-  }
+  const auto tmp = fa2_partials<BF>(r, pi);
   cudaError_t st = cudaErrorNotSupported;
   DISPATCH_CTA_TILE_Q(pi.cta_tile_q, CTA_TILE_Q, {
     st = BatchPrefillWithPagedKVCacheDispatched<
         /*SAME_KV_STRIDES=*/true, CTA_TILE_Q, HD, HD, PosEncodingMode::kNone,
         /*USE_FP16_QK_REDUCTION=*/false, MaskMode::kCausal, Fa2Variant, FParams>(
-        p, tmp_v, tmp_s, /*enable_pdl=*/false, s);
+        p, tmp.first, tmp.second, /*enable_pdl=*/false, s);
   });
   return st;
 }

@@ -140,16 +140,7 @@ impl CudaBackend {
             .map(|s| {
                 let (q, keys) = (s.n_tokens, s.kv_len());
                 let copy = contig::rows(keys) * token_bytes;
-                let fa2 = !kv.dtype.is_8bit()
-                    && split::pays(
-                        split_mode,
-                        q,
-                        keys,
-                        attn.n_heads,
-                        attn.n_kv_heads,
-                        attn.head_dim,
-                    );
-                if fa2 {
+                if split::takes(split_mode, s, attn, kv.dtype) {
                     let (c, work) = split::class(
                         q,
                         keys,

@@ -55,7 +55,7 @@ use super::{
     AttnConfig, Backend, Keep, KvRows, NewKv, RopeConfig, RopeStyle, Rows, SampleRow, SharedSource,
     SimulatedLoss,
 };
-use crate::batch::{ForwardBatch, SeqChunk};
+use crate::batch::ForwardBatch;
 use crate::kv::{KvDtype, KvLayout};
 use crate::model::LinearAttnConfig;
 use crate::{Result, RuntimeError};
@@ -262,23 +262,10 @@ impl CudaBackend {
     fn bucket(&self, batch: &ForwardBatch, attn: &AttnConfig, layout: &KvLayout) -> Option<usize> {
         let mode = *self.inner.split_prefill.lock().unwrap();
         let (most, reread) = match self.inner.decode_chunk_tokens.load(Ordering::Relaxed) {
-            0 => {
-                let fa2 = |s: &SeqChunk| {
-                    !layout.dtype.is_8bit()
-                        && split::pays(
-                            mode,
-                            s.n_tokens,
-                            s.kv_len(),
-                            attn.n_heads,
-                            attn.n_kv_heads,
-                            attn.head_dim,
-                        )
-                };
-                (
-                    batch::chunk_limit(batch, fa2),
-                    batch::DECODE_REREAD_POSITIONS,
-                )
-            }
+            0 => (
+                batch::chunk_limit(batch, |s| split::takes(mode, s, attn, layout.dtype)),
+                batch::DECODE_REREAD_POSITIONS,
+            ),
             n => (n, usize::MAX),
         };
         let most = if layout.state.is_stateful() { 1 } else { most };

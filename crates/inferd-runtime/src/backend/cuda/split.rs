@@ -18,6 +18,10 @@
 //!
 //! [`PlanKind::Split`]: super::flashinfer::PlanKind::Split
 
+use crate::backend::AttnConfig;
+use crate::batch::SeqChunk;
+use crate::kv::KvDtype;
+
 /// Which prompt chunks take the FA2 prefill.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SplitPrefill {
@@ -88,6 +92,20 @@ pub fn pays(
             kv >= q + MIN_PREFIX && 2 * fa2_rows <= sm90_rows
         }
     }
+}
+
+/// Whether `chunk` of a pass over a pool of `dtype` takes the FA2 prefill under `mode`
+/// ([`pays`] of its shape; bf16 pools only: the kernel reads bf16 pages).
+pub fn takes(mode: SplitPrefill, chunk: &SeqChunk, attn: &AttnConfig, dtype: KvDtype) -> bool {
+    !dtype.is_8bit()
+        && pays(
+            mode,
+            chunk.n_tokens,
+            chunk.kv_len(),
+            attn.n_heads,
+            attn.n_kv_heads,
+            attn.head_dim,
+        )
 }
 
 /// The query tile (packed rows: a query row times a KV head's group) FlashInfer's FA2
