@@ -111,11 +111,14 @@
 #            the FA2 plans a pass (told to and by Auto), the two kernels' logits compared,
 #            and a sequence's FA2 logits in the pass against its chunk alone
 #   shortchunks35  after make35: `shortchunks` on the hybrid at 16k, one sequence (its
-#            attention layers at head_dim 256: the FA2 build Always takes, not yet Auto)
+#            attention layers at head_dim 256)
+#   shorthd  `shortchunks` on Qwen3-shaped models at head_dim 256 (16 / 4 heads) and 64 (32 / 8
+#            heads), made there (make_qwen3_shape.py): Auto's rule at the other head_dims
 #   splitfleet  `inferd serve` on /tmp/q8b with --prefill-split off, then auto (prefix cache
 #            on): agents back on 16k contexts (`bench resume`, without and with sessions: a
 #            return of about 80 new tokens, and of 16), forked agents on an 8k brief,
 #            and the fleet at 1 / 8 x 4k: what short chunks over long contexts gain end to end
+#            (SPLIT_MODEL=/tmp/q35 after make35: the hybrid)
 #   fisan    `cuda_check fibench` (FlashInfer's SM90 prefill paged against contiguous, no kernel of
 #            ours) plainly and under memcheck, FISAN_RUNS times each (default 4): whether the
 #            two outputs part under the sanitizer alone
@@ -800,9 +803,24 @@ shortchunks35)
   # recurrent state again, so the logits columns compare different states.
   timeout 200 $B/cuda_check shortchunks /tmp/q35 16384 ${SHORT_CHUNKS:-9+16+32+64+200} 1 2>&1 | tee -a $summary
   ;;
+shorthd)
+  # `shortchunks` at head_dims 256 and 64 on Qwen3-shaped models (every layer attention,
+  # so several sequences a pass): 256 with the hybrid's 16 / 4 heads over 4096 wide, 64 with
+  # 32 / 8 heads over 2048 (a Llama-3.2-1B-like shape). Whether Auto's rule holds there.
+  [ -e /tmp/tok/tokenizer.json ] || { mkdir -p /tmp/tok && cp $C/tokenizer/* /tmp/tok/ && xz -df /tmp/tok/tokenizer.json.xz; }
+  for shape in "256 16 4 4096 12288 32" "64 32 8 2048 8192 16"; do
+    set -- $shape; m=/tmp/qhd$1
+    [ -e $m/config.json ] || { python3 $C/make_qwen3_shape.py $m /tmp/tok $shape >$OUT/make-hd$1.log 2>&1; note "make hd$1: rc=$? $(tail -1 $OUT/make-hd$1.log)"; }
+    for seqs in ${SHORT_SEQS:-1 8}; do
+      for ctx in 4096 16384; do
+        timeout 200 $B/cuda_check shortchunks $m $ctx ${SHORT_CHUNKS:-9+16+32+64+80+200} $seqs 2>&1 | tee -a $summary
+      done
+    done
+  done
+  ;;
 splitfleet)
   for mode in off auto; do
-    $B/inferd serve --device cuda -m /tmp/q8b --port 8192 --prefill-split $mode >$OUT/serve-split-$mode.log 2>&1 &
+    $B/inferd serve --device cuda -m ${SPLIT_MODEL:-/tmp/q8b} --port 8192 --prefill-split $mode >$OUT/serve-split-$mode.log 2>&1 &
     SP=$!
     wait_up 8192
     # Without sessions a return re-reads its last reply (about 80 new tokens); with them

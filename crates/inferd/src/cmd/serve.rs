@@ -50,9 +50,9 @@ pub struct Args {
     prefill_kv: String,
     /// GPU only: which prompt chunks FlashInfer's FA2 prefill takes, which splits a long
     /// context's keys over the GPU: off (the SM90 prefill for every chunk), auto (the
-    /// default; head_dim 128: chunks of up to 64 tokens at the 8B shape with at least 1024
-    /// keys before them, which the SM90 prefill runs on few SMs), or always (head_dim 64,
-    /// 128 and 256; for measurement).
+    /// default; chunks of up to 64 tokens at the 8B shape with at least 1024 keys before
+    /// them, which the SM90 prefill runs on few SMs; head_dim 64, 128 and 256), or always
+    /// (every chunk; for measurement).
     #[arg(long, default_value = "auto", value_parser = ["off", "auto", "always"])]
     prefill_split: String,
     /// KV cache memory: a size (512M, 2G) or a share of free memory (25%; on a GPU, of

@@ -14,7 +14,10 @@
 //! of one 16-token chunk 15.45 -> 7.96 ms, of eight 1.9-2.1x faster up to 16 tokens and
 //! 1.09x at 64; eight 80-token chunks 0.91x (so Auto stops at 64); `inferd bench resume`,
 //! 8 agents back on 16k contexts with 16 new tokens each: 68.6 -> 35.5 ms to the first
-//! token.
+//! token. The same boundary holds at head_dims 256 (16 / 4 heads: one 16-token chunk at
+//! 16k 23.84 -> 6.73 ms, eight 64-token chunks 1.05x, eight of 80 0.93x) and 64 (32 / 8
+//! heads: 5.27 -> 1.82 ms; eight of 64 at 4k 0.95x, the one loss, as at 128) (H100,
+//! session 27, `run.sh shorthd`).
 //!
 //! [`PlanKind::Split`]: super::flashinfer::PlanKind::Split
 
@@ -32,7 +35,7 @@ pub enum SplitPrefill {
     #[default]
     Auto,
     /// Every prompt chunk it can take (head_dim 64, 128, 256, bf16 KV): for tests and
-    /// measurement (64 and 256 are not measured yet).
+    /// measurement.
     Always,
 }
 
@@ -47,14 +50,10 @@ pub fn sm90_blocks(q: usize, n_heads: usize) -> usize {
 pub const MIN_PREFIX: usize = 1024;
 
 /// Whether `mode` gives short chunks over long contexts to the FA2 prefill at head_dim
-/// `head_dim`: Always wherever the kernel is built (64, 128, 256), Auto at 128, the one
-/// head_dim measured on a GPU (the 8B shape).
+/// `head_dim`: Auto and Always wherever the kernel is built (64, 128, 256; each measured
+/// on a GPU, the rule of [`pays`] holding at all three).
 pub fn takes_short_chunks(mode: SplitPrefill, head_dim: usize) -> bool {
-    match mode {
-        SplitPrefill::Off => false,
-        SplitPrefill::Auto => head_dim == 128,
-        SplitPrefill::Always => matches!(head_dim, 64 | 128 | 256),
-    }
+    mode != SplitPrefill::Off && matches!(head_dim, 64 | 128 | 256)
 }
 
 /// Whether a chunk of `q` queries at the end of `kv` keys takes the FA2 prefill under
@@ -207,15 +206,24 @@ mod tests {
         // Without GQA nothing packs: 32 rows of a 64 tile against 128.
         assert!(pays(SplitPrefill::Auto, 32, 4096, 32, 32, 128));
         assert!(!pays(SplitPrefill::Auto, 65, 4096, 32, 32, 128));
-        // Off; Always at every head_dim built, Auto at the one measured.
+        // Off; Always and Auto at every head_dim built.
         assert!(!pays(SplitPrefill::Off, 40, 16384, 32, 8, 128));
         assert!(pays(SplitPrefill::Always, 4096, 4096, 32, 8, 128));
         assert!(pays(SplitPrefill::Always, 40, 16384, 32, 8, 64));
         assert!(pays(SplitPrefill::Always, 40, 16384, 16, 4, 256));
         assert!(!pays(SplitPrefill::Always, 40, 16384, 32, 8, 96));
-        assert!(!pays(SplitPrefill::Auto, 9, 16384, 16, 4, 256));
+        // The hybrid's attention layers (16 / 4 heads, head_dim 256; tiles of 64 at most)
+        // and a 1B shape (32 / 8 heads, head_dim 64): the same boundary as the 8B's,
+        // as measured (session 27).
+        assert!(pays(SplitPrefill::Auto, 9, 16384, 16, 4, 256));
+        assert!(pays(SplitPrefill::Auto, 64, 16384, 16, 4, 256));
+        assert!(!pays(SplitPrefill::Auto, 65, 16384, 16, 4, 256));
+        assert!(pays(SplitPrefill::Auto, 64, 4096, 32, 8, 64));
+        assert!(!pays(SplitPrefill::Auto, 80, 16384, 32, 8, 64));
+        assert!(!pays(SplitPrefill::Auto, 9, 600, 16, 4, 256));
         assert!(takes_short_chunks(SplitPrefill::Auto, 128));
-        assert!(!takes_short_chunks(SplitPrefill::Auto, 64));
+        assert!(takes_short_chunks(SplitPrefill::Auto, 64));
+        assert!(!takes_short_chunks(SplitPrefill::Auto, 96));
         assert!(!takes_short_chunks(SplitPrefill::Off, 128));
         assert_eq!(sm90_blocks(129, 32), 64);
     }
