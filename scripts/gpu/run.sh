@@ -114,6 +114,8 @@
 #            attention layers at head_dim 256)
 #   shorthd  `shortchunks` on Qwen3-shaped models at head_dim 256 (16 / 4 heads) and 64 (32 / 8
 #            heads), made there (make_qwen3_shape.py): Auto's rule at the other head_dims
+#   returncost  one agent's return over 1k / 4k / 16k cached contexts, a request at a time
+#            (return_cost.py): the client's time against the server's TTFT and step phases
 #   splitfleet  `inferd serve` on /tmp/q8b with --prefill-split off, then auto (prefix cache
 #            on): agents back on 16k contexts (`bench resume`, without and with sessions: a
 #            return of about 80 new tokens, and of 16), forked agents on an 8k brief,
@@ -817,6 +819,15 @@ shorthd)
       done
     done
   done
+  ;;
+returncost)
+  # One agent's return (16 new tokens) over 1k / 4k / 16k cached contexts, one request at
+  # a time: the client's wall time against the server's TTFT and its step's phases.
+  $B/inferd serve --device cuda -m ${SPLIT_MODEL:-/tmp/q8b} --port 8194 >$OUT/serve-returncost.log 2>&1 &
+  SP=$!
+  wait_up 8194
+  timeout 200 python3 $C/return_cost.py 8194 1024 4096 16384 2>&1 | tee -a $summary
+  kill $SP; wait $SP 2>/dev/null
   ;;
 splitfleet)
   for mode in off auto; do

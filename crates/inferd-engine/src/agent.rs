@@ -95,6 +95,8 @@ impl<B: Backend> Engine<B> {
             priority: i32::MAX / 2,
             reuse_prefix: true,
             prefix_source: None,
+            // (A build ends with its prefill: it never decodes.)
+            token_limit: None,
         });
         let mut seq = Seq::new(
             GenRequest::greedy(spec.tokens.clone(), 1),

@@ -440,6 +440,7 @@ impl<B: Backend> Engine<B> {
             priority,
             reuse_prefix: self.prefix_cache,
             prefix_source,
+            token_limit: Some(crate::seq::token_limit(&req, self.max_context)),
         });
         let seq = Seq::new(req, self.tokenizer.clone(), self.max_context, tx, state);
         let stream = stream.confirming(seq.confirms_end());

@@ -98,6 +98,22 @@ pub(crate) enum Verdict {
     Disconnected,
 }
 
+/// The most tokens a request's sequence may hold: the server's context, or the
+/// request's own if smaller.
+fn max_len(req: &GenRequest, max_context: usize) -> usize {
+    max_context.min(req.max_context.unwrap_or(usize::MAX))
+}
+
+/// The most tokens (prompt and drawn) a request's sequence reaches before it ends by
+/// length ([`Seq`]'s check after each token: `max_tokens` drawn, or the context full):
+/// the scheduler's `token_limit`.
+pub fn token_limit(req: &GenRequest, max_context: usize) -> usize {
+    req.prompt
+        .len()
+        .saturating_add(req.max_tokens)
+        .min(max_len(req, max_context))
+}
+
 impl Seq {
     pub fn new(
         req: GenRequest,
@@ -126,7 +142,7 @@ impl Seq {
             sched,
             prompt_len: req.prompt.len(),
             max_tokens: req.max_tokens,
-            max_len: max_context.min(req.max_context.unwrap_or(usize::MAX)),
+            max_len: max_len(&req, max_context),
             cached: 0,
             admitted: false,
             session: req.session,

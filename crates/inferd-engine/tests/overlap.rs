@@ -4,7 +4,8 @@
 //! seeded sampling with penalties and logprobs, stop strings, length limits, preemption
 //! and sessions. On the CPU every draw is known at once, so these runs test the engine's
 //! side (sequences scheduled before their last token is accepted, the rows of sequences
-//! that ended computed once more, a flight landed early when a step needs its tokens);
+//! that ended by a stop computed once more, a flight landed early when a step needs its
+//! tokens; a reply's length limit queues no pass past its last token);
 //! the GPU's placeholders run in `scripts/gpu/run.sh`'s fleets.
 
 mod common;
@@ -133,4 +134,45 @@ fn a_session_resumes_the_same_with_overlapped_steps() {
         "the parked turn is reused alike"
     );
     assert!(a2.cached_tokens > turn1.len() / 2);
+}
+
+/// A reply that ends by length queues no pass past its last token: with steps overlapped
+/// the engine knows, when it queues the next step, that the token in flight is the last
+/// (`max_tokens`), so one request alone takes as many passes as serially. Before, that
+/// pass ran for nothing, and a request arriving next (an agent back from a quick tool)
+/// waited behind it: a whole decode step at one agent.
+#[test]
+fn a_length_limited_reply_takes_no_pass_past_its_last_token() {
+    let Some(e) = engine(config()) else { return };
+    let prompt = prompts(&e.tokenizer, 1).remove(0);
+    drop(e);
+    let cfg = EngineConfig {
+        speculate: None,
+        ..config()
+    };
+    let run = |overlap, max_tokens| {
+        let e = engine(with_overlap(overlap, cfg.clone())).unwrap();
+        let before = e.stats().steps;
+        let mut req = GenRequest::greedy(prompt.clone(), max_tokens);
+        req.ignore_eos = true;
+        let out = run_one(&e, req);
+        wait_for(|| e.stats().running == 0, "the request done");
+        // A round trip through the idle engine, which lands any step in flight before it
+        // reads its inbox: every pass queued is counted after it.
+        assert!(block_on(e.context("none")).is_err());
+        (out, e.stats().steps - before)
+    };
+    for max_tokens in [1, 4] {
+        let (serial, serial_steps) = run(false, max_tokens);
+        let (overlapped, overlapped_steps) = run(true, max_tokens);
+        assert_same(&[serial.clone()], &[overlapped], "one request");
+        assert_eq!(serial.tokens.len(), max_tokens);
+        // One prefill pass (the prompt fits one slice) and a decode for each token after
+        // the first.
+        assert_eq!(serial_steps, max_tokens as u64);
+        assert_eq!(
+            overlapped_steps, serial_steps,
+            "max_tokens {max_tokens}: passes with steps overlapped"
+        );
+    }
 }

@@ -66,6 +66,12 @@ pub struct Request {
     pub reuse_prefix: bool,
     /// An owner (pinned context, parked session) whose blocks this request continues.
     pub prefix_source: Option<SeqId>,
+    /// The most tokens (prompt and drawn) it can reach, where bounded (its reply's
+    /// `max_tokens`, the context): once its counted tokens reach this, the token in flight
+    /// is its last, so it takes no further decode row. With steps overlapping, that row
+    /// would be a pass queued for a token never drawn, which a request arriving next
+    /// waits behind (a whole decode step at one agent).
+    pub token_limit: Option<usize>,
 }
 
 /// One sequence's tokens in this step: positions `start_pos .. start_pos + n_tokens`.
@@ -123,6 +129,8 @@ pub struct SeqState {
     prefix_source: Option<SeqId>,
     /// Leading blocks of its KV table already handed out in chunks (`new_blocks`).
     blocks_sent: usize,
+    /// [`Request::token_limit`] (`usize::MAX`: none).
+    token_limit: usize,
 }
 
 impl SeqState {
@@ -214,6 +222,7 @@ impl Scheduler {
             reuse_prefix: r.reuse_prefix,
             prefix_source: r.prefix_source,
             blocks_sent: 0,
+            token_limit: r.token_limit.unwrap_or(usize::MAX),
         };
         self.waiting.push(r.id);
         s
@@ -372,7 +381,8 @@ impl Scheduler {
                 continue;
             }
             let s = st(seqs, id);
-            if s.num_tokens - s.num_computed != 1 {
+            // (At its limit the token in flight is its last: it ends when that lands.)
+            if s.num_tokens - s.num_computed != 1 || s.num_tokens >= s.token_limit {
                 continue;
             }
             let pos = s.num_computed;

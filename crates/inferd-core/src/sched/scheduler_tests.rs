@@ -797,3 +797,33 @@ fn no_drafts_while_more_sequences_decode_than_the_gate() {
     let drafts: Vec<usize> = out.chunks.iter().map(|c| c.drafts).collect();
     assert_eq!(drafts, vec![3, 3]);
 }
+
+/// A sequence whose counted tokens reach its limit (the token in flight is its last) takes
+/// no decode row; one without a limit, beside it, keeps decoding.
+#[test]
+fn a_sequence_at_its_token_limit_takes_no_decode_row() {
+    let mut s = Sched::new(SchedulerConfig::default());
+    let mut kv = KvManager::new(64, 16);
+    s.add(Request {
+        id: 1,
+        prompt_len: 10,
+        token_limit: Some(12),
+        ..Default::default()
+    });
+    s.add(Request {
+        id: 2,
+        prompt_len: 10,
+        ..Default::default()
+    });
+    let rows = |out: &SchedulerOutput| out.chunks.iter().map(|c| c.seq).collect::<Vec<_>>();
+    let prefill = s.schedule(&mut kv);
+    assert_eq!(rows(&prefill), [1, 2]);
+    s.commit(&prefill); // 11 tokens counted: the 11th in flight
+    let first = s.schedule(&mut kv);
+    assert_eq!(rows(&first), [1, 2]);
+    s.commit(&first); // 12: its last in flight
+    let second = s.schedule(&mut kv);
+    assert_eq!(rows(&second), [2]);
+    s.commit(&second);
+    assert_eq!(rows(&s.schedule(&mut kv)), [2]);
+}
