@@ -114,6 +114,8 @@
 #            attention layers at head_dim 256)
 #   shorthd  `shortchunks` on Qwen3-shaped models at head_dim 256 (16 / 4 heads) and 64 (32 / 8
 #            heads), made there (make_qwen3_shape.py): Auto's rule at the other head_dims
+#   arrivals  requests on their way in joining the next pass: --arrival-wait-ms 0 against
+#            the default, on agents back together (16k, sessions), forked agents, fleets
 #   returncost  one agent's return over 1k / 4k / 16k cached contexts, a request at a time
 #            (return_cost.py): the client's time against the server's TTFT and step phases
 #   splitfleet  `inferd serve` on /tmp/q8b with --prefill-split off, then auto (prefix cache
@@ -819,6 +821,36 @@ shorthd)
       done
     done
   done
+  ;;
+arrivals)
+  # Requests on their way in joining the pass queued next: the wait off (0) against the
+  # default, on bursts: agents back on 16k contexts together (with sessions), 32 forked
+  # agents relaunched at once, the fleet's 8 and 64 agents starting together (no prefix
+  # cache there).
+  for w in 0 3; do
+    $B/inferd serve --device cuda -m /tmp/q8b --port 8195 --arrival-wait-ms $w >$OUT/serve-arrivals-$w.log 2>&1 &
+    SP=$!
+    wait_up 8195
+    for na in 8 1; do
+      timeout 150 $B/inferd bench resume --url http://127.0.0.1:8195 --token-prompts --seed 11 --agents $na --context 16384 --reply 64 --filler 4 --sessions \
+        --label wait-$w --meta engine=inferd --out $OUT/arrivals-$w-resume$na.json >$OUT/arrivals-$w-resume$na.txt 2>&1
+      note "wait $w ms: resume $na x 16k: rc $? $(grep -iE 'on return  ' $OUT/arrivals-$w-resume$na.txt | tr -s ' ')"
+    done
+    timeout 100 $B/inferd bench forked --url http://127.0.0.1:8195 --token-prompts --brief 8192 --agents 32 --suffix 64 --reply 64 \
+      --label wait-$w --meta engine=inferd --out $OUT/arrivals-$w-forked.json >$OUT/arrivals-$w-forked.txt 2>&1
+    note "wait $w ms: forked: rc $? $(grep -E 'relaunch|TTFT agents' $OUT/arrivals-$w-forked.txt | tr -s ' ' | tr '\n' ';')"
+    kill $SP; wait $SP 2>/dev/null
+    $B/inferd serve --device cuda -m /tmp/q8b --port 8195 --no-prefix-cache --arrival-wait-ms $w >>$OUT/serve-arrivals-$w.log 2>&1 &
+    SP=$!
+    wait_up 8195
+    for n in 8 64; do
+      timeout 120 $B/inferd bench fleet --url http://127.0.0.1:8195 --token-prompts -q --agents $n --context 4096 --reply 128 \
+        --label wait-$w --meta engine=inferd-wait$w --meta model=qwen3-8b-shape-bf16 --out $OUT/arrivals-$w-n$n.json >/dev/null 2>&1
+      note "wait $w ms: fleet $n x 4k: rc $?"
+    done
+    kill $SP; wait $SP 2>/dev/null
+  done
+  $B/inferd bench table $OUT/arrivals-*-n*.json 2>&1 | tee -a $summary
   ;;
 returncost)
   # One agent's return (16 new tokens) over 1k / 4k / 16k cached contexts, one request at

@@ -51,6 +51,10 @@ pub struct EngineConfig {
     /// on the one before. `None`: on for backends that queue work (a GPU), off for the
     /// CPU, whose ops run as they are called (`INFERD_STEP_OVERLAP=1` / `0` sets it).
     pub step_overlap: Option<bool>,
+    /// While a pass is in flight, how long the next step waits at most for requests on
+    /// their way in (read by the server, not yet submitted: `EngineHandle::arrival`), so
+    /// a burst of agents joins one pass (`arrival.rs`). Zero: no wait.
+    pub arrival_wait: std::time::Duration,
     /// Threads computing a step's grammar masks (`masks.rs`). `None`: one on the CPU (its
     /// forward pass's workers take the cores), on a GPU half the cores up to 8.
     pub mask_threads: Option<usize>,
@@ -75,6 +79,11 @@ pub struct EngineConfig {
     pub draft_confidence: f32,
 }
 
+/// Default [`EngineConfig::arrival_wait`]: a token-id prompt of 16k ids parses in about
+/// a millisecond; a pass of an 8B model is 5 ms or more on an H100 (a decode step), so the
+/// wait stays under the pass it overlaps.
+pub const DEFAULT_ARRIVAL_WAIT: std::time::Duration = std::time::Duration::from_millis(3);
+
 /// Default [`EngineConfig::queue_timeout`]: 10 minutes.
 pub const DEFAULT_QUEUE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
@@ -94,6 +103,7 @@ impl Default for EngineConfig {
             queue_timeout: Some(DEFAULT_QUEUE_TIMEOUT),
             state_fraction: 0.5,
             step_overlap: overlap_from_env(),
+            arrival_wait: DEFAULT_ARRIVAL_WAIT,
             mask_threads: None,
             speculate: speculate_from_env(),
             draft_catchup: 512,

@@ -169,6 +169,7 @@ pub fn start_with_draft<B: Backend + 'static>(
         started: Instant::now(),
         max_queue: cfg.max_queue,
         queued: AtomicU64::new(0),
+        arriving: Default::default(),
         failure: tokio::sync::watch::Sender::new(None),
     });
     // Every prefix key is rooted in what the KV depends on besides the tokens.
@@ -230,6 +231,7 @@ pub fn start_with_draft<B: Backend + 'static>(
         pending: StepInput::default(),
         flight: None,
         overlap: cfg.step_overlap.unwrap_or(queues_work),
+        arrival_wait: cfg.arrival_wait,
         speculate: cfg.speculate,
         draft_model,
         masks: MaskPool::new(
@@ -271,6 +273,9 @@ pub(crate) struct Engine<B: Backend> {
     /// Whether a step is queued before the one ahead of it has come back
     /// (`EngineConfig::step_overlap`).
     overlap: bool,
+    /// How long a step waits at most for requests on their way in while a pass is in
+    /// flight (`EngineConfig::arrival_wait`, `arrival.rs`).
+    arrival_wait: Duration,
     /// Speculative decoding's drafts (`EngineConfig::speculate`).
     pub(crate) speculate: Option<inferd_core::spec::SpecConfig>,
     /// Where drafts come from when set (`start_with_draft`); else copies (n-grams).
@@ -381,7 +386,15 @@ impl<B: Backend> Engine<B> {
 
     fn handle(&mut self, m: Msg) {
         match m {
-            Msg::Submit { id, req, tx } => {
+            Msg::Submit {
+                id,
+                req,
+                tx,
+                arrival,
+            } => {
+                if let Some(a) = arrival {
+                    a.settle();
+                }
                 if let Some(e) = self.never_fits(&req.prompt) {
                     let _ = tx.send(Event::Rejected(e));
                     return;
@@ -405,6 +418,7 @@ impl<B: Backend> Engine<B> {
                 by_stop,
             } => self.reply_ended(id, generated, by_stop),
             Msg::Drain => self.draining = true,
+            Msg::Wake => {}
             Msg::CreateContext(spec, reply) => self.create_context(spec, reply),
             Msg::GetContext(id, reply) => {
                 let r = self.context_info(&id).ok_or_else(|| {
@@ -485,7 +499,26 @@ impl<B: Backend> Engine<B> {
     /// in the landed step has computed one row more, which nothing reads. A step that
     /// needs a drawn token on the host (a recompute after preemption) lands the flight
     /// first.
+    /// While a pass is in flight (the device busy), requests the server has read and not
+    /// yet submitted are waited for, up to `arrival_wait`, so they join the pass queued
+    /// next rather than the one after it (`arrival.rs`). Each one's submission (or its
+    /// drop, which wakes the engine) ends its part of the wait.
+    fn await_arrivals(&mut self) {
+        if self.flight.is_none() || self.shared.arriving.count() == 0 {
+            return;
+        }
+        let deadline = Instant::now() + self.arrival_wait;
+        while self.shared.arriving.count() > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.inbox.recv_timeout(left) {
+                Ok(m) => self.handle(m),
+                Err(_) => break,
+            }
+        }
+    }
+
     fn step(&mut self) -> bool {
+        self.await_arrivals();
         let mut phase = Phases::start();
         // Speculative decoding while few sequences decode (more: no drafts, and steps
         // overlap again where they do): a draft follows the last token, which must be on

@@ -11,6 +11,7 @@ use inferd_text::Tokenizer;
 use tokio::sync::mpsc as tmpsc;
 use tokio::sync::{oneshot, watch};
 
+use crate::arrival::{Arrival, Arriving};
 use crate::memory::{CacheReport, ContextInfo, ContextSpec, MemoryError};
 use crate::request::{Event, GenRequest, SubmitError};
 use crate::stats::EngineStats;
@@ -22,7 +23,11 @@ pub(crate) enum Msg {
         id: u64,
         req: GenRequest,
         tx: tmpsc::UnboundedSender<Event>,
+        /// Its arrival, let go by the engine as it takes the request.
+        arrival: Option<Arrival>,
     },
+    /// A request on its way in was dropped before it was submitted: stop waiting for it.
+    Wake,
     Cancel(u64),
     /// From the output side: a reply ended there after `generated` tokens (by a stop
     /// string, or, for a reply whose session waits for it, however it ended).
@@ -62,6 +67,8 @@ pub(crate) struct Shared {
     pub max_queue: usize,
     /// Requests sent to the engine and not yet admitted (inbox + waiting).
     pub queued: AtomicU64,
+    /// Requests on their way in: read by the server, not yet submitted (`arrival.rs`).
+    pub arriving: Arriving,
     /// Why the engine stopped on a fatal backend error (the device is lost), once it did:
     /// the one record of the loss (the engine thread reads it too).
     pub failure: watch::Sender<Option<String>>,
@@ -80,6 +87,28 @@ pub struct EngineHandle {
 impl EngineHandle {
     /// Queues a request. The stream yields its events; dropping the stream cancels it.
     pub fn submit(&self, req: GenRequest) -> Result<RequestStream, SubmitError> {
+        self.submit_arrived(req, None)
+    }
+
+    /// A request is on its way in (its body read; parsing, templating and tokenizing
+    /// follow): the engine's next step waits a moment for it while a pass runs (see
+    /// `arrival.rs`). Hand it to [`EngineHandle::submit_arrived`] with the request, or drop
+    /// it if the request is refused first.
+    pub fn arrival(&self) -> Arrival {
+        Arrival::new(self.shared.clone())
+    }
+
+    /// Requests announced by [`EngineHandle::arrival`] and not yet submitted or dropped.
+    pub fn arriving(&self) -> usize {
+        self.shared.arriving.count()
+    }
+
+    /// [`EngineHandle::submit`] of a request announced by [`EngineHandle::arrival`].
+    pub fn submit_arrived(
+        &self,
+        req: GenRequest,
+        arrival: Option<Arrival>,
+    ) -> Result<RequestStream, SubmitError> {
         if !self.shared.accepting.load(Ordering::SeqCst) {
             return Err(match self.failure() {
                 Some(why) => SubmitError::DeviceLost(why),
@@ -139,7 +168,12 @@ impl EngineHandle {
             .inbox
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .send(Msg::Submit { id, req, tx });
+            .send(Msg::Submit {
+                id,
+                req,
+                tx,
+                arrival,
+            });
         if sent.is_err() {
             self.shared.queued.fetch_sub(1, Ordering::SeqCst);
             return Err(SubmitError::Stopped);

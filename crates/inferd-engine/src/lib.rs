@@ -7,6 +7,7 @@
 
 mod admit;
 mod agent;
+mod arrival;
 mod config;
 mod draft;
 mod draft_blocks;
@@ -29,6 +30,7 @@ mod stats;
 mod stop;
 mod throttle;
 
+pub use arrival::Arrival;
 pub use config::{
     available_memory, kv_blocks_for, kv_budget_bytes, parse_kv_budget, split_budget, EngineConfig,
     KvBudget, DEFAULT_QUEUE_TIMEOUT,

@@ -75,7 +75,10 @@ impl<B: Backend> Engine<B> {
         let failed = || MemoryError::DeviceLost(why.clone());
         while let Ok(m) = self.inbox.try_recv() {
             match m {
-                Msg::Submit { tx, .. } => {
+                Msg::Submit { tx, arrival, .. } => {
+                    if let Some(a) = arrival {
+                        a.settle();
+                    }
                     let _ = tx.send(Event::Rejected(SubmitError::DeviceLost(why.clone())));
                 }
                 Msg::CreateContext(_, r) | Msg::GetContext(_, r) => {
@@ -87,7 +90,7 @@ impl<B: Backend> Engine<B> {
                 Msg::Report(r) => {
                     let _ = r.send(Err(failed()));
                 }
-                Msg::Cancel(_) | Msg::Ended { .. } | Msg::Drain | Msg::Loaded(_) => {}
+                Msg::Cancel(_) | Msg::Ended { .. } | Msg::Drain | Msg::Loaded(_) | Msg::Wake => {}
             }
         }
         self.publish();

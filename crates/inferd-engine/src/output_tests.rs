@@ -39,6 +39,7 @@ fn harness(stops: &[&str], prompt_len: usize, confirm: bool) -> Harness {
         started: Instant::now(),
         max_queue: 1,
         queued: AtomicU64::new(0),
+        arriving: Default::default(),
         failure: tokio::sync::watch::Sender::new(None),
     });
     let out = Output::start(shared.clone()).expect("the output thread");

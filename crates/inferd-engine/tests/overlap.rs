@@ -165,7 +165,7 @@ fn a_length_limited_reply_takes_no_pass_past_its_last_token() {
     for max_tokens in [1, 4] {
         let (serial, serial_steps) = run(false, max_tokens);
         let (overlapped, overlapped_steps) = run(true, max_tokens);
-        assert_same(&[serial.clone()], &[overlapped], "one request");
+        assert_same(std::slice::from_ref(&serial), &[overlapped], "one request");
         assert_eq!(serial.tokens.len(), max_tokens);
         // One prefill pass (the prompt fits one slice) and a decode for each token after
         // the first.
@@ -175,4 +175,63 @@ fn a_length_limited_reply_takes_no_pass_past_its_last_token() {
             "max_tokens {max_tokens}: passes with steps overlapped"
         );
     }
+}
+
+/// A request on its way in (`EngineHandle::arrival`: read by the server, not yet
+/// submitted) joins the pass queued next while one is in flight, rather than a pass
+/// behind it; one dropped before it is submitted wakes the engine, which waits no more.
+#[test]
+fn a_request_on_its_way_in_joins_the_next_pass() {
+    let Some(e) = engine(config()) else { return };
+    let prompt = prompts(&e.tokenizer, 2);
+    drop(e);
+    let cfg = EngineConfig {
+        speculate: None,
+        arrival_wait: std::time::Duration::from_secs(20),
+        ..with_overlap(true, config())
+    };
+    let e = engine(cfg).unwrap();
+    let req = |p: &Vec<u32>, max_tokens| {
+        let mut r = GenRequest::greedy(p.clone(), max_tokens);
+        r.ignore_eos = true;
+        r
+    };
+    // The first request's passes (a prefill, then its one decode) take far less than the
+    // second's delay: without the wait the second would get a pass of its own.
+    let arriving = e.arrival();
+    let before = e.stats().steps;
+    let t0 = std::time::Instant::now();
+    let first = e.submit(req(&prompt[0], 2)).unwrap();
+    let e2 = e.clone();
+    let second_req = req(&prompt[1], 1);
+    let late = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(800));
+        collect(&mut e2.submit_arrived(second_req, Some(arriving)).unwrap())
+    });
+    let first = collect(&mut { first });
+    let second = late.join().unwrap();
+    assert_eq!((first.tokens.len(), second.tokens.len()), (2, 1));
+    assert!(block_on(e.context("none")).is_err());
+    assert_eq!(
+        e.stats().steps - before,
+        2,
+        "the second request's prefill rides with the first's decode"
+    );
+    // The first request waited for the second, which came 800 ms in.
+    assert!(t0.elapsed() >= std::time::Duration::from_millis(800));
+
+    // Dropped on its way in (refused before it was submitted): no wait for it.
+    let arriving = e.arrival();
+    let t0 = std::time::Instant::now();
+    let third = e.submit(req(&prompt[0], 3)).unwrap();
+    let gone = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        drop(arriving);
+    });
+    assert_eq!(collect(&mut { third }).tokens.len(), 3);
+    gone.join().unwrap();
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(10),
+        "the engine waited out its arrival_wait for a request that never came"
+    );
 }

@@ -45,6 +45,8 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
                 ))
             }
         })?;
+        // Whole: a generation request is on its way to the engine (`arrival.rs`).
+        crate::arrival::announce(&state.engine);
         parse(&body).map(JsonBody)
     }
 }

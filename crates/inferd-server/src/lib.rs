@@ -54,6 +54,7 @@
 //! the engine's request stream, and dropping it frees the request's KV blocks.
 
 pub mod anthropic;
+pub mod arrival;
 pub mod auth;
 pub mod config;
 pub mod error;
@@ -85,8 +86,14 @@ pub fn router(state: AppState) -> Router {
     metrics::install();
     let limit = state.config.max_body_bytes;
     let v1 = Router::new()
-        .route("/v1/chat/completions", post(openai::chat::handler))
-        .route("/v1/completions", post(openai::completions::handler))
+        .route(
+            "/v1/chat/completions",
+            post(openai::chat::handler).layer(axum::middleware::from_fn(arrival::scope)),
+        )
+        .route(
+            "/v1/completions",
+            post(openai::completions::handler).layer(axum::middleware::from_fn(arrival::scope)),
+        )
         .route("/v1/models", get(openai::models::list))
         .route("/v1/models/{*id}", get(openai::models::get))
         .route("/v1/contexts", post(memory::create).get(memory::list))
@@ -94,7 +101,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/sessions", get(memory::list_sessions))
         .route("/v1/sessions/{id}", delete(memory::delete_session))
         .route("/v1/cache", get(memory::cache))
-        .route("/v1/responses", post(responses::create))
+        .route(
+            "/v1/responses",
+            post(responses::create).layer(axum::middleware::from_fn(arrival::scope)),
+        )
         .route(
             "/v1/responses/{id}",
             get(responses::get).delete(responses::delete),
@@ -103,7 +113,10 @@ pub fn router(state: AppState) -> Router {
             "/v1/responses/{id}/input_items",
             get(responses::input_items),
         )
-        .route("/v1/messages", post(anthropic::messages))
+        .route(
+            "/v1/messages",
+            post(anthropic::messages).layer(axum::middleware::from_fn(arrival::scope)),
+        )
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

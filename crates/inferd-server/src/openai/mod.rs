@@ -55,7 +55,7 @@ pub fn require_object(body: &Value) -> Result<(), ApiError> {
 pub fn submit(state: &AppState, req: GenRequest, param: &str) -> Result<RequestStream, ApiError> {
     state
         .engine
-        .submit(req)
+        .submit_arrived(req, crate::arrival::take())
         .map_err(|e| ApiError::from_submit(e, param))
 }
 

@@ -265,3 +265,47 @@ fn client_disconnect_cancels_and_frees_blocks() {
     assert!(more < 1000, "generated {more}: the request ran to the end");
     eng.shutdown();
 }
+
+/// A generation request is announced to the engine once its body is read
+/// (`EngineHandle::arrival`, which the engine's next step waits a moment for) and the
+/// announcement goes with the request when it is submitted, not when its reply ends; a
+/// request refused before it is submitted drops it. None is left behind, so the engine
+/// never waits for a request that is not coming.
+#[test]
+fn a_generation_request_is_announced_until_it_is_submitted() {
+    if crate::common::model_path().is_none() {
+        return;
+    }
+    let (eng, tpl) = engine(small_engine_config());
+    let addr = serve(eng.clone(), tpl, ServerConfig::default());
+    // Not streaming: its handler waits for the whole reply.
+    let body = json!({
+        "messages": [{"role": "user", "content": "Count from one to one thousand."}],
+        "max_tokens": 400, "temperature": 0, "inferd": {"ignore_eos": true},
+    })
+    .to_string();
+    let s = send(addr, "POST", "/v1/chat/completions", &[], body.as_bytes());
+    assert!(wait_for(10, || eng.stats().running == 1));
+    assert_eq!(eng.arriving(), 0, "held past its submission");
+    // Refused after its body was read (each route's own check), then by the engine.
+    for (path, body) in [
+        (
+            "/v1/completions",
+            json!({"prompt": "Hi", "temperature": -1}),
+        ),
+        ("/v1/chat/completions", json!({"messages": "not a list"})),
+        (
+            "/v1/responses",
+            json!({"input": "Hi", "max_output_tokens": 0}),
+        ),
+        ("/v1/messages", json!({"messages": [], "max_tokens": 8})),
+        ("/v1/completions", json!({"prompt": [1_000_000]})),
+    ] {
+        let r = post(addr, path, &body);
+        assert_eq!(r.status / 100, 4, "{path} {body}: {}", r.status);
+        assert_eq!(eng.arriving(), 0, "{path} {body}: left behind");
+    }
+    assert_eq!(eng.stats().running, 1);
+    drop(s);
+    assert!(wait_for(10, || eng.stats().running == 0));
+}

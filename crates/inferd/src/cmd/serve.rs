@@ -126,6 +126,11 @@ pub struct Args {
     /// step overlaps the device's on the one before: auto (on for a GPU), on, off.
     #[arg(long, value_parser = ["auto", "on", "off"])]
     step_overlap: Option<String>,
+    /// While a pass runs, how long (ms, at most 100) the next step waits for generation
+    /// requests whose bodies are read but not yet tokenized, so agents arriving together
+    /// join one pass; 0: no wait. Default 3.
+    #[arg(long)]
+    arrival_wait_ms: Option<u64>,
     /// Threads computing a step's grammar masks (JSON Schema, tool calls): default one on
     /// the CPU, half the cores up to 8 on a GPU.
     #[arg(long)]
@@ -261,6 +266,12 @@ pub fn run(a: Args) -> Result<()> {
         Some("off") => engine_cfg.step_overlap = Some(false),
         Some(_) => engine_cfg.step_overlap = None,
         None => {}
+    }
+    if let Some(ms) = a.arrival_wait_ms {
+        if ms > 100 {
+            bail!("--arrival-wait-ms must be at most 100, got {ms}");
+        }
+        engine_cfg.arrival_wait = std::time::Duration::from_millis(ms);
     }
     if let Some(n) = a.mask_threads {
         if n == 0 {
