@@ -81,6 +81,10 @@ pub struct Args {
     /// Sequences generating at once.
     #[arg(long)]
     max_running: Option<usize>,
+    /// Waiting requests considered for admission each forward pass (default 8; 64 on a
+    /// GPU, where a burst of agents with short new prompts fits one pass).
+    #[arg(long)]
+    lookahead: Option<usize>,
     /// Tokens per KV block.
     #[arg(long)]
     block_size: Option<usize>,
@@ -215,6 +219,8 @@ fn default_name(model: &str) -> String {
 
 /// Prompt tokens a GPU step takes at most, by default (half that while others decode).
 const GPU_BATCH_TOKENS: usize = 8192;
+/// Waiting requests a GPU step considers for admission (`SchedulerConfig::lookahead`).
+const GPU_LOOKAHEAD: usize = 64;
 
 pub fn run(a: Args) -> Result<()> {
     // Removes this server's state files however `run` ends.
@@ -303,6 +309,9 @@ pub fn run(a: Args) -> Result<()> {
         engine_cfg.sched.max_prefill_tokens = GPU_BATCH_TOKENS;
         engine_cfg.sched.max_prefill_tokens_decoding = GPU_BATCH_TOKENS / 2;
         engine_cfg.sched.max_prefill_area_decoding = usize::MAX;
+        // Agents arriving together with short new prompts (forked from one brief, back
+        // from one tool) are admitted in one pass rather than 8 a pass, the CPU's window.
+        engine_cfg.sched.lookahead = GPU_LOOKAHEAD;
     }
     if let Some(v) = a.max_batch_tokens {
         engine_cfg.sched.max_batch_tokens = v;
@@ -315,6 +324,12 @@ pub fn run(a: Args) -> Result<()> {
     }
     if let Some(v) = a.max_running {
         engine_cfg.sched.max_running = v;
+    }
+    if let Some(v) = a.lookahead {
+        if v == 0 {
+            bail!("--lookahead must be at least 1");
+        }
+        engine_cfg.sched.lookahead = v;
     }
     let speculate =
         a.speculate == "on" || (a.speculate == "auto" && (!on_gpu || a.draft_model.is_some()));
