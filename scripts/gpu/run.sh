@@ -116,7 +116,7 @@
 #            heads), made there (make_qwen3_shape.py): Auto's rule at the other head_dims
 #   arrivals  requests on their way in joining the next pass: --arrival-wait-ms 0 against
 #            the default, on agents back together (16k, sessions), forked agents, fleets
-#   lookahead  --lookahead 8 against the GPU default 64 on forked agents, returns, the fleet
+#   lookahead  --lookahead 8 against the GPU default 64 on forked agents and the fleet
 #   returncost  one agent's return over 1k / 4k / 16k cached contexts, a request at a time
 #            (return_cost.py): the client's time against the server's TTFT and step phases
 #   splitfleet  `inferd serve` on /tmp/q8b with --prefill-split off, then auto (prefix cache
@@ -855,8 +855,8 @@ arrivals)
   ;;
 lookahead)
   # Admission window a pass: --lookahead 8 (the CPU's) against the GPU default (64), on
-  # bursts of short new prompts: 32 forked agents relaunched at once, 8 agents back on 16k
-  # contexts with sessions, the fleet's 8 agents.
+  # bursts of short new prompts (32 forked agents relaunched at once) and the fleet's 8
+  # agents.
   for la in 8 64; do
     $B/inferd serve --device cuda -m /tmp/q8b --port 8196 --lookahead $la >$OUT/serve-lookahead-$la.log 2>&1 &
     SP=$!
@@ -864,9 +864,6 @@ lookahead)
     timeout 100 $B/inferd bench forked --url http://127.0.0.1:8196 --token-prompts --brief 8192 --agents 32 --suffix 64 --reply 64 \
       --label lookahead-$la --meta engine=inferd --out $OUT/lookahead-$la-forked.json >$OUT/lookahead-$la-forked.txt 2>&1
     note "lookahead $la: forked: rc $? $(grep -E 'relaunch|TTFT agents' $OUT/lookahead-$la-forked.txt | tr -s ' ' | tr '\n' ';')"
-    timeout 150 $B/inferd bench resume --url http://127.0.0.1:8196 --token-prompts --seed 11 --agents 8 --context 16384 --reply 64 --filler 4 --sessions \
-      --label lookahead-$la --meta engine=inferd --out $OUT/lookahead-$la-resume8.json >$OUT/lookahead-$la-resume8.txt 2>&1
-    note "lookahead $la: resume 8 x 16k: rc $? $(grep -iE 'on return  ' $OUT/lookahead-$la-resume8.txt | tr -s ' ')"
     timeout 120 $B/inferd bench fleet --url http://127.0.0.1:8196 --token-prompts -q --agents 8 --context 4096 --reply 128 \
       --label lookahead-$la --meta engine=inferd-lookahead$la --meta model=qwen3-8b-shape-bf16 --out $OUT/lookahead-$la-n8.json >/dev/null 2>&1
     note "lookahead $la: fleet 8 x 4k: rc $?"
