@@ -116,7 +116,7 @@
 #            heads), made there (make_qwen3_shape.py): Auto's rule at the other head_dims
 #   arrivals  requests on their way in joining the next pass: --arrival-wait-ms 0 against
 #            the default, on agents back together (16k, sessions), forked agents, fleets
-#   lookahead  --lookahead 8 against the GPU default 64 on forked agents and the fleet
+#   lookahead  --lookahead 8 (the default) against 64 on forked agents and the fleet
 #   returncost  one agent's return over 1k / 4k / 16k cached contexts, a request at a time
 #            (return_cost.py): the client's time against the server's TTFT and step phases
 #   splitfleet  `inferd serve` on /tmp/q8b with --prefill-split off, then auto (prefix cache
@@ -854,7 +854,7 @@ arrivals)
   $B/inferd bench table $OUT/arrivals-*-n*.json 2>&1 | tee -a $summary
   ;;
 lookahead)
-  # Admission window a pass: --lookahead 8 (the CPU's) against the GPU default (64), on
+  # Admission window a pass: --lookahead 8 (the default) against 64, on
   # bursts of short new prompts (32 forked agents relaunched at once) and the fleet's 8
   # agents.
   for la in 8 64; do

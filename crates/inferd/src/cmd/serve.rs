@@ -81,8 +81,9 @@ pub struct Args {
     /// Sequences generating at once.
     #[arg(long)]
     max_running: Option<usize>,
-    /// Waiting requests considered for admission each forward pass (default 8; 64 on a
-    /// GPU, where a burst of agents with short new prompts fits one pass).
+    /// Waiting requests considered for admission each forward pass (default 8). Agents
+    /// arriving together with short new prompts are admitted this many a pass (on a GPU
+    /// one pass could take 64: not yet measured, `scripts/gpu/run.sh lookahead`).
     #[arg(long)]
     lookahead: Option<usize>,
     /// Tokens per KV block.
@@ -219,8 +220,6 @@ fn default_name(model: &str) -> String {
 
 /// Prompt tokens a GPU step takes at most, by default (half that while others decode).
 const GPU_BATCH_TOKENS: usize = 8192;
-/// Waiting requests a GPU step considers for admission (`SchedulerConfig::lookahead`).
-const GPU_LOOKAHEAD: usize = 64;
 
 pub fn run(a: Args) -> Result<()> {
     // Removes this server's state files however `run` ends.
@@ -309,9 +308,6 @@ pub fn run(a: Args) -> Result<()> {
         engine_cfg.sched.max_prefill_tokens = GPU_BATCH_TOKENS;
         engine_cfg.sched.max_prefill_tokens_decoding = GPU_BATCH_TOKENS / 2;
         engine_cfg.sched.max_prefill_area_decoding = usize::MAX;
-        // Agents arriving together with short new prompts (forked from one brief, back
-        // from one tool) are admitted in one pass rather than 8 a pass, the CPU's window.
-        engine_cfg.sched.lookahead = GPU_LOOKAHEAD;
     }
     if let Some(v) = a.max_batch_tokens {
         engine_cfg.sched.max_batch_tokens = v;
