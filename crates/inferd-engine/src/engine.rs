@@ -490,15 +490,6 @@ impl<B: Backend> Engine<B> {
         self.pending.finished.push(id);
     }
 
-    /// One scheduling step and forward pass. `false` when nothing was scheduled.
-    ///
-    /// With step overlap (a backend that queues work) the step's draws are left in
-    /// flight: the next step is scheduled, laid out and queued behind them, its decodes
-    /// reading the draws on the device, and only then are they waited for and accepted
-    /// ([`Engine::land`]), while the device runs that next pass. A sequence that ended
-    /// in the landed step has computed one row more, which nothing reads. A step that
-    /// needs a drawn token on the host (a recompute after preemption) lands the flight
-    /// first.
     /// While a pass is in flight (the device busy), requests the server has read and not
     /// yet submitted are waited for, up to `arrival_wait`, so they join the pass queued
     /// next rather than the one after it (`arrival.rs`). Each one's submission (or its
@@ -517,6 +508,16 @@ impl<B: Backend> Engine<B> {
         }
     }
 
+    /// One scheduling step and forward pass. `false` when nothing was scheduled.
+    ///
+    /// With step overlap (a backend that queues work) the step's draws are left in
+    /// flight: the next step is scheduled, laid out and queued behind them, its decodes
+    /// reading the draws on the device, and only then are they waited for and accepted
+    /// ([`Engine::land`]), while the device runs that next pass. A sequence that ended
+    /// by a stop in the landed step has computed one row more, which nothing reads (one
+    /// that ended by length took none: the scheduler knows its token limit). A step that
+    /// needs a drawn token on the host (a recompute after preemption) lands the flight
+    /// first.
     fn step(&mut self) -> bool {
         self.await_arrivals();
         let mut phase = Phases::start();

@@ -139,10 +139,7 @@ impl EngineHandle {
         if req.max_tokens == 0 {
             return Err(SubmitError::Invalid("max_tokens must be at least 1".into()));
         }
-        let limit = self
-            .info
-            .max_context
-            .min(req.max_context.unwrap_or(usize::MAX));
+        let limit = crate::seq::max_len(&req, self.info.max_context);
         if req.prompt.len() >= limit {
             return Err(SubmitError::TooLong {
                 what: "the prompt",

@@ -100,7 +100,7 @@ pub(crate) enum Verdict {
 
 /// The most tokens a request's sequence may hold: the server's context, or the
 /// request's own if smaller.
-fn max_len(req: &GenRequest, max_context: usize) -> usize {
+pub(crate) fn max_len(req: &GenRequest, max_context: usize) -> usize {
     max_context.min(req.max_context.unwrap_or(usize::MAX))
 }
 

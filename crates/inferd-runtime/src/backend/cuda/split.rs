@@ -49,11 +49,10 @@ pub fn sm90_blocks(q: usize, n_heads: usize) -> usize {
 /// are short whatever their number.
 pub const MIN_PREFIX: usize = 1024;
 
-/// Whether `mode` gives short chunks over long contexts to the FA2 prefill at head_dim
-/// `head_dim`: Auto and Always wherever the kernel is built (64, 128, 256; each measured
-/// on a GPU, the rule of [`pays`] holding at all three).
-pub fn takes_short_chunks(mode: SplitPrefill, head_dim: usize) -> bool {
-    mode != SplitPrefill::Off && matches!(head_dim, 64 | 128 | 256)
+/// Whether the FA2 prefill is built for `head_dim` (64, 128, 256; the rule of [`pays`]
+/// measured on a GPU at all three).
+pub fn built(head_dim: usize) -> bool {
+    matches!(head_dim, 64 | 128 | 256)
 }
 
 /// Whether a chunk of `q` queries at the end of `kv` keys takes the FA2 prefill under
@@ -77,7 +76,7 @@ pub fn pays(
     n_kv_heads: usize,
     head_dim: usize,
 ) -> bool {
-    if !takes_short_chunks(mode, head_dim) || q == 0 {
+    if !built(head_dim) || q == 0 {
         return false;
     }
     match mode {
@@ -221,10 +220,10 @@ mod tests {
         assert!(pays(SplitPrefill::Auto, 64, 4096, 32, 8, 64));
         assert!(!pays(SplitPrefill::Auto, 80, 16384, 32, 8, 64));
         assert!(!pays(SplitPrefill::Auto, 9, 600, 16, 4, 256));
-        assert!(takes_short_chunks(SplitPrefill::Auto, 128));
-        assert!(takes_short_chunks(SplitPrefill::Auto, 64));
-        assert!(!takes_short_chunks(SplitPrefill::Auto, 96));
-        assert!(!takes_short_chunks(SplitPrefill::Off, 128));
+        assert!(built(128) && built(64) && built(256));
+        assert!(!built(96));
+        assert!(!pays(SplitPrefill::Auto, 9, 16384, 32, 8, 96));
+        assert!(!pays(SplitPrefill::Off, 9, 16384, 32, 8, 128));
         assert_eq!(sm90_blocks(129, 32), 64);
     }
 
