@@ -110,6 +110,8 @@
 #            prefill and by its FA2 prefill (split keys): ms each against a one-row decode,
 #            the FA2 plans a pass (told to and by Auto), the two kernels' logits compared,
 #            and a sequence's FA2 logits in the pass against its chunk alone
+#   shortchunks8  `shortchunks` at 16k over 8-bit pools (fp8, 1 and 8 sequences; q8, 1): the
+#            FA2 prefill reading the pass's bf16 copies of the pages against the SM90 kernel
 #   shortchunks35  after make35: `shortchunks` on the hybrid at 16k, one sequence (its
 #            attention layers at head_dim 256)
 #   shorthd  `shortchunks` on Qwen3-shaped models at head_dim 256 (16 / 4 heads) and 64 (32 / 8
@@ -801,6 +803,14 @@ shortchunks)
       timeout 200 $B/cuda_check shortchunks /tmp/q8b $ctx ${SHORT_CHUNKS:-2+9+16+32+64+80+200} $seqs 2>&1 | tee -a $summary
     done
   done
+  ;;
+shortchunks8)
+  # `shortchunks` over an 8-bit pool (Fp8, then Q8 at 16k): both kernels read the pass's
+  # bf16 copies of the pages; the FA2 prefill for short chunks there too.
+  for seqs in ${SHORT_SEQS:-1 8}; do
+    timeout 200 $B/cuda_check shortchunks /tmp/q8b 16384 ${SHORT_CHUNKS:-9+16+40+64+200} $seqs fp8 2>&1 | tee -a $summary
+  done
+  timeout 200 $B/cuda_check shortchunks /tmp/q8b 16384 ${SHORT_CHUNKS:-16+64} 1 q8 2>&1 | tee -a $summary
   ;;
 shortchunks35)
   # After make35: the hybrid's attention layers (head_dim 256, 16 / 4 heads), one sequence

@@ -598,9 +598,9 @@ fn prompt_runs_match_the_cpu(head_dim: usize, heads: usize, dtypes: &[KvDtype]) 
             _ => (dtype, 1.2 * tol),
         };
         let want = prompt_runs_on(&cpu_model, cpu_dtype);
-        // The FA2 prefill takes every chunk of a bf16 pool when told to (head_dim 64, 128
-        // and 256 built); 8-bit pools keep the SM90 kernel's runs.
-        let fa2 = dtype == KvDtype::Bf16;
+        // The FA2 prefill takes every chunk when told to (head_dim 64, 128 and 256 built),
+        // over an 8-bit pool reading the pass's bf16 copies of its pages.
+        let fa2 = true;
         // (paged, contiguous) runs of the second pass each way, and FA2 runs in all.
         for (prefill_kv, split_prefill, runs, splits) in [
             (PrefillKv::Auto, SplitPrefill::Off, (2, 2), 0),

@@ -29,12 +29,12 @@
 //!   tokens prefilled in passes of CHUNK tokens of each, prompt chunks' attention over the
 //!   pool's pages and over a contiguous copy (`--prefill-kv`), in turn on one model: each
 //!   pass's ms both ways, and the sums.
-//! - `shortchunks MODEL_DIR [CONTEXT] [CHUNK+CHUNK…] [SEQS]`: SEQS sequences' chunks of
+//! - `shortchunks MODEL_DIR [CONTEXT] [CHUNK+CHUNK…] [SEQS] [KV_DTYPE]`: SEQS sequences' chunks of
 //!   CHUNK tokens at the end of CONTEXT (default 16384; chunks 2+9+40+200+512; 1 sequence)
 //!   in one pass, by FlashInfer's SM90 prefill and by its FA2 prefill, which splits the
 //!   keys: ms each, against a one-row decode; the FA2 plans a pass (told to, and by
 //!   `Auto`), the two kernels' logits compared, and the first sequence's FA2 logits in the
-//!   pass against its pass alone.
+//!   pass against its pass alone. KV_DTYPE: bf16 (default), q8 or fp8.
 
 mod agree;
 mod checks;
@@ -102,6 +102,9 @@ fn main() {
             a.get(3).map_or(16384, |c| c.parse().expect("CONTEXT")),
             &a.get(4).map_or("2+9+40+200+512".to_string(), String::clone).split('+').map(|c| c.parse().expect("CHUNK+CHUNK")).collect::<Vec<usize>>(),
             a.get(5).map_or(1, |c| c.parse().expect("SEQS")),
+            a.get(6).map_or(inferd_runtime::KvDtype::Bf16, |c| {
+                inferd_runtime::KvDtype::from_name(c).expect("KV_DTYPE: bf16, q8 or fp8")
+            }),
         ),
         Some("chunks") => chunks(
             p(2).expect("MODEL_DIR"),

@@ -5,7 +5,8 @@
 //! same context; each pass timed alone, the two kernels' logits compared, and the first
 //! sequence's logits in the pass against its chunk's pass alone by each kernel (cuBLASLt
 //! rounds a pass of other rows differently in the last bits; the FA2 plans, whose
-//! pieces follow each chunk alone, add nothing of their own).
+//! pieces follow each chunk alone, add nothing of their own). Over an 8-bit pool both
+//! kernels read the pass's bf16 copies of the pages.
 
 use std::path::Path;
 
@@ -17,7 +18,7 @@ use super::speed::timed_pass;
 /// Each sequence's own last tokens (the rest of the context is the first's).
 const TAIL: usize = 1024;
 
-pub fn shortchunks(model_dir: &Path, context: usize, sizes: &[usize], seqs: usize) {
+pub fn shortchunks(model_dir: &Path, context: usize, sizes: &[usize], seqs: usize, dtype: KvDtype) {
     let model = Model::load(CudaBackend::new(CudaConfig::default()).unwrap(), model_dir).unwrap();
     let vocab = model.cfg.vocab_size;
     let seqs = seqs.max(1);
@@ -32,7 +33,7 @@ pub fn shortchunks(model_dir: &Path, context: usize, sizes: &[usize], seqs: usiz
         context > tail && context.is_multiple_of(BLOCK),
         "CONTEXT: a multiple of {BLOCK} past {tail}"
     );
-    let mut pool = Pool::new(&model, context + seqs * tail, KvDtype::Bf16, seqs);
+    let mut pool = Pool::new(&model, context + seqs * tail, dtype, seqs);
     let first = pool.table(context);
     let shared = (context - tail) / BLOCK;
     // [seqs] block tables: the first sequence's context, then each one's own tail.
@@ -106,7 +107,8 @@ pub fn shortchunks(model_dir: &Path, context: usize, sizes: &[usize], seqs: usiz
     };
     let (decode, _) = time(SplitPrefill::Off, 1, 1, &mut ws, &mut pool);
     println!(
-        "shortchunks at {context} keys, {seqs} sequences a pass: one-row decode (eager) {:.2} ms",
+        "shortchunks at {context} keys, {seqs} sequences a pass, {} KV: one-row decode (eager) {:.2} ms",
+        dtype.name(),
         decode * 1e3
     );
     println!(

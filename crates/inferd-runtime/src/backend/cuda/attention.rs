@@ -113,11 +113,10 @@ impl CudaBackend {
     }
 
     /// The prompt chunks of a pass (`seqs`, from row `row` on), planned into `out`: each
-    /// sequence read by the FA2 kernel as `split::pays` says of its chunk alone (bf16
-    /// pools), else paged or from a contiguous copy as `contig::pays` says, runs of
+    /// sequence read by the FA2 kernel as `split::pays` says of its chunk alone, else paged or from a contiguous copy as `contig::pays` says, runs of
     /// neighbours read alike (split chunks: of one `split::Class`) one plan each
-    /// (`contig::runs`). An 8-bit pool's paged runs read bf16 copies of their distinct
-    /// pages, made once for all of them.
+    /// (`contig::runs`). An 8-bit pool's paged and FA2 runs read bf16 copies of their
+    /// distinct pages, made once for all of them.
     fn plan_prompt(
         &self,
         seqs: &[SeqChunk],
@@ -140,7 +139,7 @@ impl CudaBackend {
             .map(|s| {
                 let (q, keys) = (s.n_tokens, s.kv_len());
                 let copy = contig::rows(keys) * token_bytes;
-                if split::takes(split_mode, s, attn, kv.dtype) {
+                if split::takes(split_mode, s, attn) {
                     let (c, work) = split::class(
                         q,
                         keys,
@@ -175,11 +174,14 @@ impl CudaBackend {
                 part
             })
             .collect();
-        if kv.dtype.is_8bit() && runs.iter().any(|r| r.2 == Read::Paged) {
+        // Runs that read the pool's pages (SM90 paged and FA2 alike) read bf16 copies of
+        // an 8-bit pool's.
+        let reads_pages = |r: &Read| matches!(r, Read::Paged | Read::Split(_));
+        if kv.dtype.is_8bit() && runs.iter().any(|r| reads_pages(&r.2)) {
             let mut paged: Vec<&mut Part> = parts
                 .iter_mut()
                 .zip(&runs)
-                .filter(|(_, r)| r.2 == Read::Paged)
+                .filter(|(_, r)| reads_pages(&r.2))
                 .map(|(p, _)| p)
                 .collect();
             out.pages = Some(self.kv8_gather(&mut paged, kv)?);
@@ -238,7 +240,7 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// The bf16 pages the paged prompt runs of an 8-bit pass read: their distinct blocks
+    /// The bf16 pages the paged and FA2 prompt runs of an 8-bit pass read: their distinct blocks
     /// get scratch pages 0..n in the order first met, their block tables are rewritten to
     /// them, and the blocks' ids go up to the device for `ifd_kv_dequant_pages` (run per
     /// layer).

@@ -440,7 +440,7 @@ pub struct Passes {
     pub grouped: bool,
     /// Plan i lives in workspace i.
     pub runs: Vec<Run>,
-    /// 8-bit pools: the bf16 pages the paged prompt runs read.
+    /// 8-bit pools: the bf16 pages the paged and FA2 prompt runs read.
     pub pages: Option<PassPages>,
 }
 

@@ -263,7 +263,11 @@ impl CudaBackend {
         let mode = *self.inner.split_prefill.lock().unwrap();
         let (most, reread) = match self.inner.decode_chunk_tokens.load(Ordering::Relaxed) {
             0 => (
-                batch::chunk_limit(batch, |s| split::takes(mode, s, attn, layout.dtype)),
+                // An 8-bit pool's checks keep to the decode kernel (its SIMT build reads
+                // 8-bit pages itself; the prompt path would copy them to bf16 first).
+                batch::chunk_limit(batch, |s| {
+                    !layout.dtype.is_8bit() && split::takes(mode, s, attn)
+                }),
                 batch::DECODE_REREAD_POSITIONS,
             ),
             n => (n, usize::MAX),

@@ -23,7 +23,6 @@
 
 use crate::backend::AttnConfig;
 use crate::batch::SeqChunk;
-use crate::kv::KvDtype;
 
 /// Which prompt chunks take the FA2 prefill.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -34,8 +33,8 @@ pub enum SplitPrefill {
     /// crowd ([`pays`]); the default.
     #[default]
     Auto,
-    /// Every prompt chunk it can take (head_dim 64, 128, 256, bf16 KV): for tests and
-    /// measurement.
+    /// Every prompt chunk it can take (head_dim 64, 128, 256; any KV dtype): for tests
+    /// and measurement.
     Always,
 }
 
@@ -92,18 +91,18 @@ pub fn pays(
     }
 }
 
-/// Whether `chunk` of a pass over a pool of `dtype` takes the FA2 prefill under `mode`
-/// ([`pays`] of its shape; bf16 pools only: the kernel reads bf16 pages).
-pub fn takes(mode: SplitPrefill, chunk: &SeqChunk, attn: &AttnConfig, dtype: KvDtype) -> bool {
-    !dtype.is_8bit()
-        && pays(
-            mode,
-            chunk.n_tokens,
-            chunk.kv_len(),
-            attn.n_heads,
-            attn.n_kv_heads,
-            attn.head_dim,
-        )
+/// Whether `chunk` takes the FA2 prefill under `mode` ([`pays`] of its shape). Over an
+/// 8-bit pool the kernel reads the pass's bf16 copies of the chunk's pages, as the SM90
+/// kernel's paged runs do (`ifd_kv_dequant_pages`).
+pub fn takes(mode: SplitPrefill, chunk: &SeqChunk, attn: &AttnConfig) -> bool {
+    pays(
+        mode,
+        chunk.n_tokens,
+        chunk.kv_len(),
+        attn.n_heads,
+        attn.n_kv_heads,
+        attn.head_dim,
+    )
 }
 
 /// The query tile (packed rows: a query row times a KV head's group) FlashInfer's FA2
