@@ -118,6 +118,8 @@
 #            heads), made there (make_qwen3_shape.py): Auto's rule at the other head_dims
 #   arrivals  requests on their way in joining the next pass: --arrival-wait-ms 0 against
 #            the default, on agents back together (16k, sessions), forked agents, fleets
+#   burstslices  the prefill-bound fleets (64 x 4k, 32 x 16k; no prefix cache) with prompt
+#            slices of 4096 tokens while others decode (the default) and of 8192
 #   lookahead  --lookahead 8 (the default) against 64 on forked agents and the fleet
 #   returncost  one agent's return over 1k / 4k / 16k cached contexts, a request at a time
 #            (return_cost.py): the client's time against the server's TTFT and step phases
@@ -677,6 +679,14 @@ long|longq8|longfp8)
   note "forked${kv:+ kv $kv} 32 x 8k brief: rc $?"; tail -15 $OUT/forked$tag.txt | sed "s|$OUT|\$OUT|g" | tee -a $summary
   kill $SP; wait $SP 2>/dev/null
   $B/inferd bench table $OUT/fleet$tag-16384-*.json 2>&1 | tee -a $summary
+  ;;
+burstslices)
+  # Prompt slices while others decode: 4096 (the GPU default) against 8192 (as when none
+  # do), on the prefill-bound fleets: the decoding rows' share of a pass halves, their
+  # pauses double.
+  prefill_fleets 8197 slices4096
+  prefill_fleets 8197 slices8192 --max-prefill-tokens-decoding 8192
+  $B/inferd bench table $OUT/fleet-slices*.json 2>&1 | tee -a $summary
   ;;
 peerbuild)
   mkdir -p /tmp/tok /tmp/lcd && cp $C/tokenizer/* /tmp/tok/ && xz -df /tmp/tok/tokenizer.json.xz
