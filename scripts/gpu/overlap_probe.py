@@ -130,33 +130,44 @@ if gc is None:
     print("green contexts: not in this PyTorch")
     sys.exit(0)
 n_sms = torch.cuda.get_device_properties(0).multi_processor_count
+
+
+def green_stream(ctx):
+    """A stream whose kernels run on `ctx`'s multiprocessors (made while it is current)."""
+    if hasattr(ctx, "Stream"):
+        return ctx.Stream()
+    ctx.set_context()
+    try:
+        return torch.cuda.Stream()
+    finally:
+        ctx.pop_context()
+
+
+def on(st, fn):
+    with torch.cuda.stream(st):
+        fn()
+    return [st]
+
+
+# Partitions come in multiples of 8 multiprocessors on Hopper: B gets `part`, A the
+# largest multiple of 8 of the rest.
 for part in (8, 16, 24):
+    rest = (n_sms - part) // 8 * 8
     try:
         gb = gc.GreenContext.create(part, 0)
-        ga = gc.GreenContext.create(n_sms - part, 0)
+        ga = gc.GreenContext.create(rest, 0)
+        st_a, st_b = green_stream(ga), green_stream(gb)
     except Exception as e:  # noqa: BLE001: report what this PyTorch and driver allow
-        print(f"green contexts ({part} SMs): {type(e).__name__}: {e}")
+        print(f"green contexts ({part} + {rest} SMs): {type(e).__name__}: {e}")
         break
-
-    def in_ctx(ctx, fn):
-        ctx.set_context()
-        try:
-            st = torch.cuda.Stream()
-            with torch.cuda.stream(st):
-                fn()
-        finally:
-            ctx.pop_context()
-        return [st]
-
-    def parted():
-        return in_ctx(ga, run_a) + in_ctx(gb, run_b)
-
     try:
-        tpa = timed(lambda: in_ctx(ga, run_a))
-        tpb = timed(lambda: in_ctx(gb, run_b))
-        tp = timed(parted)
-        print(f"green contexts, B on {part} SMs: A alone {tpa:.1f} ms, B alone {tpb:.1f} ms, "
-              f"both {tp:.1f} ms (serial on the whole GPU {ta + tb:.1f})")
+        tpa = timed(lambda: on(st_a, run_a))
+        tpb = timed(lambda: on(st_b, run_b))
+        tp = timed(lambda: on(st_a, run_a) + on(st_b, run_b))
+        tfull = timed(lambda: on(sa, run_a) + on(st_b, run_b))
+        print(f"green contexts, B on {part} SMs, A on {rest}: A alone {tpa:.1f} ms, "
+              f"B alone {tpb:.1f} ms, both {tp:.1f} ms; A on the whole GPU beside B's "
+              f"partition {tfull:.1f} ms (serial on the whole GPU {ta + tb:.1f})")
     except Exception as e:  # noqa: BLE001
         print(f"green contexts ({part} SMs) failed: {type(e).__name__}: {e}")
         break
