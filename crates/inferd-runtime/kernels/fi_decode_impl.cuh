@@ -1,5 +1,6 @@
 // FlashInfer BatchDecode (paged, HND, bf16, no RoPE, causal by construction) for one
 // head_dim: plan + run. Included by fi_decode_hd{64,128}.cu with IFD_FI_HD set.
+#include "fi_sms.h"  // before FlashInfer's headers
 #include <flashinfer/attention/decode.cuh>
 #include <flashinfer/attention/default_decode_params.cuh>
 

@@ -2,6 +2,7 @@
 // the paged prefill, fi_prefill_fa2_impl.cuh): q, out, the paged K/V over inferd's pages
 // (HND), the softmax scale, and the schedule the plan wrote into the int workspace.
 #pragma once
+#include "fi_sms.h"  // before FlashInfer's headers
 #include <cuda_bf16.h>
 
 #include <flashinfer/attention/scheduler.cuh>

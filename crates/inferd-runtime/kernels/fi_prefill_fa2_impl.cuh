@@ -8,6 +8,7 @@
 // the keys into pieces of the size the caller gives (`PrefillSplitQOKVIndptr`'s
 // fixed_split_size: inferd sizes them from each chunk alone, split.rs), merging the pieces'
 // partial results (`VariableLengthMergeStates`, partials in the float workspace).
+#include "fi_sms.h"  // before FlashInfer's headers
 #include <flashinfer/attention/default_prefill_params.cuh>
 #include <flashinfer/attention/prefill.cuh>
 

@@ -2,6 +2,7 @@
 // fi_ragged_sm90_impl.cuh: contiguous K/V, fi_prefill_bench.cu): the plan, and the run
 // parameters every causal pass of ours sets alike.
 #pragma once
+#include "fi_sms.h"  // before FlashInfer's headers
 #include <cutlass/numeric_types.h>
 
 #include <flashinfer/attention/hopper/default_params.cuh>

@@ -13,7 +13,14 @@ namespace {
 __global__ void fault_kernel(int* p) { *p = 1; }
 }  // namespace
 
+namespace ifd {
+// fi_sms.h: the multiprocessors of the calling thread's share of the device (0: all).
+thread_local int g_lane_sms = 0;
+}  // namespace ifd
+
 extern "C" {
+
+void ifd_set_lane_sms(int sms) { ifd::g_lane_sms = sms; }
 
 int ifd_device_count(int* n) {
   *n = 0;

@@ -8,7 +8,8 @@
 //! Prompt chunks' attention runs both over the pool's pages and over a contiguous copy of
 //! their K/V (FlashInfer's ragged kernel, `PrefillKv::Contiguous`), and by FlashInfer's FA2
 //! prefill, which splits the keys (`SplitPrefill::Always`; by default short chunks over
-//! long contexts).
+//! long contexts). The default configuration runs once more on a share of the
+//! multiprocessors (a green context) and once on the rest.
 //! Each run is made twice, with every pass sending its chunks' whole tables and with
 //! tables kept in the pool across passes (edits appending blocks as the sequences grow,
 //! rows past the image's first size, a row moved mid-decode): the two give the same bits.
@@ -21,7 +22,7 @@ use common::*;
 use inferd_formats::{GgufWriter, MetaValue};
 use inferd_runtime::{
     Backend, CpuBackend, CudaBackend, CudaConfig, DecodeAttention, ForwardBatch, KvDtype, Model,
-    PrefillKv, SplitPrefill, TableEdit,
+    PrefillKv, SmShare, SplitPrefill, TableEdit,
 };
 
 /// A random Qwen3-shaped GGUF: 2 layers, `heads` query heads over 2 KV heads of `head_dim`.
@@ -390,6 +391,22 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
             split_prefill: SplitPrefill::Off,
             ..base
         },
+        // On a share of the multiprocessors (a green context: FlashInfer's grids and
+        // plans, our decode splits and cuBLASLt's heuristic sized to it), and on the rest.
+        CudaConfig {
+            share: Some(SmShare {
+                sms: 16,
+                rest: false,
+            }),
+            ..base
+        },
+        CudaConfig {
+            share: Some(SmShare {
+                sms: 16,
+                rest: true,
+            }),
+            ..base
+        },
     ];
     for cfg in configs {
         let backend = CudaBackend::new(cfg).unwrap();
@@ -401,13 +418,14 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
             for (p, name) in PHASES.iter().enumerate() {
                 let (worst, same, rows) = phase_diff(&want, &got, p);
                 let what = format!(
-                    "head_dim {head_dim}, blocks of {bs}, graphs {}, {}, decode {:?}, prompt K/V {:?}, split {:?}, checks {}: {name}: {rows} rows, max |Δlogit| {worst}, top-1 equal {same}",
+                    "head_dim {head_dim}, blocks of {bs}, graphs {}, {}, decode {:?}, prompt K/V {:?}, split {:?}, checks {}, SMs {:?}: {name}: {rows} rows, max |Δlogit| {worst}, top-1 equal {same}",
                     if cfg.no_graphs { "off" } else { "on" },
                     if cfg.no_gemv { "cuBLASLt only" } else { "gemv" },
                     cfg.decode,
                     cfg.prefill_kv,
                     cfg.split_prefill,
                     cfg.decode_chunk_tokens,
+                    cfg.share,
                 );
                 eprintln!("{what}");
                 if worst > tol {

@@ -29,6 +29,10 @@
 //!   tokens prefilled in passes of CHUNK tokens of each, prompt chunks' attention over the
 //!   pool's pages and over a contiguous copy (`--prefill-kv`), in turn on one model: each
 //!   pass's ms both ways, and the sums.
+//! - `lanes MODEL_DIR [CONTEXT] [ROWS] [CHUNK] [SMS]`: ROWS decode rows at CONTEXT (default
+//!   4096, 31) and a CHUNK-token prompt chunk (4096) as today's mixed pass on the whole GPU,
+//!   against the decode rows on SMS multiprocessors (16; a green context) beside the chunk
+//!   on the rest, from two threads: ms a chunk and decode steps a chunk.
 //! - `shortchunks MODEL_DIR [CONTEXT] [CHUNK+CHUNK…] [SEQS] [KV_DTYPE]`: SEQS sequences' chunks of
 //!   CHUNK tokens at the end of CONTEXT (default 16384; chunks 2+9+40+200+512; 1 sequence)
 //!   in one pass, by FlashInfer's SM90 prefill and by its FA2 prefill, which splits the
@@ -39,6 +43,7 @@
 mod agree;
 mod checks;
 mod common;
+mod lanes;
 mod probe;
 mod sampling;
 mod shortchunks;
@@ -105,6 +110,13 @@ fn main() {
             a.get(6).map_or(inferd_runtime::KvDtype::Bf16, |c| {
                 inferd_runtime::KvDtype::from_name(c).expect("KV_DTYPE: bf16, q8 or fp8")
             }),
+        ),
+        Some("lanes") => lanes::lanes(
+            p(2).expect("MODEL_DIR"),
+            a.get(3).map_or(4096, |c| c.parse().expect("CONTEXT")),
+            a.get(4).map_or(31, |c| c.parse().expect("ROWS")),
+            a.get(5).map_or(4096, |c| c.parse().expect("CHUNK")),
+            a.get(6).map_or(16, |c| c.parse().expect("SMS")),
         ),
         Some("chunks") => chunks(
             p(2).expect("MODEL_DIR"),

@@ -4,6 +4,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
 use super::ffi::{self, check};
+use super::green::{GreenStream, SmShare};
 use crate::{Result, RuntimeError};
 
 /// What a GPU reports about itself.
@@ -66,10 +67,14 @@ pub fn device_info(ordinal: usize) -> Result<DeviceInfo> {
 }
 
 /// A device and the one stream all of a backend's work is queued on (so work is
-/// ordered without events; a host read waits for the stream).
+/// ordered without events; a host read waits for the stream). On a share of the
+/// device's multiprocessors ([`SmShare`]) the stream is a green context's, and `info`
+/// counts the share's multiprocessors.
 pub struct Device {
     pub info: DeviceInfo,
     stream: ffi::Stream,
+    /// The green context the stream is in, on a share (it owns the stream).
+    green: Option<GreenStream>,
 }
 
 // SAFETY: a CUDA stream may be used from any thread; the runtime serializes its queue.
@@ -78,6 +83,11 @@ unsafe impl Sync for Device {}
 
 impl Device {
     pub fn open(ordinal: usize) -> Result<Arc<Device>> {
+        Self::open_share(ordinal, None)
+    }
+
+    /// Device `ordinal`, its work on `share` of its multiprocessors (all: `None`).
+    pub fn open_share(ordinal: usize, share: Option<SmShare>) -> Result<Arc<Device>> {
         let n = device_count()?;
         if ordinal >= n {
             return Err(RuntimeError::Device(format!(
@@ -95,16 +105,46 @@ impl Device {
             unsafe { ffi::ifd_set_device(ordinal as c_int) },
             "selecting the device",
         )?;
-        let mut stream = std::ptr::null_mut();
-        check(
-            unsafe { ffi::ifd_stream_create(&mut stream) },
-            "creating a stream",
-        )?;
-        Ok(Arc::new(Device { info, stream }))
+        let mut info = info;
+        let (stream, green) = match share {
+            Some(share) => {
+                let g = GreenStream::new(ordinal, share)?;
+                info.multiprocessors = g.sms as i32;
+                (g.stream, Some(g))
+            }
+            None => {
+                let mut stream = std::ptr::null_mut();
+                check(
+                    unsafe { ffi::ifd_stream_create(&mut stream) },
+                    "creating a stream",
+                )?;
+                (stream, None)
+            }
+        };
+        let dev = Device {
+            info,
+            stream,
+            green,
+        };
+        dev.bind()?;
+        Ok(Arc::new(dev))
     }
 
-    /// Makes this device current on the calling thread (each host thread has its own).
+    /// Whether the work runs on a share of the device's multiprocessors.
+    pub fn shared(&self) -> bool {
+        self.green.is_some()
+    }
+
+    /// Makes this device current on the calling thread (each host thread has its own),
+    /// and tells FlashInfer's planners the multiprocessors its work runs on.
     pub fn bind(&self) -> Result<()> {
+        let sms = if self.green.is_some() {
+            self.info.multiprocessors
+        } else {
+            0
+        };
+        // SAFETY: sets a thread-local count.
+        unsafe { ffi::ifd_set_lane_sms(sms as c_int) };
         check(
             unsafe { ffi::ifd_set_device(self.info.ordinal as c_int) },
             "selecting the device",
@@ -257,7 +297,9 @@ impl Drop for Device {
     fn drop(&mut self) {
         unsafe {
             ffi::ifd_stream_sync(self.stream);
-            ffi::ifd_stream_destroy(self.stream);
+            if self.green.is_none() {
+                ffi::ifd_stream_destroy(self.stream);
+            } // else the green context's own drop destroys it
         }
     }
 }

@@ -48,6 +48,9 @@ pub fn kv_code(d: crate::kv::KvDtype) -> c_int {
 extern "C" {
     pub fn ifd_device_count(n: *mut c_int) -> c_int;
     pub fn ifd_set_device(dev: c_int) -> c_int;
+    /// The multiprocessors of the calling thread's share of the device, which FlashInfer's
+    /// planners and grids size themselves to (kernels/fi_sms.h); 0: the whole device.
+    pub fn ifd_set_lane_sms(sms: c_int);
     pub fn ifd_device_info(
         dev: c_int,
         name: *mut c_char,

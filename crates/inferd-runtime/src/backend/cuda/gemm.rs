@@ -62,6 +62,9 @@ impl Drop for Plan {
 pub struct Gemm {
     handle: sys::cublasLtHandle_t,
     workspace: DeviceBuffer,
+    /// The multiprocessors of the device's share the products run on (0: the whole
+    /// device), which cuBLASLt's heuristic plans for.
+    sm_target: i32,
     /// Plans by shape. The lock is held through a launch: a plan's bias pointer is set
     /// per call.
     plans: Mutex<HashMap<Shape, Plan>>,
@@ -88,6 +91,11 @@ impl Gemm {
         Ok(Gemm {
             handle,
             workspace,
+            sm_target: if dev.shared() {
+                dev.info.multiprocessors
+            } else {
+                0
+            },
             plans: Mutex::new(HashMap::new()),
         })
     }
@@ -105,6 +113,9 @@ impl Gemm {
             };
             set(A::CUBLASLT_MATMUL_DESC_TRANSA, &1)?; // T
             set(A::CUBLASLT_MATMUL_DESC_TRANSB, &0)?; // N
+            if self.sm_target > 0 {
+                set(A::CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &self.sm_target)?;
+            }
             if s.bias {
                 let epi = sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS as i32;
                 set(A::CUBLASLT_MATMUL_DESC_EPILOGUE, &epi)?;

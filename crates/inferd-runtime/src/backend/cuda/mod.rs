@@ -19,6 +19,7 @@ mod ffi;
 mod flashinfer;
 mod gemm;
 mod graphs;
+mod green;
 mod kv;
 mod profile;
 mod sample;
@@ -38,6 +39,7 @@ pub use batch::CudaBatch;
 pub use contig::PrefillKv;
 pub use device::{device_count, device_info, DeviceInfo};
 pub use flashinfer::prefill_bench as flashinfer_prefill_bench;
+pub use green::SmShare;
 pub use kv::CudaKv;
 pub use profile::{
     kernel_launches, KernelLaunch, KernelStamp, SkipOps, KERNEL_UNITS, PROBE_STAGES,
@@ -103,6 +105,10 @@ pub struct CudaConfig {
     /// sticky error, [`crate::RuntimeError::DeviceLost`]). `inferd serve` reads it from
     /// `INFERD_TEST_LOSE_DEVICE_AFTER`, as the CPU backend does.
     pub lose_device_after: Option<u64>,
+    /// Run every kernel on a share of the device's multiprocessors (a green context), so
+    /// that another backend's work runs beside it on the rest (measurement: `cuda_check
+    /// lanes`); `None`: the whole device.
+    pub share: Option<SmShare>,
 }
 
 /// The kernel of decode rows' attention.
@@ -210,7 +216,7 @@ impl CudaBackend {
     /// Opens device `cfg.device`; an error (never a crash) on machines without a usable
     /// GPU, driver or CUDA libraries.
     pub fn new(cfg: CudaConfig) -> Result<Self> {
-        let dev = Device::open(cfg.device)?;
+        let dev = Device::open_share(cfg.device, cfg.share)?;
         let gemm = gemm::Gemm::new(&dev)?;
         let contig = match cfg.prefill_kv {
             PrefillKv::Paged => contig::Scratch::default(),
