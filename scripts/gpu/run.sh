@@ -120,7 +120,7 @@
 #            the default, on agents back together (16k, sessions), forked agents, fleets
 #   lanes    `cuda_check lanes`: 31 decode rows at 4k beside a 4096-token chunk, on shares of
 #            the multiprocessors (green contexts: 16, 8, 32 SMs for the decode rows), against
-#            today's mixed pass; at 16k too (31 rows on an H200, 15 on an H100)
+#            today's mixed pass; at 16k too (31 rows on an H200, 12 on an H100)
 #   burstslices  the prefill-bound fleets (64 x 4k, 32 x 16k; no prefix cache) with prompt
 #            slices of 4096 tokens while others decode (the default) and of 8192
 #   lookahead  --lookahead 8 (the default) against 64 on forked agents and the fleet
@@ -690,8 +690,8 @@ lanes)
   for sms in ${LANES_SMS:-16 8 32}; do
     timeout 150 $B/cuda_check lanes /tmp/q8b 4096 31 4096 $sms 2>&1 | grep -v "^\[" | tee -a $summary
   done
-  # At 16k: 31 rows on an H200; 15 on an H100 (the pools of two model copies would not fit).
-  rows16=15; nvidia-smi | grep -q H200 && rows16=31
+  # At 16k: 31 rows on an H200; 12 on an H100 (the pools of two model copies would not fit).
+  rows16=12; nvidia-smi | grep -q H200 && rows16=31
   timeout 150 $B/cuda_check lanes /tmp/q8b 16384 $rows16 4096 16 2>&1 | grep -v "^\[" | tee -a $summary
   ;;
 burstslices)
