@@ -44,6 +44,8 @@ pub struct Prepared {
     pub tools: Option<ToolMode>,
     /// Logprob alternatives asked for (chat only).
     pub logprobs: Option<usize>,
+    /// `return_token_ids` (chat only).
+    pub token_ids: bool,
 }
 
 /// A submitted request: its event stream and what its reply is parsed with.
@@ -54,6 +56,8 @@ pub struct Started {
     pub logprobs: Option<usize>,
     /// Tokens of the rendered prompt.
     pub prompt_tokens: usize,
+    /// The rendered prompt's ids, where `return_token_ids` asked for them.
+    pub prompt_ids: Option<Vec<u32>>,
 }
 
 /// Checks, sets up tools and format, compiles the grammar and renders the prompt.
@@ -114,6 +118,7 @@ pub async fn prepare(state: &AppState, req: ChatRequest) -> Result<Prepared, Api
         checked,
         tools: tool_mode,
         logprobs: lp,
+        token_ids: common.return_token_ids == Some(true),
     })
 }
 
@@ -121,6 +126,7 @@ pub async fn prepare(state: &AppState, req: ChatRequest) -> Result<Prepared, Api
 pub async fn start(state: &AppState, req: ChatRequest) -> Result<Started, ApiError> {
     let p = prepare(state, req).await?;
     let prompt_tokens = p.gen.prompt.len();
+    let prompt_ids = p.token_ids.then(|| p.gen.prompt.clone());
     let stream = submit(state, p.gen, "messages")?;
     Ok(Started {
         stream,
@@ -128,5 +134,6 @@ pub async fn start(state: &AppState, req: ChatRequest) -> Result<Started, ApiErr
         tools: p.tools,
         logprobs: p.logprobs,
         prompt_tokens,
+        prompt_ids,
     })
 }

@@ -33,6 +33,7 @@ pub async fn handler(
         checked,
         tools: tool_mode,
         logprobs: lp,
+        prompt_ids,
         ..
     } = pipeline::start(&state, req).await?;
     let mut fmt = ChatFormat {
@@ -44,6 +45,8 @@ pub async fn handler(
         logprobs: lp.is_some(),
         include_usage: checked.include_usage,
         tools: tool_mode.as_ref().map(ToolDeltas::new),
+        want_ids: prompt_ids.is_some(),
+        prompt_ids: prompt_ids.clone(),
     };
     if checked.stream {
         return sse::response(rs, fmt, "messages").await;
@@ -65,6 +68,10 @@ pub async fn handler(
                 message,
                 logprobs,
                 finish_reason: tools::finish_reason(c.finish_reason, has_calls),
+                token_ids: prompt_ids
+                    .is_some()
+                    .then(|| c.tokens.iter().map(|t| t.id).collect()),
+                prompt_token_ids: prompt_ids,
             }
         }],
         usage: c.usage.into(),
@@ -307,6 +314,9 @@ struct ChatFormat {
     include_usage: bool,
     /// Set when the reply may hold tool calls.
     tools: Option<ToolDeltas>,
+    /// `return_token_ids`: each chunk's ids; the prompt's go in the opening chunk.
+    want_ids: bool,
+    prompt_ids: Option<Vec<u32>>,
 }
 
 impl ChatFormat {
@@ -315,15 +325,21 @@ impl ChatFormat {
             .logprobs
             .then(|| chat_logprobs(&self.tokenizer, tokens));
         data(&self.chunk(vec![ChatChunkChoice {
-            index: 0,
             delta: ChunkDelta {
                 role: None,
                 content: p.content,
                 tool_calls: (!p.tool_calls.is_empty()).then_some(p.tool_calls),
             },
             logprobs,
-            finish_reason: None,
+            token_ids: self.ids_of(tokens),
+            ..Default::default()
         }]))
+    }
+
+    /// With `return_token_ids`: the ids of `tokens`.
+    fn ids_of(&self, tokens: &[TokenOut]) -> Option<Vec<u32>> {
+        self.want_ids
+            .then(|| tokens.iter().map(|t| t.id).collect())
     }
 
     fn chunk(&self, choices: Vec<ChatChunkChoice>) -> ChatChunk {
@@ -353,15 +369,16 @@ impl ChatFormat {
 
 impl ChunkFormat for ChatFormat {
     fn opening(&mut self) -> Vec<Bytes> {
+        let prompt_token_ids = self.prompt_ids.take();
         vec![data(&self.chunk(vec![ChatChunkChoice {
-            index: 0,
             delta: ChunkDelta {
                 role: Some("assistant"),
                 content: Some(String::new()),
                 tool_calls: None,
             },
-            logprobs: None,
-            finish_reason: None,
+            prompt_token_ids,
+            token_ids: self.ids_of(&[]),
+            ..Default::default()
         }]))]
     }
 
@@ -384,16 +401,18 @@ impl ChunkFormat for ChatFormat {
         let reason = end.reason;
         let mut out = Vec::new();
         let mut has_calls = false;
+        // Tokens the tool parser still held, whose text no part carried.
+        let mut held = Vec::new();
         if let Some(mut t) = self.tools.take() {
             let parts = t.finish();
             out = self.tool_chunks(&mut t, parts);
             has_calls = t.calls_started() > 0;
+            held = std::mem::take(&mut t.pending_tokens);
         }
         out.push(data(&self.chunk(vec![ChatChunkChoice {
-            index: 0,
-            delta: ChunkDelta::default(),
-            logprobs: None,
             finish_reason: Some(tools::finish_reason(reason, has_calls)),
+            token_ids: self.ids_of(&held),
+            ..Default::default()
         }])));
         if self.include_usage {
             let mut c = self.chunk(Vec::new());

@@ -77,9 +77,12 @@ pub async fn handler(
             Ok::<_, ApiError>((prompt, constraint))
         })
         .await?;
+    let prompt_ids = (common.return_token_ids == Some(true)).then(|| prompt.clone());
     let req = gen_request(&state, &checked, prompt, constraint);
     let rs = submit(&state, req, "prompt")?;
     let mut fmt = CompletionFormat {
+        want_ids: prompt_ids.is_some(),
+        prompt_ids: prompt_ids.clone(),
         id: new_id("cmpl"),
         created: now_secs(),
         model: state.model_name().to_string(),
@@ -96,11 +99,16 @@ pub async fn handler(
     let logprobs = fmt
         .want_logprobs
         .then(|| fmt.logprobs.build(&fmt.tokenizer, &c.tokens));
+    let token_ids = fmt
+        .want_ids
+        .then(|| c.tokens.iter().map(|t| t.id).collect());
     let mut out = fmt.body(CompletionChoice {
         text: c.text,
-        index: 0,
         logprobs,
         finish_reason: Some(c.finish_reason.as_str()),
+        prompt_token_ids: prompt_ids,
+        token_ids,
+        ..Default::default()
     });
     out.usage = Some(Some(c.usage.into()));
     Ok(Json(out).into_response())
@@ -151,6 +159,9 @@ struct CompletionFormat {
     logprobs: CompletionLogprobBuilder,
     want_logprobs: bool,
     include_usage: bool,
+    /// `return_token_ids`: each chunk's ids, and the prompt's until the first chunk.
+    want_ids: bool,
+    prompt_ids: Option<Vec<u32>>,
 }
 
 impl CompletionFormat {
@@ -176,28 +187,29 @@ impl ChunkFormat for CompletionFormat {
         let logprobs = self
             .want_logprobs
             .then(|| self.logprobs.build(&self.tokenizer, &d.tokens));
+        let prompt_token_ids = self.prompt_ids.take();
         vec![data(&self.body(CompletionChoice {
             text: d.text.clone(),
-            index: 0,
             logprobs,
-            finish_reason: None,
+            prompt_token_ids,
+            token_ids: self
+                .want_ids
+                .then(|| d.tokens.iter().map(|t| t.id).collect()),
+            ..Default::default()
         }))]
     }
 
     fn finish(&mut self, end: End) -> Vec<Bytes> {
+        // A reply with no text still hands the prompt's ids over.
+        let prompt_token_ids = self.prompt_ids.take();
         let mut out = vec![data(&self.body(CompletionChoice {
-            text: String::new(),
-            index: 0,
-            logprobs: None,
             finish_reason: Some(end.reason.as_str()),
+            prompt_token_ids,
+            token_ids: self.want_ids.then(Vec::new),
+            ..Default::default()
         }))];
         if self.include_usage {
-            let mut c = self.body(CompletionChoice {
-                text: String::new(),
-                index: 0,
-                logprobs: None,
-                finish_reason: None,
-            });
+            let mut c = self.body(CompletionChoice::default());
             c.choices.clear();
             c.usage = Some(Some(end.usage.into()));
             out.push(data(&c));

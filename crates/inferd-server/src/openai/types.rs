@@ -114,6 +114,12 @@ pub struct CommonParams {
     /// `{"type": "text" | "json_object" | "json_schema", ...}`; read by
     /// [`super::format::answer_format`].
     pub response_format: Option<Value>,
+    /// Extension (vLLM's name): each choice also carries the prompt's token ids
+    /// (`prompt_token_ids`) and its reply's (`token_ids`; streamed, each chunk's), so a
+    /// client can send the conversation back as ids the prefix cache holds. The reply's
+    /// are the tokens whose text it holds: not the end-of-sequence token or the tokens of
+    /// a stop string that ended it (`usage.completion_tokens` counts those).
+    pub return_token_ids: Option<bool>,
     pub inferd: Option<InferdExt>,
 }
 
@@ -240,6 +246,12 @@ pub struct ChatChoice {
     pub message: ChatMessageOut,
     pub logprobs: Option<ChatLogprobs>,
     pub finish_reason: &'static str,
+    /// With `return_token_ids`: the prompt's ids (the chat template applied).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_token_ids: Option<Vec<u32>>,
+    /// With `return_token_ids`: the ids of the reply's tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_ids: Option<Vec<u32>>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -263,12 +275,18 @@ pub struct ChunkDelta {
     pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct ChatChunkChoice {
     pub index: u32,
     pub delta: ChunkDelta,
     pub logprobs: Option<ChatLogprobs>,
     pub finish_reason: Option<&'static str>,
+    /// With `return_token_ids`: the prompt's ids, in the first chunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_token_ids: Option<Vec<u32>>,
+    /// With `return_token_ids`: the ids of the chunk's tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_ids: Option<Vec<u32>>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -294,12 +312,18 @@ pub struct CompletionLogprobs {
     pub text_offset: Vec<usize>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct CompletionChoice {
     pub text: String,
     pub index: u32,
     pub logprobs: Option<CompletionLogprobs>,
     pub finish_reason: Option<&'static str>,
+    /// With `return_token_ids`: the prompt's ids (a stream: in its first chunk).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_token_ids: Option<Vec<u32>>,
+    /// With `return_token_ids`: the ids of the reply's tokens (a stream: the chunk's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_ids: Option<Vec<u32>>,
 }
 
 /// A `text_completion` response, or one chunk of a streamed one.

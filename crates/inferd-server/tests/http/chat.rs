@@ -240,3 +240,49 @@ fn stop_string_split_across_tokens_is_never_emitted() {
     assert_eq!(cs.last().unwrap()["choices"][0]["finish_reason"], "stop");
     assert!(!r.text().contains(&stop));
 }
+
+/// `return_token_ids` on chat: the rendered prompt's ids (the template's tokens too) and
+/// the reply's, whole and streamed alike.
+#[test]
+fn chat_returns_the_prompt_and_reply_ids() {
+    let Some(s) = server() else { return };
+    let v = post(
+        s.addr,
+        "/v1/chat/completions",
+        &chat_body(json!({"return_token_ids": true})),
+    )
+    .json();
+    let c = &v["choices"][0];
+    let prompt: Vec<u32> = serde_json::from_value(c["prompt_token_ids"].clone()).unwrap();
+    assert_eq!(prompt.len() as u64, v["usage"]["prompt_tokens"].as_u64().unwrap());
+    assert!(s.tokenizer.decode(&prompt, false).unwrap().contains(QUESTION));
+    let reply: Vec<u32> = serde_json::from_value(c["token_ids"].clone()).unwrap();
+    // The reply's tokens but the end-of-turn token that stopped it (counted in usage).
+    let counted = v["usage"]["completion_tokens"].as_u64().unwrap() as usize;
+    let stopped = (c["finish_reason"] == "stop") as usize;
+    assert_eq!(reply.len() + stopped, counted);
+    assert_eq!(
+        s.tokenizer.decode(&reply, true).unwrap(),
+        c["message"]["content"].as_str().unwrap()
+    );
+    let cs = chunks(
+        &post(
+            s.addr,
+            "/v1/chat/completions",
+            &chat_body(json!({"return_token_ids": true, "stream": true})),
+        )
+        .events(),
+    );
+    assert_eq!(cs[0]["choices"][0]["prompt_token_ids"], json!(prompt));
+    let got: Vec<u32> = cs
+        .iter()
+        .filter_map(|c| c["choices"][0]["token_ids"].as_array())
+        .flatten()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(got, reply);
+    assert!(post(s.addr, "/v1/chat/completions", &chat_body(json!({})))
+        .json()["choices"][0]
+        .get("token_ids")
+        .is_none());
+}

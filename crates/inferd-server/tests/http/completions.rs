@@ -97,3 +97,65 @@ fn completion_streaming_with_usage_and_logprobs() {
         .collect();
     assert_eq!(&tokens, lp["tokens"].as_array().unwrap());
 }
+
+/// `return_token_ids`: the prompt's ids and the reply's, whole and streamed; sent back as
+/// the next prompt, the reply's own ids are found in the prefix cache (what a client that
+/// re-encoded the text could miss at the reply's edges).
+#[test]
+fn returned_token_ids_continue_from_the_cache() {
+    let Some(s) = server() else { return };
+    let ids = s
+        .tokenizer
+        .encode(
+            "Agents share long contexts, pause on tools and come back: the server keeps \
+             what they said so the next turn starts where the last one ended.",
+            true,
+        )
+        .unwrap();
+    let ask = json!({"max_tokens": 24, "return_token_ids": true});
+    let v = post(s.addr, "/v1/completions", &body(json!(ids), ask.clone())).json();
+    let c = &v["choices"][0];
+    assert_eq!(c["prompt_token_ids"], json!(ids));
+    let reply: Vec<u32> = serde_json::from_value(c["token_ids"].clone()).unwrap();
+    let counted = v["usage"]["completion_tokens"].as_u64().unwrap() as usize;
+    let stopped = (c["finish_reason"] == "stop") as usize;
+    assert_eq!(reply.len() + stopped, counted);
+    assert_eq!(s.tokenizer.decode(&reply, true).unwrap(), c["text"].as_str().unwrap());
+    // Without the extension neither field is there.
+    let plain = post(s.addr, "/v1/completions", &body(json!(ids), json!({"max_tokens": 4}))).json();
+    assert!(plain["choices"][0].get("token_ids").is_none());
+    assert!(plain["choices"][0].get("prompt_token_ids").is_none());
+    // Streamed: the prompt's ids in the first chunk alone, the reply's spread over the
+    // chunks in order.
+    let mut streamed = ask.clone();
+    streamed["stream"] = json!(true);
+    let ev = post(s.addr, "/v1/completions", &body(json!(ids), streamed)).events();
+    let cs: Vec<Value> = ev[..ev.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    assert_eq!(cs[0]["choices"][0]["prompt_token_ids"], json!(ids));
+    assert!(cs[1..]
+        .iter()
+        .all(|c| c["choices"][0].get("prompt_token_ids").is_none()));
+    let got: Vec<u32> = cs
+        .iter()
+        .filter_map(|c| c["choices"][0]["token_ids"].as_array())
+        .flatten()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(got, reply);
+    // The conversation sent back as ids: the prompt's and the reply's positions come from
+    // the cache, whole blocks of them.
+    let mut next = ids.clone();
+    next.extend(&reply);
+    let kept = next.len();
+    next.extend(s.tokenizer.encode(" Then the next turn.", false).unwrap());
+    let v = post(s.addr, "/v1/completions", &body(json!(next), json!({"max_tokens": 2}))).json();
+    let cached = v["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap() as usize;
+    assert!(
+        cached > ids.len() && cached + 16 >= kept,
+        "{cached} cached of the {kept} ids sent back ({} of them the prompt's)",
+        ids.len()
+    );
+}
