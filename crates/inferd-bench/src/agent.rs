@@ -84,8 +84,8 @@ impl Conversation {
         }
     }
 
-    /// Appends turn `turn`'s reply and the next user message. In token mode the reply's text
-    /// is not available as ids, so as many fresh ids stand in for it.
+    /// Appends turn `turn`'s reply and the next user message. In token mode the reply's ids
+    /// where the server returned them, else as many fresh ids stand in for it.
     pub fn advance(&mut self, corpus: &Corpus, agent: usize, turn: usize, reply: &Reply) {
         match self {
             Conversation::Chat(m) => {
@@ -98,7 +98,10 @@ impl Conversation {
                 let (lo, hi) = TOKEN_ID_RANGE;
                 let n = reply.record.completion_tokens as usize;
                 let part = 2 * (turn as u64 + 1);
-                t.extend(corpus.token_ids(agent as u64, part, n, lo, hi));
+                match &reply.token_ids {
+                    Some(ids) => t.extend(ids),
+                    None => t.extend(corpus.token_ids(agent as u64, part, n, lo, hi)),
+                }
                 t.extend(corpus.token_ids(agent as u64, part + 1, FOLLOW_UP_TOKENS, lo, hi));
             }
         }

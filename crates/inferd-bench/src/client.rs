@@ -90,6 +90,9 @@ pub struct RequestMeta {
 pub struct Reply {
     pub record: RequestRecord,
     pub text: String,
+    /// The reply's token ids, where the server returned them (token-id prompts ask for
+    /// them: `return_token_ids`, vLLM's and inferd's name, or llama.cpp's `return_tokens`).
+    pub token_ids: Option<Vec<u32>>,
 }
 
 #[derive(Clone)]
@@ -189,6 +192,9 @@ impl Client {
             }
             Prompt::Tokens(t) => {
                 b["prompt"] = json!(t);
+                // The reply's ids, so a conversation goes on with what the model said.
+                b["return_token_ids"] = json!(true);
+                b["return_tokens"] = json!(true);
                 "/v1/completions"
             }
             Prompt::Text(t) => {
@@ -267,8 +273,11 @@ impl Client {
         };
         let deadline = Instant::now() + self.config.timeout;
         let mut text = String::new();
+        let mut ids = None;
         let r = self
-            .run_stream(&url, &body, deadline, clock, &mut rec, &mut text, on_chunk)
+            .run_stream(
+                &url, &body, deadline, clock, &mut rec, &mut text, &mut ids, on_chunk,
+            )
             .await;
         rec.end_us = clock.now_us();
         if let Err(e) = r {
@@ -278,7 +287,11 @@ impl Client {
             rec.completion_tokens = rec.chunk_us.len() as u64;
         }
         rec.derive();
-        Reply { record: rec, text }
+        Reply {
+            record: rec,
+            text,
+            token_ids: ids,
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -290,6 +303,7 @@ impl Client {
         clock: &Clock,
         rec: &mut RequestRecord,
         text: &mut String,
+        ids: &mut Option<Vec<u32>>,
         on_chunk: &mut (dyn FnMut(u64) + Send),
     ) -> Result<(), RequestError> {
         let err = |kind, status, message: String| RequestError {
@@ -374,6 +388,14 @@ impl Client {
                     rec.chunk_us.push(now);
                     rec.first_token_us.get_or_insert(now);
                     on_chunk(rec.chunk_us.len() as u64);
+                }
+                // inferd's and vLLM's `token_ids`, llama.cpp's `tokens`.
+                let returned = choice["token_ids"]
+                    .as_array()
+                    .or_else(|| v["tokens"].as_array());
+                if let Some(t) = returned {
+                    ids.get_or_insert_with(Vec::new)
+                        .extend(t.iter().filter_map(|x| x.as_u64()).map(|x| x as u32));
                 }
                 if let Some(f) = choice["finish_reason"].as_str() {
                     rec.finish_reason = Some(f.to_string());
