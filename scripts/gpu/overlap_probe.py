@@ -111,7 +111,7 @@ def both_streams():
 
 
 print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, "
-      f"{torch.cuda.get_device_properties(0).multi_processor_count} SMs, {LAYERS} layers, gqa {GQA}")
+      f"{torch.cuda.get_device_properties(0).multi_processor_count} SMs, {LAYERS} layers")
 ta = timed(run_a)
 tb = timed(run_b)
 kv_gb = 2 * ROWS * NKV * CTX * D * 2 * LAYERS / 1e9

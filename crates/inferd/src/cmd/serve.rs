@@ -81,9 +81,9 @@ pub struct Args {
     /// Sequences generating at once.
     #[arg(long)]
     max_running: Option<usize>,
-    /// Waiting requests considered for admission each forward pass (default 8). Agents
-    /// arriving together with short new prompts are admitted this many a pass (on a GPU
-    /// one pass could take 64: not yet measured, `scripts/gpu/run.sh lookahead`).
+    /// Waiting requests considered for admission each forward pass (default 8 on the CPU,
+    /// 64 on a GPU). Agents arriving together with short new prompts are admitted this
+    /// many a pass.
     #[arg(long)]
     lookahead: Option<usize>,
     /// Tokens per KV block.
@@ -221,6 +221,9 @@ fn default_name(model: &str) -> String {
 /// Prompt tokens a GPU step takes at most, by default (half that while others decode).
 const GPU_BATCH_TOKENS: usize = 8192;
 
+/// The scheduler's admission window a pass on a GPU (`--lookahead`; the CPU keeps 8).
+const GPU_LOOKAHEAD: usize = 64;
+
 pub fn run(a: Args) -> Result<()> {
     // Removes this server's state files however `run` ends.
     let _state_files = StateFiles::take();
@@ -308,6 +311,10 @@ pub fn run(a: Args) -> Result<()> {
         engine_cfg.sched.max_prefill_tokens = GPU_BATCH_TOKENS;
         engine_cfg.sched.max_prefill_tokens_decoding = GPU_BATCH_TOKENS / 2;
         engine_cfg.sched.max_prefill_area_decoding = usize::MAX;
+        // One GPU pass takes a crowd's short prompts as cheaply as a few: 32 agents
+        // relaunched on an 8k brief got their last first token 242.5 -> 183.8 ms (H100,
+        // `scripts/gpu/run.sh lookahead`, session 28), the 8 x 4k fleet unchanged.
+        engine_cfg.sched.lookahead = GPU_LOOKAHEAD;
     }
     if let Some(v) = a.max_batch_tokens {
         engine_cfg.sched.max_batch_tokens = v;
