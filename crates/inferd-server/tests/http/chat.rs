@@ -4,7 +4,7 @@ use inferd_engine::{Event, GenRequest};
 use inferd_text::ChatInput;
 use serde_json::{json, Value};
 
-use crate::common::{post, server, ALIAS, MODEL};
+use crate::common::{post, server, streamed_token_ids, ALIAS, MODEL};
 
 const QUESTION: &str = "What is the capital of France?";
 
@@ -274,13 +274,7 @@ fn chat_returns_the_prompt_and_reply_ids() {
         .events(),
     );
     assert_eq!(cs[0]["choices"][0]["prompt_token_ids"], json!(prompt));
-    let got: Vec<u32> = cs
-        .iter()
-        .filter_map(|c| c["choices"][0]["token_ids"].as_array())
-        .flatten()
-        .map(|t| t.as_u64().unwrap() as u32)
-        .collect();
-    assert_eq!(got, reply);
+    assert_eq!(streamed_token_ids(&cs), reply);
     assert!(post(s.addr, "/v1/chat/completions", &chat_body(json!({})))
         .json()["choices"][0]
         .get("token_ids")

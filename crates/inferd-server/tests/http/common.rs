@@ -368,6 +368,16 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
 }
 
 /// Polls until `f` holds (at most `secs` seconds).
+/// The reply's token ids of a stream's chunks (`return_token_ids`), in order.
+pub fn streamed_token_ids(chunks: &[Value]) -> Vec<u32> {
+    chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["token_ids"].as_array())
+        .flatten()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect()
+}
+
 pub fn wait_for(secs: u64, mut f: impl FnMut() -> bool) -> bool {
     let end = std::time::Instant::now() + Duration::from_secs(secs);
     while std::time::Instant::now() < end {

@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use crate::common::{post, server, MODEL};
+use crate::common::{post, server, streamed_token_ids, MODEL};
 
 const PROMPT: &str = "The three primary colors are";
 
@@ -138,13 +138,7 @@ fn returned_token_ids_continue_from_the_cache() {
     assert!(cs[1..]
         .iter()
         .all(|c| c["choices"][0].get("prompt_token_ids").is_none()));
-    let got: Vec<u32> = cs
-        .iter()
-        .filter_map(|c| c["choices"][0]["token_ids"].as_array())
-        .flatten()
-        .map(|t| t.as_u64().unwrap() as u32)
-        .collect();
-    assert_eq!(got, reply);
+    assert_eq!(streamed_token_ids(&cs), reply);
     // The conversation sent back as ids: the prompt's and the reply's positions come from
     // the cache, whole blocks of them.
     let mut next = ids.clone();
