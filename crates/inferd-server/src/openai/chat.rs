@@ -338,8 +338,7 @@ impl ChatFormat {
 
     /// With `return_token_ids`: the ids of `tokens`.
     fn ids_of(&self, tokens: &[TokenOut]) -> Option<Vec<u32>> {
-        self.want_ids
-            .then(|| tokens.iter().map(|t| t.id).collect())
+        self.want_ids.then(|| tokens.iter().map(|t| t.id).collect())
     }
 
     fn chunk(&self, choices: Vec<ChatChunkChoice>) -> ChatChunk {

@@ -188,15 +188,17 @@ impl ChunkFormat for CompletionFormat {
             .want_logprobs
             .then(|| self.logprobs.build(&self.tokenizer, &d.tokens));
         let prompt_token_ids = self.prompt_ids.take();
-        vec![data(&self.body(CompletionChoice {
-            text: d.text.clone(),
-            logprobs,
-            prompt_token_ids,
-            token_ids: self
-                .want_ids
-                .then(|| d.tokens.iter().map(|t| t.id).collect()),
-            ..Default::default()
-        }))]
+        vec![data(
+            &self.body(CompletionChoice {
+                text: d.text.clone(),
+                logprobs,
+                prompt_token_ids,
+                token_ids: self
+                    .want_ids
+                    .then(|| d.tokens.iter().map(|t| t.id).collect()),
+                ..Default::default()
+            }),
+        )]
     }
 
     fn finish(&mut self, end: End) -> Vec<Bytes> {

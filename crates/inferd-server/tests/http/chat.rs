@@ -254,8 +254,15 @@ fn chat_returns_the_prompt_and_reply_ids() {
     .json();
     let c = &v["choices"][0];
     let prompt: Vec<u32> = serde_json::from_value(c["prompt_token_ids"].clone()).unwrap();
-    assert_eq!(prompt.len() as u64, v["usage"]["prompt_tokens"].as_u64().unwrap());
-    assert!(s.tokenizer.decode(&prompt, false).unwrap().contains(QUESTION));
+    assert_eq!(
+        prompt.len() as u64,
+        v["usage"]["prompt_tokens"].as_u64().unwrap()
+    );
+    assert!(s
+        .tokenizer
+        .decode(&prompt, false)
+        .unwrap()
+        .contains(QUESTION));
     let reply: Vec<u32> = serde_json::from_value(c["token_ids"].clone()).unwrap();
     // The reply's tokens but the end-of-turn token that stopped it (counted in usage).
     let counted = v["usage"]["completion_tokens"].as_u64().unwrap() as usize;
@@ -275,8 +282,9 @@ fn chat_returns_the_prompt_and_reply_ids() {
     );
     assert_eq!(cs[0]["choices"][0]["prompt_token_ids"], json!(prompt));
     assert_eq!(streamed_token_ids(&cs), reply);
-    assert!(post(s.addr, "/v1/chat/completions", &chat_body(json!({})))
-        .json()["choices"][0]
-        .get("token_ids")
-        .is_none());
+    assert!(
+        post(s.addr, "/v1/chat/completions", &chat_body(json!({}))).json()["choices"][0]
+            .get("token_ids")
+            .is_none()
+    );
 }

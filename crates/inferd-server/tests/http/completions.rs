@@ -120,9 +120,17 @@ fn returned_token_ids_continue_from_the_cache() {
     let counted = v["usage"]["completion_tokens"].as_u64().unwrap() as usize;
     let stopped = (c["finish_reason"] == "stop") as usize;
     assert_eq!(reply.len() + stopped, counted);
-    assert_eq!(s.tokenizer.decode(&reply, true).unwrap(), c["text"].as_str().unwrap());
+    assert_eq!(
+        s.tokenizer.decode(&reply, true).unwrap(),
+        c["text"].as_str().unwrap()
+    );
     // Without the extension neither field is there.
-    let plain = post(s.addr, "/v1/completions", &body(json!(ids), json!({"max_tokens": 4}))).json();
+    let plain = post(
+        s.addr,
+        "/v1/completions",
+        &body(json!(ids), json!({"max_tokens": 4})),
+    )
+    .json();
     assert!(plain["choices"][0].get("token_ids").is_none());
     assert!(plain["choices"][0].get("prompt_token_ids").is_none());
     // Streamed: the prompt's ids in the first chunk alone, the reply's spread over the
@@ -145,8 +153,15 @@ fn returned_token_ids_continue_from_the_cache() {
     next.extend(&reply);
     let kept = next.len();
     next.extend(s.tokenizer.encode(" Then the next turn.", false).unwrap());
-    let v = post(s.addr, "/v1/completions", &body(json!(next), json!({"max_tokens": 2}))).json();
-    let cached = v["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap() as usize;
+    let v = post(
+        s.addr,
+        "/v1/completions",
+        &body(json!(next), json!({"max_tokens": 2})),
+    )
+    .json();
+    let cached = v["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap() as usize;
     assert!(
         cached > ids.len() && cached + 16 >= kept,
         "{cached} cached of the {kept} ids sent back ({} of them the prompt's)",
