@@ -1,7 +1,7 @@
 // The C API of flashinfer_api.h: validation, the page-table region of the workspace,
 // plan/run dispatch to the FlashInfer instantiations (src/fi_*.cu), error messages.
 // Includes no FlashInfer header (it compiles in seconds).
-#include "fi_sms.h"  // before FlashInfer's headers
+#include "fi_sms.h"  // workspace sizes for a share's SM count, as the planners see it
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 

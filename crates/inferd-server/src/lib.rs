@@ -74,7 +74,7 @@ pub mod work;
 use std::future::Future;
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, MethodRouter};
 use axum::Router;
 
 pub use config::{check_bind, ServerConfig, DEFAULT_MAX_BODY_BYTES};
@@ -82,17 +82,23 @@ pub use error::ApiError;
 pub use state::AppState;
 
 /// All routes, with auth on `/v1`, JSON 404/405 fallbacks and the body limit.
+/// A generation route: its requests announce themselves to the engine once their bodies
+/// are read (`arrival.rs`).
+fn announced(route: MethodRouter<AppState>) -> MethodRouter<AppState> {
+    route.layer(axum::middleware::from_fn(arrival::scope))
+}
+
 pub fn router(state: AppState) -> Router {
     metrics::install();
     let limit = state.config.max_body_bytes;
     let v1 = Router::new()
         .route(
             "/v1/chat/completions",
-            post(openai::chat::handler).layer(axum::middleware::from_fn(arrival::scope)),
+            announced(post(openai::chat::handler)),
         )
         .route(
             "/v1/completions",
-            post(openai::completions::handler).layer(axum::middleware::from_fn(arrival::scope)),
+            announced(post(openai::completions::handler)),
         )
         .route("/v1/models", get(openai::models::list))
         .route("/v1/models/{*id}", get(openai::models::get))
@@ -101,10 +107,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/sessions", get(memory::list_sessions))
         .route("/v1/sessions/{id}", delete(memory::delete_session))
         .route("/v1/cache", get(memory::cache))
-        .route(
-            "/v1/responses",
-            post(responses::create).layer(axum::middleware::from_fn(arrival::scope)),
-        )
+        .route("/v1/responses", announced(post(responses::create)))
         .route(
             "/v1/responses/{id}",
             get(responses::get).delete(responses::delete),
@@ -113,10 +116,7 @@ pub fn router(state: AppState) -> Router {
             "/v1/responses/{id}/input_items",
             get(responses::input_items),
         )
-        .route(
-            "/v1/messages",
-            post(anthropic::messages).layer(axum::middleware::from_fn(arrival::scope)),
-        )
+        .route("/v1/messages", announced(post(anthropic::messages)))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

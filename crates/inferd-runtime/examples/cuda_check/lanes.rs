@@ -20,32 +20,14 @@ use std::time::Instant;
 use inferd_runtime::{Backend, CudaBackend, CudaConfig, ForwardBatch, KvDtype, Model, SmShare};
 
 use super::common::*;
-
-/// Median seconds of `n` passes of `b`, each waited for.
-fn median_pass(
-    model: &Model<CudaBackend>,
-    ws: &mut inferd_runtime::Workspace<CudaBackend>,
-    pool: &mut Pool<CudaBackend>,
-    b: &ForwardBatch,
-    n: usize,
-) -> f64 {
-    let mut t: Vec<f64> = (0..n)
-        .map(|_| {
-            let s = Instant::now();
-            model.forward_in(ws, &mut pool.kv, &pool.layout, b).unwrap();
-            model.backend.synchronize().unwrap();
-            s.elapsed().as_secs_f64()
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    t[n / 2]
-}
+use super::speed::{median_pass, timed_pass};
 
 /// `rows` decode rows at position `context - 1`, each its own sequence, and/or one chunk of
 /// `chunk` tokens ending at `context` (decode rows first, as the scheduler orders them).
 struct Work {
     rows: Vec<Vec<u32>>,
-    chunk: Vec<u32>,
+    /// The chunk's sequence's block table.
+    chunk_table: Vec<u32>,
     context: usize,
     chunk_len: usize,
 }
@@ -54,7 +36,7 @@ impl Work {
     fn new(pool: &mut Pool<CudaBackend>, rows: usize, context: usize, chunk: usize) -> Work {
         Work {
             rows: (0..rows).map(|_| pool.table(context)).collect(),
-            chunk: if chunk > 0 {
+            chunk_table: if chunk > 0 {
                 pool.table(context)
             } else {
                 Vec::new()
@@ -75,7 +57,7 @@ impl Work {
         if prompt && self.chunk_len > 0 {
             let n = self.chunk_len;
             let ids: Vec<u32> = (0..n).map(|i| ((i * 7919 + 17) % 30000) as u32).collect();
-            b.push(&ids, c - n, c, self.chunk.clone(), true);
+            b.push(&ids, c - n, c, self.chunk_table.clone(), true);
         }
         b
     }
@@ -105,7 +87,7 @@ pub fn lanes(model_dir: &Path, context: usize, rows: usize, chunk: usize, sms: u
         let pre = work.batch(false, true);
         let mix = work.batch(true, true);
         for b in [&dec, &dec, &pre, &mix] {
-            median_pass(&model, &mut ws, &mut pool, b, 1); // warm-up; the decode graph captured
+            timed_pass(&model, &mut ws, &mut pool, b); // warm-up; the decode graph captured
         }
         (
             median_pass(&model, &mut ws, &mut pool, &dec, reps),
@@ -133,7 +115,7 @@ pub fn lanes(model_dir: &Path, context: usize, rows: usize, chunk: usize, sms: u
             let work = Work::new(&mut pool, 0, context, chunk);
             let mut ws = model.workspace(chunk, 1).unwrap();
             let b = work.batch(false, true);
-            median_pass(&model, &mut ws, &mut pool, &b, 1);
+            timed_pass(&model, &mut ws, &mut pool, &b);
             loaded.wait();
             let alone = median_pass(&model, &mut ws, &mut pool, &b, reps);
             start.wait(); // the decode lane measured alone too
@@ -156,7 +138,7 @@ pub fn lanes(model_dir: &Path, context: usize, rows: usize, chunk: usize, sms: u
             let mut ws = model.workspace(rows, rows).unwrap();
             let b = work.batch(true, false);
             for _ in 0..2 {
-                median_pass(&model, &mut ws, &mut pool, &b, 1);
+                timed_pass(&model, &mut ws, &mut pool, &b);
             }
             loaded.wait();
             start.wait(); // idle while the chunk lane is timed alone

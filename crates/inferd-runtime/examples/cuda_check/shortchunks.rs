@@ -13,7 +13,7 @@ use std::path::Path;
 use inferd_runtime::{CudaBackend, CudaConfig, ForwardBatch, KvDtype, Model, SplitPrefill};
 
 use super::common::*;
-use super::speed::timed_pass;
+use super::speed::{median_pass, timed_pass};
 
 /// Each sequence's own last tokens (the rest of the context is the first's).
 const TAIL: usize = 1024;
@@ -97,13 +97,12 @@ pub fn shortchunks(model_dir: &Path, context: usize, sizes: &[usize], seqs: usiz
     let time = |mode: SplitPrefill, n: usize, k: usize, ws: &mut _, pool: &mut _| {
         model.backend.set_split_prefill(mode);
         let b = pass(n, k);
-        let mut t: Vec<f64> = (0..7).map(|_| timed_pass(&model, ws, pool, &b).1).collect();
-        t.sort_by(f64::total_cmp);
+        let median = median_pass(&model, ws, pool, &b, 7);
         let mut logits = Vec::new();
         model
             .forward_into(ws, &mut pool.kv, &pool.layout, &b, &mut logits)
             .unwrap();
-        (t[3], logits)
+        (median, logits)
     };
     let (decode, _) = time(SplitPrefill::Off, 1, 1, &mut ws, &mut pool);
     println!(

@@ -178,6 +178,19 @@ pub fn timed_pass(
     (queued, t.elapsed().as_secs_f64())
 }
 
+/// The median of `n` passes of `b`, each run alone ([`timed_pass`]), in seconds.
+pub fn median_pass(
+    model: &Model<CudaBackend>,
+    ws: &mut inferd_runtime::Workspace<CudaBackend>,
+    pool: &mut Pool<CudaBackend>,
+    b: &ForwardBatch,
+    n: usize,
+) -> f64 {
+    let mut t: Vec<f64> = (0..n).map(|_| timed_pass(model, ws, pool, b).1).collect();
+    t.sort_by(f64::total_cmp);
+    t[n / 2]
+}
+
 pub fn speed_of(model: &Model<CudaBackend>, context: usize, dtype: KvDtype, batches: &[usize]) {
     let vocab = model.cfg.vocab_size;
     let steps = 32;

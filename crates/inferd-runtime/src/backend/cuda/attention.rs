@@ -113,9 +113,9 @@ impl CudaBackend {
     }
 
     /// The prompt chunks of a pass (`seqs`, from row `row` on), planned into `out`: each
-    /// sequence read by the FA2 kernel as `split::pays` says of its chunk alone, else paged or from a contiguous copy as `contig::pays` says, runs of
-    /// neighbours read alike (split chunks: of one `split::Class`) one plan each
-    /// (`contig::runs`). An 8-bit pool's paged and FA2 runs read bf16 copies of their
+    /// sequence read by the FA2 kernel as `split::pays` says of its chunk alone, else
+    /// paged or from a contiguous copy as `contig::pays` says, runs of neighbours read
+    /// alike (split chunks: of one `split::Class`) one plan each (`contig::runs`). An 8-bit pool's paged and FA2 runs read bf16 copies of their
     /// distinct pages, made once for all of them.
     fn plan_prompt(
         &self,
@@ -240,9 +240,9 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// The bf16 pages the paged and FA2 prompt runs of an 8-bit pass read: their distinct blocks
-    /// get scratch pages 0..n in the order first met, their block tables are rewritten to
-    /// them, and the blocks' ids go up to the device for `ifd_kv_dequant_pages` (run per
+    /// The bf16 pages the paged and FA2 prompt runs of an 8-bit pass read: their distinct
+    /// blocks get scratch pages 0..n in the order first met, their block tables are
+    /// rewritten to them, and the blocks' ids go up to the device for `ifd_kv_dequant_pages` (run per
     /// layer).
     fn kv8_gather(&self, parts: &mut [&mut Part], kv: &KvLayout) -> Result<flashinfer::PassPages> {
         let mut map = self.inner.kv8_map.lock().unwrap();

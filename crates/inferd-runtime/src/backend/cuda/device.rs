@@ -82,19 +82,15 @@ unsafe impl Send for Device {}
 unsafe impl Sync for Device {}
 
 impl Device {
-    pub fn open(ordinal: usize) -> Result<Arc<Device>> {
-        Self::open_share(ordinal, None)
-    }
-
     /// Device `ordinal`, its work on `share` of its multiprocessors (all: `None`).
-    pub fn open_share(ordinal: usize, share: Option<SmShare>) -> Result<Arc<Device>> {
+    pub fn open(ordinal: usize, share: Option<SmShare>) -> Result<Arc<Device>> {
         let n = device_count()?;
         if ordinal >= n {
             return Err(RuntimeError::Device(format!(
                 "CUDA device {ordinal} requested; {n} present"
             )));
         }
-        let info = device_info(ordinal)?;
+        let mut info = device_info(ordinal)?;
         if info.major < 9 {
             return Err(RuntimeError::Device(format!(
                 "{} (compute capability {}.{}): inferd's kernels are built for sm_90a (Hopper)",
@@ -105,7 +101,6 @@ impl Device {
             unsafe { ffi::ifd_set_device(ordinal as c_int) },
             "selecting the device",
         )?;
-        let mut info = info;
         let (stream, green) = match share {
             Some(share) => {
                 let g = GreenStream::new(ordinal, share)?;

@@ -216,7 +216,7 @@ impl CudaBackend {
     /// Opens device `cfg.device`; an error (never a crash) on machines without a usable
     /// GPU, driver or CUDA libraries.
     pub fn new(cfg: CudaConfig) -> Result<Self> {
-        let dev = Device::open_share(cfg.device, cfg.share)?;
+        let dev = Device::open(cfg.device, cfg.share)?;
         let gemm = gemm::Gemm::new(&dev)?;
         let contig = match cfg.prefill_kv {
             PrefillKv::Paged => contig::Scratch::default(),
