@@ -197,6 +197,28 @@ inline void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
   (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...);
 }
 
+// `launch` in thread-block clusters of `cluster` blocks along x (the grid's x a multiple of
+// it; above 8 the kernel must allow non-portable sizes).
+template <typename... Params, typename... Args>
+inline void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                           cudaStream_t s, unsigned cluster, Args&&... args) {
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  attr[1].id = cudaLaunchAttributeClusterDimension;
+  attr[1].val.clusterDim.x = cluster;
+  attr[1].val.clusterDim.y = 1;
+  attr[1].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = 2;
+  (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...);
+}
+
 inline unsigned blocks_for(size_t n, unsigned threads) {
   return static_cast<unsigned>((n + threads - 1) / threads);
 }

@@ -31,6 +31,8 @@
 // by the last block of a (row, KV head) to finish (a counter per pair, reset by that
 // block, so a CUDA graph replays it). The grid depends only on the number of rows, so a
 // graph replays it for any context lengths (they are read from the device).
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <cfloat>
 
@@ -201,12 +203,12 @@ __device__ __forceinline__ void stamp(unsigned long long* probe, int stage) {
   }
 }
 
-// A block's warps' softmax partials of their S slots (a slot: a query head of one row):
+// A block's W warps' softmax partials of their S slots (a slot: a query head of one row):
 // running max m, sum l, acc[D].
-template <int D, int S>
+template <int D, int S, int W = kWarps>
 struct Partials {
-  float m[kWarps][S], l[kWarps][S];
-  float acc[kWarps][S][D];
+  float m[W][S], l[W][S];
+  float acc[W][S][D];
 };
 
 // The end of a block of either decode kernel, its warps' partials in `sp`: merges them by
@@ -318,6 +320,86 @@ __device__ __forceinline__ void finish(Partials<D, S>& sp, int r, int kvh, int n
     out[head_of(g) * D + d] = __float2bfloat16(total[g] > 0.f ? at / total[g] : 0.f);
   }
   if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
+  stamp(probe, 7);
+  ifd::kprobe<4>(ifd::kDone);
+}
+
+// The tensor-core build's cluster form (`kClusterWarps` warps a block): the splits of a
+// (row, KV head) are the blocks of one thread-block cluster, at most kMaxCluster of them.
+// A block merges its warps' partials (in `sp`) as `finish` does, into its own shared
+// memory; after the cluster's barrier, block c merges outputs c·E .. c·E + E - 1 of the
+// (row, KV head)'s G·D (E = G·D / splits, rounded up) from every block's partial, read
+// over distributed shared memory: no partial goes through L2, and there is no counter
+// and no last block to wait for. A second barrier keeps each block's shared memory until
+// every block has read it. The splits are summed in their order, as `finish` does.
+constexpr int kMaxCluster = 16;
+constexpr int kClusterWarps = 8;
+// A block's merged partial, which the other blocks of its cluster read: the max and sum of
+// each of the G heads, and their weighted values [G, D].
+template <int D, int G>
+struct BlockPartial {
+  float m[G], l[G];
+  float acc[G * D];
+};
+template <int D, int G>
+__device__ __forceinline__ void finish_cluster(Partials<D, G, kClusterWarps>& sp, int r,
+                                               int kvh, int n_kv, int splits,
+                                               bf16* __restrict__ out) {
+  namespace cg = cooperative_groups;
+  constexpr int W = kClusterWarps;
+  const cg::cluster_group cluster = cg::this_cluster();
+  unsigned long long* const probe = g_decode_probe;
+  __shared__ BlockPartial<D, G> mine;
+  __syncthreads();
+  stamp(probe, 5);
+  for (int e = threadIdx.x; e < G * D; e += W * 32) {
+    const int g = e / D, d = e % D;
+    float mx = -FLT_MAX;
+#pragma unroll
+    for (int w = 0; w < W; ++w) mx = fmaxf(mx, sp.m[w][g]);
+    float lt = 0.f, at = 0.f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+      const float c = sp.m[w][g] == -FLT_MAX ? 0.f : exp2f(sp.m[w][g] - mx);
+      lt += sp.l[w][g] * c;
+      at += sp.acc[w][g][d] * c;
+    }
+    mine.acc[e] = at;
+    if (d == 0) {
+      mine.m[g] = mx;
+      mine.l[g] = lt;
+    }
+  }
+  cluster.sync();  // every split's partial written (release / acquire)
+  stamp(probe, 6);
+  const int per = (G * D + splits - 1) / splits;
+  const int c = static_cast<int>(cluster.block_rank());
+  for (int i = threadIdx.x; i < per && c * per + i < G * D; i += W * 32) {
+    const int e = c * per + i, g = e / D, d = e % D;
+    // Every split's three values loaded before any is used.
+    float ms[kMaxCluster], ls[kMaxCluster], as[kMaxCluster];
+#pragma unroll
+    for (int s = 0; s < kMaxCluster; ++s) {
+      const bool ok = s < splits;
+      const BlockPartial<D, G>* other = cluster.map_shared_rank(&mine, ok ? s : 0);
+      ms[s] = ok ? other->m[g] : -FLT_MAX;
+      ls[s] = ok ? other->l[g] : 0.f;
+      as[s] = ok ? other->acc[e] : 0.f;
+    }
+    float mx = -FLT_MAX;
+#pragma unroll
+    for (int s = 0; s < kMaxCluster; ++s) mx = fmaxf(mx, ms[s]);
+    float lt = 0.f, at = 0.f;
+#pragma unroll
+    for (int s = 0; s < kMaxCluster; ++s) {
+      const float wgt = ms[s] == -FLT_MAX ? 0.f : exp2f(ms[s] - mx);
+      lt = fmaf(ls[s], wgt, lt);
+      at = fmaf(as[s], wgt, at);
+    }
+    const size_t head = static_cast<size_t>(r) * n_kv * G + kvh * G + g;
+    out[head * D + d] = __float2bfloat16(lt > 0.f ? at / lt : 0.f);
+  }
+  cluster.sync();  // no block leaves while another may read its shared memory
   stamp(probe, 7);
   ifd::kprobe<4>(ifd::kDone);
 }
@@ -544,9 +626,9 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 5 : 1)
 constexpr int kTile = 16;
 
 // Shared memory a block of the tensor-core build takes: per warp 2 stages of a K and a V tile.
-template <int D>
+template <int D, int W = kWarps>
 constexpr size_t mma_smem() {
-  return static_cast<size_t>(kWarps) * 2 * 2 * kTile * D * sizeof(bf16);
+  return static_cast<size_t>(W) * 2 * 2 * kTile * D * sizeof(bf16);
 }
 
 // Where piece `c` (16 bytes, 8 values) of row `p` of a [kTile, D] tile lives: pieces are
@@ -560,8 +642,10 @@ __device__ __forceinline__ int swz(int p, int c) {
 // speculative check's), row i's G heads in M rows i·G .. i·G + G - 1 of the 16-row MMA
 // tile, so the chunk's K/V is read once for those rows; a row that is not its group's
 // first leaves at once. Each M row masks positions past its own row's.
-template <int D, int G, int RG = 1>
-__global__ void __launch_bounds__(kWarps * 32, RG > 1 ? 2 : 3)
+// CL: the cluster form (kClusterWarps warps a block, the splits of a (row, KV head) one
+// thread-block cluster; see finish_cluster): one block a multiprocessor.
+template <int D, int G, int RG = 1, bool CL = false>
+__global__ void __launch_bounds__((CL ? kClusterWarps : kWarps) * 32, RG > 1 ? 2 : (CL ? 1 : 3))
     decode_mma_kernel(const bf16* __restrict__ kc, const bf16* __restrict__ vc,
                       const bf16* __restrict__ q, int n_kv, int block_size, float scale_log2,
                       const int32_t* __restrict__ seq, const int32_t* __restrict__ pos,
@@ -571,6 +655,8 @@ __global__ void __launch_bounds__(kWarps * 32, RG > 1 ? 2 : 3)
   static_assert(D == 64 || D == 128, "the tensor-core build takes head_dim 64 or 128");
   static_assert(G <= 8, "at most 8 query heads a KV head (the M rows 0..7)");
   static_assert(RG == 1 || G * RG == 16, "a group fills the 16 M rows");
+  static_assert(!CL || RG == 1, "the cluster form attends one row a block");
+  constexpr int W = CL ? kClusterWarps : kWarps;  // warps a block
   unsigned long long* const probe = g_decode_probe;
   stamp(probe, 0);
   ifd::kprobe<4>(ifd::kEntry);
@@ -616,7 +702,7 @@ __global__ void __launch_bounds__(kWarps * 32, RG > 1 ? 2 : 3)
   // writes of the row's sequence: earlier passes wrote them, and the pass's metadata, block
   // tables and block copies are complete before its first kernel lets the next launch (the
   // embedding, elementwise.cu).
-  constexpr int kStep = kWarps * kTile;
+  constexpr int kStep = W * kTile;
   int tb = t0 + warp * kTile;
   int early = 0;  // this warp's tiles issued before the wait
   while (early < 2 && tb + early * kStep < t1 &&
@@ -805,7 +891,7 @@ __global__ void __launch_bounds__(kWarps * 32, RG > 1 ? 2 : 3)
   }
   stamp(probe, 4);
 
-  __shared__ Partials<D, G * RG> sp;
+  __shared__ Partials<D, G * RG, W> sp;
   const int row = lane >> 2;
   if (row < G * span) {
     if ((lane & 3) == 0) {
@@ -832,7 +918,11 @@ __global__ void __launch_bounds__(kWarps * 32, RG > 1 ? 2 : 3)
     }
     finish<D, G, G * RG>(sp, r, kvh, n_kv, split, splits, part, done, out, G * span);
   } else {
-    finish<D, G>(sp, r, kvh, n_kv, split, splits, part, done, out);
+    if constexpr (CL) {
+      finish_cluster<D, G>(sp, r, kvh, n_kv, splits, out);
+    } else {
+      finish<D, G>(sp, r, kvh, n_kv, split, splits, part, done, out);
+    }
   }
 }
 
@@ -883,28 +973,59 @@ int allow_mma_smem() {
   return err;
 }
 
-// The tensor-core build, where it takes the shape (bf16, D 64 or 128, G ≤ 8); `grouped`:
-// its grouped build (rows of one chunk in one block, RG = 16 / G of them).
+// Raises the cluster form's dynamic shared memory limit and allows it clusters of more than
+// 8 blocks, once per instantiation: the error, or 0.
+template <int D, int G>
+int allow_cluster() {
+  static const int err = [] {
+    const auto kernel = decode_mma_kernel<D, G, 1, true>;
+    int e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(mma_smem<D, kClusterWarps>()));
+    if (e == 0) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    return e;
+  }();
+  return err;
+}
+
+// The tensor-core build, where it takes the shape (bf16, D 64 or 128, G ≤ 8), in form
+// `form`: 1 plain, 2 grouped (rows of one chunk in one block, RG = 16 / G of them), 3 the
+// cluster form (one row a block, the splits one cluster: 2 ≤ splits ≤ kMaxCluster).
 template <int D, int G>
 int launch_mma(const IfdPaged& kv, const void* q, int rows, float scale, const int32_t* seq,
                const int32_t* pos, const int32_t* chunks, const int32_t* bt_off,
-               const int32_t* bt, int splits, float* part, int32_t* done, bool grouped,
+               const int32_t* bt, int splits, float* part, int32_t* done, int form,
                void* out, cudaStream_t s) {
   if constexpr ((D == 64 || D == 128) && G <= 8) {
     constexpr int RG = 16 / G;
-    const int err = grouped ? allow_mma_smem<D, G, RG>() : allow_mma_smem<D, G>();
+    const bool cluster = form == 3;
+    if (cluster && (splits < 2 || splits > kMaxCluster))
+      return static_cast<int>(cudaErrorInvalidValue);
+    const int err = cluster ? allow_cluster<D, G>()
+                    : form == 2 ? allow_mma_smem<D, G, RG>()
+                                : allow_mma_smem<D, G>();
     if (err != 0) return err;
     const dim3 grid(splits, kv.n_kv_heads, rows);
-    const auto args = [&](auto kernel) {
-      ifd::launch(kernel, grid, kWarps * 32, mma_smem<D>(), s, static_cast<const bf16*>(kv.k),
-                  static_cast<const bf16*>(kv.v), static_cast<const bf16*>(q), kv.n_kv_heads,
-                  kv.block_size, scale * 1.4426950408889634f, seq, pos, chunks, bt_off, bt,
-                  part, done, static_cast<bf16*>(out));
+    const auto args = [&](auto kernel, int warps) {
+      const size_t smem = warps * mma_smem<D, 1>();
+      const auto k = static_cast<const bf16*>(kv.k);
+      const auto v = static_cast<const bf16*>(kv.v);
+      const auto qb = static_cast<const bf16*>(q);
+      const float sl = scale * 1.4426950408889634f;
+      const auto o = static_cast<bf16*>(out);
+      if (cluster) {
+        ifd::launch_cluster(kernel, grid, warps * 32, smem, s, splits, k, v, qb, kv.n_kv_heads,
+                            kv.block_size, sl, seq, pos, chunks, bt_off, bt, part, done, o);
+      } else {
+        ifd::launch(kernel, grid, warps * 32, smem, s, k, v, qb, kv.n_kv_heads, kv.block_size,
+                    sl, seq, pos, chunks, bt_off, bt, part, done, o);
+      }
     };
-    if (grouped) {
-      args(decode_mma_kernel<D, G, RG>);
+    if (cluster) {
+      args(decode_mma_kernel<D, G, 1, true>, kClusterWarps);
+    } else if (form == 2) {
+      args(decode_mma_kernel<D, G, RG>, kWarps);
     } else {
-      args(decode_mma_kernel<D, G>);
+      args(decode_mma_kernel<D, G>, kWarps);
     }
     return ifd::launched();
   } else {
@@ -930,6 +1051,46 @@ int mma_blocks_per_sm() {
   }
 }
 
+// Clusters of `splits` blocks of the cluster form the device holds at once (0 where it does
+// not take the shape, or on an error), from the occupancy calculator.
+template <int D, int G>
+int cluster_capacity(int splits) {
+  if constexpr ((D == 64 || D == 128) && G <= 8) {
+    if (splits < 2 || splits > kMaxCluster || allow_cluster<D, G>() != 0) return 0;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = splits;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(splits, 1, 1);
+    cfg.blockDim = dim3(kClusterWarps * 32, 1, 1);
+    cfg.dynamicSmemBytes = mma_smem<D, kClusterWarps>();
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, decode_mma_kernel<D, G, 1, true>, &cfg) !=
+        cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return n;
+  } else {
+    return 0;
+  }
+}
+
+template <int D>
+int clusters_by_group(int g, int splits) {
+  switch (g) {
+    case 1: return cluster_capacity<D, 1>(splits);
+    case 2: return cluster_capacity<D, 2>(splits);
+    case 4: return cluster_capacity<D, 4>(splits);
+    case 8: return cluster_capacity<D, 8>(splits);
+    default: return 0;
+  }
+}
+
 template <int D>
 int mma_blocks_by_group(int g) {
   switch (g) {
@@ -951,7 +1112,7 @@ int launch_kv(const IfdPaged& kv, const void* q, int rows, float scale, const in
   if constexpr (KV == IFD_KV_BF16)
     if (mma)
       return launch_mma<D, G>(kv, q, rows, scale, seq, pos, chunks, bt_off, bt, splits, part,
-                              done, mma == 2, out, s);
+                              done, mma, out, s);
   const dim3 grid(splits, kv.n_kv_heads, rows);
   int err = 0, pre = 0;
   if (rows == 1) {
@@ -1044,6 +1205,14 @@ int ifd_decode_mma_blocks_per_sm(int head_dim, int group) {
   switch (head_dim) {
     case 64: return mma_blocks_by_group<64>(group);
     case 128: return mma_blocks_by_group<128>(group);
+    default: return 0;
+  }
+}
+
+int ifd_decode_cluster_capacity(int head_dim, int group, int splits) {
+  switch (head_dim) {
+    case 64: return clusters_by_group<64>(group, splits);
+    case 128: return clusters_by_group<128>(group, splits);
     default: return 0;
   }
 }

@@ -347,6 +347,8 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
     // cuBLASLt instead of the matrix-vector kernel; decode rows by our kernel whatever
     // their number, or by FlashInfer's; prompt chunks' attention over a contiguous copy of
     // their K/V (FlashInfer's ragged kernel; by the policy these short chunks are paged),
+    // the decode splits merged through L2 where the default merges a few rows' in
+    // thread-block clusters,
     // also beside FlashInfer's decode rows; speculative checks as eager prompt chunks;
     // the FA2 prefill off (over these short contexts the default replays checks of up to
     // eight tokens as decode rows too; past 1024 keys it runs those of more than two as
@@ -372,6 +374,10 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
         },
         CudaConfig {
             decode: DecodeAttention::TensorCores,
+            ..base
+        },
+        CudaConfig {
+            no_cluster_merge: true,
             ..base
         },
         CudaConfig {
@@ -418,10 +424,11 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
             for (p, name) in PHASES.iter().enumerate() {
                 let (worst, same, rows) = phase_diff(&want, &got, p);
                 let what = format!(
-                    "head_dim {head_dim}, blocks of {bs}, graphs {}, {}, decode {:?}, prompt K/V {:?}, split {:?}, checks {}, SMs {:?}: {name}: {rows} rows, max |Δlogit| {worst}, top-1 equal {same}",
+                    "head_dim {head_dim}, blocks of {bs}, graphs {}, {}, decode {:?}{}, prompt K/V {:?}, split {:?}, checks {}, SMs {:?}: {name}: {rows} rows, max |Δlogit| {worst}, top-1 equal {same}",
                     if cfg.no_graphs { "off" } else { "on" },
                     if cfg.no_gemv { "cuBLASLt only" } else { "gemv" },
                     cfg.decode,
+                    if cfg.no_cluster_merge { " (no clusters)" } else { "" },
                     cfg.prefill_kv,
                     cfg.split_prefill,
                     cfg.decode_chunk_tokens,

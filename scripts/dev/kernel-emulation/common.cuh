@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -64,7 +65,35 @@ inline cudaError_t cudaDeviceGetAttribute(int* v, int attr, int) {
   *v = attr == cudaDevAttrMaxSharedMemoryPerMultiprocessor ? 228 << 10 : 227 << 10;
   return cudaSuccess;
 }
+enum { cudaFuncAttributeNonPortableClusterSizeAllowed = 9 };
 template <typename F> cudaError_t cudaFuncSetAttribute(F, int, int) { return cudaSuccess; }
+// Launch configurations, as far as the occupancy queries of clusters read them.
+enum cudaLaunchAttributeID { cudaLaunchAttributeClusterDimension = 4 };
+struct cudaLaunchAttribute {
+  cudaLaunchAttributeID id;
+  struct {
+    struct {
+      unsigned x, y, z;
+    } clusterDim;
+  } val;
+};
+struct cudaLaunchConfig_t {
+  dim3 gridDim, blockDim;
+  size_t dynamicSmemBytes = 0;
+  cudaStream_t stream = nullptr;
+  cudaLaunchAttribute* attrs = nullptr;
+  unsigned numAttrs = 0;
+};
+// Clusters of one block a multiprocessor on 132 of them, in 8 GPCs (what decode.cu's
+// cluster form needs of the answer: a count).
+template <typename F>
+cudaError_t cudaOccupancyMaxActiveClusters(int* n, F, const cudaLaunchConfig_t* cfg) {
+  unsigned c = 1;
+  for (unsigned i = 0; i < cfg->numAttrs; ++i)
+    if (cfg->attrs[i].id == cudaLaunchAttributeClusterDimension) c = cfg->attrs[i].val.clusterDim.x;
+  *n = static_cast<int>(8 * (16 / std::max(1u, c)));
+  return cudaSuccess;
+}
 template <typename T> cudaError_t cudaMemcpyToSymbol(T& symbol, const void* src, size_t n) {
   std::memcpy(&symbol, src, n);
   return cudaSuccess;
@@ -154,6 +183,50 @@ alignas(16) inline float dyn_smem[(227 << 10) / 4];
 // Run at the start of every block, and at its pdl_wait (see ifd::pdl_wait), when set.
 inline void (*on_block_start)() = nullptr;
 inline void (*on_pdl_wait)() = nullptr;
+
+// Thread-block clusters (see cooperative_groups.h here): blocks a cluster along x, which
+// run of ifd::launch_cluster is going (0: a plain launch), and the shared objects blocks
+// read of others in their cluster, each with its bytes as every block left it.
+inline unsigned cluster_size = 1;
+inline int cluster_run = 0;
+struct ClusterShared {
+  const void* at;
+  size_t bytes;
+  std::vector<std::vector<char>> of_block;  // by the block's index in the grid
+};
+inline std::vector<ClusterShared> cluster_shared;
+inline std::mutex cluster_mu;
+inline size_t block_index() {
+  return (static_cast<size_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+}
+// Block `rank` of this block's cluster's copy of the shared object at p: in the first run
+// a zeroed stand-in (what is computed from it is thrown away), in the second the copy the
+// first run left; the block's own object for its own rank.
+template <typename T>
+T* cluster_map(T* p, unsigned rank) {
+  const unsigned own = static_cast<unsigned>(blockIdx.x) % cluster_size;
+  if (rank == own) return p;
+  const size_t block = block_index() - own + rank;
+  std::lock_guard<std::mutex> lock(cluster_mu);
+  auto it = std::find_if(cluster_shared.begin(), cluster_shared.end(),
+                         [&](const ClusterShared& c) { return c.at == p; });
+  if (it == cluster_shared.end()) {
+    cluster_shared.push_back({p, sizeof(T), {}});
+    it = cluster_shared.end() - 1;
+    it->of_block.resize(static_cast<size_t>(gridDim.x) * gridDim.y * gridDim.z);
+  }
+  if (cluster_run == 2) return reinterpret_cast<T*>(it->of_block.at(block).data());
+  static thread_local std::vector<char> zeros;
+  zeros.assign(sizeof(T), 0);
+  return reinterpret_cast<T*>(zeros.data());
+}
+// After a block of the first run: its copies of the objects read so far.
+inline void keep_cluster_shared() {
+  for (auto& c : cluster_shared) {
+    const char* b = static_cast<const char*>(c.at);
+    c.of_block.at(block_index()).assign(b, b + c.bytes);
+  }
+}
 }  // namespace emu
 #define __syncthreads() emu::block_bar->arrive_and_wait()
 
@@ -427,7 +500,22 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t, cudaStream
           emu::warp_bars[t >> 5]->arrive_and_drop();
         });
       for (auto& t : ts) t.join();
+      if (emu::cluster_run == 1) emu::keep_cluster_shared();
     }
+}
+// `launch` in clusters of `cluster` blocks along x: the grid twice (see cooperative_groups.h
+// here); the second run's results stand.
+template <typename... Params, typename... Args>
+void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                    cudaStream_t s, unsigned cluster, Args&&... args) {
+  emu::cluster_size = cluster;
+  emu::cluster_shared.clear();
+  for (int run = 1; run <= 2; ++run) {
+    emu::cluster_run = run;
+    launch(kernel, grid, block, smem, s, args...);
+  }
+  emu::cluster_run = 0;
+  emu::cluster_size = 1;
 }
 // Shared memory a block of this device may opt in to, in bytes (0 when it cannot be read).
 inline size_t max_smem_optin() {

@@ -103,9 +103,12 @@ void run(int hd, int group) {
   emu::on_pdl_wait = [] { newest.put(true); };
   IfdPaged kv{kc.data(), vc.data(), IFD_KV_BF16, n_kv, bs, hd, nullptr, nullptr, nullptr};
   const size_t row_elems = static_cast<size_t>(n_heads) * hd;
-  for (int mma : {0, 1, 2})  // SIMT, tensor cores, tensor cores grouped
-    for (int splits : {1, 3, 40})  // 40: the merge's lanes take two splits each
+  // SIMT, tensor cores, tensor cores grouped, tensor cores in clusters
+  for (int mma : {0, 1, 2, 3})
+    // 40: the merge's lanes take two splits each; the cluster form 2..16 (16: most empty)
+    for (int splits : {1, 2, 3, 16, 40})
       for (const auto [first, rows] : {std::pair{0, 1}, std::pair{3, 1}, std::pair{0, nr}}) {
+        if ((mma == 3) != (splits == 2 || splits == 16) && splits != 3) continue;
         if (first == 3 && splits != 3) continue;  // (3 splits: a range starts at 128)
         std::vector<float> part(static_cast<size_t>(nr) * n_heads * splits * (hd + 2));
         std::vector<int32_t> done(nr * n_kv, 0);
@@ -113,7 +116,11 @@ void run(int hd, int group) {
         char what[128];
         std::snprintf(what, sizeof what,
                       "head_dim %d, group %d, %s, %d row(s) from row %d, %d split(s)", hd, group,
-                      mma == 2 ? "grouped" : mma ? "tensor cores" : "SIMT", rows, first,
+                      mma == 3   ? "clusters"
+                      : mma == 2 ? "grouped"
+                      : mma      ? "tensor cores"
+                                 : "SIMT",
+                      rows, first,
                       splits);
         expect(ifd_decode_attention(kv, qb.data() + first * row_elems, rows, n_heads, sm,
                                     seq.data() + first, pos.data() + first, chunks.data(),

@@ -27,7 +27,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cp "$here/common.cuh" "$here/hybrid_ops_emu.cpp" "$here/sample_emu.cpp" "$k/sample_plan.cu" "$tmp/"
 cp "$here/cuda_fp8.h" "$here/kv8_emu.cpp" "$k/attention.cu" "$k/kv8.cuh" "$k/inferd.h" "$tmp/"
-cp "$here/elementwise_emu.cpp" "$here/decode_emu.cpp" "$here/expect.h" "$k/fused.cu" "$k/norm.cu" "$tmp/"
+cp "$here/elementwise_emu.cpp" "$here/decode_emu.cpp" "$here/expect.h" "$here/cooperative_groups.h" "$k/fused.cu" "$k/norm.cu" "$tmp/"
 cp "$here/gemv_emu.cpp" "$here/kv_store_emu.cpp" "$k/gemv.cu" "$k/kv_gather.cu" "$tmp/"
 # The one construct common.cuh cannot redefine: dynamic shared memory.
 for f in delta_rule delta_pieces; do

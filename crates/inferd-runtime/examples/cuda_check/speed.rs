@@ -42,6 +42,8 @@ pub fn step_bytes<B: Backend>(
 ///   tensor-core build at every row count;
 /// - `loadsN`: the SIMT matrix-vector kernel with N loads in flight a lane;
 /// - `splits=N`: decode attention in N splits at every row count;
+/// - `counter`: the decode splits merged through L2 by the last block, never by the
+///   tensor-core build's cluster form;
 /// - `paged` / `contig`: prompt chunks' attention over the pool's pages / a contiguous copy
 ///   (default: by the policy);
 /// - `rows=N+N…`: only these batch sizes (and only as many sequences prefilled);
@@ -72,6 +74,9 @@ pub fn speed_by_dtype(model_dir: &Path, context: usize, specs: &str) {
                     0 => "decode attention splits by the policy".to_string(),
                     n => format!("decode attention in {n} splits"),
                 });
+            } else if opt == "counter" {
+                cfg.no_cluster_merge = true;
+                said.push("decode splits merged through L2 by the last block (no clusters)".into());
             } else if opt == "paged" || opt == "contig" {
                 cfg.prefill_kv = if opt == "paged" {
                     inferd_runtime::PrefillKv::Paged

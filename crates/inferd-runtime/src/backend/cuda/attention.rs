@@ -69,6 +69,7 @@ impl CudaBackend {
             splits: 0,
             mma: false,
             grouped: false,
+            cluster: false,
             runs: Vec::new(),
             pages: None,
         };
@@ -82,6 +83,12 @@ impl CudaBackend {
             out.grouped = mma && b.bucket.is_some() && batch.seqs.iter().any(|s| s.n_tokens > 1);
             if own_rows > 0 {
                 out.splits = self.decode_splits(own_rows, attn, mma)?;
+                if mma && !out.grouped {
+                    if let Some(c) = self.cluster_splits(own_rows, attn, out.splits) {
+                        out.splits = c;
+                        out.cluster = true;
+                    }
+                }
             }
         } else if lead > 0 {
             // The decode rows by FlashInfer's decode kernel, then a decode pass's padding
@@ -356,6 +363,30 @@ impl CudaBackend {
         Ok(n as usize)
     }
 
+    /// The splits of the tensor-core build's cluster form for `rows` rows whose plain form
+    /// takes `splits` (`splits::cluster_splits`), where it runs them: the cluster merge
+    /// allowed, splits by the policy, and every (row, KV head)'s cluster resident at once.
+    fn cluster_splits(&self, rows: usize, attn: &AttnConfig, splits: usize) -> Option<usize> {
+        if !self.inner.cluster_merge || self.inner.decode_splits != 0 {
+            return None;
+        }
+        let c = splits::cluster_splits(splits)?;
+        let key = (attn.head_dim, attn.n_heads / attn.n_kv_heads.max(1), c);
+        let mut known = self.inner.decode_clusters.lock().unwrap();
+        let capacity = match known.iter().find(|(k, _)| *k == key) {
+            Some(&(_, n)) => n,
+            None => {
+                let n = unsafe {
+                    ffi::ifd_decode_cluster_capacity(int(key.0), int(key.1), int(key.2))
+                }
+                .max(0) as usize;
+                known.push((key, n));
+                n
+            }
+        };
+        (rows * attn.n_kv_heads <= capacity).then_some(c)
+    }
+
     /// How many ranges our decode kernel splits each (row, KV head) into for `rows` rows
     /// (`splits::decode_splits`, by the build `mma` names, or the configured count); the
     /// partials' buffer is allocated the first time (outside any capture: a shape's first
@@ -474,7 +505,7 @@ impl CudaBackend {
                             int(passes.splits),
                             pp,
                             dp,
-                            passes.mma as c_int + passes.grouped as c_int,
+                            decode_form(passes),
                             op,
                             s,
                         )
@@ -551,6 +582,17 @@ impl CudaBackend {
             },
             "attention",
         )
+    }
+}
+
+/// Which form of our decode kernel a pass's own rows take (`ifd_decode_attention`'s `mma`):
+/// 0 the SIMT build, 1 the tensor-core build, 2 its grouped form, 3 its cluster form.
+fn decode_form(p: &flashinfer::Passes) -> c_int {
+    match (p.mma, p.grouped, p.cluster) {
+        (false, _, _) => 0,
+        (true, true, _) => 2,
+        (true, false, true) => 3,
+        (true, false, false) => 1,
     }
 }
 

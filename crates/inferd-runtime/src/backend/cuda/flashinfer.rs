@@ -438,6 +438,8 @@ pub struct Passes {
     pub mma: bool,
     /// ... in its grouped form (a chunk's rows in one block: speculative checks).
     pub grouped: bool,
+    /// ... in its cluster form (a (row, KV head)'s splits one thread-block cluster).
+    pub cluster: bool,
     /// Plan i lives in workspace i.
     pub runs: Vec<Run>,
     /// 8-bit pools: the bf16 pages the paged and FA2 prompt runs read.

@@ -83,6 +83,10 @@ pub struct CudaConfig {
     /// Splits of each (row, KV head) in inferd's decode attention (0: by the pass's shape,
     /// `splits::decode_splits`; else this many, for measurement).
     pub decode_splits: usize,
+    /// The tensor-core decode build's splits always merged through L2 by the last block
+    /// to finish (for comparison: by default a pass of few rows runs its cluster form,
+    /// whose splits merge in a thread-block cluster's shared memory; `splits::cluster_splits`).
+    pub no_cluster_merge: bool,
     /// Profiling only: ops left out of every pass (see [`SkipOps`]; results are garbage).
     pub profile_skip: SkipOps,
     /// Every row but a plain greedy one drawn by the host sampler from its logits row read
@@ -162,6 +166,13 @@ struct Inner {
     gemv_loads: usize,
     decode: DecodeAttention,
     decode_splits: usize,
+    /// Whether decode passes of few rows may take the tensor-core build's cluster form
+    /// (not with `CudaConfig::no_cluster_merge`, nor on a share of the SMs, where a
+    /// cluster's blocks may not all fit).
+    cluster_merge: bool,
+    /// Clusters of the cluster form the device holds at once, by (head_dim, query heads a
+    /// KV head, splits), from the occupancy calculator once each.
+    decode_clusters: Mutex<Vec<((usize, usize, usize), usize)>>,
     /// `CudaConfig::decode_chunk_tokens` (set again by measurements).
     decode_chunk_tokens: AtomicUsize,
     skip: SkipOps,
@@ -232,6 +243,8 @@ impl CudaBackend {
                 gemv_rows: if cfg.no_gemv { 0 } else { GEMV_MAX_ROWS },
                 skip: cfg.profile_skip,
                 decode_splits: cfg.decode_splits,
+                cluster_merge: !cfg.no_cluster_merge && cfg.share.is_none(),
+                decode_clusters: Mutex::default(),
                 decode_chunk_tokens: AtomicUsize::new(cfg.decode_chunk_tokens),
                 gemv_loads: if cfg.gemv_loads == 0 {
                     GEMV_LOADS

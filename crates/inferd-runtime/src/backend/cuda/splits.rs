@@ -43,9 +43,33 @@ pub fn decode_splits(pairs: usize, sms: usize, mma: Option<usize>) -> usize {
     )
 }
 
+/// The most blocks of a thread-block cluster the decode kernel's cluster form takes (its
+/// `kMaxCluster`; the H100 / H200 allow 16 with non-portable sizes).
+pub const MAX_CLUSTER: usize = 16;
+
+/// The splits of the tensor-core build's cluster form for a pass whose plain form takes
+/// `splits`: half as many blocks of twice the warps, so a (row, KV head) keeps its warps
+/// and each warp its positions, and the splits merge in the cluster's shared memory, not
+/// through L2 by the last block to finish. `None` under 4 splits, where the plain form's
+/// merge is short (a split or two to wait for, a pair of partials).
+pub fn cluster_splits(splits: usize) -> Option<usize> {
+    (splits >= 4).then(|| splits.div_ceil(2).min(MAX_CLUSTER))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cluster_form_keeps_a_pairs_warps() {
+        assert_eq!(cluster_splits(32), Some(16)); // one row of the 8B: 128 blocks of 8 warps
+        assert_eq!(cluster_splits(24), Some(12));
+        assert_eq!(cluster_splits(6), Some(3));
+        assert_eq!(cluster_splits(5), Some(3));
+        assert_eq!(cluster_splits(3), None);
+        assert_eq!(cluster_splits(1), None);
+        assert_eq!(cluster_splits(64), Some(MAX_CLUSTER));
+    }
 
     #[test]
     fn simt_build_keeps_four_blocks_a_multiprocessor() {
