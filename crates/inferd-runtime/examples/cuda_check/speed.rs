@@ -41,7 +41,8 @@ pub fn step_bytes<B: Backend>(
 /// - `inferd`: decode attention by our SIMT kernel at every row count; `mma`: by its
 ///   tensor-core build at every row count;
 /// - `loadsN`: the SIMT matrix-vector kernel with N loads in flight a lane;
-/// - `splits=N`: decode attention in N splits at every row count;
+/// - `splits=N`: decode attention in N splits at every row count (the tensor-core build
+///   in its cluster form where N is 2..=16 and the clusters fit, unless `counter`);
 /// - `counter`: the decode splits merged through L2 by the last block, never by the
 ///   tensor-core build's cluster form;
 /// - `paged` / `contig`: prompt chunks' attention over the pool's pages / a contiguous copy

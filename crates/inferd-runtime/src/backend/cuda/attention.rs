@@ -364,13 +364,17 @@ impl CudaBackend {
     }
 
     /// The splits of the tensor-core build's cluster form for `rows` rows whose plain form
-    /// takes `splits` (`splits::cluster_splits`), where it runs them: the cluster merge
-    /// allowed, splits by the policy, and every (row, KV head)'s cluster resident at once.
+    /// takes `splits` (`splits::cluster_splits`; with a configured count, that count where
+    /// a cluster holds it), where it runs them: the cluster merge allowed and every (row,
+    /// KV head)'s cluster resident at once.
     fn cluster_splits(&self, rows: usize, attn: &AttnConfig, splits: usize) -> Option<usize> {
-        if !self.inner.cluster_merge || self.inner.decode_splits != 0 {
+        if !self.inner.cluster_merge {
             return None;
         }
-        let c = splits::cluster_splits(splits)?;
+        let c = match self.inner.decode_splits {
+            0 => splits::cluster_splits(splits)?,
+            _ => (2..=splits::MAX_CLUSTER).contains(&splits).then_some(splits)?,
+        };
         let key = (attn.head_dim, attn.n_heads / attn.n_kv_heads.max(1), c);
         let mut known = self.inner.decode_clusters.lock().unwrap();
         let capacity = match known.iter().find(|(k, _)| *k == key) {

@@ -81,7 +81,8 @@ pub struct CudaConfig {
     /// Which kernel attends decode rows (bf16 KV); the default picks by the number of rows.
     pub decode: DecodeAttention,
     /// Splits of each (row, KV head) in inferd's decode attention (0: by the pass's shape,
-    /// `splits::decode_splits`; else this many, for measurement).
+    /// `splits::decode_splits`; else this many, for measurement: in the tensor-core build's
+    /// cluster form where 2..=16 and its clusters fit, unless `no_cluster_merge`).
     pub decode_splits: usize,
     /// The tensor-core decode build's splits always merged through L2 by the last block
     /// to finish (for comparison: by default a pass of few rows runs its cluster form,
