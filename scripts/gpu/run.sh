@@ -64,7 +64,7 @@
 #   slices   the prefill-bound fleets (64 x 4k, 32 x 16k) served with other prompt-slice sizes:
 #            SLICES="batch/prefill/while-decoding ..." (default "8192/8192/4096 8192/8192/8192")
 #   mmaone   `speed` at 1 and 2 rows: SIMT decode attention against the tensor-core build
-#   cluster  `speed` at 1 and 2 rows, 1k / 4k / 16k: decode splits merged in thread-block
+#   cluster  `speed` at 1-16 rows, 1k / 4k / 16k: decode splits merged in thread-block
 #            clusters (the default) against through L2 by the last block (`counter`)
 #   sampling the sample op on the device against the host sampler (cuda_check sampling)
 #   peerbuild  starts building llama.cpp's CUDA llama-server (sm_90) in the background and
@@ -421,15 +421,13 @@ slices)
   ;;
 cluster)
   # Decode attention's cluster form (the default for few rows) against the splits merged
-  # through L2 by the last block (`counter`), in turn twice, at 4k / 1k / 16k; 1 and 2 rows
-  # (the 8B takes the cluster form at 1 row: 16 splits of 8 warps, 128 blocks; 2 rows keep
-  # the counter either way: the noise check).
-  for ctx in 4096 1024 16384; do
-    timeout 200 $B/cuda_check speed /tmp/q8b $ctx bf16:rows=1+2,bf16:counter:rows=1+2,bf16:rows=1+2,bf16:counter:rows=1+2 2>&1 | tee -a $summary
+  # through L2 by the last block (`counter`), in turn twice: 1-16 rows at 4k, 1 and 8 at 1k
+  # and 16k. (The 8B at 1 row: 16 splits of 8 warps, 128 blocks; at 4 / 8 / 16 rows the
+  # plain grid in clusters where they fit; 2 rows keep the counter: the noise check.)
+  timeout 200 $B/cuda_check speed /tmp/q8b 4096 bf16:rows=1+2+4+8+16,bf16:counter:rows=1+2+4+8+16,bf16:rows=1+2+4+8+16,bf16:counter:rows=1+2+4+8+16 2>&1 | tee -a $summary
+  for ctx in 1024 16384; do
+    timeout 200 $B/cuda_check speed /tmp/q8b $ctx bf16:rows=1+8,bf16:counter:rows=1+8,bf16:rows=1+8,bf16:counter:rows=1+8 2>&1 | tee -a $summary
   done
-  # 2, 4 and 8 rows in the cluster form too, at splits that fit one block a multiprocessor
-  # (128 blocks of 8 warps), against the default (the counter, 24 / 12 / 6 splits of 4).
-  timeout 200 $B/cuda_check speed /tmp/q8b 4096 bf16:rows=2+4+8,bf16:rows=2:splits=8,bf16:rows=4:splits=4,bf16:rows=8:splits=2,bf16:rows=2+4+8 2>&1 | tee -a $summary
   ;;
 mmaone)
   # Decode attention at 1 and 2 rows: the default (SIMT) against the tensor-core build.

@@ -324,8 +324,8 @@ __device__ __forceinline__ void finish(Partials<D, S>& sp, int r, int kvh, int n
   ifd::kprobe<4>(ifd::kDone);
 }
 
-// The tensor-core build's cluster form (`kClusterWarps` warps a block): the splits of a
-// (row, KV head) are the blocks of one thread-block cluster, at most kMaxCluster of them.
+// The tensor-core build's cluster form (W = 4 or 8 warps a block): the splits of a (row,
+// KV head) are the blocks of one thread-block cluster, at most kMaxCluster of them.
 // A block merges its warps' partials (in `sp`) as `finish` does, into its own shared
 // memory; after the cluster's barrier, block c merges outputs c·E .. c·E + E - 1 of the
 // (row, KV head)'s G·D (E = G·D / splits, rounded up) from every block's partial, read
@@ -333,7 +333,6 @@ __device__ __forceinline__ void finish(Partials<D, S>& sp, int r, int kvh, int n
 // and no last block to wait for. A second barrier keeps each block's shared memory until
 // every block has read it. The splits are summed in their order, as `finish` does.
 constexpr int kMaxCluster = 16;
-constexpr int kClusterWarps = 8;
 // A block's merged partial, which the other blocks of its cluster read: the max and sum of
 // each of the G heads, and their weighted values [G, D].
 template <int D, int G>
@@ -341,12 +340,11 @@ struct BlockPartial {
   float m[G], l[G];
   float acc[G * D];
 };
-template <int D, int G>
-__device__ __forceinline__ void finish_cluster(Partials<D, G, kClusterWarps>& sp, int r,
+template <int D, int G, int W>
+__device__ __forceinline__ void finish_cluster(Partials<D, G, W>& sp, int r,
                                                int kvh, int n_kv, int splits,
                                                bf16* __restrict__ out) {
   namespace cg = cooperative_groups;
-  constexpr int W = kClusterWarps;
   const cg::cluster_group cluster = cg::this_cluster();
   unsigned long long* const probe = g_decode_probe;
   __shared__ BlockPartial<D, G> mine;
@@ -642,10 +640,11 @@ __device__ __forceinline__ int swz(int p, int c) {
 // speculative check's), row i's G heads in M rows i·G .. i·G + G - 1 of the 16-row MMA
 // tile, so the chunk's K/V is read once for those rows; a row that is not its group's
 // first leaves at once. Each M row masks positions past its own row's.
-// CL: the cluster form (kClusterWarps warps a block, the splits of a (row, KV head) one
-// thread-block cluster; see finish_cluster): one block a multiprocessor.
-template <int D, int G, int RG = 1, bool CL = false>
-__global__ void __launch_bounds__((CL ? kClusterWarps : kWarps) * 32, RG > 1 ? 2 : (CL ? 1 : 3))
+// CW > 0: the cluster form, CW warps a block (4: the plain form's blocks, 3 a
+// multiprocessor; 8: one a multiprocessor), the splits of a (row, KV head) one
+// thread-block cluster (see finish_cluster).
+template <int D, int G, int RG = 1, int CW = 0>
+__global__ void __launch_bounds__((CW > 0 ? CW : kWarps) * 32, RG > 1 ? 2 : (CW == 8 ? 1 : 3))
     decode_mma_kernel(const bf16* __restrict__ kc, const bf16* __restrict__ vc,
                       const bf16* __restrict__ q, int n_kv, int block_size, float scale_log2,
                       const int32_t* __restrict__ seq, const int32_t* __restrict__ pos,
@@ -655,8 +654,10 @@ __global__ void __launch_bounds__((CL ? kClusterWarps : kWarps) * 32, RG > 1 ? 2
   static_assert(D == 64 || D == 128, "the tensor-core build takes head_dim 64 or 128");
   static_assert(G <= 8, "at most 8 query heads a KV head (the M rows 0..7)");
   static_assert(RG == 1 || G * RG == 16, "a group fills the 16 M rows");
-  static_assert(!CL || RG == 1, "the cluster form attends one row a block");
-  constexpr int W = CL ? kClusterWarps : kWarps;  // warps a block
+  static_assert(CW == 0 || (RG == 1 && (CW == 4 || CW == 8)),
+                "the cluster form attends one row a block, in blocks of 4 or 8 warps");
+  constexpr bool CL = CW > 0;
+  constexpr int W = CL ? CW : kWarps;  // warps a block
   unsigned long long* const probe = g_decode_probe;
   stamp(probe, 0);
   ifd::kprobe<4>(ifd::kEntry);
@@ -919,7 +920,7 @@ __global__ void __launch_bounds__((CL ? kClusterWarps : kWarps) * 32, RG > 1 ? 2
     finish<D, G, G * RG>(sp, r, kvh, n_kv, split, splits, part, done, out, G * span);
   } else {
     if constexpr (CL) {
-      finish_cluster<D, G>(sp, r, kvh, n_kv, splits, out);
+      finish_cluster<D, G, W>(sp, r, kvh, n_kv, splits, out);
     } else {
       finish<D, G>(sp, r, kvh, n_kv, split, splits, part, done, out);
     }
@@ -975,12 +976,12 @@ int allow_mma_smem() {
 
 // Raises the cluster form's dynamic shared memory limit and allows it clusters of more than
 // 8 blocks, once per instantiation: the error, or 0.
-template <int D, int G>
+template <int D, int G, int CW>
 int allow_cluster() {
   static const int err = [] {
-    const auto kernel = decode_mma_kernel<D, G, 1, true>;
+    const auto kernel = decode_mma_kernel<D, G, 1, CW>;
     int e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(mma_smem<D, kClusterWarps>()));
+                                 static_cast<int>(mma_smem<D, CW>()));
     if (e == 0) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     return e;
   }();
@@ -988,8 +989,9 @@ int allow_cluster() {
 }
 
 // The tensor-core build, where it takes the shape (bf16, D 64 or 128, G ≤ 8), in form
-// `form`: 1 plain, 2 grouped (rows of one chunk in one block, RG = 16 / G of them), 3 the
-// cluster form (one row a block, the splits one cluster: 2 ≤ splits ≤ kMaxCluster).
+// `form`: 1 plain, 2 grouped (rows of one chunk in one block, RG = 16 / G of them), 3 and 4
+// the cluster form in blocks of 8 and of 4 warps (the splits one cluster: 2 ≤ splits ≤
+// kMaxCluster).
 template <int D, int G>
 int launch_mma(const IfdPaged& kv, const void* q, int rows, float scale, const int32_t* seq,
                const int32_t* pos, const int32_t* chunks, const int32_t* bt_off,
@@ -997,10 +999,11 @@ int launch_mma(const IfdPaged& kv, const void* q, int rows, float scale, const i
                void* out, cudaStream_t s) {
   if constexpr ((D == 64 || D == 128) && G <= 8) {
     constexpr int RG = 16 / G;
-    const bool cluster = form == 3;
+    const bool cluster = form == 3 || form == 4;
     if (cluster && (splits < 2 || splits > kMaxCluster))
       return static_cast<int>(cudaErrorInvalidValue);
-    const int err = cluster ? allow_cluster<D, G>()
+    const int err = form == 3   ? allow_cluster<D, G, 8>()
+                    : form == 4 ? allow_cluster<D, G, 4>()
                     : form == 2 ? allow_mma_smem<D, G, RG>()
                                 : allow_mma_smem<D, G>();
     if (err != 0) return err;
@@ -1020,8 +1023,10 @@ int launch_mma(const IfdPaged& kv, const void* q, int rows, float scale, const i
                     sl, seq, pos, chunks, bt_off, bt, part, done, o);
       }
     };
-    if (cluster) {
-      args(decode_mma_kernel<D, G, 1, true>, kClusterWarps);
+    if (form == 3) {
+      args(decode_mma_kernel<D, G, 1, 8>, 8);
+    } else if (form == 4) {
+      args(decode_mma_kernel<D, G, 1, 4>, 4);
     } else if (form == 2) {
       args(decode_mma_kernel<D, G, RG>, kWarps);
     } else {
@@ -1051,12 +1056,12 @@ int mma_blocks_per_sm() {
   }
 }
 
-// Clusters of `splits` blocks of the cluster form the device holds at once (0 where it does
-// not take the shape, or on an error), from the occupancy calculator.
-template <int D, int G>
+// Clusters of `splits` blocks of CW warps of the cluster form the device holds at once (0
+// where it does not take the shape, or on an error), from the occupancy calculator.
+template <int D, int G, int CW>
 int cluster_capacity(int splits) {
   if constexpr ((D == 64 || D == 128) && G <= 8) {
-    if (splits < 2 || splits > kMaxCluster || allow_cluster<D, G>() != 0) return 0;
+    if (splits < 2 || splits > kMaxCluster || allow_cluster<D, G, CW>() != 0) return 0;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = splits;
@@ -1064,12 +1069,12 @@ int cluster_capacity(int splits) {
     attr[0].val.clusterDim.z = 1;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(splits, 1, 1);
-    cfg.blockDim = dim3(kClusterWarps * 32, 1, 1);
-    cfg.dynamicSmemBytes = mma_smem<D, kClusterWarps>();
+    cfg.blockDim = dim3(CW * 32, 1, 1);
+    cfg.dynamicSmemBytes = mma_smem<D, CW>();
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, decode_mma_kernel<D, G, 1, true>, &cfg) !=
+    if (cudaOccupancyMaxActiveClusters(&n, decode_mma_kernel<D, G, 1, CW>, &cfg) !=
         cudaSuccess) {
       cudaGetLastError();
       return 0;
@@ -1080,13 +1085,13 @@ int cluster_capacity(int splits) {
   }
 }
 
-template <int D>
+template <int D, int CW>
 int clusters_by_group(int g, int splits) {
   switch (g) {
-    case 1: return cluster_capacity<D, 1>(splits);
-    case 2: return cluster_capacity<D, 2>(splits);
-    case 4: return cluster_capacity<D, 4>(splits);
-    case 8: return cluster_capacity<D, 8>(splits);
+    case 1: return cluster_capacity<D, 1, CW>(splits);
+    case 2: return cluster_capacity<D, 2, CW>(splits);
+    case 4: return cluster_capacity<D, 4, CW>(splits);
+    case 8: return cluster_capacity<D, 8, CW>(splits);
     default: return 0;
   }
 }
@@ -1209,10 +1214,13 @@ int ifd_decode_mma_blocks_per_sm(int head_dim, int group) {
   }
 }
 
-int ifd_decode_cluster_capacity(int head_dim, int group, int splits) {
+int ifd_decode_cluster_capacity(int head_dim, int group, int splits, int warps) {
+  if (warps != 4 && warps != 8) return 0;
   switch (head_dim) {
-    case 64: return clusters_by_group<64>(group, splits);
-    case 128: return clusters_by_group<128>(group, splits);
+    case 64: return warps == 8 ? clusters_by_group<64, 8>(group, splits)
+                               : clusters_by_group<64, 4>(group, splits);
+    case 128: return warps == 8 ? clusters_by_group<128, 8>(group, splits)
+                                : clusters_by_group<128, 4>(group, splits);
     default: return 0;
   }
 }

@@ -171,15 +171,15 @@ int ifd_attention(IfdPaged kv, const float* q, int n, int n_heads, float scale,
 int ifd_decode_supported(int head_dim, int group);
 // mma != 0: the tensor-core build (bf16 KV, head_dim 64 or 128; ifd_decode_mma_supported);
 // mma == 2 its grouped build: up to 16 / group consecutive rows of one chunk in one block,
-// reading the chunk's K/V once for them (a speculative check's rows); mma == 3 its cluster
-// form: 8 warps a block, the 2..16 splits of a (row, KV head) one thread-block cluster
-// that merges them in distributed shared memory (part and done unused).
+// reading the chunk's K/V once for them (a speculative check's rows); mma == 3 / 4 its
+// cluster form in blocks of 8 / 4 warps: the 2..16 splits of a (row, KV head) one
+// thread-block cluster that merges them in distributed shared memory (part and done unused).
 int ifd_decode_mma_supported(int kv_dtype, int head_dim, int group);
 // Blocks of the tensor-core build one multiprocessor holds (0: the shape is not taken).
 int ifd_decode_mma_blocks_per_sm(int head_dim, int group);
-// Clusters of `splits` blocks of the cluster form the device holds at once (0: the shape
-// or the cluster size is not taken).
-int ifd_decode_cluster_capacity(int head_dim, int group, int splits);
+// Clusters of `splits` blocks of `warps` (4 or 8) warps of the cluster form the device
+// holds at once (0: the shape or the cluster size is not taken).
+int ifd_decode_cluster_capacity(int head_dim, int group, int splits, int warps);
 // Profiling only: zeros into `n` bf16 values after a programmatic wait (what a kernel
 // boundary costs where the attention runs).
 int ifd_attention_stub(void* out, size_t n, void* stream);

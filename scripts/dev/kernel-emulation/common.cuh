@@ -185,8 +185,9 @@ inline void (*on_block_start)() = nullptr;
 inline void (*on_pdl_wait)() = nullptr;
 
 // Thread-block clusters (see cooperative_groups.h here): blocks a cluster along x, which
-// run of ifd::launch_cluster is going (0: a plain launch), and the shared objects blocks
-// read of others in their cluster, each with its bytes as every block left it.
+// run of ifd::launch_cluster is going (0: a plain launch; 1 finds the shared objects blocks
+// read of others in their cluster, 2 keeps each one's bytes as every block left it, 3
+// reads those), and those objects.
 inline unsigned cluster_size = 1;
 inline int cluster_run = 0;
 struct ClusterShared {
@@ -199,9 +200,9 @@ inline std::mutex cluster_mu;
 inline size_t block_index() {
   return (static_cast<size_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
 }
-// Block `rank` of this block's cluster's copy of the shared object at p: in the first run
-// a zeroed stand-in (what is computed from it is thrown away), in the second the copy the
-// first run left; the block's own object for its own rank.
+// Block `rank` of this block's cluster's copy of the shared object at p: in runs 1 and 2 a
+// zeroed stand-in (what is computed from it is thrown away), in run 3 the copy run 2 left;
+// the block's own object for its own rank.
 template <typename T>
 T* cluster_map(T* p, unsigned rank) {
   const unsigned own = static_cast<unsigned>(blockIdx.x) % cluster_size;
@@ -215,12 +216,15 @@ T* cluster_map(T* p, unsigned rank) {
     it = cluster_shared.end() - 1;
     it->of_block.resize(static_cast<size_t>(gridDim.x) * gridDim.y * gridDim.z);
   }
-  if (cluster_run == 2) return reinterpret_cast<T*>(it->of_block.at(block).data());
+  if (cluster_run == 3) {
+    if (it->of_block.at(block).size() != sizeof(T)) std::abort();  // (not kept: cannot be)
+    return reinterpret_cast<T*>(it->of_block.at(block).data());
+  }
   static thread_local std::vector<char> zeros;
   zeros.assign(sizeof(T), 0);
   return reinterpret_cast<T*>(zeros.data());
 }
-// After a block of the first run: its copies of the objects read so far.
+// After a block of run 2: its copies of the objects blocks read of others.
 inline void keep_cluster_shared() {
   for (auto& c : cluster_shared) {
     const char* b = static_cast<const char*>(c.at);
@@ -500,17 +504,17 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t, cudaStream
           emu::warp_bars[t >> 5]->arrive_and_drop();
         });
       for (auto& t : ts) t.join();
-      if (emu::cluster_run == 1) emu::keep_cluster_shared();
+      if (emu::cluster_run == 2) emu::keep_cluster_shared();
     }
 }
-// `launch` in clusters of `cluster` blocks along x: the grid twice (see cooperative_groups.h
-// here); the second run's results stand.
+// `launch` in clusters of `cluster` blocks along x: the grid three times (see
+// cooperative_groups.h here); the last run's results stand.
 template <typename... Params, typename... Args>
 void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                     cudaStream_t s, unsigned cluster, Args&&... args) {
   emu::cluster_size = cluster;
   emu::cluster_shared.clear();
-  for (int run = 1; run <= 2; ++run) {
+  for (int run = 1; run <= 3; ++run) {
     emu::cluster_run = run;
     launch(kernel, grid, block, smem, s, args...);
   }

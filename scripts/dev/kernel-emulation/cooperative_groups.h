@@ -1,8 +1,9 @@
 // Host stand-in for CUDA's cooperative_groups.h, for the one thing the kernels take from
 // it: a thread-block cluster (decode.cu's cluster form). Blocks run one at a time here
 // (common.cuh), so a block cannot read another's shared memory while that one runs:
-// ifd::launch_cluster runs the grid twice, and a block's reads of the other blocks of its
-// cluster come from copies of their shared objects as the first run left them
+// ifd::launch_cluster runs the grid three times (the first finds which shared objects
+// blocks read of others, the second keeps each block's copy of them as it ended), and in
+// the last a block's reads of the other blocks of its cluster come from those copies
 // (emu::cluster_map). That is what the kernel would read after its barrier, provided a
 // block does not change those objects after it, which decode.cu's does not.
 #pragma once

@@ -103,12 +103,12 @@ void run(int hd, int group) {
   emu::on_pdl_wait = [] { newest.put(true); };
   IfdPaged kv{kc.data(), vc.data(), IFD_KV_BF16, n_kv, bs, hd, nullptr, nullptr, nullptr};
   const size_t row_elems = static_cast<size_t>(n_heads) * hd;
-  // SIMT, tensor cores, tensor cores grouped, tensor cores in clusters
-  for (int mma : {0, 1, 2, 3})
+  // SIMT, tensor cores, tensor cores grouped, tensor cores in clusters (8 / 4 warps a block)
+  for (int mma : {0, 1, 2, 3, 4})
     // 40: the merge's lanes take two splits each; the cluster form 2..16 (16: most empty)
     for (int splits : {1, 2, 3, 16, 40})
       for (const auto [first, rows] : {std::pair{0, 1}, std::pair{3, 1}, std::pair{0, nr}}) {
-        if ((mma == 3) != (splits == 2 || splits == 16) && splits != 3) continue;
+        if ((mma >= 3) != (splits == 2 || splits == 16) && splits != 3) continue;
         if (first == 3 && splits != 3) continue;  // (3 splits: a range starts at 128)
         std::vector<float> part(static_cast<size_t>(nr) * n_heads * splits * (hd + 2));
         std::vector<int32_t> done(nr * n_kv, 0);
@@ -116,7 +116,8 @@ void run(int hd, int group) {
         char what[128];
         std::snprintf(what, sizeof what,
                       "head_dim %d, group %d, %s, %d row(s) from row %d, %d split(s)", hd, group,
-                      mma == 3   ? "clusters"
+                      mma == 4   ? "clusters of 4-warp blocks"
+                      : mma == 3 ? "clusters of 8-warp blocks"
                       : mma == 2 ? "grouped"
                       : mma      ? "tensor cores"
                                  : "SIMT",

@@ -42,7 +42,8 @@ pub fn step_bytes<B: Backend>(
 ///   tensor-core build at every row count;
 /// - `loadsN`: the SIMT matrix-vector kernel with N loads in flight a lane;
 /// - `splits=N`: decode attention in N splits at every row count (the tensor-core build
-///   in its cluster form where N is 2..=16 and the clusters fit, unless `counter`);
+///   in its cluster form where N is 2..=16 and the clusters fit: blocks of 4 warps, else
+///   of 8; unless `counter`);
 /// - `counter`: the decode splits merged through L2 by the last block, never by the
 ///   tensor-core build's cluster form;
 /// - `paged` / `contig`: prompt chunks' attention over the pool's pages / a contiguous copy

@@ -69,7 +69,7 @@ impl CudaBackend {
             splits: 0,
             mma: false,
             grouped: false,
-            cluster: false,
+            cluster: 0,
             runs: Vec::new(),
             pages: None,
         };
@@ -84,9 +84,9 @@ impl CudaBackend {
             if own_rows > 0 {
                 out.splits = self.decode_splits(own_rows, attn, mma)?;
                 if mma && !out.grouped {
-                    if let Some(c) = self.cluster_splits(own_rows, attn, out.splits) {
+                    if let Some((c, warps)) = self.cluster_form(own_rows, attn, out.splits) {
                         out.splits = c;
-                        out.cluster = true;
+                        out.cluster = warps;
                     }
                 }
             }
@@ -363,32 +363,46 @@ impl CudaBackend {
         Ok(n as usize)
     }
 
-    /// The splits of the tensor-core build's cluster form for `rows` rows whose plain form
-    /// takes `splits` (`splits::cluster_splits`; with a configured count, that count where
-    /// a cluster holds it), where it runs them: the cluster merge allowed and every (row,
-    /// KV head)'s cluster resident at once.
-    fn cluster_splits(&self, rows: usize, attn: &AttnConfig, splits: usize) -> Option<usize> {
+    /// The tensor-core build's cluster form for `rows` rows whose plain form takes
+    /// `splits`: its splits and warps a block, the first of `splits::cluster_forms` (with a
+    /// configured count, that count) whose clusters, one a (row, KV head), are all
+    /// resident at once; none where the cluster merge is not allowed.
+    fn cluster_form(
+        &self,
+        rows: usize,
+        attn: &AttnConfig,
+        splits: usize,
+    ) -> Option<(usize, usize)> {
         if !self.inner.cluster_merge {
             return None;
         }
-        let c = match self.inner.decode_splits {
-            0 => splits::cluster_splits(splits)?,
-            _ => (2..=splits::MAX_CLUSTER).contains(&splits).then_some(splits)?,
+        let group = attn.n_heads / attn.n_kv_heads.max(1);
+        let forms = match self.inner.decode_splits {
+            0 => splits::cluster_forms(splits),
+            _ => [(splits, 4), (splits, 8)]
+                .map(|f| (2..=splits::MAX_CLUSTER).contains(&splits).then_some(f)),
         };
-        let key = (attn.head_dim, attn.n_heads / attn.n_kv_heads.max(1), c);
         let mut known = self.inner.decode_clusters.lock().unwrap();
-        let capacity = match known.iter().find(|(k, _)| *k == key) {
-            Some(&(_, n)) => n,
-            None => {
-                let n = unsafe {
-                    ffi::ifd_decode_cluster_capacity(int(key.0), int(key.1), int(key.2))
+        forms.into_iter().flatten().find(|&(c, warps)| {
+            let key = (attn.head_dim, group, c, warps);
+            let capacity = match known.iter().find(|(k, _)| *k == key) {
+                Some(&(_, n)) => n,
+                None => {
+                    let n = unsafe {
+                        ffi::ifd_decode_cluster_capacity(
+                            int(key.0),
+                            int(key.1),
+                            int(key.2),
+                            int(key.3),
+                        )
+                    }
+                    .max(0) as usize;
+                    known.push((key, n));
+                    n
                 }
-                .max(0) as usize;
-                known.push((key, n));
-                n
-            }
-        };
-        (rows * attn.n_kv_heads <= capacity).then_some(c)
+            };
+            rows * attn.n_kv_heads <= capacity
+        })
     }
 
     /// How many ranges our decode kernel splits each (row, KV head) into for `rows` rows
@@ -590,13 +604,15 @@ impl CudaBackend {
 }
 
 /// Which form of our decode kernel a pass's own rows take (`ifd_decode_attention`'s `mma`):
-/// 0 the SIMT build, 1 the tensor-core build, 2 its grouped form, 3 its cluster form.
+/// 0 the SIMT build, 1 the tensor-core build, 2 its grouped form, 3 / 4 its cluster form
+/// in blocks of 8 / 4 warps.
 fn decode_form(p: &flashinfer::Passes) -> c_int {
     match (p.mma, p.grouped, p.cluster) {
         (false, _, _) => 0,
         (true, true, _) => 2,
-        (true, false, true) => 3,
-        (true, false, false) => 1,
+        (true, false, 8) => 3,
+        (true, false, 4) => 4,
+        (true, false, _) => 1,
     }
 }
 

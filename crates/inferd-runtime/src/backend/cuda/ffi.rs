@@ -275,7 +275,12 @@ extern "C" {
     pub fn ifd_kernel_probe_decode(region: *mut c_void) -> c_int;
     pub fn ifd_decode_mma_supported(kv_dtype: c_int, head_dim: c_int, group: c_int) -> c_int;
     pub fn ifd_decode_mma_blocks_per_sm(head_dim: c_int, group: c_int) -> c_int;
-    pub fn ifd_decode_cluster_capacity(head_dim: c_int, group: c_int, splits: c_int) -> c_int;
+    pub fn ifd_decode_cluster_capacity(
+        head_dim: c_int,
+        group: c_int,
+        splits: c_int,
+        warps: c_int,
+    ) -> c_int;
     pub fn ifd_decode_attention(
         kv: IfdPaged,
         q: *const c_void,

@@ -438,8 +438,9 @@ pub struct Passes {
     pub mma: bool,
     /// ... in its grouped form (a chunk's rows in one block: speculative checks).
     pub grouped: bool,
-    /// ... in its cluster form (a (row, KV head)'s splits one thread-block cluster).
-    pub cluster: bool,
+    /// ... in its cluster form (a (row, KV head)'s splits one thread-block cluster) of
+    /// blocks of this many warps (4 or 8; 0: not).
+    pub cluster: usize,
     /// Plan i lives in workspace i.
     pub runs: Vec<Run>,
     /// 8-bit pools: the bf16 pages the paged and FA2 prompt runs read.

@@ -86,7 +86,7 @@ pub struct CudaConfig {
     pub decode_splits: usize,
     /// The tensor-core decode build's splits always merged through L2 by the last block
     /// to finish (for comparison: by default a pass of few rows runs its cluster form,
-    /// whose splits merge in a thread-block cluster's shared memory; `splits::cluster_splits`).
+    /// whose splits merge in a thread-block cluster's shared memory; `splits::cluster_forms`).
     pub no_cluster_merge: bool,
     /// Profiling only: ops left out of every pass (see [`SkipOps`]; results are garbage).
     pub profile_skip: SkipOps,
@@ -172,8 +172,8 @@ struct Inner {
     /// cluster's blocks may not all fit).
     cluster_merge: bool,
     /// Clusters of the cluster form the device holds at once, by (head_dim, query heads a
-    /// KV head, splits), from the occupancy calculator once each.
-    decode_clusters: Mutex<Vec<((usize, usize, usize), usize)>>,
+    /// KV head, splits, warps a block), from the occupancy calculator once each.
+    decode_clusters: Mutex<Vec<((usize, usize, usize, usize), usize)>>,
     /// `CudaConfig::decode_chunk_tokens` (set again by measurements).
     decode_chunk_tokens: AtomicUsize,
     skip: SkipOps,

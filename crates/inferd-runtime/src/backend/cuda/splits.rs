@@ -47,13 +47,18 @@ pub fn decode_splits(pairs: usize, sms: usize, mma: Option<usize>) -> usize {
 /// `kMaxCluster`; the H100 / H200 allow 16 with non-portable sizes).
 pub const MAX_CLUSTER: usize = 16;
 
-/// The splits of the tensor-core build's cluster form for a pass whose plain form takes
-/// `splits`: half as many blocks of twice the warps, so a (row, KV head) keeps its warps
-/// and each warp its positions, and the splits merge in the cluster's shared memory, not
-/// through L2 by the last block to finish. `None` under 4 splits, where the plain form's
-/// merge is short (a split or two to wait for, a pair of partials).
-pub fn cluster_splits(splits: usize) -> Option<usize> {
-    (splits >= 4).then(|| splits.div_ceil(2).min(MAX_CLUSTER))
+/// The cluster forms of the tensor-core build a pass whose plain form takes `splits` may
+/// run, as (splits, warps a block), in order of preference (the first whose clusters all
+/// fit is taken): the plain grid itself, its splits one cluster (where 2..=16); then half
+/// as many blocks of twice the warps, so that a (row, KV head) keeps its warps and each
+/// warp its positions (from 4 splits: one row of the 8B's 32 becomes 16 of 8 warps).
+/// Either way the splits merge in the cluster's shared memory, not through L2 by the last
+/// block to finish.
+pub fn cluster_forms(splits: usize) -> [Option<(usize, usize)>; 2] {
+    [
+        (2..=MAX_CLUSTER).contains(&splits).then_some((splits, 4)),
+        (splits >= 4).then(|| (splits.div_ceil(2).min(MAX_CLUSTER), 8)),
+    ]
 }
 
 #[cfg(test)]
@@ -61,14 +66,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_cluster_form_keeps_a_pairs_warps() {
-        assert_eq!(cluster_splits(32), Some(16)); // one row of the 8B: 128 blocks of 8 warps
-        assert_eq!(cluster_splits(24), Some(12));
-        assert_eq!(cluster_splits(6), Some(3));
-        assert_eq!(cluster_splits(5), Some(3));
-        assert_eq!(cluster_splits(3), None);
-        assert_eq!(cluster_splits(1), None);
-        assert_eq!(cluster_splits(64), Some(MAX_CLUSTER));
+    fn cluster_forms_keep_a_pairs_warps() {
+        assert_eq!(cluster_forms(32), [None, Some((16, 8))]); // one row of the 8B
+        assert_eq!(cluster_forms(24), [None, Some((12, 8))]);
+        assert_eq!(cluster_forms(12), [Some((12, 4)), Some((6, 8))]);
+        assert_eq!(cluster_forms(6), [Some((6, 4)), Some((3, 8))]);
+        assert_eq!(cluster_forms(3), [Some((3, 4)), None]);
+        assert_eq!(cluster_forms(2), [Some((2, 4)), None]);
+        assert_eq!(cluster_forms(1), [None, None]);
+        assert_eq!(cluster_forms(64), [None, Some((MAX_CLUSTER, 8))]);
     }
 
     #[test]
