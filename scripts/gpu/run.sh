@@ -424,6 +424,7 @@ cluster)
   # through L2 by the last block (`counter`), in turn twice: 1-16 rows at 4k, 1 and 8 at 1k
   # and 16k. (The 8B at 1 row: 16 splits of 8 warps, 128 blocks; at 4 / 8 / 16 rows the
   # plain grid in clusters where they fit; 2 rows keep the counter: the noise check.)
+  timeout 60 $B/cuda_check clusters 2>&1 | tee -a $summary
   timeout 200 $B/cuda_check speed /tmp/q8b 4096 bf16:rows=1+2+4+8+16,bf16:counter:rows=1+2+4+8+16,bf16:rows=1+2+4+8+16,bf16:counter:rows=1+2+4+8+16 2>&1 | tee -a $summary
   for ctx in 1024 16384; do
     timeout 200 $B/cuda_check speed /tmp/q8b $ctx bf16:rows=1+8,bf16:counter:rows=1+8,bf16:rows=1+8,bf16:counter:rows=1+8 2>&1 | tee -a $summary

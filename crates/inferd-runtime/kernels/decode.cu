@@ -1057,11 +1057,13 @@ int mma_blocks_per_sm() {
 }
 
 // Clusters of `splits` blocks of CW warps of the cluster form the device holds at once (0
-// where it does not take the shape, or on an error), from the occupancy calculator.
+// where it does not take the shape; minus the error where a query fails), from the
+// occupancy calculator.
 template <int D, int G, int CW>
 int cluster_capacity(int splits) {
   if constexpr ((D == 64 || D == 128) && G <= 8) {
-    if (splits < 2 || splits > kMaxCluster || allow_cluster<D, G, CW>() != 0) return 0;
+    if (splits < 2 || splits > kMaxCluster) return 0;
+    if (const int err = allow_cluster<D, G, CW>()) return -err;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = splits;
@@ -1074,10 +1076,11 @@ int cluster_capacity(int splits) {
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, decode_mma_kernel<D, G, 1, CW>, &cfg) !=
-        cudaSuccess) {
+    const int err =
+        static_cast<int>(cudaOccupancyMaxActiveClusters(&n, decode_mma_kernel<D, G, 1, CW>, &cfg));
+    if (err != 0) {
       cudaGetLastError();
-      return 0;
+      return -err;
     }
     return n;
   } else {

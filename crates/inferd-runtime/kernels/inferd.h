@@ -178,7 +178,8 @@ int ifd_decode_mma_supported(int kv_dtype, int head_dim, int group);
 // Blocks of the tensor-core build one multiprocessor holds (0: the shape is not taken).
 int ifd_decode_mma_blocks_per_sm(int head_dim, int group);
 // Clusters of `splits` blocks of `warps` (4 or 8) warps of the cluster form the device
-// holds at once (0: the shape or the cluster size is not taken).
+// holds at once (0: the shape or the cluster size is not taken; < 0: minus the CUDA error
+// of a failed query).
 int ifd_decode_cluster_capacity(int head_dim, int group, int splits, int warps);
 // Profiling only: zeros into `n` bf16 values after a programmatic wait (what a kernel
 // boundary costs where the attention runs).

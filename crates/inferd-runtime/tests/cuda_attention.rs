@@ -440,6 +440,21 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
                 }
             }
         }
+        // Where the tensor-core build takes the shape (head_dim 128, 4 heads a group), the
+        // default runs these few rows in its cluster form, so that merge is what was
+        // compared; `no_cluster_merge` never does.
+        let forms = gpu_model.backend.decode_forms();
+        let clustered = forms[3] + forms[4] > 0;
+        if head_dim == 128 && cfg == base && !clustered {
+            failures.push(format!(
+                "the cluster form never ran: passes by form {forms:?}"
+            ));
+        }
+        if cfg.no_cluster_merge && clustered {
+            failures.push(format!(
+                "the cluster form ran with no_cluster_merge: {forms:?}"
+            ));
+        }
     }
     let _ = std::fs::remove_file(&path);
     assert!(failures.is_empty(), "over {tol}: {failures:#?}");

@@ -245,7 +245,9 @@ pub fn speed_of(model: &Model<CudaBackend>, context: usize, dtype: KvDtype, batc
     );
     println!("| batch | step ms (forward) | step ms (with sampling) | tok/s | weights+KV(+state) bytes / step | roofline fraction |");
     println!("|---|---|---|---|---|---|");
+    let mut forms = Vec::new();
     for &batch in batches {
+        let before = model.backend.decode_forms();
         let mut samplers: Vec<Sampler> = (0..batch)
             .map(|_| Sampler::new(SamplingParams::greedy()))
             .collect();
@@ -294,6 +296,43 @@ pub fn speed_of(model: &Model<CudaBackend>, context: usize, dtype: KvDtype, batc
             (w + kv) / 1e9,
             100.0 * (w + kv) / BANDWIDTH / fwd
         );
+        let after = model.backend.decode_forms();
+        let names = [
+            "SIMT",
+            "tensor cores",
+            "grouped",
+            "clusters of 8 warps",
+            "clusters of 4 warps",
+        ];
+        let took: Vec<String> = (0..5)
+            .filter(|&i| after[i] > before[i])
+            .map(|i| format!("{} {}", after[i] - before[i], names[i]))
+            .collect();
+        forms.push(format!("{batch}: {}", took.join(", ")));
+    }
+    println!("   (decode passes by form: {})", forms.join("; "));
+}
+
+/// `clusters`: how many clusters of the decode kernel's cluster form the device holds at
+/// once, by split count (2..16) and warps a block (4, 8), at head_dim 128 with 4 and 8 query
+/// heads a KV head and 64 with 4 (the occupancy calculator's answer, or its error).
+pub fn clusters() {
+    let _backend = CudaBackend::new(Default::default()).expect("a CUDA device");
+    for (head_dim, group) in [(128, 4), (128, 8), (64, 4)] {
+        for warps in [4, 8] {
+            let row: Vec<String> = (2..=16)
+                .map(
+                    |s| match inferd_runtime::decode_cluster_capacity(head_dim, group, s, warps) {
+                        Ok(n) => format!("{s}:{n}"),
+                        Err(e) => format!("{s}:error {e}"),
+                    },
+                )
+                .collect();
+            println!(
+                "head_dim {head_dim}, group {group}, {warps} warps a block: clusters of S blocks resident (S:n) {}",
+                row.join(" ")
+            );
+        }
     }
 }
 

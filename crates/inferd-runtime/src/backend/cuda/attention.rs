@@ -89,6 +89,7 @@ impl CudaBackend {
                         out.cluster = warps;
                     }
                 }
+                self.inner.decode_forms[decode_form(&out) as usize].fetch_add(1, Ordering::Relaxed);
             }
         } else if lead > 0 {
             // The decode rows by FlashInfer's decode kernel, then a decode pass's padding
@@ -379,8 +380,8 @@ impl CudaBackend {
         let group = attn.n_heads / attn.n_kv_heads.max(1);
         let forms = match self.inner.decode_splits {
             0 => splits::cluster_forms(splits),
-            _ => [(splits, 4), (splits, 8)]
-                .map(|f| (2..=splits::MAX_CLUSTER).contains(&splits).then_some(f)),
+            _ => [(splits, 4), (splits, 8), (0, 0)]
+                .map(|f| (2..=splits::MAX_CLUSTER).contains(&f.0).then_some(f)),
         };
         let mut known = self.inner.decode_clusters.lock().unwrap();
         forms.into_iter().flatten().find(|&(c, warps)| {
@@ -388,15 +389,8 @@ impl CudaBackend {
             let capacity = match known.iter().find(|(k, _)| *k == key) {
                 Some(&(_, n)) => n,
                 None => {
-                    let n = unsafe {
-                        ffi::ifd_decode_cluster_capacity(
-                            int(key.0),
-                            int(key.1),
-                            int(key.2),
-                            int(key.3),
-                        )
-                    }
-                    .max(0) as usize;
+                    // (a failed query: none)
+                    let n = decode_cluster_capacity(key.0, key.1, key.2, key.3).unwrap_or(0);
                     known.push((key, n));
                     n
                 }
@@ -600,6 +594,25 @@ impl CudaBackend {
             },
             "attention",
         )
+    }
+}
+
+/// Clusters of `splits` blocks of `warps` (4 or 8) warps of the decode kernel's cluster form
+/// that the current device holds at once, at `head_dim` and `group` query heads a KV head
+/// (0 where the form does not take the shape), or the CUDA error of the occupancy query.
+pub fn decode_cluster_capacity(
+    head_dim: usize,
+    group: usize,
+    splits: usize,
+    warps: usize,
+) -> std::result::Result<usize, i32> {
+    let n = unsafe {
+        ffi::ifd_decode_cluster_capacity(int(head_dim), int(group), int(splits), int(warps))
+    };
+    if n < 0 {
+        Err(-n)
+    } else {
+        Ok(n as usize)
     }
 }
 

@@ -35,6 +35,7 @@ use std::ffi::c_int;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub use attention::decode_cluster_capacity;
 pub use batch::CudaBatch;
 pub use contig::PrefillKv;
 pub use device::{device_count, device_info, DeviceInfo};
@@ -205,6 +206,9 @@ struct Inner {
     contig: contig::Scratch,
     /// Prompt runs planned so far: paged, contiguous, split (FA2).
     prompt_runs: [AtomicU64; 3],
+    /// Passes planned so far whose decode rows take our decode kernel, by its form (see
+    /// `attention::decode_form`): SIMT, tensor cores, grouped, clusters of 8 / 4 warps.
+    decode_forms: [AtomicU64; 5],
     /// `CudaConfig::lose_device_after`'s loss.
     loss: SimulatedLoss,
     /// The `sample` op's buffers (sample.rs).
@@ -266,6 +270,7 @@ impl CudaBackend {
                 split_prefill: Mutex::new(cfg.split_prefill),
                 contig,
                 prompt_runs: Default::default(),
+                decode_forms: Default::default(),
                 loss: SimulatedLoss::new(cfg.lose_device_after),
                 delta_ws: Mutex::new(None),
                 probe: Mutex::new(None),
@@ -347,6 +352,16 @@ impl CudaBackend {
     pub fn prompt_runs(&self) -> (u64, u64) {
         let [p, c, _] = &self.inner.prompt_runs;
         (p.load(Ordering::Relaxed), c.load(Ordering::Relaxed))
+    }
+
+    /// Passes planned so far whose decode rows our decode kernel took, by its form: the
+    /// SIMT build, the tensor-core build, its grouped form, its cluster form in blocks of 8
+    /// and of 4 warps.
+    pub fn decode_forms(&self) -> [u64; 5] {
+        self.inner
+            .decode_forms
+            .each_ref()
+            .map(|c| c.load(Ordering::Relaxed))
     }
 
     /// Prompt runs planned so far for the FA2 prefill, which splits the keys.

@@ -53,11 +53,13 @@ pub const MAX_CLUSTER: usize = 16;
 /// as many blocks of twice the warps, so that a (row, KV head) keeps its warps and each
 /// warp its positions (from 4 splits: one row of the 8B's 32 becomes 16 of 8 warps).
 /// Either way the splits merge in the cluster's shared memory, not through L2 by the last
-/// block to finish.
-pub fn cluster_forms(splits: usize) -> [Option<(usize, usize)>; 2] {
+/// block to finish. Past 16 splits, where neither fits (a GPC short of 16 free
+/// multiprocessors for 16 blocks of 8 warps), 16 splits of 4 warps.
+pub fn cluster_forms(splits: usize) -> [Option<(usize, usize)>; 3] {
     [
         (2..=MAX_CLUSTER).contains(&splits).then_some((splits, 4)),
         (splits >= 4).then(|| (splits.div_ceil(2).min(MAX_CLUSTER), 8)),
+        (splits > MAX_CLUSTER).then_some((MAX_CLUSTER, 4)),
     ]
 }
 
@@ -67,14 +69,16 @@ mod tests {
 
     #[test]
     fn cluster_forms_keep_a_pairs_warps() {
-        assert_eq!(cluster_forms(32), [None, Some((16, 8))]); // one row of the 8B
-        assert_eq!(cluster_forms(24), [None, Some((12, 8))]);
-        assert_eq!(cluster_forms(12), [Some((12, 4)), Some((6, 8))]);
-        assert_eq!(cluster_forms(6), [Some((6, 4)), Some((3, 8))]);
-        assert_eq!(cluster_forms(3), [Some((3, 4)), None]);
-        assert_eq!(cluster_forms(2), [Some((2, 4)), None]);
-        assert_eq!(cluster_forms(1), [None, None]);
-        assert_eq!(cluster_forms(64), [None, Some((MAX_CLUSTER, 8))]);
+        // one row of the 8B
+        assert_eq!(cluster_forms(32), [None, Some((16, 8)), Some((16, 4))]);
+        assert_eq!(cluster_forms(24), [None, Some((12, 8)), Some((16, 4))]);
+        assert_eq!(cluster_forms(12), [Some((12, 4)), Some((6, 8)), None]);
+        assert_eq!(cluster_forms(6), [Some((6, 4)), Some((3, 8)), None]);
+        assert_eq!(cluster_forms(3), [Some((3, 4)), None, None]);
+        assert_eq!(cluster_forms(2), [Some((2, 4)), None, None]);
+        assert_eq!(cluster_forms(1), [None, None, None]);
+        let most = Some((MAX_CLUSTER, 8));
+        assert_eq!(cluster_forms(64), [None, most, Some((MAX_CLUSTER, 4))]);
     }
 
     #[test]
