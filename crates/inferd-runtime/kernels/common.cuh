@@ -179,26 +179,10 @@ __device__ __forceinline__ void store4(bf16* p, float a, float b, float c, float
   *reinterpret_cast<uint2*>(p) = uint2{pack_bf16(a, b), pack_bf16(c, d)};
 }
 
-// kernel<<<grid, block, smem, s>>>(args...) with programmatic stream serialization allowed;
-// errors are left for `launched`.
-template <typename... Params, typename... Args>
-inline void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
-                   Args&&... args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...);
-}
-
-// `launch` in thread-block clusters of `cluster` blocks along x (the grid's x a multiple of
-// it; above 8 the kernel must allow non-portable sizes).
+// kernel<<<grid, block, smem, s>>>(args...) with programmatic stream serialization allowed
+// and, with `cluster` > 1, in thread-block clusters of that many blocks along x (the grid's
+// x a multiple of it; above 8 the kernel must allow non-portable sizes); errors are left
+// for `launched`.
 template <typename... Params, typename... Args>
 inline void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                            cudaStream_t s, unsigned cluster, Args&&... args) {
@@ -215,8 +199,13 @@ inline void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, siz
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
   cfg.attrs = attr;
-  cfg.numAttrs = 2;
+  cfg.numAttrs = cluster > 1 ? 2 : 1;
   (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...);
+}
+template <typename... Params, typename... Args>
+inline void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                   Args&&... args) {
+  launch_cluster(kernel, grid, block, smem, s, 1, static_cast<Args&&>(args)...);
 }
 
 inline unsigned blocks_for(size_t n, unsigned threads) {

@@ -211,6 +211,25 @@ struct Partials {
   float acc[W][S][D];
 };
 
+// Value d of slot g over a block's warps, merged by log-sum-exp: its max, sum and
+// weighted value, the warps summed in their order.
+struct Merged {
+  float m, l, acc;
+};
+template <int D, int S, int W>
+__device__ __forceinline__ Merged merge_warps(const Partials<D, S, W>& sp, int g, int d) {
+  Merged r{-FLT_MAX, 0.f, 0.f};
+#pragma unroll
+  for (int w = 0; w < W; ++w) r.m = fmaxf(r.m, sp.m[w][g]);
+#pragma unroll
+  for (int w = 0; w < W; ++w) {
+    const float c = sp.m[w][g] == -FLT_MAX ? 0.f : exp2f(sp.m[w][g] - r.m);
+    r.l += sp.l[w][g] * c;
+    r.acc += sp.acc[w][g][d] * c;
+  }
+  return r;
+}
+
 // The end of a block of either decode kernel, its warps' partials in `sp`: merges them by
 // log-sum-exp, then writes the (row, KV head)'s G output heads (one split), or its split's
 // partial to `part` and, in the last block of the (row, KV head) to finish, merges the
@@ -237,16 +256,7 @@ __device__ __forceinline__ void finish(Partials<D, S>& sp, int r, int kvh, int n
   stamp(probe, 5);
   for (int e = threadIdx.x; e < slots * D; e += kWarps * 32) {
     const int g = e / D, d = e % D;
-    float mx = -FLT_MAX;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, sp.m[w][g]);
-    float lt = 0.f, at = 0.f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float c = sp.m[w][g] == -FLT_MAX ? 0.f : exp2f(sp.m[w][g] - mx);
-      lt += sp.l[w][g] * c;
-      at += sp.acc[w][g][d] * c;
-    }
+    const auto [mx, lt, at] = merge_warps(sp, g, d);
     const size_t head = head_of(g);
     if (splits == 1) {
       out[head * D + d] = __float2bfloat16(lt > 0.f ? at / lt : 0.f);
@@ -352,16 +362,7 @@ __device__ __forceinline__ void finish_cluster(Partials<D, G, W>& sp, int r,
   stamp(probe, 5);
   for (int e = threadIdx.x; e < G * D; e += W * 32) {
     const int g = e / D, d = e % D;
-    float mx = -FLT_MAX;
-#pragma unroll
-    for (int w = 0; w < W; ++w) mx = fmaxf(mx, sp.m[w][g]);
-    float lt = 0.f, at = 0.f;
-#pragma unroll
-    for (int w = 0; w < W; ++w) {
-      const float c = sp.m[w][g] == -FLT_MAX ? 0.f : exp2f(sp.m[w][g] - mx);
-      lt += sp.l[w][g] * c;
-      at += sp.acc[w][g][d] * c;
-    }
+    const auto [mx, lt, at] = merge_warps(sp, g, d);
     mine.acc[e] = at;
     if (d == 0) {
       mine.m[g] = mx;
