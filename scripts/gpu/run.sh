@@ -65,7 +65,7 @@
 #            SLICES="batch/prefill/while-decoding ..." (default "8192/8192/4096 8192/8192/8192")
 #   mmaone   `speed` at 1 and 2 rows: SIMT decode attention against the tensor-core build
 #   cluster  `speed` at 1-16 rows, 1k / 4k / 16k: decode splits merged in thread-block
-#            clusters (the default) against through L2 by the last block (`counter`)
+#            clusters (`clusters`) against through L2 by the last block (the default)
 #   sampling the sample op on the device against the host sampler (cuda_check sampling)
 #   peerbuild  starts building llama.cpp's CUDA llama-server (sm_90) in the background and
 #            makes /tmp/q8b with its bf16 GGUF /tmp/q8b.gguf (needs .device/peer from
@@ -420,14 +420,14 @@ slices)
   $B/inferd bench table $OUT/fleet-slices-*.json 2>&1 | tee -a $summary
   ;;
 cluster)
-  # Decode attention's cluster form (the default for few rows) against the splits merged
-  # through L2 by the last block (`counter`), in turn twice: 1-16 rows at 4k, 1 and 8 at 1k
-  # and 16k. (The 8B at 1 row: 16 splits of 8 warps, 128 blocks; at 4 / 8 / 16 rows the
-  # plain grid in clusters where they fit; 2 rows keep the counter: the noise check.)
+  # Decode attention's cluster form (`clusters`, where they fit) against the default, the
+  # splits merged through L2 by the last block, in turn twice: 1-16 rows at 4k, 1 and 8 at
+  # 1k and 16k; first the resident clusters by size (`cuda_check clusters`). Each table
+  # says which form the passes took.
   timeout 60 $B/cuda_check clusters 2>&1 | tee -a $summary
-  timeout 200 $B/cuda_check speed /tmp/q8b 4096 bf16:rows=1+2+4+8+16,bf16:counter:rows=1+2+4+8+16,bf16:rows=1+2+4+8+16,bf16:counter:rows=1+2+4+8+16 2>&1 | tee -a $summary
+  timeout 200 $B/cuda_check speed /tmp/q8b 4096 bf16:clusters:rows=1+2+4+8+16,bf16:rows=1+2+4+8+16,bf16:clusters:rows=1+2+4+8+16,bf16:rows=1+2+4+8+16 2>&1 | tee -a $summary
   for ctx in 1024 16384; do
-    timeout 200 $B/cuda_check speed /tmp/q8b $ctx bf16:rows=1+8,bf16:counter:rows=1+8,bf16:rows=1+8,bf16:counter:rows=1+8 2>&1 | tee -a $summary
+    timeout 200 $B/cuda_check speed /tmp/q8b $ctx bf16:clusters:rows=1+8,bf16:rows=1+8,bf16:clusters:rows=1+8,bf16:rows=1+8 2>&1 | tee -a $summary
   done
   ;;
 mmaone)

@@ -41,11 +41,11 @@ pub fn step_bytes<B: Backend>(
 /// - `inferd`: decode attention by our SIMT kernel at every row count; `mma`: by its
 ///   tensor-core build at every row count;
 /// - `loadsN`: the SIMT matrix-vector kernel with N loads in flight a lane;
-/// - `splits=N`: decode attention in N splits at every row count (the tensor-core build
-///   in its cluster form where N is 2..=16 and the clusters fit: blocks of 4 warps, else
-///   of 8; unless `counter`);
-/// - `counter`: the decode splits merged through L2 by the last block, never by the
-///   tensor-core build's cluster form;
+/// - `splits=N`: decode attention in N splits at every row count (with `clusters`, the
+///   tensor-core build's cluster form where N is 2..=16 and the clusters fit: blocks of 4
+///   warps, else of 8);
+/// - `clusters`: the decode splits merged in the tensor-core build's cluster form where
+///   its clusters fit (by default through L2 by the last block);
 /// - `paged` / `contig`: prompt chunks' attention over the pool's pages / a contiguous copy
 ///   (default: by the policy);
 /// - `rows=N+N…`: only these batch sizes (and only as many sequences prefilled);
@@ -76,9 +76,9 @@ pub fn speed_by_dtype(model_dir: &Path, context: usize, specs: &str) {
                     0 => "decode attention splits by the policy".to_string(),
                     n => format!("decode attention in {n} splits"),
                 });
-            } else if opt == "counter" {
-                cfg.no_cluster_merge = true;
-                said.push("decode splits merged through L2 by the last block (no clusters)".into());
+            } else if opt == "clusters" {
+                cfg.cluster_merge = true;
+                said.push("decode splits merged in thread-block clusters where they fit".into());
             } else if opt == "paged" || opt == "contig" {
                 cfg.prefill_kv = if opt == "paged" {
                     inferd_runtime::PrefillKv::Paged

@@ -82,13 +82,17 @@ pub struct CudaConfig {
     /// Which kernel attends decode rows (bf16 KV); the default picks by the number of rows.
     pub decode: DecodeAttention,
     /// Splits of each (row, KV head) in inferd's decode attention (0: by the pass's shape,
-    /// `splits::decode_splits`; else this many, for measurement: in the tensor-core build's
-    /// cluster form where 2..=16 and its clusters fit, unless `no_cluster_merge`).
+    /// `splits::decode_splits`; else this many, for measurement: with `cluster_merge`, in
+    /// the tensor-core build's cluster form where 2..=16 and its clusters fit).
     pub decode_splits: usize,
-    /// The tensor-core decode build's splits always merged through L2 by the last block
-    /// to finish (for comparison: by default a pass of few rows runs its cluster form,
-    /// whose splits merge in a thread-block cluster's shared memory; `splits::cluster_forms`).
-    pub no_cluster_merge: bool,
+    /// Passes of few rows in the tensor-core decode build's cluster form, whose splits
+    /// merge in a thread-block cluster's shared memory (`splits::cluster_forms`), where
+    /// every cluster fits; by default the splits merge through L2 by the last block to
+    /// finish. Off by default: on the H100 and H200 (132 SMs) only 7 clusters of 16 blocks
+    /// of 8 warps fit, so one row of the 8B takes 16 splits of 4 warps, which measured no
+    /// faster at 4k (5.89-5.96 against 5.83-5.89 ms a step on an H100; 1.5% faster at 2
+    /// rows and at 1k; session 29, docs/gpu-notes.md).
+    pub cluster_merge: bool,
     /// Profiling only: ops left out of every pass (see [`SkipOps`]; results are garbage).
     pub profile_skip: SkipOps,
     /// Every row but a plain greedy one drawn by the host sampler from its logits row read
@@ -169,8 +173,8 @@ struct Inner {
     decode: DecodeAttention,
     decode_splits: usize,
     /// Whether decode passes of few rows may take the tensor-core build's cluster form
-    /// (not with `CudaConfig::no_cluster_merge`, nor on a share of the SMs, where a
-    /// cluster's blocks may not all fit).
+    /// (`CudaConfig::cluster_merge`, never on a share of the SMs, where a cluster's
+    /// blocks may not all fit).
     cluster_merge: bool,
     /// Clusters of the cluster form the device holds at once, by (head_dim, query heads a
     /// KV head, splits, warps a block), from the occupancy calculator once each.
@@ -248,7 +252,7 @@ impl CudaBackend {
                 gemv_rows: if cfg.no_gemv { 0 } else { GEMV_MAX_ROWS },
                 skip: cfg.profile_skip,
                 decode_splits: cfg.decode_splits,
-                cluster_merge: !cfg.no_cluster_merge && cfg.share.is_none(),
+                cluster_merge: cfg.cluster_merge && cfg.share.is_none(),
                 decode_clusters: Mutex::default(),
                 decode_chunk_tokens: AtomicUsize::new(cfg.decode_chunk_tokens),
                 gemv_loads: if cfg.gemv_loads == 0 {
