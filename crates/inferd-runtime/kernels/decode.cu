@@ -1016,13 +1016,9 @@ int launch_mma(const IfdPaged& kv, const void* q, int rows, float scale, const i
       const auto qb = static_cast<const bf16*>(q);
       const float sl = scale * 1.4426950408889634f;
       const auto o = static_cast<bf16*>(out);
-      if (cluster) {
-        ifd::launch_cluster(kernel, grid, warps * 32, smem, s, splits, k, v, qb, kv.n_kv_heads,
-                            kv.block_size, sl, seq, pos, chunks, bt_off, bt, part, done, o);
-      } else {
-        ifd::launch(kernel, grid, warps * 32, smem, s, k, v, qb, kv.n_kv_heads, kv.block_size,
-                    sl, seq, pos, chunks, bt_off, bt, part, done, o);
-      }
+      ifd::launch_cluster(kernel, grid, warps * 32, smem, s, cluster ? splits : 1, k, v, qb,
+                          kv.n_kv_heads, kv.block_size, sl, seq, pos, chunks, bt_off, bt, part,
+                          done, o);
     };
     if (form == 3) {
       args(decode_mma_kernel<D, G, 1, 8>, 8);

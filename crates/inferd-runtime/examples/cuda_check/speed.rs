@@ -296,17 +296,9 @@ pub fn speed_of(model: &Model<CudaBackend>, context: usize, dtype: KvDtype, batc
             (w + kv) / 1e9,
             100.0 * (w + kv) / BANDWIDTH / fwd
         );
-        let after = model.backend.decode_forms();
-        let names = [
-            "SIMT",
-            "tensor cores",
-            "grouped",
-            "clusters of 8 warps",
-            "clusters of 4 warps",
-        ];
-        let took: Vec<String> = (0..5)
-            .filter(|&i| after[i] > before[i])
-            .map(|i| format!("{} {}", after[i] - before[i], names[i]))
+        let took: Vec<String> = (model.backend.decode_forms().iter().zip(before))
+            .filter(|((_, n), (_, n0))| n > n0)
+            .map(|((form, n), (_, n0))| format!("{} {form:?}", n - n0))
             .collect();
         forms.push(format!("{batch}: {}", took.join(", ")));
     }

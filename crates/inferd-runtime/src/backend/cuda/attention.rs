@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 
 use super::contig::Read;
 use super::ffi::check;
-use super::flashinfer::{self, PlanKind};
+use super::flashinfer::{self, DecodeForm, PlanKind};
 use super::{
     contig, ffi, int, same_shape, split, splits, Act, CudaBackend, CudaBatch, CudaKv, CudaTensor,
 };
@@ -67,29 +67,31 @@ impl CudaBackend {
         let mut out = flashinfer::Passes {
             own_rows: 0,
             splits: 0,
-            mma: false,
-            grouped: false,
-            cluster: 0,
+            form: DecodeForm::Simt,
             runs: Vec::new(),
             pages: None,
         };
         if own {
             out.own_rows = own_rows;
-            out.mma = mma;
             // A decode bucket's chunks of several tokens (speculative checks) by the
             // tensor-core build's grouped form: up to 16 / group rows of a chunk a block,
             // which read its K/V once. (Its splits are still sized by rows, as its partials
             // and counters are indexed: fewer blocks than that may run.)
-            out.grouped = mma && b.bucket.is_some() && batch.seqs.iter().any(|s| s.n_tokens > 1);
+            let grouped = b.bucket.is_some() && batch.seqs.iter().any(|s| s.n_tokens > 1);
+            out.form = match (mma, grouped) {
+                (false, _) => DecodeForm::Simt,
+                (true, true) => DecodeForm::Grouped,
+                (true, false) => DecodeForm::TensorCores,
+            };
             if own_rows > 0 {
                 out.splits = self.decode_splits(own_rows, attn, mma)?;
-                if mma && !out.grouped {
+                if out.form == DecodeForm::TensorCores {
                     if let Some((c, warps)) = self.cluster_form(own_rows, attn, out.splits) {
                         out.splits = c;
-                        out.cluster = warps;
+                        out.form = DecodeForm::clusters(warps);
                     }
                 }
-                self.inner.decode_forms[decode_form(&out) as usize].fetch_add(1, Ordering::Relaxed);
+                self.inner.decode_forms[out.form as usize].fetch_add(1, Ordering::Relaxed);
             }
         } else if lead > 0 {
             // The decode rows by FlashInfer's decode kernel, then a decode pass's padding
@@ -380,8 +382,14 @@ impl CudaBackend {
         let group = attn.n_heads / attn.n_kv_heads.max(1);
         let forms = match self.inner.decode_splits {
             0 => splits::cluster_forms(splits),
-            _ => [(splits, 4), (splits, 8), (0, 0)]
-                .map(|f| (2..=splits::MAX_CLUSTER).contains(&f.0).then_some(f)),
+            _ => {
+                let fits = (2..=splits::MAX_CLUSTER).contains(&splits);
+                [
+                    fits.then_some((splits, 4)),
+                    fits.then_some((splits, 8)),
+                    None,
+                ]
+            }
         };
         let mut known = self.inner.decode_clusters.lock().unwrap();
         forms.into_iter().flatten().find(|&(c, warps)| {
@@ -517,7 +525,7 @@ impl CudaBackend {
                             int(passes.splits),
                             pp,
                             dp,
-                            decode_form(passes),
+                            passes.form as c_int,
                             op,
                             s,
                         )
@@ -613,19 +621,6 @@ pub fn decode_cluster_capacity(
         Err(-n)
     } else {
         Ok(n as usize)
-    }
-}
-
-/// Which form of our decode kernel a pass's own rows take (`ifd_decode_attention`'s `mma`):
-/// 0 the SIMT build, 1 the tensor-core build, 2 its grouped form, 3 / 4 its cluster form
-/// in blocks of 8 / 4 warps.
-fn decode_form(p: &flashinfer::Passes) -> c_int {
-    match (p.mma, p.grouped, p.cluster) {
-        (false, _, _) => 0,
-        (true, true, _) => 2,
-        (true, false, 8) => 3,
-        (true, false, 4) => 4,
-        (true, false, _) => 1,
     }
 }
 

@@ -426,6 +426,45 @@ pub fn to_bf16(q: *const f32, out: *mut c_void, n: usize, stream: *mut c_void) -
     )
 }
 
+/// The form of inferd's decode kernel (`kernels/decode.cu`) a pass's own decode rows take;
+/// its value is `ifd_decode_attention`'s `mma`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(i32)]
+pub enum DecodeForm {
+    /// The SIMT build.
+    #[default]
+    Simt = 0,
+    /// The tensor-core build.
+    TensorCores = 1,
+    /// Its grouped form: a chunk's rows in one block (speculative checks).
+    Grouped = 2,
+    /// Its cluster form in blocks of 8 warps: a (row, KV head)'s splits one thread-block
+    /// cluster.
+    Clusters8 = 3,
+    /// Its cluster form in blocks of 4 warps.
+    Clusters4 = 4,
+}
+
+impl DecodeForm {
+    /// Every form, in the order of their values.
+    pub const ALL: [DecodeForm; 5] = [
+        DecodeForm::Simt,
+        DecodeForm::TensorCores,
+        DecodeForm::Grouped,
+        DecodeForm::Clusters8,
+        DecodeForm::Clusters4,
+    ];
+
+    /// The cluster form in blocks of `warps` warps (4 or 8).
+    pub fn clusters(warps: usize) -> DecodeForm {
+        if warps == 8 {
+            DecodeForm::Clusters8
+        } else {
+            DecodeForm::Clusters4
+        }
+    }
+}
+
 /// The planned attention of a pass (bf16 KV, or 8-bit with bf16 page copies): its leading
 /// `own_rows` decode rows by inferd's decode kernel (`kernels/decode.cu`, in `splits` ranges
 /// per row), then FlashInfer's plans, each over a contiguous range of rows: a decode part,
@@ -434,13 +473,8 @@ pub fn to_bf16(q: *const f32, out: *mut c_void, n: usize, stream: *mut c_void) -
 pub struct Passes {
     pub own_rows: usize,
     pub splits: usize,
-    /// The own rows by the decode kernel's tensor-core build.
-    pub mma: bool,
-    /// ... in its grouped form (a chunk's rows in one block: speculative checks).
-    pub grouped: bool,
-    /// ... in its cluster form (a (row, KV head)'s splits one thread-block cluster) of
-    /// blocks of this many warps (4 or 8; 0: not).
-    pub cluster: usize,
+    /// The form of the decode kernel the own rows take.
+    pub form: DecodeForm,
     /// Plan i lives in workspace i.
     pub runs: Vec<Run>,
     /// 8-bit pools: the bf16 pages the paged and FA2 prompt runs read.
@@ -523,8 +557,7 @@ impl ScratchPages {
 impl Passes {
     /// What a graph over these runs depends on (graphs replay single-plan decode passes).
     pub fn fingerprint(&self) -> u64 {
-        // (`grouped` is the graph key's own field.)
-        let mut h = (self.own_rows as u64) << 20 ^ (self.splits as u64) << 1 ^ self.mma as u64;
+        let mut h = (self.own_rows as u64) << 20 ^ (self.splits as u64) << 3 ^ self.form as u64;
         for r in &self.runs {
             h = h.rotate_left(17) ^ r.plan.fingerprint() ^ r.generation.rotate_left(32);
         }

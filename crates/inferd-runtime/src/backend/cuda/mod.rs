@@ -40,6 +40,7 @@ pub use batch::CudaBatch;
 pub use contig::PrefillKv;
 pub use device::{device_count, device_info, DeviceInfo};
 pub use flashinfer::prefill_bench as flashinfer_prefill_bench;
+pub use flashinfer::DecodeForm;
 pub use green::SmShare;
 pub use kv::CudaKv;
 pub use profile::{
@@ -176,9 +177,9 @@ struct Inner {
     /// (`CudaConfig::cluster_merge`, never on a share of the SMs, where a cluster's
     /// blocks may not all fit).
     cluster_merge: bool,
-    /// Clusters of the cluster form the device holds at once, by (head_dim, query heads a
-    /// KV head, splits, warps a block), from the occupancy calculator once each.
-    decode_clusters: Mutex<Vec<((usize, usize, usize, usize), usize)>>,
+    /// Clusters of the cluster form the device holds at once, by shape, from the
+    /// occupancy calculator once each.
+    decode_clusters: Mutex<Vec<(ClusterShape, usize)>>,
     /// `CudaConfig::decode_chunk_tokens` (set again by measurements).
     decode_chunk_tokens: AtomicUsize,
     skip: SkipOps,
@@ -210,8 +211,8 @@ struct Inner {
     contig: contig::Scratch,
     /// Prompt runs planned so far: paged, contiguous, split (FA2).
     prompt_runs: [AtomicU64; 3],
-    /// Passes planned so far whose decode rows take our decode kernel, by its form (see
-    /// `attention::decode_form`): SIMT, tensor cores, grouped, clusters of 8 / 4 warps.
+    /// Passes planned so far whose decode rows take our decode kernel, by its form
+    /// (`DecodeForm`'s value).
     decode_forms: [AtomicU64; 5],
     /// `CudaConfig::lose_device_after`'s loss.
     loss: SimulatedLoss,
@@ -225,6 +226,10 @@ struct Inner {
     /// Profiling only: where every unit of kernels appends its blocks' stamps (profile.rs).
     kernel_probe: Mutex<Option<device::DeviceBuffer>>,
 }
+
+/// A shape of the decode kernel's cluster form: (head_dim, query heads a KV head, splits,
+/// warps a block).
+type ClusterShape = (usize, usize, usize, usize);
 
 /// A handle to one GPU's backend (cheap to clone: clones share the device and stream).
 #[derive(Clone)]
@@ -358,14 +363,14 @@ impl CudaBackend {
         (p.load(Ordering::Relaxed), c.load(Ordering::Relaxed))
     }
 
-    /// Passes planned so far whose decode rows our decode kernel took, by its form: the
-    /// SIMT build, the tensor-core build, its grouped form, its cluster form in blocks of 8
-    /// and of 4 warps.
-    pub fn decode_forms(&self) -> [u64; 5] {
-        self.inner
-            .decode_forms
-            .each_ref()
-            .map(|c| c.load(Ordering::Relaxed))
+    /// Passes planned so far whose decode rows our decode kernel took, by its form.
+    pub fn decode_forms(&self) -> [(DecodeForm, u64); 5] {
+        DecodeForm::ALL.map(|f| {
+            (
+                f,
+                self.inner.decode_forms[f as usize].load(Ordering::Relaxed),
+            )
+        })
     }
 
     /// Prompt runs planned so far for the FA2 prefill, which splits the keys.
@@ -620,7 +625,10 @@ impl Backend for CudaBackend {
         };
         let key = graphs::Key {
             bucket,
-            grouped: batch.fi.as_ref().is_some_and(|p| p.grouped),
+            grouped: batch
+                .fi
+                .as_ref()
+                .is_some_and(|p| p.form == flashinfer::DecodeForm::Grouped),
             workspace: ws_generation,
             kv: kv.id,
             meta: batch.meta_generation(),
