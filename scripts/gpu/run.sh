@@ -430,6 +430,14 @@ cluster)
     timeout 200 $B/cuda_check speed /tmp/q8b $ctx bf16:clusters:rows=1+8,bf16:rows=1+8,bf16:clusters:rows=1+8,bf16:rows=1+8 2>&1 | tee -a $summary
   done
   ;;
+l2stage)
+  # The O projection staged in L2 during one row's attention (`l2=P`: within P% of L2
+  # beside the row's K/V of the layer; 0: not staged; the default 100), in turn twice at 4k,
+  # 16k (K/V past L2: 100 stages nothing there, 150 some) and 1k.
+  timeout 250 $B/cuda_check speed /tmp/q8b 4096 bf16:rows=1+2:l2=0,bf16:rows=1+2,bf16:rows=1:l2=60,bf16:rows=1:l2=0,bf16:rows=1+2,bf16:rows=1:l2=60 2>&1 | tee -a $summary
+  timeout 250 $B/cuda_check speed /tmp/q8b 16384 bf16:rows=1:l2=0,bf16:rows=1,bf16:rows=1:l2=150,bf16:rows=1:l2=0,bf16:rows=1,bf16:rows=1:l2=150 2>&1 | tee -a $summary
+  timeout 200 $B/cuda_check speed /tmp/q8b 1024 bf16:rows=1:l2=0,bf16:rows=1,bf16:rows=1:l2=0,bf16:rows=1 2>&1 | tee -a $summary
+  ;;
 mmaone)
   # Decode attention at 1 and 2 rows: the default (SIMT) against the tensor-core build.
   timeout 200 $B/cuda_check speed /tmp/q8b 4096 bf16:rows=1+2,bf16:mma:rows=1+2 2>&1 | tee -a $summary

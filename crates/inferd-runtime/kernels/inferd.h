@@ -66,6 +66,15 @@ int ifd_gather_rows(const float* x, const int32_t* idx, int n, int cols, float* 
 int ifd_gemv(const void* x, const void* w, const float* bias, float* y, int n, int k, int out,
              int loads, int add, void* stream);
 
+// ---- prefetch.cu: a weight staged in L2 ahead of its product (computes nothing)
+// L2's size on the current device in bytes (0: unknown).
+size_t ifd_l2_bytes(void);
+// Waits for the kernel before (in the programmatic chain), then prefetches into L2 the
+// first min(bytes, budget - (pos[0] + 1) * per_position) bytes of w (16-byte aligned);
+// pos null: all `bytes`.
+int ifd_l2_prefetch(const void* w, size_t bytes, const int32_t* pos, size_t per_position,
+                    size_t budget, void* stream);
+
 // ---- fused.cu
 // Full attention's inputs from the fused projection qkv [rows, (hq + 2 hkv) * head_dim]
 // (bf16 when qkv_bf16, else f32): q and k heads RMS-normed by q_norm / k_norm f32

@@ -99,6 +99,15 @@ extern "C" {
         add: c_int,
         stream: Stream,
     ) -> c_int;
+    pub fn ifd_l2_bytes() -> usize;
+    pub fn ifd_l2_prefetch(
+        w: *const c_void,
+        bytes: usize,
+        pos: *const i32,
+        per_position: usize,
+        budget: usize,
+        stream: Stream,
+    ) -> c_int;
     pub fn ifd_qkv_prep(
         qkv: *const c_void,
         qkv_bf16: c_int,
