@@ -20,10 +20,6 @@ constexpr int kThreads = 32;
 constexpr int kBlocks = 16;
 constexpr unsigned long long kChunk = 16384;  // bytes a prefetch instruction asks for
 
-__device__ __forceinline__ void prefetch_l2(const char* p, unsigned bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
 // w: the weight's bytes (16-byte aligned); pos: the pass's positions (row 0's is the
 // one-row pass's newest) or null; the bytes staged: min(bytes, budget - (pos[0] + 1) *
 // per_position), rounded down to 16.
@@ -41,7 +37,7 @@ __global__ void __launch_bounds__(kThreads)
   const unsigned long long stride = static_cast<unsigned long long>(gridDim.x) * kThreads * kChunk;
   for (unsigned long long at = (static_cast<unsigned long long>(blockIdx.x) * kThreads + threadIdx.x) * kChunk;
        at < n; at += stride)
-    prefetch_l2(w + at, static_cast<unsigned>(min(kChunk, n - at)));
+    ifd::prefetch_l2(w + at, static_cast<unsigned>(min(kChunk, n - at)));
 }
 
 }  // namespace

@@ -97,6 +97,10 @@ extern "C" {
         out: c_int,
         loads: c_int,
         add: c_int,
+        stage_pos: *const i32,
+        per_position: usize,
+        budget: usize,
+        ahead: c_int,
         stream: Stream,
     ) -> c_int;
     pub fn ifd_l2_bytes() -> usize;

@@ -99,6 +99,9 @@ pub struct CudaConfig {
     /// may take together, in percent of L2 (`None`: [`L2_STAGE_PERCENT`]; `Some(0)`: no
     /// staging).
     pub l2_stage_percent: Option<usize>,
+    /// Measurement: stage it by a kernel of its own queued before the attention
+    /// (`kernels/prefetch.cu`) instead of by the product's first blocks before they wait.
+    pub l2_stage_by_kernel: bool,
     /// Profiling only: ops left out of every pass (see [`SkipOps`]; results are garbage).
     pub profile_skip: SkipOps,
     /// Every row but a plain greedy one drawn by the host sampler from its logits row read
@@ -195,6 +198,10 @@ struct Inner {
     /// Bytes of L2 a one-row pass's staged weight and its attention's K/V may take (0: no
     /// staging; `CudaConfig::l2_stage_percent` of L2).
     l2_stage_budget: usize,
+    l2_stage_by_kernel: bool,
+    /// The product `Backend::prefetch` named last, staged by its own first blocks: (the
+    /// weight's address, the pass's positions, K/V bytes a position of a layer).
+    staged: Mutex<Option<(usize, usize, usize)>>,
     host_sampling: bool,
     /// Our decode kernel's split partials, allocated once at its largest size (its
     /// address is baked into graphs).  // f32 [16 · SMs · group · (head_dim + 2)]
@@ -272,6 +279,8 @@ impl CudaBackend {
                 gemv_rows: if cfg.no_gemv { 0 } else { GEMV_MAX_ROWS },
                 skip: cfg.profile_skip,
                 l2_stage_budget,
+                l2_stage_by_kernel: cfg.l2_stage_by_kernel,
+                staged: Mutex::new(None),
                 decode_splits: cfg.decode_splits,
                 cluster_merge: cfg.cluster_merge && cfg.share.is_none(),
                 decode_clusters: Mutex::default(),
@@ -447,6 +456,16 @@ impl CudaBackend {
         };
         let bp = bias.unwrap_or(std::ptr::null());
         let (n, loads) = (int(x.rows), int(self.inner.gemv_loads));
+        // Staged by its first blocks where `prefetch` named it (one per multiprocessor).
+        let staged = self.inner.staged.lock().unwrap().take();
+        let (stage_pos, per_position, ahead) = match staged {
+            Some((weight, pos, per_position)) if weight == wb.ptr() as usize => (
+                pos as *const i32,
+                per_position,
+                self.inner.dev.info.multiprocessors,
+            ),
+            _ => (std::ptr::null(), 0, 0),
+        };
         check(
             unsafe {
                 ffi::ifd_gemv(
@@ -459,6 +478,10 @@ impl CudaBackend {
                     int(w_out),
                     loads,
                     add,
+                    stage_pos,
+                    per_position,
+                    self.inner.l2_stage_budget,
+                    ahead,
                     s,
                 )
             },
@@ -808,12 +831,15 @@ impl Backend for CudaBackend {
         }
         let layout = &kv.layout;
         let per_position = 2 * layout.n_kv_heads * layout.dtype.row_bytes(layout.head_dim);
+        if !self.inner.l2_stage_by_kernel {
+            *self.inner.staged.lock().unwrap() =
+                Some((wb.ptr() as usize, batch.pos() as usize, per_position));
+            return Ok(());
+        }
         let bytes = w_out * w_in * 2; // bf16
         let s = self.stream()?;
         check(
-            unsafe {
-                ffi::ifd_l2_prefetch(wb.ptr(), bytes, batch.pos(), per_position, budget, s)
-            },
+            unsafe { ffi::ifd_l2_prefetch(wb.ptr(), bytes, batch.pos(), per_position, budget, s) },
             "l2_prefetch",
         )
     }
