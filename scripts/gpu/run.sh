@@ -430,18 +430,6 @@ cluster)
     timeout 200 $B/cuda_check speed /tmp/q8b $ctx bf16:clusters:rows=1+8,bf16:rows=1+8,bf16:clusters:rows=1+8,bf16:rows=1+8 2>&1 | tee -a $summary
   done
   ;;
-l2stage)
-  # The O projection staged in L2 during one row's attention (`l2=P`: within P% of L2
-  # beside the row's K/V of the layer; 0: not staged; by default 100, by the product's
-  # first blocks before they wait; `l2kernel`: by a kernel of its own before the
-  # attention), in turn twice at 4k and 1k; 16k on an H200 only (an H100 cannot hold it:
-  # 100 stages nothing there, 150 some).
-  timeout 250 $B/cuda_check speed /tmp/q8b 4096 bf16:rows=1:l2=0,bf16:rows=1,bf16:rows=1:l2=60,bf16:rows=1:l2kernel,bf16:rows=1:l2=0,bf16:rows=1,bf16:rows=1:l2=60 2>&1 | tee -a $summary
-  timeout 200 $B/cuda_check speed /tmp/q8b 1024 bf16:rows=1:l2=0,bf16:rows=1,bf16:rows=1:l2=0,bf16:rows=1 2>&1 | tee -a $summary
-  if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-    timeout 250 $B/cuda_check speed /tmp/q8b 16384 bf16:rows=1:l2=0,bf16:rows=1,bf16:rows=1:l2=150,bf16:rows=1:l2=0,bf16:rows=1,bf16:rows=1:l2=150 2>&1 | tee -a $summary
-  fi
-  ;;
 mmaone)
   # Decode attention at 1 and 2 rows: the default (SIMT) against the tensor-core build.
   timeout 200 $B/cuda_check speed /tmp/q8b 4096 bf16:rows=1+2,bf16:mma:rows=1+2 2>&1 | tee -a $summary

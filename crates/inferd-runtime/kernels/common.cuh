@@ -87,12 +87,6 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   return v;
 }
 
-// Asks for `bytes` (a multiple of 16) at p (16-byte aligned) in L2: no registers, no
-// completion to wait for (sm_90's bulk prefetch).
-__device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
 // Asynchronous global -> shared copies (sm_80+): 16 or 4 bytes, both addresses aligned
 // to the size; complete after cp_async_wait_all (each thread waits for its own).
 __device__ __forceinline__ void cp_async16(void* smem, const void* global) {

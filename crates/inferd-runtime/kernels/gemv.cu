@@ -7,13 +7,6 @@
 // flight, not the number of rounds, sets how close it comes to the bandwidth. The sum of a row runs in a fixed order that does
 // not depend on R, so a row's result is the same in any batch of up to 8 rows. A block's
 // first loads of W are issued before it waits for the kernel before (see ifd::pdl_begin).
-//
-// Staged (`Stage::ahead` > 0, the product right after one row's decode attention): blocks
-// 0 .. ahead - 1, the first to be resident (they are launched while the attention runs),
-// also ask for the rows of blocks ahead, 2 ahead, ... in L2 (bulk prefetches) before they
-// wait, as far as L2 holds them beside the attention's K/V (`budget` bytes for the row's
-// K/V of the layer, `per_position` bytes a position, and the staged rows; read from the
-// pass's positions on the device, so a replayed graph bounds it by each pass's context).
 #include "common.cuh"
 
 namespace {
@@ -22,29 +15,6 @@ using ifd::bf16;
 constexpr int kWarps = 8;  // output rows per block, one per warp
 
 using ifd::load_stream;
-
-// Rows of W staged in L2 before the wait (see above); ahead 0: none.
-struct Stage {
-  const int32_t* pos;  // the pass's positions (row 0's: the one-row pass's newest)
-  unsigned long long per_position, budget;
-  int ahead;
-};
-
-// Block b < st.ahead: the bulk prefetches of later blocks' rows (rows of `k` bf16).
-__device__ __forceinline__ void stage_rows(const bf16* w, int k, int out, const Stage& st) {
-  if (static_cast<int>(blockIdx.x) >= st.ahead || threadIdx.x >= 32) return;
-  const unsigned long long kv = static_cast<unsigned long long>(max(st.pos[0], 0) + 1) * st.per_position;
-  const unsigned long long room = kv < st.budget ? st.budget - kv : 0;
-  const unsigned long long rows_bytes = static_cast<unsigned long long>(k) * sizeof(bf16);
-  const unsigned long long block_bytes = rows_bytes * kWarps;
-  // This block's lane j asks for block blockIdx.x + (j + 1) · ahead.
-  const int j = blockIdx.x + (threadIdx.x + 1) * st.ahead;
-  if (j * kWarps >= out) return;
-  const unsigned long long at = static_cast<unsigned long long>(j) * block_bytes;
-  const unsigned long long end = min(at + block_bytes, static_cast<unsigned long long>(out) * rows_bytes);
-  if (end > room) return;
-  ifd::prefetch_l2(reinterpret_cast<const char*>(w) + at, static_cast<unsigned>(end - at));
-}
 
 // acc += Σ of the eight products of two vectors of eight bf16.
 __device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc) {
@@ -64,10 +34,8 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc)
 template <int R, int kUnroll>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
-                const float* __restrict__ bias, float* __restrict__ y, int k, int out, int add,
-                Stage st) {
+                const float* __restrict__ bias, float* __restrict__ y, int k, int out, int add) {
   ifd::kprobe<1>(ifd::kEntry);
-  if (st.ahead > 0) stage_rows(w, k, out, st);
   const int lane = threadIdx.x & 31;
   const int o = blockIdx.x * kWarps + (threadIdx.x >> 5);
   const int kv = k >> 3;  // 16-byte vectors in a row
@@ -121,43 +89,41 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 template <int R, int U>
 int launch_u(const void* x, const void* w, const float* bias, float* y, int k, int out,
-             int add, const Stage& st, cudaStream_t s) {
+             int add, cudaStream_t s) {
   ifd::launch(gemv_kernel<R, U>, (out + kWarps - 1) / kWarps, kWarps * 32, 0, s,
-              static_cast<const bf16*>(x), static_cast<const bf16*>(w), bias, y, k, out, add, st);
+              static_cast<const bf16*>(x), static_cast<const bf16*>(w), bias, y, k, out, add);
   return ifd::launched();
 }
 
 // U loads in flight per lane: 4, 8 or 16 (more rows of x, fewer: their registers).
 template <int R>
 int launch(const void* x, const void* w, const float* bias, float* y, int k, int out, int loads,
-           int add, const Stage& st, cudaStream_t s) {
+           int add, cudaStream_t s) {
   if constexpr (R <= 2)
-    if (loads >= 16) return launch_u<R, 16>(x, w, bias, y, k, out, add, st, s);
+    if (loads >= 16) return launch_u<R, 16>(x, w, bias, y, k, out, add, s);
   if constexpr (R <= 4)
-    if (loads >= 8) return launch_u<R, 8>(x, w, bias, y, k, out, add, st, s);
-  return launch_u<R, 4>(x, w, bias, y, k, out, add, st, s);
+    if (loads >= 8) return launch_u<R, 8>(x, w, bias, y, k, out, add, s);
+  return launch_u<R, 4>(x, w, bias, y, k, out, add, s);
 }
 }  // namespace
 
 IFD_KERNEL_PROBE_SETTER(ifd_kernel_probe_gemv)
 
 extern "C" int ifd_gemv(const void* x, const void* w, const float* bias, float* y, int n,
-                        int k, int out, int loads, int add, const int32_t* stage_pos,
-                        size_t per_position, size_t budget, int ahead, void* stream) {
+                        int k, int out, int loads, int add, void* stream) {
   const cudaStream_t s = ifd::as_stream(stream);
   if (n == 0 || out == 0) return 0;
-  if (k % 8 != 0 || (ahead > 0 && stage_pos == nullptr)) return static_cast<int>(cudaErrorInvalidValue);
-  const Stage st{stage_pos, per_position, budget, ahead};
+  if (k % 8 != 0) return static_cast<int>(cudaErrorInvalidValue);
   switch (n) {
     case 1:
-      return launch<1>(x, w, bias, y, k, out, loads, add, st, s);
-    case 2: return launch<2>(x, w, bias, y, k, out, loads, add, st, s);
-    case 3: return launch<3>(x, w, bias, y, k, out, loads, add, st, s);
-    case 4: return launch<4>(x, w, bias, y, k, out, loads, add, st, s);
-    case 5: return launch<5>(x, w, bias, y, k, out, loads, add, st, s);
-    case 6: return launch<6>(x, w, bias, y, k, out, loads, add, st, s);
-    case 7: return launch<7>(x, w, bias, y, k, out, loads, add, st, s);
-    case 8: return launch<8>(x, w, bias, y, k, out, loads, add, st, s);
+      return launch<1>(x, w, bias, y, k, out, loads, add, s);
+    case 2: return launch<2>(x, w, bias, y, k, out, loads, add, s);
+    case 3: return launch<3>(x, w, bias, y, k, out, loads, add, s);
+    case 4: return launch<4>(x, w, bias, y, k, out, loads, add, s);
+    case 5: return launch<5>(x, w, bias, y, k, out, loads, add, s);
+    case 6: return launch<6>(x, w, bias, y, k, out, loads, add, s);
+    case 7: return launch<7>(x, w, bias, y, k, out, loads, add, s);
+    case 8: return launch<8>(x, w, bias, y, k, out, loads, add, s);
     default: return static_cast<int>(cudaErrorInvalidValue);
   }
 }

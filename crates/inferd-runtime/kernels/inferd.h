@@ -63,21 +63,8 @@ int ifd_gather_rows(const float* x, const int32_t* idx, int n, int cols, float* 
 // x bf16 [n, k], w bf16 [out, k], bias f32 [out] or null -> y f32 [n, out]; k % 8 == 0;
 // `loads`: 16-byte loads of w each lane keeps in flight (4, 8 or 16; fewer for more rows);
 // `add`: y += the product (a residual stream) instead of y = it
-// `ahead` > 0: blocks 0 .. ahead - 1 stage the rows of later blocks in L2 before they wait
-// for the kernel before, as far as `budget` bytes of L2 hold them beside (stage_pos[0] + 1)
-// * per_position bytes of K/V (gemv.cu); 0: no staging (stage_pos may be null)
 int ifd_gemv(const void* x, const void* w, const float* bias, float* y, int n, int k, int out,
-             int loads, int add, const int32_t* stage_pos, size_t per_position, size_t budget,
-             int ahead, void* stream);
-
-// ---- prefetch.cu: a weight staged in L2 ahead of its product (computes nothing)
-// L2's size on the current device in bytes (0: unknown).
-size_t ifd_l2_bytes(void);
-// Waits for the kernel before (in the programmatic chain), then prefetches into L2 the
-// first min(bytes, budget - (pos[0] + 1) * per_position) bytes of w (16-byte aligned);
-// pos null: all `bytes`.
-int ifd_l2_prefetch(const void* w, size_t bytes, const int32_t* pos, size_t per_position,
-                    size_t budget, void* stream);
+             int loads, int add, void* stream);
 
 // ---- fused.cu
 // Full attention's inputs from the fused projection qkv [rows, (hq + 2 hkv) * head_dim]

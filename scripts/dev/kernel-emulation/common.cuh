@@ -272,7 +272,6 @@ inline T __ldg(const T* p) {
 namespace ifd {
 using bf16 = __nv_bfloat16;
 inline uint4 load_stream(const uint4* p) { return *p; }
-inline void prefetch_l2(const void*, unsigned) {}  // a hint: nothing to emulate
 inline cudaStream_t as_stream(void* s) { return s; }
 inline int launched() { return 0; }
 inline void pdl_wait();

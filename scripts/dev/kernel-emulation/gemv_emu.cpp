@@ -42,7 +42,7 @@ void run(int k, int out, bool with_bias) {
   char what[160];
   for (int n : {1, 2, 5, 8}) {
     std::vector<float> y(static_cast<size_t>(n) * out, -1.f);
-    ifd_gemv(x.data(), w.data(), bp, y.data(), n, k, out, 16, 0, nullptr, 0, 0, 0, nullptr);
+    ifd_gemv(x.data(), w.data(), bp, y.data(), n, k, out, 16, 0, nullptr);
     const double e = worst(y, n);
     std::snprintf(what, sizeof what, "gemv k %d out %d n %d bias %d: relative error", k, out, n, with_bias);
     expect(e < 1e-5, what, e, 1e-5);
@@ -51,7 +51,7 @@ void run(int k, int out, bool with_bias) {
     std::vector<float> res(y.size());
     for (size_t i = 0; i < res.size(); ++i) res[i] = g(rng) * 4.f;
     std::vector<float> sum = res;
-    ifd_gemv(x.data(), w.data(), bp, sum.data(), n, k, out, 16, 1, nullptr, 0, 0, 0, nullptr);
+    ifd_gemv(x.data(), w.data(), bp, sum.data(), n, k, out, 16, 1, nullptr);
     int off = 0;
     for (size_t i = 0; i < res.size(); ++i) off += sum[i] != res[i] + y[i];
     std::snprintf(what, sizeof what, "gemv k %d out %d n %d bias %d: added to a stream, off", k, out, n, with_bias);

@@ -46,9 +46,6 @@ pub fn step_bytes<B: Backend>(
 ///   warps, else of 8);
 /// - `clusters`: the decode splits merged in the tensor-core build's cluster form where
 ///   its clusters fit (by default through L2 by the last block);
-/// - `l2=P`: a one-row pass's O projection staged in L2 during its attention, within P%
-///   of L2 beside the row's K/V (0: not staged; default `L2_STAGE_PERCENT`);
-/// - `l2kernel`: staged by a kernel of its own before the attention, not by the product;
 /// - `paged` / `contig`: prompt chunks' attention over the pool's pages / a contiguous copy
 ///   (default: by the policy);
 /// - `rows=N+N…`: only these batch sizes (and only as many sequences prefilled);
@@ -82,12 +79,6 @@ pub fn speed_by_dtype(model_dir: &Path, context: usize, specs: &str) {
             } else if opt == "clusters" {
                 cfg.cluster_merge = true;
                 said.push("decode splits merged in thread-block clusters where they fit".into());
-            } else if let Some(p) = opt.strip_prefix("l2=") {
-                cfg.l2_stage_percent = Some(p.parse().expect("l2=P"));
-                said.push(format!("O projection staged in L2 within {p}% of it"));
-            } else if opt == "l2kernel" {
-                cfg.l2_stage_by_kernel = true;
-                said.push("staged by a kernel of its own".into());
             } else if opt == "paged" || opt == "contig" {
                 cfg.prefill_kv = if opt == "paged" {
                     inferd_runtime::PrefillKv::Paged

@@ -369,14 +369,6 @@ pub trait Backend: Send + Sync {
         self.linear(a, w, bias, batch, Rows::Tokens, Keep::F32, y)?;
         self.add_rms_norm(x, y, norm.0, norm.1, out)
     }
-    /// A hint that `w` is read by the pass's next product, after the op queued next (the
-    /// attention, which reads `kv`): a backend may start moving it closer to its compute
-    /// meanwhile. It computes nothing; by default it does nothing. (The CUDA backend
-    /// stages it in L2 in one-row passes, as far as L2 holds it beside the attention's
-    /// K/V.)
-    fn prefetch(&self, _w: &Self::Weight, _batch: &Self::Batch, _kv: &Self::Kv) -> Result<()> {
-        Ok(())
-    }
     /// Splits the columns of `x` into `outs`, consecutive pieces as wide as each is.
     fn split_cols(&self, x: &Self::Tensor, outs: &mut [&mut Self::Tensor]) -> Result<()>;
     /// Rotates the first `rotary_dim` of every `head_dim` slice by each token's position.

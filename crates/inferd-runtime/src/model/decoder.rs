@@ -232,8 +232,6 @@ impl<B: Backend> Decoder<'_, B> {
             KvRows::InTensors => NewKv::Rows(&ws.k, &ws.v),
             KvRows::Stored => NewKv::Stored,
         };
-        // (the output projection's weight, read next, may move closer meanwhile)
-        b.prefetch(&aw.o, batch, kv)?;
         b.attention(&ws.q, new, kv, kv_layer, batch, &attn, &mut ws.attn)?; // [n, q_dim]
         if c.attn_output_gate {
             // e. the output gate

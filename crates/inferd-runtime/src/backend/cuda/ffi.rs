@@ -97,19 +97,6 @@ extern "C" {
         out: c_int,
         loads: c_int,
         add: c_int,
-        stage_pos: *const i32,
-        per_position: usize,
-        budget: usize,
-        ahead: c_int,
-        stream: Stream,
-    ) -> c_int;
-    pub fn ifd_l2_bytes() -> usize;
-    pub fn ifd_l2_prefetch(
-        w: *const c_void,
-        bytes: usize,
-        pos: *const i32,
-        per_position: usize,
-        budget: usize,
         stream: Stream,
     ) -> c_int;
     pub fn ifd_qkv_prep(

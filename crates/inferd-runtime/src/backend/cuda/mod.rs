@@ -94,14 +94,6 @@ pub struct CudaConfig {
     /// faster at 4k (5.89-5.96 against 5.83-5.89 ms a step on an H100; 1.5% faster at 2
     /// rows and at 1k; session 29, docs/gpu-notes.md).
     pub cluster_merge: bool,
-    /// How much of L2 a one-row pass's attention K/V and the O projection's weight,
-    /// staged in L2 while that attention runs (`Backend::prefetch`, `kernels/prefetch.cu`),
-    /// may take together, in percent of L2 (`None`: [`L2_STAGE_PERCENT`]; `Some(0)`: no
-    /// staging).
-    pub l2_stage_percent: Option<usize>,
-    /// Measurement: stage it by a kernel of its own queued before the attention
-    /// (`kernels/prefetch.cu`) instead of by the product's first blocks before they wait.
-    pub l2_stage_by_kernel: bool,
     /// Profiling only: ops left out of every pass (see [`SkipOps`]; results are garbage).
     pub profile_skip: SkipOps,
     /// Every row but a plain greedy one drawn by the host sampler from its logits row read
@@ -170,10 +162,6 @@ pub const GEMV_LOADS: usize = 16;
 /// / 9.82 at 32, 19.90 / 15.54 at 64 (session 7, call 6; docs/gpu-notes.md).
 pub const OWN_DECODE_MAX_ROWS: usize = 2;
 
-/// [`CudaConfig::l2_stage_percent`]'s default: the O projection's weight is staged as far
-/// as it fits in L2 beside the row's K/V of the layer.
-pub const L2_STAGE_PERCENT: usize = 100;
-
 struct Inner {
     dev: Arc<Device>,
     gemm: gemm::Gemm,
@@ -195,13 +183,6 @@ struct Inner {
     /// `CudaConfig::decode_chunk_tokens` (set again by measurements).
     decode_chunk_tokens: AtomicUsize,
     skip: SkipOps,
-    /// Bytes of L2 a one-row pass's staged weight and its attention's K/V may take (0: no
-    /// staging; `CudaConfig::l2_stage_percent` of L2).
-    l2_stage_budget: usize,
-    l2_stage_by_kernel: bool,
-    /// The product `Backend::prefetch` named last, staged by its own first blocks: (the
-    /// weight's address, the pass's positions, K/V bytes a position of a layer).
-    staged: Mutex<Option<(usize, usize, usize)>>,
     host_sampling: bool,
     /// Our decode kernel's split partials, allocated once at its largest size (its
     /// address is baked into graphs).  // f32 [16 · SMs · group · (head_dim + 2)]
@@ -262,9 +243,6 @@ impl CudaBackend {
     pub fn new(cfg: CudaConfig) -> Result<Self> {
         let dev = Device::open(cfg.device, cfg.share)?;
         let gemm = gemm::Gemm::new(&dev)?;
-        dev.bind()?;
-        let l2 = unsafe { ffi::ifd_l2_bytes() };
-        let l2_stage_budget = l2 / 100 * cfg.l2_stage_percent.unwrap_or(L2_STAGE_PERCENT);
         let contig = match cfg.prefill_kv {
             PrefillKv::Paged => contig::Scratch::default(),
             _ => contig::Scratch::reserve(&dev, dev.info.total_bytes),
@@ -278,9 +256,6 @@ impl CudaBackend {
                 graphs: (!cfg.no_graphs).then(graphs::Graphs::default),
                 gemv_rows: if cfg.no_gemv { 0 } else { GEMV_MAX_ROWS },
                 skip: cfg.profile_skip,
-                l2_stage_budget,
-                l2_stage_by_kernel: cfg.l2_stage_by_kernel,
-                staged: Mutex::new(None),
                 decode_splits: cfg.decode_splits,
                 cluster_merge: cfg.cluster_merge && cfg.share.is_none(),
                 decode_clusters: Mutex::default(),
@@ -456,16 +431,6 @@ impl CudaBackend {
         };
         let bp = bias.unwrap_or(std::ptr::null());
         let (n, loads) = (int(x.rows), int(self.inner.gemv_loads));
-        // Staged by its first blocks where `prefetch` named it (one per multiprocessor).
-        let staged = self.inner.staged.lock().unwrap().take();
-        let (stage_pos, per_position, ahead) = match staged {
-            Some((weight, pos, per_position)) if weight == wb.ptr() as usize => (
-                pos as *const i32,
-                per_position,
-                self.inner.dev.info.multiprocessors,
-            ),
-            _ => (std::ptr::null(), 0, 0),
-        };
         check(
             unsafe {
                 ffi::ifd_gemv(
@@ -478,10 +443,6 @@ impl CudaBackend {
                     int(w_out),
                     loads,
                     add,
-                    stage_pos,
-                    per_position,
-                    self.inner.l2_stage_budget,
-                    ahead,
                     s,
                 )
             },
@@ -817,31 +778,6 @@ impl Backend for CudaBackend {
             self.product(a, w, bias, y)?;
         }
         self.rms_norm(x, norm.0, norm.1, out)
-    }
-
-    /// One-row passes (whose products are the matrix-vector kernel's): `w` staged in L2
-    /// while the attention queued next runs, as far as L2 holds it beside the row's K/V
-    /// of the layer (`kernels/prefetch.cu`; bounded on the device by the pass's position,
-    /// so a replayed graph stages what each pass's context leaves room for).
-    fn prefetch(&self, w: &CudaWeight, batch: &CudaBatch, kv: &CudaKv) -> Result<()> {
-        let budget = self.inner.l2_stage_budget;
-        let (wb, w_out, w_in) = w.matrix("prefetch")?;
-        if budget == 0 || batch.n_tokens != 1 || !self.gemv_takes(1, w_in) {
-            return Ok(());
-        }
-        let layout = &kv.layout;
-        let per_position = 2 * layout.n_kv_heads * layout.dtype.row_bytes(layout.head_dim);
-        if !self.inner.l2_stage_by_kernel {
-            *self.inner.staged.lock().unwrap() =
-                Some((wb.ptr() as usize, batch.pos() as usize, per_position));
-            return Ok(());
-        }
-        let bytes = w_out * w_in * 2; // bf16
-        let s = self.stream()?;
-        check(
-            unsafe { ffi::ifd_l2_prefetch(wb.ptr(), bytes, batch.pos(), per_position, budget, s) },
-            "l2_prefetch",
-        )
     }
 
     fn split_cols(&self, x: &CudaTensor, outs: &mut [&mut CudaTensor]) -> Result<()> {
