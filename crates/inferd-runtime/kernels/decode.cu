@@ -236,8 +236,8 @@ __device__ __forceinline__ Merged merge_warps(const Partials<D, S, W>& sp, int g
 // splits' (a counter per pair in `done`, reset by that block, so a graph replays it). The
 // grouped build's block holds `slots` = G · rows slots of rows r, r + 1, ..: slot e is row
 // r + e / G's head kvh·G + e % G (one row: slot g is head kvh·G + g).
-template <int D, int G, int S = G>
-__device__ __forceinline__ void finish(Partials<D, S>& sp, int r, int kvh, int n_kv, int split,
+template <int D, int G, int S = G, int W = kWarps>
+__device__ __forceinline__ void finish(Partials<D, S, W>& sp, int r, int kvh, int n_kv, int split,
                                        int splits, float* __restrict__ part,
                                        int32_t* __restrict__ done, bf16* __restrict__ out,
                                        int slots = G) {
@@ -254,7 +254,7 @@ __device__ __forceinline__ void finish(Partials<D, S>& sp, int r, int kvh, int n
   };
   __syncthreads();
   stamp(probe, 5);
-  for (int e = threadIdx.x; e < slots * D; e += kWarps * 32) {
+  for (int e = threadIdx.x; e < slots * D; e += W * 32) {
     const int g = e / D, d = e % D;
     const auto [mx, lt, at] = merge_warps(sp, g, d);
     const size_t head = head_of(g);
@@ -290,7 +290,7 @@ __device__ __forceinline__ void finish(Partials<D, S>& sp, int r, int kvh, int n
   __threadfence();
   __shared__ float w[S][kMaxSplits];
   __shared__ float total[S];
-  for (int g = warp; g < slots; g += kWarps) {
+  for (int g = warp; g < slots; g += W) {
     // Lane L takes splits L and L + 32.
     const float* ph = part + head_of(g) * splits * (D + 2);
     float ms[kMaxSplits / 32], mx = -FLT_MAX;
@@ -313,7 +313,7 @@ __device__ __forceinline__ void finish(Partials<D, S>& sp, int r, int kvh, int n
     if (lane == 0) total[g] = lt;
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < slots * D; e += kWarps * 32) {
+  for (int e = threadIdx.x; e < slots * D; e += W * 32) {
     const int g = e / D, d = e % D;
     const float* ph = part + head_of(g) * splits * (D + 2) + 2 + d;
     // Every split's value of a group of 32 loaded before any is added.
@@ -641,11 +641,12 @@ __device__ __forceinline__ int swz(int p, int c) {
 // speculative check's), row i's G heads in M rows i·G .. i·G + G - 1 of the 16-row MMA
 // tile, so the chunk's K/V is read once for those rows; a row that is not its group's
 // first leaves at once. Each M row masks positions past its own row's.
-// CW > 0: the cluster form, CW warps a block (4: the plain form's blocks, 3 a
-// multiprocessor; 8: one a multiprocessor), the splits of a (row, KV head) one
-// thread-block cluster (see finish_cluster).
-template <int D, int G, int RG = 1, int CW = 0>
-__global__ void __launch_bounds__((CW > 0 ? CW : kWarps) * 32, RG > 1 ? 2 : (CW == 8 ? 1 : 3))
+// W warps a block: 4 (3 blocks a multiprocessor), or 8 (one a multiprocessor: the wide
+// form, half the splits of the plain grid, each warp keeping its positions). CL: the
+// cluster form, the splits of a (row, KV head) one thread-block cluster (see
+// finish_cluster); else the last block of a pair to finish merges them (see finish).
+template <int D, int G, int RG = 1, int W = kWarps, bool CL = false>
+__global__ void __launch_bounds__(W * 32, RG > 1 ? 2 : (W == 8 ? 1 : 3))
     decode_mma_kernel(const bf16* __restrict__ kc, const bf16* __restrict__ vc,
                       const bf16* __restrict__ q, int n_kv, int block_size, float scale_log2,
                       const int32_t* __restrict__ seq, const int32_t* __restrict__ pos,
@@ -655,10 +656,8 @@ __global__ void __launch_bounds__((CW > 0 ? CW : kWarps) * 32, RG > 1 ? 2 : (CW 
   static_assert(D == 64 || D == 128, "the tensor-core build takes head_dim 64 or 128");
   static_assert(G <= 8, "at most 8 query heads a KV head (the M rows 0..7)");
   static_assert(RG == 1 || G * RG == 16, "a group fills the 16 M rows");
-  static_assert(CW == 0 || (RG == 1 && (CW == 4 || CW == 8)),
-                "the cluster form attends one row a block, in blocks of 4 or 8 warps");
-  constexpr bool CL = CW > 0;
-  constexpr int W = CL ? CW : kWarps;  // warps a block
+  static_assert((W == kWarps || (RG == 1 && W == 8)) && (!CL || RG == 1),
+                "the grouped build has blocks of 4 warps; the wide and cluster forms one row");
   unsigned long long* const probe = g_decode_probe;
   stamp(probe, 0);
   ifd::kprobe<4>(ifd::kEntry);
@@ -923,7 +922,7 @@ __global__ void __launch_bounds__((CW > 0 ? CW : kWarps) * 32, RG > 1 ? 2 : (CW 
     if constexpr (CL) {
       finish_cluster<D, G, W>(sp, r, kvh, n_kv, splits, out);
     } else {
-      finish<D, G>(sp, r, kvh, n_kv, split, splits, part, done, out);
+      finish<D, G, G, W>(sp, r, kvh, n_kv, split, splits, part, done, out);
     }
   }
 }
@@ -975,12 +974,22 @@ int allow_mma_smem() {
   return err;
 }
 
+// Raises the wide form's dynamic shared memory limit (blocks of 8 warps), once per
+// instantiation: the error, or 0.
+template <int D, int G>
+int allow_wide_smem() {
+  static const int err = cudaFuncSetAttribute(decode_mma_kernel<D, G, 1, 8>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(mma_smem<D, 8>()));
+  return err;
+}
+
 // Raises the cluster form's dynamic shared memory limit and allows it clusters of more than
 // 8 blocks, once per instantiation: the error, or 0.
 template <int D, int G, int CW>
 int allow_cluster() {
   static const int err = [] {
-    const auto kernel = decode_mma_kernel<D, G, 1, CW>;
+    const auto kernel = decode_mma_kernel<D, G, 1, CW, true>;
     int e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(mma_smem<D, CW>()));
     if (e == 0) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
@@ -992,7 +1001,7 @@ int allow_cluster() {
 // The tensor-core build, where it takes the shape (bf16, D 64 or 128, G ≤ 8), in form
 // `form`: 1 plain, 2 grouped (rows of one chunk in one block, RG = 16 / G of them), 3 and 4
 // the cluster form in blocks of 8 and of 4 warps (the splits one cluster: 2 ≤ splits ≤
-// kMaxCluster).
+// kMaxCluster), 5 the wide form (blocks of 8 warps, merged by the last block).
 template <int D, int G>
 int launch_mma(const IfdPaged& kv, const void* q, int rows, float scale, const int32_t* seq,
                const int32_t* pos, const int32_t* chunks, const int32_t* bt_off,
@@ -1005,6 +1014,7 @@ int launch_mma(const IfdPaged& kv, const void* q, int rows, float scale, const i
       return static_cast<int>(cudaErrorInvalidValue);
     const int err = form == 3   ? allow_cluster<D, G, 8>()
                     : form == 4 ? allow_cluster<D, G, 4>()
+                    : form == 5 ? allow_wide_smem<D, G>()
                     : form == 2 ? allow_mma_smem<D, G, RG>()
                                 : allow_mma_smem<D, G>();
     if (err != 0) return err;
@@ -1021,9 +1031,11 @@ int launch_mma(const IfdPaged& kv, const void* q, int rows, float scale, const i
                           done, o);
     };
     if (form == 3) {
-      args(decode_mma_kernel<D, G, 1, 8>, 8);
+      args(decode_mma_kernel<D, G, 1, 8, true>, 8);
     } else if (form == 4) {
-      args(decode_mma_kernel<D, G, 1, 4>, 4);
+      args(decode_mma_kernel<D, G, 1, 4, true>, 4);
+    } else if (form == 5) {
+      args(decode_mma_kernel<D, G, 1, 8>, 8);
     } else if (form == 2) {
       args(decode_mma_kernel<D, G, RG>, kWarps);
     } else {
@@ -1074,7 +1086,7 @@ int cluster_capacity(int splits) {
     cfg.numAttrs = 1;
     int n = 0;
     const int err =
-        static_cast<int>(cudaOccupancyMaxActiveClusters(&n, decode_mma_kernel<D, G, 1, CW>, &cfg));
+        static_cast<int>(cudaOccupancyMaxActiveClusters(&n, decode_mma_kernel<D, G, 1, CW, true>, &cfg));
     if (err != 0) {
       cudaGetLastError();
       return -err;

@@ -380,6 +380,10 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
             ..base
         },
         CudaConfig {
+            wide_decode: true,
+            ..base
+        },
+        CudaConfig {
             prefill_kv: PrefillKv::Contiguous,
             ..base
         },
@@ -427,7 +431,13 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
                     if cfg.no_graphs { "off" } else { "on" },
                     if cfg.no_gemv { "cuBLASLt only" } else { "gemv" },
                     cfg.decode,
-                    if cfg.cluster_merge { " (in clusters)" } else { "" },
+                    if cfg.cluster_merge {
+                        " (in clusters)"
+                    } else if cfg.wide_decode {
+                        " (wide)"
+                    } else {
+                        ""
+                    },
                     cfg.prefill_kv,
                     cfg.split_prefill,
                     cfg.decode_chunk_tokens,
@@ -453,6 +463,16 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
         }
         if !cfg.cluster_merge && clustered {
             failures.push(format!("the cluster form ran unasked: {forms:?}"));
+        }
+        // Likewise `wide_decode` and the wide form.
+        let wide = forms
+            .iter()
+            .any(|&(form, n)| n > 0 && form == DecodeForm::Wide);
+        if head_dim == 128 && cfg.wide_decode && !wide {
+            failures.push(format!("the wide form never ran: passes by form {forms:?}"));
+        }
+        if !cfg.wide_decode && wide {
+            failures.push(format!("the wide form ran unasked: {forms:?}"));
         }
     }
     let _ = std::fs::remove_file(&path);

@@ -103,17 +103,20 @@ void run(int hd, int group) {
   emu::on_pdl_wait = [] { newest.put(true); };
   IfdPaged kv{kc.data(), vc.data(), IFD_KV_BF16, n_kv, bs, hd, nullptr, nullptr, nullptr};
   const size_t row_elems = static_cast<size_t>(n_heads) * hd;
-  // SIMT, tensor cores, tensor cores grouped, tensor cores in clusters (8 / 4 warps a block)
-  for (int mma : {0, 1, 2, 3, 4})
+  // SIMT, tensor cores, tensor cores grouped, tensor cores in clusters (8 / 4 warps a block),
+  // tensor cores in blocks of 8 warps (the wide form)
+  for (int mma : {0, 1, 2, 3, 4, 5})
     // 40: the merge's lanes take two splits each; the cluster form 2..16 (16: most empty)
     for (int splits : {1, 2, 3, 16, 40})
       for (const auto [first, rows] : {std::pair{0, 1}, std::pair{3, 1}, std::pair{0, nr}}) {
-        if ((mma >= 3) != (splits == 2 || splits == 16) && splits != 3) continue;
+        const bool cl = mma == 3 || mma == 4, wide = mma == 5;
+        if (wide ? splits != 3 && splits != 40 : cl != (splits == 2 || splits == 16) && splits != 3)
+          continue;
         // (A cluster launch runs its grid three times here, each block's threads started
         // anew: the cluster forms at two shapes, their clusters of 16 at one row of one.)
         const bool shape_a = hd == 128 && group == 4, shape_b = hd == 64 && group == 8;
         if (mma >= 3 && !shape_a && !shape_b) continue;
-        if (mma >= 3 && splits == 16 && (rows != 1 || first != 0 || !shape_a)) continue;
+        if (cl && splits == 16 && (rows != 1 || first != 0 || !shape_a)) continue;
         if (first == 3 && splits != 3) continue;  // (3 splits: a range starts at 128)
         std::vector<float> part(static_cast<size_t>(nr) * n_heads * splits * (hd + 2));
         std::vector<int32_t> done(nr * n_kv, 0);
@@ -121,7 +124,8 @@ void run(int hd, int group) {
         char what[128];
         std::snprintf(what, sizeof what,
                       "head_dim %d, group %d, %s, %d row(s) from row %d, %d split(s)", hd, group,
-                      mma == 4   ? "clusters of 4-warp blocks"
+                      mma == 5   ? "8-warp blocks"
+                      : mma == 4 ? "clusters of 4-warp blocks"
                       : mma == 3 ? "clusters of 8-warp blocks"
                       : mma == 2 ? "grouped"
                       : mma      ? "tensor cores"

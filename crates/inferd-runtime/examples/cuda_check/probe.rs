@@ -122,7 +122,17 @@ pub struct DecodeRig {
 
 impl DecodeRig {
     pub fn new(model_dir: &Path, context: usize, rows: usize, steps: usize) -> Self {
-        let model = Model::load(CudaBackend::new(Default::default()).unwrap(), model_dir).unwrap();
+        Self::with(model_dir, context, rows, steps, Default::default())
+    }
+
+    pub fn with(
+        model_dir: &Path,
+        context: usize,
+        rows: usize,
+        steps: usize,
+        cfg: inferd_runtime::CudaConfig,
+    ) -> Self {
+        let model = Model::load(CudaBackend::new(cfg).unwrap(), model_dir).unwrap();
         let vocab = model.cfg.vocab_size;
         let mut pool = Pool::new(&model, rows * (context + steps + 1), KvDtype::Bf16, rows);
         let ws = model.workspace(context.max(rows), rows).unwrap();
@@ -176,10 +186,14 @@ impl DecodeRig {
 /// spends its time inside a replayed decode step (ROWS rows at CONTEXT tokens, default
 /// settings): the kernels' stage stamps (`CudaBackend::decode_probe`) of the step's last
 /// layer, as µs from the first block's entry, the least, median and most over the blocks.
-pub fn timeline(model_dir: &Path, context: usize, rows: usize) {
+pub fn timeline(model_dir: &Path, context: usize, rows: usize, wide: bool) {
     use inferd_runtime::{PROBE_STAGES, PROBE_STAGE_NAMES};
     let steps = 6;
-    let mut rig = DecodeRig::new(model_dir, context, rows, steps);
+    let cfg = inferd_runtime::CudaConfig {
+        wide_decode: wide,
+        ..Default::default()
+    };
+    let mut rig = DecodeRig::with(model_dir, context, rows, steps, cfg);
     let most = rows * rig.model.cfg.n_kv_heads * 64;
     // The first steps capture the graph; the probed ones replay it.
     for step in 0..steps {

@@ -89,6 +89,13 @@ impl CudaBackend {
                     if let Some((c, warps)) = self.cluster_form(own_rows, attn, out.splits) {
                         out.splits = c;
                         out.form = DecodeForm::clusters(warps);
+                    } else if self.inner.wide_decode {
+                        let sms = self.inner.dev.info.multiprocessors.max(1) as usize;
+                        let pairs = own_rows * attn.n_kv_heads;
+                        if let Some(c) = splits::wide_splits(out.splits, pairs, sms) {
+                            out.splits = c;
+                            out.form = DecodeForm::Wide;
+                        }
                     }
                 }
                 self.inner.decode_forms[out.form as usize].fetch_add(1, Ordering::Relaxed);

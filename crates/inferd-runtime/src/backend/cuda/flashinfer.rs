@@ -443,16 +443,20 @@ pub enum DecodeForm {
     Clusters8 = 3,
     /// Its cluster form in blocks of 4 warps.
     Clusters4 = 4,
+    /// Its wide form: blocks of 8 warps, one a multiprocessor, half the splits, merged by
+    /// the last block to finish.
+    Wide = 5,
 }
 
 impl DecodeForm {
     /// Every form, in the order of their values.
-    pub const ALL: [DecodeForm; 5] = [
+    pub const ALL: [DecodeForm; 6] = [
         DecodeForm::Simt,
         DecodeForm::TensorCores,
         DecodeForm::Grouped,
         DecodeForm::Clusters8,
         DecodeForm::Clusters4,
+        DecodeForm::Wide,
     ];
 
     /// The cluster form in blocks of `warps` warps (4 or 8).

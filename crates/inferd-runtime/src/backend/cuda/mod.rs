@@ -94,6 +94,10 @@ pub struct CudaConfig {
     /// faster at 4k (5.89-5.96 against 5.83-5.89 ms a step on an H100; 1.5% faster at 2
     /// rows and at 1k; session 29, docs/gpu-notes.md).
     pub cluster_merge: bool,
+    /// Passes of few rows in the tensor-core build's wide form (`splits::wide_splits`:
+    /// blocks of 8 warps, one a multiprocessor, half the splits), where the cluster form is
+    /// not taken.
+    pub wide_decode: bool,
     /// Profiling only: ops left out of every pass (see [`SkipOps`]; results are garbage).
     pub profile_skip: SkipOps,
     /// Every row but a plain greedy one drawn by the host sampler from its logits row read
@@ -177,6 +181,8 @@ struct Inner {
     /// (`CudaConfig::cluster_merge`, never on a share of the SMs, where a cluster's
     /// blocks may not all fit).
     cluster_merge: bool,
+    /// `CudaConfig::wide_decode`.
+    wide_decode: bool,
     /// Clusters of the cluster form the device holds at once, by shape, from the
     /// occupancy calculator once each.
     decode_clusters: Mutex<Vec<(ClusterShape, usize)>>,
@@ -213,7 +219,7 @@ struct Inner {
     prompt_runs: [AtomicU64; 3],
     /// Passes planned so far whose decode rows take our decode kernel, by its form
     /// (`DecodeForm`'s value).
-    decode_forms: [AtomicU64; 5],
+    decode_forms: [AtomicU64; 6],
     /// `CudaConfig::lose_device_after`'s loss.
     loss: SimulatedLoss,
     /// The `sample` op's buffers (sample.rs).
@@ -258,6 +264,7 @@ impl CudaBackend {
                 skip: cfg.profile_skip,
                 decode_splits: cfg.decode_splits,
                 cluster_merge: cfg.cluster_merge && cfg.share.is_none(),
+                wide_decode: cfg.wide_decode,
                 decode_clusters: Mutex::default(),
                 decode_chunk_tokens: AtomicUsize::new(cfg.decode_chunk_tokens),
                 gemv_loads: if cfg.gemv_loads == 0 {
@@ -364,7 +371,7 @@ impl CudaBackend {
     }
 
     /// Passes planned so far whose decode rows our decode kernel took, by its form.
-    pub fn decode_forms(&self) -> [(DecodeForm, u64); 5] {
+    pub fn decode_forms(&self) -> [(DecodeForm, u64); 6] {
         DecodeForm::ALL.map(|f| {
             (
                 f,

@@ -63,9 +63,27 @@ pub fn cluster_forms(splits: usize) -> [Option<(usize, usize)>; 3] {
     ]
 }
 
+/// The tensor-core build's wide form for `pairs` = rows · KV heads whose plain grid takes
+/// `splits`: half the splits (from 4), in blocks of 8 warps, so a pair keeps its warps and
+/// each warp its positions, while every block has a multiprocessor of its own (`sms`); the
+/// last block of a pair merges half as many partials. None where that does not hold.
+pub fn wide_splits(splits: usize, pairs: usize, sms: usize) -> Option<usize> {
+    let half = splits.div_ceil(2);
+    (splits >= 4 && pairs * half <= sms).then_some(half)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wide_form_keeps_a_multiprocessor_a_block() {
+        assert_eq!(wide_splits(32, 8, 132), Some(16)); // one row of the 8B: 128 blocks
+        assert_eq!(wide_splits(24, 16, 132), None); // two rows: 192 blocks
+        assert_eq!(wide_splits(12, 8, 132), Some(6));
+        assert_eq!(wide_splits(3, 8, 132), None);
+        assert_eq!(wide_splits(5, 2, 132), Some(3));
+    }
 
     #[test]
     fn cluster_forms_keep_a_pairs_warps() {
