@@ -431,17 +431,17 @@ cluster)
   done
   ;;
 wide)
-  # One row's decode attention in the tensor-core build's wide form (`wide`: blocks of 8
-  # warps, one a multiprocessor, half the splits) against the default, in turn twice at
-  # 4k and 1k (16k on an H200 only: an H100 cannot hold it), then the last layer's timeline
-  # of each at 4k.
-  timeout 250 $B/cuda_check speed /tmp/q8b 4096 bf16:rows=1+2,bf16:rows=1+2:wide,bf16:rows=1+2,bf16:rows=1+2:wide 2>&1 | tee -a $summary
-  timeout 200 $B/cuda_check speed /tmp/q8b 1024 bf16:rows=1,bf16:rows=1:wide,bf16:rows=1,bf16:rows=1:wide 2>&1 | tee -a $summary
+  # One row's decode attention in the tensor-core build's wide form (the default: blocks of
+  # 8 warps, one a multiprocessor, half the splits) against the plain grid (`narrow`), in
+  # turn twice at 4k and 1k (16k on an H200 only: an H100 cannot hold it), then the last
+  # layer's timeline of each at 4k.
+  timeout 250 $B/cuda_check speed /tmp/q8b 4096 bf16:rows=1+2:narrow,bf16:rows=1+2,bf16:rows=1+2:narrow,bf16:rows=1+2 2>&1 | tee -a $summary
+  timeout 200 $B/cuda_check speed /tmp/q8b 1024 bf16:rows=1:narrow,bf16:rows=1,bf16:rows=1:narrow,bf16:rows=1 2>&1 | tee -a $summary
   if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-    timeout 250 $B/cuda_check speed /tmp/q8b 16384 bf16:rows=1,bf16:rows=1:wide,bf16:rows=1,bf16:rows=1:wide 2>&1 | tee -a $summary
+    timeout 250 $B/cuda_check speed /tmp/q8b 16384 bf16:rows=1:narrow,bf16:rows=1,bf16:rows=1:narrow,bf16:rows=1 2>&1 | tee -a $summary
   fi
+  timeout 120 $B/cuda_check timeline /tmp/q8b 4096 1 narrow 2>&1 | tee -a $summary
   timeout 120 $B/cuda_check timeline /tmp/q8b 4096 1 2>&1 | tee -a $summary
-  timeout 120 $B/cuda_check timeline /tmp/q8b 4096 1 wide 2>&1 | tee -a $summary
   ;;
 mmaone)
   # Decode attention at 1 and 2 rows: the default (SIMT) against the tensor-core build.

@@ -17,7 +17,7 @@
 //! - `profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill [CHUNK]]`: one eager decode step
 //!   inside the profiler's capture range (`ncu --profile-from-start off`); `prefill`: one
 //!   pass of the last CHUNK (default 2048) tokens of BATCH CONTEXT-token prompts instead.
-//! - `timeline MODEL_DIR [CONTEXT] [ROWS] [wide]`: the decode attention's stages, stamped by its
+//! - `timeline MODEL_DIR [CONTEXT] [ROWS] [narrow]`: the decode attention's stages, stamped by its
 //!   blocks, in the last layer of a replayed decode step.
 //! - `kernels MODEL_DIR [CONTEXT] [ROWS]`: a replayed decode step's chain launch by launch,
 //!   from every block's entry, wait and done stamps (our kernels only).
@@ -93,7 +93,7 @@ fn main() {
             p(2).expect("MODEL_DIR"),
             a.get(3).map_or(4096, |c| c.parse().expect("CONTEXT")),
             a.get(4).map_or(1, |c| c.parse().expect("ROWS")),
-            a.get(5).is_some_and(|w| w == "wide"),
+            a.get(5).is_some_and(|w| w == "narrow"),
         ),
         Some("kernels") => kernels(
             p(2).expect("MODEL_DIR"),
@@ -126,6 +126,6 @@ fn main() {
             &a.get(4).map_or("2048".to_string(), String::clone).split('+').map(|c| c.parse().expect("CHUNK+CHUNK")).collect::<Vec<usize>>(),
             a.get(5).map_or(1, |c| c.parse().expect("SEQS")),
         ),
-        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | fibench [QUERIES] [KEYS] | chunks MODEL_DIR CONTEXT CHUNK[+CHUNK…] [SEQS] | shortchunks MODEL_DIR [CONTEXT] [CHUNK+…] [SEQS] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT] | checks MODEL_DIR [CONTEXT] [AGENTS+…] | sampling | clusters | profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill [CHUNK]] | timeline MODEL_DIR [CONTEXT] [ROWS] [wide] | kernels MODEL_DIR [CONTEXT] [ROWS]"),
+        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | fibench [QUERIES] [KEYS] | chunks MODEL_DIR CONTEXT CHUNK[+CHUNK…] [SEQS] | shortchunks MODEL_DIR [CONTEXT] [CHUNK+…] [SEQS] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT] | checks MODEL_DIR [CONTEXT] [AGENTS+…] | sampling | clusters | profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill [CHUNK]] | timeline MODEL_DIR [CONTEXT] [ROWS] [narrow] | kernels MODEL_DIR [CONTEXT] [ROWS]"),
     }
 }

@@ -186,11 +186,11 @@ impl DecodeRig {
 /// spends its time inside a replayed decode step (ROWS rows at CONTEXT tokens, default
 /// settings): the kernels' stage stamps (`CudaBackend::decode_probe`) of the step's last
 /// layer, as µs from the first block's entry, the least, median and most over the blocks.
-pub fn timeline(model_dir: &Path, context: usize, rows: usize, wide: bool) {
+pub fn timeline(model_dir: &Path, context: usize, rows: usize, narrow: bool) {
     use inferd_runtime::{PROBE_STAGES, PROBE_STAGE_NAMES};
     let steps = 6;
     let cfg = inferd_runtime::CudaConfig {
-        wide_decode: wide,
+        no_wide_decode: narrow,
         ..Default::default()
     };
     let mut rig = DecodeRig::with(model_dir, context, rows, steps, cfg);

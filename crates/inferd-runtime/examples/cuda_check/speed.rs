@@ -46,8 +46,9 @@ pub fn step_bytes<B: Backend>(
 ///   warps, else of 8);
 /// - `clusters`: the decode splits merged in the tensor-core build's cluster form where
 ///   its clusters fit (by default through L2 by the last block);
-/// - `wide`: the tensor-core build's wide form where it fits (blocks of 8 warps, one a
-///   multiprocessor, half the splits; `splits::wide_splits`);
+/// - `narrow`: passes of few rows in the tensor-core build's plain grid (by default its wide
+///   form where it fits: blocks of 8 warps, one a multiprocessor, half the splits;
+///   `splits::wide_splits`);
 /// - `paged` / `contig`: prompt chunks' attention over the pool's pages / a contiguous copy
 ///   (default: by the policy);
 /// - `rows=N+N…`: only these batch sizes (and only as many sequences prefilled);
@@ -81,9 +82,9 @@ pub fn speed_by_dtype(model_dir: &Path, context: usize, specs: &str) {
             } else if opt == "clusters" {
                 cfg.cluster_merge = true;
                 said.push("decode splits merged in thread-block clusters where they fit".into());
-            } else if opt == "wide" {
-                cfg.wide_decode = true;
-                said.push("one row's decode attention in blocks of 8 warps, half the splits".into());
+            } else if opt == "narrow" {
+                cfg.no_wide_decode = true;
+                said.push("few rows' decode attention in the plain grid, not the wide form".into());
             } else if opt == "paged" || opt == "contig" {
                 cfg.prefill_kv = if opt == "paged" {
                     inferd_runtime::PrefillKv::Paged

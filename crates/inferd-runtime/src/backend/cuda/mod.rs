@@ -94,10 +94,12 @@ pub struct CudaConfig {
     /// faster at 4k (5.89-5.96 against 5.83-5.89 ms a step on an H100; 1.5% faster at 2
     /// rows and at 1k; session 29, docs/gpu-notes.md).
     pub cluster_merge: bool,
-    /// Passes of few rows in the tensor-core build's wide form (`splits::wide_splits`:
-    /// blocks of 8 warps, one a multiprocessor, half the splits), where the cluster form is
-    /// not taken.
-    pub wide_decode: bool,
+    /// Keep passes of few rows in the tensor-core build's plain grid (for comparison): by
+    /// default they take its wide form where it fits (`splits::wide_splits`: blocks of 8
+    /// warps, one a multiprocessor, half the splits), and the cluster form is not taken.
+    /// One row of the 8B at 4k took 5.73-5.74 ms a step wide against 5.86-5.88 plain, at
+    /// 1k 5.64 against 5.69-5.71 (H100, session 30 call 3; docs/gpu-notes.md).
+    pub no_wide_decode: bool,
     /// Profiling only: ops left out of every pass (see [`SkipOps`]; results are garbage).
     pub profile_skip: SkipOps,
     /// Every row but a plain greedy one drawn by the host sampler from its logits row read
@@ -181,7 +183,8 @@ struct Inner {
     /// (`CudaConfig::cluster_merge`, never on a share of the SMs, where a cluster's
     /// blocks may not all fit).
     cluster_merge: bool,
-    /// `CudaConfig::wide_decode`.
+    /// Whether passes of few rows may take the tensor-core build's wide form
+    /// (`CudaConfig::no_wide_decode` off).
     wide_decode: bool,
     /// Clusters of the cluster form the device holds at once, by shape, from the
     /// occupancy calculator once each.
@@ -264,7 +267,7 @@ impl CudaBackend {
                 skip: cfg.profile_skip,
                 decode_splits: cfg.decode_splits,
                 cluster_merge: cfg.cluster_merge && cfg.share.is_none(),
-                wide_decode: cfg.wide_decode,
+                wide_decode: !cfg.no_wide_decode,
                 decode_clusters: Mutex::default(),
                 decode_chunk_tokens: AtomicUsize::new(cfg.decode_chunk_tokens),
                 gemv_loads: if cfg.gemv_loads == 0 {
