@@ -340,6 +340,20 @@ ncusource)
       $OUT/ncu-src-$ctx-details.txt | head -8 | tee -a $summary
   done
   ;;
+abone)
+  # This build against the base one (prepare.sh with BASE=<rev>), in turn twice: 1, 2 and 8
+  # rows at 4k, one row at 1k (an H100 holds these).
+  for round in 1 2; do
+    for job in "4096 bf16:rows=1+2+8" "1024 bf16:rows=1"; do
+      set -- $job
+      for bin in cuda_check_base cuda_check; do
+        [ -x $B/$bin ] || continue
+        note "-- $bin, $1 tokens, $2"
+        timeout 200 $B/$bin speed /tmp/q8b $1 $2 2>&1 | tee -a $summary
+      done
+    done
+  done
+  ;;
 ab)
   # This build against the base one carried beside it (prepare.sh with BASE=<rev>), in turn:
   # one row over 1k / 4k / 16k tokens with and without attention, then every row count.
