@@ -291,17 +291,15 @@ __device__ __forceinline__ void finish(Partials<D, S, W>& sp, int r, int kvh, in
   __shared__ float w[S][kMaxSplits];
   __shared__ float total[S];
   for (int g = warp; g < slots; g += W) {
-    // Lane L takes splits L and L + 32, their maxima and sums read in one round.
+    // Lane L takes splits L and L + 32.
     const float* ph = part + head_of(g) * splits * (D + 2);
-    float ms[kMaxSplits / 32], ls[kMaxSplits / 32], mx = -FLT_MAX;
+    float ms[kMaxSplits / 32], mx = -FLT_MAX;
 #pragma unroll
     for (int i = 0; i < kMaxSplits / 32; ++i) {
       const int s = lane + 32 * i;
       ms[i] = s < splits ? __ldcg(ph + s * (D + 2)) : -FLT_MAX;
-      ls[i] = s < splits ? __ldcg(ph + s * (D + 2) + 1) : 0.f;
+      mx = fmaxf(mx, ms[i]);
     }
-#pragma unroll
-    for (int i = 0; i < kMaxSplits / 32; ++i) mx = fmaxf(mx, ms[i]);
     mx = ifd::warp_max(mx);
     float lt = 0.f;
 #pragma unroll
@@ -309,56 +307,27 @@ __device__ __forceinline__ void finish(Partials<D, S, W>& sp, int r, int kvh, in
       const int s = lane + 32 * i;
       const float c = ms[i] == -FLT_MAX ? 0.f : exp2f(ms[i] - mx);
       w[g][s] = c;
-      lt += ls[i] * c;
+      lt += s < splits ? __ldcg(ph + s * (D + 2) + 1) * c : 0.f;
     }
     lt = ifd::warp_sum(lt);
     if (lane == 0) total[g] = lt;
   }
   __syncthreads();
-  // A thread's outputs e, e + W·32, ..: up to 32 splits, two outputs' values are loaded in
-  // one round before any is added; else each output's, 32 splits a round.
-  const auto value = [&](int e, int s) {
-    return __ldcg(part + (head_of(e / D) * splits + s) * (D + 2) + 2 + e % D);
-  };
-  const auto put = [&](int e, float at) {
-    const int g = e / D;
-    out[head_of(g) * D + e % D] = __float2bfloat16(total[g] > 0.f ? at / total[g] : 0.f);
-  };
-  constexpr int kStride = W * 32;
-  if (splits <= 32) {
-    for (int e = threadIdx.x; e < slots * D; e += 2 * kStride) {
-      const bool second = e + kStride < slots * D;
-      float v[2][32];
+  for (int e = threadIdx.x; e < slots * D; e += W * 32) {
+    const int g = e / D, d = e % D;
+    const float* ph = part + head_of(g) * splits * (D + 2) + 2 + d;
+    // Every split's value of a group of 32 loaded before any is added.
+    float at = 0.f;
 #pragma unroll
-      for (int s = 0; s < 32; ++s) {
-        v[0][s] = s < splits ? value(e, s) : 0.f;
-        v[1][s] = second && s < splits ? value(e + kStride, s) : 0.f;
-      }
+    for (int s0 = 0; s0 < kMaxSplits; s0 += 32) {
+      if (s0 >= splits) break;
+      float v[32];
 #pragma unroll
-      for (int p = 0; p < 2; ++p) {
-        if (p == 1 && !second) break;
-        const int g = (e + p * kStride) / D;
-        float at = 0.f;
+      for (int s = 0; s < 32; ++s) v[s] = s0 + s < splits ? __ldcg(ph + (s0 + s) * (D + 2)) : 0.f;
 #pragma unroll
-        for (int s = 0; s < 32; ++s) at = fmaf(v[p][s], w[g][s], at);
-        put(e + p * kStride, at);
-      }
+      for (int s = 0; s < 32; ++s) at = fmaf(v[s], w[g][s0 + s], at);
     }
-  } else {
-    for (int e = threadIdx.x; e < slots * D; e += kStride) {
-      const int g = e / D;
-      float at = 0.f;
-#pragma unroll
-      for (int s0 = 0; s0 < kMaxSplits; s0 += 32) {
-        if (s0 >= splits) break;
-        float v[32];
-#pragma unroll
-        for (int s = 0; s < 32; ++s) v[s] = s0 + s < splits ? value(e, s0 + s) : 0.f;
-#pragma unroll
-        for (int s = 0; s < 32; ++s) at = fmaf(v[s], w[g][s0 + s], at);
-      }
-      put(e, at);
-    }
+    out[head_of(g) * D + d] = __float2bfloat16(total[g] > 0.f ? at / total[g] : 0.f);
   }
   if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
   stamp(probe, 7);
