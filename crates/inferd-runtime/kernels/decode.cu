@@ -964,23 +964,13 @@ int pre_positions(int* err) {
   return cap;
 }
 
-// Raises the tensor-core build's dynamic shared memory limit, once per instantiation: the
-// error, or 0.
-template <int D, int G, int RG = 1>
+// Raises the tensor-core build's dynamic shared memory limit (blocks of W warps, not a
+// cluster), once per instantiation: the error, or 0.
+template <int D, int G, int RG = 1, int W = kWarps>
 int allow_mma_smem() {
-  static const int err = cudaFuncSetAttribute(decode_mma_kernel<D, G, RG>,
+  static const int err = cudaFuncSetAttribute(decode_mma_kernel<D, G, RG, W>,
                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              static_cast<int>(mma_smem<D>()));
-  return err;
-}
-
-// Raises the wide form's dynamic shared memory limit (blocks of 8 warps), once per
-// instantiation: the error, or 0.
-template <int D, int G>
-int allow_wide_smem() {
-  static const int err = cudaFuncSetAttribute(decode_mma_kernel<D, G, 1, 8>,
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              static_cast<int>(mma_smem<D, 8>()));
+                                              static_cast<int>(mma_smem<D, W>()));
   return err;
 }
 
@@ -1014,7 +1004,7 @@ int launch_mma(const IfdPaged& kv, const void* q, int rows, float scale, const i
       return static_cast<int>(cudaErrorInvalidValue);
     const int err = form == 3   ? allow_cluster<D, G, 8>()
                     : form == 4 ? allow_cluster<D, G, 4>()
-                    : form == 5 ? allow_wide_smem<D, G>()
+                    : form == 5 ? allow_mma_smem<D, G, 1, 8>()
                     : form == 2 ? allow_mma_smem<D, G, RG>()
                                 : allow_mma_smem<D, G>();
     if (err != 0) return err;
