@@ -136,6 +136,10 @@
 #   fisan    `cuda_check fibench` (FlashInfer's SM90 prefill paged against contiguous, no kernel of
 #            ours) plainly and under memcheck, FISAN_RUNS times each (default 4): whether the
 #            two outputs part under the sanitizer alone
+#   wide     one row's decode attention in the wide form (the default) against the plain grid
+#            (`narrow`), in turn twice at 4k and 1k (16k on an H200), and each's timeline
+#   abone    this build against cuda_check_base (prepare.sh with BASE=<rev>), in turn twice:
+#            1 / 2 / 8 rows at 4k, one row at 1k (an H100 holds these)
 #   smol1    keeps SmolLM2's first part (prepare with SMOL=1); smol2 (the next call on the
 #            same machine) joins it and compares the GPU with the CPU on real weights
 # Logs under $OUT; summary.txt has the results.
