@@ -156,6 +156,17 @@ root=$(cat $C/build-root.txt)
 xz -dc $C/bins.tar.xz | tar -C $B -xf -
 summary=$OUT/summary.txt
 note() { echo "$*" | tee -a $summary; }
+# Each job "CONTEXT SPECS": `cuda_check_base speed`, then this build's, on /tmp/q8b.
+ab_jobs() {
+  for job in "$@"; do
+    set -- $job
+    for bin in cuda_check_base cuda_check; do
+      [ -x $B/$bin ] || continue
+      note "-- $bin, $1 tokens, $2"
+      timeout 200 $B/$bin speed /tmp/q8b $1 $2 2>&1 | tee -a $summary
+    done
+  done
+}
 # Waits (up to 2 minutes) for the server on port $1 to answer /health.
 wait_up() { for i in $(seq 1 240); do curl -sf http://127.0.0.1:$1/health >/dev/null && return; sleep 0.5; done; }
 # The engine's seconds in each step phase so far on the server on port $1, on one line.
@@ -347,29 +358,13 @@ ncusource)
 abone)
   # This build against the base one (prepare.sh with BASE=<rev>), in turn twice: 1, 2 and 8
   # rows at 4k, one row at 1k (an H100 holds these).
-  for round in 1 2; do
-    for job in "4096 bf16:rows=1+2+8" "1024 bf16:rows=1"; do
-      set -- $job
-      for bin in cuda_check_base cuda_check; do
-        [ -x $B/$bin ] || continue
-        note "-- $bin, $1 tokens, $2"
-        timeout 200 $B/$bin speed /tmp/q8b $1 $2 2>&1 | tee -a $summary
-      done
-    done
-  done
+  ab_jobs "4096 bf16:rows=1+2+8" "1024 bf16:rows=1" "4096 bf16:rows=1+2+8" "1024 bf16:rows=1"
   ;;
 ab)
   # This build against the base one carried beside it (prepare.sh with BASE=<rev>), in turn:
   # one row over 1k / 4k / 16k tokens with and without attention, then every row count.
-  for job in "1024 bf16:rows=1,bf16:rows=1:skip=attention" "4096 bf16:rows=1,bf16:rows=1:skip=attention" \
-             "16384 bf16:rows=1,bf16:rows=1:skip=attention" "4096 bf16"; do
-    set -- $job
-    for bin in cuda_check_base cuda_check; do
-      [ -x $B/$bin ] || continue
-      note "-- $bin, $1 tokens, $2"
-      timeout 200 $B/$bin speed /tmp/q8b $1 $2 2>&1 | tee -a $summary
-    done
-  done
+  ab_jobs "1024 bf16:rows=1,bf16:rows=1:skip=attention" "4096 bf16:rows=1,bf16:rows=1:skip=attention" \
+          "16384 bf16:rows=1,bf16:rows=1:skip=attention" "4096 bf16"
   ;;
 variants)
   # One row at 4k / 1k / 16k by this build and each variant.sh build carried (variant_*),
