@@ -222,7 +222,7 @@ struct Inner {
     prompt_runs: [AtomicU64; 3],
     /// Passes planned so far whose decode rows take our decode kernel, by its form
     /// (`DecodeForm`'s value).
-    decode_forms: [AtomicU64; 6],
+    decode_forms: [AtomicU64; DecodeForm::ALL.len()],
     /// `CudaConfig::lose_device_after`'s loss.
     loss: SimulatedLoss,
     /// The `sample` op's buffers (sample.rs).
@@ -374,7 +374,7 @@ impl CudaBackend {
     }
 
     /// Passes planned so far whose decode rows our decode kernel took, by its form.
-    pub fn decode_forms(&self) -> [(DecodeForm, u64); 6] {
+    pub fn decode_forms(&self) -> [(DecodeForm, u64); DecodeForm::ALL.len()] {
         DecodeForm::ALL.map(|f| {
             (
                 f,
