@@ -65,7 +65,8 @@
 #            SLICES="batch/prefill/while-decoding ..." (default "8192/8192/4096 8192/8192/8192")
 #   mmaone   `speed` at 1 and 2 rows: SIMT decode attention against the tensor-core build
 #   cluster  `speed` at 1-16 rows, 1k / 4k / 16k: decode splits merged in thread-block
-#            clusters (`clusters`) against through L2 by the last block (the default)
+#            clusters (`clusters`) against through L2 by the last block (the default, in
+#            the plain or wide grid)
 #   sampling the sample op on the device against the host sampler (cuda_check sampling)
 #   peerbuild  starts building llama.cpp's CUDA llama-server (sm_90) in the background and
 #            makes /tmp/q8b with its bf16 GGUF /tmp/q8b.gguf (needs .device/peer from
@@ -433,8 +434,8 @@ slices)
   $B/inferd bench table $OUT/fleet-slices-*.json 2>&1 | tee -a $summary
   ;;
 cluster)
-  # Decode attention's cluster form (`clusters`, where they fit) against the default, the
-  # splits merged through L2 by the last block, in turn twice: 1-16 rows at 4k, 1 and 8 at
+  # Decode attention's cluster form (`clusters`, where they fit) against the default (the
+  # plain or wide grid, the splits merged through L2 by the last block), in turn twice: 1-16 rows at 4k, 1 and 8 at
   # 1k and 16k; first the resident clusters by size (`cuda_check clusters`). Each table
   # says which form the passes took.
   timeout 60 $B/cuda_check clusters 2>&1 | tee -a $summary

@@ -109,9 +109,13 @@ void run(int hd, int group) {
     // 40: the merge's lanes take two splits each; the cluster form 2..16 (16: most empty)
     for (int splits : {1, 2, 3, 16, 40})
       for (const auto [first, rows] : {std::pair{0, 1}, std::pair{3, 1}, std::pair{0, nr}}) {
+        // The split counts each form runs: the cluster forms 2, 3 and 16; the wide form 3 and
+        // 40; the others 1, 3 and 40.
         const bool cl = mma == 3 || mma == 4, wide = mma == 5;
-        if (wide ? splits != 3 && splits != 40 : cl != (splits == 2 || splits == 16) && splits != 3)
-          continue;
+        const bool takes = cl     ? splits == 2 || splits == 3 || splits == 16
+                           : wide ? splits == 3 || splits == 40
+                                  : splits == 1 || splits == 3 || splits == 40;
+        if (!takes) continue;
         // (A cluster launch runs its grid three times here, each block's threads started
         // anew: the cluster forms at two shapes, their clusters of 16 at one row of one.)
         const bool shape_a = hd == 128 && group == 4, shape_b = hd == 64 && group == 8;

@@ -89,13 +89,9 @@ impl CudaBackend {
                     if let Some((c, warps)) = self.cluster_form(own_rows, attn, out.splits) {
                         out.splits = c;
                         out.form = DecodeForm::clusters(warps);
-                    } else if self.inner.wide_decode {
-                        let sms = self.inner.dev.info.multiprocessors.max(1) as usize;
-                        let pairs = own_rows * attn.n_kv_heads;
-                        if let Some(c) = splits::wide_splits(out.splits, pairs, sms) {
-                            out.splits = c;
-                            out.form = DecodeForm::Wide;
-                        }
+                    } else if let Some(c) = self.wide_form(own_rows, attn, out.splits) {
+                        out.splits = c;
+                        out.form = DecodeForm::Wide;
                     }
                 }
                 self.inner.decode_forms[out.form as usize].fetch_add(1, Ordering::Relaxed);
@@ -145,7 +141,7 @@ impl CudaBackend {
     ) -> Result<()> {
         let mode = *self.inner.prefill_kv.lock().unwrap();
         let split_mode = *self.inner.split_prefill.lock().unwrap();
-        let sms = (self.inner.dev.info.multiprocessors as usize).max(1);
+        let sms = self.sms();
         let capacity = self.inner.contig.capacity();
         let token_bytes = 2 * attn.n_kv_heads * attn.head_dim * 2; // bf16 K and V
         let group = attn.n_heads / attn.n_kv_heads;
@@ -414,12 +410,27 @@ impl CudaBackend {
         })
     }
 
+    /// The tensor-core build's wide form's splits for `rows` rows whose plain grid takes
+    /// `splits` (`splits::wide_splits`); none where it is not allowed, or where the splits
+    /// are a configured count (a measurement of that count).
+    fn wide_form(&self, rows: usize, attn: &AttnConfig, splits: usize) -> Option<usize> {
+        if !self.inner.wide_decode || self.inner.decode_splits != 0 {
+            return None;
+        }
+        splits::wide_splits(splits, rows * attn.n_kv_heads, self.sms())
+    }
+
+    /// The multiprocessors the backend's work runs on (its share's, on a share).
+    fn sms(&self) -> usize {
+        (self.inner.dev.info.multiprocessors as usize).max(1)
+    }
+
     /// How many ranges our decode kernel splits each (row, KV head) into for `rows` rows
     /// (`splits::decode_splits`, by the build `mma` names, or the configured count); the
     /// partials' buffer is allocated the first time (outside any capture: a shape's first
     /// pass runs eagerly).
     fn decode_splits(&self, rows: usize, attn: &AttnConfig, mma: bool) -> Result<usize> {
-        let sms = (self.inner.dev.info.multiprocessors as usize).max(1);
+        let sms = self.sms();
         let pairs = rows * attn.n_kv_heads;
         let splits = match self.inner.decode_splits {
             0 => {

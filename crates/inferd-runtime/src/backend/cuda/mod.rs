@@ -83,8 +83,9 @@ pub struct CudaConfig {
     /// Which kernel attends decode rows (bf16 KV); the default picks by the number of rows.
     pub decode: DecodeAttention,
     /// Splits of each (row, KV head) in inferd's decode attention (0: by the pass's shape,
-    /// `splits::decode_splits`; else this many, for measurement: with `cluster_merge`, in
-    /// the tensor-core build's cluster form where 2..=16 and its clusters fit).
+    /// `splits::decode_splits`; else this many, for measurement: never in the wide form;
+    /// with `cluster_merge`, in the tensor-core build's cluster form where 2..=16 and its
+    /// clusters fit).
     pub decode_splits: usize,
     /// Passes of few rows in the tensor-core decode build's cluster form, whose splits
     /// merge in a thread-block cluster's shared memory (`splits::cluster_forms`), where
