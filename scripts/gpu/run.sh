@@ -32,6 +32,9 @@
 #            (cuda_check timeline: 1 row at 1k / 4k / 16k, 8 rows at 4k)
 #   kernels  a replayed one-row decode step launch by launch, from every block's stamps
 #            (cuda_check_probe kernels: prepare.sh PROBE=1), at 1k / 4k / 16k tokens
+#   chain    a one-row step's products (8B shape, 36 layers, random weights, no model) as one
+#            persistent kernel (kernels/chain.cu) at several ring depths against the gemv one
+#            launch a product in a graph, beside a device copy; memcheck over a short chain
 #   fibench  FlashInfer's SM90 prefill over paged K/V against contiguous K/V (TMA), same
 #            values, no model (`cuda_check fibench`)
 #   chunks   prompt chunks' attention over the pool's pages against a contiguous copy
@@ -287,6 +290,15 @@ kernels)
   for ctx in 1024 4096 16384; do
     timeout 150 $B/cuda_check_probe kernels /tmp/q8b $ctx 1 2>&1 | tee -a $summary
   done
+  ;;
+chain)
+  # The persistent chain of products against the wave gemv (`cuda_check chain`), twice in
+  # turn; then memcheck over a 2-layer chain (its outputs compared with the gemv's too).
+  for i in 1 2; do
+    timeout 200 $B/cuda_check chain 36 4:4096,6:4096,2:8192,3:8192,1:8192 2>&1 | tee -a $summary
+  done
+  timeout 300 compute-sanitizer --tool memcheck $B/cuda_check chain 2 4:4096,3:8192 >$OUT/chain-memcheck.log 2>&1
+  note "chain memcheck: rc=$? $(grep -a -E 'ERROR SUMMARY|max' $OUT/chain-memcheck.log | tr '\n' ' ')"
   ;;
 fibench)
   # FlashInfer's SM90 prefill, paged (16-token pages, as the pool holds K/V) against

@@ -87,6 +87,57 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   return v;
 }
 
+// Bulk copies into shared memory (sm_90: the TMA engine copies one contiguous range, no
+// tensor map), each completing on an mbarrier in shared memory that counts its bytes. A
+// barrier's phases alternate parity: bar_wait(bar, p) returns once the phase of parity p
+// is over. bar_init by one thread, then bar_init_fence before any thread uses it.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void bar_init(uint64_t* bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(arrivals)
+               : "memory");
+}
+__device__ __forceinline__ void bar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// An L2 policy for data read once (weights): evicted first.
+__device__ __forceinline__ uint64_t evict_first() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+// bytes (a multiple of 16; both addresses 16-byte aligned) from src to dst, completing the
+// barrier's current phase (its one arrival is this call's).
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes,
+                                          uint64_t* bar, uint64_t policy) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1], %2, [%3], %4;" ::"r"(smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ void bar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// A counter in global memory read with acquire semantics at GPU scope (what another
+// block wrote before its release is visible after).
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 // Asynchronous global -> shared copies (sm_80+): 16 or 4 bytes, both addresses aligned
 // to the size; complete after cp_async_wait_all (each thread waits for its own).
 __device__ __forceinline__ void cp_async16(void* smem, const void* global) {
@@ -208,8 +259,40 @@ inline void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
   launch_cluster(kernel, grid, block, smem, s, 1, static_cast<Args&&>(args)...);
 }
 
+// kernel<<<grid, block, smem, s>>>(args...) launched cooperatively: every block resident
+// at once (or the launch fails), so blocks may wait for one another.
+template <typename... Params, typename... Args>
+inline void launch_cooperative(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                               cudaStream_t s, Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...);
+}
+
 inline unsigned blocks_for(size_t n, unsigned threads) {
   return static_cast<unsigned>((n + threads - 1) / threads);
+}
+
+// acc += the eight products of two vectors of eight bf16, in order (the matrix-vector
+// kernels' sum: gemv.cu, chain.cu).
+__device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc) {
+  const __nv_bfloat162* a = reinterpret_cast<const __nv_bfloat162*>(&w);
+  const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&x);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 p = __bfloat1622float2(a[i]), q = __bfloat1622float2(b[i]);
+    acc = fmaf(p.x, q.x, acc);
+    acc = fmaf(p.y, q.y, acc);
+  }
+  return acc;
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

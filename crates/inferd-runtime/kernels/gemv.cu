@@ -16,18 +16,7 @@ constexpr int kWarps = 8;  // output rows per block, one per warp
 
 using ifd::load_stream;
 
-// acc += Σ of the eight products of two vectors of eight bf16.
-__device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc) {
-  const __nv_bfloat162* a = reinterpret_cast<const __nv_bfloat162*>(&w);
-  const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&x);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 p = __bfloat1622float2(a[i]), q = __bfloat1622float2(b[i]);
-    acc = fmaf(p.x, q.x, acc);
-    acc = fmaf(p.y, q.y, acc);
-  }
-  return acc;
-}
+using ifd::dot8;
 
 // x bf16 [R, k], w bf16 [out, k], bias f32 [out] or null -> y f32 [R, out]; k % 8 == 0.
 // With `add` the product (bias included) is added to what y holds (a residual stream).

@@ -66,6 +66,32 @@ int ifd_gather_rows(const float* x, const int32_t* idx, int n, int cols, float* 
 int ifd_gemv(const void* x, const void* w, const float* bias, float* y, int n, int k, int out,
              int loads, int add, void* stream);
 
+// ---- chain.cu: a chain of one-row products in one persistent kernel, y_s = w_s · x_s,
+// where x_s f32 [k] (read rounded to bf16) is written by earlier steps: step s starts once
+// every block is done with step s - 1. w bf16 [out, k] (k % 8 == 0), y f32 [out] (`add`:
+// y += the product). steps: DEVICE [n_steps]; done: DEVICE u32 [n_steps], zero at launch;
+// max_k: the widest k; piece: 4096 or 8192 bytes a bulk copy, `stages` (1-16) in flight a
+// warp. Each row's sum is gemv.cu's, bit for bit. done null: no step waits for the one
+// before (measurement only: the ring's stream alone; x is then read as it is written).
+typedef struct IfdChainStep {
+  const void* w;
+  const float* x;
+  float* y;
+  int k, out, add, pad;
+} IfdChainStep;
+int ifd_chain(const IfdChainStep* steps, int n_steps, int stages, int piece, int max_k,
+              unsigned* done, void* stream);
+// Measurement only (chain_bench.cu): `layers` layers of the products of a one-row decode
+// step (hidden -> qkv_out, hidden -> hidden, hidden -> gate_up, gate_up / 2 -> hidden),
+// each step's x the step before's y, on random weights: ms a chain by gemv.cu's kernel in a
+// CUDA graph, alone (x fixed) and with each x rounded from the y before (a kernel a step);
+// by ifd_chain at each (stages, piece) of the lists; a device copy's TB/s (bytes read and
+// written); and the largest |difference| of ifd_chain's outputs from gemv.cu's.
+// res: [wave ms, wave + rounding ms, copy TB/s, max |diff|, the first config's ms with no
+// waits between steps, chain ms of each config...]
+int ifd_chain_bench(int hidden, int qkv_out, int gate_up, int layers, int iters, int n_cfg,
+                    const int* stages, const int* pieces, float* res);
+
 // ---- fused.cu
 // Full attention's inputs from the fused projection qkv [rows, (hq + 2 hkv) * head_dim]
 // (bf16 when qkv_bf16, else f32): q and k heads RMS-normed by q_norm / k_norm f32

@@ -18,9 +18,9 @@ pub mod model;
 pub use backend::cpu::{CpuBackend, CpuConfig, HostGroup};
 #[cfg(feature = "cuda")]
 pub use backend::cuda::{
-    decode_cluster_capacity, flashinfer_prefill_bench, kernel_launches, CudaBackend, CudaConfig,
-    DecodeAttention, DecodeForm, KernelLaunch, KernelStamp, PrefillKv, SkipOps, SmShare,
-    SplitPrefill, KERNEL_UNITS, PROBE_STAGES, PROBE_STAGE_NAMES,
+    chain_bench, decode_cluster_capacity, flashinfer_prefill_bench, kernel_launches, ChainShape,
+    ChainTimes, CudaBackend, CudaConfig, DecodeAttention, DecodeForm, KernelLaunch, KernelStamp,
+    PrefillKv, SkipOps, SmShare, SplitPrefill, KERNEL_UNITS, PROBE_STAGES, PROBE_STAGE_NAMES,
 };
 pub use backend::{
     lose_device_after_from_env, Backend, DeviceTensor, Keep, Rows, SampleRow, SimulatedLoss,

@@ -1,7 +1,11 @@
 // Host stand-in for kernels/common.cuh (run.sh puts it beside copies of the kernel files):
 // CUDA's keywords as host C++, a block's threads as std::threads (blocks one after the
-// other), __syncthreads as a barrier over the block, warp shuffles as a barrier over the
-// warp, bf16 as round-to-nearest-even on f32 bits, ifd::launch running the grid at once.
+// other; ifd::launch_cooperative runs every block at once), __syncthreads as a barrier over
+// the block, warp shuffles as a barrier over the warp, bf16 as round-to-nearest-even on f32
+// bits, ifd::launch running the grid at once. A block's own state (its barriers, its
+// shuffles' slots, its dynamic shared memory) is reached through thread-local pointers, so
+// blocks may run side by side; `__shared__` variables are one object for every block, so a
+// kernel launched cooperatively keeps its shared state in dynamic shared memory.
 #pragma once
 #include <algorithm>
 #include <barrier>
@@ -49,7 +53,8 @@ struct Idx {
   int x = 0, y = 0, z = 0;
 };
 inline thread_local Idx threadIdx;
-inline Idx blockIdx, blockDim, gridDim;
+inline thread_local Idx blockIdx;
+inline Idx blockDim, gridDim;
 
 using cudaStream_t = void*;
 enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorInvalidDevice = 101 };
@@ -58,11 +63,16 @@ inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 enum {
   cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
   cudaDevAttrMaxSharedMemoryPerMultiprocessor = 81,
-  cudaFuncAttributeMaxDynamicSharedMemorySize = 8
+  cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+  cudaDevAttrMultiProcessorCount = 16
 };
+// The multiprocessors a test's device has (a few: each is a block of host threads).
+inline int emu_sm_count = 3;
 // An H100/H200's shared memory: 227 KiB a block, 228 KiB a multiprocessor.
 inline cudaError_t cudaDeviceGetAttribute(int* v, int attr, int) {
-  *v = attr == cudaDevAttrMaxSharedMemoryPerMultiprocessor ? 228 << 10 : 227 << 10;
+  *v = attr == cudaDevAttrMultiProcessorCount                ? emu_sm_count
+       : attr == cudaDevAttrMaxSharedMemoryPerMultiprocessor ? 228 << 10
+                                                             : 227 << 10;
   return cudaSuccess;
 }
 enum { cudaFuncAttributeNonPortableClusterSizeAllowed = 9 };
@@ -173,10 +183,13 @@ inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
 }
 
 namespace emu {
-inline std::barrier<>* block_bar;
-inline std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
-inline float warp_slots[1024];
-alignas(16) inline float dyn_smem[(227 << 10) / 4];
+// The running block's own state (see Block below), set in each of its threads.
+inline thread_local std::barrier<>* block_bar;
+inline thread_local std::unique_ptr<std::barrier<>>* warp_bars;
+inline thread_local float* warp_slots;
+inline thread_local unsigned* match_slots;
+inline thread_local float* block_slots;
+inline thread_local float* dyn_smem;
 // Run at the start of every block, and at its pdl_wait (see ifd::pdl_wait), when set.
 inline void (*on_block_start)() = nullptr;
 inline void (*on_pdl_wait)() = nullptr;
@@ -231,9 +244,6 @@ inline void keep_cluster_shared() {
 }  // namespace emu
 #define __syncthreads() emu::block_bar->arrive_and_wait()
 
-namespace emu {
-inline unsigned match_slots[1024];
-}
 // The lanes of the calling warp holding the same value (the whole warp takes part).
 inline unsigned __match_any_sync(unsigned, unsigned v) {
   const int t = threadIdx.x, w = t >> 5;
@@ -295,6 +305,36 @@ inline void pdl_wait() {
   emu::block_bar->arrive_and_wait();
   if (threadIdx.x == 0) emu::on_pdl_wait();
   emu::block_bar->arrive_and_wait();
+}
+// Bulk copies complete at once here; a barrier's word counts its completed phases.
+inline void bar_init(uint64_t* bar, uint32_t) { std::atomic_ref<uint64_t>(*bar).store(0); }
+inline void bar_init_fence() {}
+inline uint64_t evict_first() { return 0; }
+inline void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t) {
+  if (bytes % 16 != 0 || reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16)
+    std::abort();
+  std::memcpy(dst, src, bytes);
+  std::atomic_ref<uint64_t>(*bar).fetch_add(1);
+}
+inline void bar_wait(uint64_t* bar, uint32_t parity) {
+  while ((std::atomic_ref<uint64_t>(*bar).load() & 1) == parity) std::this_thread::yield();
+}
+// A spinning thread sleeps a little: hundreds of host threads spinning at once would
+// leave the ones they wait for no core.
+inline unsigned ld_acquire(const unsigned* p) {
+  std::this_thread::sleep_for(std::chrono::microseconds(20));
+  return std::atomic_ref<unsigned>(*const_cast<unsigned*>(p)).load(std::memory_order_acquire);
+}
+// acc += the eight products of two vectors of eight bf16, in order.
+inline float dot8(const uint4& w, const uint4& x, float acc) {
+  const __nv_bfloat162* a = reinterpret_cast<const __nv_bfloat162*>(&w);
+  const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&x);
+  for (int i = 0; i < 4; ++i) {
+    const float2 p = __bfloat1622float2(a[i]), q = __bfloat1622float2(b[i]);
+    acc = fmaf(p.x, q.x, acc);
+    acc = fmaf(p.y, q.y, acc);
+  }
+  return acc;
 }
 inline void cp_async16(void* smem, const void* global) { std::memcpy(smem, global, 16); }
 inline void cp_async4(void* smem, const void* global) { std::memcpy(smem, global, 4); }
@@ -464,45 +504,100 @@ inline unsigned blocks_for(size_t n, unsigned threads) {
 
 // Sum over the block: every thread posts its value, then each adds them all in thread
 // order (the device adds per warp, then the warps' sums).
-inline float block_slots[1024];
 inline float block_sum(float v) {
-  block_slots[threadIdx.x] = v;
+  emu::block_slots[threadIdx.x] = v;
   __syncthreads();
   float s = 0.f;
-  for (int t = 0; t < blockDim.x; ++t) s += block_slots[t];
+  for (int t = 0; t < blockDim.x; ++t) s += emu::block_slots[t];
   __syncthreads();
   return s;
 }
 
+}  // namespace ifd
+
+namespace emu {
+// One block's state: its barriers, its shuffles' and sums' slots, its dynamic shared memory.
+struct Block {
+  std::barrier<> bar;
+  std::vector<std::unique_ptr<std::barrier<>>> warps;
+  float warp_slots[1024];
+  unsigned match_slots[1024];
+  float block_slots[1024];
+  alignas(16) float smem[(227 << 10) / 4];
+  explicit Block(int threads) : bar(threads) {
+    for (int w = 0; w < (threads + 31) / 32; ++w)
+      warps.emplace_back(new std::barrier<>(std::min(32, threads - 32 * w)));
+  }
+  // The calling thread works for this block from now on.
+  void enter(Idx at) {
+    blockIdx = at;
+    block_bar = &bar;
+    warp_bars = warps.data();
+    emu::warp_slots = this->warp_slots;
+    emu::match_slots = this->match_slots;
+    emu::block_slots = this->block_slots;
+    dyn_smem = smem;
+  }
+};
+// Thread t of `block`: the kernel, then it leaves the barriers it would have reached had it
+// not returned early.
+template <typename F>
+std::thread block_thread(Block& block, Idx at, int t, F run) {
+  return std::thread([&block, at, t, run] {
+    block.enter(at);
+    threadIdx = {t, 0, 0};
+    run();
+    block.bar.arrive_and_drop();
+    block.warps[t >> 5]->arrive_and_drop();
+  });
+}
+inline void set_dims(dim3 grid, dim3 block) {
+  gridDim = {static_cast<int>(grid.x), static_cast<int>(grid.y), static_cast<int>(grid.z)};
+  blockDim = {static_cast<int>(block.x), 1, 1};
+}
+}  // namespace emu
+
+namespace ifd {
 // Runs the grid: blocks in order, each block's threads at once.
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t, cudaStream_t,
             Args&&... args) {
   const int threads = static_cast<int>(block.x);
-  gridDim = {static_cast<int>(grid.x), static_cast<int>(grid.y), static_cast<int>(grid.z)};
-  blockDim = {threads, 1, 1};
+  emu::set_dims(grid, block);
   for (unsigned bz = 0; bz < grid.z; ++bz)
   for (unsigned by = 0; by < grid.y; ++by)
     for (unsigned bx = 0; bx < grid.x; ++bx) {
-      blockIdx = {static_cast<int>(bx), static_cast<int>(by), static_cast<int>(bz)};
+      const Idx at{static_cast<int>(bx), static_cast<int>(by), static_cast<int>(bz)};
+      auto b = std::make_unique<emu::Block>(threads);
+      b->enter(at);  // this thread too, for on_block_start
       if (emu::on_block_start) emu::on_block_start();
-      std::barrier<> bar(threads);
-      emu::block_bar = &bar;
-      emu::warp_bars.clear();
-      for (int w = 0; w < (threads + 31) / 32; ++w)
-        emu::warp_bars.emplace_back(new std::barrier<>(std::min(32, threads - 32 * w)));
       std::vector<std::thread> ts;
       for (int t = 0; t < threads; ++t)
-        ts.emplace_back([&, t] {
-          threadIdx = {t, 0, 0};
-          kernel(args...);
-          // A thread that returned early leaves the barriers it would have reached.
-          bar.arrive_and_drop();
-          emu::warp_bars[t >> 5]->arrive_and_drop();
-        });
+        ts.push_back(emu::block_thread(*b, at, t, [&] { kernel(args...); }));
       for (auto& t : ts) t.join();
       if (emu::cluster_run == 2) emu::keep_cluster_shared();
     }
+}
+// Runs the grid with every block at once (a cooperative launch: blocks may wait for one
+// another). Keep such grids small: every thread of every block is a host thread.
+template <typename... Params, typename... Args>
+void launch_cooperative(void (*kernel)(Params...), dim3 grid, dim3 block, size_t, cudaStream_t,
+                        Args&&... args) {
+  const int threads = static_cast<int>(block.x);
+  emu::set_dims(grid, block);
+  std::vector<std::unique_ptr<emu::Block>> blocks;
+  std::vector<std::thread> ts;
+  for (unsigned bx = 0; bx < grid.x * grid.y * grid.z; ++bx)
+    blocks.push_back(std::make_unique<emu::Block>(threads));
+  for (unsigned bz = 0; bz < grid.z; ++bz)
+  for (unsigned by = 0; by < grid.y; ++by)
+    for (unsigned bx = 0; bx < grid.x; ++bx) {
+      const Idx at{static_cast<int>(bx), static_cast<int>(by), static_cast<int>(bz)};
+      emu::Block& b = *blocks[(bz * grid.y + by) * grid.x + bx];
+      for (int t = 0; t < threads; ++t)
+        ts.push_back(emu::block_thread(b, at, t, [&] { kernel(args...); }));
+    }
+  for (auto& t : ts) t.join();
 }
 // `launch` in clusters of `cluster` blocks along x: the grid three times (see
 // cooperative_groups.h here); the last run's results stand. One block a cluster: `launch`.

@@ -18,7 +18,9 @@
 #   append, byte for byte, in every pool dtype (kv_store_emu.cpp);
 # - decode attention over bf16 pages, its SIMT and tensor-core builds (decode_emu.cpp; mma
 #   and ldmatrix computed warp-wide from the lanes' fragments), against double precision;
-# - the matrix-vector kernel against double precision (gemv_emu.cpp).
+# - the matrix-vector kernel against double precision (gemv_emu.cpp);
+# - chains of products in one persistent kernel (chain.cu), its blocks side by side,
+#   against the matrix-vector kernel bit for bit (chain_emu.cpp).
 # Usage: scripts/dev/kernel-emulation/run.sh (needs g++ >= 11).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -28,12 +30,14 @@ trap 'rm -rf "$tmp"' EXIT
 cp "$here/common.cuh" "$here/hybrid_ops_emu.cpp" "$here/sample_emu.cpp" "$k/sample_plan.cu" "$tmp/"
 cp "$here/cuda_fp8.h" "$here/kv8_emu.cpp" "$k/attention.cu" "$k/kv8.cuh" "$k/inferd.h" "$tmp/"
 cp "$here/elementwise_emu.cpp" "$here/decode_emu.cpp" "$here/expect.h" "$here/cooperative_groups.h" "$k/fused.cu" "$k/norm.cu" "$tmp/"
-cp "$here/gemv_emu.cpp" "$here/kv_store_emu.cpp" "$k/gemv.cu" "$k/kv_gather.cu" "$tmp/"
+cp "$here/gemv_emu.cpp" "$here/kv_store_emu.cpp" "$here/chain_emu.cpp" "$k/gemv.cu" "$k/kv_gather.cu" "$tmp/"
 # The one construct common.cuh cannot redefine: dynamic shared memory.
 for f in delta_rule delta_pieces; do
   sed -e 's/extern __shared__ float smem\[\];/float* smem = emu::dyn_smem;/' "$k/$f.cu" > "$tmp/$f.cu"
 done
-sed -e 's/extern __shared__ float smem\[\];/float* smem = emu::dyn_smem;/' "$k/decode.cu" > "$tmp/decode.cu"
+for f in decode chain; do
+  sed -e 's/extern __shared__ float smem\[\];/float* smem = emu::dyn_smem;/' "$k/$f.cu" > "$tmp/$f.cu"
+done
 cp "$k/delta_net.cu" "$tmp/delta_net.cu"
 cd "$tmp"
 g++ -std=c++20 -O2 -pthread -x c++ hybrid_ops_emu.cpp -o ops
@@ -63,6 +67,8 @@ g++ -std=c++20 -O2 -pthread -I"$tmp" -x c++ decode_emu.cpp -o decode
 # (gemv.cu reads bf16 pairs out of uint4 registers, CUDA's idiom: not strict aliasing.)
 g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -I"$tmp" -x c++ gemv_emu.cpp -o gemv
 ./gemv || status=1
+g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -I"$tmp" -x c++ chain_emu.cpp -o chain
+./chain || status=1
 # The norms, SwiGLU and qkv_prep.
 g++ -std=c++20 -O2 -pthread -I"$tmp" -x c++ elementwise_emu.cpp -o elementwise
 ./elementwise || status=1

@@ -21,6 +21,10 @@
 //!   blocks, in the last layer of a replayed decode step.
 //! - `kernels MODEL_DIR [CONTEXT] [ROWS]`: a replayed decode step's chain launch by launch,
 //!   from every block's entry, wait and done stamps (our kernels only).
+//! - `chain [LAYERS] [STAGES:PIECE,…]`: the products of a one-row step of the Qwen3-8B shape
+//!   (36 layers by default) as one persistent kernel (`kernels/chain.cu`, at each ring
+//!   configuration) against the matrix-vector kernel one launch a product in a graph, on
+//!   random weights, beside a device copy's bandwidth; and the two kernels' outputs compared.
 //! - `fibench [QUERIES] [KEYS]`: FlashInfer's SM90 prefill over paged K/V (as the pool holds
 //!   it) against contiguous K/V (its TMA kernel), same values, no model.
 //! - `checks MODEL_DIR [CONTEXT] [AGENTS+AGENTS…]`: speculative checks of 1 to 9 tokens per
@@ -41,6 +45,7 @@
 //!   pass against its pass alone. KV_DTYPE: bf16 (default), q8 or fp8.
 
 mod agree;
+mod chain;
 mod checks;
 mod common;
 mod lanes;
@@ -100,6 +105,17 @@ fn main() {
             a.get(3).map_or(4096, |c| c.parse().expect("CONTEXT")),
             a.get(4).map_or(1, |c| c.parse().expect("ROWS")),
         ),
+        Some("chain") => chain::chain(
+            a.get(2).map_or(36, |c| c.parse().expect("LAYERS")),
+            &a.get(3)
+                .map_or("4:4096,6:4096,2:8192,3:8192", String::as_str)
+                .split(',')
+                .map(|c| {
+                    let (s, p) = c.split_once(':').expect("STAGES:PIECE");
+                    (s.parse().expect("STAGES"), p.parse().expect("PIECE"))
+                })
+                .collect::<Vec<_>>(),
+        ),
         Some("fibench") => fibench(
             a.get(2).map_or(2048, |c| c.parse().expect("QUERIES")),
             a.get(3).map_or(16384, |c| c.parse().expect("KEYS")),
@@ -126,6 +142,6 @@ fn main() {
             &a.get(4).map_or("2048".to_string(), String::clone).split('+').map(|c| c.parse().expect("CHUNK+CHUNK")).collect::<Vec<usize>>(),
             a.get(5).map_or(1, |c| c.parse().expect("SEQS")),
         ),
-        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | fibench [QUERIES] [KEYS] | chunks MODEL_DIR CONTEXT CHUNK[+CHUNK…] [SEQS] | shortchunks MODEL_DIR [CONTEXT] [CHUNK+…] [SEQS] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT] | checks MODEL_DIR [CONTEXT] [AGENTS+…] | sampling | clusters | profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill [CHUNK]] | timeline MODEL_DIR [CONTEXT] [ROWS] [narrow] | kernels MODEL_DIR [CONTEXT] [ROWS]"),
+        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | chain [LAYERS] [STAGES:PIECE,…] | fibench [QUERIES] [KEYS] | chunks MODEL_DIR CONTEXT CHUNK[+CHUNK…] [SEQS] | shortchunks MODEL_DIR [CONTEXT] [CHUNK+…] [SEQS] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT] | checks MODEL_DIR [CONTEXT] [AGENTS+…] | sampling | clusters | profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill [CHUNK]] | timeline MODEL_DIR [CONTEXT] [ROWS] [narrow] | kernels MODEL_DIR [CONTEXT] [ROWS]"),
     }
 }

@@ -12,6 +12,7 @@
 
 mod attention;
 mod batch;
+mod chain;
 mod contig;
 mod delta_net;
 mod device;
@@ -37,6 +38,7 @@ use std::sync::{Arc, Mutex};
 
 pub use attention::decode_cluster_capacity;
 pub use batch::CudaBatch;
+pub use chain::{chain_bench, ChainShape, ChainTimes};
 pub use contig::PrefillKv;
 pub use device::{device_count, device_info, DeviceInfo};
 pub use flashinfer::prefill_bench as flashinfer_prefill_bench;
