@@ -69,10 +69,10 @@ int ifd_gemv(const void* x, const void* w, const float* bias, float* y, int n, i
 // ---- chain.cu: a chain of one-row products in one persistent kernel, y_s = w_s · x_s,
 // where x_s f32 [k] (read rounded to bf16) is written by earlier steps: step s starts once
 // every block is done with step s - 1. w bf16 [out, k] (k % 8 == 0), y f32 [out] (`add`:
-// y += the product). steps: DEVICE [n_steps]; done: DEVICE u32 [n_steps], zero at launch;
-// max_k: the widest k; piece: 4096 or 8192 bytes a bulk copy, `stages` (1-16) in flight a
-// warp. Each row's sum is gemv.cu's, bit for bit. done null: no step waits for the one
-// before (measurement only: the ring's stream alone; x is then read as it is written).
+// y += the product). steps: DEVICE [n_steps]; counters: DEVICE u32 [2 n_steps], zero at
+// launch; max_k: the widest k; piece: 4096 or 8192 bytes a bulk copy, `stages` (1-16) in
+// flight a warp. Each row's sum is gemv.cu's, bit for bit. wait 0: no step waits for the
+// one before (measurement only: the ring's stream alone; x is then read as it is written).
 typedef struct IfdChainStep {
   const void* w;
   const float* x;
@@ -80,7 +80,7 @@ typedef struct IfdChainStep {
   int k, out, add, pad;
 } IfdChainStep;
 int ifd_chain(const IfdChainStep* steps, int n_steps, int stages, int piece, int max_k,
-              unsigned* done, void* stream);
+              unsigned* counters, int wait, void* stream);
 // Measurement only (chain_bench.cu): `layers` layers of the products of a one-row decode
 // step (hidden -> qkv_out, hidden -> hidden, hidden -> gate_up, gate_up / 2 -> hidden),
 // each step's x the step before's y, on random weights: ms a chain by gemv.cu's kernel in a

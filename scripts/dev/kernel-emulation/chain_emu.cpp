@@ -2,7 +2,8 @@
 // its blocks run side by side (ifd::launch_cooperative here), against gemv.cu's kernel on
 // the same inputs, bit for bit: each step's x the step before's y rounded to bf16, steps
 // whose rows are fewer than the grid's warps (some warps stream nothing), rows shorter than
-// a piece and rows of several pieces, a residual added to, every ring depth asked.
+// a piece and rows of several pieces, a residual added to, every ring depth asked; every
+// block through every barrier, every row claimed.
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -40,8 +41,8 @@ void run(const std::vector<Shape>& shapes, int stages, int piece) {
     y[i] = start[i];
     steps[i] = IfdChainStep{w[i].data(), i == 0 ? x0.data() : y[i - 1].data(), y[i].data(), s.k, s.out, s.add, 0};
   }
-  std::vector<unsigned> done(n, 0);
-  const int e = ifd_chain(steps.data(), n, stages, piece, max_k, done.data(), nullptr);
+  std::vector<unsigned> counters(2 * n, 0);
+  const int e = ifd_chain(steps.data(), n, stages, piece, max_k, counters.data(), 1, nullptr);
   char what[160];
   std::snprintf(what, sizeof what, "chain of %d, %d x %d B: launch", n, stages, piece);
   expect(e == 0, what, e, 0);
@@ -61,7 +62,15 @@ void run(const std::vector<Shape>& shapes, int stages, int piece) {
   }
   // Every block passed every step's barrier.
   int short_count = 0;
-  for (int i = 0; i + 1 < n; ++i) short_count += done[i] != static_cast<unsigned>(emu_sm_count);
+  for (int i = 0; i + 1 < n; ++i) short_count += counters[i] != static_cast<unsigned>(emu_sm_count);
+  // Every row claimed once: a step's claims are its rows and one more a warp that looked
+  // for another (each warp moves past a step when its claim comes back too large).
+  int claims_off = 0;
+  for (int i = 0; i < n; ++i)
+    claims_off += counters[n + i] < static_cast<unsigned>(shapes[i].out) ||
+                  counters[n + i] > static_cast<unsigned>(shapes[i].out + emu_sm_count * 8);
+  std::snprintf(what, sizeof what, "chain of %d, %d x %d B: steps whose claims are off", n, stages, piece);
+  expect(claims_off == 0, what, claims_off, 0);
   std::snprintf(what, sizeof what, "chain of %d, %d x %d B: barriers not reached by every block", n, stages, piece);
   expect(short_count == 0, what, short_count, 0);
 }

@@ -41,6 +41,10 @@ struct uint4 {
 struct float2 {
   float x, y;
 };
+struct int2 {
+  int x, y;
+};
+inline int2 make_int2(int x, int y) { return {x, y}; }
 struct alignas(16) float4 {
   float x, y, z, w;
 };
@@ -264,6 +268,16 @@ inline float __shfl_sync(unsigned, float v, int src) {
   emu::warp_slots[t] = v;
   bar.arrive_and_wait();
   const float r = emu::warp_slots[w * 32 + (src & 31)];
+  bar.arrive_and_wait();
+  return r;
+}
+inline int __shfl_sync(unsigned, int v, int src) {
+  const int t = threadIdx.x, w = t >> 5;
+  std::barrier<>& bar = *emu::warp_bars[w];
+  std::memcpy(&emu::warp_slots[t], &v, 4);
+  bar.arrive_and_wait();
+  int r;
+  std::memcpy(&r, &emu::warp_slots[w * 32 + (src & 31)], 4);
   bar.arrive_and_wait();
   return r;
 }
