@@ -35,6 +35,8 @@
 #   chain    a one-row step's products (8B shape, 36 layers, random weights, no model) as one
 #            persistent kernel (kernels/chain.cu) at several ring depths against the gemv one
 #            launch a product in a graph, beside a device copy; memcheck over a short chain
+#   swiglu   one row's step with SwiGLU in the gate|up gemv's kernel (the default) against
+#            the product and SwiGLU apart, in turn, at 4k and 1k
 #   fibench  FlashInfer's SM90 prefill over paged K/V against contiguous K/V (TMA), same
 #            values, no model (`cuda_check fibench`)
 #   chunks   prompt chunks' attention over the pool's pages against a contiguous copy
@@ -468,6 +470,12 @@ wide)
   fi
   timeout 120 $B/cuda_check timeline /tmp/q8b 4096 1 narrow 2>&1 | tee -a $summary
   timeout 120 $B/cuda_check timeline /tmp/q8b 4096 1 2>&1 | tee -a $summary
+  ;;
+swiglu)
+  # One row's gate|up product with SwiGLU in its kernel (the default) against the two apart
+  # (`unfused`), in turn twice at 4k and 1k.
+  timeout 250 $B/cuda_check speed /tmp/q8b 4096 bf16:rows=1:unfused,bf16:rows=1,bf16:rows=1:unfused,bf16:rows=1 2>&1 | tee -a $summary
+  timeout 200 $B/cuda_check speed /tmp/q8b 1024 bf16:rows=1:unfused,bf16:rows=1,bf16:rows=1:unfused,bf16:rows=1 2>&1 | tee -a $summary
   ;;
 mmaone)
   # Decode attention at 1 and 2 rows: the default (SIMT) against the tensor-core build.

@@ -281,6 +281,9 @@ inline unsigned blocks_for(size_t n, unsigned threads) {
   return static_cast<unsigned>((n + threads - 1) / threads);
 }
 
+// SwiGLU's gate: silu(x) · u (fused.cu's SwiGLU, gemv.cu's in its product).
+__device__ __forceinline__ float silu_mul(float x, float u) { return x / (1.f + __expf(-x)) * u; }
+
 // acc += the eight products of two vectors of eight bf16, in order (the matrix-vector
 // kernels' sum: gemv.cu, chain.cu).
 __device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc) {

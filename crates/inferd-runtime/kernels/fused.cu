@@ -280,7 +280,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 // out[r, c] = silu(gu[r, c]) * gu[r, f + c]   gu [rows, 2f] (In: f32 or bf16) -> out bf16
 // [rows, f]. Grid (column groups, row groups): a thread takes V consecutive columns (V = 4
 // with loads of 4 values when f % 4 == 0, else 1) of rows blockIdx.y, + gridDim.y, ...
-__device__ __forceinline__ float silu_mul(float x, float u) { return x / (1.f + __expf(-x)) * u; }
+using ifd::silu_mul;
 
 template <typename In, int V>
 __global__ void swiglu_kernel(const In* __restrict__ gu, int rows, int f,

@@ -65,6 +65,11 @@ int ifd_gather_rows(const float* x, const int32_t* idx, int n, int cols, float* 
 // `add`: y += the product (a residual stream) instead of y = it
 int ifd_gemv(const void* x, const void* w, const float* bias, float* y, int n, int k, int out,
              int loads, int add, void* stream);
+// SwiGLU of a fused gate|up product in the product's kernel: w bf16 [2f, k] (gate rows,
+// then up rows), bias f32 [2f] or null -> out bf16 [n, f] = silu(x·gateᵀ + b) ⊙ (x·upᵀ + b),
+// the bits of ifd_gemv then ifd_swiglu on its f32 output; n <= 8
+int ifd_gemv_swiglu(const void* x, const void* w, const float* bias, void* out, int n, int k,
+                    int f, int loads, void* stream);
 
 // ---- chain.cu: a chain of one-row products in one persistent kernel, y_s = w_s · x_s,
 // where x_s f32 [k] (read rounded to bf16) is written by earlier steps: step s starts once

@@ -345,7 +345,8 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
     let mut failures = Vec::new();
     // The default, then one setting changed each: graphs off; decode-sized products by
     // cuBLASLt instead of the matrix-vector kernel; decode rows by our kernel whatever
-    // their number, or by FlashInfer's; prompt chunks' attention over a contiguous copy of
+    // their number, or by FlashInfer's; one row's SwiGLU apart from its product (by default
+    // the matrix-vector kernel applies it); prompt chunks' attention over a contiguous copy of
     // their K/V (FlashInfer's ragged kernel; by the policy these short chunks are paged),
     // the decode splits of a few rows merged in thread-block clusters, not through L2,
     // also beside FlashInfer's decode rows; speculative checks as eager prompt chunks;
@@ -384,6 +385,10 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
             ..base
         },
         CudaConfig {
+            no_gemv_swiglu: true,
+            ..base
+        },
+        CudaConfig {
             prefill_kv: PrefillKv::Contiguous,
             ..base
         },
@@ -417,11 +422,21 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
             ..base
         },
     ];
+    // The default's logits (blocks of 4), which SwiGLU made apart must equal to the bit.
+    let mut default_got = None;
     for cfg in configs {
         let backend = CudaBackend::new(cfg).unwrap();
         let gpu_model = Model::load(backend, &path).unwrap();
         for bs in [4, 16] {
             let got = scripted(&gpu_model, KvDtype::Bf16, bs);
+            if bs == 4 && cfg == base {
+                default_got = Some(got.clone());
+            }
+            if bs == 4 && cfg.no_gemv_swiglu && default_got.as_ref() != Some(&got) {
+                failures.push(format!(
+                    "head_dim {head_dim}: SwiGLU apart from the product gave other logits than in its kernel"
+                ));
+            }
             assert_kept_tables_match(&gpu_model, KvDtype::Bf16, bs, &format!("{cfg:?}, bs {bs}"));
             assert_eq!(want.len(), got.len());
             for (p, name) in PHASES.iter().enumerate() {
@@ -429,7 +444,13 @@ fn flashinfer_matches_the_cpu(head_dim: usize, heads: usize) {
                 let what = format!(
                     "head_dim {head_dim}, blocks of {bs}, graphs {}, {}, decode {:?}{}, prompt K/V {:?}, split {:?}, checks {}, SMs {:?}: {name}: {rows} rows, max |Δlogit| {worst}, top-1 equal {same}",
                     if cfg.no_graphs { "off" } else { "on" },
-                    if cfg.no_gemv { "cuBLASLt only" } else { "gemv" },
+                    if cfg.no_gemv {
+                        "cuBLASLt only"
+                    } else if cfg.no_gemv_swiglu {
+                        "gemv, SwiGLU apart"
+                    } else {
+                        "gemv"
+                    },
                     cfg.decode,
                     if cfg.cluster_merge {
                         " (in clusters)"

@@ -339,6 +339,7 @@ inline unsigned ld_acquire(const unsigned* p) {
   std::this_thread::sleep_for(std::chrono::microseconds(20));
   return std::atomic_ref<unsigned>(*const_cast<unsigned*>(p)).load(std::memory_order_acquire);
 }
+inline float silu_mul(float x, float u) { return x / (1.f + __expf(-x)) * u; }
 // acc += the eight products of two vectors of eight bf16, in order.
 inline float dot8(const uint4& w, const uint4& x, float acc) {
   const __nv_bfloat162* a = reinterpret_cast<const __nv_bfloat162*>(&w);

@@ -85,6 +85,9 @@ pub fn speed_by_dtype(model_dir: &Path, context: usize, specs: &str) {
             } else if opt == "narrow" {
                 cfg.no_wide_decode = true;
                 said.push("few rows' decode attention in the plain grid, not the wide form".into());
+            } else if opt == "unfused" {
+                cfg.no_gemv_swiglu = true;
+                said.push("one row's gate|up product and its SwiGLU in two kernels".into());
             } else if opt == "paged" || opt == "contig" {
                 cfg.prefill_kv = if opt == "paged" {
                     inferd_runtime::PrefillKv::Paged

@@ -547,6 +547,25 @@ pub trait Backend: Send + Sync {
         self.split_cols(gate_up, &mut [&mut *gate, &mut *up])?;
         self.silu_mul(gate, up, out)
     }
+    /// The feed-forward's gating from its fused gate|up weight `w` [2·ffn, in]: `proj =
+    /// h · wᵀ (+ bias)` (stored for a bf16 reader), then `swiglu` of it into `out`. A
+    /// backend may make both in one kernel, `proj` then left as scratch (the default: the
+    /// two ops).  h [n, in] -> out [n, ffn]
+    #[allow(clippy::too_many_arguments)]
+    fn linear_swiglu(
+        &self,
+        h: &Self::Tensor,
+        w: &Self::Weight,
+        bias: Option<&Self::Weight>,
+        batch: &Self::Batch,
+        proj: &mut Self::Tensor,
+        gate: &mut Self::Tensor,
+        up: &mut Self::Tensor,
+        out: &mut Self::Tensor,
+    ) -> Result<()> {
+        self.linear(h, w, bias, batch, Rows::Tokens, Keep::Bf16, proj)?; // [n, 2·ffn]
+        self.swiglu(proj, gate, up, out)
+    }
     fn add_assign(&self, x: &mut Self::Tensor, y: &Self::Tensor) -> Result<()>;
     /// The rows named by the batch's `logits_rows`.  x [n, cols] -> out [n_logits, cols]
     fn gather_logit_rows(

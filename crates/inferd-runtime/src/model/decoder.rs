@@ -11,7 +11,8 @@
 //! Then logits = RMSNorm(x)·W_lmᵀ for the requested rows (W_lm = W_embed when tied).
 //!
 //! Fused projections (Q|K|V, gate|up) hand their whole output to one backend op
-//! (`qkv_prep`, `swiglu`), which a backend may run as one kernel; what reads them rounds to
+//! (`qkv_prep`; gate|up's product and its SwiGLU are one op, `linear_swiglu`), which a
+//! backend may run as one kernel; what reads them rounds to
 //! bf16, so a backend may store them in bf16 (`Keep::Bf16`). `qkv_prep` may also store the
 //! new K/V rows in the pool (`KvRows::Stored`), which `attention` then does not. The
 //! products that end 2. and 4. join the residual stream together with the next norm (`join`,
@@ -122,8 +123,7 @@ impl<B: Backend> Decoder<'_, B> {
             ..
         } = ws;
         if let Some((w, bias)) = lw.gate_up.fused(2) {
-            b.linear(h, w, bias, batch, Rows::Tokens, Keep::Bf16, proj)?; // [n, 2·ffn]
-            b.swiglu(proj, gate, up, act)?; // [n, ffn]
+            b.linear_swiglu(h, w, bias, batch, proj, gate, up, act)?; // [n, ffn]
         } else {
             self.project(h, &lw.gate_up, batch, proj, &mut [gate, up])?; // [n, ffn] each
             b.silu_mul(gate, up, act)?;

@@ -99,6 +99,17 @@ extern "C" {
         add: c_int,
         stream: Stream,
     ) -> c_int;
+    pub fn ifd_gemv_swiglu(
+        x: *const c_void,
+        w: *const c_void,
+        bias: *const f32,
+        out: *mut c_void,
+        n: c_int,
+        k: c_int,
+        f: c_int,
+        loads: c_int,
+        stream: Stream,
+    ) -> c_int;
     pub fn ifd_qkv_prep(
         qkv: *const c_void,
         qkv_bf16: c_int,

@@ -103,6 +103,10 @@ pub struct CudaConfig {
     /// One row of the 8B at 4k took 5.73-5.74 ms a step wide against 5.86-5.88 plain, at
     /// 1k 5.64 against 5.69-5.71 (H100, session 30 call 3; docs/gpu-notes.md).
     pub no_wide_decode: bool,
+    /// Make the feed-forward's gate|up product and its SwiGLU apart where the matrix-vector
+    /// kernel makes the product (for comparison: by default that kernel applies SwiGLU
+    /// itself, `ifd_gemv_swiglu`, to the same bits, one kernel fewer a layer).
+    pub no_gemv_swiglu: bool,
     /// Profiling only: ops left out of every pass (see [`SkipOps`]; results are garbage).
     pub profile_skip: SkipOps,
     /// Every row but a plain greedy one drawn by the host sampler from its logits row read
@@ -189,6 +193,9 @@ struct Inner {
     /// Whether passes of few rows may take the tensor-core build's wide form
     /// (`CudaConfig::no_wide_decode` off).
     wide_decode: bool,
+    /// Whether the matrix-vector kernel applies SwiGLU to its gate|up products
+    /// (`CudaConfig::no_gemv_swiglu` off).
+    gemv_swiglu: bool,
     /// Clusters of the cluster form the device holds at once, by shape, from the
     /// occupancy calculator once each.
     decode_clusters: Mutex<Vec<(ClusterShape, usize)>>,
@@ -271,6 +278,7 @@ impl CudaBackend {
                 decode_splits: cfg.decode_splits,
                 cluster_merge: cfg.cluster_merge && cfg.share.is_none(),
                 wide_decode: !cfg.no_wide_decode,
+                gemv_swiglu: !cfg.no_gemv_swiglu,
                 decode_clusters: Mutex::default(),
                 decode_chunk_tokens: AtomicUsize::new(cfg.decode_chunk_tokens),
                 gemv_loads: if cfg.gemv_loads == 0 {
@@ -1032,6 +1040,50 @@ impl Backend for CudaBackend {
             "qkv_prep",
         )?;
         Ok(rows)
+    }
+
+    fn linear_swiglu(
+        &self,
+        h: &CudaTensor,
+        w: &CudaWeight,
+        bias: Option<&CudaWeight>,
+        batch: &CudaBatch,
+        proj: &mut CudaTensor,
+        gate: &mut CudaTensor,
+        up: &mut CudaTensor,
+        out: &mut CudaTensor,
+    ) -> Result<()> {
+        // Where our matrix-vector kernel makes the product, it applies SwiGLU itself (the
+        // same bits as the product then `swiglu`; one kernel fewer on a decode step's chain).
+        let (wb, w_out, w_in) = w.matrix("linear_swiglu")?;
+        let skip = self.inner.skip.has(SkipOps::LINEAR) || self.inner.skip.has(SkipOps::SWIGLU);
+        let fused = self.inner.gemv_swiglu && self.gemv_takes(h.rows, w_in);
+        if !fused || !w_out.is_multiple_of(2) || skip {
+            self.linear(h, w, bias, batch, Rows::Tokens, Keep::Bf16, proj)?; // [n, 2·ffn]
+            return self.swiglu(proj, gate, up, out);
+        }
+        if h.cols != w_in {
+            return Err(RuntimeError::BadBatch(format!(
+                "linear_swiglu: input has {} columns, the weight {w_in}",
+                h.cols
+            )));
+        }
+        let s = self.stream()?;
+        let ffn = w_out / 2;
+        let bias = bias
+            .map(|b| b.vector("linear_swiglu bias"))
+            .transpose()?
+            .map_or(std::ptr::null(), |(p, _)| p);
+        let xp = h.bf16_ptr("linear_swiglu")?;
+        out.prepare(h.rows, ffn, Act::Bf16)?; // [n, ffn]
+        let op = out.bf16_ptr("linear_swiglu")?;
+        let (n, loads) = (int(h.rows), int(self.inner.gemv_loads));
+        check(
+            unsafe {
+                ffi::ifd_gemv_swiglu(xp, wb.ptr(), bias, op, n, int(w_in), int(ffn), loads, s)
+            },
+            "gemv_swiglu",
+        )
     }
 
     fn swiglu(
