@@ -67,6 +67,7 @@ g++ -std=c++20 -O2 -pthread -I"$tmp" -x c++ decode_emu.cpp -o decode
 # (gemv.cu reads bf16 pairs out of uint4 registers, CUDA's idiom: not strict aliasing.)
 g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -I"$tmp" -x c++ gemv_emu.cpp -o gemv
 ./gemv || status=1
+# Chains of products in one persistent kernel, its blocks side by side.
 g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -I"$tmp" -x c++ chain_emu.cpp -o chain
 ./chain || status=1
 # The norms, SwiGLU and qkv_prep.
