@@ -230,10 +230,23 @@ __device__ __forceinline__ void store4(bf16* p, float a, float b, float c, float
   *reinterpret_cast<uint2*>(p) = uint2{pack_bf16(a, b), pack_bf16(c, d)};
 }
 
-// kernel<<<grid, block, smem, s>>>(args...) with programmatic stream serialization allowed
-// and, with `cluster` > 1, in thread-block clusters of that many blocks along x (the grid's
-// x a multiple of it; above 8 the kernel must allow non-portable sizes); errors are left
-// for `launched`.
+// kernel<<<grid, block, smem, s>>>(args...) with the launch attributes attr[0, n); errors
+// are left for `launched`.
+template <typename... Params, typename... Args>
+inline void launch_with(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                        cudaStream_t s, cudaLaunchAttribute* attr, unsigned n, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = n;
+  (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...);
+}
+// The same with programmatic stream serialization allowed and, with `cluster` > 1, in
+// thread-block clusters of that many blocks along x (the grid's x a multiple of it; above
+// 8 the kernel must allow non-portable sizes).
 template <typename... Params, typename... Args>
 inline void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                            cudaStream_t s, unsigned cluster, Args&&... args) {
@@ -244,37 +257,23 @@ inline void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, siz
   attr[1].val.clusterDim.x = cluster;
   attr[1].val.clusterDim.y = 1;
   attr[1].val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cfg.attrs = attr;
-  cfg.numAttrs = cluster > 1 ? 2 : 1;
-  (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...);
+  launch_with(kernel, grid, block, smem, s, attr, cluster > 1 ? 2 : 1,
+              static_cast<Args&&>(args)...);
 }
 template <typename... Params, typename... Args>
 inline void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
                    Args&&... args) {
   launch_cluster(kernel, grid, block, smem, s, 1, static_cast<Args&&>(args)...);
 }
-
-// kernel<<<grid, block, smem, s>>>(args...) launched cooperatively: every block resident
-// at once (or the launch fails), so blocks may wait for one another.
+// Launched cooperatively: every block resident at once (or the launch fails), so blocks
+// may wait for one another.
 template <typename... Params, typename... Args>
 inline void launch_cooperative(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                                cudaStream_t s, Args&&... args) {
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeCooperative;
   attr[0].val.cooperative = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...);
+  launch_with(kernel, grid, block, smem, s, attr, 1, static_cast<Args&&>(args)...);
 }
 
 inline unsigned blocks_for(size_t n, unsigned threads) {
