@@ -238,7 +238,7 @@ fn scripted_with<B: Backend>(
     let mut pos: Vec<usize> = prompts.iter().map(Vec::len).collect();
     // Passes of each sequence's next tokens (fixed ones from `salt` on), every row's
     // logits: 12 decode steps (sequence 0's table row moved at the seventh), then checks
-    // of 9, 7, 5, 9 and 7 rows (buckets 16, 8, 8, 16, 8).
+    // of 9, 7, 5, 9 and 7 rows (buckets 16, 8, 8, 16, 8), then a step of sequence 2 alone.
     let decodes = (0..12).map(|step| ([1, 1, 1], step, 2));
     let checks = [[3, 1, 5], [1, 4, 2], [2, 2, 1], [5, 3, 1], [2, 1, 4]]
         .into_iter()
@@ -266,6 +266,22 @@ fn scripted_with<B: Backend>(
         b.logits_rows = (0..b.n_tokens()).collect();
         pass(&b, phase, &mut out);
     }
+    // One row alone: the shape the GPU's matrix-vector kernel (and its SwiGLU) takes.
+    let mut b = ForwardBatch::default();
+    let t = [token(40, 2)];
+    kept.add(
+        mode,
+        &mut b,
+        2,
+        &t,
+        pos[2],
+        prompts[2].len(),
+        &tables[2],
+        bs,
+    );
+    pos[2] += 1;
+    b.logits_rows = vec![0];
+    pass(&b, 2, &mut out);
     let mut b = ForwardBatch::default();
     for s in 0..2 {
         let t = [token(12, s)];

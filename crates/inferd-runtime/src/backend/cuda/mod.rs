@@ -426,18 +426,13 @@ impl CudaBackend {
         y: gemm::Out,
     ) -> Result<()> {
         let s = self.stream()?;
-        let (wb, w_out, w_in) = w.matrix("linear")?;
-        if x.cols != w_in {
-            return Err(RuntimeError::BadBatch(format!(
-                "linear: input has {} columns, the weight {w_in}",
-                x.cols
-            )));
-        }
-        let bias = bias
-            .map(|b| b.vector("linear bias"))
-            .transpose()?
-            .map(|(p, _)| p);
-        let xp = x.bf16_ptr("linear")?;
+        let Operands {
+            x: xp,
+            w: wb,
+            bias,
+            out: w_out,
+            inputs: w_in,
+        } = operands(x, w, bias, "linear")?;
         let gemv = self.gemv_takes(x.rows, w_in);
         let (yp, add) = match y {
             gemm::Out::F32(p) if gemv => (p, 0),
@@ -490,6 +485,40 @@ fn same_shape(a: &CudaTensor, b: &CudaTensor, op: &str) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// What a product by `w` [out, inputs] reads: x's bf16 rows [n, inputs] (its width checked
+/// against the weight's), the weight, its f32 bias [out] if any, and the weight's shape.
+struct Operands<'w> {
+    x: *mut std::ffi::c_void,
+    w: &'w device::DeviceBuffer,
+    bias: Option<*const f32>,
+    out: usize,
+    inputs: usize,
+}
+
+fn operands<'w>(
+    x: &CudaTensor,
+    w: &'w CudaWeight,
+    bias: Option<&CudaWeight>,
+    op: &str,
+) -> Result<Operands<'w>> {
+    let (wb, out, inputs) = w.matrix(op)?;
+    if x.cols != inputs {
+        return Err(RuntimeError::BadBatch(format!(
+            "{op}: input has {} columns, the weight {inputs}",
+            x.cols
+        )));
+    }
+    // (the bias is the product's one vector weight: `op` names it in an error)
+    let bias = bias.map(|b| b.vector(op)).transpose()?.map(|(p, _)| p);
+    Ok(Operands {
+        x: x.bf16_ptr(op)?,
+        w: wb,
+        bias,
+        out,
+        inputs,
+    })
 }
 
 impl Backend for CudaBackend {
@@ -1055,26 +1084,21 @@ impl Backend for CudaBackend {
     ) -> Result<()> {
         // Where our matrix-vector kernel makes the product, it applies SwiGLU itself (the
         // same bits as the product then `swiglu`; one kernel fewer on a decode step's chain).
-        let (wb, w_out, w_in) = w.matrix("linear_swiglu")?;
+        let (_, _, w_in) = w.matrix("linear_swiglu")?;
         let skip = self.inner.skip.has(SkipOps::LINEAR) || self.inner.skip.has(SkipOps::SWIGLU);
-        let fused = self.inner.gemv_swiglu && self.gemv_takes(h.rows, w_in);
-        if !fused || !w_out.is_multiple_of(2) || skip {
+        if !self.inner.gemv_swiglu || !self.gemv_takes(h.rows, w_in) || skip {
             self.linear(h, w, bias, batch, Rows::Tokens, Keep::Bf16, proj)?; // [n, 2·ffn]
             return self.swiglu(proj, gate, up, out);
         }
-        if h.cols != w_in {
-            return Err(RuntimeError::BadBatch(format!(
-                "linear_swiglu: input has {} columns, the weight {w_in}",
-                h.cols
-            )));
-        }
         let s = self.stream()?;
-        let ffn = w_out / 2;
-        let bias = bias
-            .map(|b| b.vector("linear_swiglu bias"))
-            .transpose()?
-            .map_or(std::ptr::null(), |(p, _)| p);
-        let xp = h.bf16_ptr("linear_swiglu")?;
+        let Operands {
+            x: xp,
+            w: wb,
+            bias,
+            out: w_out,
+            ..
+        } = operands(h, w, bias, "linear_swiglu")?;
+        let (ffn, bias) = (w_out / 2, bias.unwrap_or(std::ptr::null()));
         out.prepare(h.rows, ffn, Act::Bf16)?; // [n, ffn]
         let op = out.bf16_ptr("linear_swiglu")?;
         let (n, loads) = (int(h.rows), int(self.inner.gemv_loads));
