@@ -1091,20 +1091,24 @@ impl Backend for CudaBackend {
             return self.swiglu(proj, gate, up, out);
         }
         let s = self.stream()?;
-        let Operands {
-            x: xp,
-            w: wb,
-            bias,
-            out: w_out,
-            ..
-        } = operands(h, w, bias, "linear_swiglu")?;
-        let (ffn, bias) = (w_out / 2, bias.unwrap_or(std::ptr::null()));
+        let o = operands(h, w, bias, "linear_swiglu")?;
+        let (ffn, bias) = (o.out / 2, o.bias.unwrap_or(std::ptr::null()));
         out.prepare(h.rows, ffn, Act::Bf16)?; // [n, ffn]
         let op = out.bf16_ptr("linear_swiglu")?;
         let (n, loads) = (int(h.rows), int(self.inner.gemv_loads));
         check(
             unsafe {
-                ffi::ifd_gemv_swiglu(xp, wb.ptr(), bias, op, n, int(w_in), int(ffn), loads, s)
+                ffi::ifd_gemv_swiglu(
+                    o.x,
+                    o.w.ptr(),
+                    bias,
+                    op,
+                    n,
+                    int(o.inputs),
+                    int(ffn),
+                    loads,
+                    s,
+                )
             },
             "gemv_swiglu",
         )
