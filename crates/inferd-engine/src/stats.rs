@@ -74,6 +74,7 @@ pub mod names {
     /// reader's queue, the reads and their verification).
     pub const SPILL_READ_SECONDS: &str = "inferd_spill_read_seconds";
     /// The backend's own event counts, label `event` (CUDA: `decode_eager`,
-    /// `graph_captured`, `graph_replayed`: how decode passes ran).
+    /// `graph_captured`, `graph_replayed`: how decode passes ran; `graph_capture_failed`:
+    /// captures that broke, whose passes ran eagerly instead).
     pub const BACKEND_EVENTS: &str = "inferd_backend_events";
 }

@@ -33,6 +33,9 @@ int ifd_last_error();
 // Test support: queues a kernel that stores to an invalid address, so the work after it
 // fails with a sticky error (cudaErrorIllegalAddress: the device is lost to the process).
 int ifd_test_fault(void* stream);
+// Test support: queries `stream` while it is being captured, which the runtime forbids:
+// the capture is invalidated, as another thread's device-wide call would do.
+void ifd_test_break_capture(void* stream);
 // CUDA graphs: capture the work queued on `stream` between begin and end (this thread's
 // calls only) into an executable graph; launch replays it on `stream`.
 int ifd_capture_begin(void* stream);

@@ -112,6 +112,10 @@ int ifd_test_fault(void* stream) {
   return static_cast<int>(cudaGetLastError());
 }
 
+void ifd_test_break_capture(void* stream) {
+  (void)cudaStreamQuery(ifd::as_stream(stream));
+}
+
 int ifd_capture_begin(void* stream) {
   return static_cast<int>(
       cudaStreamBeginCapture(ifd::as_stream(stream), cudaStreamCaptureModeThreadLocal));

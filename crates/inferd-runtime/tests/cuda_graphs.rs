@@ -2,22 +2,21 @@
 //! passes run eagerly (both padded to the graph buckets), over many steps, with batch
 //! sizes that share a bucket and ones that change it; padding rows never reach the caller.
 //! The same for a hybrid model (Gated DeltaNet layers: each sequence in its state slot).
+//! A capture that breaks is followed by its pass run eagerly: the same bits again.
 
 #![cfg(feature = "cuda")]
 
 mod common;
 
 use common::*;
-use inferd_runtime::{CudaBackend, CudaConfig, ForwardBatch, Model};
+use inferd_runtime::{Backend, CudaBackend, CudaConfig, ForwardBatch, Model};
 
-fn logits_of_decode(no_graphs: bool, model: &str) -> Option<Vec<Vec<f32>>> {
+/// Each decode step's logits, and the backend's counters after the last.
+type Decoded = (Vec<Vec<f32>>, Vec<(&'static str, u64)>);
+
+fn logits_of_decode(cfg: CudaConfig, model: &str) -> Option<Decoded> {
     cuda()?;
-    let backend = CudaBackend::new(CudaConfig {
-        device: 0,
-        no_graphs,
-        ..CudaConfig::default()
-    })
-    .unwrap();
+    let backend = CudaBackend::new(cfg).unwrap();
     let model = Model::load(backend, &repo_root().join("fixtures/models").join(model)).unwrap();
     let vocab = model.cfg.vocab_size;
     let mut run = Runner::new(&model, 512);
@@ -73,7 +72,20 @@ fn logits_of_decode(no_graphs: bool, model: &str) -> Option<Vec<Vec<f32>>> {
         }
         out.push(l);
     }
-    Some(out)
+    Some((out, model.backend.counters()))
+}
+
+fn config(no_graphs: bool, break_captures: u32) -> CudaConfig {
+    CudaConfig {
+        device: 0,
+        no_graphs,
+        break_captures,
+        ..CudaConfig::default()
+    }
+}
+
+fn counter(counters: &[(&'static str, u64)], name: &str) -> u64 {
+    counters.iter().find(|(n, _)| *n == name).unwrap().1
 }
 
 #[test]
@@ -87,15 +99,39 @@ fn hybrid_graph_replays_equal_eager_passes() {
 }
 
 fn replays_equal_eager(model: &str) {
-    let Some(eager) = logits_of_decode(true, model) else {
+    let Some((eager, _)) = logits_of_decode(config(true, 0), model) else {
         return;
     };
-    let graphs = logits_of_decode(false, model).unwrap();
-    for (step, (a, b)) in eager.iter().zip(&graphs).enumerate() {
+    let (graphs, counters) = logits_of_decode(config(false, 0), model).unwrap();
+    assert_same(&eager, &graphs, model, "graph replay");
+    assert!(counter(&counters, "graph_replayed") > 0, "{counters:?}");
+}
+
+/// The first two captures broken on purpose (each invalidated inside, as another thread's
+/// device-wide call would do): their passes run eagerly instead, with the same bits, and
+/// the keys' next passes are captured and replayed.
+#[test]
+fn broken_captures_fall_back_to_eager_passes() {
+    let Some((eager, _)) = logits_of_decode(config(true, 0), "qwen3") else {
+        return;
+    };
+    let (graphs, counters) = logits_of_decode(config(false, 2), "qwen3").unwrap();
+    assert_same(&eager, &graphs, "qwen3", "a pass after a broken capture");
+    // At least the two: bodies on other threads may break captures of this one too.
+    assert!(
+        counter(&counters, "graph_capture_failed") >= 2,
+        "{counters:?}"
+    );
+    assert!(counter(&counters, "graph_replayed") > 0, "{counters:?}");
+}
+
+fn assert_same(eager: &[Vec<f32>], graphs: &[Vec<f32>], model: &str, what: &str) {
+    assert_eq!(eager.len(), graphs.len());
+    for (step, (a, b)) in eager.iter().zip(graphs).enumerate() {
         let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
         assert!(
             same,
-            "{model} step {step}: graph replay differs from the eager pass"
+            "{model} step {step}: {what} differs from the eager pass"
         );
     }
 }

@@ -14,6 +14,11 @@ pub struct SchedulerConfig {
     /// Prefill tokens per step while sequences are decoding (at most `max_prefill_tokens`):
     /// smaller, so a long prompt arriving adds little to the running agents' inter-token time.
     pub max_prefill_tokens_decoding: usize,
+    /// Whether a pass's decode rows count against `max_prefill_tokens_decoding`, so a pass
+    /// with a full prompt slice has exactly that many rows, decodes included. A GPU's
+    /// products run in tiles of 64-256 rows: 4096 prompt rows plus 31 decode rows pay for a
+    /// tile row more than 4096 rows do.
+    pub decodes_in_prefill_slice: bool,
     /// While sequences are decoding, a prefill slice of `n` tokens starting at position `p`
     /// is kept to `n · (p + n) <=` this (at least 16 tokens): attention makes late slices of a
     /// long prompt cost more per token, so they are made shorter.
@@ -44,6 +49,7 @@ impl Default for SchedulerConfig {
             max_batch_tokens: 512,
             max_prefill_tokens: 256,
             max_prefill_tokens_decoding: 128,
+            decodes_in_prefill_slice: false,
             max_prefill_area_decoding: 128 * 1024,
             max_running: 64,
             lookahead: 8,
@@ -406,9 +412,17 @@ impl Scheduler {
         }
         let decoding = !out.chunks.is_empty();
         let mut prefill_budget = if decoding {
-            self.cfg
+            let rows = if self.cfg.decodes_in_prefill_slice {
+                decodes.len()
+            } else {
+                0
+            };
+            let slice = self
+                .cfg
                 .max_prefill_tokens_decoding
-                .min(self.cfg.max_prefill_tokens)
+                .min(self.cfg.max_prefill_tokens);
+            // (Never below MIN_SLICE for the decodes: prompts still move among many.)
+            slice.saturating_sub(rows).max(MIN_SLICE.min(slice))
         } else {
             self.cfg.max_prefill_tokens
         }

@@ -323,6 +323,81 @@ fn prefill_slices_are_smaller_while_others_decode() {
     assert_eq!(sizes, vec![(1, 1), (2, 16)]);
 }
 
+/// With `decodes_in_prefill_slice` a pass's decode rows and its prompt slice together fill
+/// `max_prefill_tokens_decoding` (whole tiles of a GPU's products), never leaving a prompt
+/// less than 16 tokens; the next prompt's first tokens fill what the last slice of a
+/// prompt leaves.
+#[test]
+fn decode_rows_share_the_prefill_slice_when_asked() {
+    let cfg = SchedulerConfig {
+        max_prefill_tokens: 64,
+        max_prefill_tokens_decoding: 32,
+        decodes_in_prefill_slice: true,
+        ..Default::default()
+    };
+    let mut kv = KvManager::new(256, 16);
+    let mut s = Sched::new(cfg);
+    for id in 1..=3 {
+        s.add(Request {
+            id,
+            prompt_len: 4,
+            priority: 0,
+            ..Default::default()
+        });
+    }
+    let out = s.schedule(&mut kv);
+    s.commit(&out);
+    // Three sequences decode; two long prompts arrive.
+    for id in [4, 5] {
+        s.add(Request {
+            id,
+            prompt_len: 40,
+            priority: 0,
+            ..Default::default()
+        });
+    }
+    let mut rows = Vec::new();
+    for _ in 0..2 {
+        let out = s.schedule(&mut kv);
+        s.commit(&out);
+        let sizes: Vec<(u64, usize)> = out.chunks.iter().map(|c| (c.seq, c.n_tokens)).collect();
+        rows.push(out.chunks.iter().map(|c| c.n_tokens).sum::<usize>());
+        assert!(sizes.iter().take(3).all(|&(_, n)| n == 1), "{sizes:?}");
+    }
+    assert_eq!(rows, vec![32, 32], "decodes and slices fill the pass");
+
+    // Past the slice: 40 decodes leave a prompt its 16 tokens.
+    let cfg = SchedulerConfig {
+        max_prefill_tokens_decoding: 32,
+        decodes_in_prefill_slice: true,
+        ..Default::default()
+    };
+    let mut kv = KvManager::new(1024, 16);
+    let mut s = Sched::new(cfg);
+    for id in 1..=40 {
+        s.add(Request {
+            id,
+            prompt_len: 2,
+            priority: 0,
+            ..Default::default()
+        });
+    }
+    for _ in 0..8 {
+        let out = s.schedule(&mut kv);
+        s.commit(&out);
+    }
+    s.add(Request {
+        id: 100,
+        prompt_len: 100,
+        priority: 0,
+        ..Default::default()
+    });
+    let out = s.schedule(&mut kv);
+    let slice = out.chunks.iter().find(|c| c.seq == 100).map(|c| c.n_tokens);
+    assert_eq!(out.chunks.iter().filter(|c| c.n_tokens == 1).count(), 40);
+    assert_eq!(slice, Some(16));
+}
+
 #[test]
 fn late_slices_of_a_long_prompt_are_shorter_while_others_decode() {
     assert_eq!(area_capped(128, 0, 128 * 1024), 128);
@@ -424,7 +499,7 @@ fn a_short_arrival_is_not_held_behind_a_long_prefill() {
         prompt_len: 5700,
         ..Default::default()
     });
-    for _ in 0..3 {
+    for _ in 0..2 {
         let out = s.schedule(&mut kv);
         assert_eq!(
             out.chunks[0].n_tokens, 256,

@@ -289,13 +289,15 @@ pub trait Backend: Send + Sync {
 
     /// Runs one pass's ops `f` (the decoder over `kv`, writing the workspace of generation
     /// `ws_generation`). A graph backend captures a decode pass on the first use of its
-    /// shape and replays the capture after, for the same workspace and pool.
+    /// shape and replays the capture after, for the same workspace and pool. `f` may be
+    /// called twice: a capture that broke (nothing in it ran) is followed by the pass run
+    /// eagerly, so `f` only queues work on the device.
     fn run_pass(
         &self,
         _batch: &Self::Batch,
         kv: &mut Self::Kv,
         _ws_generation: u64,
-        f: impl FnOnce(&mut Self::Kv) -> Result<()>,
+        mut f: impl FnMut(&mut Self::Kv) -> Result<()>,
     ) -> Result<()> {
         f(kv)
     }

@@ -78,6 +78,11 @@ pub struct Args {
     /// GPU): a long prompt is read in slices this size between their tokens.
     #[arg(long)]
     max_prefill_tokens_decoding: Option<usize>,
+    /// Whether decode rows count against --max-prefill-tokens-decoding, so a pass with a
+    /// full prompt slice has exactly that many rows (default false; true on a GPU, whose
+    /// matrix products run in tiles of rows).
+    #[arg(long)]
+    decodes_in_prefill_slice: Option<bool>,
     /// Sequences generating at once.
     #[arg(long)]
     max_running: Option<usize>,
@@ -310,6 +315,9 @@ pub fn run(a: Args) -> Result<()> {
         engine_cfg.sched.max_batch_tokens = GPU_BATCH_TOKENS;
         engine_cfg.sched.max_prefill_tokens = GPU_BATCH_TOKENS;
         engine_cfg.sched.max_prefill_tokens_decoding = GPU_BATCH_TOKENS / 2;
+        // Decode rows and the prompt slice beside them make 4096 rows, not 4096 + decodes:
+        // cuBLASLt's tiles of rows then run full.
+        engine_cfg.sched.decodes_in_prefill_slice = true;
         engine_cfg.sched.max_prefill_area_decoding = usize::MAX;
         // One GPU pass takes a crowd's short prompts as cheaply as a few: 32 agents
         // relaunched on an 8k brief got their last first token 242.5 -> 183.8 ms (H100,
@@ -324,6 +332,9 @@ pub fn run(a: Args) -> Result<()> {
     }
     if let Some(v) = a.max_prefill_tokens_decoding {
         engine_cfg.sched.max_prefill_tokens_decoding = v;
+    }
+    if let Some(v) = a.decodes_in_prefill_slice {
+        engine_cfg.sched.decodes_in_prefill_slice = v;
     }
     if let Some(v) = a.max_running {
         engine_cfg.sched.max_running = v;

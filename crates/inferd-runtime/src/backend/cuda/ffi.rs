@@ -278,6 +278,7 @@ extern "C" {
     ) -> c_int;
     pub fn ifd_decode_supported(head_dim: c_int, group: c_int) -> c_int;
     pub fn ifd_test_fault(stream: Stream) -> c_int;
+    pub fn ifd_test_break_capture(stream: Stream);
     pub fn ifd_attention_stub(out: *mut c_void, n: usize, stream: Stream) -> c_int;
     pub fn ifd_decode_probe(buf: *mut c_void) -> c_int;
     pub fn ifd_kernel_probe_gemv(region: *mut c_void) -> c_int;

@@ -5,10 +5,16 @@
 //! by all of them: the bucket (rows), the workspace, the KV pool and its device block
 //! tables, the bucket's metadata buffer and the rotary table; any of them new means a new capture, and graphs over
 //! buffers that are gone are dropped then.
+//!
+//! A capture can break without any fault of the pass: another thread's call that
+//! synchronizes the whole device (a `cudaFree`, a kernel module loaded lazily) invalidates
+//! it. Nothing of a broken capture has run, so the pass then runs eagerly and the step goes
+//! on; the key's next pass tries to capture again, up to [`CAPTURE_TRIES`] broken captures,
+//! after which its passes run eagerly.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use super::ffi::{self, check};
@@ -55,26 +61,50 @@ impl Drop for Exec {
     }
 }
 
+/// Broken captures of one key after which its passes run eagerly.
+pub const CAPTURE_TRIES: u32 = 3;
+
+/// The CUDA runtime's stream-capture errors (cudaErrorStreamCaptureUnsupported 900 ..
+/// cudaErrorStreamCaptureTimeout 909): a capture that broke, not a fault of the device.
+fn is_capture_error(code: i32) -> bool {
+    (900..=909).contains(&code)
+}
+
 #[derive(Default)]
 pub struct Graphs {
     execs: Mutex<HashMap<Key, Exec>>,
     /// Keys whose pass ran eagerly once: the next pass of each is captured.
     warm: Mutex<HashSet<Key>>,
+    /// Broken captures by key (dropped with the key's graph when its buffers go).
+    broken: Mutex<HashMap<Key, u32>>,
+    /// Test support: captures still to break on purpose (`CudaConfig::break_captures`).
+    break_next: AtomicU32,
     /// Decode passes run eagerly (a key's first), captured (its second), replayed.
     pub(super) eager: AtomicU64,
     pub(super) captured: AtomicU64,
     pub(super) replayed: AtomicU64,
+    /// Captures that broke (their passes ran eagerly instead).
+    pub(super) capture_failed: AtomicU64,
 }
 
 impl Graphs {
+    /// Graphs whose first `break_captures` captures are broken on purpose (tests).
+    pub fn new(break_captures: u32) -> Graphs {
+        Graphs {
+            break_next: AtomicU32::new(break_captures),
+            ..Graphs::default()
+        }
+    }
+
     /// Replays the graph of `key` on `stream`; a key seen for the first time runs `pass`
     /// eagerly, the second time captures it into a graph first. A capture only records:
-    /// the pass runs when the graph is launched. Either way the pass runs once.
+    /// the pass runs when the graph is launched. Either way the pass runs once; a capture
+    /// that broke is followed by the pass run eagerly.
     pub fn run(
         &self,
         key: Key,
         stream: ffi::Stream,
-        pass: impl FnOnce() -> Result<()>,
+        mut pass: impl FnMut() -> Result<()>,
     ) -> Result<()> {
         let mut execs = self.execs.lock().unwrap();
         if !execs.contains_key(&key) {
@@ -86,29 +116,64 @@ impl Graphs {
             warm.retain(|k| {
                 k.buffers() == key.buffers() && (k.place() != key.place() || *k == key)
             });
-            if warm.insert(key) {
+            let mut broken = self.broken.lock().unwrap();
+            broken.retain(|k, _| warm.contains(k));
+            let fresh = warm.insert(key);
+            if fresh || broken.get(&key).is_some_and(|&n| n >= CAPTURE_TRIES) {
                 self.eager.fetch_add(1, Ordering::Relaxed);
                 return pass();
             }
-            self.captured.fetch_add(1, Ordering::Relaxed);
-            check(
-                unsafe { ffi::ifd_capture_begin(stream) },
-                "beginning a graph capture",
-            )?;
-            let recorded = pass();
-            let mut exec = std::ptr::null_mut();
-            let ended = check(
-                unsafe { ffi::ifd_capture_end(stream, &mut exec) },
-                "capturing a decode pass",
-            );
-            recorded?;
-            ended?;
-            execs.insert(key, Exec(exec));
+            match self.capture(stream, &mut pass)? {
+                Some(exec) => {
+                    execs.insert(key, exec);
+                }
+                None => {
+                    // Nothing of the broken capture ran: the pass runs now, eagerly.
+                    *broken.entry(key).or_default() += 1;
+                    self.capture_failed.fetch_add(1, Ordering::Relaxed);
+                    self.eager.fetch_add(1, Ordering::Relaxed);
+                    return pass();
+                }
+            }
         }
         self.replayed.fetch_add(1, Ordering::Relaxed);
         check(
             unsafe { ffi::ifd_graph_launch(execs[&key].0, stream) },
             "launching a decode graph",
         )
+    }
+
+    /// Captures `pass` on `stream` into an executable graph; `None` where the capture broke
+    /// (the runtime's last error cleared, the stream out of capture), the pass's own error
+    /// where it failed and the capture did not break.
+    fn capture(
+        &self,
+        stream: ffi::Stream,
+        pass: &mut impl FnMut() -> Result<()>,
+    ) -> Result<Option<Exec>> {
+        self.captured.fetch_add(1, Ordering::Relaxed);
+        check(
+            unsafe { ffi::ifd_capture_begin(stream) },
+            "beginning a graph capture",
+        )?;
+        if self
+            .break_next
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            unsafe { ffi::ifd_test_break_capture(stream) };
+        }
+        let recorded = pass();
+        let mut exec = std::ptr::null_mut();
+        let ended = unsafe { ffi::ifd_capture_end(stream, &mut exec) };
+        if is_capture_error(ended) {
+            // The launches that failed inside the broken capture left their error behind.
+            unsafe { ffi::ifd_last_error() };
+            return Ok(None);
+        }
+        check(ended, "capturing a decode pass")?;
+        let exec = Exec(exec);
+        recorded?;
+        Ok(Some(exec))
     }
 }

@@ -129,6 +129,10 @@ pub struct CudaConfig {
     /// sticky error, [`crate::RuntimeError::DeviceLost`]). `inferd serve` reads it from
     /// `INFERD_TEST_LOSE_DEVICE_AFTER`, as the CPU backend does.
     pub lose_device_after: Option<u64>,
+    /// Test support: the first this many graph captures are broken on purpose (a query of
+    /// the capturing stream inside each, which invalidates it), so that a broken capture's
+    /// fallback to an eager pass is tested on the device.
+    pub break_captures: u32,
     /// Run every kernel on a share of the device's multiprocessors (a green context), so
     /// that another backend's work runs beside it on the rest (measurement: `cuda_check
     /// lanes`); `None`: the whole device.
@@ -272,7 +276,7 @@ impl CudaBackend {
                 gemm,
                 batches: Arc::default(),
                 buckets: Mutex::default(),
-                graphs: (!cfg.no_graphs).then(graphs::Graphs::default),
+                graphs: (!cfg.no_graphs).then(|| graphs::Graphs::new(cfg.break_captures)),
                 gemv_rows: if cfg.no_gemv { 0 } else { GEMV_MAX_ROWS },
                 skip: cfg.profile_skip,
                 decode_splits: cfg.decode_splits,
@@ -668,7 +672,7 @@ impl Backend for CudaBackend {
         batch: &CudaBatch,
         kv: &mut CudaKv,
         ws_generation: u64,
-        f: impl FnOnce(&mut CudaKv) -> Result<()>,
+        mut f: impl FnMut(&mut CudaKv) -> Result<()>,
     ) -> Result<()> {
         let (Some(graphs), Some(bucket)) = (&self.inner.graphs, batch.bucket) else {
             return f(kv);
@@ -1197,6 +1201,7 @@ impl Backend for CudaBackend {
                 ("decode_eager", g.eager.load(Relaxed)),
                 ("graph_captured", g.captured.load(Relaxed)),
                 ("graph_replayed", g.replayed.load(Relaxed)),
+                ("graph_capture_failed", g.capture_failed.load(Relaxed)),
             ]
         })
     }
