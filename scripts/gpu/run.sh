@@ -50,7 +50,7 @@
 #            replies on the default server: the last first token of prompts alone, no decode
 #            rows in the passes (how much of `long`'s last first token the decoding agents cost)
 #   prefillslice  the prefill-bound fleets (64 x 4k, 32 x 16k, 128-token replies) served with a
-#            pass's decode rows counted in its prompt slice (the default) and beside it, in
+#            pass's decode rows counted in its prompt slice and beside it (the default), in
 #            turn twice; gemmrows: cuBLAS's products of the 8B at 4096 +- 1..31 rows (torch)
 #   lost     a lost device for real: `inferd serve --device cuda` on /tmp/q8b whose pass after
 #            INFERD_TEST_LOSE_DEVICE_AFTER=8 stores to an invalid address (a sticky error):
@@ -344,8 +344,8 @@ prefillonly)
   $B/inferd bench table $OUT/fleet-prefill-only-*.json 2>&1 | tee -a $summary
   ;;
 prefillslice)
-  # A pass's decode rows counted in its prompt slice (the GPU default: 4096 rows a pass
-  # while others decode) against beside it (4096 prompt rows plus the decodes), in turn
+  # A pass's decode rows counted in its prompt slice (4096 rows a pass while others
+  # decode) against beside it (4096 prompt rows plus the decodes: the default), in turn
   # twice, on the prefill-bound fleets (128-token replies).
   [ -e /tmp/q8b/config.json ] || { note "prefillslice: no /tmp/q8b (run make8b first)"; continue; }
   for mode in in1 out1 in2 out2; do

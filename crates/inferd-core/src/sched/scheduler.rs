@@ -15,9 +15,10 @@ pub struct SchedulerConfig {
     /// smaller, so a long prompt arriving adds little to the running agents' inter-token time.
     pub max_prefill_tokens_decoding: usize,
     /// Whether a pass's decode rows count against `max_prefill_tokens_decoding`, so a pass
-    /// with a full prompt slice has exactly that many rows, decodes included. A GPU's
-    /// products run in tiles of 64-256 rows: 4096 prompt rows plus 31 decode rows pay for a
-    /// tile row more than 4096 rows do.
+    /// with a full prompt slice has exactly that many rows, decodes included (a GPU's
+    /// products run in tiles of 64-256 rows). Off by default, also on a GPU: there it made
+    /// the prefill-bound fleets finish about 1% later (prompts split across more passes
+    /// cost more than the tile row saves under the power cap; docs/gpu-notes.md session 32).
     pub decodes_in_prefill_slice: bool,
     /// While sequences are decoding, a prefill slice of `n` tokens starting at position `p`
     /// is kept to `n · (p + n) <=` this (at least 16 tokens): attention makes late slices of a

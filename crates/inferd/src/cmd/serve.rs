@@ -79,8 +79,8 @@ pub struct Args {
     #[arg(long)]
     max_prefill_tokens_decoding: Option<usize>,
     /// Whether decode rows count against --max-prefill-tokens-decoding, so a pass with a
-    /// full prompt slice has exactly that many rows (default false; true on a GPU, whose
-    /// matrix products run in tiles of rows).
+    /// full prompt slice has exactly that many rows (default false: on an H100 it made 64 x
+    /// 4k and 32 x 16k finish 1% later, their prompts split across more passes; session 32).
     #[arg(long)]
     decodes_in_prefill_slice: Option<bool>,
     /// Sequences generating at once.
@@ -315,9 +315,6 @@ pub fn run(a: Args) -> Result<()> {
         engine_cfg.sched.max_batch_tokens = GPU_BATCH_TOKENS;
         engine_cfg.sched.max_prefill_tokens = GPU_BATCH_TOKENS;
         engine_cfg.sched.max_prefill_tokens_decoding = GPU_BATCH_TOKENS / 2;
-        // Decode rows and the prompt slice beside them make 4096 rows, not 4096 + decodes:
-        // cuBLASLt's tiles of rows then run full.
-        engine_cfg.sched.decodes_in_prefill_slice = true;
         engine_cfg.sched.max_prefill_area_decoding = usize::MAX;
         // One GPU pass takes a crowd's short prompts as cheaply as a few: 32 agents
         // relaunched on an 8k brief got their last first token 242.5 -> 183.8 ms (H100,
