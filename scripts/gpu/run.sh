@@ -3,6 +3,7 @@
 # Usage: run.sh STAGE...   stages, in the order given:
 #   tests    the runtime's test bodies on the GPU (INFERD_REQUIRE_GPU=1), compute-sanitizer
 #            memcheck and racecheck over two of them (TESTS_PLAIN=1: the bodies alone)
+#   partests cuda_graphs and cuda_attention with their bodies on parallel threads
 #   model8b  makes the Qwen3-8B-shaped random model (/tmp/q8b) and checks the GPU against
 #            transformers (float32) on it; make8b only makes it
 #   speed    decode at batch 1..64 over 4096 tokens and prefill on /tmp/q8b: the default,
@@ -240,6 +241,15 @@ tests)
   note "memcheck cuda_attention, vendors' kernels left out: rc=$? $(grep -E 'ERROR SUMMARY' $OUT/memcheck-ours.log | tail -1); $(grep 'test result' $OUT/memcheck-ours.log | tail -1)"
   timeout 300 compute-sanitizer --tool racecheck $B/hf_reference --test-threads 1 cuda::qwen3 >$OUT/racecheck.log 2>&1
   note "racecheck hf_reference qwen3: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' $OUT/racecheck.log | tail -1)"
+  ;;
+partests)
+  # The CUDA test binaries with their bodies on the harness's parallel threads (several
+  # backends of one process capturing graphs at once; `tests` runs them one at a time).
+  for t in cuda_graphs cuda_attention; do
+    timeout 200 $B/$t >$OUT/partest-$t.log 2>&1
+    note "test $t (parallel threads): rc=$? $(grep 'test result' $OUT/partest-$t.log)"
+    grep -E "panicked|error 90" $OUT/partest-$t.log | head -4 | tee -a $summary
+  done
   ;;
 make8b|model8b)
   mkdir -p /tmp/tok && cp $C/tokenizer/* /tmp/tok/ && xz -df /tmp/tok/tokenizer.json.xz

@@ -323,6 +323,16 @@ fn prefill_slices_are_smaller_while_others_decode() {
     assert_eq!(sizes, vec![(1, 1), (2, 16)]);
 }
 
+/// A request of a `len`-token prompt, default priority.
+fn prompt(id: SeqId, len: usize) -> Request {
+    Request {
+        id,
+        prompt_len: len,
+        priority: 0,
+        ..Default::default()
+    }
+}
+
 /// With `decodes_in_prefill_slice` a pass's decode rows and its prompt slice together fill
 /// `max_prefill_tokens_decoding` (whole tiles of a GPU's products), never leaving a prompt
 /// less than 16 tokens; the next prompt's first tokens fill what the last slice of a
@@ -336,26 +346,12 @@ fn decode_rows_share_the_prefill_slice_when_asked() {
         ..Default::default()
     };
     let mut kv = KvManager::new(256, 16);
-    let mut s = Sched::new(cfg);
-    for id in 1..=3 {
-        s.add(Request {
-            id,
-            prompt_len: 4,
-            priority: 0,
-            ..Default::default()
-        });
-    }
+    let mut s = Sched::new(cfg.clone());
+    (1..=3).for_each(|id| s.add(prompt(id, 4)));
     let out = s.schedule(&mut kv);
     s.commit(&out);
     // Three sequences decode; two long prompts arrive.
-    for id in [4, 5] {
-        s.add(Request {
-            id,
-            prompt_len: 40,
-            priority: 0,
-            ..Default::default()
-        });
-    }
+    [4, 5].into_iter().for_each(|id| s.add(prompt(id, 40)));
     let mut rows = Vec::new();
     for _ in 0..2 {
         let out = s.schedule(&mut kv);
@@ -367,31 +363,14 @@ fn decode_rows_share_the_prefill_slice_when_asked() {
     assert_eq!(rows, vec![32, 32], "decodes and slices fill the pass");
 
     // Past the slice: 40 decodes leave a prompt its 16 tokens.
-    let cfg = SchedulerConfig {
-        max_prefill_tokens_decoding: 32,
-        decodes_in_prefill_slice: true,
-        ..Default::default()
-    };
     let mut kv = KvManager::new(1024, 16);
     let mut s = Sched::new(cfg);
-    for id in 1..=40 {
-        s.add(Request {
-            id,
-            prompt_len: 2,
-            priority: 0,
-            ..Default::default()
-        });
-    }
+    (1..=40).for_each(|id| s.add(prompt(id, 2)));
     for _ in 0..8 {
         let out = s.schedule(&mut kv);
         s.commit(&out);
     }
-    s.add(Request {
-        id: 100,
-        prompt_len: 100,
-        priority: 0,
-        ..Default::default()
-    });
+    s.add(prompt(100, 100));
     let out = s.schedule(&mut kv);
     let slice = out.chunks.iter().find(|c| c.seq == 100).map(|c| c.n_tokens);
     assert_eq!(out.chunks.iter().filter(|c| c.n_tokens == 1).count(), 40);

@@ -12,7 +12,7 @@
 //! on; the key's next pass tries to capture again, up to [`CAPTURE_TRIES`] broken captures,
 //! after which its passes run eagerly.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -73,10 +73,9 @@ fn is_capture_error(code: i32) -> bool {
 #[derive(Default)]
 pub struct Graphs {
     execs: Mutex<HashMap<Key, Exec>>,
-    /// Keys whose pass ran eagerly once: the next pass of each is captured.
-    warm: Mutex<HashSet<Key>>,
-    /// Broken captures by key (dropped with the key's graph when its buffers go).
-    broken: Mutex<HashMap<Key, u32>>,
+    /// Keys whose pass ran eagerly once (the next pass of each is captured), with the
+    /// captures of each that broke.
+    warm: Mutex<HashMap<Key, u32>>,
     /// Test support: captures still to break on purpose (`CudaConfig::break_captures`).
     break_next: AtomicU32,
     /// Decode passes run eagerly (a key's first), captured (its second), replayed.
@@ -113,23 +112,27 @@ impl Graphs {
             // A bucket whose metadata buffer grew: its older graph is stale too.
             execs.retain(|k, _| k.place() != key.place());
             let mut warm = self.warm.lock().unwrap();
-            warm.retain(|k| {
+            warm.retain(|k, _| {
                 k.buffers() == key.buffers() && (k.place() != key.place() || *k == key)
             });
-            let mut broken = self.broken.lock().unwrap();
-            broken.retain(|k, _| warm.contains(k));
-            let fresh = warm.insert(key);
-            if fresh || broken.get(&key).is_some_and(|&n| n >= CAPTURE_TRIES) {
-                self.eager.fetch_add(1, Ordering::Relaxed);
-                return pass();
-            }
+            let broken = match warm.get_mut(&key) {
+                Some(n) if *n < CAPTURE_TRIES => n,
+                seen => {
+                    // The key's first pass, or one whose captures keep breaking: eager.
+                    if seen.is_none() {
+                        warm.insert(key, 0);
+                    }
+                    self.eager.fetch_add(1, Ordering::Relaxed);
+                    return pass();
+                }
+            };
             match self.capture(stream, &mut pass)? {
                 Some(exec) => {
                     execs.insert(key, exec);
                 }
                 None => {
                     // Nothing of the broken capture ran: the pass runs now, eagerly.
-                    *broken.entry(key).or_default() += 1;
+                    *broken += 1;
                     self.capture_failed.fetch_add(1, Ordering::Relaxed);
                     self.eager.fetch_add(1, Ordering::Relaxed);
                     return pass();

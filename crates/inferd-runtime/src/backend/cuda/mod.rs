@@ -1088,14 +1088,13 @@ impl Backend for CudaBackend {
     ) -> Result<()> {
         // Where our matrix-vector kernel makes the product, it applies SwiGLU itself (the
         // same bits as the product then `swiglu`; one kernel fewer on a decode step's chain).
-        let (_, _, w_in) = w.matrix("linear_swiglu")?;
+        let o = operands(h, w, bias, "linear_swiglu")?;
         let skip = self.inner.skip.has(SkipOps::LINEAR) || self.inner.skip.has(SkipOps::SWIGLU);
-        if !self.inner.gemv_swiglu || !self.gemv_takes(h.rows, w_in) || skip {
+        if !self.inner.gemv_swiglu || !self.gemv_takes(h.rows, o.inputs) || skip {
             self.linear(h, w, bias, batch, Rows::Tokens, Keep::Bf16, proj)?; // [n, 2·ffn]
             return self.swiglu(proj, gate, up, out);
         }
         let s = self.stream()?;
-        let o = operands(h, w, bias, "linear_swiglu")?;
         let (ffn, bias) = (o.out / 2, o.bias.unwrap_or(std::ptr::null()));
         out.prepare(h.rows, ffn, Act::Bf16)?; // [n, ffn]
         let op = out.bf16_ptr("linear_swiglu")?;
