@@ -1,14 +1,16 @@
 // Host stand-in for kernels/common.cuh (run.sh puts it beside copies of the kernel files):
-// CUDA's keywords as host C++, a block's threads as std::threads (blocks one after the
-// other; ifd::launch_cooperative runs every block at once), __syncthreads as a barrier over
-// the block, warp shuffles as a barrier over the warp, bf16 as round-to-nearest-even on f32
-// bits, ifd::launch running the grid at once. A block's own state (its barriers, its
-// shuffles' slots, its dynamic shared memory) is reached through thread-local pointers, so
-// blocks may run side by side; `__shared__` variables are one object for every block, so a
-// kernel launched cooperatively keeps its shared state in dynamic shared memory.
+// CUDA's keywords as host C++, a block's threads as fibers on the launching host thread
+// (blocks one after the other; ifd::launch_cooperative runs every block at once),
+// __syncthreads as a barrier over the block, warp shuffles as a barrier over the warp, bf16
+// as round-to-nearest-even on f32 bits. A fiber runs until it waits (a barrier, a spin on
+// another block's flag), then the next one runs: host threads instead cost a kernel context
+// switch at every shuffle, minutes of system time over the suite. A block's own state (its
+// barriers, its shuffles' slots, its dynamic shared memory) is reached through pointers the
+// scheduler sets as it switches to one of its threads, so blocks may run side by side;
+// `__shared__` variables are one object for every block, so a kernel launched cooperatively
+// keeps its shared state in dynamic shared memory.
 #pragma once
 #include <algorithm>
-#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <math.h>
@@ -18,6 +20,9 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+#include <functional>
+#include <sys/mman.h>
+#include <ucontext.h>
 
 #define __global__
 #define __device__
@@ -70,7 +75,7 @@ enum {
   cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
   cudaDevAttrMultiProcessorCount = 16
 };
-// The multiprocessors a test's device has (a few: each is a block of host threads).
+// The multiprocessors a test's device has (a few).
 inline int emu_sm_count = 3;
 // An H100/H200's shared memory: 227 KiB a block, 228 KiB a multiprocessor.
 inline cudaError_t cudaDeviceGetAttribute(int* v, int attr, int) {
@@ -187,9 +192,35 @@ inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
 }
 
 namespace emu {
-// The running block's own state (see Block below), set in each of its threads.
-inline thread_local std::barrier<>* block_bar;
-inline thread_local std::unique_ptr<std::barrier<>>* warp_bars;
+// Switches from the running fiber (a kernel's thread) to the scheduler, which runs the
+// others before it comes back (see run_fibers below).
+inline void yield();
+// A barrier over fibers: a waiting thread yields until the phase it arrived in completes.
+struct Barrier {
+  int expected, arrived = 0;
+  unsigned long phase = 0;
+  explicit Barrier(int n) : expected(n) {}
+  void arrive_and_wait() {
+    const unsigned long p = phase;
+    if (++arrived == expected) {
+      arrived = 0;
+      ++phase;
+      return;
+    }
+    while (phase == p) yield();
+  }
+  // Arrives for this phase and leaves the barrier for the later ones (a thread returned).
+  void arrive_and_drop() {
+    if (arrived == --expected) {
+      arrived = 0;
+      ++phase;
+    }
+  }
+};
+// The running block's own state (see Block below), set as the scheduler switches to one of
+// its threads.
+inline thread_local Barrier* block_bar;
+inline thread_local std::unique_ptr<Barrier>* warp_bars;
 inline thread_local float* warp_slots;
 inline thread_local unsigned* match_slots;
 inline thread_local float* block_slots;
@@ -208,6 +239,7 @@ struct ClusterShared {
   const void* at;
   size_t bytes;
   std::vector<std::vector<char>> of_block;  // by the block's index in the grid
+  std::vector<char> zeros;                   // what runs 1 and 2 read instead
 };
 inline std::vector<ClusterShared> cluster_shared;
 inline std::mutex cluster_mu;
@@ -234,9 +266,8 @@ T* cluster_map(T* p, unsigned rank) {
     if (it->of_block.at(block).size() != sizeof(T)) std::abort();  // (not kept: cannot be)
     return reinterpret_cast<T*>(it->of_block.at(block).data());
   }
-  static thread_local std::vector<char> zeros;
-  zeros.assign(sizeof(T), 0);
-  return reinterpret_cast<T*>(zeros.data());
+  if (it->zeros.size() != sizeof(T)) it->zeros.assign(sizeof(T), 0);
+  return reinterpret_cast<T*>(it->zeros.data());
 }
 // After a block of run 2: its copies of the objects blocks read of others.
 inline void keep_cluster_shared() {
@@ -251,7 +282,7 @@ inline void keep_cluster_shared() {
 // The lanes of the calling warp holding the same value (the whole warp takes part).
 inline unsigned __match_any_sync(unsigned, unsigned v) {
   const int t = threadIdx.x, w = t >> 5;
-  std::barrier<>& bar = *emu::warp_bars[w];
+  emu::Barrier& bar = *emu::warp_bars[w];
   emu::match_slots[t] = v;
   bar.arrive_and_wait();
   unsigned m = 0;
@@ -264,7 +295,7 @@ inline unsigned __match_any_sync(unsigned, unsigned v) {
 // Warp shuffles: every lane posts its value, then reads its source lane's.
 inline float __shfl_sync(unsigned, float v, int src) {
   const int t = threadIdx.x, w = t >> 5;
-  std::barrier<>& bar = *emu::warp_bars[w];
+  emu::Barrier& bar = *emu::warp_bars[w];
   emu::warp_slots[t] = v;
   bar.arrive_and_wait();
   const float r = emu::warp_slots[w * 32 + (src & 31)];
@@ -273,7 +304,7 @@ inline float __shfl_sync(unsigned, float v, int src) {
 }
 inline int __shfl_sync(unsigned, int v, int src) {
   const int t = threadIdx.x, w = t >> 5;
-  std::barrier<>& bar = *emu::warp_bars[w];
+  emu::Barrier& bar = *emu::warp_bars[w];
   std::memcpy(&emu::warp_slots[t], &v, 4);
   bar.arrive_and_wait();
   int r;
@@ -331,12 +362,11 @@ inline void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
   std::atomic_ref<uint64_t>(*bar).fetch_add(1);
 }
 inline void bar_wait(uint64_t* bar, uint32_t parity) {
-  while ((std::atomic_ref<uint64_t>(*bar).load() & 1) == parity) std::this_thread::yield();
+  while ((std::atomic_ref<uint64_t>(*bar).load() & 1) == parity) emu::yield();
 }
-// A spinning thread sleeps a little: hundreds of host threads spinning at once would
-// leave the ones they wait for no core.
+// A spinning thread lets the others run first (the one it waits for among them).
 inline unsigned ld_acquire(const unsigned* p) {
-  std::this_thread::sleep_for(std::chrono::microseconds(20));
+  emu::yield();
   return std::atomic_ref<unsigned>(*const_cast<unsigned*>(p)).load(std::memory_order_acquire);
 }
 inline float silu_mul(float x, float u) { return x / (1.f + __expf(-x)) * u; }
@@ -377,12 +407,12 @@ inline uint32_t pack2(float lo, float hi) {
          static_cast<uint32_t>(__float2bfloat16(hi).bits) << 16;
 }
 // A lane's mma operands, posted for its warp: the warp's barrier, passed once all have.
-inline std::barrier<>& post(const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+inline emu::Barrier& post(const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   const int t = threadIdx.x;
   for (int i = 0; i < 4; ++i) frag_slots[t][i] = a[i];
   frag_slots[t][4] = b0;
   frag_slots[t][5] = b1;
-  std::barrier<>& bar = *::emu::warp_bars[t >> 5];
+  emu::Barrier& bar = *::emu::warp_bars[t >> 5];
   bar.arrive_and_wait();
   return bar;
 }
@@ -392,7 +422,7 @@ inline float hi_of(uint32_t v) { return __bfloat162float({static_cast<uint16_t>(
 template <bool TRANS>
 void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
   const int t = threadIdx.x, w = t >> 5, l = t & 31;
-  std::barrier<>& bar = *::emu::warp_bars[w];
+  emu::Barrier& bar = *::emu::warp_bars[w];
   frag::ptr_slots[t] = row;
   bar.arrive_and_wait();
   for (int m = 0; m < 4; ++m) {
@@ -406,7 +436,7 @@ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
 }
 inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   const int t = threadIdx.x, w = t >> 5, l = t & 31;
-  std::barrier<>& bar = frag::post(a, b0, b1);
+  emu::Barrier& bar = frag::post(a, b0, b1);
   float A[16][16], B[16][8];
   for (int s = 0; s < 32; ++s) {
     const uint32_t* f = frag::frag_slots[w * 32 + s];
@@ -444,7 +474,7 @@ inline float tf32_value(uint32_t b) {
 }
 inline void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   const int t = threadIdx.x, w = t >> 5, l = t & 31;
-  std::barrier<>& bar = frag::post(a, b0, b1);
+  emu::Barrier& bar = frag::post(a, b0, b1);
   float A[16][8], B[8][8];
   for (int s = 0; s < 32; ++s) {
     const uint32_t* f = frag::frag_slots[w * 32 + s];
@@ -480,7 +510,7 @@ inline void store4(bf16* p, float a, float b, float c, float d) {
 // Every lane of the warp gets the sum (the lanes' values in lane order).
 inline float warp_sum(float v) {
   const int t = threadIdx.x, w = t >> 5;
-  std::barrier<>& bar = *emu::warp_bars[w];
+  emu::Barrier& bar = *emu::warp_bars[w];
   emu::warp_slots[t] = v;
   bar.arrive_and_wait();
   float s = 0.f;
@@ -490,7 +520,7 @@ inline float warp_sum(float v) {
 }
 inline float warp_max(float v) {
   const int t = threadIdx.x, w = t >> 5;
-  std::barrier<>& bar = *emu::warp_bars[w];
+  emu::Barrier& bar = *emu::warp_bars[w];
   emu::warp_slots[t] = v;
   bar.arrive_and_wait();
   float s = -INFINITY;
@@ -533,17 +563,17 @@ inline float block_sum(float v) {
 namespace emu {
 // One block's state: its barriers, its shuffles' and sums' slots, its dynamic shared memory.
 struct Block {
-  std::barrier<> bar;
-  std::vector<std::unique_ptr<std::barrier<>>> warps;
+  Barrier bar;
+  std::vector<std::unique_ptr<Barrier>> warps;
   float warp_slots[1024];
   unsigned match_slots[1024];
   float block_slots[1024];
   alignas(16) float smem[(227 << 10) / 4];
   explicit Block(int threads) : bar(threads) {
     for (int w = 0; w < (threads + 31) / 32; ++w)
-      warps.emplace_back(new std::barrier<>(std::min(32, threads - 32 * w)));
+      warps.emplace_back(new Barrier(std::min(32, threads - 32 * w)));
   }
-  // The calling thread works for this block from now on.
+  // The code that runs from now on works for this block.
   void enter(Idx at) {
     blockIdx = at;
     block_bar = &bar;
@@ -554,17 +584,119 @@ struct Block {
     dyn_smem = smem;
   }
 };
-// Thread t of `block`: the kernel, then it leaves the barriers it would have reached had it
-// not returned early.
-template <typename F>
-std::thread block_thread(Block& block, Idx at, int t, F run) {
-  return std::thread([&block, at, t, run] {
-    block.enter(at);
-    threadIdx = {t, 0, 0};
-    run();
-    block.bar.arrive_and_drop();
-    block.warps[t >> 5]->arrive_and_drop();
-  });
+
+// Context switches between fibers. On x86-64 a switch saves the callee-saved registers on
+// the stack it leaves and loads the other's (ucontext's swapcontext would also make a
+// system call each time, to save the signal mask: about a minute of the suite).
+#if defined(__x86_64__) && !defined(EMU_UCONTEXT)
+extern "C" void emu_switch(void** save_sp, void* load_sp);
+asm(R"(
+.text
+.globl emu_switch
+.type emu_switch, @function
+emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+.size emu_switch, .-emu_switch
+)");
+struct Context {
+  void* sp = nullptr;
+};
+inline void switch_to(Context& from, Context& to) { emu_switch(&from.sp, to.sp); }
+// A fresh context on [stack, stack + size) that enters entry() (which must never return):
+// emu_switch pops six registers, then returns into entry as if it had been called.
+inline void make_context(Context& c, char* stack, size_t size, void (*entry)()) {
+  uintptr_t top = (reinterpret_cast<uintptr_t>(stack) + size) & ~uintptr_t{15};
+  void** sp = reinterpret_cast<void**>(top);
+  *--sp = nullptr;                          // entry's return address: none
+  *--sp = reinterpret_cast<void*>(entry);   // emu_switch's
+  for (int r = 0; r < 6; ++r) *--sp = nullptr;
+  c.sp = sp;
+}
+#else
+struct Context {
+  ucontext_t uc;
+};
+inline void switch_to(Context& from, Context& to) {
+  if (swapcontext(&from.uc, &to.uc) != 0) std::abort();
+}
+inline void make_context(Context& c, char* stack, size_t size, void (*entry)()) {
+  if (getcontext(&c.uc) != 0) std::abort();
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = size;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, entry, 0);
+}
+#endif
+
+// A kernel's thread: its context, its place and its stack.
+struct Fiber {
+  Context ctx;
+  Block* block;
+  Idx at;
+  int t;
+  const std::function<void()>* run;
+  bool done = false;
+};
+// Fiber stacks (256 KiB above a guard page), kept from one launch to the next.
+constexpr size_t kStack = 256 << 10, kGuard = 4096;
+inline std::vector<char*> stacks;
+inline char* stack_for(size_t i) {
+  while (stacks.size() <= i) {
+    void* m = mmap(nullptr, kStack + kGuard, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED || mprotect(m, kGuard, PROT_NONE) != 0) std::abort();
+    stacks.push_back(static_cast<char*>(m) + kGuard);
+  }
+  return stacks[i];
+}
+inline Context home;  // the scheduler's (the launching thread's)
+inline Fiber* running = nullptr;
+inline void yield() {
+  if (!running) std::abort();  // a wait outside a kernel's thread
+  switch_to(running->ctx, home);
+}
+// Thread t of its block: the kernel, then it leaves the barriers it would have reached had it
+// not returned early; then back to the scheduler for good.
+inline void fiber_main() {
+  Fiber* f = running;
+  (*f->run)();
+  f->block->bar.arrive_and_drop();
+  f->block->warps[f->t >> 5]->arrive_and_drop();
+  f->done = true;
+  switch_to(f->ctx, home);
+  std::abort();  // (never resumed)
+}
+// Runs the fibers in turn, each until it waits or returns, until all have returned.
+inline void run_fibers(std::vector<Fiber>& fs, const std::function<void()>& run) {
+  for (size_t i = 0; i < fs.size(); ++i) {
+    fs[i].run = &run;
+    make_context(fs[i].ctx, stack_for(i), kStack, fiber_main);
+  }
+  for (size_t live = fs.size(); live;) {
+    for (Fiber& f : fs) {
+      if (f.done) continue;
+      f.block->enter(f.at);
+      threadIdx = {f.t, 0, 0};
+      running = &f;
+      switch_to(home, f.ctx);
+      running = nullptr;
+      if (f.done) --live;
+    }
+  }
 }
 inline void set_dims(dim3 grid, dim3 block) {
   gridDim = {static_cast<int>(grid.x), static_cast<int>(grid.y), static_cast<int>(grid.z)};
@@ -579,40 +711,39 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t, cudaStream
             Args&&... args) {
   const int threads = static_cast<int>(block.x);
   emu::set_dims(grid, block);
+  const std::function<void()> run = [&] { kernel(args...); };
+  std::vector<emu::Fiber> fs(threads);
   for (unsigned bz = 0; bz < grid.z; ++bz)
   for (unsigned by = 0; by < grid.y; ++by)
     for (unsigned bx = 0; bx < grid.x; ++bx) {
       const Idx at{static_cast<int>(bx), static_cast<int>(by), static_cast<int>(bz)};
       auto b = std::make_unique<emu::Block>(threads);
-      b->enter(at);  // this thread too, for on_block_start
+      b->enter(at);  // for on_block_start
       if (emu::on_block_start) emu::on_block_start();
-      std::vector<std::thread> ts;
-      for (int t = 0; t < threads; ++t)
-        ts.push_back(emu::block_thread(*b, at, t, [&] { kernel(args...); }));
-      for (auto& t : ts) t.join();
+      for (int t = 0; t < threads; ++t) fs[t] = emu::Fiber{{}, b.get(), at, t, nullptr};
+      emu::run_fibers(fs, run);
+      b->enter(at);
       if (emu::cluster_run == 2) emu::keep_cluster_shared();
     }
 }
 // Runs the grid with every block at once (a cooperative launch: blocks may wait for one
-// another). Keep such grids small: every thread of every block is a host thread.
+// another).
 template <typename... Params, typename... Args>
 void launch_cooperative(void (*kernel)(Params...), dim3 grid, dim3 block, size_t, cudaStream_t,
                         Args&&... args) {
   const int threads = static_cast<int>(block.x);
   emu::set_dims(grid, block);
+  const std::function<void()> run = [&] { kernel(args...); };
   std::vector<std::unique_ptr<emu::Block>> blocks;
-  std::vector<std::thread> ts;
-  for (unsigned bx = 0; bx < grid.x * grid.y * grid.z; ++bx)
-    blocks.push_back(std::make_unique<emu::Block>(threads));
+  std::vector<emu::Fiber> fs;
   for (unsigned bz = 0; bz < grid.z; ++bz)
   for (unsigned by = 0; by < grid.y; ++by)
     for (unsigned bx = 0; bx < grid.x; ++bx) {
       const Idx at{static_cast<int>(bx), static_cast<int>(by), static_cast<int>(bz)};
-      emu::Block& b = *blocks[(bz * grid.y + by) * grid.x + bx];
-      for (int t = 0; t < threads; ++t)
-        ts.push_back(emu::block_thread(b, at, t, [&] { kernel(args...); }));
+      blocks.push_back(std::make_unique<emu::Block>(threads));
+      for (int t = 0; t < threads; ++t) fs.push_back(emu::Fiber{{}, blocks.back().get(), at, t, nullptr});
     }
-  for (auto& t : ts) t.join();
+  emu::run_fibers(fs, run);
 }
 // `launch` in clusters of `cluster` blocks along x: the grid three times (see
 // cooperative_groups.h here); the last run's results stand. One block a cluster: `launch`.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs CUDA kernels' own source on the host (no GPU), compiled as C++ against common.cuh
-# here (a host stand-in for kernels/common.cuh: a block's threads as std::threads,
+# here (a host stand-in for kernels/common.cuh: a block's threads as fibers,
 # __syncthreads and warp shuffles as barriers, bf16 on f32 bits), each kernel called
 # through its C entry point:
 # - the Gated DeltaNet kernels (delta_net.cu, delta_rule.cu, delta_pieces.cu) against the CPU backend's op
@@ -40,8 +40,18 @@ for f in decode chain; do
 done
 cp "$k/delta_net.cu" "$tmp/delta_net.cu"
 cd "$tmp"
-g++ -std=c++20 -O2 -pthread -x c++ hybrid_ops_emu.cpp -o ops
+# Every program compiled first, two at a time (the compiles are most of the run).
+# (gemv.cu and chain.cu read bf16 pairs out of uint4 registers, CUDA's idiom: not strict
+# aliasing.)
+cc() { g++ -std=c++20 -O2 -pthread -I"$tmp" "$@"; }
+printf '%s\n' "-x c++ hybrid_ops_emu.cpp -o ops" "-x c++ sample_emu.cpp -o sample" \
+  "-x c++ kv8_emu.cpp -o kv8" "-x c++ decode_emu.cpp -o decode" \
+  "-fno-strict-aliasing -x c++ gemv_emu.cpp -o gemv" \
+  "-fno-strict-aliasing -x c++ chain_emu.cpp -o chain" \
+  "-x c++ elementwise_emu.cpp -o elementwise" "-x c++ kv_store_emu.cpp -o kv_store" |
+  { export -f cc; export tmp; xargs -P 2 -I{} bash -c 'cc {}'; }
 status=0
+# The Gated DeltaNet kernels against the CPU backend's ops.
 #        nk nv dk  dv  taps head_dim
 for shape in "2 4 16 16 4 16" \
              "3 3 8 12 3 32" \
@@ -51,29 +61,21 @@ for shape in "2 4 16 16 4 16" \
   ./ops $shape || status=1
 done
 # Planned draws: cases from inferd-core, the kernel here, the check there.
-g++ -std=c++20 -O2 -pthread -I"$tmp" -x c++ sample_emu.cpp -o sample
 root=$here/../../..
 export INFERD_SAMPLE_EMU=$tmp
 (cd "$root" && cargo test -q -p inferd-core --lib planned_draws_on_the_emulated_kernel -- --ignored) >/dev/null
 ./sample "$tmp/cases.bin" "$tmp/outs.bin"
 (cd "$root" && cargo test -q -p inferd-core --lib planned_draws_on_the_emulated_kernel -- --ignored) || status=1
 # 8-bit KV: append, pages, decode and simple attention.
-g++ -std=c++20 -O2 -pthread -I"$tmp" -x c++ kv8_emu.cpp -o kv8
 ./kv8 || status=1
 # Decode attention over bf16 pages, SIMT and tensor-core builds.
-g++ -std=c++20 -O2 -pthread -I"$tmp" -x c++ decode_emu.cpp -o decode
 ./decode || status=1
 # The matrix-vector kernel.
-# (gemv.cu reads bf16 pairs out of uint4 registers, CUDA's idiom: not strict aliasing.)
-g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -I"$tmp" -x c++ gemv_emu.cpp -o gemv
 ./gemv || status=1
 # Chains of products in one persistent kernel, its blocks side by side.
-g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -I"$tmp" -x c++ chain_emu.cpp -o chain
 ./chain || status=1
 # The norms, SwiGLU and qkv_prep.
-g++ -std=c++20 -O2 -pthread -I"$tmp" -x c++ elementwise_emu.cpp -o elementwise
 ./elementwise || status=1
 # qkv_prep's store into the pool.
-g++ -std=c++20 -O2 -pthread -I"$tmp" -x c++ kv_store_emu.cpp -o kv_store
 ./kv_store || status=1
 exit $status
