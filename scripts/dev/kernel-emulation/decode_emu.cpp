@@ -116,11 +116,6 @@ void run(int hd, int group) {
                            : wide ? splits == 3 || splits == 40
                                   : splits == 1 || splits == 3 || splits == 40;
         if (!takes) continue;
-        // (A cluster launch runs its grid three times here, each block's threads started
-        // anew: the cluster forms at two shapes, their clusters of 16 at one row of one.)
-        const bool shape_a = hd == 128 && group == 4, shape_b = hd == 64 && group == 8;
-        if (mma >= 3 && !shape_a && !shape_b) continue;
-        if (cl && splits == 16 && (rows != 1 || first != 0 || !shape_a)) continue;
         if (first == 3 && splits != 3) continue;  // (3 splits: a range starts at 128)
         std::vector<float> part(static_cast<size_t>(nr) * n_heads * splits * (hd + 2));
         std::vector<int32_t> done(nr * n_kv, 0);
