@@ -236,7 +236,7 @@ __device__ __forceinline__ Merged merge_warps(const Partials<D, S, W>& sp, int g
 // splits' (a counter per pair in `done`, reset by that block, so a graph replays it). The
 // grouped build's block holds `slots` = G · rows slots of rows r, r + 1, ..: slot e is row
 // r + e / G's head kvh·G + e % G (one row: slot g is head kvh·G + g).
-template <int D, int G, int S = G, int W = kWarps>
+template <int D, int G, int S = G, int W = kWarps, int kPreload = 0>
 __device__ __forceinline__ void finish(Partials<D, S, W>& sp, int r, int kvh, int n_kv, int split,
                                        int splits, float* __restrict__ part,
                                        int32_t* __restrict__ done, bf16* __restrict__ out,
@@ -288,16 +288,37 @@ __device__ __forceinline__ void finish(Partials<D, S, W>& sp, int r, int kvh, in
     return;
   }
   __threadfence();
+  // The partials this block reads, in one round through L2 where kPreload > 0: a thread's
+  // values of its first kPreload outputs (when the splits are at most kPreloadSplits: one
+  // row's usual counts) issued before the maxima and sums, which the warps load together.
+  // (The tensor-core builds; in the SIMT build the registers cost occupancy.)
+  constexpr int kPreloadSplits = 16;
+  const bool preload = kPreload > 0 && splits <= kPreloadSplits;
+  float pv[kPreload > 0 ? kPreload : 1][kPreloadSplits];
+  if (preload) {
+#pragma unroll
+    for (int i = 0; i < kPreload; ++i) {
+      const int e = threadIdx.x + i * W * 32;
+      const float* ph = e < slots * D ? part + head_of(e / D) * splits * (D + 2) + 2 + e % D
+                                      : nullptr;
+#pragma unroll
+      for (int s = 0; s < kPreloadSplits; ++s)
+        pv[i][s] = ph && s < splits ? __ldcg(ph + s * (D + 2)) : 0.f;
+    }
+  }
   __shared__ float w[S][kMaxSplits];
   __shared__ float total[S];
   for (int g = warp; g < slots; g += W) {
     // Lane L takes splits L and L + 32.
     const float* ph = part + head_of(g) * splits * (D + 2);
-    float ms[kMaxSplits / 32], mx = -FLT_MAX;
+    float ms[kMaxSplits / 32], ls[kMaxSplits / 32], mx = -FLT_MAX;
 #pragma unroll
     for (int i = 0; i < kMaxSplits / 32; ++i) {
       const int s = lane + 32 * i;
-      ms[i] = s < splits ? __ldcg(ph + s * (D + 2)) : -FLT_MAX;
+      const float2 ml = s < splits ? __ldcg(reinterpret_cast<const float2*>(ph + s * (D + 2)))
+                                   : float2{-FLT_MAX, 0.f};
+      ms[i] = ml.x;
+      ls[i] = ml.y;
       mx = fmaxf(mx, ms[i]);
     }
     mx = ifd::warp_max(mx);
@@ -307,25 +328,31 @@ __device__ __forceinline__ void finish(Partials<D, S, W>& sp, int r, int kvh, in
       const int s = lane + 32 * i;
       const float c = ms[i] == -FLT_MAX ? 0.f : exp2f(ms[i] - mx);
       w[g][s] = c;
-      lt += s < splits ? __ldcg(ph + s * (D + 2) + 1) * c : 0.f;
+      lt += ls[i] * c;
     }
     lt = ifd::warp_sum(lt);
     if (lane == 0) total[g] = lt;
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < slots * D; e += W * 32) {
+  for (int e = threadIdx.x, i = 0; e < slots * D; e += W * 32, ++i) {
     const int g = e / D, d = e % D;
     const float* ph = part + head_of(g) * splits * (D + 2) + 2 + d;
-    // Every split's value of a group of 32 loaded before any is added.
     float at = 0.f;
+    if (preload && i < kPreload) {
 #pragma unroll
-    for (int s0 = 0; s0 < kMaxSplits; s0 += 32) {
-      if (s0 >= splits) break;
-      float v[32];
+      for (int s = 0; s < kPreloadSplits; ++s)
+        if (s < splits) at = fmaf(pv[i][s], w[g][s], at);
+    } else {
+      // Every split's value of a group of 32 loaded before any is added.
 #pragma unroll
-      for (int s = 0; s < 32; ++s) v[s] = s0 + s < splits ? __ldcg(ph + (s0 + s) * (D + 2)) : 0.f;
+      for (int s0 = 0; s0 < kMaxSplits; s0 += 32) {
+        if (s0 >= splits) break;
+        float v[32];
 #pragma unroll
-      for (int s = 0; s < 32; ++s) at = fmaf(v[s], w[g][s0 + s], at);
+        for (int s = 0; s < 32; ++s) v[s] = s0 + s < splits ? __ldcg(ph + (s0 + s) * (D + 2)) : 0.f;
+#pragma unroll
+        for (int s = 0; s < 32; ++s) at = fmaf(v[s], w[g][s0 + s], at);
+      }
     }
     out[head_of(g) * D + d] = __float2bfloat16(total[g] > 0.f ? at / total[g] : 0.f);
   }
@@ -917,12 +944,12 @@ __global__ void __launch_bounds__(W * 32, RG > 1 ? 2 : (W == 8 ? 1 : 3))
         sp.acc[warp][row + 8][8 * n + 2 * (lane & 3) + 1] = o[n][3];
       }
     }
-    finish<D, G, G * RG>(sp, r, kvh, n_kv, split, splits, part, done, out, G * span);
+    finish<D, G, G * RG, W, 2>(sp, r, kvh, n_kv, split, splits, part, done, out, G * span);
   } else {
     if constexpr (CL) {
       finish_cluster<D, G, W>(sp, r, kvh, n_kv, splits, out);
     } else {
-      finish<D, G, G, W>(sp, r, kvh, n_kv, split, splits, part, done, out);
+      finish<D, G, G, W, 2>(sp, r, kvh, n_kv, split, splits, part, done, out);
     }
   }
 }

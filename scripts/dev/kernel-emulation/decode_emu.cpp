@@ -109,12 +109,13 @@ void run(int hd, int group) {
     // 40: the merge's lanes take two splits each; the cluster form 2..16 (16: most empty)
     for (int splits : {1, 2, 3, 16, 40})
       for (const auto [first, rows] : {std::pair{0, 1}, std::pair{3, 1}, std::pair{0, nr}}) {
-        // The split counts each form runs: the cluster forms 2, 3 and 16; the wide form 3 and
-        // 40; the others 1, 3 and 40.
+        // The split counts each form runs: the cluster forms 2, 3 and 16; the wide form 3,
+        // 16 and 40; the others 1, 3, 16 and 40 (the last block's merge: its values loaded
+        // before the maxima up to 16 splits, in rounds of 32 above).
         const bool cl = mma == 3 || mma == 4, wide = mma == 5;
         const bool takes = cl     ? splits == 2 || splits == 3 || splits == 16
-                           : wide ? splits == 3 || splits == 40
-                                  : splits == 1 || splits == 3 || splits == 40;
+                           : wide ? splits == 3 || splits == 16 || splits == 40
+                                  : splits != 2;
         if (!takes) continue;
         if (first == 3 && splits != 3) continue;  // (3 splits: a range starts at 128)
         std::vector<float> part(static_cast<size_t>(nr) * n_heads * splits * (hd + 2));
