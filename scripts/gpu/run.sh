@@ -150,6 +150,7 @@
 #            (`narrow`), in turn twice at 4k and 1k (16k on an H200), and each's timeline
 #   abone    this build against cuda_check_base (prepare.sh with BASE=<rev>), in turn twice:
 #            1 / 2 / 8 rows at 4k, one row at 1k (an H100 holds these)
+#   abtimeline  `timeline` by cuda_check_base and this build in turn (1 row at 4k / 1k, 8 at 4k)
 #   smol1    keeps SmolLM2's first part (prepare with SMOL=1); smol2 (the next call on the
 #            same machine) joins it and compares the GPU with the CPU on real weights
 # Logs under $OUT; summary.txt has the results.
@@ -402,6 +403,18 @@ abone)
   # This build against the base one (prepare.sh with BASE=<rev>), in turn twice: 1, 2 and 8
   # rows at 4k, one row at 1k (an H100 holds these).
   ab_jobs "4096 bf16:rows=1+2+8" "1024 bf16:rows=1" "4096 bf16:rows=1+2+8" "1024 bf16:rows=1"
+  ;;
+abtimeline)
+  # The decode attention's stages (cuda_check timeline) by the base build and this one, in
+  # turn: one row at 4k and 1k, 8 rows at 4k.
+  for job in "4096 1" "1024 1" "4096 8"; do
+    set -- $job
+    for bin in cuda_check_base cuda_check; do
+      [ -x $B/$bin ] || continue
+      note "-- $bin timeline, $1 tokens, $2 row(s)"
+      timeout 120 $B/$bin timeline /tmp/q8b $1 $2 2>&1 | tee -a $summary
+    done
+  done
   ;;
 ab)
   # This build against the base one carried beside it (prepare.sh with BASE=<rev>), in turn:

@@ -236,11 +236,14 @@ __device__ __forceinline__ Merged merge_warps(const Partials<D, S, W>& sp, int g
 // splits' (a counter per pair in `done`, reset by that block, so a graph replays it). The
 // grouped build's block holds `slots` = G · rows slots of rows r, r + 1, ..: slot e is row
 // r + e / G's head kvh·G + e % G (one row: slot g is head kvh·G + g).
-template <int D, int G, int S = G, int W = kWarps, int kPreload = 0>
+// `stage` (stage_floats of shared memory the block no longer needs, or null): where the
+// last block copies every partial it reads, when they fit.
+template <int D, int G, int S = G, int W = kWarps>
 __device__ __forceinline__ void finish(Partials<D, S, W>& sp, int r, int kvh, int n_kv, int split,
                                        int splits, float* __restrict__ part,
                                        int32_t* __restrict__ done, bf16* __restrict__ out,
-                                       int slots = G) {
+                                       int slots = G, float* stage = nullptr,
+                                       size_t stage_floats = 0) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n_heads = n_kv * G;
   unsigned long long* const probe = g_decode_probe;
@@ -288,37 +291,38 @@ __device__ __forceinline__ void finish(Partials<D, S, W>& sp, int r, int kvh, in
     return;
   }
   __threadfence();
-  // The partials this block reads, in one round through L2 where kPreload > 0: a thread's
-  // values of its first kPreload outputs (when the splits are at most kPreloadSplits: one
-  // row's usual counts) issued before the maxima and sums, which the warps load together.
-  // (The tensor-core builds; in the SIMT build the registers cost occupancy.)
-  constexpr int kPreloadSplits = 16;
-  const bool preload = kPreload > 0 && splits <= kPreloadSplits;
-  float pv[kPreload > 0 ? kPreload : 1][kPreloadSplits];
-  if (preload) {
-#pragma unroll
-    for (int i = 0; i < kPreload; ++i) {
-      const int e = threadIdx.x + i * W * 32;
-      const float* ph = e < slots * D ? part + head_of(e / D) * splits * (D + 2) + 2 + e % D
-                                      : nullptr;
-#pragma unroll
-      for (int s = 0; s < kPreloadSplits; ++s)
-        pv[i][s] = ph && s < splits ? __ldcg(ph + s * (D + 2)) : 0.f;
-    }
-  }
   __shared__ float w[S][kMaxSplits];
   __shared__ float total[S];
+  // Staged (where the partials fit `stage`): one round of asynchronous copies brings every
+  // partial this block reads into shared memory, a row's G heads' splits being contiguous
+  // in `part`; the merge then reads them there. Its code is short: it runs once a launch,
+  // in one block of a (row, KV head), on whichever multiprocessor finished last, so its
+  // instructions are rarely in that one's cache. Otherwise each value is read from L2.
+  const int rows = slots / G;
+  const size_t per_row = static_cast<size_t>(G) * splits * (D + 2);  // floats, even
+  const bool staged = stage != nullptr && rows * per_row <= stage_floats;
+  if (staged) {
+    for (int j = 0; j < rows; ++j) {
+      const float* src = part + head_of(j * G) * splits * (D + 2);
+      float* dst = stage + j * per_row;
+#pragma unroll 1
+      for (size_t i = 2 * threadIdx.x; i < per_row; i += 2 * W * 32) ifd::cp_async8(dst + i, src + i);
+    }
+    ifd::cp_async_wait_all();
+    __syncthreads();
+  }
+  // Value k (0: max, 1: sum, 2 + d: value d) of partial (slot e, split s).
+  const auto partial = [&](int e, int s, int k) -> float {
+    return staged ? stage[(static_cast<size_t>(e) * splits + s) * (D + 2) + k]
+                  : __ldcg(part + (head_of(e) * splits + s) * (D + 2) + k);
+  };
   for (int g = warp; g < slots; g += W) {
     // Lane L takes splits L and L + 32.
-    const float* ph = part + head_of(g) * splits * (D + 2);
-    float ms[kMaxSplits / 32], ls[kMaxSplits / 32], mx = -FLT_MAX;
+    float ms[kMaxSplits / 32], mx = -FLT_MAX;
 #pragma unroll
     for (int i = 0; i < kMaxSplits / 32; ++i) {
       const int s = lane + 32 * i;
-      const float2 ml = s < splits ? __ldcg(reinterpret_cast<const float2*>(ph + s * (D + 2)))
-                                   : float2{-FLT_MAX, 0.f};
-      ms[i] = ml.x;
-      ls[i] = ml.y;
+      ms[i] = s < splits ? partial(g, s, 0) : -FLT_MAX;
       mx = fmaxf(mx, ms[i]);
     }
     mx = ifd::warp_max(mx);
@@ -328,21 +332,21 @@ __device__ __forceinline__ void finish(Partials<D, S, W>& sp, int r, int kvh, in
       const int s = lane + 32 * i;
       const float c = ms[i] == -FLT_MAX ? 0.f : exp2f(ms[i] - mx);
       w[g][s] = c;
-      lt += ls[i] * c;
+      lt += s < splits ? partial(g, s, 1) * c : 0.f;
     }
     lt = ifd::warp_sum(lt);
     if (lane == 0) total[g] = lt;
   }
   __syncthreads();
-  for (int e = threadIdx.x, i = 0; e < slots * D; e += W * 32, ++i) {
+  for (int e = threadIdx.x; e < slots * D; e += W * 32) {
     const int g = e / D, d = e % D;
-    const float* ph = part + head_of(g) * splits * (D + 2) + 2 + d;
     float at = 0.f;
-    if (preload && i < kPreload) {
-#pragma unroll
-      for (int s = 0; s < kPreloadSplits; ++s)
-        if (s < splits) at = fmaf(pv[i][s], w[g][s], at);
+    if (staged) {
+      const float* ph = stage + static_cast<size_t>(g) * splits * (D + 2) + 2 + d;
+#pragma unroll 4
+      for (int s = 0; s < splits; ++s) at = fmaf(ph[s * (D + 2)], w[g][s], at);
     } else {
+      const float* ph = part + head_of(g) * splits * (D + 2) + 2 + d;
       // Every split's value of a group of 32 loaded before any is added.
 #pragma unroll
       for (int s0 = 0; s0 < kMaxSplits; s0 += 32) {
@@ -944,12 +948,14 @@ __global__ void __launch_bounds__(W * 32, RG > 1 ? 2 : (W == 8 ? 1 : 3))
         sp.acc[warp][row + 8][8 * n + 2 * (lane & 3) + 1] = o[n][3];
       }
     }
-    finish<D, G, G * RG, W, 2>(sp, r, kvh, n_kv, split, splits, part, done, out, G * span);
+    finish<D, G, G * RG, W>(sp, r, kvh, n_kv, split, splits, part, done, out, G * span, smem,
+                            mma_smem<D, W>() / sizeof(float));
   } else {
     if constexpr (CL) {
       finish_cluster<D, G, W>(sp, r, kvh, n_kv, splits, out);
     } else {
-      finish<D, G, G, W, 2>(sp, r, kvh, n_kv, split, splits, part, done, out);
+      finish<D, G, G, W>(sp, r, kvh, n_kv, split, splits, part, done, out, G, smem,
+                         mma_smem<D, W>() / sizeof(float));
     }
   }
 }
