@@ -168,14 +168,19 @@ xz -dc $C/bins.tar.xz | tar -C $B -xf -
 summary=$OUT/summary.txt
 note() { echo "$*" | tee -a $summary; }
 # Each job "CONTEXT SPECS": `cuda_check_base speed`, then this build's, on /tmp/q8b.
+# `cuda_check ARGS..` by the base build (when carried) and this one, in turn.
+ab_both() {
+  for bin in cuda_check_base cuda_check; do
+    [ -x $B/$bin ] || continue
+    note "-- $bin $*"
+    timeout 200 $B/$bin "$@" 2>&1 | tee -a $summary
+  done
+}
+# `speed` on /tmp/q8b by both builds, a job ("CTX SPECS") after another.
 ab_jobs() {
   for job in "$@"; do
     set -- $job
-    for bin in cuda_check_base cuda_check; do
-      [ -x $B/$bin ] || continue
-      note "-- $bin, $1 tokens, $2"
-      timeout 200 $B/$bin speed /tmp/q8b $1 $2 2>&1 | tee -a $summary
-    done
+    ab_both speed /tmp/q8b $1 $2
   done
 }
 # Waits (up to 2 minutes) for the server on port $1 to answer /health.
@@ -409,11 +414,7 @@ abtimeline)
   # turn: one row at 4k and 1k, 8 rows at 4k.
   for job in "4096 1" "1024 1" "4096 8"; do
     set -- $job
-    for bin in cuda_check_base cuda_check; do
-      [ -x $B/$bin ] || continue
-      note "-- $bin timeline, $1 tokens, $2 row(s)"
-      timeout 120 $B/$bin timeline /tmp/q8b $1 $2 2>&1 | tee -a $summary
-    done
+    ab_both timeline /tmp/q8b $1 $2
   done
   ;;
 ab)
