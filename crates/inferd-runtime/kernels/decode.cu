@@ -189,11 +189,13 @@ __device__ __forceinline__ Range range_of(const int32_t* __restrict__ seq,
 // probe[block · kProbeStages + stage], block = (r · n_kv + kvh) · splits + split. Never
 // written by a kernel, so it is read before the programmatic wait.
 __device__ unsigned long long* g_decode_probe;
-constexpr int kProbeStages = 8;
+constexpr int kProbeStages = 11;
 // Stages: 0 entry, 1 the wait for the kernel before returned, 2 the first tile's loads
 // issued (its range and block table read), 3 the first tile arrived, 4 the tile loop
 // done (warp 0), 5 every warp done (the block's merge begins), 6 the split's partial
-// counted, 7 the (row, KV head) finished (its last block only).
+// counted; the (row, KV head)'s last block only: 7 its fence passed, 8 the partials in
+// shared memory (staged; else as 7), 9 the maxima and sums merged, 10 the outputs written
+// (the cluster form: 10 at its end).
 __device__ __forceinline__ void stamp(unsigned long long* probe, int stage) {
   if (probe && threadIdx.x == 0) {
     const unsigned long long t = ifd::global_ns();
@@ -291,6 +293,7 @@ __device__ __forceinline__ void finish(Partials<D, S, W>& sp, int r, int kvh, in
     return;
   }
   __threadfence();
+  stamp(probe, 7);
   __shared__ float w[S][kMaxSplits];
   __shared__ float total[S];
   // Staged (where the partials fit `stage`): one round of asynchronous copies brings every
@@ -311,6 +314,7 @@ __device__ __forceinline__ void finish(Partials<D, S, W>& sp, int r, int kvh, in
     ifd::cp_async_wait_all();
     __syncthreads();
   }
+  stamp(probe, 8);
   // Value k (0: max, 1: sum, 2 + d: value d) of partial (slot e, split s).
   const auto partial = [&](int e, int s, int k) -> float {
     return staged ? stage[(static_cast<size_t>(e) * splits + s) * (D + 2) + k]
@@ -338,6 +342,7 @@ __device__ __forceinline__ void finish(Partials<D, S, W>& sp, int r, int kvh, in
     if (lane == 0) total[g] = lt;
   }
   __syncthreads();
+  stamp(probe, 9);
   for (int e = threadIdx.x; e < slots * D; e += W * 32) {
     const int g = e / D, d = e % D;
     float at = 0.f;
@@ -361,7 +366,7 @@ __device__ __forceinline__ void finish(Partials<D, S, W>& sp, int r, int kvh, in
     out[head_of(g) * D + d] = __float2bfloat16(total[g] > 0.f ? at / total[g] : 0.f);
   }
   if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
-  stamp(probe, 7);
+  stamp(probe, 10);
   ifd::kprobe<4>(ifd::kDone);
 }
 
@@ -430,7 +435,7 @@ __device__ __forceinline__ void finish_cluster(Partials<D, G, W>& sp, int r,
     out[head * D + d] = __float2bfloat16(lt > 0.f ? at / lt : 0.f);
   }
   cluster.sync();  // no block leaves while another may read its shared memory
-  stamp(probe, 7);
+  stamp(probe, 10);
   ifd::kprobe<4>(ifd::kDone);
 }
 

@@ -222,7 +222,7 @@ pub fn timeline(model_dir: &Path, context: usize, rows: usize, narrow: bool) {
             blocks.len() / (rows * rig.model.cfg.n_kv_heads).max(1)
         );
         for (stage, name) in PROBE_STAGE_NAMES.iter().enumerate() {
-            // Stage 7 is stamped by a (row, KV head)'s last block only: older stamps in the
+            // Stages 7.. are stamped by a (row, KV head)'s last block only: older stamps in the
             // other blocks' slots are the step's earlier layers'.
             let mut at: Vec<f64> = blocks
                 .iter()

@@ -9,8 +9,8 @@ use crate::{Result, RuntimeError};
 
 /// The stages the decode kernels stamp per block, in order (`kProbeStages` in
 /// kernels/decode.cu). The first five are stamped by the tensor-core build only; the
-/// last by a (row, KV head)'s last block only.
-pub const PROBE_STAGE_NAMES: [&str; 8] = [
+/// last four by a (row, KV head)'s last block only (the cluster form: the last alone).
+pub const PROBE_STAGE_NAMES: [&str; 11] = [
     "entry",
     "wait returned",
     "first tile issued",
@@ -18,6 +18,9 @@ pub const PROBE_STAGE_NAMES: [&str; 8] = [
     "warp 0's tiles done",
     "every warp done",
     "partial counted",
+    "last: fence passed",
+    "last: partials staged",
+    "last: maxima merged",
     "merged (last block)",
 ];
 
