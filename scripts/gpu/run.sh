@@ -167,7 +167,6 @@ root=$(cat $C/build-root.txt)
 xz -dc $C/bins.tar.xz | tar -C $B -xf -
 summary=$OUT/summary.txt
 note() { echo "$*" | tee -a $summary; }
-# Each job "CONTEXT SPECS": `cuda_check_base speed`, then this build's, on /tmp/q8b.
 # `cuda_check ARGS..` by the base build (when carried) and this one, in turn.
 ab_both() {
   for bin in cuda_check_base cuda_check; do
@@ -176,11 +175,13 @@ ab_both() {
     timeout 200 $B/$bin "$@" 2>&1 | tee -a $summary
   done
 }
-# `speed` on /tmp/q8b by both builds, a job ("CTX SPECS") after another.
+# `cuda_check CMD /tmp/q8b JOB` by both builds, a job after another (CMD speed: jobs
+# "CTX SPECS"; timeline: "CTX ROWS").
 ab_jobs() {
+  local cmd=$1 job
+  shift
   for job in "$@"; do
-    set -- $job
-    ab_both speed /tmp/q8b $1 $2
+    ab_both $cmd /tmp/q8b $job
   done
 }
 # Waits (up to 2 minutes) for the server on port $1 to answer /health.
@@ -407,20 +408,17 @@ ncusource)
 abone)
   # This build against the base one (prepare.sh with BASE=<rev>), in turn twice: 1, 2 and 8
   # rows at 4k, one row at 1k (an H100 holds these).
-  ab_jobs "4096 bf16:rows=1+2+8" "1024 bf16:rows=1" "4096 bf16:rows=1+2+8" "1024 bf16:rows=1"
+  ab_jobs speed "4096 bf16:rows=1+2+8" "1024 bf16:rows=1" "4096 bf16:rows=1+2+8" "1024 bf16:rows=1"
   ;;
 abtimeline)
   # The decode attention's stages (cuda_check timeline) by the base build and this one, in
   # turn: one row at 4k and 1k, 8 rows at 4k.
-  for job in "4096 1" "1024 1" "4096 8"; do
-    set -- $job
-    ab_both timeline /tmp/q8b $1 $2
-  done
+  ab_jobs timeline "4096 1" "1024 1" "4096 8"
   ;;
 ab)
   # This build against the base one carried beside it (prepare.sh with BASE=<rev>), in turn:
   # one row over 1k / 4k / 16k tokens with and without attention, then every row count.
-  ab_jobs "1024 bf16:rows=1,bf16:rows=1:skip=attention" "4096 bf16:rows=1,bf16:rows=1:skip=attention" \
+  ab_jobs speed "1024 bf16:rows=1,bf16:rows=1:skip=attention" "4096 bf16:rows=1,bf16:rows=1:skip=attention" \
           "16384 bf16:rows=1,bf16:rows=1:skip=attention" "4096 bf16"
   ;;
 variants)

@@ -110,8 +110,9 @@ void run(int hd, int group) {
     for (int splits : {1, 2, 3, 16, 40})
       for (const auto [first, rows] : {std::pair{0, 1}, std::pair{3, 1}, std::pair{0, nr}}) {
         // The split counts each form runs: the cluster forms 2, 3 and 16; the wide form 3,
-        // 16 and 40; the others 1, 3, 16 and 40 (the last block's merge: its values loaded
-        // before the maxima up to 16 splits, in rounds of 32 above).
+        // 16 and 40; the others 1, 3, 16 and 40 (the tensor-core builds' last block merges
+        // from shared memory where the partials fit its tile memory, from L2 where they do
+        // not: 40 splits of 4 or 8 heads in 4-warp blocks).
         const bool cl = mma == 3 || mma == 4, wide = mma == 5;
         const bool takes = cl     ? splits == 2 || splits == 3 || splits == 16
                            : wide ? splits == 3 || splits == 16 || splits == 40
