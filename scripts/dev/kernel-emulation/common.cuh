@@ -380,6 +380,9 @@ inline float dot8(const uint4& w, const uint4& x, float acc) {
 inline void cp_async16(void* smem, const void* global) { std::memcpy(smem, global, 16); }
 inline void cp_async4(void* smem, const void* global) { std::memcpy(smem, global, 4); }
 inline void cp_async8(void* smem, const void* global) { std::memcpy(smem, global, 8); }
+inline int atomic_add_acq_rel(int* p, int v) {
+  return std::atomic_ref<int>(*p).fetch_add(v, std::memory_order_acq_rel);
+}
 inline void cp_async_wait_all() {}
 inline void cp_async16_zfill(void* smem, const void* global, bool valid) {
   if (valid)

@@ -18,7 +18,7 @@ pub const PROBE_STAGE_NAMES: [&str; 11] = [
     "warp 0's tiles done",
     "every warp done",
     "partial counted",
-    "last: fence passed",
+    "last: count known",
     "last: partials staged",
     "last: maxima merged",
     "merged (last block)",
