@@ -47,6 +47,8 @@
 #   prefillkv  the prefill-bound fleets (64 x 4k, 32 x 16k; no prefix cache) served with
 #            --prefill-kv paged, auto (the default), contiguous (every prompt chunk), then
 #            paged again (the drift)
+#   gemmpick cuBLASLt's heuristic candidates for prompt passes' products in turn under the
+#            power cap (`cuda_check gemmpick`: a 16k prompt in passes of 4096, tok/s each)
 #   prefillonly  the prefill-bound fleets (64 x 4k, 32 x 16k; no prefix cache) with 1-token
 #            replies on the default server: the last first token of prompts alone, no decode
 #            rows in the passes (how much of `long`'s last first token the decoding agents cost)
@@ -354,6 +356,12 @@ lost)
   kill -0 $sp 2>/dev/null && { note "lost: the server did not exit"; kill -9 $sp; }
   wait $sp; rc=$?
   note "lost: HTTP $code $(head -c 240 $OUT/lost-reply.json); serve exit $rc; $(grep -a 'device failed' $OUT/serve-lost.log | tail -1)"
+  ;;
+gemmpick)
+  # cuBLASLt's heuristic candidates for the prompt passes' products, each in turn under
+  # the power cap: a 16k prompt in passes of 4096 tokens, 4 prompts a candidate, 3 rounds
+  # after one to warm up (`cuda_check gemmpick`; GEMMPICK: the candidates, default 0..5).
+  timeout 400 $B/cuda_check gemmpick /tmp/q8b 16384 ${GEMMPICK:-0+1+2+3+4+5} 3 4 2>&1 | tee -a $summary
   ;;
 prefillonly)
   [ -e /tmp/q8b/config.json ] || { note "prefillonly: no /tmp/q8b (run make8b first)"; continue; }

@@ -43,11 +43,16 @@
 //!   keys: ms each, against a one-row decode; the FA2 plans a pass (told to, and by
 //!   `Auto`), the two kernels' logits compared, and the first sequence's FA2 logits in the
 //!   pass against its pass alone. KV_DTYPE: bf16 (default), q8 or fp8.
+//! - `gemmpick MODEL_DIR [CONTEXT] [PICK+PICK…] [ROUNDS] [PROMPTS]`: a CONTEXT-token
+//!   prompt (16384) prefilled PROMPTS times (4) in passes of 4096 tokens, the products by
+//!   each of cuBLASLt's heuristic candidates PICK (0+1+2+3) in turn, ROUNDS rounds (3)
+//!   after one to warm up: prompt tokens a second, and each product's algorithm.
 
 mod agree;
 mod chain;
 mod checks;
 mod common;
+mod gemmpick;
 mod lanes;
 mod probe;
 mod sampling;
@@ -142,6 +147,13 @@ fn main() {
             &a.get(4).map_or("2048".to_string(), String::clone).split('+').map(|c| c.parse().expect("CHUNK+CHUNK")).collect::<Vec<usize>>(),
             a.get(5).map_or(1, |c| c.parse().expect("SEQS")),
         ),
-        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | chain [LAYERS] [STAGES:PIECE,…] | fibench [QUERIES] [KEYS] | chunks MODEL_DIR CONTEXT CHUNK[+CHUNK…] [SEQS] | shortchunks MODEL_DIR [CONTEXT] [CHUNK+…] [SEQS] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT] | checks MODEL_DIR [CONTEXT] [AGENTS+…] | sampling | clusters | profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill [CHUNK]] | timeline MODEL_DIR [CONTEXT] [ROWS] [narrow] | kernels MODEL_DIR [CONTEXT] [ROWS]"),
+        Some("gemmpick") => gemmpick::gemmpick(
+            p(2).expect("MODEL_DIR"),
+            a.get(3).map_or(16384, |c| c.parse().expect("CONTEXT")),
+            &a.get(4).map_or("0+1+2+3".to_string(), String::clone).split('+').map(|c| c.parse().expect("PICK+PICK")).collect::<Vec<usize>>(),
+            a.get(5).map_or(3, |c| c.parse().expect("ROUNDS")),
+            a.get(6).map_or(4, |c| c.parse().expect("PROMPTS")),
+        ),
+        _ => eprintln!("usage: cuda_check agree MODEL [TEXT] | chain [LAYERS] [STAGES:PIECE,…] | fibench [QUERIES] [KEYS] | chunks MODEL_DIR CONTEXT CHUNK[+CHUNK…] [SEQS] | shortchunks MODEL_DIR [CONTEXT] [CHUNK+…] [SEQS] | hf MODEL_DIR IDS_JSON LOGITS_F32 | speed MODEL_DIR [CONTEXT] | checks MODEL_DIR [CONTEXT] [AGENTS+…] | sampling | clusters | profile MODEL_DIR [CONTEXT] [BATCH] [cublas|prefill [CHUNK]] | timeline MODEL_DIR [CONTEXT] [ROWS] [narrow] | kernels MODEL_DIR [CONTEXT] [ROWS] | gemmpick MODEL_DIR [CONTEXT] [PICK+…] [ROUNDS] [PROMPTS]"),
     }
 }

@@ -1,7 +1,9 @@
 //! Dense matrix products through cuBLASLt: `y[n, out] = x[n, in] · W[out, in]ᵀ (+ b)` with
 //! x and W in bf16, f32 accumulation and an f32 result (the bias, f32, fused as the
 //! epilogue). A plan (descriptors and the heuristic's algorithm) is made once per shape
-//! and kept, so a step only launches.
+//! and kept, so a step only launches. Products of prompt passes (at least
+//! [`PICK_MIN_ROWS`] rows) may take another of the heuristic's candidates than its first
+//! ([`Gemm::set_pick`]; measurement: which one runs fastest under the power cap).
 //!
 //! cuBLASLt is column-major: the row-major `[out, in]` W is its `[in, out]`, transposed
 //! (`op(A) = Wᵀ`, m = out, k = in), and the row-major `[n, in]` x is its `[in, n]`
@@ -9,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::cublaslt::result as lt;
@@ -19,6 +22,13 @@ use crate::{Result, RuntimeError};
 
 /// cuBLASLt's scratch: the size NVIDIA recommends for Hopper.
 const WORKSPACE_BYTES: usize = 32 << 20;
+
+/// Products of at least this many rows (prompt passes) take the heuristic's candidate
+/// [`Gemm::set_pick`] names; fewer rows (decode passes) always its first.
+pub const PICK_MIN_ROWS: usize = 256;
+
+/// The heuristic's candidates asked for per shape.
+const CANDIDATES: usize = 8;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Shape {
@@ -46,6 +56,8 @@ struct Plan {
     b: sys::cublasLtMatrixLayout_t,
     d: sys::cublasLtMatrixLayout_t,
     algo: sys::cublasLtMatmulAlgo_t,
+    /// Which of the heuristic's candidates `algo` is, of how many, and its configuration.
+    about: String,
 }
 
 impl Drop for Plan {
@@ -68,6 +80,9 @@ pub struct Gemm {
     /// Plans by shape. The lock is held through a launch: a plan's bias pointer is set
     /// per call.
     plans: Mutex<HashMap<Shape, Plan>>,
+    /// The heuristic's candidate products of at least [`PICK_MIN_ROWS`] rows take (0: its
+    /// first, the default; past its last: the last).
+    pick: AtomicUsize,
 }
 
 // SAFETY: the handle is used under `plans`' lock only (one launch at a time).
@@ -97,7 +112,29 @@ impl Gemm {
                 0
             },
             plans: Mutex::new(HashMap::new()),
+            pick: AtomicUsize::new(0),
         })
+    }
+
+    /// Products of at least [`PICK_MIN_ROWS`] rows planned from now on take the
+    /// heuristic's candidate `pick` (0: its first). Plans made before are dropped. Only
+    /// between passes (measurement).
+    pub fn set_pick(&self, pick: usize) {
+        let mut plans = self.plans.lock().unwrap();
+        self.pick.store(pick, Ordering::Relaxed);
+        plans.clear();
+    }
+
+    /// The algorithm each planned product of at least [`PICK_MIN_ROWS`] rows runs, one
+    /// line a shape, in order of shape.
+    pub fn prompt_choices(&self) -> Vec<String> {
+        let plans = self.plans.lock().unwrap();
+        let mut shapes: Vec<_> = plans.keys().filter(|s| s.n >= PICK_MIN_ROWS).collect();
+        shapes.sort_by_key(|s| (s.n, s.out, s.k, s.bias, s.bf16));
+        shapes
+            .into_iter()
+            .map(|s| format!("{} x {} -> {} rows: {}", s.k, s.out, s.n, plans[s].about))
+            .collect()
     }
 
     fn plan(&self, s: Shape) -> Result<Plan> {
@@ -137,15 +174,50 @@ impl Gemm {
                 8,
             )
             .map_err(|e| blas(e, "preference"))?;
-            let h = lt::get_matmul_algo_heuristic(self.handle, desc, a, b, d, d, pref);
+            // [candidates]
+            let mut found =
+                [std::mem::zeroed::<sys::cublasLtMatmulHeuristicResult_t>(); CANDIDATES];
+            let mut count = 0;
+            let status = sys::cublasLtMatmulAlgoGetHeuristic(
+                self.handle,
+                desc,
+                a,
+                b,
+                d,
+                d,
+                pref,
+                CANDIDATES as i32,
+                found.as_mut_ptr(),
+                &mut count,
+            );
             let _ = lt::destroy_matmul_pref(pref);
-            let h = h.map_err(|e| blas(e, &format!("no algorithm for {s:?}")))?;
+            let count = count.max(0) as usize;
+            if status != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS || count == 0 {
+                let _ = lt::destroy_matrix_layout(a);
+                let _ = lt::destroy_matrix_layout(b);
+                let _ = lt::destroy_matrix_layout(d);
+                let _ = lt::destroy_matmul_desc(desc);
+                return Err(RuntimeError::Device(format!(
+                    "cuBLASLt: no algorithm for {s:?} ({status:?})"
+                )));
+            }
+            let i = if s.n >= PICK_MIN_ROWS {
+                self.pick.load(Ordering::Relaxed).min(count - 1)
+            } else {
+                0
+            };
+            let chosen = &found[i];
             Ok(Plan {
                 desc,
                 a,
                 b,
                 d,
-                algo: h.algo,
+                algo: chosen.algo,
+                about: format!(
+                    "candidate {i} of {count}, {}, {:.2} waves",
+                    describe(&chosen.algo),
+                    chosen.wavesCount
+                ),
             })
         }
     }
@@ -221,6 +293,48 @@ impl Gemm {
             .map_err(|e| blas(e, "matmul"))
         }
     }
+}
+
+/// An algorithm's configuration as cuBLASLt reports it (ids of its tables, not sizes).
+fn describe(algo: &sys::cublasLtMatmulAlgo_t) -> String {
+    use sys::cublasLtMatmulAlgoConfigAttributes_t as C;
+    // An attribute's value, whatever its width (1 to 8 bytes; -1 where unknown).
+    let get = |attr: C| -> i64 {
+        let mut size = 0usize;
+        let mut buf = [0u8; 8];
+        unsafe {
+            let _ = sys::cublasLtMatmulAlgoConfigGetAttribute(
+                algo,
+                attr,
+                std::ptr::null_mut(),
+                0,
+                &mut size,
+            );
+            if size == 0 || size > 8 {
+                return -1;
+            }
+            let st = sys::cublasLtMatmulAlgoConfigGetAttribute(
+                algo,
+                attr,
+                buf.as_mut_ptr().cast(),
+                size,
+                &mut size,
+            );
+            if st != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                return -1;
+            }
+        }
+        i64::from_le_bytes(buf)
+    };
+    format!(
+        "algo {} tile {} stages {} cluster {} split-k {} swizzle {}",
+        get(C::CUBLASLT_ALGO_CONFIG_ID),
+        get(C::CUBLASLT_ALGO_CONFIG_TILE_ID),
+        get(C::CUBLASLT_ALGO_CONFIG_STAGES_ID),
+        get(C::CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID),
+        get(C::CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+        get(C::CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+    )
 }
 
 impl Drop for Gemm {

@@ -381,6 +381,18 @@ impl CudaBackend {
         *self.inner.split_prefill.lock().unwrap() = mode;
     }
 
+    /// Makes the products of prompt passes (at least `gemm::PICK_MIN_ROWS` rows) planned
+    /// from now on take cuBLASLt's heuristic candidate `pick` (0: its first, the default;
+    /// measurement: `cuda_check gemmpick`). Only between passes.
+    pub fn set_gemm_pick(&self, pick: usize) {
+        self.inner.gemm.set_pick(pick);
+    }
+
+    /// The algorithm of each prompt-pass product planned so far, one line a shape.
+    pub fn gemm_choices(&self) -> Vec<String> {
+        self.inner.gemm.prompt_choices()
+    }
+
     /// Prompt runs planned so far (one FlashInfer plan each) by the SM90 kernel: (paged,
     /// over contiguous K/V).
     pub fn prompt_runs(&self) -> (u64, u64) {
