@@ -201,11 +201,7 @@ impl Gemm {
                     "cuBLASLt: no algorithm for {s:?} ({status:?})"
                 )));
             }
-            let i = if s.n >= PICK_MIN_ROWS {
-                self.pick.load(Ordering::Relaxed).min(count - 1)
-            } else {
-                0
-            };
+            let i = candidate(self.pick.load(Ordering::Relaxed), s.n, count);
             let chosen = &found[i];
             Ok(Plan {
                 desc,
@@ -295,6 +291,17 @@ impl Gemm {
     }
 }
 
+/// Which of `count` (≥ 1) heuristic candidates a product of `rows` rows takes when
+/// prompt products are told to take `pick`: the first below [`PICK_MIN_ROWS`] rows, else
+/// `pick`, or the last where there are fewer.
+fn candidate(pick: usize, rows: usize, count: usize) -> usize {
+    if rows < PICK_MIN_ROWS {
+        0
+    } else {
+        pick.min(count - 1)
+    }
+}
+
 /// An algorithm's configuration as cuBLASLt reports it (ids of its tables, not sizes).
 fn describe(algo: &sys::cublasLtMatmulAlgo_t) -> String {
     use sys::cublasLtMatmulAlgoConfigAttributes_t as C;
@@ -343,5 +350,19 @@ impl Drop for Gemm {
         unsafe {
             let _ = lt::destroy_handle(self.handle);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_products_keep_the_first_candidate_and_prompt_products_take_the_pick() {
+        assert_eq!(candidate(3, 1, 8), 0);
+        assert_eq!(candidate(3, PICK_MIN_ROWS - 1, 8), 0);
+        assert_eq!(candidate(3, PICK_MIN_ROWS, 8), 3);
+        assert_eq!(candidate(3, 4096, 2), 1);
+        assert_eq!(candidate(0, 4096, 1), 0);
     }
 }
