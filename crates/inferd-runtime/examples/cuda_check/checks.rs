@@ -28,9 +28,7 @@ pub fn checks(model_dir: &Path, context: usize, agents: &[usize]) {
         .map(|_| pool.table(context + longest + 1))
         .collect();
     for (s, table) in tables.iter().enumerate() {
-        let p: Vec<u32> = (0..context)
-            .map(|i| ((i * 7919 + s * 104729) % vocab) as u32)
-            .collect();
+        let p = token_prompt(s, context, vocab);
         let mut b = ForwardBatch::default();
         b.push_in_slot(&p, 0, context, table.clone(), s as u32, true);
         timed_pass(&model, &mut ws, &mut pool, &b);

@@ -6,6 +6,14 @@ pub const BLOCK: usize = 16;
 /// Measured device-to-device copy bandwidth of the H200 (KINDS.md), bytes/s.
 pub const BANDWIDTH: f64 = 4.3e12;
 
+/// Sequence `seq`'s synthetic prompt of `len` token ids (below `vocab`): distinct per
+/// sequence, so no two share a prefix.
+pub fn token_prompt(seq: usize, len: usize, vocab: usize) -> Vec<u32> {
+    (0..len)
+        .map(|i| ((i * 7919 + seq * 104729) % vocab) as u32)
+        .collect()
+}
+
 /// A KV pool and a bump allocator of its blocks; `slots` recurrent-state slots for a
 /// hybrid model (sequence i of a pass runs in slot i; dense models keep none).
 pub struct Pool<B: Backend> {

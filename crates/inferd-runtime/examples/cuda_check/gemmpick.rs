@@ -4,10 +4,10 @@
 
 use std::path::Path;
 
-use inferd_runtime::{CudaBackend, CudaConfig, ForwardBatch, KvDtype, Model};
+use inferd_runtime::{CudaBackend, CudaConfig, KvDtype, Model};
 
-use super::common::Pool;
-use super::speed::timed_pass;
+use super::common::{token_prompt, Pool};
+use super::speed::prefill_passes;
 
 /// Tokens a pass: the fleet's prompt slice.
 const PASS: usize = 4096;
@@ -20,28 +20,18 @@ pub fn gemmpick(model_dir: &Path, context: usize, picks: &[usize], rounds: usize
     let model = Model::load(CudaBackend::new(CudaConfig::default()).unwrap(), model_dir).unwrap();
     let vocab = model.cfg.vocab_size;
     let mut pool = Pool::new(&model, context, KvDtype::Bf16, 1);
-    let table = pool.table(context);
     let mut ws = model.workspace(PASS, 1).unwrap();
-    let prompt: Vec<u32> = (0..context).map(|i| ((i * 7919) % vocab) as u32).collect();
+    let prompt = [token_prompt(0, context, vocab)];
+    let table = [pool.table(context)];
     // Seconds to prefill the prompt `prompts` times, in passes of PASS tokens.
     let mut prefill = || -> f64 {
-        let mut s = 0.0;
-        for _ in 0..prompts {
-            for start in (0..context).step_by(PASS) {
-                let end = (start + PASS).min(context);
-                let mut b = ForwardBatch::default();
-                b.push_in_slot(
-                    &prompt[start..end],
-                    start,
-                    context,
-                    table.clone(),
-                    0,
-                    end == context,
-                );
-                s += timed_pass(&model, &mut ws, &mut pool, &b).1;
-            }
-        }
-        s
+        (0..prompts)
+            .map(|_| -> f64 {
+                prefill_passes(&model, &mut ws, &mut pool, &prompt, &table, PASS)
+                    .iter()
+                    .sum()
+            })
+            .sum()
     };
     let mut seen = vec![Vec::new(); picks.len()];
     let mut rates = vec![Vec::new(); picks.len()];
@@ -50,11 +40,10 @@ pub fn gemmpick(model_dir: &Path, context: usize, picks: &[usize], rounds: usize
             model.backend.set_gemm_pick(pick);
             let s = prefill();
             // Round 0 warms the GPU up to its cap and plans every shape: not counted.
-            if round > 0 {
-                rates[i].push((prompts * context) as f64 / s);
-            }
-            if seen[i].is_empty() {
+            if round == 0 {
                 seen[i] = model.backend.gemm_choices();
+            } else {
+                rates[i].push((prompts * context) as f64 / s);
             }
         }
     }

@@ -34,11 +34,7 @@ pub fn profile(
         .workspace((batch * chunk).max(context).max(batch), seqs)
         .unwrap();
     let tables: Vec<Vec<u32>> = (0..seqs).map(|_| pool.table(context + 4)).collect();
-    let ids = |s: usize| -> Vec<u32> {
-        (0..context)
-            .map(|i| ((i * 7919 + s * 104729) % vocab) as u32)
-            .collect()
-    };
+    let ids = |s: usize| token_prompt(s, context, vocab);
     let run = |pool: &mut Pool<CudaBackend>, ws: &mut _, b: &ForwardBatch| {
         model.forward_in(ws, &mut pool.kv, &pool.layout, b).unwrap();
         model.backend.synchronize().unwrap();
@@ -145,9 +141,7 @@ impl DecodeRig {
             context,
         };
         for s in 0..rows {
-            let ids: Vec<u32> = (0..context)
-                .map(|i| ((i * 7919 + s * 104729) % vocab) as u32)
-                .collect();
+            let ids = token_prompt(s, context, vocab);
             let mut b = ForwardBatch::default();
             b.push_in_slot(&ids, 0, context, rig.tables[s].clone(), s as u32, true);
             rig.run(&b);

@@ -13,7 +13,7 @@ use std::path::Path;
 use inferd_runtime::{CudaBackend, CudaConfig, ForwardBatch, KvDtype, Model, SplitPrefill};
 
 use super::common::*;
-use super::speed::{median_pass, timed_pass};
+use super::speed::{median_pass, prefill_passes, timed_pass};
 
 /// Each sequence's own last tokens (the rest of the context is the first's).
 const TAIL: usize = 1024;
@@ -53,18 +53,14 @@ pub fn shortchunks(model_dir: &Path, context: usize, sizes: &[usize], seqs: usiz
         .map(|i| ((i * 7919 + 17) % vocab) as u32)
         .collect();
     // The context, read once in passes of 4096; then the other sequences' tails.
-    for start in (0..context).step_by(4096) {
-        let end = (start + 4096).min(context);
-        let mut b = ForwardBatch::default();
-        b.push(
-            &prompt[start..end],
-            start,
-            context,
-            first.clone(),
-            end == context,
-        );
-        timed_pass(&model, &mut ws, &mut pool, &b);
-    }
+    prefill_passes(
+        &model,
+        &mut ws,
+        &mut pool,
+        std::slice::from_ref(&prompt),
+        std::slice::from_ref(&first),
+        4096,
+    );
     if seqs > 1 {
         let mut b = ForwardBatch::default();
         for t in &tables[1..] {

@@ -194,6 +194,39 @@ pub fn timed_pass(
     (queued, t.elapsed().as_secs_f64())
 }
 
+/// Each pass's seconds ([`timed_pass`]), prefilling every prompt (sequence s over
+/// `tables[s]`, in state slot s) in passes of `chunk` tokens of each, the prompts' logits
+/// in the last.
+pub fn prefill_passes(
+    model: &Model<CudaBackend>,
+    ws: &mut inferd_runtime::Workspace<CudaBackend>,
+    pool: &mut Pool<CudaBackend>,
+    prompts: &[Vec<u32>],
+    tables: &[Vec<u32>],
+    chunk: usize,
+) -> Vec<f64> {
+    let context = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let mut times = Vec::new();
+    for start in (0..context).step_by(chunk.max(1)) {
+        let mut b = ForwardBatch::default();
+        for (s, p) in prompts.iter().enumerate() {
+            let end = (start + chunk).min(p.len());
+            if start < end {
+                b.push_in_slot(
+                    &p[start..end],
+                    start,
+                    p.len(),
+                    tables[s].clone(),
+                    s as u32,
+                    end == p.len(),
+                );
+            }
+        }
+        times.push(timed_pass(model, ws, pool, &b).1);
+    }
+    times
+}
+
 /// The median of `n` passes of `b`, each run alone ([`timed_pass`]), in seconds.
 pub fn median_pass(
     model: &Model<CudaBackend>,
@@ -223,11 +256,7 @@ pub fn speed_of(model: &Model<CudaBackend>, context: usize, dtype: KvDtype, batc
     let tables: Vec<Vec<u32>> = (0..max_batch)
         .map(|_| pool.table(context + steps + 1))
         .collect();
-    let prompt = |s: usize| -> Vec<u32> {
-        (0..context)
-            .map(|i| ((i * 7919 + s * 104729) % vocab) as u32)
-            .collect()
-    };
+    let prompt = |s: usize| token_prompt(s, context, vocab);
     // Prefill every sequence, 8 per pass; the first pass is warm-up, the rest timed.
     let mut prefill_s = 0.0;
     let mut queue_s = 0.0; // until forward_in returns: the host's share, if the GPU waits on it
@@ -366,34 +395,10 @@ pub fn chunks(model_dir: &Path, context: usize, sizes: &[usize], seqs: usize) {
     let tables: Vec<Vec<u32>> = (0..seqs).map(|_| pool.table(context)).collect();
     let widest = sizes.iter().copied().max().unwrap_or(1);
     let mut ws = model.workspace(seqs * widest, seqs).unwrap();
-    let prompts: Vec<Vec<u32>> = (0..seqs)
-        .map(|s| {
-            (0..context)
-                .map(|i| ((i * 7919 + s * 104729) % vocab) as u32)
-                .collect()
-        })
-        .collect();
-    // Each pass's seconds, prefilling every prompt in passes of `chunk` tokens of each.
+    let prompts: Vec<Vec<u32>> = (0..seqs).map(|s| token_prompt(s, context, vocab)).collect();
     let mut run = |mode: PrefillKv, chunk: usize| -> Vec<f64> {
         model.backend.set_prefill_kv(mode);
-        let mut times = Vec::new();
-        for start in (0..context).step_by(chunk) {
-            let end = (start + chunk).min(context);
-            let mut b = ForwardBatch::default();
-            for (s, p) in prompts.iter().enumerate() {
-                let last = end == context;
-                b.push_in_slot(
-                    &p[start..end],
-                    start,
-                    context,
-                    tables[s].clone(),
-                    s as u32,
-                    last,
-                );
-            }
-            times.push(timed_pass(&model, &mut ws, &mut pool, &b).1);
-        }
-        times
+        prefill_passes(&model, &mut ws, &mut pool, &prompts, &tables, chunk)
     };
     run(PrefillKv::Contiguous, widest); // warm-up (cuBLASLt's choices, FlashInfer's plans)
     run(PrefillKv::Paged, widest);

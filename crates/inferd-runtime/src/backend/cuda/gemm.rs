@@ -117,12 +117,13 @@ impl Gemm {
     }
 
     /// Products of at least [`PICK_MIN_ROWS`] rows planned from now on take the
-    /// heuristic's candidate `pick` (0: its first). Plans made before are dropped. Only
-    /// between passes (measurement).
+    /// heuristic's candidate `pick` (0: its first); their plans made before are dropped
+    /// (decode products' stay: the pick never applies to them). Only between passes
+    /// (measurement).
     pub fn set_pick(&self, pick: usize) {
         let mut plans = self.plans.lock().unwrap();
         self.pick.store(pick, Ordering::Relaxed);
-        plans.clear();
+        plans.retain(|s, _| s.n < PICK_MIN_ROWS);
     }
 
     /// The algorithm each planned product of at least [`PICK_MIN_ROWS`] rows runs, one
@@ -174,7 +175,7 @@ impl Gemm {
                 8,
             )
             .map_err(|e| blas(e, "preference"))?;
-            // [candidates]
+            // The heuristic's results, best first: [CANDIDATES], `count` of them filled.
             let mut found =
                 [std::mem::zeroed::<sys::cublasLtMatmulHeuristicResult_t>(); CANDIDATES];
             let mut count = 0;
