@@ -159,8 +159,12 @@
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}
 export INFERD_REQUIRE_GPU=1 PYTHONUNBUFFERED=1
-C=.device/carry
-B=/tmp/inferd-bin
+# CARRY: another carried build (default .device/carry), e.g. a tree with a patch applied,
+# made by prepare.sh in a worktree and copied here as .device/carry_NAME, so one call can
+# time a variant and then run that tree's test bodies (`CARRY=.device/carry_NAME run.sh
+# tests`); each carry unpacks into its own folder.
+C=${CARRY:-.device/carry}
+B=/tmp/inferd-bin-$(basename $C)
 mkdir -p $B
 # Test binaries find fixtures/ through the checkout path they were built at (prepare.sh
 # records it): that path points at this copy here.
