@@ -12,9 +12,10 @@ name=$1 patch=$(realpath "$2") main=$PWD
 wt=/tmp/inferd-tree-$name
 if [ ! -d "$wt" ]; then
   git worktree add --detach "$wt" HEAD
-  [ -d target ] && cp -r target "$wt/target"
-else
+  if [ -d target ]; then cp -r target "$wt/target"; fi
+else # an earlier patch out (its new files too; ignored ones, target/ among them, stay)
   git -C "$wt" reset --quiet --hard "$(git rev-parse HEAD)"
+  git -C "$wt" clean --quiet -fd
 fi
 ln -sfn "$main/.cuda" "$wt/.cuda"
 # prepare.sh copies ../shared/gpu/make_qwen3_8b.py from beside the checkout.

@@ -55,11 +55,12 @@ pub struct CudaConfig {
     /// [`SplitPrefill`]; by default short chunks over long contexts).
     pub split_prefill: SplitPrefill,
     /// Tokens a chunk of a decode pass (graph-replayed, each row by the decode kernel) has
-    /// at most. 0: [`super::batch::DECODE_CHUNK_TOKENS`] ([`super::batch::DECODE_CHUNK_TOKENS_SPLIT`] in
-    /// a pass with a longer check the FA2 prefill would take), while the pass's chunks read
-    /// at most [`super::batch::DECODE_REREAD_POSITIONS`] K/V positions again; 1: speculative checks run
-    /// as eager prompt chunks; N: chunks of up to N tokens, whatever they read again (for
-    /// measurement).
+    /// at most. 0: [`super::batch::DECODE_CHUNK_TOKENS`]
+    /// ([`super::batch::DECODE_CHUNK_TOKENS_SPLIT`] in a pass with a longer check the FA2
+    /// prefill would take), while the pass's chunks read at most
+    /// [`super::batch::DECODE_REREAD_POSITIONS`] K/V positions again; 1: speculative checks
+    /// run as eager prompt chunks; N: chunks of up to N tokens, whatever they read again
+    /// (for measurement).
     pub decode_chunk_tokens: usize,
     /// Test support: the pass after this many (`prepare_batch` calls) starts with a kernel
     /// that stores to an invalid address, so the device is lost as it is to a real fault (a
