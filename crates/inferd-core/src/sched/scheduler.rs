@@ -1,5 +1,6 @@
 //! See the module docs of [`crate::sched`].
 
+use std::cmp::Reverse;
 use std::collections::HashMap;
 
 use super::snapshot_points::{SnapshotKind, SnapshotPoints};
@@ -379,7 +380,7 @@ impl Scheduler {
 
         // Highest priority first, oldest first among equals.
         let mut order = self.running.clone();
-        order.sort_by_key(|&id| (-st(seqs, id).priority, st(seqs, id).arrival));
+        order.sort_by_key(|&id| (Reverse(st(seqs, id).priority), st(seqs, id).arrival));
 
         // 1. decodes
         let mut decodes = Vec::new();
@@ -442,7 +443,7 @@ impl Scheduler {
             .collect();
         prefills.sort_by_key(|id| {
             let s = st(seqs, *id);
-            (-s.priority, s.num_tokens - s.num_computed, s.arrival)
+            (Reverse(s.priority), s.num_tokens - s.num_computed, s.arrival)
         });
         let admitting = !self.waiting.is_empty() && self.running.len() < self.cfg.max_running;
         let slice_cap = if admitting {

@@ -261,6 +261,45 @@ fn higher_priority_is_admitted_first() {
 }
 
 #[test]
+fn the_extreme_priorities_order_without_overflow() {
+    // Priorities come from clients as any i32; i32::MIN has no negation. The lowest runs
+    // first, alone, then the others arrive.
+    let cfg = SchedulerConfig {
+        max_batch_tokens: 8,
+        max_prefill_tokens: 8,
+        ..Default::default()
+    };
+    let mut s = Sched::new(cfg);
+    let mut kv = KvManager::new(64, 16);
+    let request = |id, priority| Request {
+        id,
+        prompt_len: 32,
+        priority,
+        ..Default::default()
+    };
+    s.add(request(1, i32::MIN));
+    let o = s.schedule(&mut kv);
+    assert_eq!(o.chunks[0].seq, 1);
+    s.commit(&o);
+    s.add(request(2, 0));
+    s.add(request(3, i32::MAX));
+    // The step at which each sequence's prompt is done (its sampling chunk).
+    let mut done = HashMap::new();
+    let mut last = Vec::new();
+    for step in 0..16 {
+        let o = s.schedule(&mut kv);
+        for c in o.chunks.iter().filter(|c| c.samples) {
+            done.entry(c.seq).or_insert(step);
+        }
+        last = o.chunks.iter().map(|c| c.seq).collect();
+        s.commit(&o);
+    }
+    assert!(done[&3] < done[&2], "{done:?}");
+    // Once all three decode, they take the step's budget highest priority first.
+    assert_eq!(last, vec![3, 2, 1]);
+}
+
+#[test]
 fn tiny_kv_budget_preempts_and_still_completes_everything() {
     let cfg = SchedulerConfig {
         max_batch_tokens: 64,
