@@ -1,7 +1,7 @@
 //! Request parameters -> a validated [`GenRequest`]. Every check here answers 400 and
 //! names the parameter.
 
-use inferd_core::sampling::SamplingParams;
+use inferd_core::sampling::{Dry, SamplingParams};
 use inferd_engine::{CacheMode, GenRequest};
 use inferd_grammar::Constraint;
 use serde::de::DeserializeOwned;
@@ -209,6 +209,28 @@ pub fn completion_logprobs(logprobs: Option<u64>) -> Result<Option<usize>, ApiEr
     }
 }
 
+/// DRY switched on for a structured reply the client did not set it for: the client's other
+/// DRY fields where they are valid for DRY on (they were checked only as unused), else
+/// the defaults, so a setting that was ignored never turns into an error.
+pub fn structured_dry(given: &Dry) -> Dry {
+    let on = |dry: Dry| SamplingParams {
+        dry,
+        ..SamplingParams::default()
+    };
+    let dry = Dry {
+        multiplier: STRUCTURED_DRY,
+        ..given.clone()
+    };
+    if on(dry.clone()).validate().is_ok() {
+        dry
+    } else {
+        Dry {
+            multiplier: STRUCTURED_DRY,
+            ..Dry::default()
+        }
+    }
+}
+
 /// The engine request for a tokenized prompt: `max_tokens` defaults to the context left
 /// (or the configured default) and is capped by the configured cap; generation also ends
 /// at the context limit, so a larger ask is not an error.
@@ -235,7 +257,7 @@ pub fn gen_request(
     max_tokens = max_tokens.max(1);
     let mut sampling = c.sampling.clone();
     if constraint.is_some() && !c.dry_given {
-        sampling.dry.multiplier = STRUCTURED_DRY;
+        sampling.dry = structured_dry(&sampling.dry);
     }
     GenRequest {
         prompt,
@@ -256,6 +278,38 @@ pub fn gen_request(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn implicit_dry_keeps_valid_fields_and_drops_ignored_invalid_ones() {
+        let valid = Dry {
+            base: 2.0,
+            ..Dry::default()
+        };
+        let d = structured_dry(&valid);
+        assert_eq!((d.multiplier, d.base), (STRUCTURED_DRY, 2.0));
+        for bad in [
+            Dry {
+                base: 0.5,
+                ..Dry::default()
+            },
+            Dry {
+                sequence_breakers: vec![String::new()],
+                ..Dry::default()
+            },
+            Dry {
+                allowed_length: 0,
+                ..Dry::default()
+            },
+        ] {
+            let d = structured_dry(&bad);
+            let p = SamplingParams {
+                dry: d.clone(),
+                ..SamplingParams::default()
+            };
+            assert!(p.validate().is_ok(), "{d:?}");
+            assert_eq!(d.multiplier, STRUCTURED_DRY);
+        }
+    }
 
     fn common(v: Value) -> Result<Checked, ApiError> {
         let p: CommonParams = read(&v)?;

@@ -443,7 +443,11 @@ impl Scheduler {
             .collect();
         prefills.sort_by_key(|id| {
             let s = st(seqs, *id);
-            (Reverse(s.priority), s.num_tokens - s.num_computed, s.arrival)
+            (
+                Reverse(s.priority),
+                s.num_tokens - s.num_computed,
+                s.arrival,
+            )
         });
         let admitting = !self.waiting.is_empty() && self.running.len() < self.cfg.max_running;
         let slice_cap = if admitting {

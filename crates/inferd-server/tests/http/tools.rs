@@ -250,6 +250,15 @@ fn json_object_on_completions_and_stop_strings_under_a_schema() {
         "{text}"
     );
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    // DRY fields sent while DRY is off are ignored, also when a structured reply turns
+    // DRY on by default (`dry_base` must be > 1 only when DRY is on).
+    let r = post(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt": "A JSON object:", "max_tokens": 4, "dry_base": 0.5,
+                "dry_sequence_breakers": [""], "response_format": {"type": "json_object"}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
     // A stop string still ends the reply, mid-object: the constraint does not hide it.
     let schema = json!({"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
         "age": {"type": "integer", "minimum": 0, "maximum": 99}}, "required": ["name", "age"],
