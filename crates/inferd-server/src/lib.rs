@@ -70,6 +70,7 @@ pub mod reply;
 pub mod responses;
 pub mod state;
 pub mod work;
+pub mod write_deadline;
 
 use std::future::Future;
 

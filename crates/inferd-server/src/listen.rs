@@ -8,6 +8,8 @@
 //!   (1 byte/s) and idle or half-open connections are closed, their slot freed.
 //! - **Body timeout** (in `extract.rs`): a declared body must arrive whole within
 //!   `body_timeout`, or the request gets 408.
+//! - **Write timeout** (`write_deadline.rs`): a client that reads nothing of its reply for
+//!   `write_timeout` loses the connection, and its request is cancelled.
 //! - **Graceful stop.** When `shutdown` resolves the listener closes (new connections are
 //!   refused), the engine drains (a request read but not yet submitted gets 503), open
 //!   connections finish the response in progress and close, and the loop returns once
@@ -26,6 +28,8 @@ use tokio::sync::Semaphore;
 
 use inferd_engine::EngineHandle;
 
+use crate::write_deadline::WriteDeadline;
+
 /// How often freed memory is handed back to the system.
 const TRIM_EVERY: Duration = Duration::from_secs(10);
 
@@ -35,6 +39,7 @@ pub struct ConnLimits {
     pub max_connections: usize,
     pub header_timeout: Duration,
     pub body_timeout: Duration,
+    pub write_timeout: Duration,
 }
 
 impl Default for ConnLimits {
@@ -43,6 +48,7 @@ impl Default for ConnLimits {
             max_connections: default_max_connections(),
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -106,7 +112,8 @@ pub async fn run(
         // Tokens go out as soon as they are written.
         let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(app.clone());
-        let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        let io = TokioIo::new(WriteDeadline::new(stream, limits.write_timeout));
+        let conn = graceful.watch(http.serve_connection(io, service));
         tokio::spawn(async move {
             let _ = conn.await;
             drop(slot);

@@ -184,6 +184,7 @@ mod connections {
                     max_connections: 8,
                     header_timeout: Duration::from_secs(1),
                     body_timeout: Duration::from_secs(1),
+                    write_timeout: Duration::from_secs(1),
                 },
                 ..Default::default()
             };

@@ -108,6 +108,10 @@ pub struct Args {
     /// Seconds a request body has to arrive whole (408 past it).
     #[arg(long, default_value_t = 30)]
     body_timeout: u64,
+    /// Seconds a client may read nothing of its reply before its connection is closed
+    /// and its request cancelled.
+    #[arg(long, default_value_t = 60)]
+    write_timeout: u64,
     /// Largest max_tokens a request may get (larger asks are clamped).
     #[arg(long)]
     max_tokens_cap: Option<usize>,
@@ -437,6 +441,7 @@ pub fn run(a: Args) -> Result<()> {
                     .unwrap_or_else(inferd_server::listen::default_max_connections),
                 header_timeout: std::time::Duration::from_secs(a.header_timeout.max(1)),
                 body_timeout: std::time::Duration::from_secs(a.body_timeout.max(1)),
+                write_timeout: std::time::Duration::from_secs(a.write_timeout.max(1)),
             },
             responses,
             ..Default::default()
