@@ -28,6 +28,8 @@ pub async fn handler(
     JsonBody(body): JsonBody<Value>,
 ) -> Result<Response, ApiError> {
     let req = ChatRequest::from_body(&body)?;
+    // The parsed body takes many times its bytes; what the request needs is in `req`.
+    drop(body);
     let Started {
         stream: rs,
         checked,

@@ -27,6 +27,8 @@ pub async fn handler(
     require_object(&body)?;
     let common: CommonParams = read(&body)?;
     let cp: CompletionParams = read(&body)?;
+    // The parsed body takes many times its bytes; what the request needs is read out.
+    drop(body);
     if let Some(m) = &common.model {
         state.check_model(m)?;
     }

@@ -82,6 +82,8 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     require_object(&body)?;
     let b: ResponsesBody = read(&body)?;
+    // The parsed body takes many times its bytes; what the request needs is in `b`.
+    drop(body);
     let store = b.store.unwrap_or(true);
     let prev = match &b.previous_response_id {
         Some(id) => Some(state.responses.get(id).ok_or_else(|| {
@@ -112,6 +114,7 @@ pub async fn create(
         model: state.model_name().to_string(),
         fields: echo_fields(&b),
     };
+    drop(b);
     let mut conversation = history;
     conversation.extend(t.messages);
     let keep = store.then(|| Keep {

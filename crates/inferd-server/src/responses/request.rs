@@ -124,6 +124,36 @@ fn str_field<'a>(item: &'a Value, field: &str, at: &str) -> Result<&'a str, ApiE
     })
 }
 
+/// The fields of an input item (and of its content parts) this API defines: the item kept
+/// and listed back by `input_items`. Anything else a client sends is dropped, so it is not
+/// stored (parsed JSON takes many times its text's bytes).
+fn known_fields(obj: &Map<String, Value>, kind: &str) -> Map<String, Value> {
+    let keys: &[&str] = match kind {
+        "message" => &["type", "id", "role", "content", "status"],
+        "function_call" => &["type", "id", "call_id", "name", "arguments", "status"],
+        "function_call_output" => &["type", "id", "call_id", "output", "status"],
+        _ => &["type", "id"],
+    };
+    let part = |p: &Value| match p.as_object() {
+        Some(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| matches!(k.as_str(), "type" | "text" | "refusal"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        None => p.clone(),
+    };
+    obj.iter()
+        .filter(|(k, _)| keys.contains(&k.as_str()))
+        .map(|(k, v)| match (k.as_str(), v) {
+            ("content" | "output", Value::Array(parts)) => {
+                (k.clone(), parts.iter().map(part).collect())
+            }
+            _ => (k.clone(), v.clone()),
+        })
+        .collect()
+}
+
 /// One input item -> chat messages (a function call joins the assistant message before
 /// it); returns the item with an id.
 fn convert_item(i: usize, item: &Value, out: &mut Vec<Value>) -> Result<Option<Value>, ApiError> {
@@ -141,7 +171,7 @@ fn convert_item(i: usize, item: &Value, out: &mut Vec<Value>) -> Result<Option<V
             )
         })?,
     };
-    let mut item = obj.clone();
+    let mut item = known_fields(obj, kind);
     match kind {
         "message" => {
             let v = Value::Object(obj.clone());
@@ -423,6 +453,26 @@ mod tests {
 
     fn body(v: Value) -> ResponsesBody {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn unknown_item_fields_are_not_kept() {
+        let input = json!([
+            {"role": "user", "junk": [0, 0, 0], "content": [
+                {"type": "input_text", "text": "hi", "junk": {"a": 1}}]},
+            {"type": "function_call", "call_id": "c1", "name": "w", "arguments": "{}", "x": 1},
+            {"type": "function_call_output", "call_id": "c1", "output": "ok", "y": [1]}
+        ]);
+        let (items, messages) = convert_input(Some(&input)).unwrap();
+        assert_eq!(messages.len(), 3);
+        let text = serde_json::to_string(&items).unwrap();
+        assert!(!text.contains("junk") && !text.contains("\"x\"") && !text.contains("\"y\""));
+        assert_eq!(
+            items[0]["content"],
+            json!([{"type": "input_text", "text": "hi"}])
+        );
+        assert_eq!(items[1]["arguments"], "{}");
+        assert_eq!(items[2]["output"], "ok");
     }
 
     #[test]
