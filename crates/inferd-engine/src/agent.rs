@@ -41,8 +41,11 @@ impl<B: Backend> Engine<B> {
         let owner = req
             .context
             .as_ref()
-            .and_then(|c| self.memory.contexts.get(c))
-            .map(|e| e.owner)?;
+            .and_then(|c| self.memory.contexts.get_mut(c))
+            .map(|e| {
+                e.tick = tick; // a context in use is not the least recently used
+                e.owner
+            })?;
         self.kvm.owner_tokens(owner).is_some().then_some(owner)
     }
 
@@ -149,6 +152,7 @@ impl<B: Backend> Engine<B> {
             self.kvm.free(owner);
         }
         self.memory.contexts.insert(b.id.clone(), e);
+        self.enforce_record_budget();
         if let Some(why) = self.lost() {
             // Its writes to the SSD tier saw the device lost: nothing of it will outlive
             // this process, so it is not reported made.
@@ -256,6 +260,7 @@ impl<B: Backend> Engine<B> {
         let e = e.clone();
         self.persist(spill::SESSION, &sid, owner, &e);
         self.enforce_park_budget();
+        self.enforce_record_budget();
     }
 
     /// A parked turn's reply ended earlier for the client than where the engine parked
@@ -367,6 +372,33 @@ impl<B: Backend> Engine<B> {
             if !self.release_lru_session() {
                 break;
             }
+        }
+    }
+
+    /// Records that hold no KV in memory (sessions released, unpinned contexts) keep at
+    /// most `record_tokens` token ids in all: past it the least recently used are
+    /// forgotten, on disk too. What the prefix cache holds of them stays.
+    pub(crate) fn enforce_record_budget(&mut self) {
+        let idle = |e: &Entry| !e.pinned && self.kvm.table(e.owner).is_none();
+        let records = || {
+            let sessions = self.memory.sessions.iter().map(|r| (spill::SESSION, r));
+            let contexts = self.memory.contexts.iter().map(|r| (spill::CONTEXT, r));
+            sessions.chain(contexts).filter(|(_, (_, e))| idle(e))
+        };
+        let mut total: usize = records().map(|(_, (_, e))| e.tokens.len()).sum();
+        if total <= self.record_tokens {
+            return;
+        }
+        let mut lru: Vec<(u64, &'static str, String, usize)> = records()
+            .map(|(kind, (id, e))| (e.tick, kind, id.clone(), e.tokens.len()))
+            .collect();
+        lru.sort_unstable();
+        for (_, kind, id, n) in lru {
+            if total <= self.record_tokens {
+                break;
+            }
+            let _ = self.forget(kind, &id);
+            total -= n;
         }
     }
 

@@ -35,6 +35,11 @@ pub struct EngineConfig {
     /// for memory) the least recently used session is released (spilled when an SSD
     /// tier is configured).
     pub park_fraction: f64,
+    /// Token ids the records of sessions and unpinned contexts that hold no KV in memory
+    /// keep in all (a record holds its tokens); past it the least recently used such
+    /// records are forgotten, on disk too. Bounds what a client that names a new session
+    /// or context every request leaves behind.
+    pub record_tokens: usize,
     /// The SSD tier for contexts and sessions (`None`: memory only).
     pub spill: Option<crate::spill::SpillConfig>,
     /// Start requests from cached prefixes (off only to measure what it saves).
@@ -84,6 +89,10 @@ pub struct EngineConfig {
 /// wait stays under the pass it overlaps.
 pub const DEFAULT_ARRIVAL_WAIT: std::time::Duration = std::time::Duration::from_millis(3);
 
+/// [`EngineConfig::record_tokens`]'s default: 8M token ids (32 MiB), a thousand idle
+/// records of 8k tokens.
+pub const DEFAULT_RECORD_TOKENS: usize = 8 << 20;
+
 /// Default [`EngineConfig::queue_timeout`]: 10 minutes.
 pub const DEFAULT_QUEUE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
@@ -98,6 +107,7 @@ impl Default for EngineConfig {
             warmup: true,
             kv_dtype: KvDtype::F32,
             park_fraction: 0.5,
+            record_tokens: DEFAULT_RECORD_TOKENS,
             spill: None,
             prefix_cache: true,
             queue_timeout: Some(DEFAULT_QUEUE_TIMEOUT),

@@ -218,6 +218,7 @@ pub fn start_with_draft<B: Backend + 'static>(
         tick: 0,
         park_budget_bytes: ((layout.total_bytes() + layout.state.total_bytes()) as f64
             * cfg.park_fraction.clamp(0.0, 1.0)) as u64,
+        record_tokens: cfg.record_tokens,
         bytes_per_block,
         slot_bytes,
         kv_dtype_name: dtype.name(),
@@ -303,6 +304,8 @@ pub(crate) struct Engine<B: Backend> {
     pub(crate) tick: u64,
     /// Most bytes (blocks and snapshots) parked sessions may hold.
     pub(crate) park_budget_bytes: u64,
+    /// Most token ids the records holding no KV in memory keep in all.
+    pub(crate) record_tokens: usize,
     pub(crate) bytes_per_block: u64,
     /// Bytes of one recurrent-state slot (0: a dense model).
     pub(crate) slot_bytes: u64,

@@ -155,6 +155,49 @@ fn session_resumes_after_fifty_unrelated_requests_with_all_its_kv() {
 }
 
 #[test]
+fn idle_records_past_their_budget_are_forgotten_oldest_first() {
+    // park_fraction 0: a parked session is released at once, so its record holds no KV.
+    let Some(probe) = engine(config()) else {
+        return;
+    };
+    let turn = ask(&probe, &brief(&probe), "Name one crate.");
+    drop(probe);
+    let parked = turn.len() + 4 - 1;
+    let cfg = EngineConfig {
+        park_fraction: 0.0,
+        record_tokens: parked * 5 / 2,
+        ..config()
+    };
+    let e = engine(cfg).unwrap();
+    let ctx = ContextSpec {
+        id: Some("notes".into()),
+        tokens: brief(&e),
+        pin: false,
+        meta: String::new(),
+    };
+    block_on(e.create_context(ctx)).unwrap();
+    for i in 0..4 {
+        let mut req = GenRequest::greedy(turn.clone(), 4);
+        req.session = Some(format!("agent-{i}"));
+        req.ignore_eos = true;
+        run_one(&e, req);
+    }
+    let report = block_on(e.cache_report()).unwrap();
+    let ids: Vec<&str> = report.sessions.iter().map(|s| s.id.as_str()).collect();
+    // The context and agent-0 and -1 went first, least recently used.
+    assert_eq!(ids, ["agent-2", "agent-3"]);
+    assert!(report.sessions.iter().all(|s| s.tokens == parked));
+    assert!(matches!(
+        block_on(e.context("notes")),
+        Err(MemoryError::NotFound(_))
+    ));
+    // A forgotten session's next turn starts afresh, from what the prefix cache holds.
+    let mut req = GenRequest::greedy(turn.clone(), 4);
+    req.session = Some("agent-0".into());
+    assert_eq!(run_one(&e, req).tokens.len(), 4);
+}
+
+#[test]
 fn cache_drop_leaves_nothing_behind() {
     let Some(e) = engine(config()) else { return };
     let before = block_on(e.cache_report()).unwrap();
