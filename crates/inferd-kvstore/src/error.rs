@@ -28,6 +28,12 @@ pub enum StoreError {
         /// The offending path.
         path: PathBuf,
     },
+    /// Another store (of this process or another) holds the identity directory.
+    #[error("{}: in use by another inferd process (its lock file is held)", path.display())]
+    InUse {
+        /// The identity directory.
+        path: PathBuf,
+    },
     /// The identity cannot be stored (a string too long, `block_bytes` zero).
     #[error("invalid store identity: {0}")]
     InvalidIdentity(String),

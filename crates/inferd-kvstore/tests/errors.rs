@@ -30,6 +30,25 @@ fn open_when_the_identity_directory_is_a_file_is_an_error() {
 }
 
 #[test]
+fn a_second_store_on_one_directory_is_refused_until_the_first_closes() {
+    let dir = TempDir::new("twice");
+    let mut first = SpillStore::open(dir.path(), identity(), 1 << 20).unwrap();
+    put(&mut first, 1);
+    // A write interrupted in the first store: the second must not clear it away.
+    let temp = first.dir().join("b-0000000000000002.kvb.tmp");
+    fs::write(&temp, b"half").unwrap();
+    let err = SpillStore::open(dir.path(), identity(), 1 << 20).unwrap_err();
+    assert!(matches!(err, StoreError::InUse { .. }), "{err}");
+    assert!(err.to_string().contains("in use"), "{err}");
+    assert!(temp.exists());
+    // Snapshots of the same directory are another store with their own lock.
+    SpillStore::open_snapshots(dir.path(), identity(), 1 << 20).unwrap();
+    drop(first);
+    let again = SpillStore::open(dir.path(), identity(), 1 << 20).unwrap();
+    assert!(again.contains(1));
+}
+
+#[test]
 fn open_with_an_invalid_identity_is_an_error() {
     let dir = TempDir::new("badid");
     let err = SpillStore::open(dir.path(), identity_with("m", "l", 0), 1 << 20).unwrap_err();

@@ -22,9 +22,10 @@ use crate::warnings::Warnings;
 
 /// The SSD tier for KV blocks of one model and KV layout.
 ///
-/// Owned by one thread of one process (the engine thread); two processes must
-/// not open the same identity directory at once (each removes the other's
-/// temp files at open). All state besides the files (LRU order, pins) is in
+/// Owned by one thread of one process (the engine thread). It holds an exclusive
+/// lock on its identity directory while open, so a second store (another server
+/// on the same directory) is refused instead of removing the first one's temp
+/// files and overwriting its records. All state besides the files (LRU order, pins) is in
 /// memory: after a restart the LRU order is the files' modification times and
 /// nothing is pinned.
 #[derive(Debug)]
@@ -37,6 +38,9 @@ pub struct SpillStore {
     budget: u64,
     index: Index,
     warnings: Warnings,
+    /// `<store dir>/<identity hash>.<kind>.lock`, locked exclusively while the store is
+    /// open (released when the file closes, also when the process dies).
+    _lock: fs::File,
 }
 
 impl SpillStore {

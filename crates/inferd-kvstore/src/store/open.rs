@@ -17,6 +17,30 @@ use crate::index::Index;
 use crate::names;
 use crate::warnings::Warnings;
 
+/// Takes the lock of identity directory `name` in the store directory `dir` for a store
+/// of `kind` (`<name>.blocks.lock` beside it, before anything in it is touched): `InUse`
+/// while another store holds it.
+fn lock_dir(dir: &Path, name: &str, kind: BlobKind) -> Result<fs::File, StoreError> {
+    let suffix = match kind {
+        BlobKind::Block => "blocks",
+        BlobKind::Snapshot => "snapshots",
+    };
+    let path = dir.join(format!("{name}.{suffix}.lock"));
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| StoreError::io("open lock file", &path, e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(fs::TryLockError::WouldBlock) => Err(StoreError::InUse {
+            path: dir.join(name),
+        }),
+        Err(fs::TryLockError::Error(e)) => Err(StoreError::io("lock", &path, e)),
+    }
+}
+
 impl SpillStore {
     /// Opens (creating) the store in `dir` for identity `id` with a budget of
     /// `budget_bytes` for block files. Files live in `dir/<identity hash>/`
@@ -55,6 +79,7 @@ impl SpillStore {
         let sub = dir.join(id.dir_name());
         ensure_dir(&sub)?;
         probe_writable(&sub)?;
+        let lock = lock_dir(dir, &id.dir_name(), kind)?;
         let mut store = SpillStore {
             dir: sub,
             id,
@@ -62,6 +87,7 @@ impl SpillStore {
             budget: budget_bytes,
             index: Index::default(),
             warnings: Warnings::default(),
+            _lock: lock,
         };
         store.rebuild_index()?;
         store.enforce_budget();
