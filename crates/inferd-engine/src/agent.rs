@@ -62,23 +62,12 @@ impl<B: Backend> Engine<B> {
             ))));
             return;
         }
-        // Pinned memory never comes back, so a context must leave room to run requests:
-        // at most half of the budget's bytes, and of its state slots, may be pinned.
-        let pinned = self.pinned_bytes();
-        let total = self.total_bytes();
-        let need_blocks = self.kvm.blocks_for(n + 1);
-        let need_snaps = self.snapshots_for(n);
-        let need = need_blocks as u64 * self.bytes_per_block + need_snaps as u64 * self.slot_bytes;
-        let slots = self.kvm.state_pool().num_slots();
-        let pinned_snaps = self.pinned_snapshots();
-        if spec.pin && (pinned + need > total / 2 || (pinned_snaps + need_snaps) * 2 > slots) {
-            let _ = reply.send(Err(MemoryError::TooLarge(format!(
-                "pinning {n} more tokens ({need_blocks} KV blocks, {need_snaps} state snapshots: \
-                 {need} bytes) would pin {} of the {total} bytes of the KV budget; at most half \
-                 may be pinned (raise --kv-memory or unpin contexts)",
-                pinned + need
-            ))));
-            return;
+        if spec.pin {
+            let already = (self.pinned_bytes(), self.pinned_snapshots());
+            if let Err(why) = self.check_pin(n, already) {
+                let _ = reply.send(Err(MemoryError::TooLarge(why)));
+                return;
+            }
         }
         if let Some(id) = &spec.id {
             if let Err(e) = crate::memory::check_id("a context id", id) {
@@ -119,6 +108,31 @@ impl<B: Backend> Engine<B> {
 
     /// A context's prefill is done: keep its KV under the context's owner (pinned) or
     /// leave it in the prefix cache (unpinned), and answer the caller.
+    /// Pinned memory never comes back, so a context must leave room to run requests: at
+    /// most half of the budget's bytes, and of its state slots, may be pinned. `Ok` with
+    /// the bytes and snapshots pinning `n` more tokens takes, beside `already` pinned.
+    pub(crate) fn check_pin(
+        &self,
+        n: usize,
+        already: (u64, usize),
+    ) -> Result<(u64, usize), String> {
+        let (pinned, pinned_snaps) = already;
+        let total = self.total_bytes();
+        let need_blocks = self.kvm.blocks_for(n + 1);
+        let need_snaps = self.snapshots_for(n);
+        let need = need_blocks as u64 * self.bytes_per_block + need_snaps as u64 * self.slot_bytes;
+        let slots = self.kvm.state_pool().num_slots();
+        if pinned + need > total / 2 || (pinned_snaps + need_snaps) * 2 > slots {
+            return Err(format!(
+                "pinning {n} more tokens ({need_blocks} KV blocks, {need_snaps} state snapshots: \
+                 {need} bytes) would pin {} of the {total} bytes of the KV budget; at most half \
+                 may be pinned (raise --kv-memory or unpin contexts)",
+                pinned + need
+            ));
+        }
+        Ok((need, need_snaps))
+    }
+
     pub(crate) fn finish_build(&mut self, seq_id: SeqId) {
         let Some(mut seq) = self.seqs.remove(&seq_id) else {
             return;

@@ -406,11 +406,13 @@ impl<B: Backend> Engine<B> {
         };
         let contexts = tier.records(CONTEXT);
         let sessions = tier.records(SESSION);
+        // What the contexts read back pinned so far take (bytes, snapshots).
+        let mut pinned = (0u64, 0usize);
         for (kind, list) in [(CONTEXT, contexts), (SESSION, sessions)] {
             for (id, r) in list {
                 let owner = self.memory.new_owner();
                 self.tick += 1;
-                let e = Entry {
+                let mut e = Entry {
                     owner,
                     tokens: r.tokens,
                     pinned: r.pinned,
@@ -422,8 +424,21 @@ impl<B: Backend> Engine<B> {
                 };
                 if kind == CONTEXT {
                     if e.pinned {
-                        let t = e.tokens.clone();
-                        self.load_now(owner, &t, true);
+                        // A smaller KV budget than when it was pinned: the rule of
+                        // `create_context` holds here too, or nothing else could run.
+                        match self.check_pin(e.tokens.len(), pinned) {
+                            Ok((bytes, snaps)) => {
+                                pinned = (pinned.0 + bytes, pinned.1 + snaps);
+                                let t = e.tokens.clone();
+                                self.load_now(owner, &t, true);
+                            }
+                            Err(why) => {
+                                eprintln!(
+                                    "inferd: warning: context '{id}' is restored unpinned: {why}"
+                                );
+                                e.pinned = false;
+                            }
+                        }
                     }
                     self.memory.contexts.insert(id, e);
                 } else {

@@ -67,6 +67,32 @@ fn block_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 #[test]
+fn a_pinned_context_past_a_smaller_budgets_half_comes_back_unpinned() {
+    let dir = temp_dir("shrunk");
+    let Some(e) = engine(spill_config(&dir)) else {
+        return;
+    };
+    let brief = text(&e, BRIEF);
+    pin_and_stop(e, &brief, "");
+    // A restart with a pool of 3 blocks of 16 tokens: the context's blocks are more
+    // than half of it, so pinning it again would leave too little to serve with.
+    let blocks = (brief.len() + 1).div_ceil(16);
+    assert_eq!(blocks, 2, "{} tokens", brief.len());
+    let small = EngineConfig {
+        kv_budget: inferd_engine::KvBudget::Bytes(3 * 16 * 30 * 3 * 64 * 2 * 4),
+        ..spill_config(&dir)
+    };
+    let e = engine(small).unwrap();
+    let report = block_on(e.cache_report()).unwrap();
+    assert_eq!(report.blocks_total, 3, "the budget expected");
+    let c = &report.contexts[0];
+    assert_eq!((c.id.as_str(), c.pinned), ("review", false));
+    // and the server serves
+    let r = run_one(&e, GenRequest::greedy(text(&e, QUESTION), 4));
+    assert_eq!(r.tokens.len(), 4, "{r:?}");
+}
+
+#[test]
 fn contexts_and_sessions_survive_a_restart() {
     let dir = temp_dir("restart");
     let Some(e) = engine(spill_config(&dir)) else {
