@@ -61,6 +61,16 @@ impl Keep {
         };
         let freed = self.state.responses.put(&self.id, stored);
         release(&self.state, freed);
+        // The reply tells the client the response exists: it must be on disk before, or a
+        // kill right after the reply loses it. One fsync, kept off the async workers where
+        // the runtime allows it (the streamed reply calls this from its formatting).
+        let flush = || self.state.responses.flush();
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(flush)
+            }
+            _ => flush(),
+        }
     }
 }
 
