@@ -2,7 +2,9 @@
 //! (`<spill-dir>/responses/`), written atomically (a temp file, fsynced, renamed over the
 //! final name, the directory fsynced), so a crash leaves the old file, no file, or the
 //! complete new one, never a torn one. Files are written by one IO thread, in the order
-//! the store made its changes; a file that does not parse is removed at load.
+//! the store made its changes. A file is a line `INFDRSP2 <crc32 of the rest, hex>` and
+//! the JSON; one whose checksum or JSON does not hold is removed at load (a file of the
+//! first format, JSON alone, is still read).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -12,8 +14,10 @@ use std::thread::JoinHandle;
 
 use super::store::Stored;
 
-/// The format of a file (`{"version": 1, "stored": ...}`).
+/// The JSON's format (`{"version": 1, "stored": ...}`).
 const VERSION: u64 = 1;
+/// The first line's word: the JSON follows a checksum line.
+const MAGIC: &str = "INFDRSP2";
 const EXT: &str = "json";
 const TEMP_EXT: &str = "tmp";
 
@@ -53,11 +57,26 @@ pub fn write_atomic(dir: &Path, id: &str, bytes: &[u8]) -> std::io::Result<()> {
 
 /// The file's bytes for a stored response.
 pub fn encode(s: &Stored) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({"version": VERSION, "stored": s})).unwrap_or_default()
+    let json = serde_json::to_vec(&serde_json::json!({"version": VERSION, "stored": s}))
+        .unwrap_or_default();
+    let mut out = format!("{MAGIC} {:08x}\n", crc32fast::hash(&json)).into_bytes();
+    out.extend_from_slice(&json);
+    out
 }
 
 fn decode(bytes: &[u8]) -> Option<Stored> {
-    let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    let json = match bytes.strip_prefix(MAGIC.as_bytes()) {
+        Some(rest) => {
+            let (line, json) = rest.split_at(rest.iter().position(|&b| b == b'\n')? + 1);
+            let crc = std::str::from_utf8(line).ok()?.trim();
+            if u32::from_str_radix(crc, 16).ok()? != crc32fast::hash(json) {
+                return None;
+            }
+            json
+        }
+        None => bytes, // the first format: JSON alone
+    };
+    let v: serde_json::Value = serde_json::from_slice(json).ok()?;
     if v.get("version")?.as_u64()? != VERSION {
         return None;
     }
@@ -175,6 +194,34 @@ mod tests {
         assert_eq!(got[0].1.session, "resp_1");
         assert!(!dir.join("resp_2.json").exists() && !dir.join(".resp_3.1.tmp").exists());
         assert!(!file_safe("../x") && file_safe("resp_abc"));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_flipped_bit_is_caught_and_the_first_format_still_reads() {
+        let dir = std::env::temp_dir().join(format!("inferd-resp-crc-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let s = Stored {
+            response: serde_json::json!({"id": "resp_1", "output_text": "W1-52, welcome"}),
+            input_items: vec![],
+            conversation: vec![],
+            session: "resp_1".into(),
+            created: 7,
+        };
+        let mut bytes = encode(&s);
+        assert!(decode(&bytes).is_some());
+        let at = bytes.windows(4).position(|w| w == b"W1-5").unwrap();
+        bytes[at] ^= 1; // "W" -> "V": still valid JSON
+        assert!(decode(&bytes).is_none());
+        fs::write(dir.join("resp_1.json"), &bytes).unwrap();
+        // A file of the first format: the JSON alone.
+        let old = serde_json::to_vec(&serde_json::json!({"version": 1, "stored": s})).unwrap();
+        fs::write(dir.join("resp_2.json"), old).unwrap();
+        let got = load(&dir).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, "resp_2");
+        assert!(!dir.join("resp_1.json").exists());
         let _ = fs::remove_dir_all(&dir);
     }
 }
