@@ -174,7 +174,25 @@ impl<B: Backend> Engine<B> {
             return;
         }
         let info = self.context_info(&b.id).expect("just inserted");
-        let _ = b.reply.send(Ok(info));
+        self.answer_after_writes(b.reply, Ok(info));
+    }
+
+    /// Answers `reply` with `r` once what it reports is on disk (the SSD tier's writes
+    /// queued so far are done; at once without the tier), so that an acknowledged change
+    /// survives a kill right after it. The engine thread does not wait.
+    pub(crate) fn answer_after_writes<T: Send + 'static>(
+        &mut self,
+        reply: Reply<T>,
+        r: Result<T, MemoryError>,
+    ) {
+        match self.spill.as_mut() {
+            Some(tier) => tier.after_writes(Box::new(move || {
+                let _ = reply.send(r);
+            })),
+            None => {
+                let _ = reply.send(r);
+            }
+        }
     }
 
     pub(crate) fn context_info(&self, id: &str) -> Option<ContextInfo> {

@@ -430,10 +430,12 @@ impl<B: Backend> Engine<B> {
                 let _ = reply.send(r);
             }
             Msg::DeleteContext(id, reply) => {
-                let _ = reply.send(self.delete_context(&id));
+                let r = self.delete_context(&id);
+                self.answer_after_writes(reply, r);
             }
             Msg::DeleteSession(id, reply) => {
-                let _ = reply.send(self.delete_session(&id));
+                let r = self.delete_session(&id);
+                self.answer_after_writes(reply, r);
             }
             Msg::Report(reply) => {
                 let _ = reply.send(Ok(self.cache_report()));

@@ -62,6 +62,9 @@ pub(crate) enum Job {
     Snapshot(BlockMeta, Vec<u8>),
     Record(&'static str, String, Vec<u8>),
     RemoveRecord(&'static str, String),
+    /// Runs once every job sent before it is done: a caller's answer that must not go out
+    /// before what it reports is on disk (a context made, a record removed).
+    After(Box<dyn FnOnce() + Send>),
 }
 
 /// What the engine thread knows of the disk, kept current by the IO threads after every
@@ -176,6 +179,13 @@ impl SpillTier {
                 // A full disk fails every write: one line per minute, not per block.
                 let mut throttle = Throttle::new(Duration::from_secs(60));
                 for job in rx {
+                    let job = match job {
+                        Job::After(answer) => {
+                            answer();
+                            continue;
+                        }
+                        job => job,
+                    };
                     let mut st = lock(&s);
                     let r = match &job {
                         Job::Block(meta, data) => st.put(meta, data),
@@ -195,6 +205,7 @@ impl SpillTier {
                             st.remove_record(kind, id);
                             Ok(())
                         }
+                        Job::After(_) => Ok(()),
                     };
                     let ok = r.is_ok();
                     if let Err(e) = r {
@@ -271,6 +282,19 @@ impl SpillTier {
 
     pub fn remove_record(&mut self, kind: &'static str, id: &str) {
         self.send(Job::RemoveRecord(kind, id.to_string()));
+    }
+
+    /// Runs `answer` on the IO thread once everything sent so far is on disk (at once
+    /// when the IO thread is gone).
+    pub(crate) fn after_writes(&mut self, answer: Box<dyn FnOnce() + Send>) {
+        match &self.tx {
+            Some(tx) => {
+                if let Err(mpsc::SendError(Job::After(answer))) = tx.send(Job::After(answer)) {
+                    answer();
+                }
+            }
+            None => answer(),
+        }
     }
 
     /// Every record of `kind` on disk (corrupt ones are skipped by the store). At startup

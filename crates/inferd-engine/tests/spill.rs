@@ -92,6 +92,54 @@ fn a_pinned_context_past_a_smaller_budgets_half_comes_back_unpinned() {
     assert_eq!(r.tokens.len(), 4, "{r:?}");
 }
 
+/// The record files (`r-<kind>-<hex id>.rec`) under `dir`.
+fn record_files(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for sub in std::fs::read_dir(dir).unwrap().flatten() {
+        if let Ok(rd) = std::fs::read_dir(sub.path()) {
+            for f in rd.flatten() {
+                let name = f.file_name().to_string_lossy().into_owned();
+                if name.starts_with("r-") && name.ends_with(".rec") {
+                    out.push(name);
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn an_answered_change_is_on_disk_before_the_answer() {
+    // A long context queues many block writes ahead of its record: the answer must
+    // still wait for the record, and a delete's answer for the record's removal, so
+    // that a kill right after either cannot undo it.
+    let dir = temp_dir("answered");
+    let Some(e) = engine(spill_config(&dir)) else {
+        return;
+    };
+    let mut long = Vec::new();
+    while long.len() < 600 {
+        long.extend(text(&e, BRIEF));
+    }
+    let hex = |id: &str| id.bytes().map(|b| format!("{b:02x}")).collect::<String>();
+    for round in 0..3 {
+        let id = format!("ctx-{round}");
+        block_on(e.create_context(ContextSpec {
+            id: Some(id.clone()),
+            tokens: long.clone(),
+            pin: true,
+            meta: String::new(),
+        }))
+        .unwrap();
+        let name = format!("r-context-{}.rec", hex(&id));
+        assert!(record_files(&dir).contains(&name), "round {round}");
+        block_on(e.delete_context(&id)).unwrap();
+        assert!(!record_files(&dir).contains(&name), "round {round}");
+        long.push(1); // a new last block each round: fresh writes ahead of the record
+    }
+}
+
 #[test]
 fn contexts_and_sessions_survive_a_restart() {
     let dir = temp_dir("restart");
