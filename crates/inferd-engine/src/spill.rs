@@ -16,7 +16,7 @@
 //! finds (in memory or on disk) whose blocks all came back, since the state cannot be
 //! resumed anywhere else. The budget is then halved between the two stores.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
@@ -77,6 +77,8 @@ pub(crate) struct TierView {
     bytes: u64,
     snapshots: usize,
     snapshot_bytes: u64,
+    /// Jobs the IO thread has finished, in the order they were sent.
+    done: u64,
 }
 
 /// Brings `view` up to date with the stores (called with the block store locked).
@@ -121,8 +123,12 @@ pub(crate) struct SpillTier {
     pub(crate) written_snaps: HashSet<u64>,
     tx: Option<mpsc::Sender<Job>>,
     io: Option<JoinHandle<()>>,
-    /// Keys written or queued in this run (so a block is exported once).
-    written: HashSet<u64>,
+    /// Jobs sent to the IO thread.
+    sent: u64,
+    /// Block keys whose write is queued: key -> its job's number. Once the IO thread is
+    /// past that job the view says whether the block is on disk; a block the store
+    /// evicted or discarded since is written again when next persisted.
+    queued: HashMap<u64, u64>,
 }
 
 pub(crate) fn warn(msg: impl std::fmt::Display) {
@@ -153,7 +159,6 @@ impl SpillTier {
         for w in store.take_warnings() {
             warn(w);
         }
-        let written = store.keys().collect();
         let store = Arc::new(Mutex::new(store));
         let (snapshots, written_snaps) = match state_id {
             Some(sid) => {
@@ -182,6 +187,7 @@ impl SpillTier {
                     let job = match job {
                         Job::After(answer) => {
                             answer();
+                            view_io.lock().unwrap_or_else(|e| e.into_inner()).done += 1;
                             continue;
                         }
                         job => job,
@@ -222,6 +228,7 @@ impl SpillTier {
                         _ => None,
                     };
                     refresh_view(&view_io, &st, snaps_io.as_deref(), stored);
+                    view_io.lock().unwrap_or_else(|e| e.into_inner()).done += 1;
                 }
             })
             .map_err(|e| e.to_string())?;
@@ -241,7 +248,8 @@ impl SpillTier {
             written_snaps,
             tx: Some(tx),
             io: Some(io),
-            written,
+            sent: 0,
+            queued: HashMap::new(),
         })
     }
 
@@ -269,8 +277,26 @@ impl SpillTier {
 
     pub(crate) fn send(&mut self, job: Job) {
         if let Some(tx) = &self.tx {
-            let _ = tx.send(job);
+            if let Job::Block(m, _) = &job {
+                self.queued.insert(m.key, self.sent + 1);
+            }
+            if tx.send(job).is_ok() {
+                self.sent += 1;
+            }
         }
+    }
+
+    /// Whether block `key` is neither on disk nor queued (forgetting queued writes the IO
+    /// thread has finished: the view says where they ended).
+    fn needs_write(&mut self, key: u64) -> bool {
+        let (done, on_disk) = {
+            let v = self.view();
+            (v.done, v.keys.contains(&key))
+        };
+        if self.queued.len() > 4096 {
+            self.queued.retain(|_, job| *job > done);
+        }
+        !on_disk && self.queued.get(&key).is_none_or(|&job| job <= done)
     }
 
     pub fn put_record(&mut self, kind: &'static str, id: &str, rec: &OwnerRecord) {
@@ -385,7 +411,7 @@ impl<B: Backend> Engine<B> {
         let root = self.kvm.root_key();
         let todo: Vec<(BlockMeta, BlockId)> = block_metas(root, &tokens, bs)
             .zip(table.iter().copied())
-            .filter(|(m, _)| !tier.written.contains(&m.key))
+            .filter(|(m, _)| tier.needs_write(m.key))
             .collect();
         // Batched exports (one copy through pinned memory each), a bounded host buffer.
         let bytes = self.bytes_per_block as usize;
@@ -398,7 +424,6 @@ impl<B: Backend> Engine<B> {
                 return;
             }
             for ((m, _), img) in group.iter().zip(data.chunks_exact(bytes)) {
-                tier.written.insert(m.key);
                 tier.send(Job::Block(m.clone(), img.to_vec()));
             }
         }

@@ -387,6 +387,38 @@ fn damaged_block_files_are_never_used() {
 }
 
 #[test]
+fn a_block_removed_from_disk_is_written_again_in_the_same_run() {
+    let dir = temp_dir("rewrite");
+    let Some(e) = engine(spill_config(&dir)) else {
+        return;
+    };
+    let brief = text(&e, BRIEF);
+    pin_and_stop(e, &brief, "");
+    // Damage one of the context's block files: the next run reads it, finds it bad and
+    // removes it, so the context comes back short of it.
+    let files = block_files(&dir);
+    assert_eq!(files.len(), 2);
+    let mut b = std::fs::read(&files[0]).unwrap();
+    let i = b.len() / 2;
+    b[i] ^= 0x10;
+    std::fs::write(&files[0], b).unwrap();
+    let e = engine(spill_config(&dir)).unwrap();
+    let report = block_on(e.cache_report()).unwrap();
+    assert!(report.contexts[0].resident_tokens < brief.len());
+    assert_eq!(report.blocks_spilled, 1, "the damaged file removed");
+    // Pinned again in this run: the block it lacks on disk is written again.
+    pin_and_stop(e, &brief, "");
+    let e = engine(spill_config(&dir)).unwrap();
+    let report = block_on(e.cache_report()).unwrap();
+    assert_eq!(
+        report.contexts[0].resident_tokens,
+        brief.len(),
+        "read back whole"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn another_kv_layout_never_reads_these_files() {
     let dir = temp_dir("layout");
     let Some(e) = engine(spill_config(&dir)) else {
