@@ -98,7 +98,18 @@ pub fn load(dir: &Path) -> std::io::Result<Vec<(String, Stored, usize)>> {
         let Some(id) = name.strip_suffix(&format!(".{EXT}")) else {
             continue;
         };
-        let bytes = fs::read(&p).unwrap_or_default();
+        // Only plain files (a FIFO would block the read); one that cannot be read now
+        // (EIO, permissions) is left alone, not taken for damaged.
+        if !entry.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        let bytes = match fs::read(&p) {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("inferd: skipping stored response {}: {e}", p.display());
+                continue;
+            }
+        };
         match decode(&bytes).filter(|_| file_safe(id)) {
             Some(s) => out.push((id.to_string(), s, bytes.len())),
             None => {
@@ -139,7 +150,10 @@ impl Writer {
                             }
                         }
                         Op::Remove(id) => {
-                            let _ = fs::remove_file(path(&dir, &id));
+                            // Durably gone: a deleted response must not come back.
+                            if fs::remove_file(path(&dir, &id)).is_ok() {
+                                let _ = File::open(&dir).and_then(|d| d.sync_all());
+                            }
                         }
                         Op::Flush(done) => {
                             let _ = done.send(());
@@ -189,8 +203,10 @@ mod tests {
         write_atomic(&dir, "resp_1", &encode(&s)).unwrap();
         fs::write(dir.join("resp_2.json"), b"{\"version\": 1, \"stor").unwrap();
         fs::write(dir.join(".resp_3.1.tmp"), b"partial").unwrap();
+        fs::create_dir(dir.join("resp_4.json")).unwrap(); // not a file: left alone
         let got = load(&dir).unwrap();
         assert_eq!(got.len(), 1);
+        assert!(dir.join("resp_4.json").is_dir());
         assert_eq!(got[0].1.session, "resp_1");
         assert!(!dir.join("resp_2.json").exists() && !dir.join(".resp_3.1.tmp").exists());
         assert!(!file_safe("../x") && file_safe("resp_abc"));
