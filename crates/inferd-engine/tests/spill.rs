@@ -50,13 +50,13 @@ fn pin_and_stop(e: EngineHandle, tokens: &[u32], meta: &str) {
     e.shutdown();
 }
 
-/// Every block file under `dir`.
-fn block_files(dir: &Path) -> Vec<PathBuf> {
+/// The files under `dir`'s identity directories whose names `keep` takes, sorted.
+fn files_under(dir: &Path, keep: impl Fn(&str) -> bool) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for sub in std::fs::read_dir(dir).unwrap().flatten() {
         if let Ok(rd) = std::fs::read_dir(sub.path()) {
             for f in rd.flatten() {
-                if f.path().extension().is_some_and(|x| x == "kvb") {
+                if keep(&f.file_name().to_string_lossy()) {
                     out.push(f.path());
                 }
             }
@@ -64,6 +64,11 @@ fn block_files(dir: &Path) -> Vec<PathBuf> {
     }
     out.sort();
     out
+}
+
+/// Every block file under `dir`.
+fn block_files(dir: &Path) -> Vec<PathBuf> {
+    files_under(dir, |name| name.ends_with(".kvb"))
 }
 
 #[test]
@@ -92,21 +97,12 @@ fn a_pinned_context_past_a_smaller_budgets_half_comes_back_unpinned() {
     assert_eq!(r.tokens.len(), 4, "{r:?}");
 }
 
-/// The record files (`r-<kind>-<hex id>.rec`) under `dir`.
+/// The names of the record files (`r-<kind>-<hex id>.rec`) under `dir`.
 fn record_files(dir: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    for sub in std::fs::read_dir(dir).unwrap().flatten() {
-        if let Ok(rd) = std::fs::read_dir(sub.path()) {
-            for f in rd.flatten() {
-                let name = f.file_name().to_string_lossy().into_owned();
-                if name.starts_with("r-") && name.ends_with(".rec") {
-                    out.push(name);
-                }
-            }
-        }
-    }
-    out.sort();
-    out
+    files_under(dir, |name| name.starts_with("r-") && name.ends_with(".rec"))
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect()
 }
 
 #[test]
