@@ -4,6 +4,7 @@
 
 use std::fs::{self, OpenOptions};
 use std::io;
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -32,13 +33,18 @@ fn lock_dir(dir: &Path, name: &str, kind: BlobKind) -> Result<fs::File, StoreErr
         .write(true)
         .open(&path)
         .map_err(|e| StoreError::io("open lock file", &path, e))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(fs::TryLockError::WouldBlock) => Err(StoreError::InUse {
-            path: dir.join(name),
-        }),
-        Err(fs::TryLockError::Error(e)) => Err(StoreError::io("lock", &path, e)),
+    // (`File::try_lock` is newer than the workspace's rust-version.)
+    // SAFETY: flock on a descriptor this function owns; no memory is involved.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(file);
     }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Err(StoreError::InUse {
+            path: dir.join(name),
+        });
+    }
+    Err(StoreError::io("lock", &path, e))
 }
 
 impl SpillStore {
