@@ -130,14 +130,38 @@ enum Op {
     Flush(mpsc::Sender<()>),
 }
 
+/// Takes `dir/.lock` (the directory created if absent) for this process: an error while
+/// another server holds it, so that two servers never load, clean and write one
+/// directory. Held while the returned file is open.
+pub fn lock(dir: &Path) -> std::io::Result<File> {
+    use std::os::fd::AsRawFd;
+    fs::create_dir_all(dir)?;
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(".lock"))?;
+    // SAFETY: flock on a descriptor this function owns; no memory is involved.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(file);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Err(std::io::Error::other("in use by another inferd process"));
+    }
+    Err(e)
+}
+
 /// The IO thread that owns the directory's files.
 pub struct Writer {
     tx: mpsc::Sender<Op>,
     _thread: JoinHandle<()>,
+    /// The directory's lock ([`lock`]), held as long as the writer.
+    _lock: File,
 }
 
 impl Writer {
-    pub fn start(dir: PathBuf) -> std::io::Result<Self> {
+    pub fn start(dir: PathBuf, lock: File) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel::<Op>();
         let thread = std::thread::Builder::new()
             .name("inferd-responses-io".into())
@@ -164,6 +188,7 @@ impl Writer {
         Ok(Writer {
             tx,
             _thread: thread,
+            _lock: lock,
         })
     }
 
@@ -210,6 +235,18 @@ mod tests {
         assert_eq!(got[0].1.session, "resp_1");
         assert!(!dir.join("resp_2.json").exists() && !dir.join(".resp_3.1.tmp").exists());
         assert!(!file_safe("../x") && file_safe("resp_abc"));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn one_server_at_a_time_holds_the_directory() {
+        let dir = std::env::temp_dir().join(format!("inferd-resp-lock-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let first = lock(&dir).unwrap();
+        let e = lock(&dir).unwrap_err();
+        assert!(e.to_string().contains("in use"), "{e}");
+        drop(first);
+        lock(&dir).unwrap();
         let _ = fs::remove_dir_all(&dir);
     }
 

@@ -130,7 +130,11 @@ impl ResponseStore {
             dir: None,
         };
         let Some(dir) = &cfg.dir else { return store };
-        let loaded = persist::load(dir).and_then(|l| Ok((l, Writer::start(dir.clone())?)));
+        // The lock first: loading cleans the directory of temp files.
+        let loaded = persist::lock(dir).and_then(|lock| {
+            let l = persist::load(dir)?;
+            Ok((l, Writer::start(dir.clone(), lock)?))
+        });
         match loaded {
             Ok((mut items, writer)) => {
                 items.sort_by_key(|(_, s, _)| s.created);
