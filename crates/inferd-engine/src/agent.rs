@@ -106,8 +106,6 @@ impl<B: Backend> Engine<B> {
         self.seqs.insert(seq_id, seq);
     }
 
-    /// A context's prefill is done: keep its KV under the context's owner (pinned) or
-    /// leave it in the prefix cache (unpinned), and answer the caller.
     /// Pinned memory never comes back, so a context must leave room to run requests: at
     /// most half of the budget's bytes, and of its state slots, may be pinned. `Ok` with
     /// the bytes and snapshots pinning `n` more tokens takes, beside `already` pinned.
@@ -133,6 +131,8 @@ impl<B: Backend> Engine<B> {
         Ok((need, need_snaps))
     }
 
+    /// A context's prefill is done: keep its KV under the context's owner (pinned) or
+    /// leave it in the prefix cache (unpinned), and answer the caller.
     pub(crate) fn finish_build(&mut self, seq_id: SeqId) {
         let Some(mut seq) = self.seqs.remove(&seq_id) else {
             return;

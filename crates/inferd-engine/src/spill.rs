@@ -57,13 +57,19 @@ pub(crate) struct OwnerRecord {
     pub meta: String,
 }
 
+/// A write for the IO thread.
 pub(crate) enum Job {
     Block(BlockMeta, Vec<u8>),
     Snapshot(BlockMeta, Vec<u8>),
     Record(&'static str, String, Vec<u8>),
     RemoveRecord(&'static str, String),
-    /// Runs once every job sent before it is done: a caller's answer that must not go out
-    /// before what it reports is on disk (a context made, a record removed).
+}
+
+/// What the IO thread takes, in the order sent.
+enum Task {
+    Write(Job),
+    /// Runs once every task sent before it is done: a caller's answer that must not go
+    /// out before what it reports is on disk (a context made, a record removed).
     After(Box<dyn FnOnce() + Send>),
 }
 
@@ -77,7 +83,7 @@ pub(crate) struct TierView {
     bytes: u64,
     snapshots: usize,
     snapshot_bytes: u64,
-    /// Jobs the IO thread has finished, in the order they were sent.
+    /// Tasks the IO thread has finished, in the order they were sent.
     done: u64,
 }
 
@@ -110,6 +116,52 @@ pub(crate) fn refresh_view(
     v.snapshot_bytes = snapshot_bytes;
 }
 
+/// One write on the IO thread: a failure warned about through `throttle`, the view
+/// brought up to date.
+fn write_one(
+    job: &Job,
+    store: &Mutex<SpillStore>,
+    snaps: Option<&Mutex<SpillStore>>,
+    view: &Mutex<TierView>,
+    throttle: &mut Throttle,
+) {
+    let mut st = lock(store);
+    let r = match job {
+        Job::Block(meta, data) => st.put(meta, data),
+        Job::Snapshot(meta, data) => match snaps {
+            Some(ss) => {
+                let mut ss = lock(ss);
+                let r = ss.put(meta, data);
+                for w in ss.take_warnings() {
+                    warn(w);
+                }
+                r
+            }
+            None => Ok(()),
+        },
+        Job::Record(kind, id, bytes) => st.put_record(kind, id, bytes),
+        Job::RemoveRecord(kind, id) => {
+            st.remove_record(kind, id);
+            Ok(())
+        }
+    };
+    let ok = r.is_ok();
+    if let Err(e) = r {
+        let msg = format!("{e} (the KV will be recomputed when needed)");
+        if let Some(line) = throttle.admit(&kind_of(&e), &msg, Instant::now()) {
+            warn(line);
+        }
+    }
+    for w in st.take_warnings() {
+        warn(w);
+    }
+    let stored = match job {
+        Job::Block(meta, _) if ok => Some(meta.key),
+        _ => None,
+    };
+    refresh_view(view, &st, snaps, stored);
+}
+
 pub(crate) struct SpillTier {
     /// Taken by the IO threads; by the engine thread only at startup (`records`).
     pub store: Arc<Mutex<SpillStore>>,
@@ -121,12 +173,12 @@ pub(crate) struct SpillTier {
     reader: Option<JoinHandle<()>>,
     /// Snapshot keys written or queued in this run.
     pub(crate) written_snaps: HashSet<u64>,
-    tx: Option<mpsc::Sender<Job>>,
+    tx: Option<mpsc::Sender<Task>>,
     io: Option<JoinHandle<()>>,
-    /// Jobs sent to the IO thread.
+    /// Tasks sent to the IO thread.
     sent: u64,
-    /// Block keys whose write is queued: key -> its job's number. Once the IO thread is
-    /// past that job the view says whether the block is on disk; a block the store
+    /// Block keys whose write is queued: key -> its task's number. Once the IO thread is
+    /// past that task the view says whether the block is on disk; a block the store
     /// evicted or discarded since is written again when next persisted.
     queued: HashMap<u64, u64>,
 }
@@ -175,7 +227,7 @@ impl SpillTier {
         let view = Arc::new(Mutex::new(TierView::default()));
         refresh_view(&view, &lock(&store), snapshots.as_deref(), None);
         let snaps_io = snapshots.clone();
-        let (tx, rx) = mpsc::channel::<Job>();
+        let (tx, rx) = mpsc::channel::<Task>();
         let s = store.clone();
         let view_io = view.clone();
         let io = std::thread::Builder::new()
@@ -183,51 +235,13 @@ impl SpillTier {
             .spawn(move || {
                 // A full disk fails every write: one line per minute, not per block.
                 let mut throttle = Throttle::new(Duration::from_secs(60));
-                for job in rx {
-                    let job = match job {
-                        Job::After(answer) => {
-                            answer();
-                            view_io.lock().unwrap_or_else(|e| e.into_inner()).done += 1;
-                            continue;
-                        }
-                        job => job,
-                    };
-                    let mut st = lock(&s);
-                    let r = match &job {
-                        Job::Block(meta, data) => st.put(meta, data),
-                        Job::Snapshot(meta, data) => match &snaps_io {
-                            Some(ss) => {
-                                let mut ss = lock(ss);
-                                let r = ss.put(meta, data);
-                                for w in ss.take_warnings() {
-                                    warn(w);
-                                }
-                                r
-                            }
-                            None => Ok(()),
-                        },
-                        Job::Record(kind, id, bytes) => st.put_record(kind, id, bytes),
-                        Job::RemoveRecord(kind, id) => {
-                            st.remove_record(kind, id);
-                            Ok(())
-                        }
-                        Job::After(_) => Ok(()),
-                    };
-                    let ok = r.is_ok();
-                    if let Err(e) = r {
-                        let msg = format!("{e} (the KV will be recomputed when needed)");
-                        if let Some(line) = throttle.admit(&kind_of(&e), &msg, Instant::now()) {
-                            warn(line);
+                for task in rx {
+                    match task {
+                        Task::After(answer) => answer(),
+                        Task::Write(job) => {
+                            write_one(&job, &s, snaps_io.as_deref(), &view_io, &mut throttle)
                         }
                     }
-                    for w in st.take_warnings() {
-                        warn(w);
-                    }
-                    let stored = match &job {
-                        Job::Block(meta, _) if ok => Some(meta.key),
-                        _ => None,
-                    };
-                    refresh_view(&view_io, &st, snaps_io.as_deref(), stored);
                     view_io.lock().unwrap_or_else(|e| e.into_inner()).done += 1;
                 }
             })
@@ -276,14 +290,26 @@ impl SpillTier {
     }
 
     pub(crate) fn send(&mut self, job: Job) {
-        if let Some(tx) = &self.tx {
-            if let Job::Block(m, _) = &job {
-                self.queued.insert(m.key, self.sent + 1);
-            }
-            if tx.send(job).is_ok() {
-                self.sent += 1;
+        let key = match &job {
+            Job::Block(m, _) => Some(m.key),
+            _ => None,
+        };
+        if self.push(Task::Write(job)).is_ok() {
+            if let Some(key) = key {
+                self.queued.insert(key, self.sent);
             }
         }
+    }
+
+    /// Sends `task` to the IO thread, numbered `sent`; gives it back when the thread is
+    /// gone.
+    fn push(&mut self, task: Task) -> Result<(), Task> {
+        let Some(tx) = &self.tx else {
+            return Err(task);
+        };
+        tx.send(task).map_err(|mpsc::SendError(t)| t)?;
+        self.sent += 1;
+        Ok(())
     }
 
     /// Whether block `key` is neither on disk nor queued (forgetting queued writes the IO
@@ -313,13 +339,8 @@ impl SpillTier {
     /// Runs `answer` on the IO thread once everything sent so far is on disk (at once
     /// when the IO thread is gone).
     pub(crate) fn after_writes(&mut self, answer: Box<dyn FnOnce() + Send>) {
-        match &self.tx {
-            Some(tx) => {
-                if let Err(mpsc::SendError(Job::After(answer))) = tx.send(Job::After(answer)) {
-                    answer();
-                }
-            }
-            None => answer(),
+        if let Err(Task::After(answer)) = self.push(Task::After(answer)) {
+            answer();
         }
     }
 

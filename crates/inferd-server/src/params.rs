@@ -213,15 +213,11 @@ pub fn completion_logprobs(logprobs: Option<u64>) -> Result<Option<usize>, ApiEr
 /// DRY fields where they are valid for DRY on (they were checked only as unused), else
 /// the defaults, so a setting that was ignored never turns into an error.
 pub fn structured_dry(given: &Dry) -> Dry {
-    let on = |dry: Dry| SamplingParams {
-        dry,
-        ..SamplingParams::default()
-    };
     let dry = Dry {
         multiplier: STRUCTURED_DRY,
         ..given.clone()
     };
-    if on(dry.clone()).validate().is_ok() {
+    if dry.validate().is_ok() {
         dry
     } else {
         Dry {
@@ -302,11 +298,7 @@ mod tests {
             },
         ] {
             let d = structured_dry(&bad);
-            let p = SamplingParams {
-                dry: d.clone(),
-                ..SamplingParams::default()
-            };
-            assert!(p.validate().is_ok(), "{d:?}");
+            assert!(d.validate().is_ok(), "{d:?}");
             assert_eq!(d.multiplier, STRUCTURED_DRY);
         }
     }

@@ -86,14 +86,27 @@ impl SamplingParams {
         if !in_range(self.frequency_penalty, -2.0, 2.0) {
             return Err(SamplingError::FrequencyPenalty(self.frequency_penalty));
         }
-        let d = &self.dry;
+        self.dry.validate()?;
+        if let Some(k) = self.logprobs {
+            if k > MAX_LOGPROBS {
+                return Err(SamplingError::Logprobs(k));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Dry {
+    /// Checks the DRY fields against their allowed ranges (the ones past the multiplier
+    /// only when DRY is on: they matter only then).
+    pub fn validate(&self) -> Result<(), SamplingError> {
+        let d = self;
         if !(d.multiplier >= 0.0 && d.multiplier.is_finite()) {
             return Err(SamplingError::Dry(format!(
                 "dry_multiplier must be a finite number >= 0, got {}",
                 d.multiplier
             )));
         }
-        // The other DRY parameters matter (and are checked) only when DRY is on.
         if d.multiplier > 0.0 && !(d.base > 1.0 && d.base.is_finite()) {
             return Err(SamplingError::Dry(format!(
                 "dry_base must be a finite number > 1, got {}",
@@ -115,11 +128,6 @@ impl SamplingParams {
                 "dry_sequence_breakers must hold at most 32 non-empty strings of at most 40 bytes"
                     .into(),
             ));
-        }
-        if let Some(k) = self.logprobs {
-            if k > MAX_LOGPROBS {
-                return Err(SamplingError::Logprobs(k));
-            }
         }
         Ok(())
     }

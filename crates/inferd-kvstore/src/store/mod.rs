@@ -40,7 +40,7 @@ pub struct SpillStore {
     warnings: Warnings,
     /// `<store dir>/<identity hash>.<kind>.lock`, locked exclusively while the store is
     /// open (released when the file closes, also when the process dies).
-    _lock: fs::File,
+    _lock: crate::lock::FileLock,
 }
 
 impl SpillStore {

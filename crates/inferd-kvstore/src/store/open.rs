@@ -4,7 +4,6 @@
 
 use std::fs::{self, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -15,36 +14,24 @@ use crate::codec::ReadFailure;
 use crate::error::StoreError;
 use crate::identity::StoreIdentity;
 use crate::index::Index;
+use crate::lock::FileLock;
 use crate::names;
 use crate::warnings::Warnings;
 
 /// Takes the lock of identity directory `name` in the store directory `dir` for a store
 /// of `kind` (`<name>.blocks.lock` beside it, before anything in it is touched): `InUse`
 /// while another store holds it.
-fn lock_dir(dir: &Path, name: &str, kind: BlobKind) -> Result<fs::File, StoreError> {
+fn lock_dir(dir: &Path, name: &str, kind: BlobKind) -> Result<FileLock, StoreError> {
     let suffix = match kind {
         BlobKind::Block => "blocks",
         BlobKind::Snapshot => "snapshots",
     };
     let path = dir.join(format!("{name}.{suffix}.lock"));
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| StoreError::io("open lock file", &path, e))?;
-    // (`File::try_lock` is newer than the workspace's rust-version.)
-    // SAFETY: flock on a descriptor this function owns; no memory is involved.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-        return Ok(file);
-    }
-    let e = io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        return Err(StoreError::InUse {
+    FileLock::try_take(&path)
+        .map_err(|e| StoreError::io("lock", &path, e))?
+        .ok_or_else(|| StoreError::InUse {
             path: dir.join(name),
-        });
-    }
-    Err(StoreError::io("lock", &path, e))
+        })
 }
 
 impl SpillStore {

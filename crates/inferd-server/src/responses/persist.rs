@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
+use inferd_kvstore::FileLock;
+
 use super::store::Stored;
 
 /// The JSON's format (`{"version": 1, "stored": ...}`).
@@ -133,23 +135,10 @@ enum Op {
 /// Takes `dir/.lock` (the directory created if absent) for this process: an error while
 /// another server holds it, so that two servers never load, clean and write one
 /// directory. Held while the returned file is open.
-pub fn lock(dir: &Path) -> std::io::Result<File> {
-    use std::os::fd::AsRawFd;
+pub fn lock(dir: &Path) -> std::io::Result<FileLock> {
     fs::create_dir_all(dir)?;
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join(".lock"))?;
-    // SAFETY: flock on a descriptor this function owns; no memory is involved.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-        return Ok(file);
-    }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        return Err(std::io::Error::other("in use by another inferd process"));
-    }
-    Err(e)
+    FileLock::try_take(&dir.join(".lock"))?
+        .ok_or_else(|| std::io::Error::other("in use by another inferd process"))
 }
 
 /// The IO thread that owns the directory's files.
@@ -157,11 +146,11 @@ pub struct Writer {
     tx: mpsc::Sender<Op>,
     _thread: JoinHandle<()>,
     /// The directory's lock ([`lock`]), held as long as the writer.
-    _lock: File,
+    _lock: FileLock,
 }
 
 impl Writer {
-    pub fn start(dir: PathBuf, lock: File) -> std::io::Result<Self> {
+    pub fn start(dir: PathBuf, lock: FileLock) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel::<Op>();
         let thread = std::thread::Builder::new()
             .name("inferd-responses-io".into())
@@ -228,10 +217,13 @@ mod tests {
         write_atomic(&dir, "resp_1", &encode(&s)).unwrap();
         fs::write(dir.join("resp_2.json"), b"{\"version\": 1, \"stor").unwrap();
         fs::write(dir.join(".resp_3.1.tmp"), b"partial").unwrap();
-        fs::create_dir(dir.join("resp_4.json")).unwrap(); // not a file: left alone
+        // A FIFO: not a plain file, so not read (reading it would block) and left alone.
+        let fifo = std::ffi::CString::new(dir.join("resp_4.json").to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads the NUL-terminated path we pass.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
         let got = load(&dir).unwrap();
         assert_eq!(got.len(), 1);
-        assert!(dir.join("resp_4.json").is_dir());
+        assert!(dir.join("resp_4.json").exists());
         assert_eq!(got[0].1.session, "resp_1");
         assert!(!dir.join("resp_2.json").exists() && !dir.join(".resp_3.1.tmp").exists());
         assert!(!file_safe("../x") && file_safe("resp_abc"));

@@ -11,8 +11,6 @@
 //!   stale file naming a reused pid never reaches another program.
 //! - The server removes the pid file (if it names it) and its `server.json` on exit.
 
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
 use std::path::Path;
 
 /// A process, named so that a reused pid is not mistaken for it.
@@ -77,44 +75,9 @@ pub fn remove_pid_file_of(path: &Path, who: Instance) {
     }
 }
 
-/// The state folder's lock, held while it is open.
-pub struct Lock(File);
-
-impl Lock {
-    /// Takes the lock at `path` without waiting; `Ok(None)` when another process holds it.
-    pub fn try_take(path: &Path) -> std::io::Result<Option<Lock>> {
-        let f = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)?;
-        // SAFETY: flock on a descriptor we own; no memory is involved.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-            return Ok(Some(Lock(f)));
-        }
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            Ok(None)
-        } else {
-            Err(e)
-        }
-    }
-
-    /// Whether some process holds the lock at `path` right now (a missing file: no).
-    pub fn is_held(path: &Path) -> bool {
-        if !path.exists() {
-            return false;
-        }
-        // Taking and dropping it at once leaves no trace; failing to open it (e.g. no
-        // permission) is taken as held, so nothing is cleaned up on a guess.
-        !matches!(Lock::try_take(path), Ok(Some(_)))
-    }
-
-    /// The descriptor, for a child to inherit (see [`Lock::inheritable_fd`]).
-    pub fn fd(&self) -> i32 {
-        self.0.as_raw_fd()
-    }
-}
+/// The state folder's lock, held while it is open (its descriptor, `fd()`, is what the
+/// server inherits: [`inheritable_fd`]).
+pub use inferd_kvstore::FileLock as Lock;
 
 /// In a forked child before exec: keep descriptor `fd` (the lock) open across exec, so
 /// the child holds the lock after the parent exits.
@@ -168,20 +131,6 @@ mod tests {
             std::fs::write(&p, bad).unwrap();
             assert_eq!(read_pid_file(&p), None, "{bad:?}");
         }
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn a_held_lock_is_seen_and_refused() {
-        let dir = std::env::temp_dir().join(format!("inferd-lock-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join("inferd.lock");
-        assert!(!Lock::is_held(&p));
-        let held = Lock::try_take(&p).unwrap().unwrap();
-        assert!(Lock::is_held(&p));
-        assert!(Lock::try_take(&p).unwrap().is_none());
-        drop(held);
-        assert!(!Lock::is_held(&p));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
