@@ -79,6 +79,8 @@ enum Task {
 pub(crate) struct TierView {
     /// Keys of the blocks on disk.
     keys: HashSet<u64>,
+    /// Keys of the snapshots on disk (hybrid models).
+    snap_keys: HashSet<u64>,
     blocks: usize,
     bytes: u64,
     snapshots: usize,
@@ -87,20 +89,38 @@ pub(crate) struct TierView {
     done: u64,
 }
 
-/// Brings `view` up to date with the stores (called with the block store locked).
+/// Which store a key belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    Block,
+    Snapshot,
+}
+
+/// Brings `view` up to date with the stores (called with the block store locked);
+/// `stored`: the key a write just put on disk.
 pub(crate) fn refresh_view(
     view: &Mutex<TierView>,
     st: &SpillStore,
     snaps: Option<&Mutex<SpillStore>>,
-    stored: Option<u64>,
+    stored: Option<(Kind, u64)>,
 ) {
-    let (snapshots, snapshot_bytes) = snaps.map_or((0, 0), |ss| {
+    let (snapshots, snapshot_bytes, snap_keys) = snaps.map_or((0, 0, None), |ss| {
         let ss = lock(ss);
-        (ss.num_blocks(), ss.bytes_used())
+        let n = ss.num_blocks();
+        let mut v = view.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((Kind::Snapshot, k)) = stored {
+            v.snap_keys.insert(k);
+        }
+        // Evictions and removed damaged files: the key set read again (rare).
+        let keys = (v.snap_keys.len() != n).then(|| ss.keys().collect::<HashSet<u64>>());
+        (n, ss.bytes_used(), keys)
     });
     let n = st.num_blocks();
     let mut v = view.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(k) = stored {
+    if let Some(keys) = snap_keys {
+        v.snap_keys = keys;
+    }
+    if let Some((Kind::Block, k)) = stored {
         v.keys.insert(k);
     }
     // Evictions and removed damaged files: rebuild the key set (rare; in memory only).
@@ -156,7 +176,8 @@ fn write_one(
         warn(w);
     }
     let stored = match job {
-        Job::Block(meta, _) if ok => Some(meta.key),
+        Job::Block(meta, _) if ok => Some((Kind::Block, meta.key)),
+        Job::Snapshot(meta, _) if ok => Some((Kind::Snapshot, meta.key)),
         _ => None,
     };
     refresh_view(view, &st, snaps, stored);
@@ -171,16 +192,14 @@ pub(crate) struct SpillTier {
     /// To the reader thread.
     reads: Option<mpsc::Sender<ReadJob>>,
     reader: Option<JoinHandle<()>>,
-    /// Snapshot keys written or queued in this run.
-    pub(crate) written_snaps: HashSet<u64>,
     tx: Option<mpsc::Sender<Task>>,
     io: Option<JoinHandle<()>>,
     /// Tasks sent to the IO thread.
     sent: u64,
-    /// Block keys whose write is queued: key -> its task's number. Once the IO thread is
-    /// past that task the view says whether the block is on disk; a block the store
+    /// Blocks and snapshots whose write is queued: key -> its task's number. Once the IO
+    /// thread is past that task the view says whether it is on disk; one the store
     /// evicted or discarded since is written again when next persisted.
-    queued: HashMap<u64, u64>,
+    queued: HashMap<(Kind, u64), u64>,
 }
 
 pub(crate) fn warn(msg: impl std::fmt::Display) {
@@ -212,17 +231,16 @@ impl SpillTier {
             warn(w);
         }
         let store = Arc::new(Mutex::new(store));
-        let (snapshots, written_snaps) = match state_id {
+        let snapshots = match state_id {
             Some(sid) => {
                 let mut st =
                     SpillStore::open_snapshots(&cfg.dir, sid, budget).map_err(|e| e.to_string())?;
                 for w in st.take_warnings() {
                     warn(w);
                 }
-                let keys = st.keys().collect();
-                (Some(Arc::new(Mutex::new(st))), keys)
+                Some(Arc::new(Mutex::new(st)))
             }
-            None => (None, HashSet::new()),
+            None => None,
         };
         let view = Arc::new(Mutex::new(TierView::default()));
         refresh_view(&view, &lock(&store), snapshots.as_deref(), None);
@@ -259,7 +277,6 @@ impl SpillTier {
             view,
             reads: Some(reads),
             reader: Some(reader),
-            written_snaps,
             tx: Some(tx),
             io: Some(io),
             sent: 0,
@@ -291,7 +308,8 @@ impl SpillTier {
 
     pub(crate) fn send(&mut self, job: Job) {
         let key = match &job {
-            Job::Block(m, _) => Some(m.key),
+            Job::Block(m, _) => Some((Kind::Block, m.key)),
+            Job::Snapshot(m, _) => Some((Kind::Snapshot, m.key)),
             _ => None,
         };
         if self.push(Task::Write(job)).is_ok() {
@@ -312,17 +330,21 @@ impl SpillTier {
         Ok(())
     }
 
-    /// Whether block `key` is neither on disk nor queued (forgetting queued writes the IO
-    /// thread has finished: the view says where they ended).
-    fn needs_write(&mut self, key: u64) -> bool {
+    /// Whether the block or snapshot `key` is neither on disk nor queued (forgetting
+    /// queued writes the IO thread has finished: the view says where they ended).
+    pub(crate) fn needs_write(&mut self, kind: Kind, key: u64) -> bool {
         let (done, on_disk) = {
             let v = self.view();
-            (v.done, v.keys.contains(&key))
+            let keys = match kind {
+                Kind::Block => &v.keys,
+                Kind::Snapshot => &v.snap_keys,
+            };
+            (v.done, keys.contains(&key))
         };
         if self.queued.len() > 4096 {
             self.queued.retain(|_, job| *job > done);
         }
-        !on_disk && self.queued.get(&key).is_none_or(|&job| job <= done)
+        !on_disk && self.queued.get(&(kind, key)).is_none_or(|&job| job <= done)
     }
 
     pub fn put_record(&mut self, kind: &'static str, id: &str, rec: &OwnerRecord) {
@@ -432,7 +454,7 @@ impl<B: Backend> Engine<B> {
         let root = self.kvm.root_key();
         let todo: Vec<(BlockMeta, BlockId)> = block_metas(root, &tokens, bs)
             .zip(table.iter().copied())
-            .filter(|(m, _)| tier.needs_write(m.key))
+            .filter(|(m, _)| tier.needs_write(Kind::Block, m.key))
             .collect();
         // Batched exports (one copy through pinned memory each), a bounded host buffer.
         let bytes = self.bytes_per_block as usize;

@@ -7,7 +7,7 @@ use inferd_kvstore::BlockMeta;
 use inferd_runtime::Backend;
 
 use crate::engine::Engine;
-use crate::spill::{block_metas, warn, Job};
+use crate::spill::{block_metas, warn, Job, Kind};
 
 impl<B: Backend> Engine<B> {
     /// Queues the snapshots along `tokens`' full blocks (held in `table`) that are in
@@ -27,7 +27,7 @@ impl<B: Backend> Engine<B> {
             .filter(|m| m.tokens.len() == bs)
             .collect();
         for m in metas {
-            if tier.written_snaps.contains(&m.key) {
+            if !tier.needs_write(Kind::Snapshot, m.key) {
                 continue;
             }
             let Some(slot) = self.kvm.snapshot_at(m.key, m.parent) else {
@@ -39,7 +39,6 @@ impl<B: Backend> Engine<B> {
                 warn(e);
                 return;
             }
-            tier.written_snaps.insert(m.key);
             tier.send(Job::Snapshot(m, data));
         }
     }

@@ -259,8 +259,54 @@ fn a_session_resumes_from_the_ssd_tier_after_a_restart() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn a_snapshot_removed_from_disk_is_written_again_in_the_same_run() {
+    let dir = temp_dir("rewrite");
+    let cfg = || EngineConfig {
+        spill: Some(SpillConfig {
+            dir: dir.clone(),
+            budget_bytes: 1 << 30,
+            read_delay: std::time::Duration::ZERO,
+        }),
+        ..config()
+    };
+    let e = engine(cfg());
+    let p1 = prompt(75, 6);
+    let mut r = req(p1.clone(), 10);
+    r.session = Some("s1".into());
+    let t1 = run(&e, r);
+    e.shutdown();
+    // Damage every snapshot file: the next run finds them bad when it reads them, and
+    // removes them.
+    let snaps = files(&dir, "kvs");
+    assert_eq!(snaps.len(), 2, "the snapshots at 64 and 80");
+    for f in &snaps {
+        let mut b = std::fs::read(f).unwrap();
+        let i = b.len() / 2;
+        b[i] ^= 0x10;
+        std::fs::write(f, b).unwrap();
+    }
+    // The session's next turn reads them, finds both bad and removes them, so it is
+    // computed from the start, the state at 64 included.
+    let e = engine(cfg());
+    let mut p2 = p1.clone();
+    p2.extend(&t1.tokens);
+    p2.extend(prompt(20, 7));
+    let mut r = req(p2.clone(), 8);
+    r.session = Some("s1".into());
+    let t2 = logprobs(&e, r);
+    assert_eq!(t2.0.cached_tokens, 0, "no snapshot to resume from");
+    assert_same(&t2, &recompute(&p2, 8), 1e-3);
+    e.shutdown();
+    // Parked again, the session wrote its snapshots, the one at 64 among them: a key
+    // that was on disk when the run began is not taken as written for good.
+    let again: Vec<_> = snaps.iter().filter(|f| f.exists()).collect();
+    assert_eq!(again.len(), 1, "the snapshot at 64 is on disk again");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Files with extension `ext` under `dir`, one level of identity folders down.
-fn walk(dir: &Path, ext: &str) -> usize {
+fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
     std::fs::read_dir(dir)
         .unwrap()
         .flatten()
@@ -270,8 +316,14 @@ fn walk(dir: &Path, ext: &str) -> usize {
                 .flatten()
                 .flatten()
         })
-        .filter(|f| f.path().extension().is_some_and(|x| x == ext))
-        .count()
+        .map(|f| f.path())
+        .filter(|f| f.extension().is_some_and(|x| x == ext))
+        .collect()
+}
+
+/// How many files with extension `ext` are under `dir`.
+fn walk(dir: &Path, ext: &str) -> usize {
+    files(dir, ext).len()
 }
 
 #[test]
