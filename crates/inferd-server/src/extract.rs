@@ -9,56 +9,111 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::{header, StatusCode};
 use serde::de::DeserializeOwned;
+use serde::Deserialize;
 
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// A JSON body parsed into `T`.
-pub struct JsonBody<T>(pub T);
+/// A request body that is a JSON object, kept as its checked text (within the size limit,
+/// UTF-8, an object). Handlers read the typed parts they need straight from the text
+/// ([`JsonBody::read`]): fields they do not know are skipped as they are parsed, and no
+/// JSON tree of the whole body is built (one takes many times its bytes: an array of
+/// small numbers about 30 times).
+pub struct JsonBody(Bytes);
 
-impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
+impl FromRequest<AppState> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        let limit = state.config.max_body_bytes;
-        // Refuse early when the declared length is too large, without reading the body.
-        let declared = req
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > limit as u64) {
-            return Err(ApiError::body_too_large(limit));
-        }
-        // The router's `DefaultBodyLimit` caps bodies without a declared length; the
-        // whole body must arrive within the body timeout.
-        let timeout = state.config.conn.body_timeout;
-        let read = tokio::time::timeout(timeout, Bytes::from_request(req, state));
-        let body = read.await.map_err(|_| ApiError::body_timeout(timeout))?;
-        let body = body.map_err(|r| {
-            if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::body_too_large(limit)
-            } else {
-                ApiError::bad_request(format!(
-                    "failed to read the request body: {}",
-                    r.body_text()
-                ))
-            }
-        })?;
+        let body = read_body(req, state).await?;
         // Whole: a generation request is on its way to the engine (`arrival.rs`).
         crate::arrival::announce(&state.engine);
-        parse(&body).map(JsonBody)
+        check_object(&body)?;
+        Ok(JsonBody(body))
     }
 }
 
-/// Parses a JSON body; every failure is a 400 with a message saying what is wrong.
-pub fn parse<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
-    let text = std::str::from_utf8(body).map_err(|e| {
+impl JsonBody {
+    /// For tests and callers that hold the bytes already.
+    pub fn from_bytes(body: Bytes) -> Result<Self, ApiError> {
+        check_object(&body)?;
+        Ok(JsonBody(body))
+    }
+
+    /// Reads `T` from the body; every failure is a 400 (`param` names the offending
+    /// field when known).
+    pub fn read<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
+        parse(&self.0)
+    }
+}
+
+/// The body, within the size limit and the body timeout.
+async fn read_body(req: Request, state: &AppState) -> Result<Bytes, ApiError> {
+    let limit = state.config.max_body_bytes;
+    // Refuse early when the declared length is too large, without reading the body.
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::body_too_large(limit));
+    }
+    // The router's `DefaultBodyLimit` caps bodies without a declared length; the
+    // whole body must arrive within the body timeout.
+    let timeout = state.config.conn.body_timeout;
+    let read = tokio::time::timeout(timeout, Bytes::from_request(req, state));
+    let body = read.await.map_err(|_| ApiError::body_timeout(timeout))?;
+    body.map_err(|r| {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::body_too_large(limit)
+        } else {
+            ApiError::bad_request(format!(
+                "failed to read the request body: {}",
+                r.body_text()
+            ))
+        }
+    })
+}
+
+/// UTF-8 text of `body`, or a 400.
+fn text(body: &[u8]) -> Result<&str, ApiError> {
+    std::str::from_utf8(body).map_err(|e| {
         ApiError::bad_request(format!(
             "the request body is not valid UTF-8 (at byte {})",
             e.valid_up_to()
         ))
-    })?;
+    })
+}
+
+/// Whether `body` is a JSON object: a 400 saying what is wrong otherwise. Only its
+/// first byte is looked at when it opens an object (each read checks the rest); other
+/// bodies are parsed (without keeping anything) to tell malformed JSON from a value
+/// that is not an object.
+fn check_object(body: &[u8]) -> Result<(), ApiError> {
+    let text = text(body)?;
+    let t = text.trim_start();
+    if t.is_empty() {
+        return Err(ApiError::bad_request(
+            "the request body is empty; expected a JSON object",
+        ));
+    }
+    if t.starts_with('{') {
+        return Ok(());
+    }
+    let mut de = serde_json::Deserializer::from_str(t);
+    serde::de::IgnoredAny::deserialize(&mut de)
+        .and_then(|_| de.end())
+        .map_err(|e| ApiError::bad_request(format!("malformed JSON in the request body: {e}")))?;
+    Err(ApiError::bad_request(
+        "the request body must be a JSON object",
+    ))
+}
+
+/// Parses a JSON body into `T`; every failure is a 400 with a message saying what is
+/// wrong.
+pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let text = text(body)?;
     if text.trim().is_empty() {
         return Err(ApiError::bad_request(
             "the request body is empty; expected a JSON object",

@@ -16,7 +16,6 @@ use serde_json::{json, Value};
 
 use crate::error::ApiError;
 use crate::extract::JsonBody;
-use crate::params::read;
 use crate::state::AppState;
 
 /// How a context was made (stored as its `meta`).
@@ -80,12 +79,8 @@ fn context_json(c: &ContextInfo) -> Value {
 }
 
 /// `POST /v1/contexts`: prefill once and keep.
-pub async fn create(
-    State(state): State<AppState>,
-    JsonBody(body): JsonBody<Value>,
-) -> Result<Response, ApiError> {
-    crate::openai::require_object(&body)?;
-    let b: CreateBody = read(&body)?;
+pub async fn create(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
+    let b: CreateBody = body.read()?;
     if let Some(m) = &b.model {
         state.check_model(m)?;
     }

@@ -4,8 +4,6 @@
 use inferd_core::sampling::{Dry, SamplingParams};
 use inferd_engine::{CacheMode, GenRequest};
 use inferd_grammar::Constraint;
-use serde::de::DeserializeOwned;
-use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::openai::types::{CacheField, CommonParams, Effort, Stop};
@@ -22,20 +20,6 @@ pub const STRUCTURED_DRY: f32 = 0.8;
 
 /// Most stop strings a request may give (as OpenAI).
 pub const MAX_STOP: usize = 4;
-
-/// Reads `T` out of a parsed body; a wrong type answers 400 naming the field.
-pub fn read<T: DeserializeOwned>(body: &Value) -> Result<T, ApiError> {
-    serde_path_to_error::deserialize(body).map_err(|e| {
-        let path = e.path().to_string();
-        let param = if path == "." { String::new() } else { path };
-        let msg = if param.is_empty() {
-            format!("invalid request body: {}", e.inner())
-        } else {
-            format!("invalid value for `{param}`: {}", e.inner())
-        };
-        ApiError::bad_request(msg).with_param(param)
-    })
-}
 
 /// Everything about a request except its prompt, checked.
 #[derive(Clone, Debug)]
@@ -273,7 +257,7 @@ pub fn gen_request(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     #[test]
     fn implicit_dry_keeps_valid_fields_and_drops_ignored_invalid_ones() {
@@ -304,7 +288,7 @@ mod tests {
     }
 
     fn common(v: Value) -> Result<Checked, ApiError> {
-        let p: CommonParams = read(&v)?;
+        let p: CommonParams = crate::extract::parse(v.to_string().as_bytes())?;
         check(&p, p.max_tokens.map(|n| (n, "max_tokens")), None)
     }
 

@@ -6,16 +6,16 @@
 //! engine's events in its own shape.
 
 use inferd_engine::{GenRequest, RequestStream};
-use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::extract::JsonBody;
 use crate::memory;
 use crate::openai::chat::render;
 use crate::openai::format;
+use crate::openai::submit;
 use crate::openai::tools::{self, ToolMode};
 use crate::openai::types::{ChatParams, CommonParams};
-use crate::openai::{require_object, submit};
-use crate::params::{self, check, gen_request, read, Checked};
+use crate::params::{self, check, gen_request, Checked};
 use crate::state::AppState;
 
 /// A chat request in OpenAI chat terms, whatever protocol it came in.
@@ -27,11 +27,10 @@ pub struct ChatRequest {
 
 impl ChatRequest {
     /// Reads a `/v1/chat/completions` body.
-    pub fn from_body(body: &Value) -> Result<Self, ApiError> {
-        require_object(body)?;
+    pub fn from_body(body: &JsonBody) -> Result<Self, ApiError> {
         Ok(ChatRequest {
-            common: read(body)?,
-            chat: read(body)?,
+            common: body.read()?,
+            chat: body.read()?,
         })
     }
 }

@@ -12,14 +12,13 @@ pub mod stream;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use self::error::AnthropicError;
 use self::request::{rename_param, to_chat, MessagesBody};
 use crate::error::ApiError;
 use crate::extract::JsonBody;
-use crate::openai::{collect, new_id, require_object, sse};
-use crate::params::read;
+use crate::openai::{collect, new_id, sse};
 use crate::pipeline::{self, Started};
 use crate::reply::{self, ReplyStream};
 use crate::state::AppState;
@@ -29,24 +28,19 @@ pub fn is_path(path: &str) -> bool {
     path == "/v1/messages" || path.starts_with("/v1/messages/")
 }
 
-fn read_body(body: Result<JsonBody<Value>, ApiError>) -> Result<MessagesBody, ApiError> {
-    let JsonBody(body) = body?;
-    require_object(&body)?;
-    read(&body)
+fn read_body(body: Result<JsonBody, ApiError>) -> Result<MessagesBody, ApiError> {
+    body?.read()
 }
 
 /// `POST /v1/messages`.
 pub async fn messages(
     State(state): State<AppState>,
-    body: Result<JsonBody<Value>, ApiError>,
+    body: Result<JsonBody, ApiError>,
 ) -> Result<Response, AnthropicError> {
     run(state, body).await.map_err(|e| rename_param(e).into())
 }
 
-async fn run(
-    state: AppState,
-    body: Result<JsonBody<Value>, ApiError>,
-) -> Result<Response, ApiError> {
+async fn run(state: AppState, body: Result<JsonBody, ApiError>) -> Result<Response, ApiError> {
     let b = read_body(body)?;
     let req = to_chat(&b, false)?;
     let Started {
@@ -79,7 +73,7 @@ async fn run(
 /// `POST /v1/messages/count_tokens`: the prompt's tokens as rendered, nothing generated.
 pub async fn count_tokens(
     State(state): State<AppState>,
-    body: Result<JsonBody<Value>, ApiError>,
+    body: Result<JsonBody, ApiError>,
 ) -> Result<Response, AnthropicError> {
     let count = async {
         let b = read_body(body)?;

@@ -23,12 +23,8 @@ use crate::memory::{self, ContextMeta};
 use crate::pipeline::{self, ChatRequest, Started};
 use crate::state::AppState;
 
-pub async fn handler(
-    State(state): State<AppState>,
-    JsonBody(body): JsonBody<Value>,
-) -> Result<Response, ApiError> {
+pub async fn handler(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
     let req = ChatRequest::from_body(&body)?;
-    // The parsed body takes many times its bytes; what the request needs is in `req`.
     drop(body);
     let Started {
         stream: rs,

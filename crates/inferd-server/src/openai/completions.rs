@@ -8,26 +8,21 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use inferd_engine::Delta;
 use inferd_text::Tokenizer;
-use serde_json::Value;
 
 use super::format;
 use super::logprobs::CompletionLogprobBuilder;
+use super::prompt::Prompt;
 use super::sse::{self, data, done, ChunkFormat, End};
 use super::types::{CommonParams, Completion, CompletionChoice, CompletionParams};
-use super::{collect, fingerprint, new_id, now_secs, require_object, submit};
+use super::{collect, fingerprint, new_id, now_secs, submit};
 use crate::error::ApiError;
 use crate::extract::JsonBody;
-use crate::params::{self, check, gen_request, read};
+use crate::params::{self, check, gen_request};
 use crate::state::AppState;
 
-pub async fn handler(
-    State(state): State<AppState>,
-    JsonBody(body): JsonBody<Value>,
-) -> Result<Response, ApiError> {
-    require_object(&body)?;
-    let common: CommonParams = read(&body)?;
-    let cp: CompletionParams = read(&body)?;
-    // The parsed body takes many times its bytes; what the request needs is read out.
+pub async fn handler(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
+    let common: CommonParams = body.read()?;
+    let cp: CompletionParams = body.read()?;
     drop(body);
     if let Some(m) = &common.model {
         state.check_model(m)?;
@@ -63,10 +58,10 @@ pub async fn handler(
             let constraint = format::constraint(&st, answer, None, &[])?;
             let prompt = match ctx {
                 // A context's tokens, then the prompt's text (no BOS in the middle).
-                Some(c) => match prompt.as_ref() {
-                    Some(Value::String(s)) => {
+                Some(c) => match prompt {
+                    Some(Prompt::Text(s)) => {
                         let mut t = c.tokens.clone();
-                        t.extend(st.encode(s, false)?);
+                        t.extend(st.encode(&s, false)?);
                         Ok(t)
                     }
                     _ => Err(ApiError::invalid_param(
@@ -74,7 +69,7 @@ pub async fn handler(
                         "with inferd.context, `prompt` must be a string",
                     )),
                 },
-                None => tokenize_prompt(&st, prompt.as_ref()),
+                None => tokenize_prompt(&st, prompt),
             }?;
             Ok::<_, ApiError>((prompt, constraint))
         })
@@ -116,38 +111,13 @@ pub async fn handler(
     Ok(Json(out).into_response())
 }
 
-/// `prompt`: a string, an array of one string, an array of token ids, or an array of one
-/// array of token ids.
-fn tokenize_prompt(state: &AppState, prompt: Option<&Value>) -> Result<Vec<u32>, ApiError> {
-    let bad = |m: &str| ApiError::invalid_param("prompt", m);
-    let encode = |s: &str| state.encode(s, true).map_err(|e| e.with_param("prompt"));
-    let ids = |a: &[Value]| -> Result<Vec<u32>, ApiError> {
-        a.iter()
-            .map(|v| {
-                v.as_u64()
-                    .and_then(|n| u32::try_from(n).ok())
-                    .ok_or_else(|| bad("token ids must be non-negative integers"))
-            })
-            .collect()
-    };
+/// `prompt`'s tokens (see [`Prompt`] for the shapes taken).
+fn tokenize_prompt(state: &AppState, prompt: Option<Prompt>) -> Result<Vec<u32>, ApiError> {
     match prompt {
-        None | Some(Value::Null) => Err(bad("`prompt` is required")),
-        Some(Value::String(s)) => encode(s),
-        Some(Value::Array(a)) => match a.as_slice() {
-            [] => Err(bad("`prompt` must not be empty")),
-            [Value::String(s)] => encode(s),
-            [Value::Array(inner)] => ids(inner),
-            [Value::Number(_), ..] => ids(a),
-            [_] => Err(bad(
-                "`prompt` must be a string, an array of token ids, or an array of one of those",
-            )),
-            _ => Err(bad(
-                "batched prompts are not supported: send one prompt per request",
-            )),
-        },
-        Some(_) => Err(bad(
-            "`prompt` must be a string, an array of token ids, or an array of one of those",
-        )),
+        None => Err(ApiError::invalid_param("prompt", "`prompt` is required")),
+        Some(Prompt::Text(s)) => state.encode(&s, true).map_err(|e| e.with_param("prompt")),
+        Some(Prompt::Ids(ids)) => Ok(ids),
+        Some(Prompt::Invalid(why)) => Err(ApiError::invalid_param("prompt", why)),
     }
 }
 

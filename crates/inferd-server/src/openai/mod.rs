@@ -5,6 +5,7 @@ pub mod completions;
 pub mod format;
 pub mod logprobs;
 pub mod models;
+pub mod prompt;
 pub mod sse;
 pub mod tools;
 pub mod types;
@@ -14,7 +15,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use inferd_engine::{Event, FinishReason, GenRequest, RequestStream, TokenOut, Usage};
-use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -38,17 +38,6 @@ pub fn now_secs() -> u64 {
 
 pub fn fingerprint() -> String {
     format!("inferd-{}", env!("CARGO_PKG_VERSION"))
-}
-
-/// The body must be a JSON object.
-pub fn require_object(body: &Value) -> Result<(), ApiError> {
-    if body.is_object() {
-        Ok(())
-    } else {
-        Err(ApiError::bad_request(
-            "the request body must be a JSON object",
-        ))
-    }
 }
 
 /// Submits to the engine; refusals become HTTP errors (`param` names the prompt field).

@@ -141,7 +141,7 @@ pub struct ChatParams {
 /// `/v1/completions` fields beyond the shared ones.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct CompletionParams {
-    pub prompt: Option<Value>,
+    pub prompt: Option<super::prompt::Prompt>,
     pub logprobs: Option<u64>,
     pub echo: Option<bool>,
     pub best_of: Option<u64>,

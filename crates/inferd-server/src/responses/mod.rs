@@ -30,8 +30,7 @@ use self::request::{rename_param, translate, ResponsesBody};
 use self::store::Stored;
 use crate::error::ApiError;
 use crate::extract::JsonBody;
-use crate::openai::{collect, now_secs, require_object, sse};
-use crate::params::read;
+use crate::openai::{collect, now_secs, sse};
 use crate::pipeline::{self, Started};
 use crate::reply::{self, ReplyStream};
 use crate::state::AppState;
@@ -86,13 +85,8 @@ fn release(state: &AppState, sessions: Vec<String>) {
 }
 
 /// `POST /v1/responses`.
-pub async fn create(
-    State(state): State<AppState>,
-    JsonBody(body): JsonBody<Value>,
-) -> Result<Response, ApiError> {
-    require_object(&body)?;
-    let b: ResponsesBody = read(&body)?;
-    // The parsed body takes many times its bytes; what the request needs is in `b`.
+pub async fn create(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
+    let b: ResponsesBody = body.read()?;
     drop(body);
     let store = b.store.unwrap_or(true);
     let prev = match &b.previous_response_id {

@@ -43,7 +43,36 @@ fn malformed_bodies_are_400() {
     );
     raw(b"{not json}").error(400);
     raw(b"").error(400);
-    raw(b"[1, 2]").error(400);
+    for not_object in [&b"[1, 2]"[..], b"\"hi\"", b" 5 "] {
+        let e = raw(not_object).error(400);
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap()
+                .contains("must be a JSON object"),
+            "{e}"
+        );
+    }
+    // Malformed after the fields a handler reads, or inside a field it skips.
+    for broken in [
+        &b"{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"junk\": [1,"[..],
+        b"{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"junk\": {1: 2}}",
+    ] {
+        let e = raw(broken).error(400);
+        assert!(
+            e["message"].as_str().unwrap().contains("malformed JSON"),
+            "{e}"
+        );
+    }
+    // A field given twice is named.
+    let e = raw(b"{\"messages\": [], \"max_tokens\": 1, \"max_tokens\": 2}").error(400);
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("duplicate field `max_tokens`"),
+        "{e}"
+    );
     raw(b"{\"messages\": []} trailing").error(400);
     let e = raw(b"{\"model\": \"\xff\xfe\"}").error(400);
     assert!(e["message"].as_str().unwrap().contains("UTF-8"), "{e}");
@@ -108,8 +137,27 @@ fn bad_parameters_are_400_naming_the_param() {
     // Completions: a missing or batched prompt.
     let e = post(s.addr, "/v1/completions", &json!({"model": MODEL})).error(400);
     assert_eq!(e["param"], "prompt");
-    let e = post(s.addr, "/v1/completions", &json!({"prompt": ["a", "b"]})).error(400);
-    assert_eq!(e["param"], "prompt");
+    for (prompt, says) in [
+        (json!(["a", "b"]), "batched"),
+        (json!([[1], [2]]), "batched"),
+        (json!([]), "must not be empty"),
+        (json!([1, -2]), "non-negative integers"),
+        (json!([[1, 2.5]]), "non-negative integers"),
+        (json!({"text": "a"}), "must be a string"),
+    ] {
+        let e = post(s.addr, "/v1/completions", &json!({ "prompt": prompt })).error(400);
+        assert_eq!(e["param"], "prompt");
+        assert!(e["message"].as_str().unwrap().contains(says), "{e}");
+    }
+    // Token ids, as an array or an array of one.
+    for prompt in [json!([1, 2, 3]), json!([[1, 2, 3]])] {
+        let r = post(
+            s.addr,
+            "/v1/completions",
+            &json!({"prompt": prompt, "max_tokens": 1}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
     let e = post(
         s.addr,
         "/v1/completions",
