@@ -180,9 +180,6 @@ fn render_template(template: &ChatTemplate, input: &ChatInput) -> Result<String,
     })
 }
 
-/// Checks the OpenAI message list and rewrites it into what chat templates expect:
-/// text-part arrays become one string, `developer` becomes `system`, and tool-call
-/// arguments given as JSON strings become objects.
 /// Bytes of the strings in `v` (message text), walked without recursion.
 fn text_bytes(v: &Value) -> usize {
     let mut n = 0;
@@ -201,6 +198,9 @@ fn text_bytes(v: &Value) -> usize {
 /// Message roles a chat may hold (`developer` is read as `system`).
 const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 
+/// Checks the OpenAI message list and rewrites it into what chat templates expect:
+/// text-part arrays become one string, `developer` becomes `system`, and tool-call
+/// arguments given as JSON strings become objects.
 pub fn prepare_messages(messages: Option<&Value>) -> Result<Value, ApiError> {
     let bad = |param: String, msg: String| ApiError::invalid_param(&param, msg);
     let list = match messages {
