@@ -104,7 +104,7 @@ fn check_object(body: &[u8]) -> Result<(), ApiError> {
     let mut de = serde_json::Deserializer::from_str(t);
     serde::de::IgnoredAny::deserialize(&mut de)
         .and_then(|_| de.end())
-        .map_err(|e| ApiError::bad_request(format!("malformed JSON in the request body: {e}")))?;
+        .map_err(malformed)?;
     Err(ApiError::bad_request(
         "the request body must be a JSON object",
     ))
@@ -120,26 +120,134 @@ pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
         ));
     }
     let mut de = serde_json::Deserializer::from_str(text);
-    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        use serde_json::error::Category;
-        match inner.classify() {
-            Category::Syntax | Category::Eof | Category::Io => {
-                ApiError::bad_request(format!("malformed JSON in the request body: {inner}"))
-            }
-            Category::Data => {
-                let param = if path == "." { String::new() } else { path };
-                let msg = if param.is_empty() {
-                    format!("invalid request body: {inner}")
-                } else {
-                    format!("invalid value for `{param}`: {inner}")
-                };
-                ApiError::bad_request(msg).with_param(param)
-            }
+    let e = match serde_path_to_error::deserialize(&mut de) {
+        Ok(value) => {
+            de.end().map_err(malformed)?;
+            return Ok(value);
         }
-    })?;
-    de.end()
-        .map_err(|e| ApiError::bad_request(format!("malformed JSON in the request body: {e}")))?;
-    Ok(value)
+        Err(e) => e,
+    };
+    use serde_json::error::Category;
+    if matches!(e.inner().classify(), Category::Data) {
+        return Err(invalid(e));
+    }
+    if !is_json(text) {
+        return Err(malformed(e.into_inner()));
+    }
+    // Well-formed JSON that a typed read from text refuses as if it were not: a number
+    // past a float field's range, a wrong type where a name is expected. A JSON tree
+    // reads such values as the API always has (a float past f32's range is infinite,
+    // and the field's check says so; a wrong type is named with its field). Only on
+    // this error path, and freed at once.
+    let tree: serde_json::Value = serde_json::from_str(text).map_err(malformed)?;
+    serde_path_to_error::deserialize(&tree).map_err(invalid)
+}
+
+/// Whether `text` is one well-formed JSON value (nothing kept).
+fn is_json(text: &str) -> bool {
+    let mut de = serde_json::Deserializer::from_str(text);
+    serde::de::IgnoredAny::deserialize(&mut de).is_ok() && de.end().is_ok()
+}
+
+fn malformed(e: serde_json::Error) -> ApiError {
+    ApiError::bad_request(format!("malformed JSON in the request body: {e}"))
+}
+
+/// A value of the wrong type or shape, named by its path (a field given twice by the
+/// field's own path).
+fn invalid(e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
+    let path = e.path().to_string();
+    let inner = e.into_inner();
+    let mut param = if path == "." { String::new() } else { path };
+    let msg = inner.to_string();
+    if let Some(name) = msg
+        .strip_prefix("duplicate field `")
+        .and_then(|rest| rest.split('`').next())
+    {
+        param = if param.is_empty() {
+            name.to_string()
+        } else {
+            format!("{param}.{name}")
+        };
+    }
+    let msg = if param.is_empty() {
+        format!("invalid request body: {msg}")
+    } else {
+        format!("invalid value for `{param}`: {msg}")
+    };
+    ApiError::bad_request(msg).with_param(param)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Body {
+        temperature: Option<f32>,
+        effort: Option<Effort>,
+        inner: Option<Inner>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    enum Effort {
+        Low,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Inner {
+        n: Option<u32>,
+    }
+
+    fn read(json: &str) -> Result<Body, ApiError> {
+        parse(json.as_bytes())
+    }
+
+    #[test]
+    fn unknown_fields_of_any_shape_are_skipped() {
+        let b = read(r#"{"zz": [[[1, {"a": 1e400}]]], "temperature": 0.5, "yy": "\ud800"}"#);
+        assert_eq!(b.unwrap().temperature, Some(0.5));
+    }
+
+    #[test]
+    fn well_formed_values_refused_by_the_typed_read_are_read_as_a_tree_reads_them() {
+        // Past f32's range: infinite, for the field's own check to refuse.
+        assert_eq!(
+            read(r#"{"temperature": 1e39}"#).unwrap().temperature,
+            Some(f32::INFINITY)
+        );
+        let e = read(r#"{"effort": 1}"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("effort"));
+        assert!(
+            e.message.contains("invalid type: integer `1`"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = read(r#"{"inner": {"n": -1}}"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("inner.n"));
+        let e = read(r#"{"temperature": 1, "temperature": 2}"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("temperature"));
+        let e = read(r#"{"inner": {"n": 1, "n": 2}}"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("inner.n"));
+        for bad in [
+            r#"{"temperature": 1"#,
+            r#"{"zz": [1,}"#,
+            r#"{"temperature": 1} x"#,
+        ] {
+            let e = read(bad).unwrap_err();
+            assert!(
+                e.message.starts_with("malformed JSON"),
+                "{bad}: {}",
+                e.message
+            );
+            assert_eq!(e.param, None);
+        }
+    }
 }

@@ -73,6 +73,21 @@ fn malformed_bodies_are_400() {
             .contains("duplicate field `max_tokens`"),
         "{e}"
     );
+    assert_eq!(e["param"], "max_tokens");
+    let e = raw(b"{\"messages\": [], \"inferd\": {\"priority\": 1, \"priority\": 2}}").error(400);
+    assert_eq!(e["param"], "inferd.priority");
+    // Well-formed values a typed read from text takes for bad syntax are named like any
+    // other bad value: a float past f32's range, a wrong type for a name.
+    let m = br#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "#;
+    for (field, param) in [
+        (&br#""temperature": 1e39}"#[..], "temperature"),
+        (br#""inferd": {"cache": 1}}"#, "inferd.cache"),
+        (br#""inferd": {"effort": [true]}}"#, "inferd.effort"),
+    ] {
+        let e = raw(&[&m[..], field].concat()).error(400);
+        assert_eq!(e["param"], param, "{e}");
+        assert!(!e["message"].as_str().unwrap().contains("malformed"), "{e}");
+    }
     raw(b"{\"messages\": []} trailing").error(400);
     let e = raw(b"{\"model\": \"\xff\xfe\"}").error(400);
     assert!(e["message"].as_str().unwrap().contains("UTF-8"), "{e}");
