@@ -224,35 +224,49 @@ fn temp_dir(name: &str) -> PathBuf {
     d
 }
 
-#[test]
-fn a_session_resumes_from_the_ssd_tier_after_a_restart() {
-    let dir = temp_dir("restart");
-    let cfg = || EngineConfig {
+/// The fixture's config with an SSD tier in `dir`.
+fn spill_config(dir: &Path) -> EngineConfig {
+    EngineConfig {
         spill: Some(SpillConfig {
-            dir: dir.clone(),
+            dir: dir.to_path_buf(),
             budget_bytes: 1 << 30,
             read_delay: std::time::Duration::ZERO,
         }),
         ..config()
-    };
-    let e = engine(cfg());
+    }
+}
+
+/// Session "s1"'s first turn (75 prompt tokens, 10 generated) in an engine over `dir`,
+/// which is then stopped; returns the second turn's prompt (the first's, its reply and
+/// 20 more tokens).
+fn first_turn_then_stop(dir: &Path) -> Vec<u32> {
+    let e = engine(spill_config(dir));
     let p1 = prompt(75, 6);
-    let mut r = req(p1.clone(), 10);
-    r.session = Some("s1".into());
-    let t1 = run(&e, r);
+    let t1 = run(&e, session_req(p1.clone(), 10));
     e.shutdown();
+    let mut p2 = p1;
+    p2.extend(&t1.tokens);
+    p2.extend(prompt(20, 7));
+    p2
+}
+
+fn session_req(prompt: Vec<u32>, max_tokens: usize) -> GenRequest {
+    let mut r = req(prompt, max_tokens);
+    r.session = Some("s1".into());
+    r
+}
+
+#[test]
+fn a_session_resumes_from_the_ssd_tier_after_a_restart() {
+    let dir = temp_dir("restart");
+    let p2 = first_turn_then_stop(&dir);
     let snap_files = walk(&dir, "kvs");
     assert_eq!(snap_files, 2, "the snapshots at 64 and 80");
-    let e = engine(cfg());
+    let e = engine(spill_config(&dir));
     let report = block_on(e.cache_report()).unwrap();
     assert_eq!(report.snapshots_spilled, 2);
     assert_eq!(report.snapshots, 0, "nothing read yet");
-    let mut p2 = p1.clone();
-    p2.extend(&t1.tokens);
-    p2.extend(prompt(20, 7));
-    let mut r = req(p2.clone(), 8);
-    r.session = Some("s1".into());
-    let t2 = logprobs(&e, r);
+    let t2 = logprobs(&e, session_req(p2.clone(), 8));
     assert_eq!(t2.0.cached_tokens, 80);
     assert_same(&t2, &recompute(&p2, 8), 1e-3);
     e.shutdown();
@@ -262,20 +276,7 @@ fn a_session_resumes_from_the_ssd_tier_after_a_restart() {
 #[test]
 fn a_snapshot_removed_from_disk_is_written_again_in_the_same_run() {
     let dir = temp_dir("rewrite");
-    let cfg = || EngineConfig {
-        spill: Some(SpillConfig {
-            dir: dir.clone(),
-            budget_bytes: 1 << 30,
-            read_delay: std::time::Duration::ZERO,
-        }),
-        ..config()
-    };
-    let e = engine(cfg());
-    let p1 = prompt(75, 6);
-    let mut r = req(p1.clone(), 10);
-    r.session = Some("s1".into());
-    let t1 = run(&e, r);
-    e.shutdown();
+    let p2 = first_turn_then_stop(&dir);
     // Damage every snapshot file: the next run finds them bad when it reads them, and
     // removes them.
     let snaps = files(&dir, "kvs");
@@ -288,13 +289,8 @@ fn a_snapshot_removed_from_disk_is_written_again_in_the_same_run() {
     }
     // The session's next turn reads them, finds both bad and removes them, so it is
     // computed from the start, the state at 64 included.
-    let e = engine(cfg());
-    let mut p2 = p1.clone();
-    p2.extend(&t1.tokens);
-    p2.extend(prompt(20, 7));
-    let mut r = req(p2.clone(), 8);
-    r.session = Some("s1".into());
-    let t2 = logprobs(&e, r);
+    let e = engine(spill_config(&dir));
+    let t2 = logprobs(&e, session_req(p2.clone(), 8));
     assert_eq!(t2.0.cached_tokens, 0, "no snapshot to resume from");
     assert_same(&t2, &recompute(&p2, 8), 1e-3);
     e.shutdown();
