@@ -62,6 +62,8 @@ fn a_failed_put_leaves_nothing_behind() {
     let dir = temp_dir("fault-put");
     let mut s = open(&dir);
     s.put(&meta(1), &[1; 64]).unwrap();
+    // Pinned, so a full disk finds nothing to evict.
+    s.set_pinned(1, true);
     let before = file_names(&s);
     let used = s.bytes_used();
     for step in STEPS {
@@ -75,6 +77,40 @@ fn a_failed_put_leaves_nothing_behind() {
     s.put(&meta(2), &[2; 64]).unwrap();
     assert_eq!(s.get(2, 0, &[1, 2, 3]), Some(vec![2; 64]));
     assert_eq!(s.get(1, 0, &[1, 2, 3]), Some(vec![1; 64]));
+}
+
+#[test]
+fn a_full_disk_evicts_the_oldest_unpinned_blocks_and_writes() {
+    let dir = temp_dir("fault-evict");
+    let mut s = open(&dir);
+    s.put(&meta(1), &[1; 64]).unwrap();
+    s.set_pinned(1, true);
+    for (i, step) in STEPS.into_iter().enumerate() {
+        let k = 10 * (i as u64 + 1);
+        for j in 1..=3 {
+            s.put(&meta(k + j), &[j as u8; 64]).unwrap();
+        }
+        let _ = s.get(k + 1, 0, &[1, 2, 3]); // k+1 used more recently than k+2, k+3
+        fail_next(step);
+        s.put(&meta(k), &[9; 64]).unwrap();
+        assert_eq!(s.get(k, 0, &[1, 2, 3]), Some(vec![9; 64]), "{step:?}");
+        // Twice a file's room freed, oldest first; the pinned block stays.
+        assert!(!s.contains(k + 2) && !s.contains(k + 3), "{step:?}");
+        assert!(s.contains(k + 1) && s.contains(1), "{step:?}");
+        let w = s.take_warnings();
+        assert!(
+            w.iter().any(|w| w.contains("is full before the budget")),
+            "{w:?}"
+        );
+        s.remove(k);
+        s.remove(k + 1);
+    }
+    // A record on a full disk makes room the same way.
+    s.put(&meta(2), &[2; 64]).unwrap();
+    fail_next(Step::Write);
+    s.put_record("session", "a", b"rec").unwrap();
+    assert_eq!(s.record("session", "a").as_deref(), Some(&b"rec"[..]));
+    assert!(s.contains(1) && !s.contains(2));
 }
 
 #[test]

@@ -90,13 +90,43 @@ impl SpillStore {
         self.make_room(meta.key, file_len)?;
         let crc = codec::crc32(&[&header, data]).to_le_bytes();
         let name = names::blob_name(self.kind, meta.key);
-        if let Err(e) = atomic::write_atomic(&self.dir, &name, &[&header, data, &crc]) {
-            // A failure after the rename leaves the file; unindexed, it must go.
-            let _ = fs::remove_file(self.dir.join(&name));
-            return Err(e);
+        let write = |s: &Self| {
+            let r = atomic::write_atomic(&s.dir, &name, &[&header, data, &crc]);
+            if r.is_err() {
+                // A failure after the rename leaves the file; unindexed, it must go.
+                let _ = fs::remove_file(s.dir.join(&name));
+            }
+            r
+        };
+        match write(self) {
+            Err(e) if e.is_out_of_space() && self.free_disk(file_len) => write(self)?,
+            r => r?,
         }
         self.index.insert(meta.clone(), file_len);
         Ok(())
+    }
+
+    /// The disk is full before the budget is: evicts least recently used unpinned
+    /// blocks until twice `file_len` bytes are free (the next writes need room too),
+    /// with a warning. Whether anything was evicted (then the write is tried again).
+    pub(crate) fn free_disk(&mut self, file_len: u64) -> bool {
+        let (mut blocks, mut bytes) = (0usize, 0u64);
+        while bytes < 2 * file_len {
+            let Some(victim) = self.index.oldest_unpinned() else {
+                break;
+            };
+            bytes += self.index.remove(victim).unwrap_or(0);
+            self.remove_file(&self.block_path(victim));
+            blocks += 1;
+        }
+        if blocks > 0 {
+            self.warnings.push(format!(
+                "the disk under {} is full before the budget: removed the {blocks} least \
+                 recently used block file(s) ({bytes} bytes) to make room",
+                self.dir.display()
+            ));
+        }
+        blocks > 0
     }
 
     /// Reads block `key` and verifies everything (magic, format version,
