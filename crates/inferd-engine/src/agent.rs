@@ -160,6 +160,7 @@ impl<B: Backend> Engine<B> {
             meta: b.meta,
             turn: 0,
         };
+        let from = self.spill.as_ref().map(|t| t.mark());
         self.persist(spill::CONTEXT, &b.id, owner, &e);
         if !b.pin {
             // Unpinned: its blocks go back to the prefix cache.
@@ -173,8 +174,29 @@ impl<B: Backend> Engine<B> {
             let _ = b.reply.send(Err(MemoryError::DeviceLost(why)));
             return;
         }
-        let info = self.context_info(&b.id).expect("just inserted");
-        self.answer_after_writes(b.reply, Ok(info));
+        let mut info = self.context_info(&b.id).expect("just inserted");
+        let (root, bs) = (self.kvm.root_key(), self.kvm.block_size());
+        let (Some(tier), Some(from)) = (self.spill.as_mut(), from) else {
+            let _ = b.reply.send(Ok(info));
+            return;
+        };
+        // Answered once its writes are done, with what reached the disk.
+        let view = tier.view_handle();
+        tier.after_writes(
+            from,
+            Box::new(move |ok| {
+                info.spilled_blocks = spill::count_on_disk(&view, root, &info.tokens, bs);
+                info.persisted = Some(ok);
+                if !ok {
+                    spill::warn(format!(
+                        "context '{}' is not all on disk (a write failed, as warned): after a \
+                         restart it comes back shorter, or not at all",
+                        info.id
+                    ));
+                }
+                let _ = b.reply.send(Ok(info));
+            }),
+        );
     }
 
     /// Answers `reply` with `r` once what it reports is on disk (the SSD tier's writes
@@ -186,9 +208,12 @@ impl<B: Backend> Engine<B> {
         r: Result<T, MemoryError>,
     ) {
         match self.spill.as_mut() {
-            Some(tier) => tier.after_writes(Box::new(move || {
-                let _ = reply.send(r);
-            })),
+            Some(tier) => tier.after_writes(
+                tier.mark(),
+                Box::new(move |_| {
+                    let _ = reply.send(r);
+                }),
+            ),
             None => {
                 let _ = reply.send(r);
             }
@@ -206,6 +231,7 @@ impl<B: Backend> Engine<B> {
             resident_tokens: self.kvm.owner_tokens(e.owner).map_or(0, |t| t.len()),
             resident_blocks: self.kvm.table(e.owner).map_or(0, |t| t.len()),
             spilled_blocks: self.spilled_blocks(&e.tokens),
+            persisted: None,
         })
     }
 
@@ -472,6 +498,7 @@ impl<B: Backend> Engine<B> {
             snapshots_pinned: self.pinned_snapshots(),
             snapshots_parked: self.parked_snapshots(),
             snapshots_spilled: spilled_snaps.0,
+            spill_write_errors: self.spill.as_ref().map_or(0, |t| t.failed_writes()),
             snapshot_bytes_spilled: spilled_snaps.1,
             block_size: self.kvm.block_size(),
             bytes_per_block: self.bytes_per_block,

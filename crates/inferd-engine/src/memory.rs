@@ -58,6 +58,9 @@ pub struct ContextInfo {
     pub resident_blocks: usize,
     /// Blocks of it in the SSD tier.
     pub spilled_blocks: usize,
+    /// In the answer to its creation, with an SSD tier: whether every write of it
+    /// (blocks and record) reached the disk.
+    pub persisted: Option<bool>,
 }
 
 /// A parked session as callers see it.
@@ -94,6 +97,8 @@ pub struct CacheReport {
     /// Blocks in the SSD tier and their bytes.
     pub blocks_spilled: usize,
     pub bytes_spilled: u64,
+    /// Writes to the SSD tier that failed in this run.
+    pub spill_write_errors: u64,
     /// Hybrid models (all 0 for dense ones): bytes of one recurrent-state slot, the
     /// slots of the budget and those free (some holding snapshots).
     pub bytes_per_snapshot: u64,

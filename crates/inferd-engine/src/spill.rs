@@ -69,8 +69,9 @@ pub(crate) enum Job {
 enum Task {
     Write(Job),
     /// Runs once every task sent before it is done: a caller's answer that must not go
-    /// out before what it reports is on disk (a context made, a record removed).
-    After(Box<dyn FnOnce() + Send>),
+    /// out before what it reports is on disk (a context made, a record removed). It is
+    /// told whether every write from task `from` (a [`SpillTier::mark`]) on succeeded.
+    After(u64, Box<dyn FnOnce(bool) + Send>),
 }
 
 /// What the engine thread knows of the disk, kept current by the IO threads after every
@@ -87,6 +88,9 @@ pub(crate) struct TierView {
     snapshot_bytes: u64,
     /// Tasks the IO thread has finished, in the order they were sent.
     done: u64,
+    /// Writes that failed, and the number of the last one.
+    failed: u64,
+    last_failed: Option<u64>,
 }
 
 /// Which store a key belongs to.
@@ -94,6 +98,18 @@ pub(crate) struct TierView {
 pub(crate) enum Kind {
     Block,
     Snapshot,
+}
+
+fn lock_view(view: &Mutex<TierView>) -> std::sync::MutexGuard<'_, TierView> {
+    view.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How many of the blocks of `tokens` (keys from `root`) `view` has on disk.
+pub(crate) fn count_on_disk(view: &Mutex<TierView>, root: u64, tokens: &[u32], bs: usize) -> usize {
+    let v = lock_view(view);
+    block_metas(root, tokens, bs)
+        .filter(|m| v.keys.contains(&m.key))
+        .count()
 }
 
 /// Brings `view` up to date with the stores (called with the block store locked);
@@ -137,14 +153,14 @@ pub(crate) fn refresh_view(
 }
 
 /// One write on the IO thread: a failure warned about through `throttle`, the view
-/// brought up to date.
+/// brought up to date. Whether it succeeded.
 fn write_one(
     job: &Job,
     store: &Mutex<SpillStore>,
     snaps: Option<&Mutex<SpillStore>>,
     view: &Mutex<TierView>,
     throttle: &mut Throttle,
-) {
+) -> bool {
     let mut st = lock(store);
     let r = match job {
         Job::Block(meta, data) => st.put(meta, data),
@@ -181,6 +197,7 @@ fn write_one(
         _ => None,
     };
     refresh_view(view, &st, snaps, stored);
+    ok
 }
 
 pub(crate) struct SpillTier {
@@ -254,13 +271,23 @@ impl SpillTier {
                 // A full disk fails every write: one line per minute, not per block.
                 let mut throttle = Throttle::new(Duration::from_secs(60));
                 for task in rx {
-                    match task {
-                        Task::After(answer) => answer(),
+                    let ok = match task {
+                        Task::After(from, answer) => {
+                            let last = lock_view(&view_io).last_failed;
+                            answer(last.is_none_or(|f| f < from));
+                            true
+                        }
                         Task::Write(job) => {
                             write_one(&job, &s, snaps_io.as_deref(), &view_io, &mut throttle)
                         }
+                    };
+                    let mut v = lock_view(&view_io);
+                    if !ok {
+                        metrics::counter!(crate::stats::names::SPILL_WRITE_ERRORS).increment(1);
+                        v.failed += 1;
+                        v.last_failed = Some(v.done);
                     }
-                    view_io.lock().unwrap_or_else(|e| e.into_inner()).done += 1;
+                    v.done += 1;
                 }
             })
             .map_err(|e| e.to_string())?;
@@ -358,12 +385,29 @@ impl SpillTier {
         self.send(Job::RemoveRecord(kind, id.to_string()));
     }
 
-    /// Runs `answer` on the IO thread once everything sent so far is on disk (at once
-    /// when the IO thread is gone).
-    pub(crate) fn after_writes(&mut self, answer: Box<dyn FnOnce() + Send>) {
-        if let Err(Task::After(answer)) = self.push(Task::After(answer)) {
-            answer();
+    /// The number the next task sent will have: [`after_writes`](Self::after_writes)
+    /// says whether every write from it on succeeded.
+    pub(crate) fn mark(&self) -> u64 {
+        self.sent
+    }
+
+    /// Runs `answer` on the IO thread once everything sent so far is done, telling it
+    /// whether every write from task `from` on succeeded (at once, with `false`, when
+    /// the IO thread is gone).
+    pub(crate) fn after_writes(&mut self, from: u64, answer: Box<dyn FnOnce(bool) + Send>) {
+        if let Err(Task::After(_, answer)) = self.push(Task::After(from, answer)) {
+            answer(false);
         }
+    }
+
+    /// Writes that failed in this run.
+    pub fn failed_writes(&self) -> u64 {
+        self.view().failed
+    }
+
+    /// A handle on what the IO threads know of the disk, for answers sent from there.
+    pub(crate) fn view_handle(&self) -> Arc<Mutex<TierView>> {
+        self.view.clone()
     }
 
     /// Every record of `kind` on disk (corrupt ones are skipped by the store). At startup
@@ -395,10 +439,7 @@ impl SpillTier {
 
     /// How many of the blocks of `tokens` (keys from `root`) are on disk.
     pub fn count_blocks(&self, root: u64, tokens: &[u32], bs: usize) -> usize {
-        let v = self.view();
-        block_metas(root, tokens, bs)
-            .filter(|m| v.keys.contains(&m.key))
-            .count()
+        count_on_disk(&self.view, root, tokens, bs)
     }
 }
 

@@ -73,6 +73,12 @@ pub mod names {
     /// From a request parking to wait for the SSD tier to the bytes being back (the
     /// reader's queue, the reads and their verification).
     pub const SPILL_READ_SECONDS: &str = "inferd_spill_read_seconds";
+    /// Writes to the SSD tier that failed (a full disk that eviction could not make
+    /// room on, an IO error): what they would have kept is recomputed when needed.
+    pub const SPILL_WRITE_ERRORS: &str = "inferd_spill_write_errors_total";
+    /// Stored Responses API responses whose file could not be written (they are kept
+    /// in memory until the server stops).
+    pub const RESPONSE_WRITE_ERRORS: &str = "inferd_response_write_errors_total";
     /// The backend's own event counts, label `event` (CUDA: `decode_eager`,
     /// `graph_captured`, `graph_replayed`: how decode passes ran; `graph_capture_failed`:
     /// captures that broke, whose passes ran eagerly instead).

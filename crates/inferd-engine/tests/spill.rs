@@ -456,3 +456,42 @@ fn an_unusable_spill_dir_degrades_to_memory_only() {
     assert_eq!(block_on(e.cache_report()).unwrap().blocks_spilled, 0);
     let _ = std::fs::remove_file(&file);
 }
+
+#[test]
+fn a_context_whose_writes_failed_is_answered_not_persisted() {
+    let dir = temp_dir("unwritable");
+    let Some(e) = engine(spill_config(&dir)) else {
+        return;
+    };
+    let brief = text(&e, BRIEF);
+    let spec = |id: &str| ContextSpec {
+        id: Some(id.into()),
+        tokens: brief.clone(),
+        pin: true,
+        meta: String::new(),
+    };
+    let made = block_on(e.create_context(spec("ok"))).unwrap();
+    assert_eq!(made.persisted, Some(true));
+    assert_eq!(made.spilled_blocks, 2, "counted once written");
+    // Every write fails from here on: the identity directory is now a file (root
+    // writes through permissions, so they cannot stand in for a failing disk).
+    for sub in std::fs::read_dir(&dir).unwrap().flatten() {
+        if sub.path().is_dir() {
+            std::fs::remove_dir_all(sub.path()).unwrap();
+            std::fs::write(sub.path(), b"not a directory").unwrap();
+        }
+    }
+    let made = block_on(e.create_context(spec("lost"))).unwrap();
+    assert_eq!(made.persisted, Some(false));
+    assert!(made.pinned, "still made, in memory");
+    let report = block_on(e.cache_report()).unwrap();
+    assert!(
+        report.spill_write_errors >= 1,
+        "{}",
+        report.spill_write_errors
+    );
+    // GET reports no outcome: only the answer to a creation does.
+    assert_eq!(block_on(e.context("lost")).unwrap().persisted, None);
+    e.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}

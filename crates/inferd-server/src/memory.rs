@@ -66,7 +66,7 @@ pub fn api_error(e: MemoryError) -> ApiError {
 }
 
 fn context_json(c: &ContextInfo) -> Value {
-    json!({
+    let mut v = json!({
         "id": c.id,
         "object": "context",
         "tokens": c.tokens.len(),
@@ -75,7 +75,11 @@ fn context_json(c: &ContextInfo) -> Value {
         "resident_tokens": c.resident_tokens,
         "resident_blocks": c.resident_blocks,
         "spilled_blocks": c.spilled_blocks,
-    })
+    });
+    if let Some(p) = c.persisted {
+        v["persisted"] = p.into();
+    }
+    v
 }
 
 /// `POST /v1/contexts`: prefill once and keep.
@@ -225,7 +229,7 @@ fn cache_json(r: &CacheReport) -> Value {
         "pinned": part(r.blocks_pinned),
         "parked": part(r.blocks_parked),
         "running": part(r.blocks_running),
-        "spilled": {"blocks": r.blocks_spilled, "tokens": r.blocks_spilled * bs, "bytes": r.bytes_spilled},
+        "spilled": {"blocks": r.blocks_spilled, "tokens": r.blocks_spilled * bs, "bytes": r.bytes_spilled, "write_errors": r.spill_write_errors},
         "state": state_json(r),
         "contexts": r.contexts.iter().map(context_json).collect::<Vec<_>>(),
         "sessions": r.sessions.iter().map(session_json).collect::<Vec<_>>(),

@@ -77,6 +77,14 @@ fn describe() {
         names::BACKEND_EVENTS,
         "The backend's own event counts since start (CUDA: decode passes eager, captured, replayed)"
     );
+    describe_counter!(
+        names::SPILL_WRITE_ERRORS,
+        "Writes to the SSD tier that failed (what they would have kept is recomputed)"
+    );
+    describe_counter!(
+        names::RESPONSE_WRITE_ERRORS,
+        "Stored responses whose file could not be written (kept in memory until stop)"
+    );
     describe_histogram!(
         names::SPILL_READ_SECONDS,
         Unit::Seconds,
@@ -110,6 +118,8 @@ pub async fn render(State(state): State<AppState>) -> Response {
     metrics::counter!(names::GENERATED_TOKENS).increment(0);
     metrics::counter!(names::PREEMPTIONS).increment(0);
     metrics::counter!(names::REQUESTS_FINISHED).increment(0);
+    metrics::counter!(names::SPILL_WRITE_ERRORS).increment(0);
+    metrics::counter!(names::RESPONSE_WRITE_ERRORS).increment(0);
     let body = install().map(|h| h.render()).unwrap_or_default();
     let mut res = body.into_response();
     res.headers_mut().insert(
