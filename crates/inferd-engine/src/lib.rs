@@ -28,7 +28,7 @@ mod spill_read;
 mod spill_state;
 mod stats;
 mod stop;
-mod throttle;
+pub mod throttle;
 
 pub use arrival::Arrival;
 pub use config::{

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// One warning of each kind per window.
-pub(crate) struct Throttle {
+pub struct Throttle {
     window: Duration,
     /// Per kind: when one was last printed, and how many were held back since.
     seen: HashMap<String, (Instant, u64)>,

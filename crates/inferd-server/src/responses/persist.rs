@@ -12,6 +12,10 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
+use std::time::{Duration, Instant};
+
+use inferd_engine::metric_names::RESPONSE_WRITE_ERRORS;
+use inferd_engine::throttle::Throttle;
 use inferd_kvstore::FileLock;
 
 use super::store::Stored;
@@ -155,11 +159,21 @@ impl Writer {
         let thread = std::thread::Builder::new()
             .name("inferd-responses-io".into())
             .spawn(move || {
+                // A full disk fails every write: one line a minute, with a count.
+                let mut throttle = Throttle::new(Duration::from_secs(60));
                 for op in rx {
                     match op {
                         Op::Put(id, bytes) => {
                             if let Err(e) = write_atomic(&dir, &id, &bytes) {
-                                eprintln!("inferd: writing stored response {id}: {e}");
+                                metrics::counter!(RESPONSE_WRITE_ERRORS).increment(1);
+                                let msg = format!(
+                                    "inferd: warning: stored response {id} is not on disk ({e}); \
+                                     it is kept in memory until the server stops"
+                                );
+                                let kind = format!("{:?}", e.kind());
+                                if let Some(line) = throttle.admit(&kind, &msg, Instant::now()) {
+                                    eprintln!("{line}");
+                                }
                             }
                         }
                         Op::Remove(id) => {
