@@ -564,6 +564,15 @@ impl<B: Backend> Engine<B> {
                                 pinned = (pinned.0 + bytes, pinned.1 + snaps);
                                 let t = e.tokens.clone();
                                 self.load_now(owner, &t, true);
+                                let back = self.kvm.owner_tokens(owner).map_or(0, |t| t.len());
+                                if back < t.len() {
+                                    warn(format!(
+                                        "context '{id}' came back with {back} of its {} tokens \
+                                         (the rest was not all written, or did not verify); \
+                                         a request on it computes the rest again",
+                                        t.len()
+                                    ));
+                                }
                             }
                             Err(why) => {
                                 eprintln!(
