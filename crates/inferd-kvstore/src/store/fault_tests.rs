@@ -114,6 +114,23 @@ fn a_full_disk_evicts_the_oldest_unpinned_blocks_and_writes() {
 }
 
 #[test]
+fn a_store_opens_on_a_full_disk_and_reads_what_is_there() {
+    let dir = temp_dir("fault-open-full");
+    let mut s = open(&dir);
+    s.put(&meta(1), &[1; 64]).unwrap();
+    s.put_record("context", "c", b"rec").unwrap();
+    drop(s);
+    fail_next(Step::Create); // the write probe at open
+    let mut s = open(&dir);
+    assert!(s
+        .take_warnings()
+        .iter()
+        .any(|w| w.contains("the disk is full")));
+    assert_eq!(s.get(1, 0, &[1, 2, 3]), Some(vec![1; 64]));
+    assert_eq!(s.records("context").len(), 1);
+}
+
+#[test]
 fn a_failed_record_write_leaves_one_complete_version() {
     let dir = temp_dir("fault-record");
     let mut s = open(&dir);

@@ -71,7 +71,12 @@ impl SpillStore {
         ensure_dir(dir)?;
         let sub = dir.join(id.dir_name());
         ensure_dir(&sub)?;
-        probe_writable(&sub)?;
+        // A full disk (bytes or inodes) still lets the files on it be read, and a write
+        // makes room by eviction: only another failure makes the directory unusable.
+        let full = match probe_writable(&sub) {
+            Err(e) if e.is_out_of_space() => Some(e),
+            r => r.map(|()| None)?,
+        };
         let lock = lock_dir(dir, &id.dir_name(), kind)?;
         let mut store = SpillStore {
             dir: sub,
@@ -82,6 +87,12 @@ impl SpillStore {
             warnings: Warnings::default(),
             _lock: lock,
         };
+        if let Some(e) = full {
+            store.warnings.push(format!(
+                "{e}: the disk is full; what is on it is read, and writes make room by \
+                 evicting the least recently used blocks"
+            ));
+        }
         store.rebuild_index()?;
         store.enforce_budget();
         Ok(store)
@@ -189,10 +200,8 @@ fn ensure_dir(path: &Path) -> Result<(), StoreError> {
 /// rather than at the first spill.
 fn probe_writable(dir: &Path) -> Result<(), StoreError> {
     let probe = dir.join(names::temp_name("probe"));
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&probe)
+    atomic::fault(atomic::Step::Create)
+        .and_then(|()| OpenOptions::new().write(true).create_new(true).open(&probe))
         .map_err(|e| StoreError::io("create probe file in", dir, e))?;
     fs::remove_file(&probe).map_err(|e| StoreError::io("remove probe file", &probe, e))
 }
