@@ -220,6 +220,50 @@ impl<B: Backend> Engine<B> {
         }
     }
 
+    /// Pinned contexts read back from disk shorter than they are (a block not written,
+    /// or found damaged) take back the blocks a request computed for them, once it ends
+    /// (keyed in the prefix cache), and write them to the SSD tier, so they are whole
+    /// again (up to their last full block) in memory and on disk. Dense models only: a
+    /// hybrid model's context also needs its state at the end.
+    pub(crate) fn top_up(&mut self) {
+        if self.memory.short.is_empty() || self.kvm.is_stateful() {
+            return;
+        }
+        let bs = self.kvm.block_size();
+        let ids: Vec<String> = self.memory.short.iter().cloned().collect();
+        for id in ids {
+            let Some(e) = self.memory.contexts.get(&id).filter(|e| e.pinned).cloned() else {
+                self.memory.short.remove(&id);
+                continue;
+            };
+            let have = self.kvm.owner_tokens(e.owner).map_or(0, |t| t.len());
+            let full = e.tokens.len() / bs;
+            let chain = self.kvm.cached_chain(&e.tokens, full * bs).len();
+            if chain * bs <= have {
+                continue;
+            }
+            let mut blocks = Vec::with_capacity(chain);
+            let mut keys = Vec::with_capacity(chain);
+            let mut parent = self.kvm.root_key();
+            for block in e.tokens.chunks_exact(bs).take(chain) {
+                let key = inferd_core::kv::block_key(parent, block);
+                let Some(b) = self.kvm.claim_cached(key, parent, block) else {
+                    break;
+                };
+                blocks.push(b);
+                keys.push(key);
+                parent = key;
+            }
+            let n = blocks.len() * bs;
+            self.kvm
+                .install(e.owner, blocks, keys, e.tokens[..n].to_vec());
+            if n == full * bs {
+                self.memory.short.remove(&id);
+            }
+            self.persist(spill::CONTEXT, &id, e.owner, &e);
+        }
+    }
+
     pub(crate) fn context_info(&self, id: &str) -> Option<ContextInfo> {
         let e = self.memory.contexts.get(id)?;
         Some(ContextInfo {

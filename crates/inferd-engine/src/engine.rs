@@ -478,6 +478,7 @@ impl<B: Backend> Engine<B> {
     pub(crate) fn remove(&mut self, id: u64) {
         if let Some(seq) = self.seqs.remove(&id) {
             self.sched.finish(id, &mut self.kvm);
+            self.top_up();
             self.output.send(OutMsg::Close(id));
             if seq.admitted {
                 self.row_ended(id);

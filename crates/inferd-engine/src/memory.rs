@@ -157,6 +157,8 @@ pub(crate) struct Entry {
 pub(crate) struct Registry {
     pub contexts: HashMap<String, Entry>,
     pub sessions: HashMap<String, Entry>,
+    /// Pinned contexts read back from disk shorter than they are (`Engine::top_up`).
+    pub short: std::collections::HashSet<String>,
     next_owner: SeqId,
     next_ctx: u64,
 }

@@ -566,6 +566,7 @@ impl<B: Backend> Engine<B> {
                                 self.load_now(owner, &t, true);
                                 let back = self.kvm.owner_tokens(owner).map_or(0, |t| t.len());
                                 if back < t.len() {
+                                    self.memory.short.insert(id.clone());
                                     warn(format!(
                                         "context '{id}' came back with {back} of its {} tokens \
                                          (the rest was not all written, or did not verify); \

@@ -495,3 +495,37 @@ fn a_context_whose_writes_failed_is_answered_not_persisted() {
     e.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_context_read_back_short_is_made_whole_by_the_next_request_on_it() {
+    let dir = temp_dir("topup");
+    let Some(e) = engine(spill_config(&dir)) else {
+        return;
+    };
+    let brief = text(&e, &BRIEF.repeat(3));
+    let full = brief.len() / 16 * 16;
+    assert!(full >= 48, "{} tokens", brief.len());
+    pin_and_stop(e, &brief, "");
+    // Its blocks never reached the disk (a full disk): the next run reads back its
+    // record alone.
+    for f in block_files(&dir) {
+        std::fs::remove_file(&f).unwrap();
+    }
+    let e = engine(spill_config(&dir)).unwrap();
+    let ctx = |e: &EngineHandle| block_on(e.context("review")).unwrap();
+    assert_eq!(ctx(&e).resident_tokens, 0);
+    // A request on it computes the brief again; once it ends the context takes those
+    // blocks back and writes them.
+    let mut prompt = brief.clone();
+    prompt.extend(text(&e, QUESTION));
+    let alone = run_one(&e, GenRequest::greedy(prompt.clone(), MAX_TOKENS));
+    assert_eq!(ctx(&e).resident_tokens, full);
+    let again = run_one(&e, GenRequest::greedy(prompt.clone(), MAX_TOKENS));
+    assert_eq!(again.tokens, alone.tokens);
+    assert!(again.cached_tokens >= full, "{}", again.cached_tokens);
+    e.shutdown();
+    let e = engine(spill_config(&dir)).unwrap();
+    assert_eq!(ctx(&e).resident_tokens, full, "whole on disk again");
+    e.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
