@@ -144,6 +144,7 @@ impl<B: Backend> Engine<B> {
         let tokens = seq.tokens[..seq.prompt_len].to_vec();
         if let Some(old) = self.memory.contexts.remove(&b.id) {
             self.kvm.free(old.owner);
+            self.unpin_on_disk(&old);
         }
         let owner = self.memory.new_owner();
         self.kvm.park(seq_id, owner, tokens.clone());
@@ -186,6 +187,8 @@ impl<B: Backend> Engine<B> {
             from,
             Box::new(move |ok| {
                 info.spilled_blocks = spill::count_on_disk(&view, root, &info.tokens, bs);
+                // Every write succeeded and every block is there (none evicted since).
+                let ok = ok && info.spilled_blocks == info.tokens.len().div_ceil(bs);
                 info.persisted = Some(ok);
                 if !ok {
                     spill::warn(format!(
@@ -306,6 +309,9 @@ impl<B: Backend> Engine<B> {
             .remove(id)
             .ok_or_else(|| MemoryError::NotFound(format!("no {kind} with id '{id}'")))?;
         self.kvm.free(e.owner);
+        if kind == spill::CONTEXT {
+            self.unpin_on_disk(&e);
+        }
         if let Some(t) = self.spill.as_mut() {
             t.remove_record(kind, id);
         }

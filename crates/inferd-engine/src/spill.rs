@@ -59,7 +59,10 @@ pub(crate) struct OwnerRecord {
 
 /// A write for the IO thread.
 pub(crate) enum Job {
-    Block(BlockMeta, Vec<u8>),
+    /// A block, and whether it is pinned there (a pinned context's: never evicted).
+    Block(BlockMeta, Vec<u8>, bool),
+    /// Blocks on disk pinned or unpinned (keys not on disk are ignored).
+    Pin(Vec<u64>, bool),
     Snapshot(BlockMeta, Vec<u8>),
     Record(&'static str, String, Vec<u8>),
     RemoveRecord(&'static str, String),
@@ -163,7 +166,17 @@ fn write_one(
 ) -> bool {
     let mut st = lock(store);
     let r = match job {
-        Job::Block(meta, data) => st.put(meta, data),
+        Job::Block(meta, data, pin) => st.put(meta, data).map(|()| {
+            if *pin {
+                st.set_pinned(meta.key, true);
+            }
+        }),
+        Job::Pin(keys, pin) => {
+            for &k in keys {
+                st.set_pinned(k, *pin);
+            }
+            Ok(())
+        }
         Job::Snapshot(meta, data) => match snaps {
             Some(ss) => {
                 let mut ss = lock(ss);
@@ -192,7 +205,7 @@ fn write_one(
         warn(w);
     }
     let stored = match job {
-        Job::Block(meta, _) if ok => Some((Kind::Block, meta.key)),
+        Job::Block(meta, _, _) if ok => Some((Kind::Block, meta.key)),
         Job::Snapshot(meta, _) if ok => Some((Kind::Snapshot, meta.key)),
         _ => None,
     };
@@ -335,7 +348,7 @@ impl SpillTier {
 
     pub(crate) fn send(&mut self, job: Job) {
         let key = match &job {
-            Job::Block(m, _) => Some((Kind::Block, m.key)),
+            Job::Block(m, _, _) => Some((Kind::Block, m.key)),
             Job::Snapshot(m, _) => Some((Kind::Snapshot, m.key)),
             _ => None,
         };
@@ -493,6 +506,15 @@ impl<B: Backend> Engine<B> {
         let tokens = self.kvm.owner_tokens(owner).unwrap_or_default().to_vec();
         let bs = self.kvm.block_size();
         let root = self.kvm.root_key();
+        // A pinned context's blocks are pinned on disk too, those there already first, so
+        // that no write (for the budget or a full disk) evicts them, its own included.
+        let pin = kind == CONTEXT && e.pinned;
+        if pin {
+            tier.send(Job::Pin(
+                block_metas(root, &tokens, bs).map(|m| m.key).collect(),
+                true,
+            ));
+        }
         let todo: Vec<(BlockMeta, BlockId)> = block_metas(root, &tokens, bs)
             .zip(table.iter().copied())
             .filter(|(m, _)| tier.needs_write(Kind::Block, m.key))
@@ -508,7 +530,7 @@ impl<B: Backend> Engine<B> {
                 return;
             }
             for ((m, _), img) in group.iter().zip(data.chunks_exact(bytes)) {
-                tier.send(Job::Block(m.clone(), img.to_vec()));
+                tier.send(Job::Block(m.clone(), img.to_vec(), pin));
             }
         }
         self.persist_snapshots(&table, &tokens);
@@ -529,6 +551,24 @@ impl<B: Backend> Engine<B> {
                 meta: e.meta.clone(),
             },
         );
+    }
+
+    /// A pinned context gone (deleted, or replaced by another of its id): its blocks on
+    /// disk that no other pinned context holds may be evicted again.
+    pub(crate) fn unpin_on_disk(&mut self, gone: &Entry) {
+        if !gone.pinned {
+            return;
+        }
+        let (root, bs) = (self.kvm.root_key(), self.kvm.block_size());
+        let mut keys: HashSet<u64> = block_metas(root, &gone.tokens, bs).map(|m| m.key).collect();
+        for e in self.memory.contexts.values().filter(|e| e.pinned) {
+            for m in block_metas(root, &e.tokens, bs) {
+                keys.remove(&m.key);
+            }
+        }
+        if let Some(tier) = self.spill.as_mut() {
+            tier.send(Job::Pin(keys.into_iter().collect(), false));
+        }
     }
 
     /// At startup: every context and session on disk becomes a named entry again;
@@ -563,6 +603,13 @@ impl<B: Backend> Engine<B> {
                             Ok((bytes, snaps)) => {
                                 pinned = (pinned.0 + bytes, pinned.1 + snaps);
                                 let t = e.tokens.clone();
+                                // Pinned on disk again (pins live in memory), before
+                                // any write could evict its blocks.
+                                let (root, bs) = (self.kvm.root_key(), self.kvm.block_size());
+                                let keys = block_metas(root, &t, bs).map(|m| m.key).collect();
+                                if let Some(tier) = self.spill.as_mut() {
+                                    tier.send(Job::Pin(keys, true));
+                                }
                                 self.load_now(owner, &t, true);
                                 let back = self.kvm.owner_tokens(owner).map_or(0, |t| t.len());
                                 if back < t.len() {

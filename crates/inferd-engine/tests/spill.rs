@@ -529,3 +529,51 @@ fn a_context_read_back_short_is_made_whole_by_the_next_request_on_it() {
     e.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_pinned_contexts_blocks_outlive_the_budgets_evictions() {
+    let dir = temp_dir("pinned-evictions");
+    let Some(e) = engine(spill_config(&dir)) else {
+        return;
+    };
+    let per_block = block_on(e.cache_report()).unwrap().bytes_per_block;
+    e.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+    // Room for about six block files.
+    let small = || EngineConfig {
+        spill: Some(SpillConfig {
+            budget_bytes: 6 * (per_block + 8192),
+            ..spill_config(&dir).spill.unwrap()
+        }),
+        ..config()
+    };
+    let e = engine(small()).unwrap();
+    let brief = text(&e, BRIEF);
+    block_on(e.create_context(ContextSpec {
+        id: Some("review".into()),
+        tokens: brief.clone(),
+        pin: true,
+        meta: String::new(),
+    }))
+    .unwrap();
+    // Unpinned contexts written after it: the budget evicts the oldest unpinned files.
+    for (i, p) in prompts(&e.tokenizer, 4).into_iter().enumerate() {
+        let mut t = p.clone();
+        t.extend(&p);
+        block_on(e.create_context(ContextSpec {
+            id: Some(format!("other{i}")),
+            tokens: t,
+            pin: false,
+            meta: String::new(),
+        }))
+        .unwrap();
+    }
+    let report = block_on(e.cache_report()).unwrap();
+    assert!(report.blocks_spilled <= 6, "{}", report.blocks_spilled);
+    e.shutdown();
+    let e = engine(small()).unwrap();
+    let ctx = block_on(e.context("review")).unwrap();
+    assert_eq!(ctx.resident_tokens, brief.len(), "read back whole");
+    e.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}

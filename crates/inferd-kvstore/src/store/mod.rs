@@ -38,6 +38,10 @@ pub struct SpillStore {
     budget: u64,
     index: Index,
     warnings: Warnings,
+    /// Evictions for a full disk not yet warned about (blocks, bytes), and when the
+    /// last warning went out (one a minute).
+    full_evictions: (usize, u64),
+    full_warned: Option<std::time::Instant>,
     /// `<store dir>/<identity hash>.<kind>.lock`, locked exclusively while the store is
     /// open (released when the file closes, also when the process dies).
     _lock: crate::lock::FileLock,
@@ -119,12 +123,20 @@ impl SpillStore {
             self.remove_file(&self.block_path(victim));
             blocks += 1;
         }
-        if blocks > 0 {
+        self.full_evictions.0 += blocks;
+        self.full_evictions.1 += bytes;
+        let due = self
+            .full_warned
+            .is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(60));
+        if blocks > 0 && due {
+            let (n, b) = std::mem::take(&mut self.full_evictions);
             self.warnings.push(format!(
-                "the disk under {} is full before the budget: removed the {blocks} least \
-                 recently used block file(s) ({bytes} bytes) to make room",
+                "the disk under {} is full before the budget: removed {n} least recently \
+                 used unpinned block file(s) ({b} bytes) to make room (at most one such line \
+                 a minute)",
                 self.dir.display()
             ));
+            self.full_warned = Some(std::time::Instant::now());
         }
         blocks > 0
     }

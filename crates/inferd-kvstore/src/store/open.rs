@@ -85,6 +85,8 @@ impl SpillStore {
             budget: budget_bytes,
             index: Index::default(),
             warnings: Warnings::default(),
+            full_evictions: (0, 0),
+            full_warned: None,
             _lock: lock,
         };
         if let Some(e) = full {
