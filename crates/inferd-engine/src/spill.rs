@@ -612,7 +612,9 @@ impl<B: Backend> Engine<B> {
                                 }
                                 self.load_now(owner, &t, true);
                                 let back = self.kvm.owner_tokens(owner).map_or(0, |t| t.len());
-                                if back < t.len() {
+                                // Short by more than its last, partly filled block
+                                // (which `top_up` cannot take back from the cache).
+                                if back < t.len() / bs * bs {
                                     self.memory.short.insert(id.clone());
                                     warn(format!(
                                         "context '{id}' came back with {back} of its {} tokens \
