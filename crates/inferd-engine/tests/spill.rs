@@ -38,6 +38,16 @@ const BRIEF: &str = "<|im_start|>system\nYou review pull requests for a Rust inf
 const QUESTION: &str =
     "<|im_start|>user\nIs an unwrap on user input fine?<|im_end|>\n<|im_start|>assistant\n";
 
+/// Context `id` of `tokens`.
+fn spec(id: &str, tokens: &[u32], pin: bool) -> ContextSpec {
+    ContextSpec {
+        id: Some(id.into()),
+        tokens: tokens.to_vec(),
+        pin,
+        meta: String::new(),
+    }
+}
+
 /// Pins `tokens` as context "review", then stops the engine (finishing its writes).
 fn pin_and_stop(e: EngineHandle, tokens: &[u32], meta: &str) {
     block_on(e.create_context(ContextSpec {
@@ -121,13 +131,7 @@ fn an_answered_change_is_on_disk_before_the_answer() {
     let hex = |id: &str| id.bytes().map(|b| format!("{b:02x}")).collect::<String>();
     for round in 0..3 {
         let id = format!("ctx-{round}");
-        block_on(e.create_context(ContextSpec {
-            id: Some(id.clone()),
-            tokens: long.clone(),
-            pin: true,
-            meta: String::new(),
-        }))
-        .unwrap();
+        block_on(e.create_context(spec(&id, &long, true))).unwrap();
         let name = format!("r-context-{}.rec", hex(&id));
         assert!(record_files(&dir).contains(&name), "round {round}");
         block_on(e.delete_context(&id)).unwrap();
@@ -214,25 +218,13 @@ fn ids_of_every_accepted_length_survive_a_restart() {
     let ctx_id = format!("ctx-{}", "c".repeat(inferd_engine::MAX_ID_BYTES - 4));
     let session_id = format!("agent-{}", "é".repeat(100)); // 206 bytes
     let brief = text(&e, BRIEF);
-    block_on(e.create_context(ContextSpec {
-        id: Some(ctx_id.clone()),
-        tokens: brief.clone(),
-        pin: true,
-        meta: String::new(),
-    }))
-    .unwrap();
+    block_on(e.create_context(spec(&ctx_id, &brief, true))).unwrap();
     let mut req = GenRequest::greedy(text(&e, QUESTION), 4);
     req.session = Some(session_id.clone());
     run_one(&e, req);
     // One byte more is refused, not silently dropped later.
     let too_long = "x".repeat(inferd_engine::MAX_ID_BYTES + 1);
-    assert!(block_on(e.create_context(ContextSpec {
-        id: Some(too_long.clone()),
-        tokens: brief.clone(),
-        pin: true,
-        meta: String::new(),
-    }))
-    .is_err());
+    assert!(block_on(e.create_context(spec(&too_long, &brief, true))).is_err());
     let mut req = GenRequest::greedy(text(&e, QUESTION), 4);
     req.session = Some(too_long);
     assert!(e.submit(req).is_err());
@@ -464,13 +456,7 @@ fn a_context_whose_writes_failed_is_answered_not_persisted() {
         return;
     };
     let brief = text(&e, BRIEF);
-    let spec = |id: &str| ContextSpec {
-        id: Some(id.into()),
-        tokens: brief.clone(),
-        pin: true,
-        meta: String::new(),
-    };
-    let made = block_on(e.create_context(spec("ok"))).unwrap();
+    let made = block_on(e.create_context(spec("ok", &brief, true))).unwrap();
     assert_eq!(made.persisted, Some(true));
     assert_eq!(made.spilled_blocks, 2, "counted once written");
     // Every write fails from here on: the identity directory is now a file (root
@@ -481,7 +467,7 @@ fn a_context_whose_writes_failed_is_answered_not_persisted() {
             std::fs::write(sub.path(), b"not a directory").unwrap();
         }
     }
-    let made = block_on(e.create_context(spec("lost"))).unwrap();
+    let made = block_on(e.create_context(spec("lost", &brief, true))).unwrap();
     assert_eq!(made.persisted, Some(false));
     assert!(made.pinned, "still made, in memory");
     let report = block_on(e.cache_report()).unwrap();
@@ -549,24 +535,12 @@ fn a_pinned_contexts_blocks_outlive_the_budgets_evictions() {
     };
     let e = engine(small()).unwrap();
     let brief = text(&e, BRIEF);
-    block_on(e.create_context(ContextSpec {
-        id: Some("review".into()),
-        tokens: brief.clone(),
-        pin: true,
-        meta: String::new(),
-    }))
-    .unwrap();
+    block_on(e.create_context(spec("review", &brief, true))).unwrap();
     // Unpinned contexts written after it: the budget evicts the oldest unpinned files.
     for (i, p) in prompts(&e.tokenizer, 4).into_iter().enumerate() {
         let mut t = p.clone();
         t.extend(&p);
-        block_on(e.create_context(ContextSpec {
-            id: Some(format!("other{i}")),
-            tokens: t,
-            pin: false,
-            meta: String::new(),
-        }))
-        .unwrap();
+        block_on(e.create_context(spec(&format!("other{i}"), &t, false))).unwrap();
     }
     let report = block_on(e.cache_report()).unwrap();
     assert!(report.blocks_spilled <= 6, "{}", report.blocks_spilled);
