@@ -188,7 +188,8 @@ pub struct Args {
     /// survive memory pressure and restarts (checksummed, atomic files).
     #[arg(long)]
     spill_dir: Option<std::path::PathBuf>,
-    /// Size budget of the SSD tier, e.g. 20G (least recently used blocks evicted past it).
+    /// Size budget of the SSD tier, e.g. 20G (least recently used blocks evicted past it,
+    /// never a pinned context's: size it above the pinned contexts).
     #[arg(long, default_value = "8G")]
     spill_budget: String,
     /// Size budget of stored responses (Responses API), e.g. 256M (least recently used
