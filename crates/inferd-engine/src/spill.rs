@@ -302,6 +302,9 @@ impl SpillTier {
                     }
                     v.done += 1;
                 }
+                for line in throttle.flush() {
+                    warn(line);
+                }
             })
             .map_err(|e| e.to_string())?;
         let (reads, reader) = spill_read::start(

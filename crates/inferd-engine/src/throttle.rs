@@ -49,6 +49,21 @@ impl Throttle {
     }
 }
 
+impl Throttle {
+    /// Lines for the warnings still held back (at shutdown: nothing goes unsaid).
+    pub fn flush(&mut self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .seen
+            .iter()
+            .filter(|(_, (_, held))| *held > 0)
+            .map(|(kind, (_, held))| format!("{held} more warning(s) like '{kind}' held back"))
+            .collect();
+        out.sort();
+        self.seen.clear();
+        out
+    }
+}
+
 /// The kind of a store error, for throttling: its operation and OS error, not its path.
 pub(crate) fn kind_of(e: &inferd_kvstore::StoreError) -> String {
     match e {
@@ -85,5 +100,8 @@ mod tests {
             t.admit("full", "disk full", t0 + Duration::from_secs(62)),
             None
         );
+        // At the end, what is still held back is said.
+        assert_eq!(t.flush(), ["1 more warning(s) like 'full' held back"]);
+        assert!(t.flush().is_empty());
     }
 }

@@ -187,6 +187,9 @@ impl Writer {
                         }
                     }
                 }
+                for line in throttle.flush() {
+                    eprintln!("inferd: warning: stored responses: {line}");
+                }
             })?;
         Ok(Writer {
             tx,
