@@ -145,6 +145,7 @@ impl<B: Backend> Engine<B> {
         if let Some(old) = self.memory.contexts.remove(&b.id) {
             self.kvm.free(old.owner);
             self.unpin_on_disk(&old);
+            self.memory.short.remove(&b.id);
         }
         let owner = self.memory.new_owner();
         self.kvm.park(seq_id, owner, tokens.clone());
@@ -229,7 +230,7 @@ impl<B: Backend> Engine<B> {
     /// again (up to their last full block) in memory and on disk. Dense models only: a
     /// hybrid model's context also needs its state at the end.
     pub(crate) fn top_up(&mut self) {
-        if self.memory.short.is_empty() || self.kvm.is_stateful() {
+        if self.memory.short.is_empty() || self.kvm.is_stateful() || self.is_lost() {
             return;
         }
         let bs = self.kvm.block_size();
@@ -311,6 +312,7 @@ impl<B: Backend> Engine<B> {
         self.kvm.free(e.owner);
         if kind == spill::CONTEXT {
             self.unpin_on_disk(&e);
+            self.memory.short.remove(id);
         }
         if let Some(t) = self.spill.as_mut() {
             t.remove_record(kind, id);

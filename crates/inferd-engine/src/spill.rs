@@ -63,6 +63,8 @@ pub(crate) enum Job {
     Block(BlockMeta, Vec<u8>, bool),
     /// Blocks on disk pinned or unpinned (keys not on disk are ignored).
     Pin(Vec<u64>, bool),
+    /// The block store's budget set (evicting unpinned blocks past it).
+    Budget(u64),
     Snapshot(BlockMeta, Vec<u8>),
     Record(&'static str, String, Vec<u8>),
     RemoveRecord(&'static str, String),
@@ -177,6 +179,10 @@ fn write_one(
             }
             Ok(())
         }
+        Job::Budget(bytes) => {
+            st.set_budget(*bytes);
+            Ok(())
+        }
         Job::Snapshot(meta, data) => match snaps {
             Some(ss) => {
                 let mut ss = lock(ss);
@@ -226,6 +232,8 @@ pub(crate) struct SpillTier {
     io: Option<JoinHandle<()>>,
     /// Tasks sent to the IO thread.
     sent: u64,
+    /// The block store's budget, applied after the pins at startup.
+    budget: u64,
     /// Blocks and snapshots whose write is queued: key -> its task's number. Once the IO
     /// thread is past that task the view says whether it is on disk; one the store
     /// evicted or discarded since is written again when next persisted.
@@ -256,7 +264,10 @@ impl SpillTier {
         } else {
             cfg.budget_bytes
         };
-        let mut store = SpillStore::open(&cfg.dir, id, budget).map_err(|e| e.to_string())?;
+        // Opened without a budget: pins live in memory, so the budget is applied once the
+        // pinned contexts' blocks are pinned again (`load_records`), or a lowered budget
+        // would evict them first.
+        let mut store = SpillStore::open(&cfg.dir, id, u64::MAX).map_err(|e| e.to_string())?;
         for w in store.take_warnings() {
             warn(w);
         }
@@ -323,6 +334,7 @@ impl SpillTier {
             tx: Some(tx),
             io: Some(io),
             sent: 0,
+            budget,
             queued: HashMap::new(),
         })
     }
@@ -640,6 +652,10 @@ impl<B: Backend> Engine<B> {
                     self.memory.sessions.insert(id, e);
                 }
             }
+        }
+        if let Some(tier) = self.spill.as_mut() {
+            let budget = tier.budget;
+            tier.send(Job::Budget(budget));
         }
     }
 }

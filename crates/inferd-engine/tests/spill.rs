@@ -551,3 +551,42 @@ fn a_pinned_contexts_blocks_outlive_the_budgets_evictions() {
     e.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_lowered_budget_at_restart_keeps_the_pinned_contexts_blocks() {
+    let dir = temp_dir("lowered");
+    let Some(e) = engine(spill_config(&dir)) else {
+        return;
+    };
+    let per_block = block_on(e.cache_report()).unwrap().bytes_per_block;
+    let brief = text(&e, BRIEF);
+    // The pinned context's blocks are the oldest files on disk.
+    block_on(e.create_context(spec("review", &brief, true))).unwrap();
+    for (i, p) in prompts(&e.tokenizer, 3).into_iter().enumerate() {
+        block_on(e.create_context(spec(&format!("other{i}"), &p, false))).unwrap();
+    }
+    e.shutdown();
+    // Room for about three block files now: unpinned ones go, the pinned ones stay.
+    let small = EngineConfig {
+        spill: Some(SpillConfig {
+            budget_bytes: 3 * (per_block + 8192),
+            ..spill_config(&dir).spill.unwrap()
+        }),
+        ..config()
+    };
+    let e = engine(small.clone()).unwrap();
+    assert_eq!(
+        block_on(e.context("review")).unwrap().resident_tokens,
+        brief.len()
+    );
+    e.shutdown();
+    let e = engine(small).unwrap();
+    let report = block_on(e.cache_report()).unwrap();
+    assert!(report.blocks_spilled <= 3, "{}", report.blocks_spilled);
+    assert_eq!(
+        block_on(e.context("review")).unwrap().resident_tokens,
+        brief.len()
+    );
+    e.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
