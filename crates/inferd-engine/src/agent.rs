@@ -241,30 +241,14 @@ impl<B: Backend> Engine<B> {
                 continue;
             };
             let have = self.kvm.owner_tokens(e.owner).map_or(0, |t| t.len());
-            let full = e.tokens.len() / bs;
-            let chain = self.kvm.cached_chain(&e.tokens, full * bs).len();
-            if chain * bs <= have {
-                continue;
-            }
-            let mut blocks = Vec::with_capacity(chain);
-            let mut keys = Vec::with_capacity(chain);
-            let mut parent = self.kvm.root_key();
-            for block in e.tokens.chunks_exact(bs).take(chain) {
-                let key = inferd_core::kv::block_key(parent, block);
-                let Some(b) = self.kvm.claim_cached(key, parent, block) else {
-                    break;
-                };
-                blocks.push(b);
-                keys.push(key);
-                parent = key;
-            }
-            let n = blocks.len() * bs;
-            self.kvm
-                .install(e.owner, blocks, keys, e.tokens[..n].to_vec());
-            if n == full * bs {
+            let full = e.tokens.len() / bs * bs;
+            let now = self.kvm.extend_from_cache(e.owner, &e.tokens[..full]);
+            if now >= full {
                 self.memory.short.remove(&id);
             }
-            self.persist(spill::CONTEXT, &id, e.owner, &e);
+            if now > have {
+                self.persist(spill::CONTEXT, &id, e.owner, &e);
+            }
         }
     }
 

@@ -112,8 +112,8 @@ fn lock_view(view: &Mutex<TierView>) -> std::sync::MutexGuard<'_, TierView> {
 /// How many of the blocks of `tokens` (keys from `root`) `view` has on disk.
 pub(crate) fn count_on_disk(view: &Mutex<TierView>, root: u64, tokens: &[u32], bs: usize) -> usize {
     let v = lock_view(view);
-    block_metas(root, tokens, bs)
-        .filter(|m| v.keys.contains(&m.key))
+    block_keys(root, tokens, bs)
+        .filter(|k| v.keys.contains(k))
         .count()
 }
 
@@ -128,7 +128,7 @@ pub(crate) fn refresh_view(
     let (snapshots, snapshot_bytes, snap_keys) = snaps.map_or((0, 0, None), |ss| {
         let ss = lock(ss);
         let n = ss.num_blocks();
-        let mut v = view.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v = lock_view(view);
         if let Some((Kind::Snapshot, k)) = stored {
             v.snap_keys.insert(k);
         }
@@ -137,7 +137,7 @@ pub(crate) fn refresh_view(
         (n, ss.bytes_used(), keys)
     });
     let n = st.num_blocks();
-    let mut v = view.lock().unwrap_or_else(|e| e.into_inner());
+    let mut v = lock_view(view);
     if let Some(keys) = snap_keys {
         v.snap_keys = keys;
     }
@@ -148,7 +148,7 @@ pub(crate) fn refresh_view(
     if v.keys.len() != n {
         drop(v);
         let keys: HashSet<u64> = st.keys().collect();
-        v = view.lock().unwrap_or_else(|e| e.into_inner());
+        v = lock_view(view);
         v.keys = keys;
     }
     v.blocks = n;
@@ -352,7 +352,7 @@ impl SpillTier {
     }
 
     fn view(&self) -> std::sync::MutexGuard<'_, TierView> {
-        self.view.lock().unwrap_or_else(|e| e.into_inner())
+        lock_view(&self.view)
     }
 
     /// Blocks on disk and their bytes.
@@ -490,6 +490,15 @@ pub(crate) fn batch_blocks(block_bytes: usize) -> usize {
     ((64 << 20) / block_bytes.max(1)).max(1)
 }
 
+/// The keys of [`block_metas`], without their tokens.
+pub(crate) fn block_keys(root: u64, tokens: &[u32], bs: usize) -> impl Iterator<Item = u64> + '_ {
+    let mut parent = root;
+    tokens.chunks(bs).map(move |chunk| {
+        parent = block_key(parent, chunk);
+        parent
+    })
+}
+
 /// The blocks of `tokens` in order: full blocks along the key chain from `root`, then
 /// a partly filled last block keyed the same way (its length is part of its key).
 pub(crate) fn block_metas(
@@ -525,10 +534,7 @@ impl<B: Backend> Engine<B> {
         // that no write (for the budget or a full disk) evicts them, its own included.
         let pin = kind == CONTEXT && e.pinned;
         if pin {
-            tier.send(Job::Pin(
-                block_metas(root, &tokens, bs).map(|m| m.key).collect(),
-                true,
-            ));
+            tier.send(Job::Pin(block_keys(root, &tokens, bs).collect(), true));
         }
         let todo: Vec<(BlockMeta, BlockId)> = block_metas(root, &tokens, bs)
             .zip(table.iter().copied())
@@ -575,10 +581,10 @@ impl<B: Backend> Engine<B> {
             return;
         }
         let (root, bs) = (self.kvm.root_key(), self.kvm.block_size());
-        let mut keys: HashSet<u64> = block_metas(root, &gone.tokens, bs).map(|m| m.key).collect();
+        let mut keys: HashSet<u64> = block_keys(root, &gone.tokens, bs).collect();
         for e in self.memory.contexts.values().filter(|e| e.pinned) {
-            for m in block_metas(root, &e.tokens, bs) {
-                keys.remove(&m.key);
+            for k in block_keys(root, &e.tokens, bs) {
+                keys.remove(&k);
             }
         }
         if let Some(tier) = self.spill.as_mut() {
@@ -621,7 +627,7 @@ impl<B: Backend> Engine<B> {
                                 // Pinned on disk again (pins live in memory), before
                                 // any write could evict its blocks.
                                 let (root, bs) = (self.kvm.root_key(), self.kvm.block_size());
-                                let keys = block_metas(root, &t, bs).map(|m| m.key).collect();
+                                let keys = block_keys(root, &t, bs).collect();
                                 if let Some(tier) = self.spill.as_mut() {
                                     tier.send(Job::Pin(keys, true));
                                 }

@@ -47,9 +47,7 @@ impl Throttle {
             }
         }
     }
-}
 
-impl Throttle {
     /// Lines for the warnings still held back (at shutdown: nothing goes unsaid).
     pub fn flush(&mut self) -> Vec<String> {
         let mut out: Vec<String> = self

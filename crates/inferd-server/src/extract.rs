@@ -34,12 +34,6 @@ impl FromRequest<AppState> for JsonBody {
 }
 
 impl JsonBody {
-    /// For tests and callers that hold the bytes already.
-    pub fn from_bytes(body: Bytes) -> Result<Self, ApiError> {
-        check_object(&body)?;
-        Ok(JsonBody(body))
-    }
-
     /// Reads `T` from the body; every failure is a 400 (`param` names the offending
     /// field when known).
     pub fn read<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
@@ -76,14 +70,20 @@ async fn read_body(req: Request, state: &AppState) -> Result<Bytes, ApiError> {
     })
 }
 
-/// UTF-8 text of `body`, or a 400.
+/// UTF-8 text of `body`, not blank, or a 400.
 fn text(body: &[u8]) -> Result<&str, ApiError> {
-    std::str::from_utf8(body).map_err(|e| {
+    let text = std::str::from_utf8(body).map_err(|e| {
         ApiError::bad_request(format!(
             "the request body is not valid UTF-8 (at byte {})",
             e.valid_up_to()
         ))
-    })
+    })?;
+    if text.trim().is_empty() {
+        return Err(ApiError::bad_request(
+            "the request body is empty; expected a JSON object",
+        ));
+    }
+    Ok(text)
 }
 
 /// Whether `body` is a JSON object: a 400 saying what is wrong otherwise. Only its
@@ -91,20 +91,13 @@ fn text(body: &[u8]) -> Result<&str, ApiError> {
 /// bodies are parsed (without keeping anything) to tell malformed JSON from a value
 /// that is not an object.
 fn check_object(body: &[u8]) -> Result<(), ApiError> {
-    let text = text(body)?;
-    let t = text.trim_start();
-    if t.is_empty() {
-        return Err(ApiError::bad_request(
-            "the request body is empty; expected a JSON object",
-        ));
-    }
+    let t = text(body)?.trim_start();
     if t.starts_with('{') {
         return Ok(());
     }
-    let mut de = serde_json::Deserializer::from_str(t);
-    serde::de::IgnoredAny::deserialize(&mut de)
-        .and_then(|_| de.end())
-        .map_err(malformed)?;
+    if let Some(e) = json_error(t) {
+        return Err(malformed(e));
+    }
     Err(ApiError::bad_request(
         "the request body must be a JSON object",
     ))
@@ -114,11 +107,6 @@ fn check_object(body: &[u8]) -> Result<(), ApiError> {
 /// wrong.
 pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let text = text(body)?;
-    if text.trim().is_empty() {
-        return Err(ApiError::bad_request(
-            "the request body is empty; expected a JSON object",
-        ));
-    }
     let mut de = serde_json::Deserializer::from_str(text);
     let e = match serde_path_to_error::deserialize(&mut de) {
         Ok(value) => {
@@ -131,7 +119,7 @@ pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     if matches!(e.inner().classify(), Category::Data) {
         return Err(invalid(e));
     }
-    if !is_json(text) {
+    if json_error(text).is_some() {
         return Err(malformed(e.into_inner()));
     }
     // Well-formed JSON that a typed read from text refuses as if it were not: a number
@@ -143,10 +131,12 @@ pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(&tree).map_err(invalid)
 }
 
-/// Whether `text` is one well-formed JSON value (nothing kept).
-fn is_json(text: &str) -> bool {
+/// Why `text` is not one well-formed JSON value, if it is not (nothing kept).
+fn json_error(text: &str) -> Option<serde_json::Error> {
     let mut de = serde_json::Deserializer::from_str(text);
-    serde::de::IgnoredAny::deserialize(&mut de).is_ok() && de.end().is_ok()
+    serde::de::IgnoredAny::deserialize(&mut de)
+        .and_then(|_| de.end())
+        .err()
 }
 
 fn malformed(e: serde_json::Error) -> ApiError {

@@ -208,17 +208,12 @@ impl KvManager {
         if !table.blocks.is_empty() {
             return 0; // already holds blocks: nothing to share into
         }
-        let mut parent = self.root;
-        for block in tokens[..limit].chunks_exact(bs) {
-            let key = block_key(parent, block);
-            let Some(id) = self.pool.lookup(key, parent, block) else {
-                break;
-            };
-            self.pool.acquire(id);
-            table.blocks.push(id);
-            table.keys.push(key);
-            parent = key;
-        }
+        take_cached(
+            &mut self.pool,
+            table,
+            self.root,
+            tokens[..limit].chunks_exact(bs),
+        );
         let mut covered = table.blocks.len() * bs;
         let Some(src) = source else {
             return covered;
@@ -368,6 +363,26 @@ impl KvManager {
         self.hold_snapshots(owner);
     }
 
+    /// Extends `owner`'s blocks along the cached hash chain of `tokens`' full blocks, of
+    /// which it holds a leading part (e.g. read back short from disk): cached blocks past
+    /// it are taken (a reference each) until one is missing. An owner whose last block is
+    /// partly filled is not extended. Returns the tokens it holds then.
+    pub fn extend_from_cache(&mut self, owner: SeqId, tokens: &[u32]) -> usize {
+        let bs = self.block_size;
+        let t = self.tables.entry(owner).or_default();
+        if t.keys.len() == t.blocks.len() {
+            let parent = t.keys.last().copied().unwrap_or(self.root);
+            let rest = tokens.get(t.blocks.len() * bs..).unwrap_or_default();
+            take_cached(&mut self.pool, t, parent, rest.chunks_exact(bs));
+        }
+        let n = (t.blocks.len() * bs).min(tokens.len());
+        let held = self.owners.entry(owner).or_default();
+        if held.len() < n {
+            *held = tokens[..n].to_vec();
+        }
+        held.len()
+    }
+
     /// The tokens `owner`'s blocks hold.
     pub fn owner_tokens(&self, owner: SeqId) -> Option<&[u32]> {
         self.owners.get(&owner).map(|t| t.as_slice())
@@ -395,6 +410,26 @@ impl KvManager {
     /// Drops a reference taken by [`Self::claim_cached`] / [`Self::fresh_block`].
     pub fn release_block(&mut self, id: BlockId) {
         self.pool.release(id);
+    }
+}
+
+/// Takes into `t` (a reference each) the cached blocks along the hash chain that goes on
+/// from `parent` over `blocks`, until one is not cached.
+fn take_cached(
+    pool: &mut BlockPool,
+    t: &mut Table,
+    mut parent: u64,
+    blocks: std::slice::ChunksExact<'_, u32>,
+) {
+    for block in blocks {
+        let key = block_key(parent, block);
+        let Some(id) = pool.lookup(key, parent, block) else {
+            break;
+        };
+        pool.acquire(id);
+        t.blocks.push(id);
+        t.keys.push(key);
+        parent = key;
     }
 }
 

@@ -46,6 +46,26 @@ fn hit_shares_full_blocks_and_computes_the_rest() {
 }
 
 #[test]
+fn an_owner_read_back_short_extends_along_the_cached_chain() {
+    let mut m = KvManager::new(8, 4).with_root_key(root_key("m"));
+    let a: Vec<u32> = (0..14).collect(); // 3 full blocks and a partial one
+    compute(&mut m, 1, &a);
+    m.free(1); // blocks 0..3 cached, unreferenced
+               // The owner holds the first block only (the rest was not on disk).
+    let first = m.cached_chain(&a, 4);
+    m.pool.acquire(first[0]);
+    let keys = crate::kv::key::chain_keys(m.root_key(), &a[..4], 4);
+    m.install(9, first, keys, a[..4].to_vec());
+    assert_eq!(m.extend_from_cache(9, &a[..12]), 12);
+    assert_eq!(m.table(9).unwrap(), &[0, 1, 2]);
+    assert_eq!(m.owner_tokens(9).unwrap(), &a[..12]);
+    assert_eq!(m.pool().ref_count(1), 1);
+    // Nothing more cached: unchanged.
+    assert_eq!(m.extend_from_cache(9, &a[..12]), 12);
+    assert_eq!(m.pool().ref_count(1), 1);
+}
+
+#[test]
 fn cached_chain_names_what_share_prefix_would_take() {
     let mut m = KvManager::new(8, 4).with_root_key(root_key("m"));
     let a: Vec<u32> = (0..10).collect();

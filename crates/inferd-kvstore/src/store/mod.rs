@@ -94,20 +94,33 @@ impl SpillStore {
         self.make_room(meta.key, file_len)?;
         let crc = codec::crc32(&[&header, data]).to_le_bytes();
         let name = names::blob_name(self.kind, meta.key);
-        let write = |s: &Self| {
-            let r = atomic::write_atomic(&s.dir, &name, &[&header, data, &crc]);
-            if r.is_err() {
-                // A failure after the rename leaves the file; unindexed, it must go.
-                let _ = fs::remove_file(s.dir.join(&name));
-            }
-            r
-        };
-        match write(self) {
-            Err(e) if e.is_out_of_space() && self.free_disk(file_len) => write(self)?,
-            r => r?,
+        if let Err(e) = self.write_making_room(&name, &[&header, data, &crc]) {
+            // A failure after the rename leaves the file; unindexed, it must go.
+            let _ = fs::remove_file(self.dir.join(&name));
+            return Err(e);
         }
         self.index.insert(meta.clone(), file_len);
         Ok(())
+    }
+
+    /// [`atomic::write_atomic`] of `parts` to `name`; on a disk full before the budget,
+    /// once more after [`free_disk`](Self::free_disk) made room.
+    pub(crate) fn write_making_room(
+        &mut self,
+        name: &str,
+        parts: &[&[u8]],
+    ) -> Result<(), StoreError> {
+        match atomic::write_atomic(&self.dir, name, parts) {
+            Err(e) if e.is_out_of_space() => {
+                let len = parts.iter().map(|p| p.len() as u64).sum();
+                if self.free_disk(len) {
+                    atomic::write_atomic(&self.dir, name, parts)
+                } else {
+                    Err(e)
+                }
+            }
+            r => r,
+        }
     }
 
     /// The disk is full before the budget is: evicts least recently used unpinned

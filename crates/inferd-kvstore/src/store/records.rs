@@ -35,19 +35,8 @@ impl SpillStore {
         }
         let header = record_file::encode_header(&self.id, kind, id, bytes.len());
         let crc = codec::crc32(&[&header, bytes]).to_le_bytes();
-        let parts: [&[u8]; 3] = [&header, bytes, &crc];
-        match atomic::write_atomic(&self.dir, &name, &parts) {
-            // A full disk: room is made by evicting blocks (records are never evicted).
-            Err(e) if e.is_out_of_space() => {
-                let len = parts.iter().map(|p| p.len() as u64).sum();
-                if self.free_disk(len) {
-                    atomic::write_atomic(&self.dir, &name, &parts)
-                } else {
-                    Err(e)
-                }
-            }
-            r => r,
-        }
+        // A full disk: room is made by evicting blocks (records are never evicted).
+        self.write_making_room(&name, &[&header, bytes, &crc])
     }
 
     /// Record `kind`/`id`, verified; `None` if absent or invalid (an invalid

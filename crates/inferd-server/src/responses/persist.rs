@@ -219,18 +219,28 @@ impl Writer {
 mod tests {
     use super::*;
 
-    #[test]
-    fn files_round_trip_and_junk_is_removed() {
-        let dir = std::env::temp_dir().join(format!("inferd-resp-persist-{}", std::process::id()));
+    /// An empty directory of its own for test `tag`.
+    fn fresh_dir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("inferd-resp-{tag}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
-        let s = Stored {
-            response: serde_json::json!({"id": "resp_1"}),
+        dir
+    }
+
+    fn stored(response: serde_json::Value) -> Stored {
+        Stored {
+            response,
             input_items: vec![],
             conversation: vec![],
             session: "resp_1".into(),
             created: 7,
-        };
+        }
+    }
+
+    #[test]
+    fn files_round_trip_and_junk_is_removed() {
+        let dir = fresh_dir("persist");
+        let s = stored(serde_json::json!({"id": "resp_1"}));
         write_atomic(&dir, "resp_1", &encode(&s)).unwrap();
         fs::write(dir.join("resp_2.json"), b"{\"version\": 1, \"stor").unwrap();
         fs::write(dir.join(".resp_3.1.tmp"), b"partial").unwrap();
@@ -249,8 +259,7 @@ mod tests {
 
     #[test]
     fn one_server_at_a_time_holds_the_directory() {
-        let dir = std::env::temp_dir().join(format!("inferd-resp-lock-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
+        let dir = fresh_dir("lock");
         let first = lock(&dir).unwrap();
         let e = lock(&dir).unwrap_err();
         assert!(e.to_string().contains("in use"), "{e}");
@@ -261,16 +270,8 @@ mod tests {
 
     #[test]
     fn a_flipped_bit_is_caught_and_the_first_format_still_reads() {
-        let dir = std::env::temp_dir().join(format!("inferd-resp-crc-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        let s = Stored {
-            response: serde_json::json!({"id": "resp_1", "output_text": "W1-52, welcome"}),
-            input_items: vec![],
-            conversation: vec![],
-            session: "resp_1".into(),
-            created: 7,
-        };
+        let dir = fresh_dir("crc");
+        let s = stored(serde_json::json!({"id": "resp_1", "output_text": "W1-52, welcome"}));
         let mut bytes = encode(&s);
         assert!(decode(&bytes).is_some());
         let at = bytes.windows(4).position(|w| w == b"W1-5").unwrap();
