@@ -178,6 +178,9 @@ impl<B: Backend> Engine<B> {
         }
         let mut info = self.context_info(&b.id).expect("just inserted");
         let (root, bs) = (self.kvm.root_key(), self.kvm.block_size());
+        // Hybrid models: a restore resumes from the deepest snapshot on disk, so the one
+        // the context ends at must be there too.
+        let snap = self.deepest_snapshot(&info.tokens);
         let (Some(tier), Some(from)) = (self.spill.as_mut(), from) else {
             let _ = b.reply.send(Ok(info));
             return;
@@ -188,8 +191,11 @@ impl<B: Backend> Engine<B> {
             from,
             Box::new(move |ok| {
                 info.spilled_blocks = spill::count_on_disk(&view, root, &info.tokens, bs);
-                // Every write succeeded and every block is there (none evicted since).
-                let ok = ok && info.spilled_blocks == info.tokens.len().div_ceil(bs);
+                // Every write succeeded and every block is there (none evicted since), and
+                // the deepest snapshot.
+                let ok = ok
+                    && info.spilled_blocks == info.tokens.len().div_ceil(bs)
+                    && snap.is_none_or(|k| spill::snapshot_on_disk(&view, k));
                 info.persisted = Some(ok);
                 if !ok {
                     spill::warn(format!(

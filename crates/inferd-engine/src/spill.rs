@@ -61,11 +61,12 @@ pub(crate) struct OwnerRecord {
 pub(crate) enum Job {
     /// A block, and whether it is pinned there (a pinned context's: never evicted).
     Block(BlockMeta, Vec<u8>, bool),
-    /// Blocks on disk pinned or unpinned (keys not on disk are ignored).
-    Pin(Vec<u64>, bool),
-    /// The block store's budget set (evicting unpinned blocks past it).
+    /// Blocks or snapshots on disk pinned or unpinned (keys not on disk are ignored).
+    Pin(Kind, Vec<u64>, bool),
+    /// Each store's budget set (evicting unpinned files past it).
     Budget(u64),
-    Snapshot(BlockMeta, Vec<u8>),
+    /// A recurrent-state snapshot (hybrid models), and whether it is pinned there.
+    Snapshot(BlockMeta, Vec<u8>, bool),
     Record(&'static str, String, Vec<u8>),
     RemoveRecord(&'static str, String),
 }
@@ -115,6 +116,11 @@ pub(crate) fn count_on_disk(view: &Mutex<TierView>, root: u64, tokens: &[u32], b
     block_keys(root, tokens, bs)
         .filter(|k| v.keys.contains(k))
         .count()
+}
+
+/// Whether `view` has the snapshot ending at block `key` on disk.
+pub(crate) fn snapshot_on_disk(view: &Mutex<TierView>, key: u64) -> bool {
+    lock_view(view).snap_keys.contains(&key)
 }
 
 /// Brings `view` up to date with the stores (called with the block store locked);
@@ -173,27 +179,32 @@ fn write_one(
                 st.set_pinned(meta.key, true);
             }
         }),
-        Job::Pin(keys, pin) => {
+        Job::Pin(Kind::Block, keys, pin) => {
             for &k in keys {
                 st.set_pinned(k, *pin);
             }
             Ok(())
         }
+        Job::Pin(Kind::Snapshot, keys, pin) => with_snapshots(snaps, |ss| {
+            for &k in keys {
+                ss.set_pinned(k, *pin);
+            }
+            Ok(())
+        }),
         Job::Budget(bytes) => {
             st.set_budget(*bytes);
-            Ok(())
+            with_snapshots(snaps, |ss| {
+                ss.set_budget(*bytes);
+                Ok(())
+            })
         }
-        Job::Snapshot(meta, data) => match snaps {
-            Some(ss) => {
-                let mut ss = lock(ss);
-                let r = ss.put(meta, data);
-                for w in ss.take_warnings() {
-                    warn(w);
+        Job::Snapshot(meta, data, pin) => with_snapshots(snaps, |ss| {
+            ss.put(meta, data).map(|()| {
+                if *pin {
+                    ss.set_pinned(meta.key, true);
                 }
-                r
-            }
-            None => Ok(()),
-        },
+            })
+        }),
         Job::Record(kind, id, bytes) => st.put_record(kind, id, bytes),
         Job::RemoveRecord(kind, id) => {
             st.remove_record(kind, id);
@@ -212,11 +223,27 @@ fn write_one(
     }
     let stored = match job {
         Job::Block(meta, _, _) if ok => Some((Kind::Block, meta.key)),
-        Job::Snapshot(meta, _) if ok => Some((Kind::Snapshot, meta.key)),
+        Job::Snapshot(meta, _, _) if ok => Some((Kind::Snapshot, meta.key)),
         _ => None,
     };
     refresh_view(view, &st, snaps, stored);
     ok
+}
+
+/// `f` on the snapshot store (its warnings said), when there is one.
+fn with_snapshots(
+    snaps: Option<&Mutex<SpillStore>>,
+    f: impl FnOnce(&mut SpillStore) -> Result<(), inferd_kvstore::StoreError>,
+) -> Result<(), inferd_kvstore::StoreError> {
+    let Some(ss) = snaps else {
+        return Ok(());
+    };
+    let mut ss = lock(ss);
+    let r = f(&mut ss);
+    for w in ss.take_warnings() {
+        warn(w);
+    }
+    r
 }
 
 pub(crate) struct SpillTier {
@@ -232,7 +259,7 @@ pub(crate) struct SpillTier {
     io: Option<JoinHandle<()>>,
     /// Tasks sent to the IO thread.
     sent: u64,
-    /// The block store's budget, applied after the pins at startup.
+    /// Each store's budget, applied after the pins at startup.
     budget: u64,
     /// Blocks and snapshots whose write is queued: key -> its task's number. Once the IO
     /// thread is past that task the view says whether it is on disk; one the store
@@ -264,9 +291,9 @@ impl SpillTier {
         } else {
             cfg.budget_bytes
         };
-        // Opened without a budget: pins live in memory, so the budget is applied once the
-        // pinned contexts' blocks are pinned again (`load_records`), or a lowered budget
-        // would evict them first.
+        // Both stores open without a budget: pins live in memory, so the budget is applied
+        // once the pinned contexts' blocks and snapshots are pinned again (`load_records`),
+        // or a lowered budget would evict them first.
         let mut store = SpillStore::open(&cfg.dir, id, u64::MAX).map_err(|e| e.to_string())?;
         for w in store.take_warnings() {
             warn(w);
@@ -274,8 +301,8 @@ impl SpillTier {
         let store = Arc::new(Mutex::new(store));
         let snapshots = match state_id {
             Some(sid) => {
-                let mut st =
-                    SpillStore::open_snapshots(&cfg.dir, sid, budget).map_err(|e| e.to_string())?;
+                let mut st = SpillStore::open_snapshots(&cfg.dir, sid, u64::MAX)
+                    .map_err(|e| e.to_string())?;
                 for w in st.take_warnings() {
                     warn(w);
                 }
@@ -351,6 +378,11 @@ impl SpillTier {
         self.view().keys.contains(&key)
     }
 
+    /// Whether the snapshot ending at block `key` is on disk, as the IO threads last saw it.
+    pub(crate) fn snapshot_on_disk(&self, key: u64) -> bool {
+        snapshot_on_disk(&self.view, key)
+    }
+
     fn view(&self) -> std::sync::MutexGuard<'_, TierView> {
         lock_view(&self.view)
     }
@@ -364,7 +396,7 @@ impl SpillTier {
     pub(crate) fn send(&mut self, job: Job) {
         let key = match &job {
             Job::Block(m, _, _) => Some((Kind::Block, m.key)),
-            Job::Snapshot(m, _) => Some((Kind::Snapshot, m.key)),
+            Job::Snapshot(m, _, _) => Some((Kind::Snapshot, m.key)),
             _ => None,
         };
         if self.push(Task::Write(job)).is_ok() {
@@ -400,6 +432,15 @@ impl SpillTier {
             self.queued.retain(|_, job| *job > done);
         }
         !on_disk && self.queued.get(&(kind, key)).is_none_or(|&job| job <= done)
+    }
+
+    /// Pins (or unpins) on disk the blocks keyed `keys` and the snapshots ending at them
+    /// (a snapshot is keyed by the block it ends).
+    pub(crate) fn pin(&mut self, keys: Vec<u64>, pin: bool) {
+        if self.snapshots.is_some() {
+            self.send(Job::Pin(Kind::Snapshot, keys.clone(), pin));
+        }
+        self.send(Job::Pin(Kind::Block, keys, pin));
     }
 
     pub fn put_record(&mut self, kind: &'static str, id: &str, rec: &OwnerRecord) {
@@ -530,15 +571,23 @@ impl<B: Backend> Engine<B> {
         let tokens = self.kvm.owner_tokens(owner).unwrap_or_default().to_vec();
         let bs = self.kvm.block_size();
         let root = self.kvm.root_key();
-        // A pinned context's blocks are pinned on disk too, those there already first, so
-        // that no write (for the budget or a full disk) evicts them, its own included.
+        // A pinned context's blocks and snapshots are pinned on disk too, those there
+        // already first, so that no write (for the budget or a full disk) evicts them, its
+        // own included.
         let pin = kind == CONTEXT && e.pinned;
         if pin {
-            tier.send(Job::Pin(block_keys(root, &tokens, bs).collect(), true));
+            tier.pin(block_keys(root, &tokens, bs).collect(), true);
         }
+        // Blocks queued by another owner's write (not on disk yet, so not pinned above)
+        // are pinned once that write is done.
+        let mut queued_elsewhere = false;
         let todo: Vec<(BlockMeta, BlockId)> = block_metas(root, &tokens, bs)
             .zip(table.iter().copied())
-            .filter(|(m, _)| tier.needs_write(Kind::Block, m.key))
+            .filter(|(m, _)| {
+                let write = tier.needs_write(Kind::Block, m.key);
+                queued_elsewhere |= !write && !tier.on_disk(m.key);
+                write
+            })
             .collect();
         // Batched exports (one copy through pinned memory each), a bounded host buffer.
         let bytes = self.bytes_per_block as usize;
@@ -554,13 +603,16 @@ impl<B: Backend> Engine<B> {
                 tier.send(Job::Block(m.clone(), img.to_vec(), pin));
             }
         }
-        self.persist_snapshots(&table, &tokens);
+        let snaps_queued_elsewhere = self.persist_snapshots(&table, &tokens, pin);
         if self.is_lost() {
             return; // the device is lost: no record for what may not all be written
         }
         let Some(tier) = self.spill.as_mut() else {
             return;
         };
+        if pin && (queued_elsewhere || snaps_queued_elsewhere) {
+            tier.pin(block_keys(root, &tokens, bs).collect(), true);
+        }
         tier.put_record(
             kind,
             id,
@@ -574,8 +626,8 @@ impl<B: Backend> Engine<B> {
         );
     }
 
-    /// A pinned context gone (deleted, or replaced by another of its id): its blocks on
-    /// disk that no other pinned context holds may be evicted again.
+    /// A pinned context gone (deleted, or replaced by another of its id): its blocks and
+    /// snapshots on disk that no other pinned context holds may be evicted again.
     pub(crate) fn unpin_on_disk(&mut self, gone: &Entry) {
         if !gone.pinned {
             return;
@@ -588,7 +640,7 @@ impl<B: Backend> Engine<B> {
             }
         }
         if let Some(tier) = self.spill.as_mut() {
-            tier.send(Job::Pin(keys.into_iter().collect(), false));
+            tier.pin(keys.into_iter().collect(), false);
         }
     }
 
@@ -629,7 +681,7 @@ impl<B: Backend> Engine<B> {
                                 let (root, bs) = (self.kvm.root_key(), self.kvm.block_size());
                                 let keys = block_keys(root, &t, bs).collect();
                                 if let Some(tier) = self.spill.as_mut() {
-                                    tier.send(Job::Pin(keys, true));
+                                    tier.pin(keys, true);
                                 }
                                 self.load_now(owner, &t, true);
                                 let back = self.kvm.owner_tokens(owner).map_or(0, |t| t.len());

@@ -11,16 +11,23 @@ use crate::spill::{block_metas, warn, Job, Kind};
 
 impl<B: Backend> Engine<B> {
     /// Queues the snapshots along `tokens`' full blocks (held in `table`) that are in
-    /// memory and not on disk yet.
-    pub(crate) fn persist_snapshots(&mut self, table: &[BlockId], tokens: &[u32]) {
+    /// memory and not on disk yet; `pin`: written pinned (a pinned context's). Whether
+    /// one of them was queued already by another owner's write (not on disk yet).
+    pub(crate) fn persist_snapshots(
+        &mut self,
+        table: &[BlockId],
+        tokens: &[u32],
+        pin: bool,
+    ) -> bool {
         let bs = self.kvm.block_size();
         let root = self.kvm.root_key();
         let slot_bytes = self.slot_bytes as usize;
+        let mut queued_elsewhere = false;
         let Some(tier) = self.spill.as_mut() else {
-            return;
+            return false;
         };
         if tier.snapshots.is_none() {
-            return;
+            return false;
         }
         let metas: Vec<BlockMeta> = block_metas(root, tokens, bs)
             .take(table.len())
@@ -28,6 +35,7 @@ impl<B: Backend> Engine<B> {
             .collect();
         for m in metas {
             if !tier.needs_write(Kind::Snapshot, m.key) {
+                queued_elsewhere |= !tier.snapshot_on_disk(m.key);
                 continue;
             }
             let Some(slot) = self.kvm.snapshot_at(m.key, m.parent) else {
@@ -37,10 +45,24 @@ impl<B: Backend> Engine<B> {
             if let Err(e) = self.runner.export_state_slots(&[slot], &mut data) {
                 self.note_fatal(&e);
                 warn(e);
-                return;
+                return queued_elsewhere;
             }
-            tier.send(Job::Snapshot(m, data));
+            tier.send(Job::Snapshot(m, data, pin));
         }
+        queued_elsewhere
+    }
+
+    /// The key of the deepest full block of `tokens` whose snapshot is in memory (hybrid
+    /// models; `None` without one).
+    pub(crate) fn deepest_snapshot(&self, tokens: &[u32]) -> Option<u64> {
+        if !self.kvm.is_stateful() {
+            return None;
+        }
+        let (root, bs) = (self.kvm.root_key(), self.kvm.block_size());
+        block_metas(root, tokens, bs)
+            .filter(|m| m.tokens.len() == bs && self.kvm.snapshot_at(m.key, m.parent).is_some())
+            .map(|m| m.key)
+            .last()
     }
 
     /// `blocks` (restored for `tokens`, one reference each) cut back to the deepest

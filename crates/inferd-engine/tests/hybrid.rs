@@ -301,6 +301,56 @@ fn a_snapshot_removed_from_disk_is_written_again_in_the_same_run() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn a_pinned_contexts_snapshot_outlives_the_budgets_evictions() {
+    let dir = temp_dir("pinned-snapshot");
+    let probe = engine(config());
+    let per_snap = block_on(probe.cache_report()).unwrap().bytes_per_snapshot;
+    probe.shutdown();
+    // Each store gets half the budget: room for about three snapshot files.
+    let small = || {
+        let mut cfg = spill_config(&dir);
+        if let Some(s) = cfg.spill.as_mut() {
+            s.budget_bytes = 2 * 3 * (per_snap + 8192);
+        }
+        cfg
+    };
+    let ctx = |id: &str, tokens: Vec<u32>, pin: bool| ContextSpec {
+        id: Some(id.into()),
+        tokens,
+        pin,
+        meta: String::new(),
+    };
+    let e = engine(small());
+    let brief = prompt(50, 5);
+    let made = block_on(e.create_context(ctx("brief", brief.clone(), true))).unwrap();
+    assert_eq!(made.persisted, Some(true));
+    // Unpinned contexts written after it: each leaves a snapshot at 48, and the budget
+    // evicts the oldest unpinned ones.
+    for i in 0..5 {
+        block_on(e.create_context(ctx(&format!("other{i}"), prompt(50, 30 + i), false))).unwrap();
+    }
+    let report = block_on(e.cache_report()).unwrap();
+    assert!(
+        report.snapshots_spilled < 6,
+        "evicted: {}",
+        report.snapshots_spilled
+    );
+    e.shutdown();
+    // The pinned context resumes from its snapshot at 48 after a restart.
+    let e = engine(small());
+    assert_eq!(block_on(e.context("brief")).unwrap().resident_tokens, 48);
+    let mut p = brief.clone();
+    p.extend(prompt(12, 21));
+    let mut r = req(p.clone(), 8);
+    r.context = Some("brief".into());
+    let got = logprobs(&e, r);
+    assert_eq!(got.0.cached_tokens, 48);
+    assert_same(&got, &recompute(&p, 8), 1e-3);
+    e.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Files with extension `ext` under `dir`, one level of identity folders down.
 fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
     std::fs::read_dir(dir)
