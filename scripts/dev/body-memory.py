@@ -29,6 +29,10 @@ def cases():
         '{"prompt": [' + ONES + '], "max_tokens": 1}'
     yield "chat: unknown top-level field (an array of numbers)", "/v1/chat/completions", \
         '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "junk": [' + ONES + ']}'
+    yield "chat: an array of numbers inside a message", "/v1/chat/completions", \
+        '{"messages": [{"role": "user", "content": "hi", "junk": [' + ONES + ']}], "max_tokens": 1}'
+    yield "responses: an array of numbers inside an input item", "/v1/responses", \
+        '{"input": [{"role": "user", "content": "hi", "junk": [' + ONES + ']}], "max_output_tokens": 16}'
     yield "chat: one long message (text)", "/v1/chat/completions", json.dumps(
         {"messages": [{"role": "user", "content": "word " * ((SIZE - 200) // 5)}], "max_tokens": 1})
 

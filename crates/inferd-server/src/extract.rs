@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 use crate::error::ApiError;
 use crate::state::AppState;
+use crate::tree;
 
 /// A request body that is a JSON object, kept as its checked text (within the size limit,
 /// UTF-8, an object). Handlers read the typed parts they need straight from the text
@@ -108,7 +109,7 @@ fn check_object(body: &[u8]) -> Result<(), ApiError> {
 pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let text = text(body)?;
     let mut de = serde_json::Deserializer::from_str(text);
-    let e = match serde_path_to_error::deserialize(&mut de) {
+    let e = match tree::with_budget(|| serde_path_to_error::deserialize(&mut de)) {
         Ok(value) => {
             de.end().map_err(malformed)?;
             return Ok(value);
@@ -126,9 +127,13 @@ pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     // past a float field's range, a wrong type where a name is expected. A JSON tree
     // reads such values as the API always has (a float past f32's range is infinite,
     // and the field's check says so; a wrong type is named with its field). Only on
-    // this error path, and freed at once.
-    let tree: serde_json::Value = serde_json::from_str(text).map_err(malformed)?;
-    serde_path_to_error::deserialize(&tree).map_err(invalid)
+    // this error path, and freed at once; a body whose tree would be larger than the
+    // trees a read may hold gets the typed read's error.
+    let mut de = serde_json::Deserializer::from_str(text);
+    let Ok(whole) = tree::with_budget(|| tree::bounded(&mut de)) else {
+        return Err(invalid(e));
+    };
+    tree::with_budget(|| serde_path_to_error::deserialize(&whole)).map_err(invalid)
 }
 
 /// Why `text` is not one well-formed JSON value, if it is not (nothing kept).
@@ -159,6 +164,11 @@ fn invalid(e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
         } else {
             format!("{param}.{name}")
         };
+    }
+    if msg.starts_with(tree::SPENT) {
+        // Named by the field holding the tree, not by the value where the count ran out.
+        let end = param.find(['.', '[']).unwrap_or(param.len());
+        param.truncate(end);
     }
     let msg = if param.is_empty() {
         format!("invalid request body: {msg}")

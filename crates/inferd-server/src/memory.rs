@@ -40,7 +40,7 @@ impl ContextMeta {
 struct CreateBody {
     #[serde(default)]
     id: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::tree::bounded_opt")]
     messages: Option<Value>,
     #[serde(default)]
     prompt: Option<String>,
@@ -49,7 +49,7 @@ struct CreateBody {
     /// Accepted for symmetry with chat requests; must name the served model.
     #[serde(default)]
     model: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::tree::bounded_map")]
     chat_template_kwargs: Option<serde_json::Map<String, Value>>,
 }
 

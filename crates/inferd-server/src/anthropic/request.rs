@@ -16,17 +16,23 @@ pub struct MessagesBody {
     pub model: Option<String>,
     /// Required on `/v1/messages` (as Anthropic requires it).
     pub max_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "crate::tree::bounded_opt")]
     pub messages: Option<Value>,
+    #[serde(default, deserialize_with = "crate::tree::bounded_opt")]
     pub system: Option<Value>,
     pub stop_sequences: Option<Vec<String>>,
     pub temperature: Option<f32>,
     pub top_p: Option<f32>,
     pub top_k: Option<i64>,
     pub stream: Option<bool>,
+    #[serde(default, deserialize_with = "crate::tree::bounded_opt")]
     pub tools: Option<Value>,
+    #[serde(default, deserialize_with = "crate::tree::bounded_opt")]
     pub tool_choice: Option<Value>,
+    #[serde(default, deserialize_with = "crate::tree::bounded_opt")]
     pub thinking: Option<Value>,
     /// `{"user_id": ...}`: accepted, not used.
+    #[serde(default, deserialize_with = "crate::tree::bounded_map")]
     pub metadata: Option<Map<String, Value>>,
     pub inferd: Option<InferdExt>,
 }

@@ -113,6 +113,7 @@ pub struct CommonParams {
     pub stream_options: Option<StreamOptions>,
     /// `{"type": "text" | "json_object" | "json_schema", ...}`; read by
     /// [`super::format::answer_format`].
+    #[serde(default, deserialize_with = "crate::tree::bounded_opt")]
     pub response_format: Option<Value>,
     /// Extension (vLLM's name): each choice also carries the prompt's token ids
     /// (`prompt_token_ids`) and its reply's (`token_ids`; streamed, each chunk's), so a
@@ -126,15 +127,19 @@ pub struct CommonParams {
 /// `/v1/chat/completions` fields beyond the shared ones.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct ChatParams {
+    #[serde(default, deserialize_with = "crate::tree::bounded_opt")]
     pub messages: Option<Value>,
     pub max_completion_tokens: Option<u64>,
     pub logprobs: Option<bool>,
     pub top_logprobs: Option<u64>,
+    #[serde(default, deserialize_with = "crate::tree::bounded_opt")]
     pub tools: Option<Value>,
+    #[serde(default, deserialize_with = "crate::tree::bounded_opt")]
     pub tool_choice: Option<Value>,
     /// `false`: a forced call is exactly one call (default: one or more).
     pub parallel_tool_calls: Option<bool>,
     /// Extra chat-template variables (vLLM-style), e.g. `{"enable_thinking": false}`.
+    #[serde(default, deserialize_with = "crate::tree::bounded_map")]
     pub chat_template_kwargs: Option<Map<String, Value>>,
 }
 
@@ -145,6 +150,7 @@ pub struct CompletionParams {
     pub logprobs: Option<u64>,
     pub echo: Option<bool>,
     pub best_of: Option<u64>,
+    #[serde(default, deserialize_with = "crate::tree::bounded_opt")]
     pub suffix: Option<Value>,
 }
 

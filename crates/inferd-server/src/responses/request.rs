@@ -15,18 +15,24 @@ use crate::pipeline::ChatRequest;
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct ResponsesBody {
     pub model: Option<String>,
+    #[serde(default, deserialize_with = "crate::tree::bounded_opt")]
     pub input: Option<Value>,
     pub instructions: Option<String>,
+    #[serde(default, deserialize_with = "crate::tree::bounded_opt")]
     pub tools: Option<Value>,
+    #[serde(default, deserialize_with = "crate::tree::bounded_opt")]
     pub tool_choice: Option<Value>,
     pub parallel_tool_calls: Option<bool>,
+    #[serde(default, deserialize_with = "crate::tree::bounded_opt")]
     pub text: Option<Value>,
     pub max_output_tokens: Option<u64>,
     pub temperature: Option<f32>,
     pub top_p: Option<f32>,
     /// Extension.
     pub top_k: Option<i64>,
+    #[serde(default, deserialize_with = "crate::tree::bounded_opt")]
     pub reasoning: Option<Value>,
+    #[serde(default, deserialize_with = "crate::tree::bounded_map")]
     pub metadata: Option<Map<String, Value>>,
     pub store: Option<bool>,
     pub previous_response_id: Option<String>,

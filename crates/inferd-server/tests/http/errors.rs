@@ -183,6 +183,64 @@ fn bad_parameters_are_400_naming_the_param() {
 }
 
 #[test]
+fn json_trees_past_their_budget_are_400() {
+    let Some(s) = server() else { return };
+    // 200k numbers inside a message (about 400 KB of text): refused before the tree is
+    // whole, on every protocol that keeps messages as a tree.
+    let junk = format!("[{}]", vec!["1"; 200_000].join(","));
+    let msg = format!(r#"{{"role": "user", "content": "hi", "junk": {junk}}}"#);
+    for (path, body, param) in [
+        (
+            CHAT,
+            format!(r#"{{"messages": [{msg}], "max_tokens": 1}}"#),
+            "messages",
+        ),
+        ("/v1/responses", format!(r#"{{"input": [{msg}]}}"#), "input"),
+        (
+            "/v1/messages",
+            format!(r#"{{"max_tokens": 1, "messages": [{msg}]}}"#),
+            "messages",
+        ),
+    ] {
+        let r = request(
+            s.addr,
+            "POST",
+            path,
+            &[("Content-Type", "application/json")],
+            body.as_bytes(),
+        );
+        assert_eq!(r.status, 400, "{path}");
+        let e = r.json()["error"].clone();
+        // Anthropic's error shape has no param: its message names the field.
+        let named = e["param"] == param
+            || e["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("`{param}`"));
+        assert!(named, "{path}: {e}");
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap()
+                .contains("more than 131072 values"),
+            "{path}: {e}"
+        );
+    }
+    // The same numbers in a field no endpoint keeps are skipped, not counted.
+    let ok = format!(
+        r#"{{"messages": [{{"role": "user", "content": "hi"}}], "max_tokens": 1, "junk": {junk}}}"#
+    );
+    let r = request(
+        s.addr,
+        "POST",
+        CHAT,
+        &[("Content-Type", "application/json")],
+        ok.as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+#[test]
 fn unknown_model_is_404() {
     let Some(s) = server() else { return };
     let e = post(s.addr, CHAT, &chat(json!({"model": "gpt-4o"}))).error(404);
