@@ -50,6 +50,15 @@ fn take<E: de::Error>() -> Result<(), E> {
     })
 }
 
+/// `text` read as a JSON value within the current budget; `None` if it is not one JSON
+/// value or the budget is spent.
+pub fn parse_within(text: &str) -> Option<Value> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let v = bounded(&mut de).ok()?;
+    de.end().ok()?;
+    Some(v)
+}
+
 /// A `Value` read within the budget.
 pub fn bounded<'de, D: Deserializer<'de>>(d: D) -> Result<Value, D::Error> {
     d.deserialize_any(TreeVisitor)

@@ -22,6 +22,7 @@ use crate::extract::JsonBody;
 use crate::memory::{self, ContextMeta};
 use crate::pipeline::{self, ChatRequest, Started};
 use crate::state::AppState;
+use crate::tree;
 
 pub async fn handler(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
     let req = ChatRequest::from_body(&body)?;
@@ -200,8 +201,13 @@ const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 
 /// Checks the OpenAI message list and rewrites it into what chat templates expect:
 /// text-part arrays become one string, `developer` becomes `system`, and tool-call
-/// arguments given as JSON strings become objects.
+/// arguments given as JSON strings become objects (as many as one tree budget holds,
+/// [`tree::MAX_VALUES`]; the rest stay strings).
 pub fn prepare_messages(messages: Option<&Value>) -> Result<Value, ApiError> {
+    tree::with_budget(|| prepare_within(messages))
+}
+
+fn prepare_within(messages: Option<&Value>) -> Result<Value, ApiError> {
     let bad = |param: String, msg: String| ApiError::invalid_param(&param, msg);
     let list = match messages {
         None | Some(Value::Null) => {
@@ -288,7 +294,7 @@ pub fn prepare_messages(messages: Option<&Value>) -> Result<Value, ApiError> {
                     let parsed = f
                         .get("arguments")
                         .and_then(Value::as_str)
-                        .and_then(|s| serde_json::from_str::<Value>(s).ok())
+                        .and_then(tree::parse_within)
                         .filter(Value::is_object);
                     if let Some(args) = parsed {
                         f["arguments"] = args;
@@ -465,6 +471,25 @@ mod tests {
         assert_eq!(m[0]["role"], "system");
         assert_eq!(m[1]["content"], "a\nb");
         assert_eq!(m[2]["tool_calls"][0]["function"]["arguments"]["x"], 1);
+    }
+
+    #[test]
+    fn tool_call_arguments_become_objects_within_one_budget() {
+        // Three calls whose arguments hold half a budget each: the first two are read
+        // as objects, the third stays the string it was.
+        let big = format!(
+            r#"{{"v": [{}]}}"#,
+            vec!["1"; tree::MAX_VALUES / 2 - 4].join(",")
+        );
+        let call = |id: &str| json!({"id": id, "type": "function", "function": {"name": "f", "arguments": big}});
+        let m = prepare_messages(Some(&json!([
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": null, "tool_calls": [call("a"), call("b"), call("c")]}
+        ])))
+        .unwrap();
+        let args = |i: usize| m[1]["tool_calls"][i]["function"]["arguments"].clone();
+        assert!(args(0).is_object() && args(1).is_object());
+        assert_eq!(args(2), Value::String(big.clone()));
     }
 }
 
