@@ -142,9 +142,10 @@ impl<B: Backend> Engine<B> {
             return;
         };
         let tokens = seq.tokens[..seq.prompt_len].to_vec();
-        if let Some(old) = self.memory.contexts.remove(&b.id) {
+        let replaced = self.memory.contexts.remove(&b.id);
+        if let Some(old) = &replaced {
             self.kvm.free(old.owner);
-            self.unpin_on_disk(&old);
+            self.unpin_on_disk(old);
             self.memory.short.remove(&b.id);
         }
         let owner = self.memory.new_owner();
@@ -169,6 +170,9 @@ impl<B: Backend> Engine<B> {
             self.kvm.free(owner);
         }
         self.memory.contexts.insert(b.id.clone(), e);
+        if let Some(old) = replaced {
+            self.drop_on_disk(&old); // after the new one is in: what it shares stays
+        }
         self.enforce_record_budget();
         if let Some(why) = self.lost() {
             // Its writes to the SSD tier saw the device lost: nothing of it will outlive
@@ -288,8 +292,9 @@ impl<B: Backend> Engine<B> {
         self.forget(spill::SESSION, id)
     }
 
-    /// Drops a named context or session: its blocks (they stay in the prefix cache until
-    /// reused) and its record on disk.
+    /// Drops a named context or session: its blocks (they stay in the prefix cache in
+    /// memory until reused), its record on disk, and its block and snapshot files there
+    /// that no other context or session holds.
     fn forget(&mut self, kind: &'static str, id: &str) -> Result<(), MemoryError> {
         let map = if kind == spill::CONTEXT {
             &mut self.memory.contexts
@@ -307,6 +312,7 @@ impl<B: Backend> Engine<B> {
         if let Some(t) = self.spill.as_mut() {
             t.remove_record(kind, id);
         }
+        self.drop_on_disk(&e);
         Ok(())
     }
 

@@ -63,6 +63,8 @@ pub(crate) enum Job {
     Block(BlockMeta, Vec<u8>, bool),
     /// Blocks or snapshots on disk pinned or unpinned (keys not on disk are ignored).
     Pin(Kind, Vec<u64>, bool),
+    /// Blocks or snapshots removed from disk (keys not on disk are ignored).
+    Remove(Kind, Vec<u64>),
     /// Each store's budget set (evicting unpinned files past it).
     Budget(u64),
     /// A recurrent-state snapshot (hybrid models), and whether it is pinned there.
@@ -189,6 +191,14 @@ fn write_one(
             for &k in keys {
                 ss.set_pinned(k, *pin);
             }
+            Ok(())
+        }),
+        Job::Remove(Kind::Block, keys) => {
+            st.remove_all(keys);
+            Ok(())
+        }
+        Job::Remove(Kind::Snapshot, keys) => with_snapshots(snaps, |ss| {
+            ss.remove_all(keys);
             Ok(())
         }),
         Job::Budget(bytes) => {
@@ -443,6 +453,14 @@ impl SpillTier {
         self.send(Job::Pin(Kind::Block, keys, pin));
     }
 
+    /// Removes from disk the blocks keyed `keys` and the snapshots ending at them.
+    pub(crate) fn remove(&mut self, keys: Vec<u64>) {
+        if self.snapshots.is_some() {
+            self.send(Job::Remove(Kind::Snapshot, keys.clone()));
+        }
+        self.send(Job::Remove(Kind::Block, keys));
+    }
+
     pub fn put_record(&mut self, kind: &'static str, id: &str, rec: &OwnerRecord) {
         match serde_json::to_vec(rec) {
             Ok(b) => self.send(Job::Record(kind, id.to_string(), b)),
@@ -641,6 +659,38 @@ impl<B: Backend> Engine<B> {
         }
         if let Some(tier) = self.spill.as_mut() {
             tier.pin(keys.into_iter().collect(), false);
+        }
+    }
+
+    /// A context or session forgotten (deleted, replaced or past the records' budget):
+    /// its blocks and snapshots on disk that no other context or session holds are
+    /// removed. Only a named owner's read brings a block back from disk, and a block file
+    /// holds its tokens, so nothing of a deleted context is left there.
+    pub(crate) fn drop_on_disk(&mut self, gone: &Entry) {
+        if self.spill.is_none() {
+            return;
+        }
+        let (root, bs) = (self.kvm.root_key(), self.kvm.block_size());
+        let theirs: HashSet<u64> = block_keys(root, &gone.tokens, bs).collect();
+        let mut drop = theirs.clone();
+        // Keys chain: another owner shares a block only if it shares every block before
+        // it, so only owners with the same first block (compared as tokens, no hashing)
+        // are walked, as far as they share.
+        let mine = &gone.tokens[..gone.tokens.len().min(bs)];
+        let owners = self.memory.contexts.values();
+        let same = owners
+            .chain(self.memory.sessions.values())
+            .filter(|e| e.tokens.iter().take(bs).eq(mine.iter()));
+        for e in same {
+            for k in block_keys(root, &e.tokens, bs).take_while(|k| theirs.contains(k)) {
+                drop.remove(&k);
+            }
+            if drop.is_empty() {
+                return;
+            }
+        }
+        if let Some(tier) = self.spill.as_mut().filter(|_| !drop.is_empty()) {
+            tier.remove(drop.into_iter().collect());
         }
     }
 

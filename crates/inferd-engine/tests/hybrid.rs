@@ -351,6 +351,24 @@ fn a_pinned_contexts_snapshot_outlives_the_budgets_evictions() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn a_deleted_contexts_snapshots_leave_the_disk() {
+    let dir = temp_dir("deleted");
+    let e = engine(spill_config(&dir));
+    let made = ContextSpec {
+        id: Some("brief".into()),
+        tokens: prompt(50, 5),
+        pin: true,
+        meta: String::new(),
+    };
+    block_on(e.create_context(made)).unwrap();
+    assert_eq!(walk(&dir, "kvs"), 1, "the snapshot at 48");
+    block_on(e.delete_context("brief")).unwrap();
+    assert_eq!(walk(&dir, "kvs"), 0);
+    e.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Files with extension `ext` under `dir`, one level of identity folders down.
 fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
     std::fs::read_dir(dir)

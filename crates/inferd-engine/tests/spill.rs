@@ -141,6 +141,48 @@ fn an_answered_change_is_on_disk_before_the_answer() {
 }
 
 #[test]
+fn a_deleted_contexts_block_files_go_unless_another_holds_them() {
+    let dir = temp_dir("deleted-files");
+    let Some(e) = engine(spill_config(&dir)) else {
+        return;
+    };
+    let bs = block_on(e.cache_report()).unwrap().block_size;
+    let brief = text(&e, BRIEF);
+    let mut longer = brief.clone();
+    longer.extend(text(&e, QUESTION));
+    let blocks = |n: usize| n.div_ceil(bs);
+    // "long" shares the brief's full blocks (not its partly filled last one).
+    block_on(e.create_context(spec("brief", &brief, true))).unwrap();
+    block_on(e.create_context(spec("long", &longer, false))).unwrap();
+    let shared = brief.len() / bs;
+    assert_eq!(
+        block_files(&dir).len(),
+        blocks(brief.len()) + blocks(longer.len()) - shared
+    );
+    // Gone with the answer: the brief's own last block; the shared ones stay.
+    block_on(e.delete_context("brief")).unwrap();
+    assert_eq!(block_files(&dir).len(), blocks(longer.len()));
+    block_on(e.delete_context("long")).unwrap();
+    assert_eq!(
+        block_files(&dir).len(),
+        0,
+        "nothing of them is left on disk"
+    );
+    // A context replaced by another of its id: what the new one does not hold goes.
+    block_on(e.create_context(spec("c", &longer, true))).unwrap();
+    block_on(e.create_context(spec("c", &brief, true))).unwrap();
+    assert_eq!(block_files(&dir).len(), blocks(brief.len()));
+    e.shutdown();
+    let e = engine(spill_config(&dir)).unwrap();
+    assert_eq!(
+        block_on(e.context("c")).unwrap().resident_tokens,
+        brief.len()
+    );
+    e.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn contexts_and_sessions_survive_a_restart() {
     let dir = temp_dir("restart");
     let Some(e) = engine(spill_config(&dir)) else {

@@ -239,6 +239,25 @@ impl SpillStore {
         }
     }
 
+    /// Removes the blocks `keys` (those stored) from index and disk, durably: one fsync
+    /// of the directory after them, so none comes back after a power loss. Problems
+    /// become warnings.
+    pub fn remove_all(&mut self, keys: &[u64]) {
+        let mut removed = false;
+        for &k in keys {
+            if self.index.contains(k) {
+                self.remove(k);
+                removed = true;
+            }
+        }
+        if removed {
+            if let Err(e) = atomic::sync_dir(&self.dir) {
+                self.warnings
+                    .push(format!("fsync {}: {e}", self.dir.display()));
+            }
+        }
+    }
+
     /// Bytes of the indexed block files (headers and checksums included).
     pub fn bytes_used(&self) -> u64 {
         self.index.used()
