@@ -41,6 +41,8 @@ pub struct SpillConfig {
     pub budget_bytes: u64,
     /// For tests: the reader thread waits this long before each read job (a slow disk).
     pub read_delay: Duration,
+    /// For tests: the IO thread waits this long before each write (a slow disk).
+    pub write_delay: Duration,
 }
 
 /// Record kinds in the store.
@@ -275,6 +277,9 @@ pub(crate) struct SpillTier {
     /// thread is past that task the view says whether it is on disk; one the store
     /// evicted or discarded since is written again when next persisted.
     queued: HashMap<(Kind, u64), u64>,
+    /// Blocks and snapshots whose removal is queued: key -> its task's number. Until the
+    /// IO thread is past it, the view still shows them, but they are not to be counted on.
+    removing: HashMap<(Kind, u64), u64>,
 }
 
 pub(crate) fn warn(msg: impl std::fmt::Display) {
@@ -326,6 +331,7 @@ impl SpillTier {
         let (tx, rx) = mpsc::channel::<Task>();
         let s = store.clone();
         let view_io = view.clone();
+        let write_delay = cfg.write_delay;
         let io = std::thread::Builder::new()
             .name("inferd-spill".into())
             .spawn(move || {
@@ -339,6 +345,7 @@ impl SpillTier {
                             true
                         }
                         Task::Write(job) => {
+                            std::thread::sleep(write_delay);
                             write_one(&job, &s, snaps_io.as_deref(), &view_io, &mut throttle)
                         }
                     };
@@ -373,6 +380,7 @@ impl SpillTier {
             sent: 0,
             budget,
             queued: HashMap::new(),
+            removing: HashMap::new(),
         })
     }
 
@@ -409,9 +417,19 @@ impl SpillTier {
             Job::Snapshot(m, _, _) => Some((Kind::Snapshot, m.key)),
             _ => None,
         };
+        let removed = match &job {
+            Job::Remove(kind, keys) => Some((*kind, keys.clone())),
+            _ => None,
+        };
         if self.push(Task::Write(job)).is_ok() {
             if let Some(key) = key {
                 self.queued.insert(key, self.sent);
+            }
+            for k in removed
+                .iter()
+                .flat_map(|(kind, keys)| keys.iter().map(|k| (*kind, *k)))
+            {
+                self.removing.insert(k, self.sent);
             }
         }
     }
@@ -441,7 +459,19 @@ impl SpillTier {
         if self.queued.len() > 4096 {
             self.queued.retain(|_, job| *job > done);
         }
-        !on_disk && self.queued.get(&(kind, key)).is_none_or(|&job| job <= done)
+        if self.removing.len() > 4096 {
+            self.removing.retain(|_, job| *job > done);
+        }
+        let queued = self
+            .queued
+            .get(&(kind, key))
+            .copied()
+            .filter(|&job| job > done);
+        // A removal still to run: a write is needed unless one is queued after it.
+        if let Some(removal) = self.removing.get(&(kind, key)).filter(|&&job| job > done) {
+            return queued.is_none_or(|job| job < *removal);
+        }
+        !on_disk && queued.is_none()
     }
 
     /// Pins (or unpins) on disk the blocks keyed `keys` and the snapshots ending at them

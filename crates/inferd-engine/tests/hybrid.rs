@@ -231,6 +231,7 @@ fn spill_config(dir: &Path) -> EngineConfig {
             dir: dir.to_path_buf(),
             budget_bytes: 1 << 30,
             read_delay: std::time::Duration::ZERO,
+            write_delay: std::time::Duration::ZERO,
         }),
         ..config()
     }

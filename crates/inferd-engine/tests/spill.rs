@@ -4,7 +4,9 @@
 
 mod common;
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -24,6 +26,7 @@ fn spill_config(dir: &Path) -> EngineConfig {
             dir: dir.to_path_buf(),
             budget_bytes: 1 << 30,
             read_delay: std::time::Duration::ZERO,
+            write_delay: std::time::Duration::ZERO,
         }),
         ..config()
     }
@@ -141,6 +144,57 @@ fn an_answered_change_is_on_disk_before_the_answer() {
 }
 
 #[test]
+fn a_context_deleted_and_made_again_at_once_keeps_its_files() {
+    let dir = temp_dir("delete-remake");
+    let mut cfg = spill_config(&dir);
+    if let Some(s) = cfg.spill.as_mut() {
+        s.write_delay = Duration::from_millis(100); // a slow disk: removals still queued
+    }
+    let Some(e) = engine(cfg) else {
+        return;
+    };
+    let bs = block_on(e.cache_report()).unwrap().block_size;
+    let mut long = text(&e, BRIEF);
+    long.extend(text(&e, QUESTION));
+    block_on(e.create_context(spec("long", &long, true))).unwrap();
+    // The second message is sent before the first is answered: the blocks the removal
+    // queued first will take are written again for the new context.
+    let (gone, made) = block_on(join(
+        e.delete_context("long"),
+        e.create_context(spec("long", &long, true)),
+    ));
+    gone.unwrap();
+    assert_eq!(made.unwrap().persisted, Some(true));
+    assert_eq!(block_files(&dir).len(), long.len().div_ceil(bs));
+    e.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Both futures' outputs, polled in turn (`a` first).
+async fn join<A: Future, B: Future>(a: A, b: B) -> (A::Output, B::Output) {
+    let (mut a, mut b) = (std::pin::pin!(a), std::pin::pin!(b));
+    let (mut ra, mut rb) = (None, None);
+    std::future::poll_fn(|cx| {
+        if ra.is_none() {
+            if let Poll::Ready(v) = a.as_mut().poll(cx) {
+                ra = Some(v);
+            }
+        }
+        if rb.is_none() {
+            if let Poll::Ready(v) = b.as_mut().poll(cx) {
+                rb = Some(v);
+            }
+        }
+        if ra.is_some() && rb.is_some() {
+            Poll::Ready((ra.take().unwrap(), rb.take().unwrap()))
+        } else {
+            Poll::Pending
+        }
+    })
+    .await
+}
+
+#[test]
 fn a_deleted_contexts_block_files_go_unless_another_holds_them() {
     let dir = temp_dir("deleted-files");
     let Some(e) = engine(spill_config(&dir)) else {
@@ -163,9 +217,8 @@ fn a_deleted_contexts_block_files_go_unless_another_holds_them() {
     block_on(e.delete_context("brief")).unwrap();
     assert_eq!(block_files(&dir).len(), blocks(longer.len()));
     block_on(e.delete_context("long")).unwrap();
-    assert_eq!(
-        block_files(&dir).len(),
-        0,
+    assert!(
+        block_files(&dir).is_empty(),
         "nothing of them is left on disk"
     );
     // A context replaced by another of its id: what the new one does not hold goes.
@@ -330,6 +383,7 @@ fn a_request_reading_from_disk_does_not_hold_up_the_others() {
             dir: dir.to_path_buf(),
             budget_bytes: 1 << 30,
             read_delay: slow,
+            write_delay: std::time::Duration::ZERO,
         }),
         ..config()
     };

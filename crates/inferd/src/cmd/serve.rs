@@ -302,6 +302,7 @@ pub fn run(a: Args) -> Result<()> {
             dir: dir.clone(),
             budget_bytes: parse_size(&a.spill_budget).context("--spill-budget")? as u64,
             read_delay: std::time::Duration::ZERO,
+            write_delay: std::time::Duration::ZERO,
         });
     }
     if let Some(v) = a.block_size {
