@@ -142,6 +142,13 @@ pub fn start_with_draft<B: Backend + 'static>(
     .into_iter()
     .min()
     .unwrap_or(pool_tokens);
+    if max_context < 2 {
+        return Err(RuntimeError::Other(format!(
+            "a context of {max_context} tokens (the least of the model's {}, the --max-context \
+             cap and the KV pool's {pool_tokens}): at least 2 are needed",
+            model.cfg.max_context
+        )));
+    }
     let info = ModelInfo {
         name,
         max_context,

@@ -229,3 +229,22 @@ fn shutdown_drains_running_requests() {
     }
     assert!(!e.is_running());
 }
+
+#[test]
+fn a_context_under_two_tokens_is_refused_at_start() {
+    let Some(path) = smollm2() else { return };
+    for cap in [0, 1] {
+        let backend = inferd_runtime::CpuBackend::new();
+        let model = inferd_runtime::Model::load(backend, &path).unwrap();
+        let tok = inferd_text::Tokenizer::from_gguf(model.gguf.as_ref().unwrap()).unwrap();
+        let cfg = EngineConfig {
+            max_context: Some(cap),
+            ..config()
+        };
+        let e = inferd_engine::start(model, std::sync::Arc::new(tok), "s".into(), cfg)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(e.contains("at least 2 are needed"), "{e}");
+    }
+}

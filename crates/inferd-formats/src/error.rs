@@ -4,17 +4,27 @@
 
 use std::path::{Path, PathBuf};
 
+/// `bytes` as space-separated hex (`47 47 55 46`).
+fn hex(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Errors from reading (or, for the writer, assembling) model files.
 #[derive(Debug, thiserror::Error)]
 pub enum FormatError {
-    #[error("{}: {source}", path.display())]
+    // The cause is in the message and not a `source`, so a chain of causes printed
+    // whole does not say it twice.
+    #[error("{}: {cause}", path.display())]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 
-    #[error("{}: not a GGUF file (first bytes {found:#04x?}, expected \"GGUF\" = [0x47, 0x47, 0x55, 0x46])", path.display())]
+    #[error("{}: not a GGUF file (its first bytes are {}, where a GGUF file has \"GGUF\")", path.display(), hex(found))]
     BadMagic { path: PathBuf, found: Vec<u8> },
 
     #[error("{}: unsupported GGUF version {version} (supported: 2 and 3)", path.display())]
@@ -110,10 +120,10 @@ impl FormatError {
         }
     }
 
-    pub(crate) fn io(path: &Path, source: std::io::Error) -> FormatError {
+    pub(crate) fn io(path: &Path, cause: std::io::Error) -> FormatError {
         FormatError::Io {
             path: path.to_path_buf(),
-            source,
+            cause,
         }
     }
 

@@ -6,18 +6,17 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum TextError {
     /// A file could not be read.
-    #[error("cannot read {path}: {source}")]
+    /// (The causes are in the messages, not `source`s: a chain printed whole says each once.)
+    #[error("cannot read {path}: {cause}")]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A JSON file (tokenizer_config.json, ...) is not valid JSON.
-    #[error("{path} is not valid JSON: {source}")]
+    #[error("{path} is not valid JSON: {cause}")]
     Json {
         path: PathBuf,
-        #[source]
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
     /// The `tokenizers` library refused a file or an operation.
     #[error("tokenizer: {0}")]

@@ -37,7 +37,7 @@ impl Tokenizer {
         if !path.is_file() {
             return Err(TextError::Io {
                 path: path.to_path_buf(),
-                source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+                cause: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
             });
         }
         let inner = tokenizers::Tokenizer::from_file(path)
@@ -205,13 +205,13 @@ fn read_config_specials(path: &Path) -> Result<ConfigSpecials, TextError> {
 
 /// Reads and parses a JSON file.
 pub(crate) fn read_json(path: &Path) -> Result<Value, TextError> {
-    let text = std::fs::read_to_string(path).map_err(|source| TextError::Io {
+    let text = std::fs::read_to_string(path).map_err(|cause| TextError::Io {
         path: path.to_path_buf(),
-        source,
+        cause,
     })?;
-    serde_json::from_str(&text).map_err(|source| TextError::Json {
+    serde_json::from_str(&text).map_err(|cause| TextError::Json {
         path: path.to_path_buf(),
-        source,
+        cause,
     })
 }
 

@@ -246,6 +246,29 @@ impl ModelConfig {
             None => g.tensor("token_embd.weight")?.shape[0],
         };
         let n_layers = g.meta_u64(&k("block_count"))? as usize;
+        // Before anything is sized by them.
+        check_sizes(
+            &path,
+            &[
+                (&k("block_count"), n_layers, MAX_LAYERS),
+                (&k("embedding_length"), hidden, MAX_WIDTH),
+                (&k("attention.head_count"), n_heads, MAX_HEADS),
+                (&k("attention.head_count_kv"), n_kv_heads, MAX_HEADS),
+                (&k("attention.key_length"), head_dim, MAX_HEAD_DIM),
+                (&k("vocab_size"), vocab_size, MAX_VOCAB),
+            ],
+        )?;
+        if g.opt_u64(&k("attention.key_length"))?.is_none() && !hidden.is_multiple_of(n_heads) {
+            return Err(RuntimeError::BadConfig {
+                path,
+                reason: format!(
+                    "{} {hidden} is not a multiple of {} {n_heads} (and {} is absent)",
+                    k("embedding_length"),
+                    k("attention.head_count"),
+                    k("attention.key_length")
+                ),
+            });
+        }
         let mut cfg = ModelConfig {
             arch,
             vocab_size,
@@ -308,6 +331,38 @@ impl ModelConfig {
                 arch: arch_name.clone(),
             })?;
         // Qwen3.5's class defaults where the file is silent (transformers writes them all).
+        // Before anything is sized by them.
+        check_sizes(
+            path,
+            &[
+                ("num_hidden_layers", c.num_hidden_layers, MAX_LAYERS),
+                ("hidden_size", c.hidden_size, MAX_WIDTH),
+                ("num_attention_heads", c.num_attention_heads, MAX_HEADS),
+                ("vocab_size", c.vocab_size, MAX_VOCAB),
+                ("intermediate_size", c.intermediate_size, MAX_WIDTH * 8),
+            ],
+        )?;
+        let partial = c.partial_rotary_factor.unwrap_or(1.0);
+        if !(partial > 0.0 && partial <= 1.0) {
+            return Err(RuntimeError::BadConfig {
+                path: path.into(),
+                reason: format!("partial_rotary_factor {partial} is not in (0, 1]"),
+            });
+        }
+        if arch != Arch::Qwen35
+            && c.head_dim.is_none()
+            && c.num_attention_heads > 0
+            && !c.hidden_size.is_multiple_of(c.num_attention_heads)
+        {
+            return Err(RuntimeError::BadConfig {
+                path: path.into(),
+                reason: format!(
+                    "hidden_size {} is not a multiple of num_attention_heads {} (and head_dim \
+                     is absent)",
+                    c.hidden_size, c.num_attention_heads
+                ),
+            });
+        }
         let (head_dim, n_kv_heads) = if arch == Arch::Qwen35 {
             (
                 c.head_dim.unwrap_or(256),
@@ -321,7 +376,6 @@ impl ModelConfig {
             // int(head_dim * factor) in double precision, as transformers computes it.
             (theta, (head_dim as f64 * partial) as usize)
         } else {
-            let partial = c.partial_rotary_factor.unwrap_or(1.0);
             (c.rope_theta, (head_dim as f32 * partial) as usize)
         };
         if let Some(s) = &c.rope_scaling {
@@ -392,15 +446,18 @@ impl ModelConfig {
             }
         }
         if let Some(la) = &self.linear {
-            if la.n_k_heads == 0
-                || la.n_v_heads == 0
-                || la.k_head_dim == 0
-                || la.v_head_dim == 0
-                || la.conv_kernel == 0
-            {
+            let sizes = [
+                ("linear key heads", la.n_k_heads, MAX_HEADS),
+                ("linear value heads", la.n_v_heads, MAX_HEADS),
+                ("linear key head dim", la.k_head_dim, MAX_HEAD_DIM),
+                ("linear value head dim", la.v_head_dim, MAX_HEAD_DIM),
+                ("linear convolution kernel", la.conv_kernel, MAX_CONV_KERNEL),
+            ];
+            check_sizes(path, &sizes)?;
+            if let Some((name, _, _)) = sizes.iter().find(|(_, v, _)| *v == 0) {
                 return Err(RuntimeError::BadConfig {
                     path: path.to_string(),
-                    reason: format!("zero-sized linear-attention dimension in {la:?}"),
+                    reason: format!("the model's {name} is 0"),
                 });
             }
             if !la.n_v_heads.is_multiple_of(la.n_k_heads) {
@@ -419,13 +476,40 @@ impl ModelConfig {
                 reason,
             })
         };
-        if self.hidden == 0
-            || self.n_layers == 0
-            || self.n_heads == 0
-            || self.n_kv_heads == 0
-            || self.head_dim == 0
-        {
-            return bad(format!("zero-sized dimension in {self:?}"));
+        let sizes = [
+            ("layers", self.n_layers, MAX_LAYERS),
+            ("hidden size", self.hidden, MAX_WIDTH),
+            ("attention heads", self.n_heads, MAX_HEADS),
+            ("KV heads", self.n_kv_heads, MAX_HEADS),
+            ("head dim", self.head_dim, MAX_HEAD_DIM),
+            ("FFN size", self.ffn_dim, MAX_WIDTH * 8),
+            ("vocabulary", self.vocab_size, MAX_VOCAB),
+        ];
+        check_sizes(path, &sizes)?;
+        if let Some((name, _, _)) = sizes.iter().find(|(_, v, _)| *v == 0) {
+            return bad(format!("the model's {name} is 0"));
+        }
+        if self.max_context < 2 {
+            return bad(format!(
+                "a context length of {}: at least 2 tokens are needed (a prompt token and a \
+                 reply token)",
+                self.max_context
+            ));
+        }
+        if !(self.rope.theta.is_finite() && self.rope.theta > 0.0) {
+            return bad(format!(
+                "RoPE base {} is not a positive number",
+                self.rope.theta
+            ));
+        }
+        if !(self.rms_eps.is_finite() && self.rms_eps >= 0.0) {
+            return bad(format!(
+                "RMSNorm epsilon {} is not a number >= 0",
+                self.rms_eps
+            ));
+        }
+        if self.kv_layer_count() == 0 {
+            return bad("no full-attention layer: inferd runs models with at least one".into());
         }
         if self.n_heads % self.n_kv_heads != 0 {
             return bad(format!(
@@ -435,14 +519,31 @@ impl ModelConfig {
         }
         if self.rope.rotary_dim > self.head_dim || self.rope.rotary_dim % 2 != 0 {
             return bad(format!(
-                "rotary dim {} does not fit head dim {}",
+                "the rotary dim {} (of head dim {}) must be even and at most the head dim",
                 self.rope.rotary_dim, self.head_dim
             ));
         }
-        if self.vocab_size == 0 || self.ffn_dim == 0 {
-            return bad("zero vocabulary or FFN size".into());
-        }
         Ok(())
+    }
+}
+
+/// Largest sizes a model may declare: far past any real model, small enough that no
+/// product of them overflows or asks for absurd memory before a tensor is checked.
+const MAX_LAYERS: usize = 1024;
+const MAX_WIDTH: usize = 1 << 17;
+const MAX_HEADS: usize = 1024;
+const MAX_HEAD_DIM: usize = 1024;
+const MAX_VOCAB: usize = 1 << 24;
+const MAX_CONV_KERNEL: usize = 64;
+
+/// Each `(name, value, cap)` at most its cap, or an error naming it.
+fn check_sizes(path: &str, sizes: &[(&str, usize, usize)]) -> Result<()> {
+    match sizes.iter().find(|(_, v, cap)| v > cap) {
+        Some((name, v, cap)) => Err(RuntimeError::BadConfig {
+            path: path.to_string(),
+            reason: format!("{name} {v} is past what inferd accepts ({cap})"),
+        }),
+        None => Ok(()),
     }
 }
 
@@ -603,6 +704,124 @@ mod tests {
         assert!(e.contains("1 layer types for 4 layers"), "{e}");
     }
 
+    /// The `hf("")` config with `field` set to `value` (JSON).
+    fn hf_set(field: &str, value: &str) -> String {
+        let base = r#"{"architectures": ["Qwen3ForCausalLM"], "hidden_size": 32,
+            "intermediate_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 8, "rms_norm_eps": 1e-6,
+            "vocab_size": 100}"#;
+        let mut v: serde_json::Value = serde_json::from_str(base).unwrap();
+        match serde_json::from_str(value) {
+            Ok(x) => v[field] = x,
+            Err(_) => {
+                v.as_object_mut().unwrap().remove(field);
+            }
+        }
+        let c = HfConfig::from_json_str(&v.to_string(), Path::new("config.json"));
+        match c {
+            Ok(c) => match ModelConfig::from_hf(&c, "config.json") {
+                Ok(_) => "ok".into(),
+                Err(e) => e.to_string(),
+            },
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn sizes_past_any_model_are_refused_before_anything_is_sized_by_them() {
+        // (field, value, what the error says); "-" removes the field.
+        for (field, value, says) in [
+            (
+                "num_hidden_layers",
+                "1099511627776",
+                "num_hidden_layers 1099511627776 is past",
+            ),
+            (
+                "num_hidden_layers",
+                "18446744073709551615",
+                "is past what inferd accepts",
+            ),
+            (
+                "head_dim",
+                "4611686018427387912",
+                "head dim 4611686018427387912 is past",
+            ),
+            (
+                "vocab_size",
+                "1099511627776",
+                "vocab_size 1099511627776 is past",
+            ),
+            (
+                "hidden_size",
+                "1099511627776",
+                "hidden_size 1099511627776 is past",
+            ),
+            (
+                "max_position_embeddings",
+                "1",
+                "a context length of 1: at least 2",
+            ),
+            (
+                "max_position_embeddings",
+                "0",
+                "a context length of 0: at least 2",
+            ),
+            ("num_attention_heads", "0", "attention heads is 0"),
+            (
+                "rope_theta",
+                "-5.0",
+                "RoPE base -5 is not a positive number",
+            ),
+            ("rms_norm_eps", "-1.0", "RMSNorm epsilon -1"),
+            (
+                "partial_rotary_factor",
+                "-0.5",
+                "partial_rotary_factor -0.5",
+            ),
+            ("head_dim", "15", "must be even and at most the head dim"),
+        ] {
+            let e = hf_set(field, value);
+            assert!(e.contains(says), "{field} = {value}: {e}");
+        }
+        let e = {
+            let mut v: serde_json::Value = serde_json::from_str(&format!(
+                r#"{{"architectures": ["Qwen3ForCausalLM"], "hidden_size": 64,
+                "intermediate_size": 64, "num_hidden_layers": 4, "num_attention_heads": 3,
+                "rms_norm_eps": 1e-6, "vocab_size": 100}}"#
+            ))
+            .unwrap();
+            v["num_key_value_heads"] = 3.into();
+            let c = HfConfig::from_json_str(&v.to_string(), Path::new("config.json")).unwrap();
+            ModelConfig::from_hf(&c, "config.json")
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(
+            e.contains("hidden_size 64 is not a multiple of num_attention_heads 3"),
+            "{e}"
+        );
+        assert_eq!(hf_set("rope_theta", "1000000.0"), "ok");
+    }
+
+    #[test]
+    fn a_hybrid_model_without_a_full_attention_layer_is_refused() {
+        let e = qwen35(
+            r#", "layer_types": ["linear_attention", "linear_attention", "linear_attention",
+            "linear_attention", "linear_attention", "linear_attention", "linear_attention",
+            "linear_attention"]"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("no full-attention layer"), "{e}");
+        let e = qwen35(r#", "linear_key_head_dim": 9223372036854775824"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("linear key head dim 9223372036854775824 is past"),
+            "{e}"
+        );
+    }
+
     fn qwen35(extra: &str) -> Result<ModelConfig> {
         let text = format!(
             r#"{{"architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text",
@@ -667,7 +886,7 @@ mod tests {
         let e = qwen35(r#", "linear_conv_kernel_dim": 0"#)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("zero-sized linear-attention"), "{e}");
+        assert!(e.contains("linear convolution kernel is 0"), "{e}");
         let e = qwen35(r#", "hidden_act": "gelu""#).unwrap_err().to_string();
         assert!(e.contains("silu only"), "{e}");
     }

@@ -27,9 +27,9 @@ impl TemplateConfig {
             if let Some(jinja) = path.parent().map(|d| d.join("chat_template.jinja")) {
                 if jinja.is_file() {
                     let source =
-                        std::fs::read_to_string(&jinja).map_err(|source| TextError::Io {
+                        std::fs::read_to_string(&jinja).map_err(|cause| TextError::Io {
                             path: jinja.clone(),
-                            source,
+                            cause,
                         })?;
                     templates.push(("default".to_string(), source));
                 }
