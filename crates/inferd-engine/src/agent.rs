@@ -147,6 +147,11 @@ impl<B: Backend> Engine<B> {
             self.kvm.free(old.owner);
             self.unpin_on_disk(old);
             self.memory.short.remove(&b.id);
+            // Its record goes before its blocks do: a new record that cannot be written
+            // leaves none, not the old one without its blocks.
+            if let Some(t) = self.spill.as_mut() {
+                t.remove_record(spill::CONTEXT, &b.id);
+            }
         }
         let owner = self.memory.new_owner();
         self.kvm.park(seq_id, owner, tokens.clone());
@@ -170,7 +175,7 @@ impl<B: Backend> Engine<B> {
             self.kvm.free(owner);
         }
         self.memory.contexts.insert(b.id.clone(), e);
-        if let Some(old) = replaced {
+        if let Some(old) = replaced.filter(|_| !self.is_lost()) {
             self.drop_on_disk(&old); // after the new one is in: what it shares stays
         }
         self.enforce_record_budget();
@@ -359,12 +364,15 @@ impl<B: Backend> Engine<B> {
                 meta: String::new(),
                 turn: 0,
             });
-        e.tokens = tokens;
+        let before = std::mem::replace(&mut e.tokens, tokens);
         e.turn = seq_id;
         e.last_used = now;
         e.tick = self.tick;
         let e = e.clone();
         self.persist(spill::SESSION, &sid, owner, &e);
+        // What the previous turn wrote past where this one goes (its partial last block,
+        // a branch of an edited history) is its only.
+        self.drop_tokens_on_disk(&before);
         self.enforce_park_budget();
         self.enforce_record_budget();
     }
@@ -381,6 +389,7 @@ impl<B: Backend> Engine<B> {
         if e.tokens.len() <= keep {
             return;
         }
+        let before = e.tokens.clone();
         e.tokens.truncate(keep);
         let e = e.clone();
         if self.kvm.owner_tokens(e.owner).is_some() {
@@ -388,6 +397,7 @@ impl<B: Backend> Engine<B> {
             self.kvm.park(e.owner, e.owner, e.tokens.clone());
         }
         self.persist(spill::SESSION, sid, e.owner, &e);
+        self.drop_tokens_on_disk(&before);
     }
 
     /// Blocks held by pinned contexts.
@@ -485,7 +495,10 @@ impl<B: Backend> Engine<B> {
     /// most `record_tokens` token ids in all: past it the least recently used are
     /// forgotten, on disk too. What the prefix cache holds of them stays.
     pub(crate) fn enforce_record_budget(&mut self) {
-        let idle = |e: &Entry| !e.pinned && self.kvm.table(e.owner).is_none();
+        // (An owner being read back from disk is not idle: its files are in use.)
+        let idle = |e: &Entry| {
+            !e.pinned && self.kvm.table(e.owner).is_none() && !self.loads.contains_key(&e.owner)
+        };
         let records = || {
             let sessions = self.memory.sessions.iter().map(|r| (spill::SESSION, r));
             let contexts = self.memory.contexts.iter().map(|r| (spill::CONTEXT, r));

@@ -396,11 +396,6 @@ impl SpillTier {
         self.view().keys.contains(&key)
     }
 
-    /// Whether the snapshot ending at block `key` is on disk, as the IO threads last saw it.
-    pub(crate) fn snapshot_on_disk(&self, key: u64) -> bool {
-        snapshot_on_disk(&self.view, key)
-    }
-
     fn view(&self) -> std::sync::MutexGuard<'_, TierView> {
         lock_view(&self.view)
     }
@@ -626,16 +621,11 @@ impl<B: Backend> Engine<B> {
         if pin {
             tier.pin(block_keys(root, &tokens, bs).collect(), true);
         }
-        // Blocks queued by another owner's write (not on disk yet, so not pinned above)
-        // are pinned once that write is done.
-        let mut queued_elsewhere = false;
+        // (A block queued by another owner's write is on disk before the pin runs: the
+        // IO thread takes tasks in order.)
         let todo: Vec<(BlockMeta, BlockId)> = block_metas(root, &tokens, bs)
             .zip(table.iter().copied())
-            .filter(|(m, _)| {
-                let write = tier.needs_write(Kind::Block, m.key);
-                queued_elsewhere |= !write && !tier.on_disk(m.key);
-                write
-            })
+            .filter(|(m, _)| tier.needs_write(Kind::Block, m.key))
             .collect();
         // Batched exports (one copy through pinned memory each), a bounded host buffer.
         let bytes = self.bytes_per_block as usize;
@@ -651,16 +641,13 @@ impl<B: Backend> Engine<B> {
                 tier.send(Job::Block(m.clone(), img.to_vec(), pin));
             }
         }
-        let snaps_queued_elsewhere = self.persist_snapshots(&table, &tokens, pin);
+        self.persist_snapshots(&table, &tokens, pin);
         if self.is_lost() {
             return; // the device is lost: no record for what may not all be written
         }
         let Some(tier) = self.spill.as_mut() else {
             return;
         };
-        if pin && (queued_elsewhere || snaps_queued_elsewhere) {
-            tier.pin(block_keys(root, &tokens, bs).collect(), true);
-        }
         tier.put_record(
             kind,
             id,
@@ -697,16 +684,22 @@ impl<B: Backend> Engine<B> {
     /// removed. Only a named owner's read brings a block back from disk, and a block file
     /// holds its tokens, so nothing of a deleted context is left there.
     pub(crate) fn drop_on_disk(&mut self, gone: &Entry) {
-        if self.spill.is_none() {
+        self.drop_tokens_on_disk(&gone.tokens);
+    }
+
+    /// The block and snapshot files of `tokens` that no context or session holds (the
+    /// entry that held them is gone, or holds other tokens now) are removed.
+    pub(crate) fn drop_tokens_on_disk(&mut self, tokens: &[u32]) {
+        if self.spill.is_none() || self.is_lost() {
             return;
         }
         let (root, bs) = (self.kvm.root_key(), self.kvm.block_size());
-        let theirs: HashSet<u64> = block_keys(root, &gone.tokens, bs).collect();
+        let theirs: HashSet<u64> = block_keys(root, tokens, bs).collect();
         let mut drop = theirs.clone();
         // Keys chain: another owner shares a block only if it shares every block before
         // it, so only owners with the same first block (compared as tokens, no hashing)
         // are walked, as far as they share.
-        let mine = &gone.tokens[..gone.tokens.len().min(bs)];
+        let mine = &tokens[..tokens.len().min(bs)];
         let owners = self.memory.contexts.values();
         let same = owners
             .chain(self.memory.sessions.values())

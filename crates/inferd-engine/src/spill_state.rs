@@ -11,23 +11,16 @@ use crate::spill::{block_metas, warn, Job, Kind};
 
 impl<B: Backend> Engine<B> {
     /// Queues the snapshots along `tokens`' full blocks (held in `table`) that are in
-    /// memory and not on disk yet; `pin`: written pinned (a pinned context's). Whether
-    /// one of them was queued already by another owner's write (not on disk yet).
-    pub(crate) fn persist_snapshots(
-        &mut self,
-        table: &[BlockId],
-        tokens: &[u32],
-        pin: bool,
-    ) -> bool {
+    /// memory and not on disk yet; `pin`: written pinned (a pinned context's).
+    pub(crate) fn persist_snapshots(&mut self, table: &[BlockId], tokens: &[u32], pin: bool) {
         let bs = self.kvm.block_size();
         let root = self.kvm.root_key();
         let slot_bytes = self.slot_bytes as usize;
-        let mut queued_elsewhere = false;
         let Some(tier) = self.spill.as_mut() else {
-            return false;
+            return;
         };
         if tier.snapshots.is_none() {
-            return false;
+            return;
         }
         let metas: Vec<BlockMeta> = block_metas(root, tokens, bs)
             .take(table.len())
@@ -35,7 +28,6 @@ impl<B: Backend> Engine<B> {
             .collect();
         for m in metas {
             if !tier.needs_write(Kind::Snapshot, m.key) {
-                queued_elsewhere |= !tier.snapshot_on_disk(m.key);
                 continue;
             }
             let Some(slot) = self.kvm.snapshot_at(m.key, m.parent) else {
@@ -45,11 +37,10 @@ impl<B: Backend> Engine<B> {
             if let Err(e) = self.runner.export_state_slots(&[slot], &mut data) {
                 self.note_fatal(&e);
                 warn(e);
-                return queued_elsewhere;
+                return;
             }
             tier.send(Job::Snapshot(m, data, pin));
         }
-        queued_elsewhere
     }
 
     /// The key of the deepest full block of `tokens` whose snapshot is in memory (hybrid

@@ -236,6 +236,40 @@ fn a_deleted_contexts_block_files_go_unless_another_holds_them() {
 }
 
 #[test]
+fn a_sessions_earlier_turns_leave_no_files_behind() {
+    let dir = temp_dir("session-turns");
+    let Some(e) = engine(spill_config(&dir)) else {
+        return;
+    };
+    let bs = block_on(e.cache_report()).unwrap().block_size;
+    let turn = |e: &EngineHandle, prompt: Vec<u32>| {
+        let mut req = GenRequest::greedy(prompt, MAX_TOKENS);
+        req.session = Some("agent".into());
+        req.ignore_eos = true;
+        run_one(e, req);
+        block_on(e.cache_report()).unwrap().sessions[0].tokens
+    };
+    // Turn 1, then an edited history sharing only its first block.
+    let first = text(&e, BRIEF);
+    turn(&e, first.clone());
+    let mut edited = first[..bs].to_vec();
+    edited.extend(text(&e, QUESTION));
+    edited.extend(text(&e, QUESTION));
+    let parked = turn(&e, edited);
+    e.shutdown(); // finishes queued writes
+    assert_eq!(
+        block_files(&dir).len(),
+        parked.div_ceil(bs),
+        "turn 1's own blocks went"
+    );
+    let e = engine(spill_config(&dir)).unwrap();
+    block_on(e.delete_session("agent")).unwrap();
+    assert!(block_files(&dir).is_empty());
+    e.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn contexts_and_sessions_survive_a_restart() {
     let dir = temp_dir("restart");
     let Some(e) = engine(spill_config(&dir)) else {

@@ -24,12 +24,17 @@ thread_local! {
     static LEFT: Cell<Option<usize>> = const { Cell::new(None) };
 }
 
-/// Runs `f` (one read of a body, on this thread) with a budget of [`MAX_VALUES`].
+/// Runs `f` (one read of a body, on this thread) with a budget of [`MAX_VALUES`]; the
+/// budget before it is back afterwards, even if `f` panics.
 pub fn with_budget<T>(f: impl FnOnce() -> T) -> T {
-    let before = LEFT.with(|l| l.replace(Some(MAX_VALUES)));
-    let out = f();
-    LEFT.with(|l| l.set(before));
-    out
+    struct Restore(Option<usize>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            LEFT.with(|l| l.set(self.0));
+        }
+    }
+    let _restore = Restore(LEFT.with(|l| l.replace(Some(MAX_VALUES))));
+    f()
 }
 
 /// How the error of a spent budget begins.
@@ -206,6 +211,13 @@ mod tests {
         let none = read(r#"{"messages": null}"#).unwrap();
         assert!(none.messages.is_none() && none.kwargs.is_none());
         assert!(read(r#"{"kwargs": [1]}"#).is_err());
+    }
+
+    #[test]
+    fn a_panic_inside_a_read_leaves_no_budget_behind() {
+        let r = std::panic::catch_unwind(|| with_budget(|| panic!("in a read")));
+        assert!(r.is_err());
+        assert_eq!(LEFT.with(|l| l.get()), None);
     }
 
     #[test]

@@ -243,7 +243,13 @@ impl ModelConfig {
             .unwrap_or(head_dim);
         let vocab_size = match g.opt_u64(&k("vocab_size"))? {
             Some(v) => v as usize,
-            None => g.tensor("token_embd.weight")?.shape[0],
+            None => {
+                let t = g.tensor("token_embd.weight")?;
+                *t.shape.first().ok_or_else(|| RuntimeError::BadConfig {
+                    path: path.clone(),
+                    reason: "token_embd.weight has no dimensions".into(),
+                })?
+            }
         };
         let n_layers = g.meta_u64(&k("block_count"))? as usize;
         // Before anything is sized by them.
@@ -258,7 +264,10 @@ impl ModelConfig {
                 (&k("vocab_size"), vocab_size, MAX_VOCAB),
             ],
         )?;
-        if g.opt_u64(&k("attention.key_length"))?.is_none() && !hidden.is_multiple_of(n_heads) {
+        if g.opt_u64(&k("attention.key_length"))?.is_none()
+            && n_heads > 0
+            && !hidden.is_multiple_of(n_heads)
+        {
             return Err(RuntimeError::BadConfig {
                 path,
                 reason: format!(
@@ -330,7 +339,6 @@ impl ModelConfig {
                 path: path.to_string(),
                 arch: arch_name.clone(),
             })?;
-        // Qwen3.5's class defaults where the file is silent (transformers writes them all).
         // Before anything is sized by them.
         check_sizes(
             path,
@@ -342,13 +350,6 @@ impl ModelConfig {
                 ("intermediate_size", c.intermediate_size, MAX_WIDTH * 8),
             ],
         )?;
-        let partial = c.partial_rotary_factor.unwrap_or(1.0);
-        if !(partial > 0.0 && partial <= 1.0) {
-            return Err(RuntimeError::BadConfig {
-                path: path.into(),
-                reason: format!("partial_rotary_factor {partial} is not in (0, 1]"),
-            });
-        }
         if arch != Arch::Qwen35
             && c.head_dim.is_none()
             && c.num_attention_heads > 0
@@ -363,6 +364,7 @@ impl ModelConfig {
                 ),
             });
         }
+        // Qwen3.5's class defaults where the file is silent (transformers writes them all).
         let (head_dim, n_kv_heads) = if arch == Arch::Qwen35 {
             (
                 c.head_dim.unwrap_or(256),
@@ -371,12 +373,22 @@ impl ModelConfig {
         } else {
             (c.head_dim(), c.n_kv_heads())
         };
-        let (theta, rotary_dim) = if arch == Arch::Qwen35 {
-            let (theta, partial) = qwen35_rope(c);
-            // int(head_dim * factor) in double precision, as transformers computes it.
-            (theta, (head_dim as f64 * partial) as usize)
+        let (theta, partial) = if arch == Arch::Qwen35 {
+            qwen35_rope(c)
         } else {
-            (c.rope_theta, (head_dim as f32 * partial) as usize)
+            (c.rope_theta, c.partial_rotary_factor.unwrap_or(1.0) as f64)
+        };
+        if !(partial > 0.0 && partial <= 1.0) {
+            return Err(RuntimeError::BadConfig {
+                path: path.into(),
+                reason: format!("partial_rotary_factor {partial} is not in (0, 1]"),
+            });
+        }
+        let rotary_dim = if arch == Arch::Qwen35 {
+            // int(head_dim * factor) in double precision, as transformers computes it.
+            (head_dim as f64 * partial) as usize
+        } else {
+            (head_dim as f32 * partial as f32) as usize
         };
         if let Some(s) = &c.rope_scaling {
             if !s.is_null() {
@@ -517,9 +529,13 @@ impl ModelConfig {
                 self.n_heads, self.n_kv_heads
             ));
         }
-        if self.rope.rotary_dim > self.head_dim || self.rope.rotary_dim % 2 != 0 {
+        if self.rope.rotary_dim == 0
+            || self.rope.rotary_dim > self.head_dim
+            || self.rope.rotary_dim % 2 != 0
+        {
             return bad(format!(
-                "the rotary dim {} (of head dim {}) must be even and at most the head dim",
+                "the rotary dim {} (of head dim {}) must be even, above 0 and at most the head \
+                 dim",
                 self.rope.rotary_dim, self.head_dim
             ));
         }
@@ -778,7 +794,11 @@ mod tests {
                 "-0.5",
                 "partial_rotary_factor -0.5",
             ),
-            ("head_dim", "15", "must be even and at most the head dim"),
+            (
+                "head_dim",
+                "15",
+                "must be even, above 0 and at most the head dim",
+            ),
         ] {
             let e = hf_set(field, value);
             assert!(e.contains(says), "{field} = {value}: {e}");
@@ -813,6 +833,14 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("no full-attention layer"), "{e}");
+        for bad in ["0.0", "-1.0", "1.5"] {
+            let e = qwen35(&format!(
+                r#", "rope_parameters": {{"rope_type": "default", "partial_rotary_factor": {bad}}}"#
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains("partial_rotary_factor"), "{bad}: {e}");
+        }
         let e = qwen35(r#", "linear_key_head_dim": 9223372036854775824"#)
             .unwrap_err()
             .to_string();

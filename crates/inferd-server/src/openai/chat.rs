@@ -294,6 +294,7 @@ fn prepare_within(messages: Option<&Value>) -> Result<Value, ApiError> {
                     let parsed = f
                         .get("arguments")
                         .and_then(Value::as_str)
+                        .filter(|s| s.trim_start().starts_with('{'))
                         .and_then(tree::parse_within)
                         .filter(Value::is_object);
                     if let Some(args) = parsed {

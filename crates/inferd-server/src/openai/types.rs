@@ -1,8 +1,9 @@
 //! OpenAI request and response shapes.
 //!
-//! A request body is parsed once into a JSON value, then read through several structs
-//! (the fields every generation endpoint shares, then the endpoint's own), each with the
-//! path of a bad field kept for the error's `param`. Unknown top-level fields are
+//! A request body is kept as text and read through several structs (the fields every
+//! generation endpoint shares, then the endpoint's own), each straight from the text with
+//! the path of a bad field kept for the error's `param`; fields kept as JSON trees are
+//! bounded (`crate::tree`). Unknown top-level fields are
 //! ignored, as OpenAI-compatible servers usually do; unknown fields inside the `inferd`
 //! extension object are an error.
 
