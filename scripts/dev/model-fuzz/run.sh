@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Loads mutated model files with `inferd serve -m CASE` and reports every case that
+# Loads 432 mutated model files with `inferd serve -m CASE` and reports every case that
 # panics, aborts, hangs, runs past 8 GB of address space, or serves and then fails a
 # request (one chat request is sent to each that serves). The mutations: 258 of
 # SmolLM2's GGUF (truncations, header and metadata fields, tensor infos, tokenizer
@@ -9,7 +9,7 @@
 #   bash scripts/dev/model-fuzz/run.sh [BINARY]     (default target/release/inferd)
 #
 # Needs about 26 GB free under $FUZZ_WORK (default /tmp/inferd-model-fuzz) and SmolLM2
-# pulled (`inferd pull smollm2-135m-instruct`); about 20 minutes on 2 cores. Each case's
+# pulled (`inferd pull smollm2-135m-instruct`); about 5 minutes on 2 cores. Each case's
 # outcome is a JSON line in $FUZZ_WORK/results.jsonl, its output in $FUZZ_WORK/logs/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
