@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Loads 432 mutated model files with `inferd serve -m CASE` and reports every case that
 # panics, aborts, hangs, runs past 8 GB of address space, or serves and then fails a
-# request (one chat request is sent to each that serves). The mutations: 258 of
+# request (one chat request is sent to each that serves). The mutations: 218 of
 # SmolLM2's GGUF (truncations, header and metadata fields, tensor infos, tokenizer
-# arrays), 33 of the hybrid fixture's GGUF, 174 safetensors directories made from the
-# tiny fixtures (headers, config.json fields, tokenizer files), and a few combined ones.
+# arrays), 34 of the hybrid fixture's GGUF, 174 safetensors directories made from the
+# tiny fixtures (headers, config.json fields, tokenizer files), and 6 combined ones.
 #
 #   bash scripts/dev/model-fuzz/run.sh [BINARY]     (default target/release/inferd)
 #
