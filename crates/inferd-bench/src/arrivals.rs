@@ -147,8 +147,8 @@ pub async fn run_arrivals(
     if cfg.agents == 0 || cfg.reply_tokens == 0 {
         bail!("arrivals: agents and reply must be at least 1");
     }
-    if !(cfg.rate_per_s > 0.0 && cfg.rate_per_s.is_finite()) {
-        bail!("arrivals: the rate must be a positive number of agents per second");
+    if !(cfg.rate_per_s >= 1e-3 && cfg.rate_per_s.is_finite()) {
+        bail!("arrivals: the rate must be a number of agents per second of at least 0.001");
     }
     let corpus = Corpus::new(cfg.seed);
     pb.set_message("calibrating");

@@ -260,7 +260,7 @@ impl Client {
             start_us: clock.now_us(),
             first_token_us: None,
             end_us: 0,
-            chunk_us: Vec::with_capacity(max_tokens as usize + 1),
+            chunk_us: Vec::with_capacity((max_tokens as usize).min(1 << 16) + 1),
             max_tokens,
             completion_tokens: 0,
             prompt_tokens: None,

@@ -211,11 +211,15 @@ pub fn parse_kv_budget(s: &str) -> Result<KvBudget, String> {
     let v: f64 = num
         .trim()
         .parse()
-        .map_err(|_| format!("bad size `{s}` (examples: 512M, 2G, 25%)"))?;
-    if !(v > 0.0) {
-        return Err(format!("size `{s}` must be positive"));
+        .map_err(|_| format!("bad size `{s}` (examples: 512M, 2G)"))?;
+    if !(v > 0.0 && v.is_finite()) {
+        return Err(format!("size `{s}` must be a positive number"));
     }
-    Ok(KvBudget::Bytes((v * mult as f64) as u64))
+    let bytes = v * mult as f64;
+    if bytes >= (1u64 << 60) as f64 {
+        return Err(format!("size `{s}` is past any machine's memory"));
+    }
+    Ok(KvBudget::Bytes(bytes as u64))
 }
 
 #[cfg(test)]
@@ -231,6 +235,9 @@ mod tests {
         assert!(parse_kv_budget("abc").is_err());
         assert!(parse_kv_budget("0").is_err());
         assert!(parse_kv_budget("150%").is_err());
+        for bad in ["inf", "infG", "NaN", "1e30", "2000000T"] {
+            assert!(parse_kv_budget(bad).is_err(), "{bad}");
+        }
         assert_eq!(kv_blocks_for(KvBudget::Bytes(10_000), 1000, None), 10);
         assert_eq!(
             kv_blocks_for(KvBudget::FractionOfFree(0.5), 1000, Some(10_000)),

@@ -12,7 +12,7 @@ use inferd_grammar::Grammars;
 use inferd_runtime::{Backend, Model, RuntimeError};
 use inferd_text::Tokenizer;
 
-use crate::config::{kv_budget_bytes, split_budget, EngineConfig};
+use crate::config::{available_memory, kv_budget_bytes, split_budget, EngineConfig, KvBudget};
 use crate::draft::{DraftModel, DraftSizes};
 use crate::drafting::same_vocabulary;
 use crate::handle::{EngineHandle, ModelInfo, Msg, Shared};
@@ -84,7 +84,16 @@ pub fn start_with_draft<B: Backend + 'static>(
         cfg.sched.max_batch_tokens,
         cfg.sched.max_running + cfg.sched.draft_budget,
     )?;
-    let budget = kv_budget_bytes(cfg.kv_budget, model.backend.free_memory());
+    let free = model.backend.free_memory();
+    let budget = kv_budget_bytes(cfg.kv_budget, free);
+    if let (KvBudget::Bytes(b), Some(free)) = (cfg.kv_budget, free.or_else(available_memory)) {
+        if b > free {
+            return Err(RuntimeError::Kv(format!(
+                "a KV budget of {b} bytes is more than the {free} bytes of memory free (give a \
+                 smaller --kv-memory, or a share of free memory such as 50%)"
+            )));
+        }
+    }
     // A draft model's KV: a block of its own per target block.
     let draft_block_bytes = draft
         .as_ref()

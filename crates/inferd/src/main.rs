@@ -15,7 +15,8 @@ use clap::{Parser, Subcommand};
 )]
 struct Cli {
     /// Worker threads for compute (default: all cores).
-    #[arg(long, global = true, env = "INFERD_THREADS")]
+    #[arg(long, global = true, env = "INFERD_THREADS",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
     threads: Option<usize>,
     #[command(subcommand)]
     command: Command,

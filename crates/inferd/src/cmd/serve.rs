@@ -63,20 +63,20 @@ pub struct Args {
     #[arg(long)]
     max_context: Option<usize>,
     /// Requests waiting for admission before new ones get 429.
-    #[arg(long)]
+    #[arg(long, value_parser = sizes(1..=1_000_000))]
     max_queue: Option<usize>,
     /// Seconds a request may wait for admission before it gets a 503 (0: no limit).
-    #[arg(long, default_value_t = inferd_engine::DEFAULT_QUEUE_TIMEOUT.as_secs())]
+    #[arg(long, default_value_t = inferd_engine::DEFAULT_QUEUE_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(0..=604_800))]
     queue_timeout: u64,
     /// Tokens per forward pass (decodes and prefill chunks together; default 512, 8192 on a GPU).
-    #[arg(long)]
+    #[arg(long, value_parser = sizes(1..=1 << 20))]
     max_batch_tokens: Option<usize>,
     /// Prefill tokens per forward pass when nothing is decoding (default 256; 8192 on a GPU).
-    #[arg(long)]
+    #[arg(long, value_parser = sizes(1..=1 << 20))]
     max_prefill_tokens: Option<usize>,
     /// Prefill tokens per forward pass while other requests decode (default 128; 4096 on a
     /// GPU): a long prompt is read in slices this size between their tokens.
-    #[arg(long)]
+    #[arg(long, value_parser = sizes(1..=1 << 20))]
     max_prefill_tokens_decoding: Option<usize>,
     /// Whether decode rows count against --max-prefill-tokens-decoding, so a pass with a
     /// full prompt slice has exactly that many rows (default false: on an H100 it made 64 x
@@ -84,36 +84,36 @@ pub struct Args {
     #[arg(long)]
     decodes_in_prefill_slice: Option<bool>,
     /// Sequences generating at once.
-    #[arg(long)]
+    #[arg(long, value_parser = sizes(1..=4096))]
     max_running: Option<usize>,
     /// Waiting requests considered for admission each forward pass (default 8 on the CPU,
     /// 64 on a GPU). Agents arriving together with short new prompts are admitted this
     /// many a pass.
-    #[arg(long)]
+    #[arg(long, value_parser = sizes(1..=4096))]
     lookahead: Option<usize>,
     /// Tokens per KV block.
-    #[arg(long)]
+    #[arg(long, value_parser = sizes(1..=1024))]
     block_size: Option<usize>,
     /// Largest request body, e.g. 4M (default 4 MiB).
     #[arg(long)]
     max_body: Option<String>,
     /// Connections open at once (default 1024, or half the descriptor limit if lower);
     /// past it new connections wait in the backlog.
-    #[arg(long)]
+    #[arg(long, value_parser = sizes(1..=65_536))]
     max_connections: Option<usize>,
     /// Seconds a client has to send a request's headers, also between requests on a
     /// kept-alive connection (idle connections are closed after it).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     header_timeout: u64,
     /// Seconds a request body has to arrive whole (408 past it).
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     body_timeout: u64,
     /// Seconds a client may read nothing of its reply before its connection is closed
     /// and its request cancelled.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     write_timeout: u64,
     /// Largest max_tokens a request may get (larger asks are clamped).
-    #[arg(long)]
+    #[arg(long, value_parser = sizes(1..=1 << 24))]
     max_tokens_cap: Option<usize>,
     /// Skip the warm-up pass at start.
     #[arg(long)]
@@ -147,7 +147,7 @@ pub struct Args {
     arrival_wait_ms: Option<u64>,
     /// Threads computing a step's grammar masks (JSON Schema, tool calls): default one on
     /// the CPU, half the cores up to 8 on a GPU.
-    #[arg(long)]
+    #[arg(long, value_parser = sizes(1..=256))]
     mask_threads: Option<usize>,
     /// Speculative decoding with copy drafts: a decode also checks the tokens that
     /// followed the latest earlier occurrence of its last few tokens (in its prompt or
@@ -202,6 +202,11 @@ pub struct Args {
     /// How the model writes tool calls (default: detected from its chat template).
     #[arg(long, value_parser = ["hermes", "qwen", "llama3_json", "llama3"])]
     tool_syntax: Option<String>,
+}
+
+/// A `usize` flag within `range` (clap says which values it takes).
+fn sizes(range: std::ops::RangeInclusive<u64>) -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(range)
 }
 
 /// `2G`, `512k`, `1000` -> bytes.
@@ -292,15 +297,13 @@ pub fn run(a: Args) -> Result<()> {
         engine_cfg.arrival_wait = std::time::Duration::from_millis(ms);
     }
     if let Some(n) = a.mask_threads {
-        if n == 0 {
-            bail!("--mask-threads must be at least 1");
-        }
         engine_cfg.mask_threads = Some(n);
     }
+    let spill_budget = parse_size(&a.spill_budget).context("--spill-budget")? as u64;
     if let Some(dir) = &a.spill_dir {
         engine_cfg.spill = Some(inferd_engine::SpillConfig {
             dir: dir.clone(),
-            budget_bytes: parse_size(&a.spill_budget).context("--spill-budget")? as u64,
+            budget_bytes: spill_budget,
             read_delay: std::time::Duration::ZERO,
             write_delay: std::time::Duration::ZERO,
         });
@@ -343,9 +346,6 @@ pub fn run(a: Args) -> Result<()> {
         engine_cfg.sched.max_running = v;
     }
     if let Some(v) = a.lookahead {
-        if v == 0 {
-            bail!("--lookahead must be at least 1");
-        }
         engine_cfg.sched.lookahead = v;
     }
     let speculate =
@@ -392,6 +392,12 @@ pub fn run(a: Args) -> Result<()> {
         Some(s) => parse_size(s).context("--max-body")?,
         None => inferd_server::DEFAULT_MAX_BODY_BYTES,
     };
+    if !(1 << 10..=1 << 30).contains(&max_body) {
+        bail!("--max-body must be between 1K and 1G, got {max_body} bytes");
+    }
+    if a.served_model_name.iter().any(|n| n.trim().is_empty()) {
+        bail!("--served-model-name must not be blank");
+    }
     let mut names = a.served_model_name.clone();
     let name = if names.is_empty() {
         default_name(&a.model)
@@ -441,9 +447,9 @@ pub fn run(a: Args) -> Result<()> {
                 max_connections: a
                     .max_connections
                     .unwrap_or_else(inferd_server::listen::default_max_connections),
-                header_timeout: std::time::Duration::from_secs(a.header_timeout.max(1)),
-                body_timeout: std::time::Duration::from_secs(a.body_timeout.max(1)),
-                write_timeout: std::time::Duration::from_secs(a.write_timeout.max(1)),
+                header_timeout: std::time::Duration::from_secs(a.header_timeout),
+                body_timeout: std::time::Duration::from_secs(a.body_timeout),
+                write_timeout: std::time::Duration::from_secs(a.write_timeout),
             },
             responses,
             ..Default::default()
@@ -647,5 +653,42 @@ fn remove_state_files() {
     let me = super::instance::Instance::of(std::process::id() as i32);
     if let (Some(path), Some(me)) = (std::env::var_os("INFERD_PID_FILE"), me) {
         super::instance::remove_pid_file_of(std::path::Path::new(&path), me);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: super::Args,
+    }
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn numeric_flags_past_their_ranges_are_refused_by_name() {
+        for (flag, value) in [
+            ("--max-running", "0"),
+            ("--max-batch-tokens", "0"),
+            ("--max-prefill-tokens", "0"),
+            ("--max-queue", "0"),
+            ("--block-size", "0"),
+            ("--max-connections", "18446744073709551615"),
+            ("--header-timeout", "9223372036854775807"),
+            ("--write-timeout", "0"),
+            ("--lookahead", "100000"),
+        ] {
+            let e = parse(&[flag, value]).err().expect(flag).to_string();
+            assert!(
+                e.contains(flag) && e.contains("is not in"),
+                "{flag} {value}: {e}"
+            );
+        }
+        assert!(parse(&["--max-running", "64", "--header-timeout", "10"]).is_ok());
     }
 }

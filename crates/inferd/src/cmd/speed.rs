@@ -45,6 +45,16 @@ pub fn run(a: Args) -> Result<()> {
     let model = &m.model;
     let bs = 16;
     let total = a.prompt_tokens.max(a.depth + a.gen_tokens) + 1;
+    let ctx = model.cfg.max_context;
+    if a.prompt_tokens == 0 || a.gen_tokens == 0 || a.chunk == 0 || a.reps == 0 {
+        bail!("-p, -n, --chunk and -r must be at least 1");
+    }
+    if total > ctx {
+        bail!(
+            "the test needs {total} positions (-p, or -d + -n, and one more); the model's \
+             context is {ctx}"
+        );
+    }
     // A hybrid model's one sequence runs in state slot 0 (every pass below starts at
     // position 0 from a zero state, or continues it).
     let layout = model.kv_layout_with_states(total.div_ceil(bs), bs, KvDtype::F32, 1);
