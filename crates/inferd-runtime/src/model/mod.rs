@@ -83,6 +83,15 @@ impl<B: Backend> Model<B> {
                 k_offset,
             });
         }
+        let safetensors = path.extension().is_some_and(|e| e == "safetensors");
+        if path.is_file() && !safetensors {
+            return Err(RuntimeError::BadConfig {
+                path: path.display().to_string(),
+                reason: "not a GGUF file; a model is a .gguf file, or a directory (or a \
+                         .safetensors file in one) holding config.json and safetensors weights"
+                    .into(),
+            });
+        }
         let dir = if path.is_dir() {
             path.to_path_buf()
         } else {
