@@ -23,7 +23,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use inferd_core::kv::{block_key, BlockId, SeqId};
-use inferd_kvstore::{BlockMeta, SpillStore, StoreIdentity};
+use inferd_kvstore::{BlockMeta, Held, SpillStore, StoreIdentity};
 use inferd_runtime::Backend;
 use serde::{Deserialize, Serialize};
 
@@ -174,6 +174,7 @@ fn write_one(
     store: &Mutex<SpillStore>,
     snaps: Option<&Mutex<SpillStore>>,
     view: &Mutex<TierView>,
+    held: &Held,
     throttle: &mut Throttle,
 ) -> bool {
     let mut st = lock(store);
@@ -186,6 +187,13 @@ fn write_one(
         Job::Pin(Kind::Block, keys, pin) => {
             for &k in keys {
                 st.set_pinned(k, *pin);
+            }
+            if *pin {
+                // Pinned now (those on disk): no longer held against evictions.
+                let mut h = held.lock().unwrap_or_else(|e| e.into_inner());
+                for k in keys {
+                    h.remove(k);
+                }
             }
             Ok(())
         }
@@ -277,6 +285,10 @@ pub(crate) struct SpillTier {
     /// thread is past that task the view says whether it is on disk; one the store
     /// evicted or discarded since is written again when next persisted.
     queued: HashMap<(Kind, u64), u64>,
+    /// Keys to be pinned by a job still queued: no eviction takes them meanwhile (writes
+    /// queued before the pin would otherwise evict blocks the view showed on disk, which
+    /// the pinned owner then never writes). Shared with both stores.
+    held: Held,
     /// Blocks and snapshots whose removal is queued: key -> its task's number. Until the
     /// IO thread is past it, the view still shows them, but they are not to be counted on.
     removing: HashMap<(Kind, u64), u64>,
@@ -309,7 +321,9 @@ impl SpillTier {
         // Both stores open without a budget: pins live in memory, so the budget is applied
         // once the pinned contexts' blocks and snapshots are pinned again (`load_records`),
         // or a lowered budget would evict them first.
+        let held = Held::default();
         let mut store = SpillStore::open(&cfg.dir, id, u64::MAX).map_err(|e| e.to_string())?;
+        store.hold_with(held.clone());
         for w in store.take_warnings() {
             warn(w);
         }
@@ -318,6 +332,7 @@ impl SpillTier {
             Some(sid) => {
                 let mut st = SpillStore::open_snapshots(&cfg.dir, sid, u64::MAX)
                     .map_err(|e| e.to_string())?;
+                st.hold_with(held.clone());
                 for w in st.take_warnings() {
                     warn(w);
                 }
@@ -332,6 +347,7 @@ impl SpillTier {
         let s = store.clone();
         let view_io = view.clone();
         let write_delay = cfg.write_delay;
+        let held_io = held.clone();
         let io = std::thread::Builder::new()
             .name("inferd-spill".into())
             .spawn(move || {
@@ -346,7 +362,8 @@ impl SpillTier {
                         }
                         Task::Write(job) => {
                             std::thread::sleep(write_delay);
-                            write_one(&job, &s, snaps_io.as_deref(), &view_io, &mut throttle)
+                            let snaps = snaps_io.as_deref();
+                            write_one(&job, &s, snaps, &view_io, &held_io, &mut throttle)
                         }
                     };
                     let mut v = lock_view(&view_io);
@@ -379,6 +396,7 @@ impl SpillTier {
             io: Some(io),
             sent: 0,
             budget,
+            held,
             queued: HashMap::new(),
             removing: HashMap::new(),
         })
@@ -472,6 +490,11 @@ impl SpillTier {
     /// Pins (or unpins) on disk the blocks keyed `keys` and the snapshots ending at them
     /// (a snapshot is keyed by the block it ends).
     pub(crate) fn pin(&mut self, keys: Vec<u64>, pin: bool) {
+        if pin {
+            // Held from now until the pin runs (after the writes queued before it).
+            let mut h = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            h.extend(keys.iter().copied());
+        }
         if self.snapshots.is_some() {
             self.send(Job::Pin(Kind::Snapshot, keys.clone(), pin));
         }

@@ -685,6 +685,45 @@ fn a_pinned_contexts_blocks_outlive_the_budgets_evictions() {
 }
 
 #[test]
+fn a_block_an_earlier_write_would_evict_stays_for_the_context_pinning_it() {
+    let dir = temp_dir("held");
+    let Some(e) = engine(spill_config(&dir)) else {
+        return;
+    };
+    let per_block = block_on(e.cache_report()).unwrap().bytes_per_block;
+    e.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+    // Room for about four block files, on a slow disk.
+    let small = || {
+        let mut cfg = budget_config(&dir, 4, per_block);
+        if let Some(s) = cfg.spill.as_mut() {
+            s.write_delay = Duration::from_millis(50);
+        }
+        cfg
+    };
+    let e = engine(small()).unwrap();
+    let brief = text(&e, BRIEF);
+    // The brief's blocks on disk, unpinned, the oldest there.
+    block_on(e.create_context(spec("brief", &brief, false))).unwrap();
+    // A session's turn queues writes that need their room...
+    let long: Vec<u32> = prompts(&e.tokenizer, 3).concat();
+    let mut req = GenRequest::greedy(long, MAX_TOKENS);
+    req.session = Some("s".into());
+    run_one(&e, req);
+    // ...and, before they are done, a context pins the brief's blocks: they stay.
+    let made = block_on(e.create_context(spec("pinned", &brief, true))).unwrap();
+    assert_eq!(made.persisted, Some(true));
+    e.shutdown();
+    let e = engine(small()).unwrap();
+    assert_eq!(
+        block_on(e.context("pinned")).unwrap().resident_tokens,
+        brief.len()
+    );
+    e.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_lowered_budget_at_restart_keeps_the_pinned_contexts_blocks() {
     let dir = temp_dir("lowered");
     let Some(e) = engine(spill_config(&dir)) else {

@@ -92,9 +92,9 @@ impl Index {
         }
     }
 
-    /// The least recently used unpinned block.
-    pub(crate) fn oldest_unpinned(&self) -> Option<u64> {
-        self.lru.values().next().copied()
+    /// The least recently used unpinned block that `may_go` lets go.
+    pub(crate) fn oldest_unpinned(&self, may_go: impl Fn(u64) -> bool) -> Option<u64> {
+        self.lru.values().copied().find(|&k| may_go(k))
     }
 
     pub(crate) fn contains(&self, key: u64) -> bool {
@@ -147,14 +147,14 @@ mod tests {
             ix.insert(meta(k), 10);
         }
         assert_eq!(ix.used(), 30);
-        assert_eq!(ix.oldest_unpinned(), Some(1));
+        assert_eq!(ix.oldest_unpinned(|_| true), Some(1));
         ix.touch(1);
-        assert_eq!(ix.oldest_unpinned(), Some(2));
+        assert_eq!(ix.oldest_unpinned(|_| true), Some(2));
         ix.set_pinned(2, true);
-        assert_eq!(ix.oldest_unpinned(), Some(3));
+        assert_eq!(ix.oldest_unpinned(|_| true), Some(3));
         assert_eq!(ix.pinned_bytes(), 10);
         ix.set_pinned(2, false);
-        assert_eq!(ix.oldest_unpinned(), Some(2));
+        assert_eq!(ix.oldest_unpinned(|_| true), Some(2));
         assert_eq!(ix.remove(2), Some(10));
         assert_eq!(ix.remove(2), None);
         assert_eq!((ix.used(), ix.pinned_bytes(), ix.len()), (20, 0, 2));
@@ -162,6 +162,6 @@ mod tests {
         ix.set_pinned(3, true);
         ix.touch(3);
         ix.set_pinned(3, false);
-        assert_eq!(ix.oldest_unpinned(), Some(1));
+        assert_eq!(ix.oldest_unpinned(|_| true), Some(1));
     }
 }

@@ -82,4 +82,4 @@ pub use identity::{StoreIdentity, MAX_IDENTITY_STR};
 pub use lock::FileLock;
 pub use names::{MAX_RECORD_ID_BYTES, MAX_RECORD_KIND};
 pub use record_file::MAX_RECORD_BYTES;
-pub use store::SpillStore;
+pub use store::{Held, SpillStore};

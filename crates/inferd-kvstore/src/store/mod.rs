@@ -20,6 +20,9 @@ use crate::index::Index;
 use crate::names;
 use crate::warnings::Warnings;
 
+/// A set of keys shared with the store's caller: see [`SpillStore::hold_with`].
+pub type Held = std::sync::Arc<std::sync::Mutex<std::collections::HashSet<u64>>>;
+
 /// The SSD tier for KV blocks of one model and KV layout.
 ///
 /// Owned by one thread of one process (the engine thread). It holds an exclusive
@@ -42,6 +45,9 @@ pub struct SpillStore {
     /// last warning went out (one a minute).
     full_evictions: (usize, u64),
     full_warned: Option<std::time::Instant>,
+    /// Keys no eviction may take while they are in the set (the caller's: blocks about to
+    /// be pinned by a job still queued behind the writes that would evict them).
+    held: Option<Held>,
     /// `<store dir>/<identity hash>.<kind>.lock`, locked exclusively while the store is
     /// open (released when the file closes, also when the process dies).
     _lock: crate::lock::FileLock,
@@ -129,7 +135,7 @@ impl SpillStore {
     pub(crate) fn free_disk(&mut self, file_len: u64) -> bool {
         let (mut blocks, mut bytes) = (0usize, 0u64);
         while bytes < 2 * file_len {
-            let Some(victim) = self.index.oldest_unpinned() else {
+            let Some(victim) = self.victim() else {
                 break;
             };
             bytes += self.index.remove(victim).unwrap_or(0);
@@ -314,6 +320,22 @@ impl SpillStore {
         self.warnings.take()
     }
 
+    /// Evictions skip the keys in `held` (a set the caller fills and empties).
+    pub fn hold_with(&mut self, held: Held) {
+        self.held = Some(held);
+    }
+
+    /// The least recently used unpinned block that is not held.
+    fn victim(&self) -> Option<u64> {
+        match &self.held {
+            None => self.index.oldest_unpinned(|_| true),
+            Some(h) => {
+                let h = h.lock().unwrap_or_else(|e| e.into_inner());
+                self.index.oldest_unpinned(|k| !h.contains(&k))
+            }
+        }
+    }
+
     fn block_path(&self, key: u64) -> PathBuf {
         self.dir.join(names::blob_name(self.kind, key))
     }
@@ -337,7 +359,7 @@ impl SpillStore {
             return Err(no_room(self));
         }
         while self.index.used() + file_len > self.budget {
-            let Some(victim) = self.index.oldest_unpinned() else {
+            let Some(victim) = self.victim() else {
                 return Err(no_room(self));
             };
             self.remove(victim);
@@ -348,7 +370,7 @@ impl SpillStore {
     /// Evicts unpinned blocks, oldest first, while over budget.
     fn enforce_budget(&mut self) {
         while self.index.used() > self.budget {
-            let Some(victim) = self.index.oldest_unpinned() else {
+            let Some(victim) = self.victim() else {
                 break;
             };
             self.remove(victim);

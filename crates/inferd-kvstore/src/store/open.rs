@@ -87,6 +87,7 @@ impl SpillStore {
             warnings: Warnings::default(),
             full_evictions: (0, 0),
             full_warned: None,
+            held: None,
             _lock: lock,
         };
         if let Some(e) = full {
