@@ -175,8 +175,8 @@ impl<B: Backend> Engine<B> {
             self.kvm.free(owner);
         }
         self.memory.contexts.insert(b.id.clone(), e);
-        if let Some(old) = replaced.filter(|_| !self.is_lost()) {
-            self.drop_on_disk(&old); // after the new one is in: what it shares stays
+        if let Some(old) = replaced {
+            self.drop_on_disk(&old.tokens); // after the new one is in: what it shares stays
         }
         self.enforce_record_budget();
         if let Some(why) = self.lost() {
@@ -317,7 +317,7 @@ impl<B: Backend> Engine<B> {
         if let Some(t) = self.spill.as_mut() {
             t.remove_record(kind, id);
         }
-        self.drop_on_disk(&e);
+        self.drop_on_disk(&e.tokens);
         Ok(())
     }
 
@@ -372,7 +372,7 @@ impl<B: Backend> Engine<B> {
         self.persist(spill::SESSION, &sid, owner, &e);
         // What the previous turn wrote past where this one goes (its partial last block,
         // a branch of an edited history) is its only.
-        self.drop_tokens_on_disk(&before);
+        self.drop_on_disk(&before);
         self.enforce_park_budget();
         self.enforce_record_budget();
     }
@@ -397,7 +397,7 @@ impl<B: Backend> Engine<B> {
             self.kvm.park(e.owner, e.owner, e.tokens.clone());
         }
         self.persist(spill::SESSION, sid, e.owner, &e);
-        self.drop_tokens_on_disk(&before);
+        self.drop_on_disk(&before);
     }
 
     /// Blocks held by pinned contexts.

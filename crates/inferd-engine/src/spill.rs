@@ -690,54 +690,47 @@ impl<B: Backend> Engine<B> {
         if !gone.pinned {
             return;
         }
-        let (root, bs) = (self.kvm.root_key(), self.kvm.block_size());
-        let mut keys: HashSet<u64> = block_keys(root, &gone.tokens, bs).collect();
-        for e in self.memory.contexts.values().filter(|e| e.pinned) {
-            for k in block_keys(root, &e.tokens, bs) {
-                keys.remove(&k);
-            }
-        }
+        let keys = self.keys_held_by_none(&gone.tokens, |e| e.pinned);
         if let Some(tier) = self.spill.as_mut() {
-            tier.pin(keys.into_iter().collect(), false);
+            tier.pin(keys, false);
         }
     }
 
-    /// A context or session forgotten (deleted, replaced or past the records' budget):
-    /// its blocks and snapshots on disk that no other context or session holds are
-    /// removed. Only a named owner's read brings a block back from disk, and a block file
-    /// holds its tokens, so nothing of a deleted context is left there.
-    pub(crate) fn drop_on_disk(&mut self, gone: &Entry) {
-        self.drop_tokens_on_disk(&gone.tokens);
-    }
-
-    /// The block and snapshot files of `tokens` that no context or session holds (the
-    /// entry that held them is gone, or holds other tokens now) are removed.
-    pub(crate) fn drop_tokens_on_disk(&mut self, tokens: &[u32]) {
+    /// Files of `tokens` that no context or session holds any more (its owner was
+    /// deleted, replaced or forgotten past the records' budget, or a session's turn holds
+    /// other tokens now): its blocks and snapshots are removed from disk. Only a named
+    /// owner's read brings a block back from disk, and a block file holds its tokens, so
+    /// nothing of a deleted context is left there.
+    pub(crate) fn drop_on_disk(&mut self, tokens: &[u32]) {
         if self.spill.is_none() || self.is_lost() {
             return;
         }
+        let keys = self.keys_held_by_none(tokens, |_| true);
+        if let Some(tier) = self.spill.as_mut().filter(|_| !keys.is_empty()) {
+            tier.remove(keys);
+        }
+    }
+
+    /// The block keys of `tokens` that no context or session `counts` holds.
+    fn keys_held_by_none(&self, tokens: &[u32], counts: impl Fn(&Entry) -> bool) -> Vec<u64> {
         let (root, bs) = (self.kvm.root_key(), self.kvm.block_size());
         let theirs: HashSet<u64> = block_keys(root, tokens, bs).collect();
-        let mut drop = theirs.clone();
+        let mut left = theirs.clone();
         // Keys chain: another owner shares a block only if it shares every block before
         // it, so only owners with the same first block (compared as tokens, no hashing)
         // are walked, as far as they share.
-        let mine = &tokens[..tokens.len().min(bs)];
-        let owners = self.memory.contexts.values();
-        let same = owners
-            .chain(self.memory.sessions.values())
-            .filter(|e| e.tokens.iter().take(bs).eq(mine.iter()));
-        for e in same {
+        let first = &tokens[..tokens.len().min(bs)];
+        let owners = self
+            .memory
+            .contexts
+            .values()
+            .chain(self.memory.sessions.values());
+        for e in owners.filter(|e| counts(e) && e.tokens.iter().take(bs).eq(first.iter())) {
             for k in block_keys(root, &e.tokens, bs).take_while(|k| theirs.contains(k)) {
-                drop.remove(&k);
-            }
-            if drop.is_empty() {
-                return;
+                left.remove(&k);
             }
         }
-        if let Some(tier) = self.spill.as_mut().filter(|_| !drop.is_empty()) {
-            tier.remove(drop.into_iter().collect());
-        }
+        left.into_iter().collect()
     }
 
     /// At startup: every context and session on disk becomes a named entry again;

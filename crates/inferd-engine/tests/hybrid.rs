@@ -55,6 +55,16 @@ fn prompt(n: usize, seed: u32) -> Vec<u32> {
         .collect()
 }
 
+/// Context `id` of `tokens`.
+fn spec(id: &str, tokens: Vec<u32>, pin: bool) -> ContextSpec {
+    ContextSpec {
+        id: Some(id.into()),
+        tokens,
+        pin,
+        meta: String::new(),
+    }
+}
+
 /// Greedy with the top logprobs of every token, ignoring end of sequence.
 fn req(prompt: Vec<u32>, max_tokens: usize) -> GenRequest {
     let mut r = GenRequest::greedy(prompt, max_tokens);
@@ -188,13 +198,7 @@ fn a_short_prompt_hits_after_two_blocks() {
 fn requests_continue_a_pinned_context_from_its_snapshot() {
     let e = engine(config());
     let ctx = prompt(50, 5);
-    block_on(e.create_context(ContextSpec {
-        id: Some("brief".into()),
-        tokens: ctx.clone(),
-        pin: true,
-        meta: String::new(),
-    }))
-    .unwrap();
+    block_on(e.create_context(spec("brief", ctx.clone(), true))).unwrap();
     let report = block_on(e.cache_report()).unwrap();
     assert_eq!(
         report.snapshots_pinned, 1,
@@ -316,20 +320,14 @@ fn a_pinned_contexts_snapshot_outlives_the_budgets_evictions() {
         }
         cfg
     };
-    let ctx = |id: &str, tokens: Vec<u32>, pin: bool| ContextSpec {
-        id: Some(id.into()),
-        tokens,
-        pin,
-        meta: String::new(),
-    };
     let e = engine(small());
     let brief = prompt(50, 5);
-    let made = block_on(e.create_context(ctx("brief", brief.clone(), true))).unwrap();
+    let made = block_on(e.create_context(spec("brief", brief.clone(), true))).unwrap();
     assert_eq!(made.persisted, Some(true));
     // Unpinned contexts written after it: each leaves a snapshot at 48, and the budget
     // evicts the oldest unpinned ones.
     for i in 0..5 {
-        block_on(e.create_context(ctx(&format!("other{i}"), prompt(50, 30 + i), false))).unwrap();
+        block_on(e.create_context(spec(&format!("other{i}"), prompt(50, 30 + i), false))).unwrap();
     }
     let report = block_on(e.cache_report()).unwrap();
     assert!(
@@ -356,13 +354,7 @@ fn a_pinned_contexts_snapshot_outlives_the_budgets_evictions() {
 fn a_deleted_contexts_snapshots_leave_the_disk() {
     let dir = temp_dir("deleted");
     let e = engine(spill_config(&dir));
-    let made = ContextSpec {
-        id: Some("brief".into()),
-        tokens: prompt(50, 5),
-        pin: true,
-        meta: String::new(),
-    };
-    block_on(e.create_context(made)).unwrap();
+    block_on(e.create_context(spec("brief", prompt(50, 5), true))).unwrap();
     assert_eq!(walk(&dir, "kvs"), 1, "the snapshot at 48");
     block_on(e.delete_context("brief")).unwrap();
     assert_eq!(walk(&dir, "kvs"), 0);
@@ -478,14 +470,7 @@ fn pinning_counts_state_slots_too() {
         state_fraction: (r.bytes_per_snapshot * 4) as f64 / budget as f64 + 1e-9,
         ..config()
     });
-    let pin = |id: &str, seed| {
-        block_on(e.create_context(ContextSpec {
-            id: Some(id.into()),
-            tokens: prompt(20, seed),
-            pin: true,
-            meta: String::new(),
-        }))
-    };
+    let pin = |id: &str, seed| block_on(e.create_context(spec(id, prompt(20, seed), true)));
     assert!(pin("a", 60).is_ok());
     assert!(pin("b", 61).is_ok());
     let err = pin("c", 62).unwrap_err();

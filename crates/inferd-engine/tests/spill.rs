@@ -170,6 +170,16 @@ fn a_context_deleted_and_made_again_at_once_keeps_its_files() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Stops `e` (finishing its writes), starts an engine with `cfg` on the same disk, and
+/// returns how many tokens of context `id` it read back.
+fn resident_after_restart(e: EngineHandle, cfg: EngineConfig, id: &str) -> usize {
+    e.shutdown();
+    let e = engine(cfg).unwrap();
+    let n = block_on(e.context(id)).unwrap().resident_tokens;
+    e.shutdown();
+    n
+}
+
 /// Both futures' outputs, polled in turn (`a` first).
 async fn join<A: Future, B: Future>(a: A, b: B) -> (A::Output, B::Output) {
     let (mut a, mut b) = (std::pin::pin!(a), std::pin::pin!(b));
@@ -225,13 +235,10 @@ fn a_deleted_contexts_block_files_go_unless_another_holds_them() {
     block_on(e.create_context(spec("c", &longer, true))).unwrap();
     block_on(e.create_context(spec("c", &brief, true))).unwrap();
     assert_eq!(block_files(&dir).len(), blocks(brief.len()));
-    e.shutdown();
-    let e = engine(spill_config(&dir)).unwrap();
     assert_eq!(
-        block_on(e.context("c")).unwrap().resident_tokens,
+        resident_after_restart(e, spill_config(&dir), "c"),
         brief.len()
     );
-    e.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -639,10 +646,11 @@ fn a_context_read_back_short_is_made_whole_by_the_next_request_on_it() {
     let again = run_one(&e, GenRequest::greedy(prompt.clone(), MAX_TOKENS));
     assert_eq!(again.tokens, alone.tokens);
     assert!(again.cached_tokens >= full, "{}", again.cached_tokens);
-    e.shutdown();
-    let e = engine(spill_config(&dir)).unwrap();
-    assert_eq!(ctx(&e).resident_tokens, full, "whole on disk again");
-    e.shutdown();
+    assert_eq!(
+        resident_after_restart(e, spill_config(&dir), "review"),
+        full,
+        "whole on disk again"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -676,11 +684,11 @@ fn a_pinned_contexts_blocks_outlive_the_budgets_evictions() {
     }
     let report = block_on(e.cache_report()).unwrap();
     assert!(report.blocks_spilled <= 6, "{}", report.blocks_spilled);
-    e.shutdown();
-    let e = engine(small()).unwrap();
-    let ctx = block_on(e.context("review")).unwrap();
-    assert_eq!(ctx.resident_tokens, brief.len(), "read back whole");
-    e.shutdown();
+    assert_eq!(
+        resident_after_restart(e, small(), "review"),
+        brief.len(),
+        "read back whole"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -713,13 +721,7 @@ fn a_block_an_earlier_write_would_evict_stays_for_the_context_pinning_it() {
     // ...and, before they are done, a context pins the brief's blocks: they stay.
     let made = block_on(e.create_context(spec("pinned", &brief, true))).unwrap();
     assert_eq!(made.persisted, Some(true));
-    e.shutdown();
-    let e = engine(small()).unwrap();
-    assert_eq!(
-        block_on(e.context("pinned")).unwrap().resident_tokens,
-        brief.len()
-    );
-    e.shutdown();
+    assert_eq!(resident_after_restart(e, small(), "pinned"), brief.len());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -81,27 +81,8 @@ pub fn bounded_opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::
 pub fn bounded_map<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<Map<String, Value>>, D::Error> {
-    match bounded(d)? {
-        Value::Null => Ok(None),
-        Value::Object(m) => Ok(Some(m)),
-        other => Err(de::Error::invalid_type(unexpected(&other), &"a map")),
-    }
-}
-
-fn unexpected(v: &Value) -> de::Unexpected<'_> {
-    match v {
-        Value::Null => de::Unexpected::Unit,
-        Value::Bool(b) => de::Unexpected::Bool(*b),
-        Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
-            (Some(u), _, _) => de::Unexpected::Unsigned(u),
-            (_, Some(i), _) => de::Unexpected::Signed(i),
-            (_, _, Some(f)) => de::Unexpected::Float(f),
-            _ => de::Unexpected::Other("number"),
-        },
-        Value::String(s) => de::Unexpected::Str(s),
-        Value::Array(_) => de::Unexpected::Seq,
-        Value::Object(_) => de::Unexpected::Map,
-    }
+    // serde_json's own conversion says what is wrong with anything but an object.
+    serde_json::from_value(bounded(d)?).map_err(de::Error::custom)
 }
 
 struct TreeVisitor;

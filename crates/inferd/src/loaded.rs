@@ -44,7 +44,7 @@ impl<B: Backend> Loaded<B> {
                 let tok = Tokenizer::from_tokenizer_json(&json)?;
                 let cfg = dir.join("tokenizer_config.json");
                 let tpl = if cfg.exists() {
-                    ChatTemplate::from_tokenizer_config_if_any(&cfg)?
+                    ChatTemplate::from_tokenizer_config(&cfg)?
                 } else {
                     None
                 };

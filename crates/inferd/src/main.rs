@@ -15,8 +15,7 @@ use clap::{Parser, Subcommand};
 )]
 struct Cli {
     /// Worker threads for compute (default: all cores).
-    #[arg(long, global = true, env = "INFERD_THREADS",
-          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
+    #[arg(long, global = true, env = "INFERD_THREADS", value_parser = cmd::sizes(1..=1024))]
     threads: Option<usize>,
     #[command(subcommand)]
     command: Command,

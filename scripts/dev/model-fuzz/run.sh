@@ -8,7 +8,7 @@
 #
 #   bash scripts/dev/model-fuzz/run.sh [BINARY]     (default target/release/inferd)
 #
-# Needs about 26 GB free under $FUZZ_WORK (default /tmp/inferd-model-fuzz) and SmolLM2
+# Needs about 22 GB free under $FUZZ_WORK (default /tmp/inferd-model-fuzz) and SmolLM2
 # pulled (`inferd pull smollm2-135m-instruct`); about 5 minutes on 2 cores. Each case's
 # outcome is a JSON line in $FUZZ_WORK/results.jsonl, its output in $FUZZ_WORK/logs/.
 set -euo pipefail

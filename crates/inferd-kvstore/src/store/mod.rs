@@ -47,7 +47,7 @@ pub struct SpillStore {
     full_warned: Option<std::time::Instant>,
     /// Keys no eviction may take while they are in the set (the caller's: blocks about to
     /// be pinned by a job still queued behind the writes that would evict them).
-    held: Option<Held>,
+    held: Held,
     /// `<store dir>/<identity hash>.<kind>.lock`, locked exclusively while the store is
     /// open (released when the file closes, also when the process dies).
     _lock: crate::lock::FileLock,
@@ -322,18 +322,13 @@ impl SpillStore {
 
     /// Evictions skip the keys in `held` (a set the caller fills and empties).
     pub fn hold_with(&mut self, held: Held) {
-        self.held = Some(held);
+        self.held = held;
     }
 
     /// The least recently used unpinned block that is not held.
     fn victim(&self) -> Option<u64> {
-        match &self.held {
-            None => self.index.oldest_unpinned(|_| true),
-            Some(h) => {
-                let h = h.lock().unwrap_or_else(|e| e.into_inner());
-                self.index.oldest_unpinned(|k| !h.contains(&k))
-            }
-        }
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        self.index.oldest_unpinned(|k| !held.contains(&k))
     }
 
     fn block_path(&self, key: u64) -> PathBuf {

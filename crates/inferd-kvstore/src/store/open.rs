@@ -7,7 +7,7 @@ use std::io;
 use std::path::Path;
 use std::time::SystemTime;
 
-use super::SpillStore;
+use super::{Held, SpillStore};
 use crate::atomic;
 use crate::block_file::{self, BlobKind, BlockMeta};
 use crate::codec::ReadFailure;
@@ -87,7 +87,7 @@ impl SpillStore {
             warnings: Warnings::default(),
             full_evictions: (0, 0),
             full_warned: None,
-            held: None,
+            held: Held::default(),
             _lock: lock,
         };
         if let Some(e) = full {

@@ -122,19 +122,9 @@ impl ChatTemplate {
         })
     }
 
-    /// Loads `chat_template` and bos/eos names from an HF tokenizer_config.json.
-    pub fn from_tokenizer_config(path: &Path) -> Result<Self, TextError> {
-        Self::from_tokenizer_config_if_any(path)?.ok_or_else(|| {
-            TextError::TemplateConfig(format!(
-                "{} has no chat_template (and there is no chat_template.jinja next to it)",
-                path.display()
-            ))
-        })
-    }
-
-    /// As [`from_tokenizer_config`](Self::from_tokenizer_config), `None` when the file
-    /// (and the directory) holds no template.
-    pub fn from_tokenizer_config_if_any(path: &Path) -> Result<Option<Self>, TextError> {
+    /// Loads `chat_template` and bos/eos names from an HF tokenizer_config.json; `None`
+    /// when the file (and `chat_template.jinja` beside it) holds no template.
+    pub fn from_tokenizer_config(path: &Path) -> Result<Option<Self>, TextError> {
         let cfg = TemplateConfig::read(path)?;
         if cfg.templates.is_empty() {
             return Ok(None);

@@ -142,7 +142,7 @@ fn named_templates_pick_tool_use_when_tools_are_given() {
         ]
     });
     std::fs::write(&path, cfg.to_string()).unwrap();
-    let tmpl = ChatTemplate::from_tokenizer_config(&path).unwrap();
+    let tmpl = ChatTemplate::from_tokenizer_config(&path).unwrap().unwrap();
     let msgs = json!([]);
     let tools = json!([{"type": "function"}]);
     let mut input = ChatInput::new(&msgs);
@@ -152,9 +152,11 @@ fn named_templates_pick_tool_use_when_tools_are_given() {
 
     // No chat_template in the config: chat_template.jinja next to it.
     std::fs::write(&path, json!({"eos_token": "</s>"}).to_string()).unwrap();
-    assert!(ChatTemplate::from_tokenizer_config(&path).is_err());
+    assert!(ChatTemplate::from_tokenizer_config(&path)
+        .unwrap()
+        .is_none());
     std::fs::write(dir.join("chat_template.jinja"), "J{{ eos_token }}").unwrap();
-    let tmpl = ChatTemplate::from_tokenizer_config(&path).unwrap();
+    let tmpl = ChatTemplate::from_tokenizer_config(&path).unwrap().unwrap();
     assert_eq!(tmpl.render(&ChatInput::new(&msgs)).unwrap(), "J</s>");
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -189,7 +191,9 @@ fn qwen3_tokenizer_config_template_is_the_fixture() {
     let Some(dir) = qwen3_tokenizer_dir() else {
         return;
     };
-    let tmpl = ChatTemplate::from_tokenizer_config(&dir.join("tokenizer_config.json")).unwrap();
+    let tmpl = ChatTemplate::from_tokenizer_config(&dir.join("tokenizer_config.json"))
+        .unwrap()
+        .unwrap();
     assert_eq!(tmpl.eos_token(), Some("<|im_end|>"));
     assert_eq!(tmpl.bos_token(), None);
     check_fixture(&tmpl, &fixture_json("chat_qwen3.json"));

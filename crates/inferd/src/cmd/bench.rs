@@ -58,7 +58,7 @@ struct SoakArgs {
     #[command(flatten)]
     common: Common,
     /// Concurrent clients.
-    #[arg(long, short = 'n', default_value_t = 64, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=100_000))]
+    #[arg(long, short = 'n', default_value_t = 64, value_parser = super::sizes(0..=100_000))]
     clients: usize,
     /// How long, in seconds.
     #[arg(long, default_value_t = 120)]
@@ -115,13 +115,13 @@ struct ArrivalsArgs {
     #[command(flatten)]
     common: Common,
     /// Agents (requests) in all.
-    #[arg(long, short = 'n', default_value_t = 16, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=100_000))]
+    #[arg(long, short = 'n', default_value_t = 16, value_parser = super::sizes(0..=100_000))]
     agents: usize,
     /// Mean arrivals per second (exponential gaps, seeded by --seed).
     #[arg(long, default_value_t = 2.0)]
     rate: f64,
     /// Each agent's prompt, in tokens.
-    #[arg(long, short = 'c', default_value_t = 512, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=1 << 22))]
+    #[arg(long, short = 'c', default_value_t = 512, value_parser = super::sizes(0..=1 << 22))]
     context: usize,
     /// Tokens per reply (max_tokens).
     #[arg(long, short = 'r', default_value_t = 64, value_parser = clap::value_parser!(u32).range(0..=1 << 20))]
@@ -133,10 +133,10 @@ struct MultiTurnArgs {
     #[command(flatten)]
     common: Common,
     /// Turns of the conversation.
-    #[arg(long, short = 't', default_value_t = 8, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=10_000))]
+    #[arg(long, short = 't', default_value_t = 8, value_parser = super::sizes(0..=10_000))]
     turns: usize,
     /// The turn-0 prompt, in tokens.
-    #[arg(long, short = 'c', default_value_t = 2048, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=1 << 22))]
+    #[arg(long, short = 'c', default_value_t = 2048, value_parser = super::sizes(0..=1 << 22))]
     context: usize,
     /// Tokens per reply (max_tokens).
     #[arg(long, short = 'r', default_value_t = 64, value_parser = clap::value_parser!(u32).range(0..=1 << 20))]
@@ -152,13 +152,13 @@ struct ForkedArgs {
     #[command(flatten)]
     common: Common,
     /// The shared brief, in tokens.
-    #[arg(long, short = 'b', default_value_t = 4096, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=1 << 22))]
+    #[arg(long, short = 'b', default_value_t = 4096, value_parser = super::sizes(0..=1 << 22))]
     brief: usize,
     /// Agents released together after the brief.
-    #[arg(long, short = 'n', default_value_t = 8, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=100_000))]
+    #[arg(long, short = 'n', default_value_t = 8, value_parser = super::sizes(0..=100_000))]
     agents: usize,
     /// Each agent's own suffix after the brief, in tokens.
-    #[arg(long, short = 's', default_value_t = 64, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=1 << 22))]
+    #[arg(long, short = 's', default_value_t = 64, value_parser = super::sizes(0..=1 << 22))]
     suffix: usize,
     /// Tokens per agent reply (max_tokens).
     #[arg(long, short = 'r', default_value_t = 64, value_parser = clap::value_parser!(u32).range(0..=1 << 20))]
@@ -175,16 +175,16 @@ struct ResumeArgs {
     #[command(flatten)]
     common: Common,
     /// Agents (each sends turn 0, then returns with turn 1).
-    #[arg(long, short = 'n', default_value_t = 4, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=100_000))]
+    #[arg(long, short = 'n', default_value_t = 4, value_parser = super::sizes(0..=100_000))]
     agents: usize,
     /// Each agent's (and filler request's) turn-0 prompt, in tokens.
-    #[arg(long, short = 'c', default_value_t = 2048, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=1 << 22))]
+    #[arg(long, short = 'c', default_value_t = 2048, value_parser = super::sizes(0..=1 << 22))]
     context: usize,
     /// Tokens per reply (max_tokens), the filler's included.
     #[arg(long, short = 'r', default_value_t = 64, value_parser = clap::value_parser!(u32).range(0..=1 << 20))]
     reply: u32,
     /// Unrelated requests (distinct contexts, N at a time) between turn 0 and the return.
-    #[arg(long, short = 'f', default_value_t = 16, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=1 << 22))]
+    #[arg(long, short = 'f', default_value_t = 16, value_parser = super::sizes(0..=1 << 22))]
     filler: usize,
     /// Each agent sends inferd's "inferd": {"session": ID} (the filler does not; fails
     /// against servers without inferd's extensions).
@@ -254,13 +254,13 @@ struct FleetArgs {
     #[command(flatten)]
     common: Common,
     /// Agents released together.
-    #[arg(long, short = 'n', default_value_t = 4, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=100_000))]
+    #[arg(long, short = 'n', default_value_t = 4, value_parser = super::sizes(0..=100_000))]
     agents: usize,
     /// Each agent's turn-0 prompt, in the server's tokens.
-    #[arg(long, short = 'c', default_value_t = 512, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=1 << 22))]
+    #[arg(long, short = 'c', default_value_t = 512, value_parser = super::sizes(0..=1 << 22))]
     context: usize,
     /// Turns per agent (turn k+1 appends the reply and a short user message).
-    #[arg(long, short = 't', default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=10_000))]
+    #[arg(long, short = 't', default_value_t = 1, value_parser = super::sizes(0..=10_000))]
     turns: usize,
     /// Tokens per reply (max_tokens).
     #[arg(long, short = 'r', default_value_t = 64, value_parser = clap::value_parser!(u32).range(0..=1 << 20))]
@@ -293,16 +293,16 @@ struct StallArgs {
     #[command(flatten)]
     common: Common,
     /// Decoding agents (0: none, with --short).
-    #[arg(long, short = 'n', default_value_t = 8, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=100_000))]
+    #[arg(long, short = 'n', default_value_t = 8, value_parser = super::sizes(0..=100_000))]
     agents: usize,
     /// Each decoding agent's prompt, in tokens.
-    #[arg(long, short = 'c', default_value_t = 128, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=1 << 22))]
+    #[arg(long, short = 'c', default_value_t = 128, value_parser = super::sizes(0..=1 << 22))]
     context: usize,
     /// Short requests sent after the long prompt (their TTFT: do they wait for its prefill?).
-    #[arg(long, default_value_t = 0, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=100_000))]
+    #[arg(long, default_value_t = 0, value_parser = super::sizes(0..=100_000))]
     short: usize,
     /// The short requests' prompt, in tokens.
-    #[arg(long, default_value_t = 16, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=1 << 22))]
+    #[arg(long, default_value_t = 16, value_parser = super::sizes(0..=1 << 22))]
     short_prompt: usize,
     /// Milliseconds after the long prompt the short requests are sent.
     #[arg(long, default_value_t = 3000)]

@@ -63,20 +63,20 @@ pub struct Args {
     #[arg(long)]
     max_context: Option<usize>,
     /// Requests waiting for admission before new ones get 429.
-    #[arg(long, value_parser = sizes(1..=1_000_000))]
+    #[arg(long, value_parser = super::sizes(1..=1_000_000))]
     max_queue: Option<usize>,
     /// Seconds a request may wait for admission before it gets a 503 (0: no limit).
     #[arg(long, default_value_t = inferd_engine::DEFAULT_QUEUE_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(0..=604_800))]
     queue_timeout: u64,
     /// Tokens per forward pass (decodes and prefill chunks together; default 512, 8192 on a GPU).
-    #[arg(long, value_parser = sizes(1..=1 << 20))]
+    #[arg(long, value_parser = super::sizes(1..=1 << 20))]
     max_batch_tokens: Option<usize>,
     /// Prefill tokens per forward pass when nothing is decoding (default 256; 8192 on a GPU).
-    #[arg(long, value_parser = sizes(1..=1 << 20))]
+    #[arg(long, value_parser = super::sizes(1..=1 << 20))]
     max_prefill_tokens: Option<usize>,
     /// Prefill tokens per forward pass while other requests decode (default 128; 4096 on a
     /// GPU): a long prompt is read in slices this size between their tokens.
-    #[arg(long, value_parser = sizes(1..=1 << 20))]
+    #[arg(long, value_parser = super::sizes(1..=1 << 20))]
     max_prefill_tokens_decoding: Option<usize>,
     /// Whether decode rows count against --max-prefill-tokens-decoding, so a pass with a
     /// full prompt slice has exactly that many rows (default false: on an H100 it made 64 x
@@ -84,22 +84,22 @@ pub struct Args {
     #[arg(long)]
     decodes_in_prefill_slice: Option<bool>,
     /// Sequences generating at once.
-    #[arg(long, value_parser = sizes(1..=4096))]
+    #[arg(long, value_parser = super::sizes(1..=4096))]
     max_running: Option<usize>,
     /// Waiting requests considered for admission each forward pass (default 8 on the CPU,
     /// 64 on a GPU). Agents arriving together with short new prompts are admitted this
     /// many a pass.
-    #[arg(long, value_parser = sizes(1..=4096))]
+    #[arg(long, value_parser = super::sizes(1..=4096))]
     lookahead: Option<usize>,
     /// Tokens per KV block.
-    #[arg(long, value_parser = sizes(1..=1024))]
+    #[arg(long, value_parser = super::sizes(1..=1024))]
     block_size: Option<usize>,
     /// Largest request body, e.g. 4M (default 4 MiB).
     #[arg(long)]
     max_body: Option<String>,
     /// Connections open at once (default 1024, or half the descriptor limit if lower);
     /// past it new connections wait in the backlog.
-    #[arg(long, value_parser = sizes(1..=65_536))]
+    #[arg(long, value_parser = super::sizes(1..=65_536))]
     max_connections: Option<usize>,
     /// Seconds a client has to send a request's headers, also between requests on a
     /// kept-alive connection (idle connections are closed after it).
@@ -113,7 +113,7 @@ pub struct Args {
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     write_timeout: u64,
     /// Largest max_tokens a request may get (larger asks are clamped).
-    #[arg(long, value_parser = sizes(1..=1 << 24))]
+    #[arg(long, value_parser = super::sizes(1..=1 << 24))]
     max_tokens_cap: Option<usize>,
     /// Skip the warm-up pass at start.
     #[arg(long)]
@@ -147,7 +147,7 @@ pub struct Args {
     arrival_wait_ms: Option<u64>,
     /// Threads computing a step's grammar masks (JSON Schema, tool calls): default one on
     /// the CPU, half the cores up to 8 on a GPU.
-    #[arg(long, value_parser = sizes(1..=256))]
+    #[arg(long, value_parser = super::sizes(1..=256))]
     mask_threads: Option<usize>,
     /// Speculative decoding with copy drafts: a decode also checks the tokens that
     /// followed the latest earlier occurrence of its last few tokens (in its prompt or
@@ -202,11 +202,6 @@ pub struct Args {
     /// How the model writes tool calls (default: detected from its chat template).
     #[arg(long, value_parser = ["hermes", "qwen", "llama3_json", "llama3"])]
     tool_syntax: Option<String>,
-}
-
-/// A `usize` flag within `range` (clap says which values it takes).
-fn sizes(range: std::ops::RangeInclusive<u64>) -> clap::builder::RangedU64ValueParser<usize> {
-    clap::builder::RangedU64ValueParser::new().range(range)
 }
 
 /// `2G`, `512k`, `1000` -> bytes.
