@@ -245,6 +245,74 @@ fn killed_servers_and_killed_stops_leave_nothing_behind() {
     let _ = std::fs::remove_dir_all(&state);
 }
 
+/// While a stopped server finishes a running request its listener is closed: `status`
+/// says it is stopping instead of failing to connect.
+#[test]
+fn status_while_draining_says_stopping() {
+    if !smollm2_present() {
+        return;
+    }
+    let state = fresh_state("draining");
+    let (o, port) = start_on_a_free_port(&state);
+    assert!(o.status.success(), "start failed: {}", text(&o));
+    let pid = server_pid(&state);
+    // A reply long enough to outlast the checks below.
+    let addr = format!("127.0.0.1:{port}");
+    let long = {
+        let addr = addr.clone();
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            let body = r#"{"prompt": "Once upon a time", "max_tokens": 1000, "ignore_eos": true}"#;
+            let mut s = std::net::TcpStream::connect(&addr).unwrap();
+            write!(
+                s,
+                "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            let mut reply = String::new();
+            let _ = s.read_to_string(&mut reply);
+        })
+    };
+    let t0 = std::time::Instant::now();
+    loop {
+        let o = inferd(&state, &["status", "--json"]);
+        let h: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        if h["running"].as_u64() == Some(1) {
+            break;
+        }
+        assert!(
+            t0.elapsed().as_secs() < 30,
+            "the request never ran: {}",
+            text(&o)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let t0 = std::time::Instant::now();
+    loop {
+        let o = inferd(&state, &["status"]);
+        let t = text(&o);
+        if t.contains("stopping") {
+            assert!(o.status.success(), "{t}");
+            break;
+        }
+        assert!(
+            t0.elapsed().as_secs() < 10,
+            "status never said stopping: {t}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(alive(pid), "the server should still be draining");
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    assert!(wait_gone(pid, 10));
+    long.join().unwrap();
+    let o = inferd(&state, &["status"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(&state);
+}
+
 /// The GPU's kernel choices are refused by name on any machine, before a model is read.
 #[test]
 fn gpu_kernel_flags_take_only_their_values() {

@@ -4,7 +4,8 @@
 //! (its own session, output to `<state>/inferd.log`) that inherits the lock, records it
 //! in `<state>/inferd.pid`, and waits until it answers `/health`. The server itself
 //! writes `<state>/server.json` (pid, address, model) once it listens, through
-//! `INFERD_STATE_FILE`, and removes its files when it exits. `status` reads that file
+//! `INFERD_STATE_FILE`, marks it `stopping` when a signal closes its listener, and
+//! removes its files when it exits. `status` reads that file
 //! and asks the server for its live figures; `stop` sends SIGTERM (the server drains
 //! running requests) and waits for the process to exit. Neither believes a pid file
 //! the lock and the process's start time do not confirm ([`super::instance`]).
@@ -276,6 +277,14 @@ pub fn status(a: StatusArgs) -> Result<()> {
         println!("inferd (pid {pid}) is starting; log: {}", p.log.display());
         return Ok(());
     };
+    if info.as_ref().is_some_and(|v| v["stopping"] == true) {
+        // Its listener is closed: nothing to ask.
+        println!(
+            "inferd is stopping (pid {pid}): finishing running requests, taking no new \
+             ones; `inferd stop --force` ends it now"
+        );
+        return Ok(());
+    }
     let (code, body) = http_get(&addr, "/health", Duration::from_secs(5))
         .with_context(|| format!("asking the server at {addr} (pid {pid})"))?;
     if a.json {

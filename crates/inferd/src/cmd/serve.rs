@@ -450,7 +450,7 @@ pub fn run(a: Args) -> Result<()> {
             ..Default::default()
         };
         let state = AppState::new(engine.clone(), template, cfg);
-        write_state_file(bound, &name)?;
+        write_state_file(bound, &name, false)?;
         println!("inferd listening on http://{bound} (model {name})");
         // A lost device (a fatal GPU error) stops the engine, which failed every request
         // it held: the server stops too, and exits with an error for a supervisor to start
@@ -464,6 +464,10 @@ pub fn run(a: Args) -> Result<()> {
                 why = watched.failed() => {
                     eprintln!("inferd: stopping: the device failed ({why})");
                 }
+            }
+            // The listener closes now: `inferd status` learns why from the file.
+            if let Err(e) = write_state_file(bound, &name, true) {
+                eprintln!("inferd: {e:#}");
             }
             tokio::spawn(async {
                 inferd_server::shutdown_signal().await;
@@ -601,7 +605,8 @@ fn start_engine(
 }
 
 /// `INFERD_STATE_FILE`: where `inferd start` expects `{"pid", "addr", "model"}`.
-fn write_state_file(addr: SocketAddr, model: &str) -> Result<()> {
+/// `stopping`: the server has closed its listener and is finishing running requests.
+fn write_state_file(addr: SocketAddr, model: &str, stopping: bool) -> Result<()> {
     let Some(path) = std::env::var_os("INFERD_STATE_FILE") else {
         return Ok(());
     };
@@ -609,6 +614,7 @@ fn write_state_file(addr: SocketAddr, model: &str) -> Result<()> {
         "pid": std::process::id(),
         "addr": addr.to_string(),
         "model": model,
+        "stopping": stopping,
     });
     // Written whole then renamed, so a reader never sees half a file.
     let path = std::path::PathBuf::from(path);
