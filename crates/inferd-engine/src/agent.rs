@@ -293,8 +293,26 @@ impl<B: Backend> Engine<B> {
         self.forget(spill::CONTEXT, id)
     }
 
+    /// Drops a session, and the session of its turns still running or waiting: they
+    /// end parking nothing, so a deleted session stays deleted (the Responses API deletes
+    /// the session of a first turn that was never stored, while it may still run).
     pub(crate) fn delete_session(&mut self, id: &str) -> Result<(), MemoryError> {
-        self.forget(spill::SESSION, id)
+        let mut detached = false;
+        let in_flight = self.seqs.values_mut().map(|s| &mut s.session);
+        let waiting = self
+            .loads
+            .values_mut()
+            .flat_map(|l| l.waiting.iter_mut().map(|w| &mut w.req.session));
+        for session in in_flight.chain(waiting) {
+            if session.as_deref() == Some(id) {
+                *session = None;
+                detached = true;
+            }
+        }
+        match self.forget(spill::SESSION, id) {
+            Err(MemoryError::NotFound(_)) if detached => Ok(()),
+            r => r,
+        }
     }
 
     /// Drops a named context or session: its blocks (they stay in the prefix cache in

@@ -154,6 +154,31 @@ fn session_resumes_after_fifty_unrelated_requests_with_all_its_kv() {
     assert!(block_on(e.cache_report()).unwrap().sessions.is_empty());
 }
 
+/// A session deleted while its turn runs stays deleted: the turn ends parking nothing
+/// (the Responses API deletes a first turn's session when its response is never stored).
+#[test]
+fn a_session_deleted_while_its_turn_runs_is_not_parked_again() {
+    let Some(e) = engine(config()) else { return };
+    let mut req = GenRequest::greedy(ask(&e, &brief(&e), "Name one crate."), 64);
+    req.session = Some("gone".into());
+    req.ignore_eos = true;
+    let mut stream = e.submit(req).unwrap();
+    // Its first token: the turn runs.
+    assert!(matches!(
+        stream.next_blocking(),
+        Some(inferd_engine::Event::Delta(_))
+    ));
+    block_on(e.delete_session("gone")).expect("a running turn's session can be deleted");
+    let out = collect(&mut stream);
+    assert_eq!(out.finish, Some(FinishReason::Length));
+    assert!(block_on(e.cache_report()).unwrap().sessions.is_empty());
+    // Nothing else runs in it now: deleting again is a 404.
+    assert!(matches!(
+        block_on(e.delete_session("gone")),
+        Err(MemoryError::NotFound(_))
+    ));
+}
+
 #[test]
 fn idle_records_past_their_budget_are_forgotten_oldest_first() {
     // park_fraction 0: a parked session is released at once, so its record holds no KV.

@@ -1,16 +1,41 @@
 //! One reply's constraint: the grammar's state as tokens are committed, and the mask of
 //! tokens allowed next.
 
+use std::time::Duration;
+
 use llguidance::Matcher;
 use toktrie::SimpleVob;
 
 use crate::GrammarError;
+
+/// The CPU time one mask may take before its reply is failed ([`Grammars`]'s default).
+/// Schemas within [`crate::SchemaLimits`] stay far below it (about 7 ms a mask at 1000
+/// optional properties on SmolLM2's vocabulary); a grammar that still costs more holds
+/// up every sequence of the step it is masked in, once, not for the rest of its reply.
+///
+/// [`Grammars`]: crate::Grammars
+pub const MASK_CPU_LIMIT: Duration = Duration::from_millis(100);
+
+/// CPU time of the calling thread: a mask's cost, whatever else the machine runs.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out pointer; the thread CPU clock exists on every supported OS.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
 
 /// A reply's grammar state. Call [`mask`](Constraint::mask) before sampling and
 /// [`commit`](Constraint::commit) with the chosen token; `Send`, so masks can be
 /// computed on another thread while the model runs.
 pub struct Constraint {
     matcher: Matcher,
+    /// The CPU time one mask may take ([`MASK_CPU_LIMIT`] unless set).
+    mask_cpu_limit: Duration,
 }
 
 impl std::fmt::Debug for Constraint {
@@ -26,6 +51,7 @@ impl Clone for Constraint {
     fn clone(&self) -> Self {
         Constraint {
             matcher: self.matcher.deep_clone(),
+            mask_cpu_limit: self.mask_cpu_limit,
         }
     }
 }
@@ -51,16 +77,30 @@ impl TokenMask {
 }
 
 impl Constraint {
-    pub(crate) fn new(matcher: Matcher) -> Self {
-        Constraint { matcher }
+    pub(crate) fn new(matcher: Matcher, mask_cpu_limit: Duration) -> Self {
+        Constraint {
+            matcher,
+            mask_cpu_limit,
+        }
     }
 
     /// The tokens allowed next. Once the grammar is complete only end-of-sequence ids are.
+    /// A mask that took more CPU time than the limit fails the reply.
     pub fn mask(&mut self) -> Result<TokenMask, GrammarError> {
+        let started = thread_cpu_time();
         let m = self
             .matcher
             .compute_mask_or_eos()
             .map_err(|e| GrammarError::Failed(crate::error::brief(&e.to_string())))?;
+        let took = thread_cpu_time().saturating_sub(started);
+        if took > self.mask_cpu_limit {
+            return Err(GrammarError::Failed(format!(
+                "one token's mask took {:.0} ms of CPU (limit {} ms): the reply's format is \
+                 too costly to enforce",
+                took.as_secs_f64() * 1e3,
+                self.mask_cpu_limit.as_millis()
+            )));
+        }
         if m.is_zero() {
             return Err(GrammarError::Failed(
                 "no token can continue the reply".into(),

@@ -17,6 +17,10 @@ pub enum GrammarError {
 /// The first line of one of llguidance's messages, without the parser state or grammar
 /// text some of them append, and at most 300 bytes: what a client may be shown.
 pub(crate) fn brief(msg: &str) -> String {
+    // An assertion inside llguidance (caught there) says nothing a client can act on.
+    if msg.starts_with("panic") {
+        return "the grammar is larger than the constraint engine can build".into();
+    }
     let mut end = msg.len();
     for cut in ["\n", "<state>", "<grammar>"] {
         if let Some(i) = msg.find(cut) {
@@ -46,5 +50,9 @@ mod tests {
         );
         assert_eq!(brief("bad <grammar>start: x</grammar>"), "bad");
         assert_eq!(brief(&"é".repeat(400)).len(), 300);
+        assert!(
+            brief("panic: assertion failed: grammar.symbols.len() < u16::MAX")
+                .contains("larger than the constraint engine")
+        );
     }
 }

@@ -2,10 +2,12 @@
 //! against it. Built once at start-up; compiling a request's grammar is then a few ms.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use inferd_text::Tokenizer;
 use llguidance::{Matcher, ParserFactory};
 
+use crate::constraint::MASK_CPU_LIMIT;
 use crate::error::brief;
 use crate::limits::SchemaLimits;
 use crate::spec::ReplyFormat;
@@ -17,6 +19,8 @@ use crate::{Constraint, GrammarError};
 pub struct Grammars {
     factory: Arc<ParserFactory>,
     limits: SchemaLimits,
+    /// CPU time one mask of a reply may take ([`MASK_CPU_LIMIT`]).
+    mask_cpu_limit: Duration,
 }
 
 impl std::fmt::Debug for Grammars {
@@ -32,10 +36,22 @@ impl Grammars {
         let mut factory = ParserFactory::new_simple(&env)
             .map_err(|e| GrammarError::Vocab(format!("building the token trie: {e}")))?;
         factory.quiet();
+        // An object's optional properties each put about four items in a parser row, and
+        // llguidance's default bound (2000) fails replies to objects of 500 or more
+        // (SchemaLimits allows 1000) at their first token; 1000 of them cost about 3 ms a
+        // mask on SmolLM2's vocabulary.
+        factory.limits_mut().max_items_in_row = 4 * SchemaLimits::DEFAULT.max_properties + 1000;
         Ok(Grammars {
             factory: Arc::new(factory),
             limits: SchemaLimits::DEFAULT,
+            mask_cpu_limit: MASK_CPU_LIMIT,
         })
+    }
+
+    /// The same, with another bound on one mask's CPU time.
+    pub fn with_mask_cpu_limit(mut self, limit: Duration) -> Self {
+        self.mask_cpu_limit = limit;
+        self
     }
 
     /// A fresh constraint for one reply; an error says what is wrong with the format.
@@ -59,7 +75,7 @@ impl Grammars {
                 ))
             }
         }
-        Ok(Constraint::new(matcher))
+        Ok(Constraint::new(matcher, self.mask_cpu_limit))
     }
 
     /// Logits the model has (the masks' length).

@@ -9,12 +9,13 @@
 
 mod constraint;
 mod error;
+mod forced;
 mod grammars;
 mod limits;
 mod spec;
 pub mod vocab;
 
-pub use constraint::{Constraint, TokenMask};
+pub use constraint::{Constraint, TokenMask, MASK_CPU_LIMIT};
 pub use error::GrammarError;
 pub use grammars::Grammars;
 pub use limits::SchemaLimits;

@@ -6,7 +6,9 @@
 //! walked first, without recursion, and refused with a clear error past
 //! [`SchemaLimits`]. The walk also refuses schemas no finite JSON value can satisfy
 //! through their references (a required property whose schema is the schema itself, a
-//! `$ref` cycle): llguidance would accept those and then never let the reply end.
+//! `$ref` cycle): llguidance would accept those and then never let the reply end. And it
+//! bounds the bytes a schema can force in a row ([`crate::forced`]), which every mask of
+//! the reply would pay for.
 
 use std::collections::HashMap;
 
@@ -25,6 +27,9 @@ pub struct SchemaLimits {
     pub max_depth: usize,
     /// Bytes of keys and strings.
     pub max_text_bytes: usize,
+    /// Bytes one `pattern` (or `patternProperties` key) may force in a row, and the
+    /// longest `const` or `enum` value (as JSON) and property name.
+    pub max_forced_bytes: usize,
 }
 
 impl SchemaLimits {
@@ -35,6 +40,7 @@ impl SchemaLimits {
         max_nodes: 20_000,
         max_depth: 64,
         max_text_bytes: 256 << 10,
+        max_forced_bytes: 1024,
     };
 }
 
@@ -64,9 +70,23 @@ impl Tally {
                 limits.max_text_bytes >> 10
             )))
         };
-        // (value, depth, whether it is the map under a `properties` key)
-        let mut stack: Vec<(&Value, usize, bool)> = vec![(schema, 1, false)];
-        while let Some((v, depth, is_properties)) = stack.pop() {
+        let forces = |what: &str, n: u64| {
+            if n > limits.max_forced_bytes as u64 {
+                Err(GrammarError::Invalid(format!(
+                    "{what} forces {n} bytes in a row; inferd enforces at most {} (each token's \
+                     mask would walk them all)",
+                    limits.max_forced_bytes
+                )))
+            } else {
+                Ok(())
+            }
+        };
+        let pattern = |p: &str| match crate::forced::pattern_run(p) {
+            Some(n) => forces(&format!("the pattern \"{}\"", abbreviate(p)), n),
+            None => Ok(()),
+        };
+        let mut stack: Vec<(&Value, usize, Role)> = vec![(schema, 1, Role::Schema)];
+        while let Some((v, depth, role)) = stack.pop() {
             self.nodes += 1;
             if self.nodes > limits.max_nodes {
                 return too(format!("more than {} JSON values", limits.max_nodes));
@@ -76,9 +96,16 @@ impl Tally {
             }
             match v {
                 Value::String(s) => self.text_bytes += s.len(),
-                Value::Array(items) => stack.extend(items.iter().map(|i| (i, depth + 1, false))),
+                Value::Array(items) => {
+                    let role = if role == Role::Data {
+                        Role::Data
+                    } else {
+                        Role::Schema
+                    };
+                    stack.extend(items.iter().map(|i| (i, depth + 1, role)))
+                }
                 Value::Object(m) => {
-                    if is_properties {
+                    if role == Role::Properties {
                         self.properties += m.len();
                         if self.properties > limits.max_properties {
                             return too(format!("more than {} properties", limits.max_properties));
@@ -86,8 +113,42 @@ impl Tally {
                     }
                     for (k, child) in m {
                         self.text_bytes += k.len();
-                        // A property *named* `properties` is a schema, not a map of them.
-                        stack.push((child, depth + 1, k == "properties" && !is_properties));
+                        let next = match role {
+                            Role::Data => Role::Data,
+                            Role::Properties => {
+                                forces(
+                                    &format!("the property name \"{}\"", abbreviate(k)),
+                                    k.len() as u64,
+                                )?;
+                                Role::Schema
+                            }
+                            Role::PatternProperties => {
+                                pattern(k)?;
+                                Role::Schema
+                            }
+                            Role::Schema => match (k.as_str(), child) {
+                                ("pattern", Value::String(p)) => {
+                                    pattern(p)?;
+                                    Role::Data
+                                }
+                                ("const", c) => {
+                                    forces("a `const` value", json_len(c))?;
+                                    Role::Data
+                                }
+                                ("enum", Value::Array(values)) => {
+                                    for e in values {
+                                        forces("an `enum` value", json_len(e))?;
+                                    }
+                                    Role::Data
+                                }
+                                ("default" | "examples", _) => Role::Data,
+                                // A property *named* `properties` is a schema, not a map of them.
+                                ("properties", _) => Role::Properties,
+                                ("patternProperties", _) => Role::PatternProperties,
+                                _ => Role::Schema,
+                            },
+                        };
+                        stack.push((child, depth + 1, next));
                     }
                 }
                 _ => {}
@@ -107,6 +168,33 @@ impl Tally {
             ));
         }
         Ok(())
+    }
+}
+
+/// What a JSON value of a schema document is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// A schema, or a keyword's value holding schemas.
+    Schema,
+    /// The map under `properties`: names to schemas.
+    Properties,
+    /// The map under `patternProperties`: patterns to schemas.
+    PatternProperties,
+    /// A value that is data, not schema (`const`, `enum`, `default`, `examples`): counted
+    /// in the size, not read as keywords.
+    Data,
+}
+
+/// Bytes of `v` written as JSON (a forced `const` or `enum` value is written so).
+fn json_len(v: &Value) -> u64 {
+    serde_json::to_string(v).map_or(u64::MAX, |s| s.len() as u64)
+}
+
+/// At most 40 characters of `s`, for an error message.
+fn abbreviate(s: &str) -> String {
+    match s.char_indices().nth(40) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s.to_string(),
     }
 }
 
@@ -290,10 +378,51 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("JSON values"), "{e}");
-        let e = check(json!({"type": "string", "pattern": "a".repeat(300 << 10)}))
+        let e = check(json!({"type": "string", "pattern": "[ab]".repeat(80 << 10)}))
             .unwrap_err()
             .to_string();
         assert!(e.contains("KiB of keys and strings"), "{e}");
+    }
+
+    #[test]
+    fn long_forced_runs_are_refused_where_the_schema_makes_them() {
+        let long = "k".repeat(1025);
+        for (s, what) in [
+            (
+                json!({"type": "string", "pattern": "^0{4096}$"}),
+                "the pattern \"^0{4096}$\"",
+            ),
+            (
+                json!({"type": "string", "pattern": "^((ab){100}c){100}$"}),
+                "the pattern",
+            ),
+            (
+                json!({"type": "object", "patternProperties": {"^x{2000}$": {}}}),
+                "the pattern",
+            ),
+            (json!({"const": long}), "a `const` value"),
+            (json!({"const": {"k": "v".repeat(1020)}}), "a `const` value"),
+            (json!({"enum": ["a", long]}), "an `enum` value"),
+            (
+                json!({"type": "object", "properties": {long.clone(): {}}}),
+                "the property name",
+            ),
+        ] {
+            let e = check(s.clone()).unwrap_err().to_string();
+            assert!(e.contains(what) && e.contains("bytes in a row"), "{s}: {e}");
+        }
+        // Within the bound, or where nothing is forced, or in data rather than schema.
+        for s in [
+            json!({"type": "string", "pattern": "^0{1024}$"}),
+            json!({"type": "string", "pattern": "^[a-z0-9]{1,100000}$"}),
+            json!({"type": "string", "pattern": "(unparsed"}),
+            json!({"const": {"pattern": "^0{99999}$"}}),
+            json!({"type": "string", "default": long, "examples": [long]}),
+            json!({"type": "object", "properties": {"pattern": {"type": "string"}}}),
+            json!({"enum": ["k".repeat(1022)]}),
+        ] {
+            check(s.clone()).unwrap_or_else(|e| panic!("{s}: {e}"));
+        }
     }
 
     #[test]

@@ -317,7 +317,7 @@ fn object_with(n: usize) -> Value {
 #[test]
 fn schemas_at_the_limits_compile_and_larger_ones_are_refused() {
     let Some((tok, n)) = smollm2() else { return };
-    let g = Grammars::new(tok, n).unwrap();
+    let g = Grammars::new(tok.clone(), n).unwrap();
     // The largest of each kind inferd accepts compiles on a 2 MiB stack.
     let mut deep = json!({"type": "string"});
     for _ in 0..31 {
@@ -327,6 +327,12 @@ fn schemas_at_the_limits_compile_and_larger_ones_are_refused() {
         let g = g.clone();
         on_small_stack(move || g.compile(&answer(schema)).map(|_| ())).unwrap();
     }
+    // A reply to the widest object goes on past its first token (llguidance's default
+    // bound on a parser row failed it there, after the request was accepted).
+    let mut c = g.compile(&answer(object_with(1000))).unwrap();
+    let reply = r#"{"p0": "a", "p500": "b", "p999": "c"}"#;
+    assert_eq!(first_refused(&mut c, &tok, reply), None);
+    assert!(stops_allowed(&mut c, &tok));
     // 7000 optional properties overflowed the stack inside llguidance; now a clear error
     // long before, whether in the answer or in a tool.
     let e = g.compile(&answer(object_with(7000))).unwrap_err();
@@ -351,6 +357,32 @@ fn schemas_at_the_limits_compile_and_larger_ones_are_refused() {
         .unwrap_err()
         .to_string()
         .contains("properties"));
+}
+
+/// Schemas the limits refuse for the bytes they force, and the CPU bound on one mask that
+/// fails a reply whose grammar still costs too much.
+#[test]
+fn costly_masks_are_refused_before_or_fail_the_reply() {
+    let Some((tok, n)) = smollm2() else { return };
+    let g = Grammars::new(tok.clone(), n).unwrap();
+    let e = g
+        .compile(&answer(json!({"type": "string", "pattern": "^0{100000}$"})))
+        .unwrap_err();
+    assert!(e.to_string().contains("bytes in a row"), "{e}");
+    // Within the bound a mask is cheap: a reply goes on.
+    let mut c = g
+        .compile(&answer(json!({"type": "string", "pattern": "^0{1024}$"})))
+        .unwrap();
+    assert_eq!(
+        first_refused(&mut c, &tok, &format!("\"{}", "0".repeat(64))),
+        None
+    );
+    // Past the CPU bound the mask is an error, not a stall.
+    let g = g.with_mask_cpu_limit(std::time::Duration::from_nanos(1));
+    let mut c = g.compile(&answer(json!({"type": "integer"}))).unwrap();
+    let e = c.mask().unwrap_err();
+    assert!(matches!(e, GrammarError::Failed(_)), "{e:?}");
+    assert!(e.to_string().contains("too costly to enforce"), "{e}");
 }
 
 #[test]

@@ -4,9 +4,11 @@
 //! OpenAI API answers 400 for both, so bodies are parsed here: syntax errors, invalid
 //! UTF-8 and wrong types are all 400 (`param` names the offending field when known), and a
 //! body over the limit is 413. The content type is not required (curl users forget it).
+//! An id in the path ([`IdPath`]) that is not UTF-8 once decoded is a 400 of the same form.
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Request};
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -31,6 +33,24 @@ impl FromRequest<AppState> for JsonBody {
         crate::arrival::announce(&state.engine);
         check_object(&body)?;
         Ok(JsonBody(body))
+    }
+}
+
+/// The `{id}` of a route's path (a context, session, response or model id), whose
+/// rejection is an OpenAI-style 400 rather than axum's plain text.
+pub struct IdPath(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for IdPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(id)) => Ok(IdPath(id)),
+            Err(e) => Err(ApiError::bad_request(format!(
+                "the id in the path is not valid: {}",
+                e.body_text()
+            ))),
+        }
     }
 }
 

@@ -7,7 +7,7 @@
 //! the context's conversation followed by the request's messages, with the context's
 //! tokens kept exactly as they were prefilled.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use inferd_engine::{CacheReport, ContextInfo, ContextSpec, MemoryError, SessionInfo};
@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
-use crate::extract::JsonBody;
+use crate::extract::{IdPath, JsonBody};
 use crate::state::AppState;
 
 /// How a context was made (stored as its `meta`).
@@ -161,10 +161,7 @@ pub async fn list(State(state): State<AppState>) -> Result<Response, ApiError> {
 }
 
 /// `GET /v1/contexts/{id}`.
-pub async fn get(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+pub async fn get(State(state): State<AppState>, IdPath(id): IdPath) -> Result<Response, ApiError> {
     let c = state.engine.context(&id).await.map_err(api_error)?;
     Ok(Json(context_json(&c)).into_response())
 }
@@ -172,7 +169,7 @@ pub async fn get(
 /// `DELETE /v1/contexts/{id}`: unpin and forget.
 pub async fn delete(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    IdPath(id): IdPath,
 ) -> Result<Response, ApiError> {
     state.engine.delete_context(&id).await.map_err(api_error)?;
     Ok(Json(json!({"id": id, "object": "context.deleted", "deleted": true})).into_response())
@@ -200,7 +197,7 @@ pub async fn list_sessions(State(state): State<AppState>) -> Result<Response, Ap
 /// `DELETE /v1/sessions/{id}`.
 pub async fn delete_session(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    IdPath(id): IdPath,
 ) -> Result<Response, ApiError> {
     state.engine.delete_session(&id).await.map_err(api_error)?;
     Ok(Json(json!({"id": id, "object": "session.deleted", "deleted": true})).into_response())

@@ -9,6 +9,11 @@ use crate::error::ToolError;
 /// The longest function name OpenAI accepts.
 pub const MAX_NAME_LEN: usize = 64;
 
+/// The most tools a request may offer, as OpenAI allows. Each is rendered into the
+/// prompt and, when calls are forced, compiled into the reply's grammar: thousands of
+/// them held a preparation thread for seconds to a minute.
+pub const MAX_TOOLS: usize = 128;
+
 /// One function the client offers (`tools[i]`, `{"type": "function", "function": {...}}`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tool {
@@ -100,6 +105,15 @@ fn parse_tools(v: &Value) -> Result<Vec<Tool>, ToolError> {
         return Err(ToolError::new(
             "tools",
             "`tools` must hold at least one tool; leave it out to offer none",
+        ));
+    }
+    if list.len() > MAX_TOOLS {
+        return Err(ToolError::new(
+            "tools",
+            format!(
+                "`tools` holds {} tools; at most {MAX_TOOLS} are supported",
+                list.len()
+            ),
         ));
     }
     let mut seen = HashSet::new();
@@ -215,13 +229,17 @@ fn check_schema(p: &Value, at: &str) -> Result<(), ToolError> {
             ))
         }
     };
+    // A call's arguments are one JSON object, so its schema describes an object.
     match obj.get("type") {
-        None | Some(Value::String(_)) => {}
-        Some(Value::Array(a)) if a.iter().all(Value::is_string) => {}
-        Some(_) => {
+        None => {}
+        Some(Value::String(t)) if t == "object" => {}
+        Some(Value::Array(a)) if a.iter().any(|t| t == "object") => {}
+        Some(t) => {
             return Err(ToolError::new(
                 format!("{at}.type"),
-                format!("`{at}.type` must be a string or an array of strings"),
+                format!(
+                    "`{at}.type` must be \"object\" (a call's arguments are an object); got {t}"
+                ),
             ))
         }
     }

@@ -104,6 +104,18 @@ fn tool_errors_name_the_parameter() {
             "tools[0].function.parameters.type",
         ),
         (
+            json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]),
+            "tools[0].function.parameters.type",
+        ),
+        (
+            json!([{"type": "function", "function": {"name": "f", "parameters": {"type": ["array", "null"]}}}]),
+            "tools[0].function.parameters.type",
+        ),
+        (
+            json!((0..129).map(|i| tool(&format!("f{i}"))).collect::<Vec<_>>()),
+            "tools",
+        ),
+        (
             json!([{"type": "function", "function": {"name": "f", "parameters": {"properties": []}}}]),
             "tools[0].function.parameters.properties",
         ),
@@ -122,6 +134,21 @@ fn tool_errors_name_the_parameter() {
         assert!(e.message.contains(param), "{}", e.message);
     }
     assert!(valid_name("a-Z_09") && !valid_name("a.b") && !valid_name("é"));
+    // The most tools a request may offer, and object schemas however their type is given.
+    let most = json!((0..128).map(|i| tool(&format!("f{i}"))).collect::<Vec<_>>());
+    assert_eq!(
+        ToolRequest::parse(Some(&most), None)
+            .unwrap()
+            .unwrap()
+            .tools
+            .len(),
+        128
+    );
+    for ty in [json!("object"), json!(["object", "null"])] {
+        let t =
+            json!([{"type": "function", "function": {"name": "f", "parameters": {"type": ty}}}]);
+        ToolRequest::parse(Some(&t), None).unwrap();
+    }
 }
 
 #[test]

@@ -1,10 +1,11 @@
 //! `GET /v1/models` and `GET /v1/models/{id}`: the one loaded model.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::Json;
 
 use super::types::{ModelCard, ModelList};
 use crate::error::ApiError;
+use crate::extract::IdPath;
 use crate::state::AppState;
 
 fn card(state: &AppState) -> ModelCard {
@@ -31,7 +32,7 @@ pub async fn list(State(state): State<AppState>) -> Json<ModelList> {
 /// An alias answers with the served model's card.
 pub async fn get(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    IdPath(id): IdPath,
 ) -> Result<Json<ModelCard>, ApiError> {
     state.check_model(&id)?;
     Ok(Json(card(&state)))

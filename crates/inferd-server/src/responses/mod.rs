@@ -19,7 +19,7 @@ pub mod stream;
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -29,7 +29,7 @@ use self::output::{echo_fields, oid, Echo, Ending, Item};
 use self::request::{rename_param, translate, ResponsesBody};
 use self::store::Stored;
 use crate::error::ApiError;
-use crate::extract::JsonBody;
+use crate::extract::{IdPath, JsonBody};
 use crate::openai::{collect, now_secs, sse};
 use crate::pipeline::{self, Started};
 use crate::reply::{self, ReplyStream};
@@ -46,16 +46,18 @@ struct Keep {
     items: Vec<Value>,
     conversation: Vec<Value>,
     session: String,
+    saved: bool,
 }
 
 impl Keep {
     fn save(mut self, response: &Value, items: &[Item]) {
+        self.saved = true;
         self.conversation.push(output::as_message(items));
         let stored = Stored {
             response: response.clone(),
-            input_items: self.items,
-            conversation: self.conversation,
-            session: self.session,
+            input_items: std::mem::take(&mut self.items),
+            conversation: std::mem::take(&mut self.conversation),
+            session: self.session.clone(),
             created: now_secs(),
         };
         let freed = self.state.responses.put(&self.id, stored);
@@ -73,12 +75,27 @@ impl Keep {
     }
 }
 
+impl Drop for Keep {
+    /// A reply that never completed (the client left, the engine failed) is not stored.
+    /// A chain's first turn named its session after the response, which nothing will
+    /// name again: the session goes with it (the engine parks nothing for it, even if
+    /// the turn still runs). A later turn's session is the chain's, and stays.
+    fn drop(&mut self) {
+        if !self.saved && self.session == self.id {
+            release(&self.state, vec![std::mem::take(&mut self.session)]);
+        }
+    }
+}
+
 /// Releases the engine sessions of expired or deleted response chains (only the ones
 /// this API made: a session named by the client in `inferd.session` stays).
 fn release(state: &AppState, sessions: Vec<String>) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return; // no runtime: the server is going away
+    };
     for s in sessions.into_iter().filter(|s| s.starts_with("resp_")) {
         let engine = state.engine.clone();
-        tokio::spawn(async move {
+        rt.spawn(async move {
             let _ = engine.delete_session(&s).await;
         });
     }
@@ -127,6 +144,7 @@ pub async fn create(State(state): State<AppState>, body: JsonBody) -> Result<Res
         items: t.items,
         conversation,
         session: checked.session.clone().unwrap_or_default(),
+        saved: false,
     });
     if checked.stream {
         let on_done = Box::new(move |r: &Value, items: &[Item]| {
@@ -153,10 +171,7 @@ pub async fn create(State(state): State<AppState>, body: JsonBody) -> Result<Res
 }
 
 /// `GET /v1/responses/{id}`.
-pub async fn get(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+pub async fn get(State(state): State<AppState>, IdPath(id): IdPath) -> Result<Response, ApiError> {
     let s = state.responses.get(&id).ok_or_else(|| not_found(&id))?;
     Ok(Json(s.response.clone()).into_response())
 }
@@ -164,7 +179,7 @@ pub async fn get(
 /// `DELETE /v1/responses/{id}`.
 pub async fn delete(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    IdPath(id): IdPath,
 ) -> Result<Response, ApiError> {
     let freed = state.responses.remove(&id).ok_or_else(|| not_found(&id))?;
     release(&state, freed.into_iter().collect());
@@ -174,7 +189,7 @@ pub async fn delete(
 /// `GET /v1/responses/{id}/input_items?order=asc|desc&limit=N&after=ID`.
 pub async fn input_items(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    IdPath(id): IdPath,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let s = state.responses.get(&id).ok_or_else(|| not_found(&id))?;

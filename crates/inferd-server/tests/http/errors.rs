@@ -297,3 +297,21 @@ fn unknown_route_404_and_wrong_method_405() {
     request(s.addr, "DELETE", "/v1/models", &[], b"").error(405);
     request(s.addr, "POST", "/health", &[], b"").error(405);
 }
+
+#[test]
+fn an_id_in_the_path_that_is_not_utf8_is_a_json_400() {
+    let Some(s) = server() else { return };
+    for (method, path) in [
+        ("GET", "/v1/contexts/%ff"),
+        ("DELETE", "/v1/contexts/%ff"),
+        ("DELETE", "/v1/sessions/%ff"),
+        ("GET", "/v1/responses/%ff"),
+        ("DELETE", "/v1/responses/%ff"),
+        ("GET", "/v1/responses/%ff/input_items"),
+        ("GET", "/v1/models/%ff"),
+    ] {
+        let e = request(s.addr, method, path, &[], b"").error(400);
+        assert_eq!(e["type"], "invalid_request_error", "{method} {path}: {e}");
+        assert!(e["message"].as_str().unwrap().contains("UTF-8"), "{e}");
+    }
+}

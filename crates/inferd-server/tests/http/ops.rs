@@ -266,6 +266,48 @@ fn client_disconnect_cancels_and_frees_blocks() {
     eng.shutdown();
 }
 
+/// A response that never completes (its client left mid-stream, or mid-generation) is not
+/// stored, and the engine session its chain's first turn was to park under goes too:
+/// nothing could name it again.
+#[test]
+fn an_unfinished_responses_turn_leaves_no_session() {
+    if crate::common::model_path().is_none() {
+        return;
+    }
+    let (eng, tpl) = engine(small_engine_config());
+    let addr = serve(eng.clone(), tpl, ServerConfig::default());
+    let sessions = || {
+        get(addr, "/v1/sessions").json()["data"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    let long = |stream: bool| {
+        json!({"input": "Count from one to one thousand.", "max_output_tokens": 1000,
+               "temperature": 0, "stream": stream, "inferd": {"ignore_eos": true}})
+        .to_string()
+    };
+    let mut s = send(addr, "POST", "/v1/responses", &[], long(true).as_bytes());
+    read_events(&mut s, 6);
+    drop(s);
+    let s = send(addr, "POST", "/v1/responses", &[], long(false).as_bytes());
+    assert!(wait_for(10, || eng.stats().running >= 1));
+    std::thread::sleep(Duration::from_millis(100));
+    drop(s);
+    assert!(wait_for(10, || eng.stats().running == 0), "still running");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(sessions(), 0, "{}", get(addr, "/v1/sessions").text());
+    // A completed one keeps its session, for the next turn.
+    let r = post(
+        addr,
+        "/v1/responses",
+        &json!({"input": "Hi", "max_output_tokens": 2}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(wait_for(10, || sessions() == 1));
+    eng.shutdown();
+}
+
 /// A generation request is announced to the engine once its body is read
 /// (`EngineHandle::arrival`, which the engine's next step waits a moment for) and the
 /// announcement goes with the request when it is submitted, not when its reply ends; a
