@@ -18,6 +18,12 @@ use crate::request::GenRequest;
 use crate::seq::{Build, Seq};
 use crate::spill;
 
+/// A context's metadata may take this many bytes a token ([`MAX_META_BASE_BYTES`] more):
+/// the messages and rendered text of a real conversation take 10-20.
+pub(crate) const MAX_META_BYTES_PER_TOKEN: usize = 64;
+/// See [`MAX_META_BYTES_PER_TOKEN`].
+pub(crate) const MAX_META_BASE_BYTES: usize = 64 << 10;
+
 impl<B: Backend> Engine<B> {
     /// The owner a new request continues: its session if parked, else its context, when
     /// it holds KV in memory (one on disk was read back first: `load.rs`).
@@ -49,6 +55,7 @@ impl<B: Backend> Engine<B> {
         self.kvm.owner_tokens(owner).is_some().then_some(owner)
     }
 
+    /// Makes a context (prefilled by the steps to come; [`Self::finish_build`] answers).
     pub(crate) fn create_context(&mut self, spec: ContextSpec, reply: Reply<ContextInfo>) {
         let n = spec.tokens.len();
         if n == 0 {
@@ -59,6 +66,19 @@ impl<B: Backend> Engine<B> {
             let _ = reply.send(Err(MemoryError::TooLarge(format!(
                 "the context has {n} tokens; the longest sequence this server holds is {} tokens",
                 self.max_context - 1
+            ))));
+            return;
+        }
+        // The metadata (the server's messages and text) lives in memory and on disk as
+        // long as the context: it may not outweigh what its tokens can need.
+        let meta_cap = MAX_META_BYTES_PER_TOKEN * n + MAX_META_BASE_BYTES;
+        if spec.meta.len() > meta_cap {
+            let _ = reply.send(Err(MemoryError::Invalid(format!(
+                "the context's messages take {} bytes, more than its {n} tokens can need (at \
+                 most {MAX_META_BYTES_PER_TOKEN} bytes a token and {} KiB: {meta_cap}); message \
+                 fields the chat template does not render count too",
+                spec.meta.len(),
+                MAX_META_BASE_BYTES >> 10
             ))));
             return;
         }
@@ -185,7 +205,7 @@ impl<B: Backend> Engine<B> {
             let _ = b.reply.send(Err(MemoryError::DeviceLost(why)));
             return;
         }
-        let mut info = self.context_info(&b.id).expect("just inserted");
+        let mut info = self.context_info(&b.id, true).expect("just inserted");
         let (root, bs) = (self.kvm.root_key(), self.kvm.block_size());
         // Hybrid models: a restore resumes from the deepest snapshot on disk, so the one
         // the context ends at must be there too.
@@ -267,14 +287,17 @@ impl<B: Backend> Engine<B> {
         }
     }
 
-    pub(crate) fn context_info(&self, id: &str) -> Option<ContextInfo> {
+    /// A context as callers see it; `whole`: with its tokens and metadata (a report
+    /// leaves them out).
+    pub(crate) fn context_info(&self, id: &str, whole: bool) -> Option<ContextInfo> {
         let e = self.memory.contexts.get(id)?;
         Some(ContextInfo {
             id: id.to_string(),
-            tokens: e.tokens.clone(),
+            n_tokens: e.tokens.len(),
+            tokens: if whole { e.tokens.clone() } else { Vec::new() },
             pinned: e.pinned,
             created: e.created,
-            meta: e.meta.clone(),
+            meta: if whole { e.meta.clone() } else { String::new() },
             resident_tokens: self.kvm.owner_tokens(e.owner).map_or(0, |t| t.len()),
             resident_blocks: self.kvm.table(e.owner).map_or(0, |t| t.len()),
             spilled_blocks: self.spilled_blocks(&e.tokens),
@@ -510,7 +533,8 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Records that hold no KV in memory (sessions released, unpinned contexts) keep at
-    /// most `record_tokens` token ids in all: past it the least recently used are
+    /// most `record_tokens` token ids in all, their metadata counted in token ids' worth
+    /// of bytes ([`Entry::record_weight`]): past it the least recently used are
     /// forgotten, on disk too. What the prefix cache holds of them stays.
     pub(crate) fn enforce_record_budget(&mut self) {
         // (An owner being read back from disk is not idle: its files are in use.)
@@ -522,12 +546,12 @@ impl<B: Backend> Engine<B> {
             let contexts = self.memory.contexts.iter().map(|r| (spill::CONTEXT, r));
             sessions.chain(contexts).filter(|(_, (_, e))| idle(e))
         };
-        let mut total: usize = records().map(|(_, (_, e))| e.tokens.len()).sum();
+        let mut total: usize = records().map(|(_, (_, e))| e.record_weight()).sum();
         if total <= self.record_tokens {
             return;
         }
         let mut lru: Vec<(u64, &'static str, String, usize)> = records()
-            .map(|(kind, (id, e))| (e.tick, kind, id.clone(), e.tokens.len()))
+            .map(|(kind, (id, e))| (e.tick, kind, id.clone(), e.record_weight()))
             .collect();
         lru.sort_unstable();
         for (_, kind, id, n) in lru {
@@ -545,7 +569,7 @@ impl<B: Backend> Engine<B> {
             let mut ids: Vec<&String> = self.memory.contexts.keys().collect();
             ids.sort();
             ids.into_iter()
-                .filter_map(|id| self.context_info(id))
+                .filter_map(|id| self.context_info(id, false))
                 .collect()
         };
         let mut sessions: Vec<SessionInfo> = self

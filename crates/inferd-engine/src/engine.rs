@@ -382,8 +382,14 @@ impl<B: Backend> Engine<B> {
                     Err(_) => return,
                 }
             }
+            // A report walks every context and session: while sequences run, a step
+            // comes between two, so clients polling /v1/cache cannot hold generation up.
             while let Ok(m) = self.inbox.try_recv() {
+                let report = matches!(m, Msg::Report(_));
                 self.handle(m);
+                if report && !self.seqs.is_empty() {
+                    break;
+                }
             }
             if self.is_lost() {
                 continue;
@@ -440,7 +446,7 @@ impl<B: Backend> Engine<B> {
             Msg::Wake => {}
             Msg::CreateContext(spec, reply) => self.create_context(spec, reply),
             Msg::GetContext(id, reply) => {
-                let r = self.context_info(&id).ok_or_else(|| {
+                let r = self.context_info(&id, true).ok_or_else(|| {
                     crate::memory::MemoryError::NotFound(format!("no context with id '{id}'"))
                 });
                 let _ = reply.send(r);

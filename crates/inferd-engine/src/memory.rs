@@ -46,11 +46,15 @@ pub struct ContextSpec {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ContextInfo {
     pub id: String,
-    /// All of the context's tokens.  // [n_tokens]
+    /// How many tokens it holds.
+    pub n_tokens: usize,
+    /// All of the context's tokens (empty in a [`CacheReport`], whose listing needs only
+    /// counts: a report is built on the engine thread).  // [n_tokens]
     pub tokens: Vec<u32>,
     pub pinned: bool,
     /// Unix seconds.
     pub created: u64,
+    /// How it was made, as the server wrote it (empty in a [`CacheReport`]).
     pub meta: String,
     /// Tokens whose KV is held in memory right now (all of them while pinned).
     pub resident_tokens: usize,
@@ -150,6 +154,14 @@ pub(crate) struct Entry {
     /// The request whose turn parked the session (0: none), so that word of how an
     /// earlier turn ended never trims a later one.
     pub turn: u64,
+}
+
+impl Entry {
+    /// What the entry's record weighs against `EngineConfig::record_tokens`: its token
+    /// ids, and its metadata in token ids' worth of bytes (4 each).
+    pub fn record_weight(&self) -> usize {
+        self.tokens.len() + self.meta.len().div_ceil(4)
+    }
 }
 
 /// Named contexts and sessions and their owner ids.

@@ -154,6 +154,42 @@ fn session_resumes_after_fifty_unrelated_requests_with_all_its_kv() {
     assert!(block_on(e.cache_report()).unwrap().sessions.is_empty());
 }
 
+/// A context's metadata (kept in memory and on disk as long as it) is bounded by its
+/// tokens, and counts against the idle records' budget.
+#[test]
+fn a_contexts_metadata_is_bounded_by_its_tokens() {
+    let Some(e) = engine(config()) else { return };
+    let tokens = brief(&e);
+    let make = |meta: String, pin: bool| {
+        block_on(e.create_context(ContextSpec {
+            id: None,
+            tokens: tokens.clone(),
+            pin,
+            meta,
+        }))
+    };
+    let cap = 64 * tokens.len() + (64 << 10);
+    for pin in [true, false] {
+        match make("x".repeat(cap + 1), pin) {
+            Err(MemoryError::Invalid(m)) => assert!(m.contains("bytes a token"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    let info = make("x".repeat(cap), false).unwrap();
+    assert_eq!(info.n_tokens, tokens.len());
+    assert_eq!(info.meta.len(), cap);
+    // A report lists counts, not the tokens and metadata.
+    let report = block_on(e.cache_report()).unwrap();
+    let listed = report.contexts.iter().find(|c| c.id == info.id).unwrap();
+    assert_eq!(
+        (listed.n_tokens, listed.tokens.len(), listed.meta.len()),
+        (tokens.len(), 0, 0)
+    );
+    // GET of one context has them whole.
+    let one = block_on(e.context(&info.id)).unwrap();
+    assert_eq!((one.tokens.len(), one.meta.len()), (tokens.len(), cap));
+}
+
 /// A session deleted while its turn runs stays deleted: the turn ends parking nothing
 /// (the Responses API deletes a first turn's session when its response is never stored).
 #[test]

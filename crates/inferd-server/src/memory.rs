@@ -69,7 +69,7 @@ fn context_json(c: &ContextInfo) -> Value {
     let mut v = json!({
         "id": c.id,
         "object": "context",
-        "tokens": c.tokens.len(),
+        "tokens": c.n_tokens,
         "pinned": c.pinned,
         "created": c.created,
         "resident_tokens": c.resident_tokens,
