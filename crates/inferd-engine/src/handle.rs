@@ -128,6 +128,17 @@ impl EngineHandle {
                 self.info.vocab_size
             )));
         }
+        if let Some(&(t, _)) = req
+            .sampling
+            .logit_bias
+            .iter()
+            .find(|&&(t, _)| t as usize >= self.info.vocab_size)
+        {
+            return Err(SubmitError::Invalid(format!(
+                "logit_bias: token id {t} is outside the vocabulary ({})",
+                self.info.vocab_size
+            )));
+        }
         for (what, id) in [
             ("the context id", &req.context),
             ("the session id", &req.session),

@@ -281,6 +281,8 @@ fn every_draw_matches_the_host_sampler<B: Backend>(backend: B) {
                     multiplier: 0.8,
                     ..Dry::default()
                 };
+                // Bias on tokens DRY penalises (the phrase's) and on others.
+                p.logit_bias = vec![(3, 1.5), (77, -100.0), (250, 0.75), (4000, 6.0)];
             }
             _ => p.top_k = 3,
         }

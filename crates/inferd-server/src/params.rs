@@ -41,6 +41,27 @@ pub struct Checked {
     pub dry_given: bool,
 }
 
+/// `logit_bias` as the sampler takes it: ids ascending, each a token id (a decimal
+/// string), each bias a number (its range and the ids' are checked later, by the sampler's
+/// validation and against the model's vocabulary).
+fn logit_bias(m: &serde_json::Map<String, serde_json::Value>) -> Result<Vec<(u32, f32)>, ApiError> {
+    let bad = |msg: String| ApiError::invalid_param("logit_bias", msg);
+    let mut out = Vec::with_capacity(m.len());
+    for (k, v) in m {
+        let id: u32 = k
+            .parse()
+            .map_err(|_| bad(format!("logit_bias keys must be token ids, got \"{k}\"")))?;
+        let b = v.as_f64().ok_or_else(|| {
+            bad(format!(
+                "logit_bias values must be numbers, got {v} for {k}"
+            ))
+        })?;
+        out.push((id, b as f32));
+    }
+    out.sort_by_key(|e| e.0);
+    Ok(out)
+}
+
 /// Checks the shared parameters. `max_tokens` is the endpoint's field (chat prefers
 /// `max_completion_tokens`), `logprobs` the number of alternatives asked for, if any.
 pub fn check(
@@ -101,6 +122,10 @@ pub fn check(
     if let Some(b) = &p.dry_sequence_breakers {
         dry.sequence_breakers = b.clone();
     }
+    let logit_bias = match &p.logit_bias {
+        None => Vec::new(),
+        Some(m) => logit_bias(m)?,
+    };
     let sampling = SamplingParams {
         temperature: p.temperature.unwrap_or(defaults.temperature),
         top_p: p.top_p.unwrap_or(defaults.top_p),
@@ -112,6 +137,7 @@ pub fn check(
         seed: p.seed.map(|s| s as u64),
         logprobs,
         dry,
+        logit_bias,
     };
     if let Err(e) = sampling.validate() {
         let msg = e.to_string();

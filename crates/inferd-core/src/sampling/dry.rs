@@ -75,6 +75,32 @@ impl Dry {
         });
     }
 
+    /// [`entries`](Dry::entries) with the request's `logit_bias` folded in, still one entry
+    /// per token: a biased token's amount is its DRY penalty less its bias (`-bias` when
+    /// DRY leaves it alone), so subtracting the entries adds the bias. Both backends apply
+    /// these same entries, so their logits agree to the bit.
+    pub fn entries_with_bias(
+        &self,
+        vocab: usize,
+        reply: &[u32],
+        breaks: &[bool],
+        bias: &[(u32, f32)],
+        out: &mut Vec<DryEntry>,
+    ) {
+        self.entries(vocab, reply, breaks, out);
+        if bias.is_empty() {
+            return;
+        }
+        let at: std::collections::HashMap<u32, usize> =
+            out.iter().enumerate().map(|(i, e)| (e.token, i)).collect();
+        for &(token, b) in bias.iter().filter(|(t, _)| (*t as usize) < vocab) {
+            match at.get(&token) {
+                Some(&i) => out[i].amount -= b,
+                None => out.push(DryEntry { token, amount: -b }),
+            }
+        }
+    }
+
     /// Calls `f(token, amount)` once per penalised token below `vocab`.
     fn each_penalty(
         &self,

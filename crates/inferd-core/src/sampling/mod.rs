@@ -4,7 +4,8 @@
 //! 1. copy into scratch and apply the penalties ([`penalties`]): repetition (HF, over
 //!    prompt + generated), then presence and frequency (OpenAI, over generated),
 //! 2. sanitise (`NaN` → `-inf`, `+inf` → `f32::MAX`; a row of `-inf` becomes all 0),
-//!    then DRY ([`dry`], over generated), then the grammar mask (tokens a constraint does
+//!    then DRY ([`dry`], over generated) with the logit bias folded into its entries,
+//!    then the grammar mask (tokens a constraint does
 //!    not allow get `-inf`),
 //! 3. logprobs, if asked, from the penalised logits (before temperature and truncation),
 //! 4. greedy argmax when `temperature == 0` or `top_k == 1`, otherwise temperature, then top-k,

@@ -7,6 +7,9 @@ use super::dry::Dry;
 /// Largest `logprobs` (number of alternatives) a request may ask for, as in OpenAI's API.
 pub const MAX_LOGPROBS: usize = 20;
 
+/// Most `logit_bias` entries a request may give.
+pub const MAX_LOGIT_BIAS: usize = 1024;
+
 /// How to pick the next token from a position's logits.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -31,6 +34,10 @@ pub struct SamplingParams {
     pub logprobs: Option<usize>,
     /// The DRY repeat penalty over generated tokens (off by default).
     pub dry: Dry,
+    /// OpenAI's `logit_bias`: added to the token's logit after the penalties and DRY,
+    /// before the grammar mask (-100 all but bans a token, 100 all but forces it).
+    /// Token ids ascending, each once.
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl Default for SamplingParams {
@@ -46,6 +53,7 @@ impl Default for SamplingParams {
             seed: None,
             logprobs: None,
             dry: Dry::default(),
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -87,6 +95,26 @@ impl SamplingParams {
             return Err(SamplingError::FrequencyPenalty(self.frequency_penalty));
         }
         self.dry.validate()?;
+        if self.logit_bias.len() > MAX_LOGIT_BIAS {
+            return Err(SamplingError::LogitBias(format!(
+                "logit_bias may hold at most {MAX_LOGIT_BIAS} tokens, got {}",
+                self.logit_bias.len()
+            )));
+        }
+        if let Some((t, b)) = self
+            .logit_bias
+            .iter()
+            .find(|(_, b)| !in_range(*b, -100.0, 100.0))
+        {
+            return Err(SamplingError::LogitBias(format!(
+                "logit_bias values must be in [-100, 100], got {b} for token {t}"
+            )));
+        }
+        if self.logit_bias.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err(SamplingError::LogitBias(
+                "logit_bias names a token twice".into(),
+            ));
+        }
         if let Some(k) = self.logprobs {
             if k > MAX_LOGPROBS {
                 return Err(SamplingError::Logprobs(k));
@@ -153,6 +181,9 @@ pub enum SamplingError {
     /// The message starts with the parameter's name.
     #[error("{0}")]
     Dry(String),
+    /// The message starts with the parameter's name.
+    #[error("{0}")]
+    LogitBias(String),
 }
 
 #[cfg(test)]

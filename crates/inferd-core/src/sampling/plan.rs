@@ -37,8 +37,8 @@ pub struct DrawPlan {
 }
 
 /// A planned draw's sparse inputs, reused across plans: the tokens the penalties touch
-/// (each once) and what DRY subtracts from each token it penalises (each once, after the
-/// penalties and the sanitising).
+/// (each once) and what DRY subtracts from each token it penalises, the logit bias
+/// folded in (each once, after the penalties and the sanitising).
 #[derive(Clone, Debug, Default)]
 pub struct PlanEntries {
     pub penalties: Vec<PenaltyEntry>,
@@ -100,9 +100,9 @@ impl Sampler {
             plan.penalties,
             &mut entries.penalties,
         );
-        self.params()
-            .dry
-            .entries(vocab, generated, breaks, &mut entries.dry);
+        let p = self.params();
+        p.dry
+            .entries_with_bias(vocab, generated, breaks, &p.logit_bias, &mut entries.dry);
         if !greedy {
             plan.u = self.next_uniform();
         }
@@ -330,6 +330,17 @@ mod tests {
                         ..Dry::default()
                     };
                 }
+                if case % 7 == 3 || case % 7 == 5 {
+                    // Some biased tokens are DRY's too (3 and 10 begin the phrases above).
+                    let b = if case % 2 == 0 { 100.0 } else { -1.25 };
+                    let mut bias: Vec<(u32, f32)> = [(3, 2.5), (7, -100.0), (10, b), (vocab, 9.0)]
+                        .iter()
+                        .map(|&(t, b)| ((t % (vocab + 1)) as u32, b))
+                        .collect();
+                    bias.sort_by_key(|e| e.0);
+                    bias.dedup_by_key(|e| e.0);
+                    p.logit_bias = bias;
+                }
                 Case {
                     raw,
                     params: p,
@@ -347,7 +358,7 @@ mod tests {
     #[test]
     fn a_planned_draw_is_the_host_draw() {
         let mut entries = PlanEntries::default();
-        let mut dry_rows = 0;
+        let (mut dry_rows, mut biased_dry_rows) = (0, 0);
         for (i, c) in cases(120).iter().enumerate() {
             let vocab = c.raw.len();
             let extra = c.extra();
@@ -357,6 +368,8 @@ mod tests {
                 let plan =
                     planned.plan_draw(vocab, &c.prompt, &c.generated, &c.breaks, &mut entries);
                 dry_rows += !entries.dry.is_empty() as usize;
+                biased_dry_rows +=
+                    (c.params.dry.is_on() && !c.params.logit_bias.is_empty()) as usize;
                 // An all-zero bitset is no mask.
                 let mask = extra.allowed.filter(|w| w.iter().any(|&x| x != 0));
                 let found = run_plan(&c.raw, &plan, &entries, mask);
@@ -366,6 +379,10 @@ mod tests {
             }
         }
         assert!(dry_rows >= 30, "only {dry_rows} draws had DRY entries");
+        assert!(
+            biased_dry_rows >= 6,
+            "only {biased_dry_rows} draws had DRY and a bias"
+        );
     }
 
     /// With `INFERD_SAMPLE_EMU=DIR` (scripts/dev/kernel-emulation/run.sh): writes the cases'

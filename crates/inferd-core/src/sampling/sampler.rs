@@ -126,9 +126,25 @@ impl Sampler {
             };
         }
         self.prepare_logits(logits, prompt, generated);
-        self.params
-            .dry
-            .apply(&mut self.logits, generated, extra.breaks);
+        if self.params.logit_bias.is_empty() {
+            self.params
+                .dry
+                .apply(&mut self.logits, generated, extra.breaks);
+        } else {
+            // The same entries a device applies (DRY with the bias folded in).
+            let mut entries = Vec::new();
+            let p = &self.params;
+            p.dry.entries_with_bias(
+                self.logits.len(),
+                generated,
+                extra.breaks,
+                &p.logit_bias,
+                &mut entries,
+            );
+            for e in &entries {
+                self.logits[e.token as usize] -= e.amount;
+            }
+        }
         if let Some(words) = extra.allowed.filter(|w| w.iter().any(|&x| x != 0)) {
             apply_mask(&mut self.logits, words);
         }
@@ -157,7 +173,7 @@ impl Sampler {
 
     /// Copies `raw` into scratch, applies penalties, then sanitises non-finite values.
     /// Whether this step's draw is the argmax of the raw logits (greedy; no penalties,
-    /// DRY, logprobs or mask), so a backend may take it where the logits are and skip
+    /// DRY, logit bias, logprobs or mask), so a backend may take it where the logits are and skip
     /// [`Sampler::sample_with`] (which would change no state). Ties and special values as
     /// there: NaN counts as `-inf`, `+inf` as `f32::MAX`, the lowest id wins a tie, and a row
     /// of `-inf` picks id 0.
@@ -165,6 +181,7 @@ impl Sampler {
         self.params.is_greedy()
             && self.params.logprobs.is_none()
             && !self.params.dry.is_on()
+            && self.params.logit_bias.is_empty()
             && self.penalties_now().is_off()
             && extra.allowed.is_none_or(|w| w.iter().all(|&x| x == 0))
     }

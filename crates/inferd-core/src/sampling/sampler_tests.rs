@@ -255,6 +255,42 @@ fn penalties_change_the_greedy_choice_as_computed_by_hand() {
 }
 
 #[test]
+fn logit_bias_bans_forces_and_shifts_as_openai_describes() {
+    let logits = [1.0, 3.0, 2.0, 0.5];
+    let greedy = |bias: Vec<(u32, f32)>| {
+        Sampler::new(params(|p| {
+            p.temperature = 0.0;
+            p.logprobs = Some(4);
+            p.logit_bias = bias;
+        }))
+        .sample(&logits, &[0], &[])
+    };
+    assert_eq!(greedy(vec![]).token, 1);
+    assert_eq!(greedy(vec![(1, -100.0)]).token, 2); // banned
+    assert_eq!(greedy(vec![(3, 100.0)]).token, 3); // forced
+    let shifted = greedy(vec![(0, 2.5)]);
+    assert_eq!(shifted.token, 0);
+    // Logprobs are those of the biased distribution.
+    let lse = [3.5f64, 3.0, 2.0, 0.5]
+        .iter()
+        .map(|x| x.exp())
+        .sum::<f64>()
+        .ln();
+    assert!((shifted.logprob.unwrap() as f64 - (3.5 - lse)).abs() < 1e-5);
+    // With DRY on the same token, the bias still adds (folded into one entry).
+    let mut s = Sampler::new(params(|p| {
+        p.temperature = 0.0;
+        p.logit_bias = vec![(2, 1.5)];
+        p.dry = Dry {
+            multiplier: 1.0,
+            allowed_length: 1,
+            ..Dry::default()
+        };
+    }));
+    assert_eq!(s.sample(&logits, &[0], &[]).token, 2);
+}
+
+#[test]
 fn input_logits_are_not_modified() {
     let logits = vec![1.0f32, 2.0, 3.0];
     let copy = logits.clone();
@@ -316,6 +352,8 @@ fn invalid_params_do_not_panic() {
             allowed_length: 0,
             ..Dry::default()
         },
+        // Out of the vocabulary, repeated, out of range: ignored or applied, no panic.
+        logit_bias: vec![(99, 1.0), (0, -1.0), (0, -2.0)],
     };
     let mut s = Sampler::new(weird.clone());
     let out = s.sample(&[0.0, 1.0, 0.5], &[0], &[1]);

@@ -108,6 +108,9 @@ pub struct CommonParams {
     /// `-1`: the whole reply; `0`: DRY off; `n`: the last `n` generated tokens.
     pub dry_penalty_last_n: Option<i64>,
     pub dry_sequence_breakers: Option<Vec<String>>,
+    /// Token id (as a string) -> a bias in [-100, 100] added to its logit.
+    #[serde(default, deserialize_with = "crate::tree::bounded_map")]
+    pub logit_bias: Option<serde_json::Map<String, Value>>,
     pub stop: Option<Stop>,
     pub n: Option<u64>,
     pub stream: Option<bool>,

@@ -288,3 +288,42 @@ fn chat_returns_the_prompt_and_reply_ids() {
             .is_none()
     );
 }
+
+/// `logit_bias`: -100 bans a token, 100 forces one; bad keys, values and ids are 400s
+/// naming it.
+#[test]
+fn logit_bias_bans_and_forces_tokens() {
+    let Some(s) = server() else { return };
+    let ids = |extra: Value| -> Vec<u32> {
+        let mut b = chat_body(json!({"return_token_ids": true, "max_tokens": 4}));
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        let v = post(s.addr, "/v1/chat/completions", &b).json();
+        serde_json::from_value(v["choices"][0]["token_ids"].clone()).unwrap()
+    };
+    let plain = ids(json!({}));
+    let banned = ids(json!({"logit_bias": {plain[0].to_string(): -100}}));
+    assert_ne!(banned[0], plain[0], "{plain:?} {banned:?}");
+    let forced = ids(json!({"logit_bias": {"1234": 100, "5": 0.5}}));
+    assert_eq!(forced, vec![1234; 4]);
+    for bad in [
+        json!({"x": 1}),
+        json!({"5": 101}),
+        json!({"5": "1"}),
+        json!({"5": 1, "05": 2}),
+        json!({"99999999": 1}),
+        json!([1]),
+    ] {
+        let e = post(
+            s.addr,
+            "/v1/chat/completions",
+            &chat_body(json!({"logit_bias": bad})),
+        )
+        .error(400);
+        assert!(
+            e["message"].as_str().unwrap().contains("logit_bias"),
+            "{bad}: {e}"
+        );
+    }
+}
