@@ -4,9 +4,15 @@
 //! so decoders that look at neighbours, like SentencePiece's leading-space rule, decode the new
 //! ids the same way they would in the full sequence), `read..` is pending. New text is emitted
 //! once it extends the window's decoded prefix and does not end in U+FFFD (an incomplete UTF-8
-//! sequence split across byte-level or byte-fallback tokens).
+//! sequence split across byte-level or byte-fallback tokens). Past [`MAX_PENDING`] ids
+//! without such text (special tokens skipped one after another, bytes that never make a
+//! character) the window is flushed as `finish` would, so a push never decodes more than
+//! a bounded window: the output thread serves every stream.
 
 use crate::{TextError, Tokenizer};
+
+/// Ids the window holds pending at most before it is flushed.
+pub const MAX_PENDING: usize = 64;
 
 /// Push ids, get back only text that is complete UTF-8 and will not change.
 ///
@@ -43,14 +49,25 @@ impl<T: AsRef<Tokenizer>> IncrementalDecoder<T> {
         self.ids.push(id);
         let prefix_text = self.decode(self.prefix..self.read)?;
         let full_text = self.decode(self.prefix..self.ids.len())?;
-        let Some(new_text) = full_text.strip_prefix(prefix_text.as_str()) else {
-            // The decoder rewrote already-emitted context; wait for more ids (finish flushes).
-            return Ok(String::new());
+        let flush = self.ids.len() - self.read >= MAX_PENDING;
+        let out = match full_text.strip_prefix(prefix_text.as_str()) {
+            Some(new_text) if !new_text.is_empty() && !new_text.ends_with('\u{FFFD}') => {
+                new_text.to_string()
+            }
+            // Nothing final yet: wait for more ids (finish flushes).
+            _ if !flush => return Ok(String::new()),
+            Some(new_text) => new_text.to_string(),
+            // The decoder rewrote already-emitted context: what follows the part the two
+            // texts share.
+            None => {
+                let shared = prefix_text
+                    .char_indices()
+                    .zip(full_text.chars())
+                    .find(|((_, a), b)| a != b)
+                    .map_or(prefix_text.len().min(full_text.len()), |((i, _), _)| i);
+                full_text.get(shared..).unwrap_or_default().to_string()
+            }
         };
-        if new_text.is_empty() || new_text.ends_with('\u{FFFD}') {
-            return Ok(String::new());
-        }
-        let out = new_text.to_string();
         // The ids just emitted become the context of the next window.
         self.ids.drain(..self.read);
         self.prefix = 0;

@@ -52,6 +52,29 @@ fn special_tokens_are_skipped_or_kept() {
     check_stream(&tok, &ids, false);
 }
 
+/// Thousands of skipped special tokens in a row keep the window bounded (each push decodes
+/// at most `MAX_PENDING` ids and their context), and text after them still comes out.
+#[test]
+fn a_long_run_without_text_keeps_the_window_bounded() {
+    let tok = Tokenizer::from_gguf(&tiny_gguf("smollm", false)).unwrap();
+    let mut dec = IncrementalDecoder::new(&tok, true);
+    assert_eq!(dec.push(tiny::HELLO).unwrap(), "hello");
+    for _ in 0..5000 {
+        assert_eq!(dec.push(tiny::IM_END).unwrap(), "");
+        assert!(dec.ids.len() <= 2 * MAX_PENDING, "{}", dec.ids.len());
+    }
+    assert_eq!(dec.push(tiny::G_WORLD).unwrap(), " world");
+    // A run of bytes that never completes a character comes out as U+FFFD, bounded too.
+    let mut dec = IncrementalDecoder::new(&tok, false);
+    let mut text = String::new();
+    for _ in 0..1000 {
+        text.push_str(&dec.push(0x80).unwrap());
+        assert!(dec.ids.len() <= 2 * MAX_PENDING);
+    }
+    text.push_str(&dec.finish().unwrap());
+    assert_eq!(text, tok.decode(&vec![0x80; 1000], false).unwrap());
+}
+
 #[test]
 fn random_sequences_match_one_shot_decode_tiny() {
     let tok = Tokenizer::from_gguf(&tiny_gguf("smollm", false)).unwrap();
