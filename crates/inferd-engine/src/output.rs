@@ -228,7 +228,19 @@ fn run(rx: mpsc::Receiver<OutMsg>, shared: Arc<Shared>) {
                     let Some(s) = streams.get_mut(&id) else {
                         continue; // ended here already: tokens past its end are dropped
                     };
-                    let Some((by_stop, last)) = s.take(t) else {
+                    // A fault in one stream's text (detokenizing, stop strings) ends that
+                    // stream with an error; the thread serves every other one.
+                    let taken =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.take(t)));
+                    let Ok(taken) = taken else {
+                        if let Some(s) = streams.remove(&id) {
+                            let _ = s.tx.send(Event::Error(
+                                "internal error while formatting the reply's text".into(),
+                            ));
+                        }
+                        continue;
+                    };
+                    let Some((by_stop, last)) = taken else {
                         continue;
                     };
                     let s = streams.remove(&id).expect("present");
