@@ -305,9 +305,12 @@ fn contexts_and_sessions_survive_a_restart() {
     let report = block_on(e.cache_report()).unwrap();
     assert_eq!(report.contexts.len(), 1);
     let c = &report.contexts[0];
+    assert_eq!(c.id, "review");
+    // Its metadata came back too (a report lists counts; the context itself has it).
+    let whole = block_on(e.context("review")).unwrap();
     assert_eq!(
-        (c.id.as_str(), c.meta.as_str()),
-        ("review", "how it was made")
+        (whole.meta.as_str(), whole.tokens.len()),
+        ("how it was made", brief.len())
     );
     assert_eq!(
         c.resident_tokens,
