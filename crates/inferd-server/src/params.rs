@@ -122,6 +122,12 @@ pub fn check(
     if let Some(b) = &p.dry_sequence_breakers {
         dry.sequence_breakers = b.clone();
     }
+    // With DRY off, breakers past DRY's bounds are ignored as its other fields are (they
+    // would only travel with the request, copied for every draft position); with it on
+    // they are an error, below.
+    if dry.multiplier == 0.0 && !dry.breakers_in_bounds() {
+        dry.sequence_breakers = Dry::default().sequence_breakers;
+    }
     let logit_bias = match &p.logit_bias {
         None => Vec::new(),
         Some(m) => logit_bias(m)?,
@@ -316,6 +322,20 @@ mod tests {
     fn common(v: Value) -> Result<Checked, ApiError> {
         let p: CommonParams = crate::extract::parse(v.to_string().as_bytes())?;
         check(&p, p.max_tokens.map(|n| (n, "max_tokens")), None)
+    }
+
+    #[test]
+    fn breakers_past_bounds_are_dropped_while_dry_is_off_and_refused_when_on() {
+        let many = vec!["x"; 10_000];
+        let c = common(json!({"dry_sequence_breakers": many})).unwrap();
+        assert_eq!(
+            c.sampling.dry.sequence_breakers,
+            Dry::default().sequence_breakers
+        );
+        let c = common(json!({"dry_sequence_breakers": ["a", "b"]})).unwrap();
+        assert_eq!(c.sampling.dry.sequence_breakers, ["a", "b"]);
+        let e = common(json!({"dry_multiplier": 0.8, "dry_sequence_breakers": many})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("dry_sequence_breakers"));
     }
 
     #[test]

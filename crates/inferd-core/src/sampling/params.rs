@@ -125,9 +125,17 @@ impl SamplingParams {
 }
 
 impl Dry {
-    /// Checks the DRY fields against their allowed ranges (the base and allowed length
-    /// only when DRY is on: they matter only then; the breakers always, since they are
-    /// kept and copied with the request either way).
+    /// At most 32 sequence breakers, each 1 to 40 bytes.
+    pub fn breakers_in_bounds(&self) -> bool {
+        self.sequence_breakers.len() <= 32
+            && self
+                .sequence_breakers
+                .iter()
+                .all(|b| (1..=40).contains(&b.len()))
+    }
+
+    /// Checks the DRY fields against their allowed ranges (the ones past the multiplier
+    /// only when DRY is on: they matter only then).
     pub fn validate(&self) -> Result<(), SamplingError> {
         let d = self;
         if !(d.multiplier >= 0.0 && d.multiplier.is_finite()) {
@@ -147,11 +155,7 @@ impl Dry {
                 "dry_allowed_length must be at least 1".into(),
             ));
         }
-        if d.sequence_breakers.len() > 32
-            || d.sequence_breakers
-                .iter()
-                .any(|b| b.is_empty() || b.len() > 40)
-        {
+        if d.multiplier > 0.0 && !d.breakers_in_bounds() {
             return Err(SamplingError::Dry(
                 "dry_sequence_breakers must hold at most 32 non-empty strings of at most 40 bytes"
                     .into(),
@@ -238,14 +242,6 @@ mod tests {
             },
             SamplingParams {
                 logprobs: Some(21),
-                ..base.clone()
-            },
-            // Breakers are bounded even with DRY off: they travel with the request.
-            SamplingParams {
-                dry: Dry {
-                    sequence_breakers: vec!["x".into(); 33],
-                    ..Dry::default()
-                },
                 ..base.clone()
             },
         ];
