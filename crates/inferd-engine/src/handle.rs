@@ -128,15 +128,16 @@ impl EngineHandle {
                 self.info.vocab_size
             )));
         }
+        // The tokenizer's ids (a model may pad its logits past them: ids no text spells).
+        let vocab = self.tokenizer.vocab_size();
         if let Some(&(t, _)) = req
             .sampling
             .logit_bias
             .iter()
-            .find(|&&(t, _)| t as usize >= self.info.vocab_size)
+            .find(|&&(t, _)| t as usize >= vocab)
         {
             return Err(SubmitError::Invalid(format!(
-                "logit_bias: token id {t} is outside the vocabulary ({})",
-                self.info.vocab_size
+                "logit_bias: token id {t} is outside the vocabulary ({vocab})"
             )));
         }
         for (what, id) in [

@@ -16,6 +16,14 @@ use crate::GrammarError;
 /// [`Grammars`]: crate::Grammars
 pub const MASK_CPU_LIMIT: Duration = Duration::from_millis(100);
 
+/// The mean CPU time of a reply's last [`RECENT_MASKS`] masks past which it fails: a
+/// grammar whose every mask is heavy (a chain of long forced runs, each within the
+/// schema limits) would slow every step of its reply.
+pub const MASK_CPU_MEAN_LIMIT: Duration = Duration::from_millis(25);
+
+/// How many of a reply's latest masks [`MASK_CPU_MEAN_LIMIT`] averages over.
+const RECENT_MASKS: usize = 16;
+
 /// CPU time of the calling thread: a mask's cost, whatever else the machine runs.
 fn thread_cpu_time() -> Duration {
     let mut ts = libc::timespec {
@@ -34,8 +42,14 @@ fn thread_cpu_time() -> Duration {
 /// computed on another thread while the model runs.
 pub struct Constraint {
     matcher: Matcher,
-    /// The CPU time one mask may take ([`MASK_CPU_LIMIT`] unless set).
+    /// The CPU time one mask may take, and the latest masks on average
+    /// ([`MASK_CPU_LIMIT`], [`MASK_CPU_MEAN_LIMIT`] unless set).
     mask_cpu_limit: Duration,
+    mask_cpu_mean_limit: Duration,
+    /// CPU time of the latest masks, a ring.  // [RECENT_MASKS]
+    recent: [Duration; RECENT_MASKS],
+    /// Masks computed so far.
+    masks: usize,
 }
 
 impl std::fmt::Debug for Constraint {
@@ -52,6 +66,9 @@ impl Clone for Constraint {
         Constraint {
             matcher: self.matcher.deep_clone(),
             mask_cpu_limit: self.mask_cpu_limit,
+            mask_cpu_mean_limit: self.mask_cpu_mean_limit,
+            recent: self.recent,
+            masks: self.masks,
         }
     }
 }
@@ -77,15 +94,22 @@ impl TokenMask {
 }
 
 impl Constraint {
-    pub(crate) fn new(matcher: Matcher, mask_cpu_limit: Duration) -> Self {
+    pub(crate) fn new(
+        matcher: Matcher,
+        (mask_cpu_limit, mask_cpu_mean_limit): (Duration, Duration),
+    ) -> Self {
         Constraint {
             matcher,
             mask_cpu_limit,
+            mask_cpu_mean_limit,
+            recent: [Duration::ZERO; RECENT_MASKS],
+            masks: 0,
         }
     }
 
     /// The tokens allowed next. Once the grammar is complete only end-of-sequence ids are.
-    /// A mask that took more CPU time than the limit fails the reply.
+    /// A mask that took more CPU time than the limit fails the reply, and so do masks
+    /// whose recent mean does.
     pub fn mask(&mut self) -> Result<TokenMask, GrammarError> {
         let started = thread_cpu_time();
         let m = self
@@ -99,6 +123,18 @@ impl Constraint {
                  too costly to enforce",
                 took.as_secs_f64() * 1e3,
                 self.mask_cpu_limit.as_millis()
+            )));
+        }
+        self.recent[self.masks % RECENT_MASKS] = took;
+        self.masks += 1;
+        let mean = self.recent.iter().sum::<Duration>() / RECENT_MASKS as u32;
+        let mean_limit = self.mask_cpu_mean_limit;
+        if self.masks >= RECENT_MASKS && mean > mean_limit {
+            return Err(GrammarError::Failed(format!(
+                "the reply's last {RECENT_MASKS} masks took {:.1} ms of CPU each on average \
+                 (limit {} ms): the reply's format is too costly to enforce",
+                mean.as_secs_f64() * 1e3,
+                mean_limit.as_millis()
             )));
         }
         if m.is_zero() {

@@ -19,7 +19,7 @@ pub enum GrammarError {
 pub(crate) fn brief(msg: &str) -> String {
     // An assertion inside llguidance (caught there) says nothing a client can act on.
     if msg.starts_with("panic") {
-        return "the grammar is larger than the constraint engine can build".into();
+        return "the constraint engine failed on this grammar (an internal limit)".into();
     }
     let mut end = msg.len();
     for cut in ["\n", "<state>", "<grammar>"] {
@@ -52,7 +52,7 @@ mod tests {
         assert_eq!(brief(&"é".repeat(400)).len(), 300);
         assert!(
             brief("panic: assertion failed: grammar.symbols.len() < u16::MAX")
-                .contains("larger than the constraint engine")
+                .contains("an internal limit")
         );
     }
 }

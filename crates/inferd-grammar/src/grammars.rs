@@ -7,7 +7,7 @@ use std::time::Duration;
 use inferd_text::Tokenizer;
 use llguidance::{Matcher, ParserFactory};
 
-use crate::constraint::MASK_CPU_LIMIT;
+use crate::constraint::{MASK_CPU_LIMIT, MASK_CPU_MEAN_LIMIT};
 use crate::error::brief;
 use crate::limits::SchemaLimits;
 use crate::spec::ReplyFormat;
@@ -19,8 +19,9 @@ use crate::{Constraint, GrammarError};
 pub struct Grammars {
     factory: Arc<ParserFactory>,
     limits: SchemaLimits,
-    /// CPU time one mask of a reply may take ([`MASK_CPU_LIMIT`]).
-    mask_cpu_limit: Duration,
+    /// CPU time one mask of a reply may take, and its recent masks on average
+    /// ([`MASK_CPU_LIMIT`], [`MASK_CPU_MEAN_LIMIT`]).
+    mask_cpu_limits: (Duration, Duration),
 }
 
 impl std::fmt::Debug for Grammars {
@@ -44,13 +45,13 @@ impl Grammars {
         Ok(Grammars {
             factory: Arc::new(factory),
             limits: SchemaLimits::DEFAULT,
-            mask_cpu_limit: MASK_CPU_LIMIT,
+            mask_cpu_limits: (MASK_CPU_LIMIT, MASK_CPU_MEAN_LIMIT),
         })
     }
 
-    /// The same, with another bound on one mask's CPU time.
-    pub fn with_mask_cpu_limit(mut self, limit: Duration) -> Self {
-        self.mask_cpu_limit = limit;
+    /// The same, with other bounds on one mask's CPU time and on the recent masks' mean.
+    pub fn with_mask_cpu_limits(mut self, one: Duration, mean: Duration) -> Self {
+        self.mask_cpu_limits = (one, mean);
         self
     }
 
@@ -75,7 +76,7 @@ impl Grammars {
                 ))
             }
         }
-        Ok(Constraint::new(matcher, self.mask_cpu_limit))
+        Ok(Constraint::new(matcher, self.mask_cpu_limits))
     }
 
     /// Logits the model has (the masks' length).

@@ -15,7 +15,7 @@ mod limits;
 mod spec;
 pub mod vocab;
 
-pub use constraint::{Constraint, TokenMask, MASK_CPU_LIMIT};
+pub use constraint::{Constraint, TokenMask, MASK_CPU_LIMIT, MASK_CPU_MEAN_LIMIT};
 pub use error::GrammarError;
 pub use grammars::Grammars;
 pub use limits::SchemaLimits;

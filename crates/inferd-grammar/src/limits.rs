@@ -145,8 +145,12 @@ impl Tally {
                                 // A property *named* `properties` is a schema, not a map of them.
                                 ("properties", _) => Role::Properties,
                                 ("patternProperties", _) => Role::PatternProperties,
+                                ("$defs" | "definitions" | "dependentSchemas", _) => {
+                                    Role::Definitions
+                                }
                                 _ => Role::Schema,
                             },
+                            Role::Definitions => Role::Schema,
                         };
                         stack.push((child, depth + 1, next));
                     }
@@ -180,14 +184,20 @@ enum Role {
     Properties,
     /// The map under `patternProperties`: patterns to schemas.
     PatternProperties,
+    /// A map of names to schemas (`$defs`, `definitions`, `dependentSchemas`): its keys
+    /// are names, never keywords.
+    Definitions,
     /// A value that is data, not schema (`const`, `enum`, `default`, `examples`): counted
     /// in the size, not read as keywords.
     Data,
 }
 
-/// Bytes of `v` written as JSON (a forced `const` or `enum` value is written so).
+/// Bytes of `v` written as JSON as llguidance forces it (a space after each `,` and `:`,
+/// counted at every one, inside strings too: an upper bound).
 fn json_len(v: &Value) -> u64 {
-    serde_json::to_string(v).map_or(u64::MAX, |s| s.len() as u64)
+    serde_json::to_string(v).map_or(u64::MAX, |s| {
+        (s.len() + s.bytes().filter(|&b| b == b',' || b == b':').count()) as u64
+    })
 }
 
 /// At most 40 characters of `s`, for an error message.
@@ -420,6 +430,7 @@ mod tests {
             json!({"type": "string", "default": long, "examples": [long]}),
             json!({"type": "object", "properties": {"pattern": {"type": "string"}}}),
             json!({"enum": ["k".repeat(1022)]}),
+            json!({"$defs": {"const": {"type": "string", "description": long}}}),
         ] {
             check(s.clone()).unwrap_or_else(|e| panic!("{s}: {e}"));
         }

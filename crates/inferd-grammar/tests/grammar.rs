@@ -378,11 +378,29 @@ fn costly_masks_are_refused_before_or_fail_the_reply() {
         None
     );
     // Past the CPU bound the mask is an error, not a stall.
-    let g = g.with_mask_cpu_limit(std::time::Duration::from_nanos(1));
-    let mut c = g.compile(&answer(json!({"type": "integer"}))).unwrap();
+    use std::time::Duration;
+    let one = g
+        .clone()
+        .with_mask_cpu_limits(Duration::from_nanos(1), Duration::from_secs(1));
+    let mut c = one.compile(&answer(json!({"type": "integer"}))).unwrap();
     let e = c.mask().unwrap_err();
     assert!(matches!(e, GrammarError::Failed(_)), "{e:?}");
-    assert!(e.to_string().contains("too costly to enforce"), "{e}");
+    assert!(e.to_string().contains("one token's mask"), "{e}");
+    // And past the bound on the recent masks' mean, once there are enough of them.
+    let mean = g.with_mask_cpu_limits(Duration::from_secs(1), Duration::from_nanos(1));
+    let mut c = mean.compile(&answer(json!({"type": "string"}))).unwrap();
+    let text = format!(
+        "\"{}\"",
+        "one two three four five six seven eight nine ten ".repeat(4)
+    );
+    let ids = tok.encode(&text, false).unwrap();
+    assert!(ids.len() > 20);
+    let failed = ids.iter().position(|&id| {
+        let m = c.mask();
+        m.is_err() || c.commit(id).is_err()
+    });
+    assert_eq!(failed, Some(15), "the 16th mask fails");
+    assert!(c.mask().unwrap_err().to_string().contains("on average"));
 }
 
 #[test]

@@ -50,13 +50,29 @@ impl<T: AsRef<Tokenizer>> IncrementalDecoder<T> {
         let prefix_text = self.decode(self.prefix..self.read)?;
         let full_text = self.decode(self.prefix..self.ids.len())?;
         let flush = self.ids.len() - self.read >= MAX_PENDING;
+        let mut end = self.ids.len();
         let out = match full_text.strip_prefix(prefix_text.as_str()) {
             Some(new_text) if !new_text.is_empty() && !new_text.ends_with('\u{FFFD}') => {
                 new_text.to_string()
             }
             // Nothing final yet: wait for more ids (finish flushes).
             _ if !flush => return Ok(String::new()),
-            Some(new_text) => new_text.to_string(),
+            // Flushed: up to its last whole character, when the last few ids (a character
+            // of at most 4 bytes) are what leaves it incomplete; they stay pending.
+            Some(new_text) => {
+                let mut out = new_text.to_string();
+                for k in 1..=3.min(end - self.read) {
+                    let shorter = self.decode(self.prefix..end - k)?;
+                    if let Some(t) = shorter.strip_prefix(prefix_text.as_str()) {
+                        if !t.ends_with('\u{FFFD}') {
+                            out = t.to_string();
+                            end -= k;
+                            break;
+                        }
+                    }
+                }
+                out
+            }
             // The decoder rewrote already-emitted context: what follows the part the two
             // texts share.
             None => {
@@ -68,10 +84,12 @@ impl<T: AsRef<Tokenizer>> IncrementalDecoder<T> {
                 full_text.get(shared..).unwrap_or_default().to_string()
             }
         };
-        // The ids just emitted become the context of the next window.
-        self.ids.drain(..self.read);
+        // The ids just emitted become the context of the next window (those past `end`
+        // stay pending).
+        let emitted_from = self.read;
+        self.ids.drain(..emitted_from);
         self.prefix = 0;
-        self.read = self.ids.len();
+        self.read = end - emitted_from;
         Ok(out)
     }
 

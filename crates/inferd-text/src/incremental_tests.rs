@@ -64,6 +64,17 @@ fn a_long_run_without_text_keeps_the_window_bounded() {
         assert!(dec.ids.len() <= 2 * MAX_PENDING, "{}", dec.ids.len());
     }
     assert_eq!(dec.push(tiny::G_WORLD).unwrap(), " world");
+    // A character whose bytes straddle a flush comes out whole, at any place in the run.
+    for run in 58..66 {
+        let mut dec = IncrementalDecoder::new(&tok, true);
+        let mut ids = vec![tiny::HELLO];
+        ids.extend(std::iter::repeat_n(tiny::IM_END, run));
+        ids.extend([0xE4, 0xB8, 0xAD, tiny::HELLO, tiny::G_WORLD]); // 中
+        let text: String = ids.iter().map(|&id| dec.push(id).unwrap()).collect();
+        // All of it as it came, nothing left for the end.
+        assert_eq!(text, "hello中hello world", "run {run}");
+        assert_eq!(dec.finish().unwrap(), "");
+    }
     // A run of bytes that never completes a character comes out as U+FFFD, bounded too.
     let mut dec = IncrementalDecoder::new(&tok, false);
     let mut text = String::new();

@@ -91,12 +91,15 @@ impl Dry {
         if bias.is_empty() {
             return;
         }
-        let at: std::collections::HashMap<u32, usize> =
+        let mut at: std::collections::HashMap<u32, usize> =
             out.iter().enumerate().map(|(i, e)| (e.token, i)).collect();
         for &(token, b) in bias.iter().filter(|(t, _)| (*t as usize) < vocab) {
             match at.get(&token) {
                 Some(&i) => out[i].amount -= b,
-                None => out.push(DryEntry { token, amount: -b }),
+                None => {
+                    at.insert(token, out.len());
+                    out.push(DryEntry { token, amount: -b });
+                }
             }
         }
     }

@@ -279,6 +279,10 @@ pub fn status(a: StatusArgs) -> Result<()> {
     };
     if info.as_ref().is_some_and(|v| v["stopping"] == true) {
         // Its listener is closed: nothing to ask.
+        if a.json {
+            println!("{}", serde_json::json!({"status": "stopping", "pid": pid}));
+            return Ok(());
+        }
         println!(
             "inferd is stopping (pid {pid}): finishing running requests, taking no new \
              ones; `inferd stop --force` ends it now"
