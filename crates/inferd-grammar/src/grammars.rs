@@ -49,6 +49,13 @@ impl Grammars {
         })
     }
 
+    /// The same, holding schemas to other limits (measurements of what the limits keep
+    /// out).
+    pub fn with_schema_limits(mut self, limits: SchemaLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
     /// The same, with other bounds on one mask's CPU time and on the recent masks' mean.
     pub fn with_mask_cpu_limits(mut self, one: Duration, mean: Duration) -> Self {
         self.mask_cpu_limits = (one, mean);

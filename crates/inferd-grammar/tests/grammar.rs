@@ -296,6 +296,81 @@ fn grammar_costs() {
     }
 }
 
+/// What a forced run costs a mask, the figures behind `SchemaLimits::max_forced_bytes`
+/// and the row bound (docs/RESULTS.md): mean and worst CPU time of a mask over a reply's
+/// first tokens.
+/// `cargo test --release -p inferd-grammar --test grammar -- --ignored forced_run_costs --nocapture`
+#[test]
+#[ignore = "a measurement, not a check"]
+fn forced_run_costs() {
+    let Some((tok, n)) = smollm2() else { return };
+    // Bounds lifted, to see what they keep out.
+    let g = Grammars::new(tok.clone(), n)
+        .unwrap()
+        .with_mask_cpu_limits(std::time::Duration::MAX, std::time::Duration::MAX)
+        .with_schema_limits(inferd_grammar::SchemaLimits {
+            max_forced_bytes: usize::MAX,
+            ..inferd_grammar::SchemaLimits::DEFAULT
+        });
+    let props: serde_json::Map<String, Value> = (0..1000)
+        .map(|i| (format!("p{i}"), json!({"type": "integer"})))
+        .collect();
+    let reply: Vec<String> = (0..40).map(|i| format!("\"p{i}\": {i}")).collect();
+    let cases = [
+        (
+            "pattern ^0{1024}$",
+            json!({"type": "string", "pattern": "^0{1024}$"}),
+            format!("\"{}", "0".repeat(400)),
+        ),
+        (
+            "pattern ^0{4096}$",
+            json!({"type": "string", "pattern": "^0{4096}$"}),
+            format!("\"{}", "0".repeat(400)),
+        ),
+        (
+            "pattern ^0{100000}$",
+            json!({"type": "string", "pattern": "^0{100000}$"}),
+            format!("\"{}", "0".repeat(400)),
+        ),
+        (
+            "pattern ^[a-z0-9]{1,100000}$",
+            json!({"type": "string", "pattern": "^[a-z0-9]{1,100000}$"}),
+            format!("\"{}", "ab1".repeat(100)),
+        ),
+        (
+            "const of 1000 bytes",
+            json!({"const": "x".repeat(1000)}),
+            format!("\"{}", "x".repeat(400)),
+        ),
+        (
+            "const of 10000 bytes",
+            json!({"const": "x".repeat(10000)}),
+            format!("\"{}", "x".repeat(400)),
+        ),
+        (
+            "1000 optional properties",
+            json!({"type": "object", "properties": props}),
+            format!("{{{}}}", reply.join(", ")),
+        ),
+    ];
+    for (what, schema, text) in cases {
+        let mut c = g.compile(&answer(schema)).unwrap();
+        let ids = tok.encode(&text, false).unwrap();
+        let (mut sum, mut worst, mut n) = (0f64, 0f64, 0);
+        for &id in ids.iter().take(100) {
+            let t = std::time::Instant::now();
+            let _ = c.mask().unwrap();
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            (sum, worst, n) = (sum + ms, worst.max(ms), n + 1);
+            c.commit(id).unwrap();
+        }
+        println!(
+            "{what}: {n} masks, mean {:.3} ms, worst {worst:.3} ms",
+            sum / n as f64
+        );
+    }
+}
+
 /// Runs `f` on a thread with a 2 MiB stack (the default of spawned threads; the server's
 /// preparation threads have 64 MiB), so a test proves a margin.
 fn on_small_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
