@@ -6,7 +6,7 @@ each case (the body limit's size; every one is refused by the server or generate
 token), and prints the server's peak RSS (VmHWM) growth per case, over a fresh server
 each time.
 
-    python3 scripts/dev/body-memory.py target/release/inferd [N]
+    python3 scripts/dev/body-memory.py target/release/inferd [N] [CASE-SUBSTRING]
 """
 import json
 import os
@@ -19,9 +19,11 @@ import urllib.request
 
 BIN = sys.argv[1]
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 8
+ONLY = sys.argv[3] if len(sys.argv) > 3 else ""
 PORT = 18731
 SIZE = 4 << 20
 ONES = ",".join(["1"] * ((SIZE - 200) // 2))
+EMPTIES = ",".join(['""'] * ((SIZE - 200) // 3))
 
 
 def cases():
@@ -33,6 +35,12 @@ def cases():
         '{"messages": [{"role": "user", "content": "hi", "junk": [' + ONES + ']}], "max_tokens": 1}'
     yield "responses: an array of numbers inside an input item", "/v1/responses", \
         '{"input": [{"role": "user", "content": "hi", "junk": [' + ONES + ']}], "max_output_tokens": 16}'
+    yield "chat: stop as an array of numbers", "/v1/chat/completions", \
+        '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "stop": [' + ONES + ']}'
+    yield "chat: dry_sequence_breakers of empty strings (DRY off)", "/v1/chat/completions", \
+        '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "dry_sequence_breakers": [' + EMPTIES + ']}'
+    yield "messages: stop_sequences of empty strings", "/v1/messages", \
+        '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "stop_sequences": [' + EMPTIES + ']}'
     yield "chat: one long message (text)", "/v1/chat/completions", json.dumps(
         {"messages": [{"role": "user", "content": "word " * ((SIZE - 200) // 5)}], "max_tokens": 1})
 
@@ -69,6 +77,8 @@ def serve():
 
 print(f"{BIN}: {N} bodies of {SIZE >> 20} MiB at once")
 for name, path, body in cases():
+    if ONLY not in name:
+        continue
     p = serve()
     base = vm_hwm(p.pid)
     codes = []

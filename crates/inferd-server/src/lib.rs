@@ -69,6 +69,7 @@ pub mod pipeline;
 pub mod reply;
 pub mod responses;
 pub mod state;
+pub mod strings;
 pub mod tree;
 pub mod work;
 pub mod write_deadline;

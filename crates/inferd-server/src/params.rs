@@ -90,17 +90,14 @@ pub fn check(
     let stop = match &p.stop {
         None => Vec::new(),
         Some(Stop::One(s)) => vec![s.clone()],
-        Some(Stop::Many(v)) => v.clone(),
+        Some(Stop::Many(v)) if v.len > MAX_STOP => {
+            return Err(ApiError::invalid_param(
+                "stop",
+                format!("stop may hold at most {MAX_STOP} strings, got {}", v.len),
+            ))
+        }
+        Some(Stop::Many(v)) => v.kept.clone(),
     };
-    if stop.len() > MAX_STOP {
-        return Err(ApiError::invalid_param(
-            "stop",
-            format!(
-                "stop may hold at most {MAX_STOP} strings, got {}",
-                stop.len()
-            ),
-        ));
-    }
     let defaults = SamplingParams::default();
     let mut dry = defaults.dry.clone();
     dry.multiplier = p.dry_multiplier.unwrap_or(0.0);
@@ -120,7 +117,8 @@ pub fn check(
         }
     }
     if let Some(b) = &p.dry_sequence_breakers {
-        dry.sequence_breakers = b.clone();
+        // (At most one past the bound is kept: enough for the check below to see it.)
+        dry.sequence_breakers = b.kept.clone();
     }
     // With DRY off, breakers past DRY's bounds are ignored as its other fields are (they
     // would only travel with the request, copied for every draft position); with it on

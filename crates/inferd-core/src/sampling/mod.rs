@@ -23,7 +23,7 @@ mod sampler;
 mod truncate;
 
 pub use dry::{Dry, DryEntry};
-pub use params::{SamplingError, SamplingParams, MAX_LOGPROBS};
+pub use params::{SamplingError, SamplingParams, MAX_DRY_BREAKERS, MAX_LOGIT_BIAS, MAX_LOGPROBS};
 pub use penalties::{Penalties, PenaltyEntry};
 pub use plan::{DeviceDraw, DrawPlan, PlanEntries};
 pub use rng::Xoshiro256;

@@ -7,6 +7,9 @@ use super::dry::Dry;
 /// Largest `logprobs` (number of alternatives) a request may ask for, as in OpenAI's API.
 pub const MAX_LOGPROBS: usize = 20;
 
+/// Most DRY sequence breakers (each 1 to 40 bytes).
+pub const MAX_DRY_BREAKERS: usize = 32;
+
 /// Most `logit_bias` entries a request may give.
 pub const MAX_LOGIT_BIAS: usize = 1024;
 
@@ -125,9 +128,9 @@ impl SamplingParams {
 }
 
 impl Dry {
-    /// At most 32 sequence breakers, each 1 to 40 bytes.
+    /// At most [`MAX_DRY_BREAKERS`] sequence breakers, each 1 to 40 bytes.
     pub fn breakers_in_bounds(&self) -> bool {
-        self.sequence_breakers.len() <= 32
+        self.sequence_breakers.len() <= MAX_DRY_BREAKERS
             && self
                 .sequence_breakers
                 .iter()

@@ -20,7 +20,7 @@ pub struct MessagesBody {
     pub messages: Option<Value>,
     #[serde(default, deserialize_with = "crate::tree::bounded_opt")]
     pub system: Option<Value>,
-    pub stop_sequences: Option<Vec<String>>,
+    pub stop_sequences: Option<crate::strings::Strings<{ crate::params::MAX_STOP }>>,
     pub temperature: Option<f32>,
     pub top_p: Option<f32>,
     pub top_k: Option<i64>,

@@ -10,13 +10,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-/// `stop`: one string or a list.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(untagged)]
-pub enum Stop {
-    One(String),
-    Many(Vec<String>),
-}
+/// `stop`: one string or a list (read keeping its first strings only: [`crate::strings`]).
+pub type Stop = crate::strings::OneOrMany<{ crate::params::MAX_STOP }>;
 
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct StreamOptions {
@@ -107,7 +102,8 @@ pub struct CommonParams {
     pub dry_allowed_length: Option<u64>,
     /// `-1`: the whole reply; `0`: DRY off; `n`: the last `n` generated tokens.
     pub dry_penalty_last_n: Option<i64>,
-    pub dry_sequence_breakers: Option<Vec<String>>,
+    pub dry_sequence_breakers:
+        Option<crate::strings::Strings<{ inferd_core::sampling::MAX_DRY_BREAKERS }>>,
     /// Token id (as a string) -> a bias in [-100, 100] added to its logit.
     #[serde(default, deserialize_with = "crate::tree::bounded_map")]
     pub logit_bias: Option<serde_json::Map<String, Value>>,
