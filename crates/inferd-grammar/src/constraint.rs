@@ -24,6 +24,21 @@ pub const MASK_CPU_MEAN_LIMIT: Duration = Duration::from_millis(25);
 /// How many of a reply's latest masks [`MASK_CPU_MEAN_LIMIT`] averages over.
 const RECENT_MASKS: usize = 16;
 
+/// What a reply's masks may cost in CPU time: one of them, and the latest
+/// [`RECENT_MASKS`] on average.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MaskCpuLimits {
+    pub one: Duration,
+    pub mean: Duration,
+}
+
+impl MaskCpuLimits {
+    pub const DEFAULT: MaskCpuLimits = MaskCpuLimits {
+        one: MASK_CPU_LIMIT,
+        mean: MASK_CPU_MEAN_LIMIT,
+    };
+}
+
 /// CPU time of the calling thread: a mask's cost, whatever else the machine runs.
 fn thread_cpu_time() -> Duration {
     let mut ts = libc::timespec {
@@ -42,10 +57,7 @@ fn thread_cpu_time() -> Duration {
 /// computed on another thread while the model runs.
 pub struct Constraint {
     matcher: Matcher,
-    /// The CPU time one mask may take, and the latest masks on average
-    /// ([`MASK_CPU_LIMIT`], [`MASK_CPU_MEAN_LIMIT`] unless set).
-    mask_cpu_limit: Duration,
-    mask_cpu_mean_limit: Duration,
+    limits: MaskCpuLimits,
     /// CPU time of the latest masks, a ring.  // [RECENT_MASKS]
     recent: [Duration; RECENT_MASKS],
     /// Masks computed so far.
@@ -65,8 +77,7 @@ impl Clone for Constraint {
     fn clone(&self) -> Self {
         Constraint {
             matcher: self.matcher.deep_clone(),
-            mask_cpu_limit: self.mask_cpu_limit,
-            mask_cpu_mean_limit: self.mask_cpu_mean_limit,
+            limits: self.limits,
             recent: self.recent,
             masks: self.masks,
         }
@@ -94,14 +105,10 @@ impl TokenMask {
 }
 
 impl Constraint {
-    pub(crate) fn new(
-        matcher: Matcher,
-        (mask_cpu_limit, mask_cpu_mean_limit): (Duration, Duration),
-    ) -> Self {
+    pub(crate) fn new(matcher: Matcher, limits: MaskCpuLimits) -> Self {
         Constraint {
             matcher,
-            mask_cpu_limit,
-            mask_cpu_mean_limit,
+            limits,
             recent: [Duration::ZERO; RECENT_MASKS],
             masks: 0,
         }
@@ -117,24 +124,23 @@ impl Constraint {
             .compute_mask_or_eos()
             .map_err(|e| GrammarError::Failed(crate::error::brief(&e.to_string())))?;
         let took = thread_cpu_time().saturating_sub(started);
-        if took > self.mask_cpu_limit {
+        if took > self.limits.one {
             return Err(GrammarError::Failed(format!(
                 "one token's mask took {:.0} ms of CPU (limit {} ms): the reply's format is \
                  too costly to enforce",
                 took.as_secs_f64() * 1e3,
-                self.mask_cpu_limit.as_millis()
+                self.limits.one.as_millis()
             )));
         }
         self.recent[self.masks % RECENT_MASKS] = took;
         self.masks += 1;
         let mean = self.recent.iter().sum::<Duration>() / RECENT_MASKS as u32;
-        let mean_limit = self.mask_cpu_mean_limit;
-        if self.masks >= RECENT_MASKS && mean > mean_limit {
+        if self.masks >= RECENT_MASKS && mean > self.limits.mean {
             return Err(GrammarError::Failed(format!(
                 "the reply's last {RECENT_MASKS} masks took {:.1} ms of CPU each on average \
                  (limit {} ms): the reply's format is too costly to enforce",
                 mean.as_secs_f64() * 1e3,
-                mean_limit.as_millis()
+                self.limits.mean.as_millis()
             )));
         }
         if m.is_zero() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use inferd_text::Tokenizer;
 use llguidance::{Matcher, ParserFactory};
 
-use crate::constraint::{MASK_CPU_LIMIT, MASK_CPU_MEAN_LIMIT};
+use crate::constraint::MaskCpuLimits;
 use crate::error::brief;
 use crate::limits::SchemaLimits;
 use crate::spec::ReplyFormat;
@@ -19,9 +19,8 @@ use crate::{Constraint, GrammarError};
 pub struct Grammars {
     factory: Arc<ParserFactory>,
     limits: SchemaLimits,
-    /// CPU time one mask of a reply may take, and its recent masks on average
-    /// ([`MASK_CPU_LIMIT`], [`MASK_CPU_MEAN_LIMIT`]).
-    mask_cpu_limits: (Duration, Duration),
+    /// What a reply's masks may cost ([`MaskCpuLimits::DEFAULT`] unless set).
+    mask_cpu: MaskCpuLimits,
 }
 
 impl std::fmt::Debug for Grammars {
@@ -39,13 +38,13 @@ impl Grammars {
         factory.quiet();
         // An object's optional properties each put about four items in a parser row, and
         // llguidance's default bound (2000) fails replies to objects of 500 or more
-        // (SchemaLimits allows 1000) at their first token; 1000 of them cost about 3 ms a
-        // mask on SmolLM2's vocabulary.
+        // (SchemaLimits allows 1000) at their first token; 1000 of them cost about 2 ms a
+        // mask, 7 at worst, on SmolLM2's vocabulary (`forced_run_costs`).
         factory.limits_mut().max_items_in_row = 4 * SchemaLimits::DEFAULT.max_properties + 1000;
         Ok(Grammars {
             factory: Arc::new(factory),
             limits: SchemaLimits::DEFAULT,
-            mask_cpu_limits: (MASK_CPU_LIMIT, MASK_CPU_MEAN_LIMIT),
+            mask_cpu: MaskCpuLimits::DEFAULT,
         })
     }
 
@@ -58,7 +57,7 @@ impl Grammars {
 
     /// The same, with other bounds on one mask's CPU time and on the recent masks' mean.
     pub fn with_mask_cpu_limits(mut self, one: Duration, mean: Duration) -> Self {
-        self.mask_cpu_limits = (one, mean);
+        self.mask_cpu = MaskCpuLimits { one, mean };
         self
     }
 
@@ -83,7 +82,7 @@ impl Grammars {
                 ))
             }
         }
-        Ok(Constraint::new(matcher, self.mask_cpu_limits))
+        Ok(Constraint::new(matcher, self.mask_cpu))
     }
 
     /// Logits the model has (the masks' length).

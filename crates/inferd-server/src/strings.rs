@@ -1,8 +1,8 @@
 //! Lists of strings in request bodies, read keeping only what can be used. `stop`,
 //! Anthropic's `stop_sequences` and `dry_sequence_breakers` allow a few strings; a 4 MiB
 //! body could list a million (each kept string costs its text and 24 bytes, and serde's
-//! untagged enums buffer the whole field as a tree first). Read through [`keep_first`],
-//! a list keeps its first `N + 1` strings, so a check past `N` still fails, and skips the
+//! untagged enums buffer the whole field as a tree first). Read as [`Strings`] (or
+//! [`OneOrMany`]), a list keeps its first `N + 1` strings, so a check past `N` still fails, and skips the
 //! rest without keeping them, counting them for the error.
 
 use std::fmt;
@@ -39,15 +39,14 @@ impl<'de, const N: usize> Visitor<'de> for ListVisitor<N> {
         while out.kept.len() <= N {
             match seq.next_element::<String>()? {
                 Some(s) => out.kept.push(s),
-                None => {
-                    out.len = out.kept.len();
-                    return Ok(out);
-                }
+                None => break,
             }
         }
         out.len = out.kept.len();
-        while seq.next_element::<IgnoredAny>()?.is_some() {
-            out.len += 1;
+        if out.len > N {
+            while seq.next_element::<IgnoredAny>()?.is_some() {
+                out.len += 1;
+            }
         }
         Ok(out)
     }

@@ -76,9 +76,12 @@ impl Dry {
     }
 
     /// [`entries`](Dry::entries) with the request's `logit_bias` folded in, still one entry
-    /// per token: a biased token's amount is its DRY penalty less its bias (`-bias` when
+    /// per token (`bias`: ids ascending, each once, as [`SamplingParams::validate`]
+    /// checks): a biased token's amount is its DRY penalty less its bias (`-bias` when
     /// DRY leaves it alone), so subtracting the entries adds the bias. Both backends apply
     /// these same entries, so their logits agree to the bit.
+    ///
+    /// [`SamplingParams::validate`]: super::SamplingParams::validate
     pub fn entries_with_bias(
         &self,
         vocab: usize,
@@ -88,18 +91,13 @@ impl Dry {
         out: &mut Vec<DryEntry>,
     ) {
         self.entries(vocab, reply, breaks, out);
-        if bias.is_empty() {
-            return;
-        }
-        let mut at: std::collections::HashMap<u32, usize> =
+        // (Empty, with no allocation, while DRY penalises nothing: the usual case.)
+        let dry: std::collections::HashMap<u32, usize> =
             out.iter().enumerate().map(|(i, e)| (e.token, i)).collect();
         for &(token, b) in bias.iter().filter(|(t, _)| (*t as usize) < vocab) {
-            match at.get(&token) {
+            match dry.get(&token) {
                 Some(&i) => out[i].amount -= b,
-                None => {
-                    at.insert(token, out.len());
-                    out.push(DryEntry { token, amount: -b });
-                }
+                None => out.push(DryEntry { token, amount: -b }),
             }
         }
     }

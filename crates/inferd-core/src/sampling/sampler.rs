@@ -2,6 +2,7 @@
 
 use super::canonical::{draw_target, mass};
 use super::detexp::exp_nonpos;
+use super::dry::DryEntry;
 use super::logprobs::{log_sum_exp, top_logprobs};
 use super::params::SamplingParams;
 use super::penalties::{Penalties, PenaltyScratch};
@@ -51,6 +52,8 @@ pub struct Sampler {
     trunc: TruncScratch,
     /// Also the penalties' entries of a draw planned elsewhere (`plan.rs`).
     pub(super) penalties: PenaltyScratch,
+    /// DRY's entries with the logit bias folded in, as a device applies them.
+    entries: Vec<DryEntry>,
 }
 
 impl Sampler {
@@ -69,6 +72,7 @@ impl Sampler {
             weights: Vec::new(),
             trunc: TruncScratch::default(),
             penalties: PenaltyScratch::default(),
+            entries: Vec::new(),
         }
     }
 
@@ -90,6 +94,7 @@ impl Sampler {
             weights: Vec::new(),
             trunc: TruncScratch::default(),
             penalties: PenaltyScratch::default(),
+            entries: Vec::new(),
         }
     }
 
@@ -126,24 +131,17 @@ impl Sampler {
             };
         }
         self.prepare_logits(logits, prompt, generated);
-        if self.params.logit_bias.is_empty() {
-            self.params
-                .dry
-                .apply(&mut self.logits, generated, extra.breaks);
-        } else {
-            // The same entries a device applies (DRY with the bias folded in).
-            let mut entries = Vec::new();
-            let p = &self.params;
-            p.dry.entries_with_bias(
-                self.logits.len(),
-                generated,
-                extra.breaks,
-                &p.logit_bias,
-                &mut entries,
-            );
-            for e in &entries {
-                self.logits[e.token as usize] -= e.amount;
-            }
+        // The same entries a device applies (DRY with the bias folded in).
+        let p = &self.params;
+        p.dry.entries_with_bias(
+            self.logits.len(),
+            generated,
+            extra.breaks,
+            &p.logit_bias,
+            &mut self.entries,
+        );
+        for e in &self.entries {
+            self.logits[e.token as usize] -= e.amount;
         }
         if let Some(words) = extra.allowed.filter(|w| w.iter().any(|&x| x != 0)) {
             apply_mask(&mut self.logits, words);

@@ -45,19 +45,18 @@ struct Keep {
     id: String,
     items: Vec<Value>,
     conversation: Vec<Value>,
+    /// Taken by [`Keep::save`]: one left here at the drop was never stored.
     session: String,
-    saved: bool,
 }
 
 impl Keep {
     fn save(mut self, response: &Value, items: &[Item]) {
-        self.saved = true;
         self.conversation.push(output::as_message(items));
         let stored = Stored {
             response: response.clone(),
             input_items: std::mem::take(&mut self.items),
             conversation: std::mem::take(&mut self.conversation),
-            session: self.session.clone(),
+            session: std::mem::take(&mut self.session),
             created: now_secs(),
         };
         let freed = self.state.responses.put(&self.id, stored);
@@ -81,7 +80,7 @@ impl Drop for Keep {
     /// name again: the session goes with it (the engine parks nothing for it, even if
     /// the turn still runs). A later turn's session is the chain's, and stays.
     fn drop(&mut self) {
-        if !self.saved && self.session == self.id {
+        if self.session == self.id {
             release(&self.state, vec![std::mem::take(&mut self.session)]);
         }
     }
@@ -144,7 +143,6 @@ pub async fn create(State(state): State<AppState>, body: JsonBody) -> Result<Res
         items: t.items,
         conversation,
         session: checked.session.clone().unwrap_or_default(),
-        saved: false,
     });
     if checked.stream {
         let on_done = Box::new(move |r: &Value, items: &[Item]| {

@@ -295,8 +295,11 @@ fn an_unfinished_responses_turn_leaves_no_session() {
     std::thread::sleep(Duration::from_millis(100));
     drop(s);
     assert!(wait_for(10, || eng.stats().running == 0), "still running");
-    std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(sessions(), 0, "{}", get(addr, "/v1/sessions").text());
+    assert!(
+        wait_for(10, || sessions() == 0),
+        "{}",
+        get(addr, "/v1/sessions").text()
+    );
     // A completed one keeps its session, for the next turn.
     let r = post(
         addr,
