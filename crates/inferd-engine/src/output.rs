@@ -127,7 +127,12 @@ impl OutStream {
             }
             StopStep::Emit(text) if !text.is_empty() => {
                 let tokens = std::mem::take(&mut self.pending);
-                let _ = self.tx.send(Event::Delta(Delta { text, tokens }));
+                let cached_tokens = t.cached.min(self.prompt_len);
+                let _ = self.tx.send(Event::Delta(Delta {
+                    text,
+                    tokens,
+                    cached_tokens,
+                }));
             }
             StopStep::Emit(_) => {}
         }
@@ -160,7 +165,12 @@ impl OutStream {
         let tokens = std::mem::take(&mut self.pending);
         let mut last = Vec::with_capacity(2);
         if !text.is_empty() || tokens.iter().any(|t| t.logprob.is_some()) {
-            last.push(Event::Delta(Delta { text, tokens }));
+            let cached_tokens = cached.min(self.prompt_len);
+            last.push(Event::Delta(Delta {
+                text,
+                tokens,
+                cached_tokens,
+            }));
         }
         last.push(Event::Done {
             finish_reason: reason,

@@ -81,6 +81,9 @@ pub struct Delta {
     /// Valid UTF-8, never part of a stop string.
     pub text: String,
     pub tokens: Vec<TokenOut>,
+    /// Leading prompt tokens whose KV came from the cache so far (what `Done`'s usage
+    /// reports), so a protocol that states usage when it opens can state it then.
+    pub cached_tokens: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -67,6 +67,7 @@ pub mod openai;
 pub mod params;
 pub mod pipeline;
 pub mod reply;
+pub mod request_id;
 pub mod responses;
 pub mod state;
 pub mod strings;
@@ -132,6 +133,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(error::fallback_404)
         .method_not_allowed_fallback(error::fallback_405)
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn(request_id::stamp))
         .with_state(state)
 }
 

@@ -90,6 +90,15 @@ pub async fn prepare(state: &AppState, req: ChatRequest) -> Result<Prepared, Api
     // A forced call is the whole reply; otherwise the answer may be held to
     // `response_format`, with calls of the offered tools as the alternative.
     let answer = format::answer_format(common.response_format.as_ref())?.filter(|_| !forced);
+    // A continued message is free text already begun: neither a call nor a format's
+    // grammar can start in its middle.
+    if chat.continue_final_message == Some(true) && (forced || answer.is_some()) {
+        return Err(ApiError::invalid_param(
+            "continue_final_message",
+            "a continued final message cannot be combined with a forced tool call or a reply \
+             format: the reply would not start where they start",
+        ));
+    }
     let calls = tool_mode
         .as_ref()
         .and_then(|m| m.call_format(answer.is_some(), chat.parallel_tool_calls));

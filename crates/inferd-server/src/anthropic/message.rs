@@ -51,7 +51,8 @@ impl Whole<'_> {
         if let Some(t) = &r.reasoning {
             content.push(json!({"type": "thinking", "thinking": t, "signature": ""}));
         }
-        if !r.text.is_empty() || r.calls.is_empty() {
+        // No text, no block: as the stream, which opens a block only for text.
+        if !r.text.is_empty() {
             content.push(json!({"type": "text", "text": r.text}));
         }
         for c in &r.calls {

@@ -50,7 +50,8 @@ async fn run(state: AppState, body: Result<JsonBody, ApiError>) -> Result<Respon
         prompt_tokens,
         ..
     } = pipeline::start(&state, req).await?;
-    let id = new_id("msg");
+    // Anthropic's ids are `msg_...`.
+    let id = new_id("msg").replacen('-', "_", 1);
     let model = state.model_name().to_string();
     if checked.stream {
         let fmt =

@@ -1,13 +1,14 @@
 //! A Messages API body -> the chat request the pipeline runs: `system` becomes the first
 //! message, content blocks become chat messages (`tool_use` -> an assistant's
 //! `tool_calls`, `tool_result` -> a `tool` message), `tools` / `tool_choice` become
-//! function tools, `thinking` the template's reasoning switch.
+//! function tools, `thinking` the template's reasoning switch, `output_config` the reply's
+//! format and effort. A final assistant message is a prefill: the reply continues it.
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;
-use crate::openai::types::{ChatParams, CommonParams, InferdExt, Stop};
+use crate::openai::types::{ChatParams, CommonParams, Effort, InferdExt, Stop};
 use crate::pipeline::ChatRequest;
 
 /// The fields of `POST /v1/messages` (and `/v1/messages/count_tokens`).
@@ -31,6 +32,12 @@ pub struct MessagesBody {
     pub tool_choice: Option<Value>,
     #[serde(default, deserialize_with = "crate::tree::bounded_opt")]
     pub thinking: Option<Value>,
+    /// `{"format": {"type": "json_schema", "schema": ...}, "effort": ...}`.
+    #[serde(default, deserialize_with = "crate::tree::bounded_opt")]
+    pub output_config: Option<Value>,
+    /// The structured-outputs beta's spelling of `output_config.format`.
+    #[serde(default, deserialize_with = "crate::tree::bounded_opt")]
+    pub output_format: Option<Value>,
     /// `{"user_id": ...}`: accepted, not used.
     #[serde(default, deserialize_with = "crate::tree::bounded_map")]
     pub metadata: Option<Map<String, Value>>,
@@ -124,8 +131,9 @@ fn tool_result_text(b: &Value, at: &str) -> Result<String, ApiError> {
 }
 
 /// One Anthropic message -> chat messages (a user turn with tool results becomes the
-/// `tool` messages first, then its text).
-fn convert_message(i: usize, m: &Value, out: &mut Vec<Value>) -> Result<(), ApiError> {
+/// `tool` messages first, then its text). Only the final message, if the assistant's
+/// (a prefill), may be empty.
+fn convert_message(i: usize, m: &Value, last: bool, out: &mut Vec<Value>) -> Result<(), ApiError> {
     let at = format!("messages[{i}]");
     let Some(obj) = m.as_object() else {
         return Err(bad(&at, format!("`{at}` must be an object")));
@@ -139,6 +147,19 @@ fn convert_message(i: usize, m: &Value, out: &mut Vec<Value>) -> Result<(), ApiE
             ))
         }
     };
+    let empty = match obj.get("content") {
+        Some(Value::String(s)) => s.is_empty(),
+        Some(Value::Array(b)) => b.is_empty(),
+        _ => false,
+    };
+    if empty && !(last && role == "assistant") {
+        return Err(bad(
+            &format!("{at}.content"),
+            format!(
+                "`{at}.content` is empty: every message but a final assistant one needs content"
+            ),
+        ));
+    }
     let blocks = match obj.get("content") {
         Some(Value::String(s)) => {
             out.push(json!({"role": role, "content": s}));
@@ -294,13 +315,92 @@ fn convert_choice(c: &Value) -> Result<(Value, Option<bool>), ApiError> {
 fn thinking_switch(t: &Value) -> Result<Option<bool>, ApiError> {
     match t.get("type").and_then(Value::as_str) {
         _ if t.is_null() => Ok(None),
-        Some("enabled") => Ok(Some(true)),
+        // The template's switch is on or off: the model decides how much it thinks.
+        Some("enabled" | "adaptive" | "between_tools") => Ok(Some(true)),
         Some("disabled") => Ok(Some(false)),
         _ => Err(bad(
             "thinking.type",
-            "`thinking.type` must be `enabled` or `disabled`",
+            "`thinking.type` must be `enabled`, `adaptive`, `between_tools` or `disabled`",
         )),
     }
+}
+
+/// `output_config.format` (or the beta's `output_format`) as chat's `response_format`.
+fn output_format(f: &Value, at: &str) -> Result<Option<Value>, ApiError> {
+    if f.is_null() {
+        return Ok(None);
+    }
+    if f.get("type").and_then(Value::as_str) != Some("json_schema") {
+        return Err(bad(
+            &format!("{at}.type"),
+            format!("`{at}.type` must be `json_schema`"),
+        ));
+    }
+    let Some(schema) = f.get("schema").filter(|s| s.is_object()) else {
+        return Err(bad(
+            &format!("{at}.schema"),
+            format!("`{at}.schema` must be a JSON Schema object"),
+        ));
+    };
+    Ok(Some(json!({"type": "json_schema",
+        "json_schema": {"name": "output", "schema": schema, "strict": true}})))
+}
+
+/// `output_config.effort` as inferd's effort (the levels past `high` are `high`).
+fn output_effort(e: &Value) -> Result<Option<Effort>, ApiError> {
+    match e {
+        Value::Null => Ok(None),
+        Value::String(s) => match s.as_str() {
+            "low" => Ok(Some(Effort::Low)),
+            "medium" => Ok(Some(Effort::Medium)),
+            "high" | "xhigh" | "max" => Ok(Some(Effort::High)),
+            _ => Err(bad(
+                "output_config.effort",
+                "`output_config.effort` must be `low`, `medium`, `high`, `xhigh` or `max`",
+            )),
+        },
+        _ => Err(bad(
+            "output_config.effort",
+            "`output_config.effort` must be a string",
+        )),
+    }
+}
+
+/// Anthropic's ranges, narrower than chat's: `temperature` in [0, 1], `top_k` ≥ 0.
+fn check_ranges(b: &MessagesBody) -> Result<(), ApiError> {
+    if b.temperature.is_some_and(|t| !(0.0..=1.0).contains(&t)) {
+        return Err(bad("temperature", "`temperature` must be in [0, 1]"));
+    }
+    if b.top_k.is_some_and(|k| k < 0) {
+        return Err(bad("top_k", "`top_k` must be 0 or more"));
+    }
+    Ok(())
+}
+
+/// A final assistant message (a prefill) must not end in whitespace, as Anthropic
+/// requires: the reply continues right after its text.
+fn check_prefill(list: &[Value]) -> Result<bool, ApiError> {
+    let Some(last) = list.last().filter(|m| m["role"] == "assistant") else {
+        return Ok(false);
+    };
+    let i = list.len() - 1;
+    let text = match &last["content"] {
+        Value::String(s) => s.as_str(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .rev()
+            .find(|b| b["type"] == "text")
+            .and_then(|b| b["text"].as_str())
+            .unwrap_or_default(),
+        _ => "",
+    };
+    if text.ends_with(char::is_whitespace) {
+        return Err(bad(
+            &format!("messages[{i}].content"),
+            "final assistant content cannot end with trailing whitespace",
+        ));
+    }
+    Ok(true)
 }
 
 /// The chat request for a Messages body; `count` is true for count_tokens (no
@@ -311,21 +411,33 @@ pub fn to_chat(b: &MessagesBody, count: bool) -> Result<ChatRequest, ApiError> {
         None if count => None,
         None => return Err(bad("max_tokens", "`max_tokens` is required")),
     };
+    check_ranges(b)?;
     let mut messages = Vec::new();
     if let Some(s) = b.system.as_ref().map(system_text).transpose()?.flatten() {
         messages.push(json!({"role": "system", "content": s}));
     }
-    match &b.messages {
+    let prefill = match &b.messages {
         Some(Value::Array(list)) if !list.is_empty() => {
             for (i, m) in list.iter().enumerate() {
-                convert_message(i, m, &mut messages)?;
+                convert_message(i, m, i + 1 == list.len(), &mut messages)?;
             }
+            check_prefill(list)?
         }
         Some(Value::Array(_)) => {
             return Err(bad("messages", "`messages` must hold at least one message"))
         }
         None | Some(Value::Null) => return Err(bad("messages", "`messages` is required")),
         Some(_) => return Err(bad("messages", "`messages` must be an array of messages")),
+    };
+    // An empty prefill is a new turn.
+    let mut prefill = prefill;
+    if prefill
+        && messages
+            .last()
+            .is_some_and(|m| m["content"] == "" && m.get("tool_calls").is_none())
+    {
+        messages.pop();
+        prefill = false;
     }
     let tools = b
         .tools
@@ -350,6 +462,22 @@ pub fn to_chat(b: &MessagesBody, count: bool) -> Result<ChatRequest, ApiError> {
     {
         kwargs.insert("enable_thinking".into(), Value::Bool(on));
     }
+    let config = b.output_config.as_ref().filter(|c| !c.is_null());
+    if config.is_some_and(|c| !c.is_object()) {
+        return Err(bad("output_config", "`output_config` must be an object"));
+    }
+    let response_format = match (config.and_then(|c| c.get("format")), &b.output_format) {
+        (Some(f), _) if !f.is_null() => output_format(f, "output_config.format")?,
+        (_, Some(f)) => output_format(f, "output_format")?,
+        _ => None,
+    };
+    let mut inferd = b.inferd.clone();
+    if let Some(e) = config.and_then(|c| c.get("effort")) {
+        let ext = inferd.get_or_insert_with(Default::default);
+        if ext.effort.is_none() {
+            ext.effort = output_effort(e)?;
+        }
+    }
     let common = CommonParams {
         model: b.model.clone(),
         max_tokens,
@@ -358,7 +486,8 @@ pub fn to_chat(b: &MessagesBody, count: bool) -> Result<ChatRequest, ApiError> {
         top_k: b.top_k,
         stop: b.stop_sequences.clone().map(Stop::Many),
         stream: b.stream,
-        inferd: b.inferd.clone(),
+        response_format,
+        inferd,
         ..Default::default()
     };
     let chat = ChatParams {
@@ -367,6 +496,7 @@ pub fn to_chat(b: &MessagesBody, count: bool) -> Result<ChatRequest, ApiError> {
         tool_choice,
         parallel_tool_calls: parallel,
         chat_template_kwargs: (!kwargs.is_empty()).then_some(kwargs),
+        continue_final_message: prefill.then_some(true),
         ..Default::default()
     };
     Ok(ChatRequest { common, chat })
@@ -379,6 +509,14 @@ pub fn rename_param(mut e: ApiError) -> ApiError {
             Some("stop_sequences".to_string())
         } else if p == "max_completion_tokens" {
             Some("max_tokens".to_string())
+        } else if p == "continue_final_message" {
+            Some("messages".to_string())
+        } else if let Some(rest) = p.strip_prefix("tool_choice.function") {
+            Some(format!("tool_choice{rest}"))
+        } else if let Some(rest) = p.strip_prefix("response_format.json_schema") {
+            Some(format!("output_config.format{rest}"))
+        } else if let Some(rest) = p.strip_prefix("response_format") {
+            Some(format!("output_config.format{rest}"))
         } else {
             p.strip_prefix("tools[").and_then(|rest| {
                 let (i, tail) = rest.split_once(']')?;
@@ -474,5 +612,65 @@ mod tests {
             "bad",
         ));
         assert_eq!(e.param.as_deref(), Some("tools[1].input_schema"));
+        let e = rename_param(ApiError::invalid_param(
+            "tool_choice.function.name",
+            "`tool_choice.function.name` is \"z\"",
+        ));
+        assert_eq!(e.param.as_deref(), Some("tool_choice.name"));
+        assert_eq!(e.message, "`tool_choice.name` is \"z\"");
+        let user = json!([{"role": "user", "content": "x"}]);
+        for (field, value, param) in [
+            ("temperature", json!(1.5), "temperature"),
+            ("top_k", json!(-5), "top_k"),
+            (
+                "output_config",
+                json!({"format": {"type": "json_schema"}}),
+                "output_config.format.schema",
+            ),
+            (
+                "output_config",
+                json!({"effort": "extreme"}),
+                "output_config.effort",
+            ),
+            (
+                "output_format",
+                json!({"type": "xml", "schema": {}}),
+                "output_format.type",
+            ),
+        ] {
+            let mut b = json!({"max_tokens": 5, "messages": user});
+            b[field] = value;
+            assert_eq!(p(b), param, "{field}");
+        }
+    }
+
+    /// A final assistant message is continued (an empty one is a new turn); thinking's
+    /// newer types switch reasoning on; output_config maps to the reply format and effort.
+    #[test]
+    fn prefill_thinking_and_output_config() {
+        let two = |last: Value| {
+            body(json!({"max_tokens": 5, "messages": [
+                {"role": "user", "content": "x"}, {"role": "assistant", "content": last}],
+                "thinking": {"type": "adaptive"},
+                "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}},
+                                  "effort": "max"}}))
+        };
+        let r = to_chat(&two(json!("{\"a\":")), false).unwrap();
+        assert_eq!(r.chat.continue_final_message, Some(true));
+        assert_eq!(r.chat.messages.unwrap().as_array().unwrap().len(), 2);
+        assert_eq!(
+            r.chat.chat_template_kwargs.unwrap()["enable_thinking"],
+            true
+        );
+        assert_eq!(
+            r.common.response_format.unwrap()["json_schema"]["schema"],
+            json!({"type": "object"})
+        );
+        assert_eq!(r.common.inferd.unwrap().effort, Some(Effort::High));
+        let r = to_chat(&two(json!([])), false).unwrap();
+        assert_eq!(r.chat.continue_final_message, None);
+        assert_eq!(r.chat.messages.unwrap().as_array().unwrap().len(), 1);
+        let e = to_chat(&two(json!("ends in a space ")), false).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages[1].content"));
     }
 }

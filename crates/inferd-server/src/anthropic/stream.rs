@@ -31,6 +31,8 @@ pub struct MessageStream {
     /// Index of the next block.
     next: usize,
     calls: usize,
+    /// `message_start` is out.
+    opened: bool,
 }
 
 impl MessageStream {
@@ -43,7 +45,32 @@ impl MessageStream {
             open: Open::None,
             next: 0,
             calls: 0,
+            opened: false,
         }
+    }
+
+    /// `message_start` and a `ping`, the first time: the usage splits the prompt into
+    /// what was computed and the `cached` tokens read from the cache, as the end does.
+    fn started(&mut self, cached: usize) -> Vec<Bytes> {
+        if std::mem::replace(&mut self.opened, true) {
+            return Vec::new();
+        }
+        let start = Usage {
+            prompt_tokens: self.prompt_tokens,
+            cached_tokens: cached.min(self.prompt_tokens),
+            ..Default::default()
+        };
+        let message = json!({
+            "id": self.id, "type": "message", "role": "assistant", "model": self.model,
+            "content": [], "stop_reason": null, "stop_sequence": null, "usage": usage(&start),
+        });
+        vec![
+            event(
+                "message_start",
+                &json!({"type": "message_start", "message": message}),
+            ),
+            event("ping", &json!({"type": "ping"})),
+        ]
     }
 
     fn close(&mut self, out: &mut Vec<Bytes>) {
@@ -110,32 +137,23 @@ impl MessageStream {
 }
 
 impl ChunkFormat for MessageStream {
+    /// Nothing yet: `message_start` goes with the first event, which tells how much of
+    /// the prompt came from the cache (its usage has Anthropic's split from the start).
     fn opening(&mut self) -> Vec<Bytes> {
-        let start = Usage {
-            prompt_tokens: self.prompt_tokens,
-            ..Default::default()
-        };
-        let message = json!({
-            "id": self.id, "type": "message", "role": "assistant", "model": self.model,
-            "content": [], "stop_reason": null, "stop_sequence": null, "usage": usage(&start),
-        });
-        vec![
-            event(
-                "message_start",
-                &json!({"type": "message_start", "message": message}),
-            ),
-            event("ping", &json!({"type": "ping"})),
-        ]
+        Vec::new()
     }
 
     fn delta(&mut self, d: &Delta) -> Vec<Bytes> {
+        let mut out = self.started(d.cached_tokens);
         let parts = self.reply.push(&d.text);
-        self.parts(parts)
+        out.extend(self.parts(parts));
+        out
     }
 
     fn finish(&mut self, end: End) -> Vec<Bytes> {
+        let mut out = self.started(end.usage.cached_tokens);
         let parts = self.reply.finish();
-        let mut out = self.parts(parts);
+        out.extend(self.parts(parts));
         self.close(&mut out);
         let reason = stop_reason(end.reason, end.stop.as_deref(), self.calls > 0);
         let stop = if reason == "stop_sequence" {

@@ -119,7 +119,11 @@ pub fn render(
         effort,
         has_switch,
     );
-    let mut text = render_text(state, &messages, tools, true, extra)?;
+    let (generation_prompt, continued) = turn_end(chat, &mut messages)?;
+    let mut text = render_text(state, &messages, tools, generation_prompt, extra)?;
+    if let Some(fin) = continued {
+        text = cut_after(text, &fin)?;
+    }
     // tool_choice required / a named function: the turn starts inside a call.
     text.push_str(open);
     match ctx {
@@ -128,6 +132,67 @@ pub fn render(
         None => state.encode(&text, false),
     }
     .map_err(|e| e.with_param("messages"))
+}
+
+/// How the prompt ends: with the template's assistant header (a new turn, the default),
+/// without it (`add_generation_prompt: false`), or inside the final assistant message,
+/// whose text the reply continues (`continue_final_message`; that text is returned, to
+/// cut the rendering after it). A final message without text is taken out and a new
+/// turn started instead, which is the same prompt.
+fn turn_end(chat: &ChatParams, messages: &mut Value) -> Result<(bool, Option<String>), ApiError> {
+    let bad = |msg: &str| ApiError::invalid_param("continue_final_message", msg);
+    match (chat.continue_final_message, chat.add_generation_prompt) {
+        (Some(true), Some(true)) => {
+            return Err(bad(
+                "`continue_final_message` and `add_generation_prompt` cannot both be true",
+            ))
+        }
+        (Some(true), _) => {}
+        (_, generation_prompt) => return Ok((generation_prompt.unwrap_or(true), None)),
+    }
+    let Some(list) = messages.as_array_mut() else {
+        return Ok((true, None));
+    };
+    let Some(last) = list.last().filter(|m| m["role"] == "assistant") else {
+        return Err(bad(
+            "`continue_final_message` continues the final message, which must be the assistant's",
+        ));
+    };
+    if last["tool_calls"].as_array().is_some_and(|c| !c.is_empty()) {
+        return Err(bad(
+            "`continue_final_message`: the final assistant message holds tool calls; only text can be continued",
+        ));
+    }
+    let text = last["content"].as_str().unwrap_or_default();
+    if text.trim().is_empty() {
+        list.pop();
+        return Ok((true, None));
+    }
+    Ok((false, Some(text.to_string())))
+}
+
+/// The rendered prompt cut after the final message's text, as transformers cuts it for
+/// `continue_final_message`: after the last place the trimmed text occurs, keeping the
+/// text's trailing whitespace where the template kept it (and the template's end of the
+/// turn goes).
+fn cut_after(mut rendered: String, text: &str) -> Result<String, ApiError> {
+    let core = text.trim();
+    let Some(at) = rendered.rfind(core) else {
+        return Err(ApiError::unprocessable(
+            "the model's chat template does not show the final message's text, so it cannot be continued",
+        )
+        .with_param("messages")
+        .with_code("chat_template_error"));
+    };
+    let lead = text.trim_start();
+    let end = at
+        + if rendered[at..].starts_with(lead) {
+            lead.len()
+        } else {
+            core.len()
+        };
+    rendered.truncate(end);
+    Ok(rendered)
 }
 
 /// `inferd.effort` as the template's reasoning switch: `enable_thinking` is false for

@@ -141,6 +141,13 @@ pub struct ChatParams {
     /// Extra chat-template variables (vLLM-style), e.g. `{"enable_thinking": false}`.
     #[serde(default, deserialize_with = "crate::tree::bounded_map")]
     pub chat_template_kwargs: Option<Map<String, Value>>,
+    /// vLLM's: the reply continues the final (assistant) message's text instead of
+    /// starting a new turn (a "prefill"; the Messages API does it for a final assistant
+    /// message).
+    pub continue_final_message: Option<bool>,
+    /// vLLM's: `false` renders no assistant header after the messages (default `true`;
+    /// `false` where `continue_final_message` is set).
+    pub add_generation_prompt: Option<bool>,
 }
 
 /// `/v1/completions` fields beyond the shared ones.
@@ -354,6 +361,11 @@ pub struct ModelCard {
     pub object: &'static str,
     pub created: u64,
     pub owned_by: &'static str,
+    /// Anthropic's fields of a model: `"model"`, the name to show, `created` in RFC 3339.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub display_name: String,
+    pub created_at: String,
     /// Extension: the longest sequence (prompt + generated) accepted.
     pub max_model_len: usize,
 }
@@ -362,4 +374,8 @@ pub struct ModelCard {
 pub struct ModelList {
     pub object: &'static str,
     pub data: Vec<ModelCard>,
+    /// Anthropic's page fields (one page holds every model).
+    pub has_more: bool,
+    pub first_id: Option<String>,
+    pub last_id: Option<String>,
 }

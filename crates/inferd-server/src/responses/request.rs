@@ -311,7 +311,7 @@ fn convert_tools(tools: &Value) -> Result<Value, ApiError> {
 
 fn convert_choice(c: &Value) -> Result<Value, ApiError> {
     match c {
-        Value::String(_) => Ok(c.clone()),
+        Value::String(s) if matches!(s.as_str(), "auto" | "none" | "required") => Ok(c.clone()),
         Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("function") => {
             let name = o.get("name").cloned().unwrap_or(Value::Null);
             Ok(json!({"type": "function", "function": {"name": name}}))
@@ -445,6 +445,8 @@ pub fn rename_param(mut e: ApiError) -> ApiError {
         "max_output_tokens".to_string()
     } else if p.starts_with("tools[") {
         p.replace(".function", "")
+    } else if let Some(rest) = p.strip_prefix("tool_choice.function") {
+        format!("tool_choice{rest}")
     } else {
         return e;
     };

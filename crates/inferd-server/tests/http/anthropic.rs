@@ -230,3 +230,111 @@ fn a_forced_tool_use_and_a_tool_result_turn() {
         "tool_use"
     );
 }
+
+/// A final assistant message is a prefill: the reply continues it (the same prompt and
+/// greedy reply as chat's `continue_final_message`). One ending in whitespace, or an
+/// empty message before the last, is a 400.
+#[test]
+fn a_final_assistant_message_is_a_prefill() {
+    let Some(s) = server() else { return };
+    let mut b = hello(6);
+    b["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "assistant", "content": [{"type": "text", "text": "Hello, sea"}]}));
+    let m = post(s.addr, "/v1/messages", &b).json();
+    let text = m["content"][0]["text"]
+        .as_str()
+        .expect("a text block")
+        .to_string();
+    let u = &m["usage"];
+    let prompt =
+        u["input_tokens"].as_u64().unwrap() + u["cache_read_input_tokens"].as_u64().unwrap();
+    let counted = post(s.addr, "/v1/messages/count_tokens", &b).json();
+    assert_eq!(counted["input_tokens"].as_u64(), Some(prompt));
+    let chat = json!({"model": MODEL, "max_tokens": 6, "temperature": 0,
+        "continue_final_message": true, "return_token_ids": true,
+        "messages": [{"role": "system", "content": "You are terse."},
+                     b["messages"][0].clone(),
+                     {"role": "assistant", "content": "Hello, sea"}]});
+    let c = post(s.addr, "/v1/chat/completions", &chat).json();
+    assert_eq!(
+        c["choices"][0]["message"]["content"].as_str(),
+        Some(text.as_str()),
+        "{c}"
+    );
+    let ids: Vec<u32> =
+        serde_json::from_value(c["choices"][0]["prompt_token_ids"].clone()).unwrap();
+    assert_eq!(ids.len() as u64, prompt);
+    assert!(s
+        .tokenizer
+        .decode(&ids, false)
+        .unwrap()
+        .ends_with("assistant\nHello, sea"));
+    // Anthropic's rules for a prefill and empty messages
+    let mut ws = b.clone();
+    ws["messages"][1]["content"] = json!("Hello ");
+    let e = post(s.addr, "/v1/messages", &ws).anthropic_error(400);
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("trailing whitespace"),
+        "{e}"
+    );
+    let mut empty = b.clone();
+    empty["messages"][0]["content"] = json!([]);
+    let e = post(s.addr, "/v1/messages", &empty).anthropic_error(400);
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("messages[0].content"),
+        "{e}"
+    );
+}
+
+/// A streamed message states its usage in `message_start` as the end does: the prompt
+/// split into computed and cache-read tokens.
+#[test]
+fn a_streamed_message_starts_with_the_cache_split() {
+    let Some(s) = server() else { return };
+    let mut b = hello(3);
+    b["system"] = json!("You are terse and kind.");
+    post(s.addr, "/v1/messages", &b); // the prompt's blocks in the cache
+    b["stream"] = json!(true);
+    let ev = post(s.addr, "/v1/messages", &b).named_events();
+    let start = &ev[0].1["message"]["usage"];
+    let end = &ev[ev.len() - 2].1["usage"];
+    assert!(
+        start["cache_read_input_tokens"].as_u64().unwrap() >= 16,
+        "{start}"
+    );
+    for k in ["input_tokens", "cache_read_input_tokens"] {
+        assert_eq!(start[k], end[k], "{k}: {start} vs {end}");
+    }
+}
+
+/// `output_config.format` holds the reply to its schema (as chat's `response_format`).
+#[test]
+fn output_config_format_holds_the_reply_to_its_schema() {
+    let Some(s) = server() else { return };
+    let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}},
+        "required": ["n"], "additionalProperties": false});
+    let mut b = hello(40);
+    b["output_config"] =
+        json!({"format": {"type": "json_schema", "schema": schema}, "effort": "low"});
+    let m = post(s.addr, "/v1/messages", &b).json();
+    let text = m["content"][0]["text"].as_str().expect("a text block");
+    let v: Value = serde_json::from_str(text).expect("the reply is JSON");
+    assert!(v["n"].is_i64(), "{v}");
+    b["output_config"] = json!({"format": {"type": "text"}});
+    let e = post(s.addr, "/v1/messages", &b).anthropic_error(400);
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("output_config.format.type"),
+        "{e}"
+    );
+}

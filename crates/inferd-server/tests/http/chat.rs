@@ -327,3 +327,51 @@ fn logit_bias_bans_and_forces_tokens() {
         );
     }
 }
+
+/// `continue_final_message` (vLLM's): the prompt is the new turn's with the final
+/// assistant text after its header, so the reply continues that text;
+/// `add_generation_prompt: false` leaves the header out. Misuse is a 400.
+#[test]
+fn a_final_assistant_message_is_continued() {
+    let Some(s) = server() else { return };
+    let begun = "The capital of France is";
+    let two = json!([{"role": "user", "content": QUESTION},
+                     {"role": "assistant", "content": begun}]);
+    let prompt_text = |extra: Value| -> String {
+        let mut b = chat_body(json!({"return_token_ids": true, "max_tokens": 3}));
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        let v = post(s.addr, "/v1/chat/completions", &b).json();
+        let ids: Vec<u32> =
+            serde_json::from_value(v["choices"][0]["prompt_token_ids"].clone()).expect("{v}");
+        s.tokenizer.decode(&ids, false).unwrap()
+    };
+    let one = json!([{"role": "user", "content": QUESTION}]);
+    let mut input = ChatInput::new(&one);
+    let new_turn = s.template.render(&input).unwrap();
+    assert_eq!(
+        prompt_text(json!({"messages": two, "continue_final_message": true})),
+        format!("{new_turn}{begun}")
+    );
+    input.add_generation_prompt = false;
+    assert_eq!(
+        prompt_text(json!({"add_generation_prompt": false})),
+        s.template.render(&input).unwrap()
+    );
+    // An empty final message is a new turn.
+    let empty =
+        json!([{"role": "user", "content": QUESTION}, {"role": "assistant", "content": ""}]);
+    assert_eq!(
+        prompt_text(json!({"messages": empty, "continue_final_message": true})),
+        new_turn
+    );
+    let bad = |extra: Value| {
+        let e = post(s.addr, "/v1/chat/completions", &chat_body(extra)).error(400);
+        assert_eq!(e["param"], "continue_final_message", "{e}");
+    };
+    bad(json!({"continue_final_message": true}));
+    bad(json!({"messages": two, "continue_final_message": true, "add_generation_prompt": true}));
+    bad(json!({"messages": two, "continue_final_message": true,
+               "response_format": {"type": "json_object"}}));
+}

@@ -22,6 +22,18 @@ fn models_list_and_get() {
     assert_eq!(m["object"], "model");
     assert_eq!(m["owned_by"], "inferd");
     assert!(m["created"].is_u64());
+    // Anthropic's fields of the same list (its SDK's models.list reads them).
+    assert_eq!(m["type"], "model");
+    assert_eq!(m["display_name"], MODEL);
+    let at = m["created_at"].as_str().unwrap();
+    assert!(
+        at.len() == 20 && at.starts_with("20") && at.ends_with('Z'),
+        "{at}"
+    );
+    assert_eq!(
+        (v["has_more"].clone(), v["first_id"].clone()),
+        (json!(false), json!(MODEL))
+    );
     let r = get(s.addr, &format!("/v1/models/{MODEL}"));
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["id"], MODEL);
@@ -353,4 +365,28 @@ fn a_generation_request_is_announced_until_it_is_submitted() {
     assert_eq!(eng.stats().running, 1);
     drop(s);
     assert!(wait_for(10, || eng.stats().running == 0));
+}
+
+/// Every response, errors included, carries one id under OpenAI's and Anthropic's
+/// headers; a client's own `x-request-id` is echoed, an unusable one replaced.
+#[test]
+fn responses_carry_a_request_id() {
+    let Some(s) = server() else { return };
+    let ids = |r: &crate::common::Resp| {
+        let a = r.header("x-request-id").expect("x-request-id").to_string();
+        assert_eq!(r.header("request-id"), Some(a.as_str()));
+        a
+    };
+    let first = ids(&get(s.addr, "/v1/models"));
+    assert!(first.starts_with("req_"), "{first}");
+    assert_ne!(ids(&get(s.addr, "/v1/models")), first);
+    assert!(ids(&get(s.addr, "/v1/nothing-here")).starts_with("req_"));
+    let mine = [("x-request-id", "trace-42")];
+    assert_eq!(
+        ids(&request(s.addr, "GET", "/v1/models", &mine, b"")),
+        "trace-42"
+    );
+    let long = "x".repeat(129);
+    let r = request(s.addr, "GET", "/v1/models", &[("x-request-id", &long)], b"");
+    assert!(ids(&r).starts_with("req_"));
 }

@@ -18,6 +18,7 @@ use serde_json::{Map, Value};
 pub use config::TemplateConfig;
 pub use messages::normalize_messages;
 pub use pyfloat::py_float_repr;
+pub use strftime::CivilTime;
 
 use crate::{TextError, Tokenizer};
 
