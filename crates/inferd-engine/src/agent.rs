@@ -83,8 +83,7 @@ impl<B: Backend> Engine<B> {
             return;
         }
         if spec.pin {
-            let already = (self.pinned_bytes(), self.pinned_snapshots());
-            if let Err(why) = self.check_pin(n, already) {
+            if let Err(why) = self.check_pin(n, self.pinned_with_builds()) {
                 let _ = reply.send(Err(MemoryError::TooLarge(why)));
                 return;
             }
@@ -441,76 +440,6 @@ impl<B: Backend> Engine<B> {
         self.drop_on_disk(&before);
     }
 
-    /// Blocks held by pinned contexts.
-    pub(crate) fn pinned_blocks(&self) -> usize {
-        self.memory
-            .contexts
-            .values()
-            .filter_map(|e| self.kvm.table(e.owner))
-            .map(|t| t.len())
-            .sum()
-    }
-
-    /// Snapshots held by pinned contexts.
-    pub(crate) fn pinned_snapshots(&self) -> usize {
-        self.memory
-            .contexts
-            .values()
-            .map(|e| self.kvm.owner_snapshots(e.owner).len())
-            .sum()
-    }
-
-    /// Blocks held by parked sessions.
-    pub(crate) fn parked_blocks(&self) -> usize {
-        self.memory
-            .sessions
-            .values()
-            .filter_map(|e| self.kvm.table(e.owner))
-            .map(|t| t.len())
-            .sum()
-    }
-
-    /// Snapshots held by parked sessions.
-    pub(crate) fn parked_snapshots(&self) -> usize {
-        self.memory
-            .sessions
-            .values()
-            .map(|e| self.kvm.owner_snapshots(e.owner).len())
-            .sum()
-    }
-
-    /// Bytes of `blocks` KV blocks and `snaps` state snapshots.
-    fn bytes_of(&self, blocks: usize, snaps: usize) -> u64 {
-        blocks as u64 * self.bytes_per_block + snaps as u64 * self.slot_bytes
-    }
-
-    /// Bytes held by pinned contexts (blocks and snapshots).
-    pub(crate) fn pinned_bytes(&self) -> u64 {
-        self.bytes_of(self.pinned_blocks(), self.pinned_snapshots())
-    }
-
-    /// Bytes held by parked sessions (blocks and snapshots).
-    pub(crate) fn parked_bytes(&self) -> u64 {
-        self.bytes_of(self.parked_blocks(), self.parked_snapshots())
-    }
-
-    /// Bytes of the whole KV budget: blocks and state slots.
-    pub(crate) fn total_bytes(&self) -> u64 {
-        self.bytes_of(
-            self.kvm.pool().num_blocks(),
-            self.kvm.state_pool().num_slots(),
-        )
-    }
-
-    /// Snapshots a context of `n` tokens keeps (hybrid models): one per interval and
-    /// the one at its end.
-    fn snapshots_for(&self, n: usize) -> usize {
-        if !self.kvm.is_stateful() {
-            return 0;
-        }
-        n / self.snapshot_interval.max(1) + 1
-    }
-
     /// Releases the least recently used parked session's blocks (they stay in the prefix
     /// cache until reused). `false` when none is parked.
     pub(crate) fn release_lru_session(&mut self) -> bool {
@@ -521,15 +450,6 @@ impl<B: Backend> Engine<B> {
         let owner = self.memory.sessions[&id].owner;
         self.kvm.free(owner);
         true
-    }
-
-    /// Parked sessions hold at most the park budget.
-    pub(crate) fn enforce_park_budget(&mut self) {
-        while self.parked_bytes() > self.park_budget_bytes {
-            if !self.release_lru_session() {
-                break;
-            }
-        }
     }
 
     /// Records that hold no KV in memory (sessions released, unpinned contexts) keep at
@@ -586,8 +506,9 @@ impl<B: Backend> Engine<B> {
             })
             .collect();
         sessions.sort_by(|a, b| a.id.cmp(&b.id));
-        let blocks_pinned = self.pinned_blocks();
-        let blocks_parked = self.parked_blocks();
+        let pinned = self.pinned();
+        let parked = self.parked(&pinned);
+        let (blocks_pinned, blocks_parked) = (pinned.blocks.len(), parked.blocks.len());
         let used = pool.num_blocks() - pool.num_free();
         let state = self.kvm.state_pool();
         let spilled_snaps = self.spill.as_ref().map_or((0, 0), |t| t.snapshot_usage());
@@ -598,8 +519,8 @@ impl<B: Backend> Engine<B> {
             state_slots_free: state.num_free(),
             snapshots: state.num_snapshots(),
             snapshot_bytes: state.num_snapshots() as u64 * self.slot_bytes,
-            snapshots_pinned: self.pinned_snapshots(),
-            snapshots_parked: self.parked_snapshots(),
+            snapshots_pinned: pinned.snaps.len(),
+            snapshots_parked: parked.snaps.len(),
             snapshots_spilled: spilled_snaps.0,
             spill_write_errors: self.spill.as_ref().map_or(0, |t| t.failed_writes()),
             snapshot_bytes_spilled: spilled_snaps.1,

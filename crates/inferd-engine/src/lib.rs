@@ -14,6 +14,7 @@ mod draft_blocks;
 mod drafting;
 mod engine;
 mod handle;
+mod held;
 mod land;
 mod load;
 mod lost;

@@ -333,3 +333,79 @@ fn a_stop_string_ends_a_turn_and_its_session_parks_only_what_the_client_got() {
     }
     wait_for(|| e.stats().running == 0, "the turns to end");
 }
+
+/// Bytes of `n` KV blocks of SmolLM2 (16 tokens, 30 layers, 3 KV heads of 64, f32 K and V).
+fn blocks(n: u64) -> u64 {
+    n * 16 * 30 * 3 * 64 * 2 * 4
+}
+
+/// Contexts made at once are held to the bound each alone is checked against: at most
+/// half of the pool pinned, counting the ones still being prefilled.
+#[test]
+fn contexts_made_together_pin_at_most_half_the_pool() {
+    let cfg = EngineConfig {
+        kv_budget: KvBudget::Bytes(blocks(40)),
+        ..config()
+    };
+    let Some(e) = engine(cfg) else { return };
+    // 140 tokens: 9 blocks each, so two fit in half of 40 blocks and a third does not.
+    let spec = |k: u32| ContextSpec {
+        id: Some(format!("c{k}")),
+        tokens: (0..140).map(|i| 100 + i + 1000 * k).collect(),
+        pin: true,
+        meta: String::new(),
+    };
+    let (a, b, c, d) = block_on(async {
+        tokio::join!(
+            e.create_context(spec(0)),
+            e.create_context(spec(1)),
+            e.create_context(spec(2)),
+            e.create_context(spec(3))
+        )
+    });
+    let made: Vec<bool> = [&a, &b, &c, &d].iter().map(|r| r.is_ok()).collect();
+    assert_eq!(made.iter().filter(|m| **m).count(), 2, "made: {made:?}");
+    for r in [a, b, c, d].into_iter().filter(Result::is_err) {
+        assert!(matches!(r, Err(MemoryError::TooLarge(_))), "{r:?}");
+    }
+    assert_eq!(block_on(e.cache_report()).unwrap().blocks_pinned, 18);
+}
+
+/// Agents on one pinned brief, each with its own session, share the brief's blocks: the
+/// park budget counts each block once (and not those the brief holds), so all of them
+/// stay parked where the budget holds their own blocks many times over.
+#[test]
+fn sessions_sharing_a_pinned_brief_count_its_blocks_once() {
+    let cfg = EngineConfig {
+        kv_budget: KvBudget::Bytes(blocks(96)),
+        ..config()
+    };
+    let Some(e) = engine(cfg) else { return };
+    let ctx: Vec<u32> = (0..600).map(|i| 200 + (i * 7) % 5000).collect();
+    block_on(e.create_context(ContextSpec {
+        id: Some("brief".into()),
+        tokens: ctx.clone(),
+        pin: true,
+        meta: String::new(),
+    }))
+    .unwrap();
+    for a in 0..6u32 {
+        let mut prompt = ctx.clone();
+        prompt.extend((0..10).map(|i| 6000 + 10 * a + i));
+        let mut req = GenRequest::greedy(prompt, 4);
+        req.context = Some("brief".into());
+        req.session = Some(format!("agent-{a}"));
+        req.ignore_eos = true;
+        let out = run_one(&e, req);
+        assert!(out.cached_tokens >= 592, "{}", out.cached_tokens);
+    }
+    let report = block_on(e.cache_report()).unwrap();
+    assert_eq!(report.sessions.len(), 6);
+    for s in &report.sessions {
+        assert!(s.resident_blocks >= 38, "{} was released", s.id);
+    }
+    // Each session's own blocks past the brief's 37 full ones: its partly filled block
+    // and what follows.
+    assert!(report.blocks_parked <= 6 * 2, "{}", report.blocks_parked);
+    assert_eq!(report.blocks_pinned, 38);
+}
