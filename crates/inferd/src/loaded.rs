@@ -24,7 +24,16 @@ impl<B: Backend> Loaded<B> {
     pub fn open_on(backend: B, name_or_path: &str) -> Result<Loaded<B>> {
         let path = crate::pull::resolve(name_or_path)?;
         // Model errors name their file.
-        let model = Model::load(backend, &path).context("the model could not be loaded")?;
+        let model = Model::load(backend, &path).with_context(|| {
+            if crate::pull::is_builtin(name_or_path) {
+                format!(
+                    "the model could not be loaded (its cached files may be damaged: \
+                     `inferd pull {name_or_path}` checks them and fetches them again)"
+                )
+            } else {
+                "the model could not be loaded".to_string()
+            }
+        })?;
         let (tokenizer, template) = match &model.gguf {
             Some(g) => {
                 let file = || format!("{}: the tokenizer in its metadata", g.path().display());

@@ -76,6 +76,7 @@ fn start_status_stop() {
     let o = inferd(&state, &["status", "--json"]);
     let h: serde_json::Value = serde_json::from_slice(&o.stdout).expect("status --json");
     assert!(h["kv"]["blocks_total"].as_u64().unwrap() > 0);
+    assert_eq!(h["pid"].as_u64(), Some(server_pid(&state) as u64));
 
     let o = inferd(&state, &["stop"]);
     assert!(o.status.success(), "{}", text(&o));
@@ -83,6 +84,10 @@ fn start_status_stop() {
     assert!(!state.join("inferd.pid").exists());
     let o = inferd(&state, &["status"]);
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    let o = inferd(&state, &["status", "--json"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    let h: serde_json::Value = serde_json::from_slice(&o.stdout).expect("status --json");
+    assert_eq!(h["status"], "not_running");
     let _ = std::fs::remove_dir_all(&state);
 }
 
@@ -305,6 +310,11 @@ fn status_while_draining_says_stopping() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     assert!(alive(pid), "the server should still be draining");
+    // A stop asked again waits for the drain: no second signal, which ends it at once.
+    let o = inferd(&state, &["stop", "--wait", "1"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("already stopping"), "{}", text(&o));
+    assert!(alive(pid), "a second stop ended the draining server");
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     assert!(wait_gone(pid, 10));
     long.join().unwrap();
@@ -334,4 +344,85 @@ fn gpu_kernel_flags_take_only_their_values() {
         );
         assert!(text(&o).contains(values), "{}", text(&o));
     }
+}
+
+/// A configured key is read trimmed, as clients' keys are (a CRLF `.env` file's `\r`
+/// locked every client out); one that no header can carry is refused at start.
+#[test]
+fn an_api_key_is_trimmed_and_must_be_ascii() {
+    if !smollm2_present() {
+        return;
+    }
+    let state = fresh_state("apikey");
+    let port = free_port();
+    let o = inferd(
+        &state,
+        &[
+            "start",
+            "--port",
+            &port,
+            "--no-warmup",
+            "--kv-memory",
+            "64M",
+            "--api-key",
+            "k\u{e9}y",
+        ],
+    );
+    assert!(!o.status.success());
+    assert!(text(&o).contains("non-ASCII"), "{}", text(&o));
+    let o = inferd(
+        &state,
+        &[
+            "start",
+            "--port",
+            &port,
+            "--no-warmup",
+            "--kv-memory",
+            "64M",
+            "--api-key",
+            "sesame\r",
+        ],
+    );
+    assert!(o.status.success(), "start failed: {}", text(&o));
+    let get = |key: &str| {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
+        write!(
+            s,
+            "GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\
+                   Connection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut reply = String::new();
+        let _ = s.read_to_string(&mut reply);
+        reply
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(get("sesame"), "200");
+    assert_eq!(get("other"), "401");
+    let o = inferd(&state, &["stop"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+/// The default model's name is the built-in model even run from a folder that holds a
+/// folder of that name (the model cache's own, for one).
+#[test]
+fn a_builtin_name_is_not_shadowed_by_a_local_folder() {
+    if !smollm2_present() {
+        return;
+    }
+    let dir = fresh_state("shadow");
+    std::fs::create_dir_all(dir.join("smollm2-135m-instruct")).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_inferd"))
+        .args(["generate", "-p", "Hi", "-n", "2"])
+        .current_dir(&dir)
+        .env("INFERD_THREADS", "1")
+        .output()
+        .expect("running inferd");
+    assert!(o.status.success(), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -46,13 +46,16 @@ pub struct StopArgs {
 
 #[derive(clap::Args)]
 pub struct StatusArgs {
-    /// Print the server's /health JSON as is.
+    /// Print JSON: the server's /health with its `pid`, or `{"status": "not_running"}`,
+    /// `"starting"` or `"stopping"` (with `pid` where known).
     #[arg(long)]
     json: bool,
 }
 
 pub fn state_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("INFERD_STATE_DIR") {
+    // An empty value (an unset variable in a unit file) is no value: the state must not
+    // land in whatever folder a command runs from.
+    if let Some(d) = std::env::var_os("INFERD_STATE_DIR").filter(|d| !d.is_empty()) {
         return PathBuf::from(d);
     }
     dirs::state_dir()
@@ -184,6 +187,8 @@ pub fn start(a: StartArgs) -> Result<()> {
         .append(true)
         .open(&p.log)
         .with_context(|| format!("opening {}", p.log.display()))?;
+    // Where this run's lines begin: a failure shows those, not an earlier run's.
+    let from = log.metadata().map_or(0, |m| m.len());
     let exe = std::env::current_exe().context("locating the inferd binary")?;
     let mut cmd = Command::new(exe);
     let lock_fd = lock.fd();
@@ -224,7 +229,7 @@ pub fn start(a: StartArgs) -> Result<()> {
             bail!(
                 "the server exited ({status}) before it was ready; see {}:\n{}",
                 p.log.display(),
-                log_tail(&p, 20)
+                log_tail(&p, from, 20)
             );
         }
         if let Some(addr) = server_info(&p).and_then(|v| v["addr"].as_str().map(String::from)) {
@@ -247,8 +252,11 @@ pub fn start(a: StartArgs) -> Result<()> {
     }
 }
 
-fn log_tail(p: &Paths, lines: usize) -> String {
-    let text = std::fs::read_to_string(&p.log).unwrap_or_default();
+/// The last `lines` lines the log got from byte `from` on.
+fn log_tail(p: &Paths, from: u64, lines: usize) -> String {
+    let bytes = std::fs::read(&p.log).unwrap_or_default();
+    let run = bytes.get(from as usize..).unwrap_or_default();
+    let text = String::from_utf8_lossy(run);
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
@@ -257,14 +265,22 @@ pub fn status(a: StatusArgs) -> Result<()> {
     let p = paths();
     let pid = match find(&p) {
         Found::None => {
-            println!("inferd is not running");
+            if a.json {
+                println!("{}", serde_json::json!({"status": "not_running"}));
+            } else {
+                println!("inferd is not running");
+            }
             std::process::exit(3);
         }
         Found::Unverified => {
-            println!(
-                "inferd is starting (its pid is not recorded yet); log: {}",
-                p.log.display()
-            );
+            if a.json {
+                println!("{}", serde_json::json!({"status": "starting"}));
+            } else {
+                println!(
+                    "inferd is starting (its pid is not recorded yet); log: {}",
+                    p.log.display()
+                );
+            }
             return Ok(());
         }
         Found::Running(who) => who.pid,
@@ -274,7 +290,11 @@ pub fn status(a: StatusArgs) -> Result<()> {
         .as_ref()
         .and_then(|v| v["addr"].as_str().map(String::from))
     else {
-        println!("inferd (pid {pid}) is starting; log: {}", p.log.display());
+        if a.json {
+            println!("{}", serde_json::json!({"status": "starting", "pid": pid}));
+        } else {
+            println!("inferd (pid {pid}) is starting; log: {}", p.log.display());
+        }
         return Ok(());
     };
     if info.as_ref().is_some_and(|v| v["stopping"] == true) {
@@ -292,7 +312,14 @@ pub fn status(a: StatusArgs) -> Result<()> {
     let (code, body) = http_get(&addr, "/health", Duration::from_secs(5))
         .with_context(|| format!("asking the server at {addr} (pid {pid})"))?;
     if a.json {
-        println!("{body}");
+        let mut h: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        match h.as_object_mut() {
+            Some(o) => {
+                o.insert("pid".into(), pid.into());
+                println!("{h}");
+            }
+            None => println!("{body}"),
+        }
         return Ok(());
     }
     let h: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
@@ -339,8 +366,14 @@ pub fn stop(a: StopArgs) -> Result<()> {
         Found::Running(who) => who,
     };
     let pid = who.pid;
-    signal(who, libc::SIGTERM);
-    eprintln!("stopping inferd (pid {pid}): draining running requests");
+    // A second signal ends a draining server at once: a stop asked again (a retry, a
+    // supervisor) waits for the drain instead; `--force` is the way to cut it short.
+    if server_info(&p).is_some_and(|v| v["stopping"] == true) {
+        eprintln!("inferd (pid {pid}) is already stopping: waiting for its running requests");
+    } else {
+        signal(who, libc::SIGTERM);
+        eprintln!("stopping inferd (pid {pid}): draining running requests");
+    }
     let t0 = Instant::now();
     while who.is_alive() {
         if t0.elapsed() > Duration::from_secs(a.wait) {

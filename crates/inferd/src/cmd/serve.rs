@@ -237,8 +237,22 @@ const GPU_LOOKAHEAD: usize = 64;
 pub fn run(a: Args) -> Result<()> {
     // Removes this server's state files however `run` ends.
     let _state_files = StateFiles::take();
-    // A blank key (`--api-key " "`) is no key.
-    let api_key = a.api_key.clone().filter(|k| !k.trim().is_empty());
+    // A blank key (`--api-key " "`) is no key; around a key, whitespace (a CRLF `.env`
+    // file's `\r`) is not part of it, as clients' keys are read trimmed.
+    let api_key = a
+        .api_key
+        .as_deref()
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .map(str::to_string);
+    if let Some(k) = &api_key {
+        if !k.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
+            bail!(
+                "--api-key (or INFERD_API_KEY) holds control or non-ASCII characters, which \
+                 clients cannot send in an HTTP header as they are: use visible ASCII"
+            );
+        }
+    }
     check_bind(a.host, api_key.as_deref()).map_err(|e| anyhow!(e))?;
     let addr = SocketAddr::new(a.host, a.port);
     let device = crate::device::resolve(&a.device)?;

@@ -65,17 +65,20 @@ pub fn resolve(name_or_path: &str) -> Result<PathBuf> {
     resolve_with(name_or_path, &default_store())
 }
 
-/// Makes the model `name` present in the cache (idempotent) and returns its main file's path.
+/// Makes the model `name` present in the cache, its installed files checked against their
+/// sha256 (damaged ones fetched again), and returns its main file's path.
 pub fn pull(name: &str) -> Result<PathBuf> {
     pull_with(name, &default_store())
 }
 
-/// [`resolve`] against a given store.
+/// [`resolve`] against a given store. A known name is the built-in model even where a
+/// file or folder of that name is in the current folder (`./NAME` is the local one).
 pub fn resolve_with(name_or_path: &str, store: &Store) -> Result<PathBuf> {
-    if Path::new(name_or_path).exists() {
+    let entry = registry::find(name_or_path).filter(|_| !name_or_path.contains('/'));
+    if entry.is_none() && Path::new(name_or_path).exists() {
         return Ok(PathBuf::from(name_or_path));
     }
-    match registry::find(name_or_path) {
+    match entry {
         Some(entry) => store.pull(entry),
         None => anyhow::bail!(
             "'{name_or_path}' is neither an existing path nor a known model name \
@@ -89,9 +92,21 @@ pub fn resolve_with(name_or_path: &str, store: &Store) -> Result<PathBuf> {
 pub fn pull_with(name: &str, store: &Store) -> Result<PathBuf> {
     let entry = registry::find(name)
         .with_context(|| format!("unknown model '{name}' (known models: {})", known_names()))?;
-    store
-        .pull(entry)
-        .with_context(|| format!("pulling {name} into {}", store.root.display()))
+    let (path, replaced) = store
+        .pull_verified(entry)
+        .with_context(|| format!("pulling {name} into {}", store.root.display()))?;
+    for p in replaced {
+        eprintln!(
+            "{name}: {} did not match its sha256 (damaged): fetched again",
+            p.display()
+        );
+    }
+    Ok(path)
+}
+
+/// Whether `name_or_path` names a built-in model (as [`resolve`] reads it).
+pub fn is_builtin(name_or_path: &str) -> bool {
+    !name_or_path.contains('/') && registry::find(name_or_path).is_some()
 }
 
 #[cfg(test)]

@@ -45,6 +45,32 @@ impl Store<'_> {
         all.then(|| dir.join(entry.main_file()))
     }
 
+    /// The installed files of `entry` whose bytes are not the pinned ones (a disk error,
+    /// a hand edit: renames only ever place verified files).
+    pub fn damaged(&self, entry: &ModelEntry) -> Result<Vec<PathBuf>> {
+        let dir = self.model_dir(entry);
+        let mut bad = Vec::new();
+        for f in &entry.files {
+            let path = dir.join(f.file);
+            if path.is_file() && sha256_file(&path)? != f.sha256 {
+                bad.push(path);
+            }
+        }
+        Ok(bad)
+    }
+
+    /// [`Self::pull`], checking an installed model's files against their sha256 first and
+    /// fetching damaged ones again (what `inferd pull` does; serving trusts the cache).
+    /// Returns the main file's path and the damaged files replaced.
+    pub fn pull_verified(&self, entry: &ModelEntry) -> Result<(PathBuf, Vec<PathBuf>)> {
+        let bad = self.damaged(entry)?;
+        for path in &bad {
+            std::fs::remove_file(path)
+                .with_context(|| format!("removing the damaged {}", path.display()))?;
+        }
+        Ok((self.pull(entry)?, bad))
+    }
+
     /// Makes `entry` present (idempotent) and returns its main file's path.
     pub fn pull(&self, entry: &ModelEntry) -> Result<PathBuf> {
         if let Some(main) = self.installed(entry) {

@@ -254,6 +254,41 @@ fn pull_concatenates_verifies_and_is_idempotent() {
     assert_eq!(f.fetcher.calls.load(Ordering::SeqCst), 4);
 }
 
+/// A file damaged in the cache after its pull (same size, other bytes) is found by its
+/// sha256 and fetched again; an intact model is not fetched.
+#[test]
+fn a_damaged_cached_file_is_found_and_fetched_again() {
+    let f = fake(None, None);
+    let store = Store {
+        root: f.dir.0.join("models"),
+        fetcher: &f.fetcher,
+    };
+    let main = store.pull(&f.entry).unwrap();
+    assert!(store.damaged(&f.entry).unwrap().is_empty());
+    let (_, replaced) = store.pull_verified(&f.entry).unwrap();
+    assert!(replaced.is_empty());
+    assert_eq!(
+        f.fetcher.calls.load(Ordering::SeqCst),
+        2,
+        "an intact model was fetched"
+    );
+    let mut bytes = std::fs::read(&main).unwrap();
+    bytes[1000] ^= 0xff;
+    std::fs::write(&main, &bytes).unwrap();
+    assert_eq!(store.damaged(&f.entry).unwrap(), [main.clone()]);
+    let (again, replaced) = store.pull_verified(&f.entry).unwrap();
+    assert_eq!((again, replaced), (main.clone(), vec![main.clone()]));
+    assert_eq!(std::fs::read(&main).unwrap(), f.main);
+}
+
+/// A built-in name is the built-in model; a name with a folder in it is a path.
+#[test]
+fn builtin_names_and_paths() {
+    assert!(is_builtin("smollm2-135m-instruct"));
+    assert!(!is_builtin("./smollm2-135m-instruct"));
+    assert!(!is_builtin("models/smollm2-135m-instruct"));
+}
+
 #[test]
 fn sha_mismatch_is_a_clear_error_and_leaves_nothing() {
     let wrong = "0".repeat(64);
