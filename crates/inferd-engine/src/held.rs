@@ -80,14 +80,14 @@ impl<B: Backend> Engine<B> {
     /// each alone was checked against).
     pub(crate) fn pinned_with_builds(&self) -> (u64, usize) {
         let p = self.pinned();
-        let (mut bytes, mut snaps) = (self.bytes_of(p.blocks.len(), 0), p.snaps.len());
+        let (mut blocks, mut snaps) = (p.blocks.len(), p.snaps.len());
         for seq in self.seqs.values() {
             if seq.build.as_ref().is_some_and(|b| b.pin) {
-                bytes += self.kvm.blocks_for(seq.prompt_len + 1) as u64 * self.bytes_per_block;
+                blocks += self.kvm.blocks_for(seq.prompt_len + 1);
                 snaps += self.snapshots_for(seq.prompt_len);
             }
         }
-        (bytes + snaps as u64 * self.slot_bytes, snaps)
+        (self.bytes_of(blocks, snaps), snaps)
     }
 
     /// Bytes of the whole KV budget: blocks and state slots.

@@ -98,11 +98,16 @@ impl OutStream {
         self
     }
 
+    /// Cached prompt tokens as reported: at most the prompt.
+    fn cached(&self, cached: usize) -> usize {
+        cached.min(self.prompt_len)
+    }
+
     fn usage(&self, cached: usize) -> Usage {
         Usage {
             prompt_tokens: self.prompt_len,
             completion_tokens: self.generated,
-            cached_tokens: cached.min(self.prompt_len),
+            cached_tokens: self.cached(cached),
         }
     }
 
@@ -127,11 +132,10 @@ impl OutStream {
             }
             StopStep::Emit(text) if !text.is_empty() => {
                 let tokens = std::mem::take(&mut self.pending);
-                let cached_tokens = t.cached.min(self.prompt_len);
                 let _ = self.tx.send(Event::Delta(Delta {
                     text,
                     tokens,
-                    cached_tokens,
+                    cached_tokens: self.cached(t.cached),
                 }));
             }
             StopStep::Emit(_) => {}
@@ -165,11 +169,10 @@ impl OutStream {
         let tokens = std::mem::take(&mut self.pending);
         let mut last = Vec::with_capacity(2);
         if !text.is_empty() || tokens.iter().any(|t| t.logprob.is_some()) {
-            let cached_tokens = cached.min(self.prompt_len);
             last.push(Event::Delta(Delta {
                 text,
                 tokens,
-                cached_tokens,
+                cached_tokens: self.cached(cached),
             }));
         }
         last.push(Event::Done {

@@ -9,12 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use inferd_core::sched::SchedulerConfig;
-use inferd_engine::{
-    ContextSpec, EngineConfig, EngineHandle, Event, GenRequest, KvBudget, SubmitError,
-};
-
-/// Bytes of one 16-token f32 KV block of SmolLM2 (30 layers, 3 KV heads of 64).
-const BLOCK_BYTES: u64 = 16 * 30 * 3 * 64 * 2 * 4;
+use inferd_engine::{EngineConfig, EngineHandle, Event, GenRequest, KvBudget, SubmitError};
 
 /// `n` tokens of ordinary text.
 fn tokens(e: &EngineHandle, n: usize, seed: &str) -> Vec<u32> {
@@ -41,13 +36,7 @@ fn a_prompt_that_can_never_fit_beside_pinned_contexts_is_refused() {
     let Some(e) = engine(cfg) else { return };
     // Pin 30 of the 64 blocks.
     let ctx = tokens(&e, 30 * 16, "brief");
-    block_on(e.create_context(ContextSpec {
-        id: Some("brief".into()),
-        tokens: ctx.clone(),
-        pin: true,
-        meta: String::new(),
-    }))
-    .unwrap();
+    block_on(e.create_context(pinned("brief", ctx.clone()))).unwrap();
 
     // 640 tokens fit max_context (the whole pool) but need 41 blocks; 34 are left.
     let long = tokens(&e, 640, "other");

@@ -53,7 +53,7 @@ fn prefix_reuse_gives_the_same_greedy_output_and_reports_cached_tokens() {
 fn pinned_context_survives_cache_pressure_and_is_reused_whole() {
     // A small pool: the unrelated traffic below cycles through every free block.
     let cfg = EngineConfig {
-        kv_budget: KvBudget::Bytes(64 * 16 * 30 * 3 * 64 * 2 * 4),
+        kv_budget: KvBudget::Bytes(64 * BLOCK_BYTES),
         ..config()
     };
     let Some(e) = engine(cfg) else { return };
@@ -103,7 +103,7 @@ fn pinned_context_survives_cache_pressure_and_is_reused_whole() {
 #[test]
 fn context_larger_than_the_budget_is_refused() {
     let cfg = EngineConfig {
-        kv_budget: KvBudget::Bytes(16 * 16 * 30 * 3 * 64 * 2 * 4),
+        kv_budget: KvBudget::Bytes(16 * BLOCK_BYTES),
         ..config()
     };
     let Some(e) = engine(cfg) else { return };
@@ -120,7 +120,7 @@ fn context_larger_than_the_budget_is_refused() {
 #[test]
 fn session_resumes_after_fifty_unrelated_requests_with_all_its_kv() {
     let cfg = EngineConfig {
-        kv_budget: KvBudget::Bytes(96 * 16 * 30 * 3 * 64 * 2 * 4),
+        kv_budget: KvBudget::Bytes(96 * BLOCK_BYTES),
         ..config()
     };
     let Some(e) = engine(cfg) else { return };
@@ -334,26 +334,21 @@ fn a_stop_string_ends_a_turn_and_its_session_parks_only_what_the_client_got() {
     wait_for(|| e.stats().running == 0, "the turns to end");
 }
 
-/// Bytes of `n` KV blocks of SmolLM2 (16 tokens, 30 layers, 3 KV heads of 64, f32 K and V).
-fn blocks(n: u64) -> u64 {
-    n * 16 * 30 * 3 * 64 * 2 * 4
-}
-
 /// Contexts made at once are held to the bound each alone is checked against: at most
 /// half of the pool pinned, counting the ones still being prefilled.
 #[test]
 fn contexts_made_together_pin_at_most_half_the_pool() {
     let cfg = EngineConfig {
-        kv_budget: KvBudget::Bytes(blocks(40)),
+        kv_budget: KvBudget::Bytes(40 * BLOCK_BYTES),
         ..config()
     };
     let Some(e) = engine(cfg) else { return };
     // 140 tokens: 9 blocks each, so two fit in half of 40 blocks and a third does not.
-    let spec = |k: u32| ContextSpec {
-        id: Some(format!("c{k}")),
-        tokens: (0..140).map(|i| 100 + i + 1000 * k).collect(),
-        pin: true,
-        meta: String::new(),
+    let spec = |k: u32| {
+        pinned(
+            &format!("c{k}"),
+            (0..140).map(|i| 100 + i + 1000 * k).collect(),
+        )
     };
     let (a, b, c, d) = block_on(async {
         tokio::join!(
@@ -377,18 +372,12 @@ fn contexts_made_together_pin_at_most_half_the_pool() {
 #[test]
 fn sessions_sharing_a_pinned_brief_count_its_blocks_once() {
     let cfg = EngineConfig {
-        kv_budget: KvBudget::Bytes(blocks(96)),
+        kv_budget: KvBudget::Bytes(96 * BLOCK_BYTES),
         ..config()
     };
     let Some(e) = engine(cfg) else { return };
     let ctx: Vec<u32> = (0..600).map(|i| 200 + (i * 7) % 5000).collect();
-    block_on(e.create_context(ContextSpec {
-        id: Some("brief".into()),
-        tokens: ctx.clone(),
-        pin: true,
-        meta: String::new(),
-    }))
-    .unwrap();
+    block_on(e.create_context(pinned("brief", ctx.clone()))).unwrap();
     for a in 0..6u32 {
         let mut prompt = ctx.clone();
         prompt.extend((0..10).map(|i| 6000 + 10 * a + i));

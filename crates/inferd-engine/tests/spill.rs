@@ -97,7 +97,7 @@ fn a_pinned_context_past_a_smaller_budgets_half_comes_back_unpinned() {
     let blocks = (brief.len() + 1).div_ceil(16);
     assert_eq!(blocks, 2, "{} tokens", brief.len());
     let small = EngineConfig {
-        kv_budget: inferd_engine::KvBudget::Bytes(3 * 16 * 30 * 3 * 64 * 2 * 4),
+        kv_budget: inferd_engine::KvBudget::Bytes(3 * BLOCK_BYTES),
         ..spill_config(&dir)
     };
     let e = engine(small).unwrap();

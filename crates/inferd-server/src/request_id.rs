@@ -8,7 +8,7 @@ use axum::http::{HeaderName, HeaderValue};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use crate::openai::new_id;
+use crate::openai::oid;
 
 const OPENAI: HeaderName = HeaderName::from_static("x-request-id");
 const ANTHROPIC: HeaderName = HeaderName::from_static("request-id");
@@ -24,10 +24,8 @@ fn given(req: &Request) -> Option<HeaderValue> {
 
 /// Middleware over every route: stamps the response with the request's id.
 pub async fn stamp(req: Request, next: Next) -> Response {
-    let id = given(&req).unwrap_or_else(|| {
-        let made = new_id("req").replacen('-', "_", 1);
-        HeaderValue::from_str(&made).expect("a made id is ASCII")
-    });
+    let id = given(&req)
+        .unwrap_or_else(|| HeaderValue::from_str(&oid("req")).expect("a made id is ASCII"));
     let mut res = next.run(req).await;
     let h = res.headers_mut();
     h.insert(OPENAI, id.clone());

@@ -150,9 +150,14 @@ fn a_stale_pid_file_never_signals_another_process() {
 /// port. A port found free can be taken before the server binds it (a parallel test's
 /// client connection gets it as its source port): then it tries another.
 fn start_on_a_free_port(state: &Path) -> (Output, String) {
+    start_on_a_free_port_with(state, &[])
+}
+
+/// [`start_on_a_free_port`] with more serve options.
+fn start_on_a_free_port_with(state: &Path, extra: &[&str]) -> (Output, String) {
     for _ in 0..5 {
         let port = free_port();
-        let args = [
+        let mut args = vec![
             "start",
             "--port",
             &port,
@@ -160,12 +165,24 @@ fn start_on_a_free_port(state: &Path) -> (Output, String) {
             "--kv-memory",
             "64M",
         ];
+        args.extend_from_slice(extra);
         let o = inferd(state, &args);
         if o.status.success() || !text(&o).contains("Address already in use") {
             return (o, port);
         }
     }
     panic!("five free ports were all taken before the server bound them");
+}
+
+/// Sends a raw HTTP request to `addr` and reads the whole reply (the request closes the
+/// connection).
+fn http(addr: &str, request: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut reply = String::new();
+    let _ = s.read_to_string(&mut reply);
+    reply
 }
 
 fn free_port() -> String {
@@ -266,18 +283,15 @@ fn status_while_draining_says_stopping() {
     let long = {
         let addr = addr.clone();
         std::thread::spawn(move || {
-            use std::io::{Read, Write};
             let body = r#"{"prompt": "Once upon a time", "max_tokens": 1000, "ignore_eos": true}"#;
-            let mut s = std::net::TcpStream::connect(&addr).unwrap();
-            write!(
-                s,
-                "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            )
-            .unwrap();
-            let mut reply = String::new();
-            let _ = s.read_to_string(&mut reply);
+            http(
+                &addr,
+                &format!(
+                    "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                ),
+            );
         })
     };
     let t0 = std::time::Instant::now();
@@ -354,47 +368,17 @@ fn an_api_key_is_trimmed_and_must_be_ascii() {
         return;
     }
     let state = fresh_state("apikey");
-    let port = free_port();
-    let o = inferd(
-        &state,
-        &[
-            "start",
-            "--port",
-            &port,
-            "--no-warmup",
-            "--kv-memory",
-            "64M",
-            "--api-key",
-            "k\u{e9}y",
-        ],
-    );
+    let (o, _) = start_on_a_free_port_with(&state, &["--api-key", "k\u{e9}y"]);
     assert!(!o.status.success());
     assert!(text(&o).contains("non-ASCII"), "{}", text(&o));
-    let o = inferd(
-        &state,
-        &[
-            "start",
-            "--port",
-            &port,
-            "--no-warmup",
-            "--kv-memory",
-            "64M",
-            "--api-key",
-            "sesame\r",
-        ],
-    );
+    let (o, port) = start_on_a_free_port_with(&state, &["--api-key", "sesame\r"]);
     assert!(o.status.success(), "start failed: {}", text(&o));
     let get = |key: &str| {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
-        write!(
-            s,
+        let head = format!(
             "GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\
-                   Connection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut reply = String::new();
-        let _ = s.read_to_string(&mut reply);
+             Connection: close\r\n\r\n"
+        );
+        let reply = http(&format!("127.0.0.1:{port}"), &head);
         reply
             .split_whitespace()
             .nth(1)

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use inferd_engine::{EngineConfig, EngineHandle, Event, FinishReason, GenRequest, KvBudget};
+use inferd_engine::{
+    ContextSpec, EngineConfig, EngineHandle, Event, FinishReason, GenRequest, KvBudget,
+};
 use inferd_runtime::{CpuBackend, CpuConfig, Model};
 use inferd_text::Tokenizer;
 
@@ -82,6 +84,19 @@ pub fn engine_with_draft(
 }
 
 /// A config with a generous KV budget and no warm-up (tests are short).
+/// Bytes of one 16-token f32 KV block of SmolLM2 (30 layers, 3 KV heads of 64, K and V).
+pub const BLOCK_BYTES: u64 = 16 * 30 * 3 * 64 * 2 * 4;
+
+/// A pinned context `id` of `tokens`, without metadata.
+pub fn pinned(id: &str, tokens: Vec<u32>) -> ContextSpec {
+    ContextSpec {
+        id: Some(id.into()),
+        tokens,
+        pin: true,
+        meta: String::new(),
+    }
+}
+
 pub fn config() -> EngineConfig {
     EngineConfig {
         kv_budget: KvBudget::Bytes(256 << 20),

@@ -18,7 +18,7 @@ use self::error::AnthropicError;
 use self::request::{rename_param, to_chat, MessagesBody};
 use crate::error::ApiError;
 use crate::extract::JsonBody;
-use crate::openai::{collect, new_id, sse};
+use crate::openai::{collect, oid, sse};
 use crate::pipeline::{self, Started};
 use crate::reply::{self, ReplyStream};
 use crate::state::AppState;
@@ -50,8 +50,7 @@ async fn run(state: AppState, body: Result<JsonBody, ApiError>) -> Result<Respon
         prompt_tokens,
         ..
     } = pipeline::start(&state, req).await?;
-    // Anthropic's ids are `msg_...`.
-    let id = new_id("msg").replacen('-', "_", 1);
+    let id = oid("msg");
     let model = state.model_name().to_string();
     if checked.stream {
         let fmt =

@@ -416,7 +416,7 @@ pub fn to_chat(b: &MessagesBody, count: bool) -> Result<ChatRequest, ApiError> {
     if let Some(s) = b.system.as_ref().map(system_text).transpose()?.flatten() {
         messages.push(json!({"role": "system", "content": s}));
     }
-    let prefill = match &b.messages {
+    let mut prefill = match &b.messages {
         Some(Value::Array(list)) if !list.is_empty() => {
             for (i, m) in list.iter().enumerate() {
                 convert_message(i, m, i + 1 == list.len(), &mut messages)?;
@@ -430,7 +430,6 @@ pub fn to_chat(b: &MessagesBody, count: bool) -> Result<ChatRequest, ApiError> {
         Some(_) => return Err(bad("messages", "`messages` must be an array of messages")),
     };
     // An empty prefill is a new turn.
-    let mut prefill = prefill;
     if prefill
         && messages
             .last()

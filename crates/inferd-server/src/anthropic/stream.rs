@@ -57,7 +57,7 @@ impl MessageStream {
         }
         let start = Usage {
             prompt_tokens: self.prompt_tokens,
-            cached_tokens: cached.min(self.prompt_tokens),
+            cached_tokens: cached,
             ..Default::default()
         };
         let message = json!({

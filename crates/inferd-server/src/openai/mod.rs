@@ -28,6 +28,11 @@ pub fn new_id(prefix: &str) -> String {
     format!("{prefix}-{:016x}{n:06x}", h.finish())
 }
 
+/// An id in the style of OpenAI's newer APIs and Anthropic's (`resp_…`, `msg_…`, `req_…`).
+pub fn oid(prefix: &str) -> String {
+    new_id(prefix).replacen('-', "_", 1)
+}
+
 /// Unix seconds, for `created`.
 pub fn now_secs() -> u64 {
     SystemTime::now()

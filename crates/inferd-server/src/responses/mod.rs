@@ -25,11 +25,12 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-use self::output::{echo_fields, oid, Echo, Ending, Item};
+use self::output::{echo_fields, Echo, Ending, Item};
 use self::request::{rename_param, translate, ResponsesBody};
 use self::store::Stored;
 use crate::error::ApiError;
 use crate::extract::{IdPath, JsonBody};
+use crate::openai::oid;
 use crate::openai::{collect, now_secs, sse};
 use crate::pipeline::{self, Started};
 use crate::reply::{self, ReplyStream};

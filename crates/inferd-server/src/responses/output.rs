@@ -4,13 +4,8 @@
 use inferd_engine::{FinishReason, Usage};
 use serde_json::{json, Value};
 
-use crate::openai::new_id;
+use crate::openai::oid;
 use crate::reply::Reply;
-
-/// An id in OpenAI's style (`resp_…`, `msg_…`).
-pub fn oid(prefix: &str) -> String {
-    new_id(prefix).replacen('-', "_", 1)
-}
 
 /// One output item.
 #[derive(Clone, Debug)]

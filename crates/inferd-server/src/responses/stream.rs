@@ -9,8 +9,9 @@ use axum::body::Bytes;
 use inferd_engine::Delta;
 use serde_json::{json, Value};
 
-use super::output::{oid, text_part, Echo, Ending, Item};
+use super::output::{text_part, Echo, Ending, Item};
 use crate::error::ApiError;
+use crate::openai::oid;
 use crate::openai::sse::{event, ChunkFormat, End};
 use crate::reply::{ReplyStream, Streamed};
 

@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::instance::{self, Instance, Lock};
 
@@ -261,26 +261,32 @@ fn log_tail(p: &Paths, from: u64, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
+/// Prints `j` for `--json`, else `text`.
+fn say(json: bool, j: Value, text: impl std::fmt::Display) {
+    if json {
+        println!("{j}");
+    } else {
+        println!("{text}");
+    }
+}
+
 pub fn status(a: StatusArgs) -> Result<()> {
     let p = paths();
     let pid = match find(&p) {
         Found::None => {
-            if a.json {
-                println!("{}", serde_json::json!({"status": "not_running"}));
-            } else {
-                println!("inferd is not running");
-            }
+            say(
+                a.json,
+                json!({"status": "not_running"}),
+                "inferd is not running",
+            );
             std::process::exit(3);
         }
         Found::Unverified => {
-            if a.json {
-                println!("{}", serde_json::json!({"status": "starting"}));
-            } else {
-                println!(
-                    "inferd is starting (its pid is not recorded yet); log: {}",
-                    p.log.display()
-                );
-            }
+            let text = format!(
+                "inferd is starting (its pid is not recorded yet); log: {}",
+                p.log.display()
+            );
+            say(a.json, json!({"status": "starting"}), text);
             return Ok(());
         }
         Found::Running(who) => who.pid,
@@ -290,23 +296,17 @@ pub fn status(a: StatusArgs) -> Result<()> {
         .as_ref()
         .and_then(|v| v["addr"].as_str().map(String::from))
     else {
-        if a.json {
-            println!("{}", serde_json::json!({"status": "starting", "pid": pid}));
-        } else {
-            println!("inferd (pid {pid}) is starting; log: {}", p.log.display());
-        }
+        let text = format!("inferd (pid {pid}) is starting; log: {}", p.log.display());
+        say(a.json, json!({"status": "starting", "pid": pid}), text);
         return Ok(());
     };
     if info.as_ref().is_some_and(|v| v["stopping"] == true) {
         // Its listener is closed: nothing to ask.
-        if a.json {
-            println!("{}", serde_json::json!({"status": "stopping", "pid": pid}));
-            return Ok(());
-        }
-        println!(
+        let text = format!(
             "inferd is stopping (pid {pid}): finishing running requests, taking no new \
              ones; `inferd stop --force` ends it now"
         );
+        say(a.json, json!({"status": "stopping", "pid": pid}), text);
         return Ok(());
     }
     let (code, body) = http_get(&addr, "/health", Duration::from_secs(5))

@@ -74,7 +74,7 @@ pub fn pull(name: &str) -> Result<PathBuf> {
 /// [`resolve`] against a given store. A known name is the built-in model even where a
 /// file or folder of that name is in the current folder (`./NAME` is the local one).
 pub fn resolve_with(name_or_path: &str, store: &Store) -> Result<PathBuf> {
-    let entry = registry::find(name_or_path).filter(|_| !name_or_path.contains('/'));
+    let entry = builtin(name_or_path);
     if entry.is_none() && Path::new(name_or_path).exists() {
         return Ok(PathBuf::from(name_or_path));
     }
@@ -104,9 +104,15 @@ pub fn pull_with(name: &str, store: &Store) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// Whether `name_or_path` names a built-in model (as [`resolve`] reads it).
+/// The built-in model `name_or_path` names, if it does: a known name without a folder in
+/// it (as [`resolve`] reads it).
+fn builtin(name_or_path: &str) -> Option<&'static ModelEntry> {
+    registry::find(name_or_path).filter(|_| !name_or_path.contains('/'))
+}
+
+/// Whether `name_or_path` names a built-in model.
 pub fn is_builtin(name_or_path: &str) -> bool {
-    !name_or_path.contains('/') && registry::find(name_or_path).is_some()
+    builtin(name_or_path).is_some()
 }
 
 #[cfg(test)]
