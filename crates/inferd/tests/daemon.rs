@@ -283,7 +283,7 @@ fn status_while_draining_says_stopping() {
     let long = {
         let addr = addr.clone();
         std::thread::spawn(move || {
-            let body = r#"{"prompt": "Once upon a time", "max_tokens": 1000, "ignore_eos": true}"#;
+            let body = r#"{"prompt": "Once upon a time", "max_tokens": 2500, "ignore_eos": true}"#;
             http(
                 &addr,
                 &format!(
@@ -325,7 +325,8 @@ fn status_while_draining_says_stopping() {
     }
     assert!(alive(pid), "the server should still be draining");
     // A stop asked again waits for the drain: no second signal, which ends it at once.
-    let o = inferd(&state, &["stop", "--wait", "1"]);
+    // `--wait 0` gives up at once, so the check does not race the reply's end.
+    let o = inferd(&state, &["stop", "--wait", "0"]);
     assert!(!o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("already stopping"), "{}", text(&o));
     assert!(alive(pid), "a second stop ended the draining server");
