@@ -70,21 +70,26 @@ async fn fleet_measures_scripted_latencies() {
     within(s.gap_ms.mean, 10.0, 2.0, "gap mean");
     // A request lasts 50 + 19*10 = 240 ms; two turns back to back: 480 ms for 40 tokens per
     // agent, 160 tokens in all: 333 tok/s.
+    // Never below the script; above it by a loaded machine's scheduling only (the bounds
+    // leave room for that, and stay far from what a mismeasure would give).
     let want_wall = 0.480;
     assert!(s.wall_s >= want_wall, "wall {} s", s.wall_s);
-    within(s.wall_s, want_wall, 0.12, "wall time");
-    within(
-        s.tok_per_s,
-        160.0 / want_wall,
-        160.0 / want_wall * 0.2,
-        "tok/s",
+    assert!(s.wall_s < want_wall + 0.25, "wall {} s", s.wall_s);
+    assert!(
+        s.tok_per_s <= 160.0 / want_wall * 1.01,
+        "{} tok/s",
+        s.tok_per_s
     );
-    // All agents got their first token at about 50 ms.
-    within(
-        s.last_first_token_s.unwrap(),
-        0.050,
-        0.03,
-        "last first token",
+    assert!(
+        s.tok_per_s > 160.0 / (want_wall + 0.25),
+        "{} tok/s",
+        s.tok_per_s
+    );
+    // All agents got their first token at about 50 ms (a reply lasts 240).
+    let last_first = s.last_first_token_s.unwrap();
+    assert!(
+        (0.049..0.15).contains(&last_first),
+        "last first token {last_first} s"
     );
     assert_eq!(s.agents_without_token, 0);
     // Turn 1 of each agent starts after its turn 0 ended and carries more prompt tokens.
@@ -266,11 +271,12 @@ async fn stall_measures_the_prefill_stall() {
         10.0,
         "long prompt tokens",
     );
-    within(s.long_ttft_ms.unwrap(), 300.0, 40.0, "long prompt TTFT");
+    let long = s.long_ttft_ms.unwrap();
+    assert!((299.0..420.0).contains(&long), "long prompt TTFT {long}");
     within(s.baseline_gap_p50_ms.unwrap(), 10.0, 3.0, "baseline gap");
     // Streams are blocked for the 300 ms prefill: the worst gap spans it.
     let worst = s.worst_gap_during_prefill_ms.unwrap();
-    assert!((290.0..360.0).contains(&worst), "worst gap {worst}");
+    assert!((290.0..450.0).contains(&worst), "worst gap {worst}");
     assert!(s.stall_ratio.unwrap() > 20.0);
     assert!(s
         .agent_worst_gap_during_prefill_ms
@@ -285,7 +291,7 @@ async fn stall_with_short_arrivals_and_no_decoders() {
     let _g = SERIAL.lock().await;
     let (url, _) = start(Script {
         ttft: Duration::from_millis(20),
-        gap: Duration::from_millis(5),
+        gap: Duration::from_millis(20),
         ..Default::default()
     })
     .await;
@@ -309,11 +315,11 @@ async fn stall_with_short_arrivals_and_no_decoders() {
     assert_eq!(s.short_ttft_ms.len(), 3);
     // A TTFT is never below the scripted 20 ms; above it only by the machine's scheduling
     // (a loaded 2-core CI machine measured 42 ms once), and well short of the whole reply
-    // (16 tokens 5 ms apart after the first: about 95 ms).
+    // (16 tokens 20 ms apart after the first: about 320 ms).
     for t in &s.short_ttft_ms {
         let t = t.unwrap();
         assert!(
-            (18.0..=70.0).contains(&t),
+            (18.0..=150.0).contains(&t),
             "short TTFT: measured {t:.2}, scripted 20"
         );
     }
@@ -370,14 +376,22 @@ async fn arrivals_follow_the_seeded_schedule() {
         let at_ms = schedule[r.agent] * 1000.0;
         let sent_ms = r.start_us as f64 / 1000.0;
         assert!(sent_ms >= at_ms - 1.0, "agent {} sent early", r.agent);
-        within(sent_ms, at_ms, 15.0, "arrival offset");
+        assert!(
+            sent_ms < at_ms + 60.0,
+            "agent {} sent {sent_ms} ms, scheduled {at_ms}",
+            r.agent
+        );
     }
-    assert!(s.send_lag_ms.max < 15.0);
+    assert!(s.send_lag_ms.max < 60.0, "send lag {}", s.send_lag_ms.max);
     // Every agent sees the scripted 50 ms TTFT; the last finishes 50 + 9*5 ms after arriving.
     assert_eq!(s.ttft_ms.n, 8);
     assert!(s.ttft_ms.min >= 49.0, "TTFT below the script");
     within(s.ttft_ms.p50, 50.0, 20.0, "TTFT p50");
-    within(s.all_done_s, schedule[7] + 0.095, 0.04, "all done");
+    let done = s.all_done_s - (schedule[7] + 0.095);
+    assert!(
+        (-0.005..0.12).contains(&done),
+        "all done {done} s after the script"
+    );
     let back = BenchReport::from_json(&report.to_json().unwrap()).unwrap();
     assert_eq!(back, report);
 }
@@ -423,7 +437,7 @@ async fn multi_turn_reports_cached_fraction_per_turn() {
         assert!(t.ok);
         let ttft = t.ttft_ms.unwrap();
         assert!(ttft >= 49.0, "turn {} TTFT {ttft} below the script", t.turn);
-        within(ttft, 50.0, 20.0, "TTFT per turn");
+        assert!(ttft < 150.0, "turn {} TTFT {ttft}", t.turn);
     }
     // Turns run back to back.
     for w in report.requests.windows(2) {
@@ -471,7 +485,7 @@ async fn forked_agents_share_the_brief_and_report_cache_hits() {
     assert_eq!(s.brief_prompt_tokens, Some(300));
     // The fake answers max_tokens-1 requests at once (plus, at worst, its Nagle stall).
     let brief_ttft = s.brief_ttft_ms.unwrap();
-    assert!(brief_ttft < 100.0, "brief TTFT {brief_ttft}");
+    assert!(brief_ttft < 150.0, "brief TTFT {brief_ttft}");
     // Agents were released after it, together.
     let agents: Vec<_> = report
         .requests
@@ -481,7 +495,7 @@ async fn forked_agents_share_the_brief_and_report_cache_hits() {
     assert_eq!(agents.len(), 4);
     for r in &agents {
         assert!(r.start_us >= brief.end_us);
-        within(r.start_us as f64 / 1e3, s.release_s * 1e3, 15.0, "release");
+        within(r.start_us as f64 / 1e3, s.release_s * 1e3, 40.0, "release");
     }
     assert_eq!(s.agents.len(), 4);
     for a in &s.agents {
@@ -505,7 +519,7 @@ async fn forked_agents_share_the_brief_and_report_cache_hits() {
     within(s.ttft_ms.p50, 50.0, 20.0, "TTFT p50");
     let relaunch = s.relaunch_ms.unwrap();
     assert!(relaunch >= 49.0, "relaunch {relaunch}");
-    within(relaunch, 50.0, 25.0, "relaunch");
+    assert!(relaunch < 150.0, "relaunch {relaunch}");
     assert!(report.table().contains("93.8%"));
     let back = BenchReport::from_json(&report.to_json().unwrap()).unwrap();
     assert_eq!(back, report);

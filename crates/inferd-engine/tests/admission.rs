@@ -80,11 +80,14 @@ fn a_request_not_admitted_within_the_queue_timeout_is_refused() {
             ..Default::default()
         },
         queue_timeout: Some(Duration::from_millis(300)),
+        // One token a step (the CI reruns with speculation on, which would take this
+        // repetitive reply several tokens a step and could end it within the timeout).
+        speculate: None,
         ..config()
     };
     let Some(e) = engine(cfg) else { return };
     // One long reply holds the only running slot for seconds.
-    let mut busy = GenRequest::greedy(tokens(&e, 8, "hello"), 300);
+    let mut busy = GenRequest::greedy(tokens(&e, 8, "hello"), 500);
     busy.ignore_eos = true;
     let mut first = e.submit(busy).unwrap();
     let t0 = Instant::now();
@@ -96,5 +99,5 @@ fn a_request_not_admitted_within_the_queue_timeout_is_refused() {
     assert!(waited >= Duration::from_millis(300), "{waited:?}");
     // The running request is untouched.
     let o = collect(&mut first);
-    assert_eq!(o.completion_tokens, 300);
+    assert_eq!(o.completion_tokens, 500);
 }

@@ -13,15 +13,8 @@ fn a_lost_device_ends_the_server_with_an_error() {
     let tmp = std::env::temp_dir().join(format!("inferd-lost-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     let log = tmp.join("server.log");
-    let port = free_port();
     let t = Instant::now();
-    let mut server = serve(
-        &model,
-        port,
-        &[],
-        &[("INFERD_TEST_LOSE_DEVICE_AFTER", "3")],
-        &log,
-    );
+    let (mut server, port) = serve(&model, &[], &[("INFERD_TEST_LOSE_DEVICE_AFTER", "3")], &log);
     let body = r#"{"messages": [{"role": "user", "content": "Count to fifty."}], "max_tokens": 40, "ignore_eos": true}"#;
     let (status, reply) =
         http(port, "POST", "/v1/chat/completions", Some(body)).expect("an answer");

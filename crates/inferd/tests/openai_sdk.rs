@@ -27,12 +27,10 @@ fn openai_python_sdk_tool_loop() {
     let tmp = std::env::temp_dir().join(format!("inferd-openai-sdk-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     let server_log = tmp.join("server.log");
-    let port = free_port();
     let started = Instant::now();
 
-    let server = serve(
+    let (server, port) = serve(
         &model,
-        port,
         &["--served-model-name".as_ref(), SERVED_NAME.as_ref()],
         &[],
         &server_log,

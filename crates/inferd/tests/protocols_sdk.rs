@@ -16,12 +16,13 @@ use std::time::Duration;
 const SERVED_NAME: &str = "qwen";
 const SCRIPT_LIMIT: Duration = Duration::from_secs(600);
 
-/// `inferd serve` on the model as `SERVED_NAME`, with `extra` arguments, logging to `log`.
-fn serve(model: &Path, port: u16, extra: &[&std::ffi::OsStr], log: &Path) -> KillOnDrop {
+/// `inferd serve` on the model as `SERVED_NAME`, with `extra` arguments, logging to `log`;
+/// it and its port.
+fn serve(model: &Path, extra: &[&std::ffi::OsStr], log: &Path) -> (KillOnDrop, u16) {
     let mut args: Vec<&std::ffi::OsStr> =
         vec!["--served-model-name".as_ref(), SERVED_NAME.as_ref()];
     args.extend_from_slice(extra);
-    common::serve(model, port, &args, &[], log)
+    common::serve(model, &args, &[], log)
 }
 
 /// Runs `script ARGS…`; panics with both outputs and the server log when it fails.
@@ -62,10 +63,9 @@ fn openai_sdk_responses_api_and_a_restart() {
     let tmp = tmp_dir("responses-sdk");
     let log = tmp.join("server.log");
     let spill = tmp.join("spill");
-    let port = free_port();
     let args = [std::ffi::OsStr::new("--spill-dir"), spill.as_os_str()];
+    let (server, port) = serve(&model, &args, &log);
     let port_s = port.to_string();
-    let server = serve(&model, port, &args, &log);
     run_script(
         "responses_api.py",
         &[&port_s, SERVED_NAME, "main"],
@@ -87,9 +87,8 @@ fn openai_sdk_responses_api_and_a_restart() {
         std::fs::read_dir(spill.join("responses")).unwrap().count() > 0,
         "stored responses are on disk"
     );
-    let port2 = free_port();
+    let (server, port2) = serve(&model, &args, &log);
     let port2_s = port2.to_string();
-    let server = serve(&model, port2, &args, &log);
     run_script(
         "responses_api.py",
         &[&port2_s, SERVED_NAME, "after-restart", state_s],
@@ -108,8 +107,7 @@ fn anthropic_sdk_messages_api() {
     }
     let tmp = tmp_dir("anthropic-sdk");
     let log = tmp.join("server.log");
-    let port = free_port();
-    let server = serve(&model, port, &[], &log);
+    let (server, port) = serve(&model, &[], &log);
     run_script(
         "anthropic_api.py",
         &[&port.to_string(), SERVED_NAME],

@@ -34,18 +34,15 @@ fn a_draft_model_gives_the_replies_plain_decoding_gives() {
     let Some(model) = smollm2() else { return };
     let tmp = std::env::temp_dir().join(format!("inferd-draft-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
-    let (p_draft, p_off) = (free_port(), free_port());
     // SmolLM2 drafting for itself, by its path.
-    let _draft = serve(
+    let (_draft, p_draft) = serve(
         &model,
-        p_draft,
         &["--draft-model".as_ref(), model.as_os_str()],
         &[],
         &tmp.join("draft.log"),
     );
-    let _off = serve(
+    let (_off, p_off) = serve(
         &model,
-        p_off,
         &["--speculate".as_ref(), "off".as_ref()],
         &[],
         &tmp.join("off.log"),
@@ -98,12 +95,10 @@ fn speculative_replies_by_default_equal_plain_ones() {
     let Some(model) = smollm2() else { return };
     let tmp = std::env::temp_dir().join(format!("inferd-spec-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
-    let (p_auto, p_off) = (free_port(), free_port());
-    let _auto = serve(&model, p_auto, &[], &[], &tmp.join("auto.log"));
+    let (_auto, p_auto) = serve(&model, &[], &[], &tmp.join("auto.log"));
     // `--speculate off` wins over the tests' variable that turns the engine's default on.
-    let _off = serve(
+    let (_off, p_off) = serve(
         &model,
-        p_off,
         &["--speculate".as_ref(), "off".as_ref()],
         &[("INFERD_SPECULATE", "1")],
         &tmp.join("off.log"),

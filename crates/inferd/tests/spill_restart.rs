@@ -7,7 +7,6 @@ mod common;
 
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -20,19 +19,15 @@ fn model() -> Option<PathBuf> {
     p.exists().then_some(p)
 }
 
-fn serve(model: &Path, port: u16, spill: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_inferd"))
-        .args(["serve", "--no-warmup", "--kv-memory", "64M", "--port"])
-        .arg(port.to_string())
-        .arg("-m")
-        .arg(model)
-        .arg("--spill-dir")
-        .arg(spill)
-        .env("INFERD_THREADS", "2")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starting inferd serve")
+/// `inferd serve --spill-dir spill` (the shared helper, its output in `spill`'s log).
+fn serve_spilling(model: &Path, spill: &Path) -> (KillOnDrop, u16) {
+    let log = spill.with_extension("log");
+    serve(
+        model,
+        &["--spill-dir".as_ref(), spill.as_os_str()],
+        &[],
+        &log,
+    )
 }
 
 /// One HTTP/1.1 request, its body parsed as JSON; `None` when the server is not answering.
@@ -42,15 +37,13 @@ fn call(port: u16, method: &str, path: &str, body: Option<&Value>) -> Option<(u1
     Some((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
 }
 
-fn wait_healthy(port: u16) {
-    let t = Instant::now();
-    while call(port, "GET", "/health", None).is_none_or(|(s, _)| s != 200) {
-        assert!(
-            t.elapsed() < Duration::from_secs(120),
-            "server did not come up"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+/// Whether a file `name` is in one of `spill`'s identity folders.
+fn on_disk(spill: &Path, name: &str) -> bool {
+    std::fs::read_dir(spill)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|d| d.path().join(name).exists())
 }
 
 fn chat(port: u16, content: &str, inferd: Value) -> Value {
@@ -73,9 +66,7 @@ fn sigkill_during_spill_writes_restarts_clean() {
     let Some(model) = model() else { return };
     let spill = std::env::temp_dir().join(format!("inferd-sigkill-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&spill);
-    let port = free_port();
-    let mut server = serve(&model, port, &spill);
-    wait_healthy(port);
+    let (server, port) = serve_spilling(&model, &spill);
     let brief = "You maintain a Rust inference server. Keep answers to one line. ".repeat(4);
     let (status, ctx) = call(
         port,
@@ -86,12 +77,23 @@ fn sigkill_during_spill_writes_restarts_clean() {
     .unwrap();
     assert_eq!(status, 200, "{ctx}");
     let ctx_tokens = ctx["tokens"].as_u64().unwrap();
-    // one session turn that completes for sure
+    // one session turn that completes for sure, its record on disk (written in the
+    // background after the reply, after its blocks) before the kill
     chat(
         port,
         "First question: what is a KV cache?",
         json!({"session": "done-agent"}),
     );
+    let record: String = "done-agent".bytes().map(|b| format!("{b:02x}")).collect();
+    let record = format!("r-session-{record}.rec");
+    let t = Instant::now();
+    while !on_disk(&spill, &record) {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the session's record was never written"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     // agents whose turns (and so spill writes) are in flight when the kill lands
     let agents: Vec<_> = (0..4)
         .map(|i| {
@@ -107,14 +109,12 @@ fn sigkill_during_spill_writes_restarts_clean() {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(700));
-    server.kill().unwrap(); // SIGKILL
-    server.wait().unwrap();
+    drop(server); // SIGKILL
     for a in agents {
         let _ = a.join();
     }
 
-    let mut server = serve(&model, port, &spill);
-    wait_healthy(port);
+    let (server, port) = serve_spilling(&model, &spill);
     // no temp file survived the restart's clean-up
     for d in std::fs::read_dir(&spill).unwrap().flatten() {
         if !d.path().is_dir() {
@@ -155,7 +155,7 @@ fn sigkill_during_spill_writes_restarts_clean() {
     }
     let (_, cache) = call(port, "GET", "/v1/cache", None).unwrap();
     assert!(cache["spilled"]["blocks"].as_u64().unwrap() > 0, "{cache}");
-    server.kill().unwrap();
-    server.wait().unwrap();
+    drop(server);
     let _ = std::fs::remove_dir_all(&spill);
+    let _ = std::fs::remove_file(spill.with_extension("log"));
 }

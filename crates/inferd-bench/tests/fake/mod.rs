@@ -236,6 +236,10 @@ pub async fn start(script: Script) -> (String, Arc<Shared>) {
         .with_state(shared.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    // As inferd's own listener: no Nagle + delayed-ACK stall (~40 ms) on a lone chunk.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     (format!("http://{addr}"), shared)
 }

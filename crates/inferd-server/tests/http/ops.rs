@@ -338,7 +338,7 @@ fn a_generation_request_is_announced_until_it_is_submitted() {
     // Not streaming: its handler waits for the whole reply.
     let body = json!({
         "messages": [{"role": "user", "content": "Count from one to one thousand."}],
-        "max_tokens": 400, "temperature": 0, "inferd": {"ignore_eos": true},
+        "max_tokens": 1000, "temperature": 0, "inferd": {"ignore_eos": true},
     })
     .to_string();
     let s = send(addr, "POST", "/v1/chat/completions", &[], body.as_bytes());

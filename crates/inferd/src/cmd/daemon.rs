@@ -163,7 +163,31 @@ fn dechunk(mut s: &str) -> String {
     out
 }
 
+/// `start`'s own `--wait N` (or `--wait=N`) wherever it stands: after the first serve
+/// option the parser hands every word to `serve`, which has no `--wait`. The last one wins.
+fn own_wait(a: StartArgs) -> Result<(u64, Vec<String>)> {
+    let mut wait = a.wait;
+    let mut serve = Vec::with_capacity(a.serve_args.len());
+    let mut words = a.serve_args.into_iter();
+    while let Some(w) = words.next() {
+        let value = match w.strip_prefix("--wait") {
+            Some("") => words.next(),
+            Some(v) if v.starts_with('=') => Some(v[1..].to_string()),
+            _ => {
+                serve.push(w);
+                continue;
+            }
+        };
+        let v = value.context("`--wait` needs a number of seconds")?;
+        wait = v
+            .parse()
+            .with_context(|| format!("`--wait {v}`: not a number of seconds"))?;
+    }
+    Ok((wait, serve))
+}
+
 pub fn start(a: StartArgs) -> Result<()> {
+    let (wait, serve_args) = own_wait(a)?;
     let p = paths();
     std::fs::create_dir_all(state_dir())
         .with_context(|| format!("creating {}", state_dir().display()))?;
@@ -193,7 +217,7 @@ pub fn start(a: StartArgs) -> Result<()> {
     let mut cmd = Command::new(exe);
     let lock_fd = lock.fd();
     cmd.arg("serve")
-        .args(&a.serve_args)
+        .args(&serve_args)
         .env("INFERD_STATE_FILE", &p.server)
         .env("INFERD_PID_FILE", &p.pid)
         .env("INFERD_LOCK_FD", lock_fd.to_string())
@@ -241,10 +265,9 @@ pub fn start(a: StartArgs) -> Result<()> {
                 return Ok(());
             }
         }
-        if t0.elapsed() > Duration::from_secs(a.wait) {
+        if t0.elapsed() > Duration::from_secs(wait) {
             bail!(
-                "the server did not become ready within {} s (pid {pid} still starting); see {}",
-                a.wait,
+                "the server did not become ready within {wait} s (pid {pid} still starting); see {}",
                 p.log.display()
             );
         }
@@ -440,5 +463,40 @@ mod tests {
         assert_eq!(fmt_duration(125.0), "2m 5s");
         assert_eq!(fmt_duration(7300.0), "2h 1m");
         assert_eq!(fmt_bytes(3 << 20), "3.0 MiB");
+    }
+
+    fn start_args(words: &[&str]) -> StartArgs {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            start: StartArgs,
+        }
+        Cli::parse_from(std::iter::once("start").chain(words.iter().copied())).start
+    }
+
+    #[test]
+    fn start_takes_its_wait_among_the_serve_options() {
+        let split = |w: &[&str]| own_wait(start_args(w)).map_err(|e| e.to_string());
+        let serve = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(split(&[]).unwrap(), (600, vec![]));
+        assert_eq!(
+            split(&["--wait", "5", "--port", "8081"]).unwrap(),
+            (5, serve(&["--port", "8081"]))
+        );
+        assert_eq!(
+            split(&["--port", "8081", "--wait", "30", "-m", "x"]).unwrap(),
+            (30, serve(&["--port", "8081", "-m", "x"]))
+        );
+        assert_eq!(
+            split(&["--port", "8081", "--wait=7"]).unwrap(),
+            (7, serve(&["--port", "8081"]))
+        );
+        assert!(split(&["--port", "1", "--wait"])
+            .unwrap_err()
+            .contains("needs"));
+        assert!(split(&["--port", "1", "--wait", "soon"])
+            .unwrap_err()
+            .contains("not a number"));
     }
 }

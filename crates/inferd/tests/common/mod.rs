@@ -90,14 +90,6 @@ pub fn sdk_present(module: &str) -> bool {
     }
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A child process killed (and reaped) when dropped, also when the test panics.
 pub struct KillOnDrop(pub Child);
 
@@ -108,17 +100,26 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// `inferd serve --no-warmup --kv-memory 64M` on `model` and `port` (two threads), with
-/// `args` and `envs` besides, its output appended to `log`; returns once `/health` answers
-/// 200 (panics with the log if it exits first or takes over 120 s).
+/// `inferd serve --no-warmup --kv-memory 64M` on `model` (two threads), with `args` and
+/// `envs` besides, its output appended to `log`; returns it and its port once `/health`
+/// answers 200 (panics with the log if it exits first or takes over 120 s). It binds port
+/// 0 and says which port it got in its state file: a port picked here and bound later
+/// could be taken in between (by another test's connection, or server).
 pub fn serve(
     model: &Path,
-    port: u16,
     args: &[&std::ffi::OsStr],
     envs: &[(&str, &str)],
     log: &Path,
-) -> KillOnDrop {
+) -> (KillOnDrop, u16) {
     use std::process::Stdio;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let state = log.with_extension(format!(
+        "server-{}-{}.json",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_file(&state);
     let f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -126,20 +127,29 @@ pub fn serve(
         .unwrap();
     let mut server = KillOnDrop(
         Command::new(env!("CARGO_BIN_EXE_inferd"))
-            .args(["serve", "--no-warmup", "--kv-memory", "64M", "--port"])
-            .arg(port.to_string())
+            .args(["serve", "--no-warmup", "--kv-memory", "64M", "--port", "0"])
             .arg("-m")
             .arg(model)
             .args(args)
             .env("INFERD_THREADS", "2")
+            .env("INFERD_STATE_FILE", &state)
             .envs(envs.iter().copied())
             .stdout(Stdio::from(f.try_clone().unwrap()))
             .stderr(Stdio::from(f))
             .spawn()
             .expect("starting inferd serve"),
     );
+    let bound = || -> Option<u16> {
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&state).ok()?).ok()?;
+        v["addr"].as_str()?.rsplit(':').next()?.parse().ok()
+    };
     let started = std::time::Instant::now();
-    while get_status(port, "/health") != Some(200) {
+    loop {
+        if let Some(port) = bound() {
+            if get_status(port, "/health") == Some(200) {
+                return (server, port);
+            }
+        }
         if let Ok(Some(status)) = server.0.try_wait() {
             panic!("inferd serve exited ({status}):\n{}", read_lossy(log));
         }
@@ -150,7 +160,6 @@ pub fn serve(
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    server
 }
 
 /// One HTTP/1.1 request (`body` as JSON); the status and the body, `None` when nothing
