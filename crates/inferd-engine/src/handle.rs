@@ -136,20 +136,25 @@ impl EngineHandle {
             .iter()
             .find(|&&(t, _)| t as usize >= vocab)
         {
-            return Err(SubmitError::Invalid(format!(
-                "logit_bias: token id {t} is outside the vocabulary ({vocab})"
-            )));
+            return Err(SubmitError::InvalidParam {
+                param: "logit_bias",
+                message: format!("logit_bias: token id {t} is outside the vocabulary ({vocab})"),
+            });
         }
-        for (what, id) in [
-            ("the context id", &req.context),
-            ("the session id", &req.session),
+        for (what, param, id) in [
+            ("the context id", "inferd.context", &req.context),
+            ("the session id", "inferd.session", &req.session),
         ] {
             if let Some(id) = id {
-                crate::memory::check_id(what, id).map_err(SubmitError::Invalid)?;
+                crate::memory::check_id(what, id)
+                    .map_err(|message| SubmitError::InvalidParam { param, message })?;
             }
         }
         if req.max_tokens == 0 {
-            return Err(SubmitError::Invalid("max_tokens must be at least 1".into()));
+            return Err(SubmitError::InvalidParam {
+                param: "max_tokens",
+                message: "max_tokens must be at least 1".into(),
+            });
         }
         let limit = crate::seq::max_len(&req, self.info.max_context);
         if req.prompt.len() >= limit {

@@ -62,8 +62,12 @@ pub(crate) struct OutStream {
     tx: UnboundedSender<Event>,
     detok: IncrementalDecoder<Arc<Tokenizer>>,
     stop: StopMatcher,
-    /// Tokens whose text is still held back (incomplete UTF-8 or a possible stop string).
-    pending: Vec<TokenOut>,
+    /// Tokens not sent yet (their text incomplete UTF-8 or a possible stop string), each
+    /// with where its text begins in the reply's text (bytes).
+    pending: Vec<(usize, TokenOut)>,
+    /// Bytes of text the detokenizer gave so far, and bytes sent to the client.
+    decoded: usize,
+    shown: usize,
     prompt_len: usize,
     /// Tokens this stream took (the reply's tokens so far).
     generated: usize,
@@ -86,6 +90,8 @@ impl OutStream {
             confirm: false,
             stop,
             pending: Vec::new(),
+            decoded: 0,
+            shown: 0,
             prompt_len,
             generated: 0,
         }
@@ -113,25 +119,32 @@ impl OutStream {
 
     /// Takes one drawn token; `Some` when the reply ended with it: whether a stop
     /// string ended it, and the reply's last events (to send once the engine is told).
+    /// The tokens a delta carries (`return_token_ids`, logprobs) are those whose text the
+    /// reply holds: not an end-of-sequence id, nor the tokens of the stop string that
+    /// ended it (all counted in the usage).
     fn take(&mut self, t: TokenMsg) -> Option<(bool, Vec<Event>)> {
         self.generated += 1;
-        self.pending.push(TokenOut {
-            id: t.sampled.token,
-            logprob: t.sampled.logprob,
-            top_logprobs: t.sampled.top_logprobs,
-        });
         if t.end == Some(EngineEnd::Eos) {
             // End of sequence: its own text is not shown.
             let (tail, stopped) = self.flush_tail();
             return Some((stopped, self.finish(tail, FinishReason::Stop, t.cached)));
         }
+        self.pending.push((
+            self.decoded,
+            TokenOut {
+                id: t.sampled.token,
+                logprob: t.sampled.logprob,
+                top_logprobs: t.sampled.top_logprobs,
+            },
+        ));
         let text = self.detok.push(t.sampled.token).unwrap_or_default();
+        self.decoded += text.len();
         match self.stop.push(&text) {
             StopStep::Stopped(text) => {
                 return Some((true, self.finish(text, FinishReason::Stop, t.cached)));
             }
             StopStep::Emit(text) if !text.is_empty() => {
-                let tokens = std::mem::take(&mut self.pending);
+                let tokens = self.shown_tokens(text.len());
                 let _ = self.tx.send(Event::Delta(Delta {
                     text,
                     tokens,
@@ -154,6 +167,7 @@ impl OutStream {
     /// whether that last text completed a stop string.
     fn flush_tail(&mut self) -> (String, bool) {
         let tail = self.detok.finish().unwrap_or_default();
+        self.decoded += tail.len();
         match self.stop.push(&tail) {
             StopStep::Stopped(t) => (t, true),
             StopStep::Emit(mut t) => {
@@ -163,10 +177,30 @@ impl OutStream {
         }
     }
 
+    /// `bytes` more of the reply's text go to the client: the pending tokens whose text
+    /// begins inside what it has then (a token of an incomplete character goes with the
+    /// character). The others stay pending: their text is held back (a possible stop).
+    fn shown_tokens(&mut self, bytes: usize) -> Vec<TokenOut> {
+        self.shown += bytes;
+        let n = self.pending.partition_point(|(at, _)| *at < self.shown);
+        self.pending.drain(..n).map(|(_, t)| t).collect()
+    }
+
     /// The reply's last events: the text left (or logprobs of tokens without text),
-    /// then `Done`.
+    /// then `Done`. Tokens past the reply's text (a stop string's) are dropped.
     fn finish(&mut self, text: String, reason: FinishReason, cached: usize) -> Vec<Event> {
-        let tokens = std::mem::take(&mut self.pending);
+        let stopped = self.stop.matched().is_some();
+        let tokens = if stopped {
+            let tokens = self.shown_tokens(text.len());
+            self.pending.clear();
+            tokens
+        } else {
+            self.shown += text.len();
+            std::mem::take(&mut self.pending)
+                .into_iter()
+                .map(|(_, t)| t)
+                .collect()
+        };
         let mut last = Vec::with_capacity(2);
         if !text.is_empty() || tokens.iter().any(|t| t.logprob.is_some()) {
             last.push(Event::Delta(Delta {

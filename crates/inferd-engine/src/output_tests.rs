@@ -76,6 +76,37 @@ impl Harness {
         }
     }
 
+    /// Sends `ids` with logprobs, one step each, the last with `end`.
+    fn send_ids(&self, ids: &[u32], end: Option<EngineEnd>) {
+        for (i, &id) in ids.iter().enumerate() {
+            self.out.send(OutMsg::Tokens(vec![TokenMsg {
+                id: 7,
+                sampled: Sampled {
+                    token: id,
+                    logprob: Some(-0.5),
+                    top_logprobs: vec![(id, -0.5)],
+                },
+                end: end.filter(|_| i + 1 == ids.len()),
+                cached: 3,
+            }]));
+        }
+    }
+
+    /// The text and the ids the deltas carried, up to `Done`.
+    fn collect_ids(mut self) -> (String, Vec<u32>, Option<Event>) {
+        let (mut text, mut ids) = (String::new(), Vec::new());
+        while let Some(ev) = self.events.blocking_recv() {
+            match ev {
+                Event::Delta(d) => {
+                    text.push_str(&d.text);
+                    ids.extend(d.tokens.iter().map(|t| t.id));
+                }
+                e => return (text, ids, Some(e)),
+            }
+        }
+        (text, ids, None)
+    }
+
     /// Every event up to `Done` (or the stream's end): the text and the `Done`.
     fn collect(mut self) -> (String, Option<Event>, Vec<Msg>) {
         let mut text = String::new();
@@ -253,4 +284,33 @@ fn errors_and_refusals_end_the_stream_in_order() {
         end,
         Some(Event::Rejected(SubmitError::QueueTimeout { waited_s: 2 }))
     );
+}
+
+/// With logprobs asked for, a reply's tokens are still those whose text it holds: not the
+/// end-of-sequence id, nor the stop string's tokens (a held-back start of a stop string
+/// included), however the text was held back; the usage counts them all.
+#[test]
+fn a_reply_carries_the_tokens_of_its_text_only() {
+    let tok = tokenizer();
+    let ids = |t: &str| tok.encode(t, false).unwrap();
+    let h = harness(&["abc"], 10, false);
+    let (ab, ababc) = (ids("ab"), ids("ababc"));
+    h.send_ids(&ababc, None);
+    let (text, got, end) = h.collect_ids();
+    assert_eq!((text.as_str(), got), ("ab", ab.clone()));
+    assert_eq!(end, done(FinishReason::Stop, 5, Some("abc")));
+
+    let h = harness(&[], 10, false);
+    let mut with_eos = ab.clone();
+    with_eos.push(0);
+    h.send_ids(&with_eos, Some(EngineEnd::Eos));
+    let (text, got, end) = h.collect_ids();
+    assert_eq!((text.as_str(), got), ("ab", ab.clone()));
+    assert_eq!(end, done(FinishReason::Stop, 3, None));
+
+    // Ended by length, every token is the reply's.
+    let h = harness(&["abc"], 10, false);
+    h.send_ids(&ids("xab"), Some(EngineEnd::Length));
+    let (text, got, _) = h.collect_ids();
+    assert_eq!((text.as_str(), got), ("xab", ids("xab")));
 }

@@ -139,8 +139,15 @@ pub enum SubmitError {
         tokens: usize,
         limit: usize,
     },
+    /// About the prompt.
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// About the request field `param` (its name as the APIs spell it).
+    #[error("invalid request: {message}")]
+    InvalidParam {
+        param: &'static str,
+        message: String,
+    },
     #[error("{0}")]
     NotFound(String),
     /// The prompt fits the pool, but not beside what pinned contexts hold: it could only

@@ -248,3 +248,66 @@ fn a_context_under_two_tokens_is_refused_at_start() {
         assert!(e.contains("at least 2 are needed"), "{e}");
     }
 }
+
+/// The greedy tokens and their logprobs of `req` on `e`, and how many prompt tokens came
+/// from the cache.
+fn with_logprobs(e: &EngineHandle, mut req: GenRequest) -> (Vec<(u32, f32)>, usize) {
+    req.sampling.logprobs = Some(0);
+    req.ignore_eos = true;
+    let mut s = e.submit(req).expect("submit");
+    let mut out = Vec::new();
+    while let Some(ev) = s.next_blocking() {
+        match ev {
+            inferd_engine::Event::Delta(d) => out.extend(
+                d.tokens
+                    .iter()
+                    .map(|t| (t.id, t.logprob.expect("a logprob"))),
+            ),
+            inferd_engine::Event::Done { usage, .. } => return (out, usage.cached_tokens),
+            other => panic!("{other:?}"),
+        }
+    }
+    panic!("no Done")
+}
+
+/// A reply's KV is computed by decode rows; a later prompt that holds the reply reads it
+/// from the cache, or recomputes it with prompt rows when it was evicted. With f32
+/// activations on every row (`--f32-activations`) the two are the same numbers: the
+/// next turn's logprobs are equal to the bit, cached or not. (By default the decode rows
+/// round activations to 8 bits, as llama.cpp does, and the two differ by that rounding:
+/// README, "Reproducibility".)
+#[test]
+fn with_f32_activations_a_cached_reply_equals_a_recomputed_one() {
+    let cpu = inferd_runtime::CpuConfig {
+        threads: 2,
+        f32_activations: true,
+        ..Default::default()
+    };
+    let Some(warm) = engine_on(cpu, config()) else {
+        return;
+    };
+    let p = prompts(&warm.tokenizer, 1).remove(0);
+    let first = run_one(
+        &warm,
+        GenRequest {
+            ignore_eos: true,
+            ..GenRequest::greedy(p.clone(), 40)
+        },
+    );
+    let mut next = p.clone();
+    next.extend(&first.tokens);
+    next.extend(warm.tokenizer.encode(" Tell me more.", false).unwrap());
+    let (cached_reply, cached) = with_logprobs(&warm, GenRequest::greedy(next.clone(), 24));
+    assert!(
+        cached > p.len() + 16,
+        "the reply's blocks came from the cache ({cached} of {} tokens)",
+        next.len()
+    );
+    warm.shutdown();
+    let cold = engine_on(cpu, config()).unwrap();
+    let (recomputed, cached) = with_logprobs(&cold, GenRequest::greedy(next, 24));
+    assert_eq!(cached, 0);
+    assert_eq!(recomputed.len(), 24);
+    assert_eq!(cached_reply, recomputed);
+    cold.shutdown();
+}

@@ -12,22 +12,12 @@
 //! - ids the model has but the tokenizer does not (padding rows of the embedding): a
 //!   special placeholder, never allowed.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use inferd_text::{byte_level, Tokenizer};
+use inferd_text::{PieceKind, Tokenizer};
 use toktrie::{TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 
 use crate::GrammarError;
-
-/// How the tokenizer writes bytes in its pieces.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum PieceKind {
-    /// GPT-2 byte-to-unicode: every byte is one printable char.
-    ByteLevel,
-    /// SentencePiece: `▁` for space, `<0xNN>` for raw bytes.
-    ByteFallback,
-}
 
 /// The model's vocabulary with its trie; what llguidance calls a tokenizer environment.
 pub struct Vocab {
@@ -83,30 +73,19 @@ pub fn token_bytes(tok: &Tokenizer, n_vocab: usize) -> Result<Vec<Vec<u8>>, Gram
             tok.vocab_size()
         )));
     }
-    let kind = piece_kind(tok)?;
-    let added: HashMap<u32, String> = tok
-        .inner()
-        .get_added_tokens_decoder()
-        .into_iter()
-        .map(|(id, t)| (id, t.content))
-        .collect();
+    if let PieceKind::Other(decoder) = tok.piece_kind() {
+        return Err(GrammarError::Vocab(format!(
+            "constrained decoding needs a byte-level or byte-fallback tokenizer; this one decodes with {decoder}"
+        )));
+    }
     let placeholder = |id: usize| special(&format!("<[{id}]>"));
     let mut words = Vec::with_capacity(n_vocab);
     for id in 0..n_vocab {
         let id32 = id as u32;
         let bytes = if tok.is_special(id32) {
             special(&tok.id_to_token(id32).unwrap_or_default())
-        } else if let Some(content) = added.get(&id32) {
-            content.as_bytes().to_vec()
-        } else if let Some(piece) = tok.id_to_token(id32) {
-            match kind {
-                PieceKind::ByteLevel => {
-                    byte_level::piece_bytes(&piece).unwrap_or_else(|| placeholder(id))
-                }
-                PieceKind::ByteFallback => sentencepiece_bytes(&piece),
-            }
         } else {
-            placeholder(id)
+            tok.token_bytes(id32).unwrap_or_else(|| placeholder(id))
         };
         // An empty piece would be a token that moves no grammar forward: never allow it.
         words.push(if bytes.is_empty() {
@@ -124,46 +103,4 @@ fn special(name: &str) -> Vec<u8> {
     b.push(TokTrie::SPECIAL_TOKEN_MARKER);
     b.extend_from_slice(name.as_bytes());
     b
-}
-
-/// Tells the piece spelling from the tokenizer's decoder.
-fn piece_kind(tok: &Tokenizer) -> Result<PieceKind, GrammarError> {
-    let decoder = tok
-        .inner()
-        .get_decoder()
-        .map(|d| serde_json::to_value(d).unwrap_or_default())
-        .unwrap_or_default();
-    let text = decoder.to_string();
-    if text.contains("\"ByteLevel\"") {
-        Ok(PieceKind::ByteLevel)
-    } else if text.contains("\"ByteFallback\"") {
-        Ok(PieceKind::ByteFallback)
-    } else {
-        Err(GrammarError::Vocab(format!(
-            "constrained decoding needs a byte-level or byte-fallback tokenizer; this one decodes with {text}"
-        )))
-    }
-}
-
-/// `▁` is a space, `<0xNN>` the byte NN, anything else its UTF-8.
-fn sentencepiece_bytes(piece: &str) -> Vec<u8> {
-    let raw = piece.as_bytes();
-    if raw.len() == 6 && piece.starts_with("<0x") && piece.ends_with('>') {
-        if let Ok(b) = u8::from_str_radix(&piece[3..5], 16) {
-            return vec![b];
-        }
-    }
-    piece.replace('\u{2581}', " ").into_bytes()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sentencepiece_pieces() {
-        assert_eq!(sentencepiece_bytes("\u{2581}the"), b" the");
-        assert_eq!(sentencepiece_bytes("<0x0A>"), b"\n");
-        assert_eq!(sentencepiece_bytes("<0xZZ>"), b"<0xZZ>");
-    }
 }

@@ -170,7 +170,10 @@ impl ApiError {
             ))
             .with_param(param)
             .with_code("context_length_exceeded"),
-            SubmitError::Invalid(m) => Self::bad_request(m),
+            SubmitError::Invalid(m) => Self::bad_request(m).with_param(param),
+            SubmitError::InvalidParam { param, message } => {
+                Self::bad_request(message).with_param(param)
+            }
             SubmitError::NotFound(m) => Self::not_found(m),
             SubmitError::ShuttingDown => {
                 Self::unavailable("the server is shutting down").with_code("shutting_down")

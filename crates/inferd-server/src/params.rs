@@ -126,6 +126,13 @@ pub fn check(
     if dry.multiplier == 0.0 && !dry.breakers_in_bounds() {
         dry.sequence_breakers = Dry::default().sequence_breakers;
     }
+    // vLLM's off values are -1 and 0; anything less is a mistake, as on /v1/messages.
+    if p.top_k.is_some_and(|k| k < -1) {
+        return Err(ApiError::invalid_param(
+            "top_k",
+            "`top_k` must be -1 or 0 (off), or a positive number of tokens",
+        ));
+    }
     let logit_bias = match &p.logit_bias {
         None => Vec::new(),
         Some(m) => logit_bias(m)?,

@@ -25,22 +25,25 @@ const THINK_OPEN: &str = "<think>";
 const THINK_CLOSE: &str = "</think>";
 
 /// Splits a thinking block off the start of a reply: `<think>R</think>A`, or `R</think>A`
-/// where the template opened the block in the prompt. Text without a closing tag is
-/// all answer.
+/// where the template opened the block in the prompt. A block the reply opened and never
+/// closed (cut by `max_tokens`) is all reasoning; text without any tag is all answer.
+/// Empty reasoning is none (no block), as a stream shows it.
 pub fn split_reasoning(text: &str) -> (Option<String>, &str) {
     let body = text.trim_start();
     let opened = body.strip_prefix(THINK_OPEN);
     let inner = opened.unwrap_or(body);
-    match inner.find(THINK_CLOSE) {
-        Some(end) if opened.is_some() || !inner[..end].contains(THINK_OPEN) => {
-            let reasoning = inner[..end].trim().to_string();
-            (
-                Some(reasoning),
-                inner[end + THINK_CLOSE.len()..].trim_start(),
-            )
-        }
-        _ => (None, text),
-    }
+    let (reasoning, answer) = match inner.find(THINK_CLOSE) {
+        Some(end) if opened.is_some() || !inner[..end].contains(THINK_OPEN) => (
+            inner[..end].trim(),
+            inner[end + THINK_CLOSE.len()..].trim_start(),
+        ),
+        None if opened.is_some() => (inner.trim(), ""),
+        _ => return (None, text),
+    };
+    (
+        (!reasoning.is_empty()).then(|| reasoning.to_string()),
+        answer,
+    )
 }
 
 /// Parses a whole reply: reasoning first, then the answer's text and calls.
@@ -202,7 +205,8 @@ impl ThinkSplit {
         (reasoning, answer)
     }
 
-    /// What is still held when the reply ends: a tag that never completed is text.
+    /// What is still held when the reply ends: a tag that never completed is text; a
+    /// block never closed is reasoning.
     fn finish(&mut self) -> (String, String) {
         let held = std::mem::take(&mut self.held);
         match self.state {
@@ -226,9 +230,11 @@ mod tests {
         assert_eq!(split_reasoning("hmm</think>Hi"), (Some("hmm".into()), "Hi"));
         assert_eq!(split_reasoning("plain"), (None, "plain"));
         assert_eq!(
-            split_reasoning("<think>unfinished"),
-            (None, "<think>unfinished")
+            split_reasoning("<think>cut off\n"),
+            (Some("cut off".into()), "")
         );
+        assert_eq!(split_reasoning("<think>\n"), (None, ""));
+        assert_eq!(split_reasoning("<think></think>A"), (None, "A"));
         let r = whole(None, "<think>a</think>b");
         assert_eq!((r.reasoning.as_deref(), r.text.as_str()), (Some("a"), "b"));
     }
@@ -244,6 +250,9 @@ mod tests {
             "<thin is not a tag",
             "<think></think>x",
             "\n\n",
+            "<think>\ncut off by max_tokens ",
+            "<think>",
+            " <think>\n\n",
         ] {
             let (want_r, want_a) = split_reasoning(text);
             for size in 1..=text.len() {

@@ -10,6 +10,7 @@ pub mod chat;
 mod error;
 pub mod gguf_vocab;
 mod incremental;
+pub mod pieces;
 pub mod pretok;
 pub mod special;
 mod tokenizer;
@@ -18,6 +19,7 @@ pub use chat::{ChatInput, ChatTemplate};
 pub use error::TextError;
 pub use gguf_vocab::GgufVocab;
 pub use incremental::IncrementalDecoder;
+pub use pieces::PieceKind;
 pub use pretok::PreTokenizerKind;
 pub use tokenizer::Tokenizer;
 

@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use crate::bpe_build::build_bpe_tokenizer;
 use crate::gguf_vocab::GgufVocab;
+use crate::pieces::PieceKind;
 use crate::special::{stop_ids, token_name, END_OF_TURN_TOKENS};
 use crate::TextError;
 
@@ -21,6 +22,8 @@ pub struct Tokenizer {
     vocab_size: usize,
     /// Bytes of the longest vocabulary string (see [`Tokenizer::max_token_bytes`]).
     max_token_bytes: usize,
+    /// How its pieces spell bytes.
+    pieces: PieceKind,
 }
 
 /// What a tokenizer_config.json next to a tokenizer.json says about special tokens.
@@ -97,6 +100,7 @@ impl Tokenizer {
             .max()
             .unwrap_or(1)
             .max(1);
+        let pieces = PieceKind::of(&inner);
         Tokenizer {
             inner,
             bos,
@@ -105,6 +109,7 @@ impl Tokenizer {
             stop_ids,
             vocab_size,
             max_token_bytes,
+            pieces,
         }
     }
 
@@ -147,6 +152,24 @@ impl Tokenizer {
     }
 
     /// The token's vocabulary string (byte-level form for BPE pieces, e.g. "Ġthe").
+    /// How the vocabulary's pieces spell bytes.
+    pub fn piece_kind(&self) -> &PieceKind {
+        &self.pieces
+    }
+
+    /// The exact bytes token `id` stands for in text (see [`crate::pieces`]); `None` for a
+    /// special token, an id the tokenizer lacks, or a vocabulary whose pieces do not spell
+    /// bytes.
+    pub fn token_bytes(&self, id: u32) -> Option<Vec<u8>> {
+        if self.is_special(id) {
+            return None;
+        }
+        if let Some(content) = self.inner.get_added_vocabulary().simple_id_to_token(id) {
+            return Some(content.into_bytes());
+        }
+        self.pieces.bytes(&self.inner.id_to_token(id)?)
+    }
+
     pub fn id_to_token(&self, id: u32) -> Option<String> {
         self.inner.id_to_token(id)
     }

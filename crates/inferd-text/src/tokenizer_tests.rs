@@ -268,3 +268,54 @@ fn shared_types_are_send_and_sync() {
     check::<Tokenizer>();
     check::<crate::ChatTemplate>();
 }
+
+/// A token's exact bytes, whatever its vocabulary's spelling: byte-level pieces (each
+/// char a byte), added tokens as written, and SentencePiece with byte fallback (`▁` a
+/// space, `<0xNN>` a byte, other chars their UTF-8), where decoding the id alone would
+/// strip the leading space. Special tokens have none.
+#[test]
+fn token_bytes_follow_the_vocabularys_spelling() {
+    let tok = tiny_tok("smollm", false);
+    assert_eq!(tok.piece_kind(), &PieceKind::ByteLevel);
+    assert_eq!(tok.token_bytes(tiny::G_WORLD).unwrap(), b" world");
+    assert_eq!(tok.token_bytes(0xC3).unwrap(), [0xC3]);
+    assert_eq!(tok.token_bytes(tiny::TOOL_CALL).unwrap(), b"<tool_call>");
+    assert_eq!(tok.token_bytes(tiny::IM_END), None);
+
+    // A SentencePiece vocabulary as Llama's tokenizer.json writes it.
+    let special = |id: u32, content: &str| {
+        serde_json::json!({"id": id, "content": content, "single_word": false, "lstrip": false,
+                           "rstrip": false, "normalized": false, "special": true})
+    };
+    let json = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null,
+        "added_tokens": [special(0, "<unk>"), special(1, "<s>"), special(2, "</s>")],
+        "normalizer": null, "pre_tokenizer": null, "post_processor": null,
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "\u{2581}"}, "content": " "},
+            {"type": "ByteFallback"}, {"type": "Fuse"},
+            {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+        "model": {"type": "BPE", "dropout": null, "unk_token": "<unk>",
+                  "continuing_subword_prefix": null, "end_of_word_suffix": null,
+                  "fuse_unk": true, "byte_fallback": true, "ignore_merges": false,
+                  "vocab": {"<unk>": 0, "<s>": 1, "</s>": 2, "<0xC3>": 3, "\u{2581}the": 4,
+                            "\u{e8}": 5, "\u{2581}": 6},
+                  "merges": []},
+    });
+    let dir = std::env::temp_dir().join(format!("inferd-spm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tokenizer.json");
+    std::fs::write(&path, json.to_string()).unwrap();
+    let tok = Tokenizer::from_tokenizer_json(&path).expect("the SentencePiece tokenizer");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(tok.piece_kind(), &PieceKind::ByteFallback);
+    assert_eq!(tok.token_bytes(4).unwrap(), b" the");
+    assert_eq!(
+        tok.decode(&[4], false).unwrap(),
+        "the",
+        "decoding alone strips it"
+    );
+    assert_eq!(tok.token_bytes(5).unwrap(), "\u{e8}".as_bytes());
+    assert_eq!(tok.token_bytes(3).unwrap(), [0xC3]);
+    assert_eq!(tok.token_bytes(2), None);
+}

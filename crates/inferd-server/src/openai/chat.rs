@@ -478,9 +478,13 @@ impl ChunkFormat for ChatFormat {
             has_calls = t.calls_started() > 0;
             held = std::mem::take(&mut t.pending_tokens);
         }
+        // Their ids and logprobs go with the last chunk, as in the whole reply.
+        let logprobs =
+            (self.logprobs && !held.is_empty()).then(|| chat_logprobs(&self.tokenizer, &held));
         out.push(data(&self.chunk(vec![ChatChunkChoice {
             finish_reason: Some(tools::finish_reason(reason, has_calls)),
             token_ids: self.ids_of(&held),
+            logprobs,
             ..Default::default()
         }])));
         if self.include_usage {

@@ -15,19 +15,15 @@ fn finite(lp: f32) -> f32 {
     }
 }
 
-/// The exact bytes a token stands for: byte-level BPE pieces and `<0xNN>` byte-fallback
-/// pieces map to their bytes; other pieces are decoded by the tokenizer.
+/// The exact bytes a token stands for (its pieces' spelling: `inferd_text::pieces`); a
+/// special token's are its name; a vocabulary whose pieces spell no bytes is decoded.
 pub fn token_bytes(tok: &Tokenizer, id: u32) -> Vec<u8> {
-    if let Some(piece) = tok.id_to_token(id) {
-        if let Some(hex) = piece.strip_prefix("<0x").and_then(|p| p.strip_suffix('>')) {
-            if let Ok(b) = u8::from_str_radix(hex, 16) {
-                if hex.len() == 2 {
-                    return vec![b];
-                }
-            }
-        }
-        if let Some(b) = inferd_text::byte_level::piece_bytes(&piece) {
-            return b;
+    if let Some(b) = tok.token_bytes(id) {
+        return b;
+    }
+    if tok.is_special(id) {
+        if let Some(name) = tok.id_to_token(id) {
+            return name.into_bytes();
         }
     }
     tok.decode(&[id], false)
@@ -71,36 +67,111 @@ pub fn chat_logprobs(tok: &Tokenizer, tokens: &[TokenOut]) -> ChatLogprobs {
     ChatLogprobs { content }
 }
 
-/// Legacy completions format; keeps the running text offset across streamed chunks.
+/// A token as the legacy completions format writes it: its text, or `bytes:\xNN...` when
+/// its bytes are not whole UTF-8 (part of a character), as OpenAI does, so that two such
+/// tokens never read the same.
+fn completion_token(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s.to_string(),
+        Err(_) => {
+            let mut out = String::from("bytes:");
+            for b in bytes {
+                out.push_str(&format!("\\x{b:02x}"));
+            }
+            out
+        }
+    }
+}
+
+/// Legacy completions format; keeps the text offset across streamed chunks: where each
+/// token's text begins in the reply's text, in characters (a special token's name is not
+/// in the text and takes no room; a token that completes a character begins where the
+/// character does).
 #[derive(Default)]
 pub struct CompletionLogprobBuilder {
-    offset: usize,
+    /// Characters of the reply's text so far.
+    chars: usize,
+    /// Bytes of a character not yet complete.
+    partial: Vec<u8>,
 }
 
 impl CompletionLogprobBuilder {
     pub fn build(&mut self, tok: &Tokenizer, tokens: &[TokenOut]) -> CompletionLogprobs {
         let mut out = CompletionLogprobs::default();
         for t in tokens {
-            let Some(lp) = t.logprob else { continue };
-            let (token, _) = token_text(tok, t.id);
-            out.text_offset.push(self.offset);
-            self.offset += token.chars().count();
-            out.tokens.push(token);
-            out.token_logprobs.push(finite(lp));
-            let mut top = Map::new();
-            for &(id, lp) in &t.top_logprobs {
-                let (s, _) = token_text(tok, id);
-                top.entry(s).or_insert(Value::from(finite(lp)));
+            let bytes = token_bytes(tok, t.id);
+            if let Some(lp) = t.logprob {
+                out.text_offset.push(self.chars);
+                out.tokens.push(completion_token(&bytes));
+                out.token_logprobs.push(finite(lp));
+                let mut top = Map::new();
+                for &(id, lp) in &t.top_logprobs {
+                    let s = completion_token(&token_bytes(tok, id));
+                    top.entry(s).or_insert(Value::from(finite(lp)));
+                }
+                out.top_logprobs.push(top);
             }
-            out.top_logprobs.push(top);
+            if !tok.is_special(t.id) {
+                self.take_text(&bytes);
+            }
         }
         out
+    }
+
+    /// Counts the characters `bytes` complete (an invalid sequence is one, as the
+    /// decoder's replacement character).
+    fn take_text(&mut self, bytes: &[u8]) {
+        self.partial.extend_from_slice(bytes);
+        let mut rest: &[u8] = &self.partial;
+        loop {
+            match std::str::from_utf8(rest) {
+                Ok(s) => {
+                    self.chars += s.chars().count();
+                    rest = &[];
+                    break;
+                }
+                Err(e) => {
+                    let ok = std::str::from_utf8(&rest[..e.valid_up_to()]).unwrap_or_default();
+                    self.chars += ok.chars().count();
+                    match e.error_len() {
+                        Some(n) => {
+                            self.chars += 1;
+                            rest = &rest[e.valid_up_to() + n..];
+                        }
+                        None => {
+                            rest = &rest[e.valid_up_to()..];
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        self.partial = rest.to_vec();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn partial_characters_are_written_as_bytes() {
+        assert_eq!(completion_token("é".as_bytes()), "é");
+        assert_eq!(completion_token(&[0xf0, 0x9f]), "bytes:\\xf0\\x9f");
+    }
+
+    #[test]
+    fn text_offsets_count_whole_characters() {
+        let mut b = CompletionLogprobBuilder::default();
+        let mut offsets = Vec::new();
+        // " 🔥" in three tokens, then "ab", then a lone continuation byte.
+        for bytes in [&b" \xf0\x9f"[..], b"\x94", b"\xa5", b"ab", b"\x80", b"c"] {
+            offsets.push(b.chars);
+            b.take_text(bytes);
+        }
+        assert_eq!(offsets, [0, 1, 1, 2, 4, 5]);
+        assert_eq!(b.chars, 6);
+    }
 
     #[test]
     fn infinite_logprobs_are_written_as_openai_does() {

@@ -86,7 +86,7 @@ pub struct CommonParams {
     pub max_tokens: Option<u64>,
     pub temperature: Option<f32>,
     pub top_p: Option<f32>,
-    /// Extension (vLLM-style): `<= 0` is off.
+    /// Extension (vLLM-style): -1 or 0 is off.
     pub top_k: Option<i64>,
     /// Extension.
     pub min_p: Option<f32>,

@@ -313,6 +313,7 @@ fn logit_bias_bans_and_forces_tokens() {
         json!({"5": "1"}),
         json!({"5": 1, "05": 2}),
         json!({"99999999": 1}),
+        json!({"49152": 1}),
         json!([1]),
     ] {
         let e = post(
@@ -325,6 +326,35 @@ fn logit_bias_bans_and_forces_tokens() {
             e["message"].as_str().unwrap().contains("logit_bias"),
             "{bad}: {e}"
         );
+        assert_eq!(e["param"], "logit_bias", "{bad}: {e}");
+    }
+}
+
+/// `top_k` (vLLM's extension): -1 and 0 are off, as vLLM takes them; less is a 400.
+#[test]
+fn top_k_off_values_and_a_bad_one() {
+    let Some(s) = server() else { return };
+    let greedy = post(s.addr, "/v1/chat/completions", &chat_body(json!({}))).json();
+    for off in [-1, 0] {
+        let v = post(
+            s.addr,
+            "/v1/chat/completions",
+            &chat_body(json!({"top_k": off})),
+        )
+        .json();
+        assert_eq!(
+            v["choices"][0]["message"], greedy["choices"][0]["message"],
+            "top_k {off}"
+        );
+    }
+    for path in ["/v1/chat/completions", "/v1/completions"] {
+        let body = if path.ends_with("chat/completions") {
+            chat_body(json!({"top_k": -5}))
+        } else {
+            json!({"prompt": "Hi", "max_tokens": 2, "top_k": -5})
+        };
+        let e = post(s.addr, path, &body).error(400);
+        assert_eq!(e["param"], "top_k", "{path}: {e}");
     }
 }
 

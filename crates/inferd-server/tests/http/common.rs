@@ -367,7 +367,6 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Polls until `f` holds (at most `secs` seconds).
 /// The reply's token ids of a stream's chunks (`return_token_ids`), in order.
 pub fn streamed_token_ids(chunks: &[Value]) -> Vec<u32> {
     chunks
@@ -378,6 +377,7 @@ pub fn streamed_token_ids(chunks: &[Value]) -> Vec<u32> {
         .collect()
 }
 
+/// Polls until `f` holds (at most `secs` seconds).
 pub fn wait_for(secs: u64, mut f: impl FnMut() -> bool) -> bool {
     let end = std::time::Instant::now() + Duration::from_secs(secs);
     while std::time::Instant::now() < end {

@@ -168,3 +168,55 @@ fn returned_token_ids_continue_from_the_cache() {
         ids.len()
     );
 }
+
+/// The bytes a legacy-format token string stands for: its text, or `bytes:\xNN...`.
+fn token_string_bytes(t: &str) -> Vec<u8> {
+    match t.strip_prefix("bytes:") {
+        Some(hex) => hex
+            .split("\\x")
+            .filter(|h| !h.is_empty())
+            .map(|h| u8::from_str_radix(h, 16).unwrap())
+            .collect(),
+        None => t.as_bytes().to_vec(),
+    }
+}
+
+/// Emoji take several tokens each (Qwen's byte-level pieces): a token that is part of a
+/// character is written `bytes:\xNN`, so alternatives never merge into one key; the
+/// tokens' bytes make up the text, and each `text_offset` is where the token's text
+/// begins in the text's characters.
+#[test]
+fn completion_logprobs_of_partial_characters() {
+    let Some(s) = crate::common::qwen_server() else {
+        return;
+    };
+    let b = json!({"prompt": "Emoji list: \u{1F600} \u{1F389} \u{1F525} \u{1F680} \u{1F30D} \u{1F600} \u{1F389}",
+                   "max_tokens": 8, "temperature": 0, "logprobs": 3});
+    let v = post(s.addr, "/v1/completions", &b).json();
+    let c = &v["choices"][0];
+    let text = c["text"].as_str().unwrap();
+    let lp = &c["logprobs"];
+    let tokens: Vec<&str> = lp["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(
+        tokens.iter().any(|t| t.starts_with("bytes:")),
+        "no partial character in {text:?}: {tokens:?}"
+    );
+    let bytes: Vec<u8> = tokens.iter().flat_map(|t| token_string_bytes(t)).collect();
+    assert_eq!(String::from_utf8(bytes).unwrap(), text);
+    for top in lp["top_logprobs"].as_array().unwrap() {
+        assert_eq!(top.as_object().unwrap().len(), 3, "{top}");
+    }
+    // Each offset: the characters of the text before the token's first whole character.
+    let mut seen = Vec::new();
+    for (t, off) in tokens.iter().zip(lp["text_offset"].as_array().unwrap()) {
+        let chars = String::from_utf8_lossy(&seen).chars().count()
+            - usize::from(std::str::from_utf8(&seen).is_err());
+        assert_eq!(off.as_u64().unwrap() as usize, chars, "{tokens:?}");
+        seen.extend(token_string_bytes(t));
+    }
+}

@@ -156,6 +156,7 @@ fn forced_calls_are_valid_and_stream_as_they_come_whole() {
         let body = json!({
             "messages": [{"role": "user", "content": question}],
             "tools": tools, "tool_choice": choice, "temperature": 0, "max_tokens": 120,
+            "logprobs": true, "return_token_ids": true,
         });
         let whole = post(s.addr, "/v1/chat/completions", &body);
         assert_eq!(whole.status, 200, "{}", whole.text());
@@ -182,6 +183,27 @@ fn forced_calls_are_valid_and_stream_as_they_come_whole() {
         let (calls, finish) = reassemble(&streamed);
         assert_eq!(calls, expected);
         assert_eq!(finish, "tool_calls");
+        // The tokens the tool parser held to the end (the call's closing tag) carry
+        // their logprobs too: the stream has the whole reply's, one per token id.
+        let chunks: Vec<Value> = streamed
+            .events()
+            .iter()
+            .filter(|e| *e != "[DONE]")
+            .map(|e| serde_json::from_str(e).unwrap())
+            .collect();
+        let logprobs: Vec<Value> = chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["logprobs"]["content"].as_array())
+            .flatten()
+            .cloned()
+            .collect();
+        assert_eq!(Value::from(logprobs), choice0["logprobs"]["content"]);
+        let ids = streamed_token_ids(&chunks);
+        assert_eq!(json!(ids), choice0["token_ids"]);
+        assert_eq!(
+            ids.len(),
+            choice0["logprobs"]["content"].as_array().unwrap().len()
+        );
     }
 }
 

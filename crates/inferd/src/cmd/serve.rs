@@ -34,6 +34,12 @@ pub struct Args {
     /// has CUDA and the machine a GPU, else the CPU).
     #[arg(long, default_value = "auto")]
     device: String,
+    /// On the CPU, keep activations in f32 in every matrix product, generated rows too
+    /// (they are rounded to 8 bits by default, as llama.cpp does): a reply then does not
+    /// depend on whether its prompt's KV came from the cache or was recomputed, at about a
+    /// seventh of the decode speed (README, "Reproducibility").
+    #[arg(long)]
+    f32_activations: bool,
     /// On a GPU, run decode steps eagerly instead of replaying CUDA graphs (for comparison).
     #[arg(long)]
     no_graphs: bool,
@@ -416,7 +422,8 @@ pub fn run(a: Args) -> Result<()> {
 
     // Metrics recorded during warm-up and later need the recorder first.
     inferd_server::metrics::install();
-    let gpu = GpuOptions {
+    let opts = BackendOptions {
+        f32_activations: a.f32_activations,
         no_graphs: a.no_graphs,
         decode_attention: a.decode_attention.clone(),
         prefill_kv: a.prefill_kv.clone(),
@@ -424,7 +431,7 @@ pub fn run(a: Args) -> Result<()> {
     };
     let (engine, template) = start_engine(
         device,
-        &gpu,
+        &opts,
         &a.model,
         a.draft_model.as_deref(),
         &name,
@@ -504,9 +511,10 @@ pub fn run(a: Args) -> Result<()> {
     Ok(())
 }
 
-/// The GPU backend's settings `serve` takes (the CPU ignores them).
+/// The backends' settings `serve` takes (each ignores the other's).
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-struct GpuOptions {
+struct BackendOptions {
+    f32_activations: bool,
     no_graphs: bool,
     decode_attention: String,
     prefill_kv: String,
@@ -517,7 +525,7 @@ struct GpuOptions {
 /// chosen: above it everything is backend-neutral).
 fn start_engine(
     device: Device,
-    gpu: &GpuOptions,
+    opts: &BackendOptions,
     model: &str,
     draft: Option<&str>,
     name: &str,
@@ -552,17 +560,18 @@ fn start_engine(
                 .context("starting the engine")?;
         Ok((engine, template))
     }
-    let _ = gpu; // read by the CUDA arm only
     match device {
         Device::Cpu => {
-            let cpu = inferd_runtime::CpuBackend::new();
+            let mut c = inferd_runtime::CpuConfig::from_env();
+            c.f32_activations |= opts.f32_activations;
+            let cpu = inferd_runtime::CpuBackend::with_config(c);
             let draft_backend = cpu.sibling();
             go(cpu, move || Ok(draft_backend), model, draft, name, cfg)
         }
         #[cfg(feature = "cuda")]
         Device::Cuda(n) => {
             use inferd_runtime::DecodeAttention;
-            let decode = match gpu.decode_attention.as_str() {
+            let decode = match opts.decode_attention.as_str() {
                 "auto" => DecodeAttention::Auto,
                 "inferd" => DecodeAttention::Inferd,
                 "flashinfer" => DecodeAttention::FlashInfer,
@@ -572,14 +581,14 @@ fn start_engine(
                 ),
             };
             use inferd_runtime::PrefillKv;
-            let prefill_kv = match gpu.prefill_kv.as_str() {
+            let prefill_kv = match opts.prefill_kv.as_str() {
                 "auto" => PrefillKv::Auto,
                 "paged" => PrefillKv::Paged,
                 "contiguous" => PrefillKv::Contiguous,
                 other => bail!("--prefill-kv {other}: expected auto, paged or contiguous"),
             };
             use inferd_runtime::SplitPrefill;
-            let split_prefill = match gpu.prefill_split.as_str() {
+            let split_prefill = match opts.prefill_split.as_str() {
                 "off" => SplitPrefill::Off,
                 "auto" => SplitPrefill::Auto,
                 "always" => SplitPrefill::Always,
@@ -587,7 +596,7 @@ fn start_engine(
             };
             let config = inferd_runtime::CudaConfig {
                 device: n,
-                no_graphs: gpu.no_graphs,
+                no_graphs: opts.no_graphs,
                 decode,
                 prefill_kv,
                 split_prefill,

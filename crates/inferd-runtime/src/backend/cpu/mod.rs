@@ -63,6 +63,23 @@ pub struct CpuConfig {
     pub lose_device_after: Option<u64>,
 }
 
+impl CpuConfig {
+    /// One worker per available core, or `INFERD_THREADS`; f32 activations on every row
+    /// with `INFERD_F32_ACTIVATIONS=1` (what `inferd serve --f32-activations` sets).
+    pub fn from_env() -> Self {
+        let threads = std::env::var("INFERD_THREADS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        CpuConfig {
+            threads,
+            f32_activations: std::env::var("INFERD_F32_ACTIVATIONS").is_ok_and(|v| v == "1"),
+            lose_device_after: super::lose_device_after_from_env(),
+            ..Default::default()
+        }
+    }
+}
+
 /// The CPU backend owns its worker pool (one thread per core unless configured).
 #[derive(Clone)]
 pub struct CpuBackend {
@@ -80,17 +97,9 @@ pub struct CpuBackend {
 }
 
 impl CpuBackend {
-    /// One worker per available core, or `INFERD_THREADS`.
+    /// [`CpuConfig::from_env`].
     pub fn new() -> Self {
-        let threads = std::env::var("INFERD_THREADS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        Self::with_config(CpuConfig {
-            threads,
-            lose_device_after: super::lose_device_after_from_env(),
-            ..Default::default()
-        })
+        Self::with_config(CpuConfig::from_env())
     }
 
     pub fn with_config(cfg: CpuConfig) -> Self {
