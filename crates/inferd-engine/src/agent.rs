@@ -139,12 +139,21 @@ impl<B: Backend> Engine<B> {
         let need_snaps = self.snapshots_for(n);
         let need = need_blocks as u64 * self.bytes_per_block + need_snaps as u64 * self.slot_bytes;
         let slots = self.kvm.state_pool().num_slots();
-        if pinned + need > total / 2 || (pinned_snaps + need_snaps) * 2 > slots {
+        if pinned + need > total / 2 {
             return Err(format!(
                 "pinning {n} more tokens ({need_blocks} KV blocks, {need_snaps} state snapshots: \
                  {need} bytes) would pin {} of the {total} bytes of the KV budget; at most half \
                  may be pinned (raise --kv-memory or unpin contexts)",
                 pinned + need
+            ));
+        }
+        if (pinned_snaps + need_snaps) * 2 > slots {
+            return Err(format!(
+                "pinning {n} more tokens would pin {} of the {slots} recurrent-state slots \
+                 ({need_snaps} snapshots: one per --snapshot-interval tokens and one at the \
+                 end); at most half may be pinned (raise --kv-memory or --state-fraction, or \
+                 unpin contexts)",
+                pinned_snaps + need_snaps
             ));
         }
         Ok((need, need_snaps))

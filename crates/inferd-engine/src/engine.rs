@@ -234,6 +234,7 @@ pub fn start_with_draft<B: Backend + 'static>(
         tick: 0,
         park_budget_bytes: ((layout.total_bytes() + layout.state.total_bytes()) as f64
             * cfg.park_fraction.clamp(0.0, 1.0)) as u64,
+        park_budget_snaps: (layout.state.slots as f64 * cfg.park_fraction.clamp(0.0, 1.0)) as usize,
         record_tokens: cfg.record_tokens,
         bytes_per_block,
         slot_bytes,
@@ -320,6 +321,9 @@ pub(crate) struct Engine<B: Backend> {
     pub(crate) tick: u64,
     /// Most bytes (blocks and snapshots) parked sessions may hold.
     pub(crate) park_budget_bytes: u64,
+    /// Most recurrent-state slots their snapshots may hold (hybrid models): slots are
+    /// few beside their bytes, and a running turn without a free one keeps no snapshot.
+    pub(crate) park_budget_snaps: usize,
     /// Most token ids the records holding no KV in memory keep in all.
     pub(crate) record_tokens: usize,
     pub(crate) bytes_per_block: u64,

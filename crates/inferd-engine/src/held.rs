@@ -107,12 +107,16 @@ impl<B: Backend> Engine<B> {
         n / self.snapshot_interval.max(1) + 1
     }
 
-    /// Parked sessions hold at most the park budget: the least recently used are
-    /// released (their blocks stay in the prefix cache until reused) until they do.
+    /// Parked sessions hold at most the park budget, in bytes and in state slots: the
+    /// least recently used are released (their blocks stay in the prefix cache until
+    /// reused) until they do.
     pub(crate) fn enforce_park_budget(&mut self) {
+        let over = |e: &Self, blocks: usize, snaps: usize| {
+            e.bytes_of(blocks, snaps) > e.park_budget_bytes || snaps > e.park_budget_snaps
+        };
         let pinned = self.pinned();
         let parked = self.parked(&pinned);
-        if self.bytes_of(parked.blocks.len(), parked.snaps.len()) <= self.park_budget_bytes {
+        if !over(self, parked.blocks.len(), parked.snaps.len()) {
             return; // the common case: no counting of references
         }
         let mut refs = ParkedRefs {
@@ -131,7 +135,7 @@ impl<B: Backend> Engine<B> {
                 }
             }
         }
-        while self.bytes_of(refs.blocks.len(), refs.snaps.len()) > self.park_budget_bytes {
+        while over(self, refs.blocks.len(), refs.snaps.len()) {
             let kvm = &self.kvm;
             let Some(id) = self.memory.lru_session(|o| kvm.table(o).is_some()) else {
                 break;

@@ -39,7 +39,15 @@ impl<B: Backend> Engine<B> {
     /// Admits `w` now, or parks it until its prefix source is read back from disk.
     pub(crate) fn submit_or_wait(&mut self, w: Waiting) {
         if let Some((owner, tokens, hold)) = self.source_on_disk(&w.req, &w.tried) {
-            if self.start_load(owner, tokens, hold) {
+            // A snapshot helps the request only inside what its prompt shares with the
+            // owner's tokens (less its last token, which is computed for its logits).
+            let shared = tokens
+                .iter()
+                .zip(&w.req.prompt)
+                .take_while(|(a, b)| a == b)
+                .count()
+                .min(w.req.prompt.len().saturating_sub(1));
+            if self.start_load(owner, tokens, hold, shared) {
                 self.loads.get_mut(&owner).unwrap().waiting.push(w);
                 return;
             }
@@ -79,11 +87,13 @@ impl<B: Backend> Engine<B> {
 
     /// Starts reading `owner`'s blocks (or joins the read in flight). `false`: nothing
     /// to read.
-    fn start_load(&mut self, owner: SeqId, tokens: Vec<u32>, hold: bool) -> bool {
+    /// `shared`: tokens the asking request shares with the owner's (the snapshot read
+    /// back is the deepest inside them).
+    fn start_load(&mut self, owner: SeqId, tokens: Vec<u32>, hold: bool, shared: usize) -> bool {
         if self.loads.contains_key(&owner) {
             return true;
         }
-        let Some(job) = self.read_job(owner, &tokens) else {
+        let Some(job) = self.read_job(owner, &tokens, shared) else {
             return false;
         };
         let Some(tier) = self.spill.as_ref() else {
@@ -103,7 +113,7 @@ impl<B: Backend> Engine<B> {
 
     /// At startup (nothing is served yet): reads `owner`'s blocks on this thread.
     pub(crate) fn load_now(&mut self, owner: SeqId, tokens: &[u32], hold: bool) {
-        let Some(job) = self.read_job(owner, tokens) else {
+        let Some(job) = self.read_job(owner, tokens, tokens.len()) else {
             return;
         };
         let Some(tier) = self.spill.as_ref() else {
@@ -118,7 +128,7 @@ impl<B: Backend> Engine<B> {
 
     /// What to read for `owner`: its blocks, which of them (and of its snapshots) are
     /// in memory already.
-    fn read_job(&self, owner: SeqId, tokens: &[u32]) -> Option<ReadJob> {
+    fn read_job(&self, owner: SeqId, tokens: &[u32], shared: usize) -> Option<ReadJob> {
         self.spill.as_ref()?;
         let metas: Vec<_> =
             block_metas(self.kvm.root_key(), tokens, self.kvm.block_size()).collect();
@@ -138,6 +148,7 @@ impl<B: Backend> Engine<B> {
         });
         Some(ReadJob {
             owner,
+            snap_blocks: shared / bs,
             bs,
             metas,
             resident,

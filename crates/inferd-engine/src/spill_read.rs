@@ -26,6 +26,9 @@ pub(crate) struct ReadJob {
     pub resident: Vec<bool>,
     /// Hybrid models: per full block, whether the snapshot ending at it is in memory.
     pub snaps_resident: Option<Vec<bool>>,
+    /// Hybrid models: the most full blocks the snapshot may cover (what the asking
+    /// request shares: a deeper one would not serve it).
+    pub snap_blocks: usize,
     /// When the job was made.
     pub since: Instant,
 }
@@ -109,7 +112,7 @@ pub(crate) fn read(
             .take(blocks.len())
             .take_while(|m| m.tokens.len() == bs_full)
             .count();
-        for j in (0..full.min(resident.len())).rev() {
+        for j in (0..full.min(resident.len()).min(job.snap_blocks)).rev() {
             if resident[j] {
                 return (j + 1, None);
             }

@@ -478,10 +478,60 @@ fn pinning_counts_state_slots_too() {
         matches!(err, inferd_engine::MemoryError::TooLarge(_)),
         "{err:?}"
     );
+    // The refusal names the bound that refused it: the slots, not the bytes.
+    let msg = err.to_string();
+    assert!(msg.contains("3 of the 4 recurrent-state slots"), "{msg}");
     let report = block_on(e.cache_report()).unwrap();
     assert_eq!(report.snapshots_pinned, 2);
     // requests still run beside them
     let out = run(&e, req(prompt(40, 63), 4));
     assert_eq!(out.tokens.len(), 4);
+    e.shutdown();
+}
+
+/// After a restart, a session's next prompt that leaves its stored turn early (after 70
+/// of its tokens) resumes from the deepest snapshot on disk inside what it shares (64),
+/// not from nothing because the deepest of all (80) is past it.
+#[test]
+fn a_session_read_back_resumes_inside_what_the_prompt_shares() {
+    let dir = temp_dir("shared");
+    let p2 = first_turn_then_stop(&dir);
+    let mut p = p2[..70].to_vec();
+    p.extend(prompt(20, 9));
+    let e = engine(spill_config(&dir));
+    let t = logprobs(&e, session_req(p.clone(), 8));
+    assert_eq!(t.0.cached_tokens, 64);
+    assert_same(&t, &recompute(&p, 8), 1e-3);
+    e.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Parked sessions hold at most `park_fraction` of the state slots too, not only of the
+/// bytes (slots are few beside their bytes): the running turns keep taking snapshots.
+#[test]
+fn parked_sessions_hold_at_most_their_share_of_the_state_slots() {
+    let cfg = EngineConfig {
+        kv_budget: KvBudget::Bytes(2 << 20),
+        state_fraction: 0.2,
+        sched: SchedulerConfig {
+            snapshot_interval: 32,
+            ..Default::default()
+        },
+        ..config()
+    };
+    let e = engine(cfg);
+    for (i, id) in ["a", "b", "c"].into_iter().enumerate() {
+        let mut r = req(prompt(300, 20 + i as u32), 4);
+        r.session = Some(id.into());
+        run(&e, r);
+    }
+    let r = block_on(e.cache_report()).unwrap();
+    assert!(!r.sessions.is_empty(), "{r:?}");
+    assert!(
+        r.snapshots_parked * 2 <= r.state_slots_total,
+        "{} of {} slots parked",
+        r.snapshots_parked,
+        r.state_slots_total
+    );
     e.shutdown();
 }
