@@ -30,6 +30,19 @@ pub struct ArrivalsConfig {
     pub seed: u64,
 }
 
+impl ArrivalsConfig {
+    /// The settings a run can take (checked before any request).
+    pub fn validate(&self) -> Result<()> {
+        if self.agents == 0 || self.reply_tokens == 0 {
+            bail!("arrivals: agents and reply must be at least 1");
+        }
+        if !(self.rate_per_s >= 1e-3 && self.rate_per_s.is_finite()) {
+            bail!("arrivals: the rate must be a number of agents per second of at least 0.001");
+        }
+        Ok(())
+    }
+}
+
 impl Default for ArrivalsConfig {
     fn default() -> Self {
         ArrivalsConfig {
@@ -144,12 +157,7 @@ pub async fn run_arrivals(
     cfg: &ArrivalsConfig,
     pb: &ProgressBar,
 ) -> Result<BenchReport> {
-    if cfg.agents == 0 || cfg.reply_tokens == 0 {
-        bail!("arrivals: agents and reply must be at least 1");
-    }
-    if !(cfg.rate_per_s >= 1e-3 && cfg.rate_per_s.is_finite()) {
-        bail!("arrivals: the rate must be a number of agents per second of at least 0.001");
-    }
+    cfg.validate()?;
     let corpus = Corpus::new(cfg.seed);
     pb.set_message("calibrating");
     let mode = PromptMode::prepare(client, &corpus, cfg.token_prompts).await?;

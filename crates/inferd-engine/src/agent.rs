@@ -115,6 +115,7 @@ impl<B: Backend> Engine<B> {
             self.max_context,
             tx,
             state,
+            std::time::Instant::now(),
         );
         seq.build = Some(Build {
             id,

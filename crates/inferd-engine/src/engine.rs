@@ -227,6 +227,7 @@ pub fn start_with_draft<B: Backend + 'static>(
     let mut engine = Engine {
         output,
         ended_turns: HashMap::new(),
+        gone: Vec::new(),
         kvm: KvManager::new(num_blocks, bs)
             .with_root_key(root_key(&identity))
             .with_state_slots(layout.state.slots),
@@ -306,6 +307,12 @@ pub(crate) struct Engine<B: Backend> {
     /// tokens the client got (a stop string may have ended the reply earlier): request
     /// id -> (session, prompt length).
     pub(crate) ended_turns: HashMap<u64, (String, usize)>,
+    /// Sequences whose client was gone when their tokens landed. They end after the
+    /// inbox is read: a client that got its whole reply (the output side ended it at a
+    /// stop string) is gone too, and the output side's word, in the inbox before the
+    /// client could leave, parks the session with what the client got and counts the
+    /// request finished; those still here then lost their client mid-reply.
+    pub(crate) gone: Vec<u64>,
     pub(crate) kvm: KvManager,
     pub(crate) sched: Scheduler,
     /// One record per request (the scheduler's part included).
@@ -388,11 +395,20 @@ impl<B: Backend> Engine<B> {
             }
             // A report walks every context and session: while sequences run, a step
             // comes between two, so clients polling /v1/cache cannot hold generation up.
+            let mut read_all = true;
             while let Ok(m) = self.inbox.try_recv() {
                 let report = matches!(m, Msg::Report(_));
                 self.handle(m);
                 if report && !self.seqs.is_empty() {
+                    read_all = false;
                     break;
+                }
+            }
+            if read_all {
+                for id in std::mem::take(&mut self.gone) {
+                    if self.seqs.contains_key(&id) {
+                        self.end_now(id);
+                    }
                 }
             }
             if self.is_lost() {
@@ -420,6 +436,7 @@ impl<B: Backend> Engine<B> {
                 req,
                 tx,
                 arrival,
+                at,
             } => {
                 if let Some(a) = arrival {
                     a.settle();
@@ -433,6 +450,7 @@ impl<B: Backend> Engine<B> {
                     id,
                     req,
                     tx,
+                    at,
                     tried: Vec::new(),
                 });
             }
@@ -470,7 +488,14 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Hands a new request to the scheduler (its prefix source, if any, is in memory).
-    pub(crate) fn admit(&mut self, id: u64, req: GenRequest, tx: tmpsc::UnboundedSender<Event>) {
+    /// `at`: when the request was submitted.
+    pub(crate) fn admit(
+        &mut self,
+        id: u64,
+        req: GenRequest,
+        tx: tmpsc::UnboundedSender<Event>,
+        at: std::time::Instant,
+    ) {
         let priority = req.priority;
         let prefix_source = self.prefix_source(&req);
         let stream = OutStream::new(
@@ -487,7 +512,7 @@ impl<B: Backend> Engine<B> {
             prefix_source,
             token_limit: Some(crate::seq::token_limit(&req, self.max_context)),
         });
-        let seq = Seq::new(req, self.tokenizer.clone(), self.max_context, tx, state);
+        let seq = Seq::new(req, self.tokenizer.clone(), self.max_context, tx, state, at);
         let stream = stream.confirming(seq.confirms_end());
         self.output.send(OutMsg::Open(id, Box::new(stream)));
         let mut st = self.stats();
@@ -582,7 +607,13 @@ impl<B: Backend> Engine<B> {
         self.pending.preempted.extend_from_slice(&out.preempted);
         for &(id, cached) in &out.admitted {
             if let Some(s) = self.seqs.get_mut(&id) {
-                s.cached = cached;
+                // What the prompt found cached when it was first read: a re-admission after
+                // preemption recomputes the sequence (from the cache, often its own blocks),
+                // which is not the prompt's cache hit again.
+                if !s.admitted {
+                    s.cached = cached;
+                    metrics::counter!(names::CACHED_TOKENS).increment(cached as u64);
+                }
                 s.admitted = true;
                 // The first admission makes its row (a re-admission finds it).
                 if let Some(sampling) = s.sampling.take() {
@@ -593,7 +624,6 @@ impl<B: Backend> Engine<B> {
                         sampling,
                     });
                 }
-                metrics::counter!(names::CACHED_TOKENS).increment(cached as u64);
             }
         }
         if out.kv_short {
@@ -784,6 +814,7 @@ impl<B: Backend> Engine<B> {
             generated,
             finished,
             completed,
+            gone,
             tokens,
             drafted,
             accepted,
@@ -794,6 +825,7 @@ impl<B: Backend> Engine<B> {
         for id in finished {
             self.end_now(id);
         }
+        self.gone.extend(gone);
         let mut st = self.stats();
         st.generated_tokens_total += generated;
         st.draft_tokens_total += drafted;

@@ -25,6 +25,9 @@ pub(crate) enum Msg {
         tx: tmpsc::UnboundedSender<Event>,
         /// Its arrival, let go by the engine as it takes the request.
         arrival: Option<Arrival>,
+        /// When it was submitted: its wait and time to first token count from here, the
+        /// time it spent in the inbox behind a step included.
+        at: std::time::Instant,
     },
     /// A request on its way in was dropped before it was submitted: stop waiting for it.
     Wake,
@@ -187,6 +190,7 @@ impl EngineHandle {
                 req,
                 tx,
                 arrival,
+                at: std::time::Instant::now(),
             });
         if sent.is_err() {
             self.shared.queued.fetch_sub(1, Ordering::SeqCst);

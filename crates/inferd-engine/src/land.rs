@@ -21,6 +21,8 @@ pub(crate) struct Landing {
     pub finished: Vec<SeqId>,
     /// Of those, requests answered to the end (not a client gone).
     pub completed: u64,
+    /// Sequences whose client is gone (see `Engine::gone`).
+    pub gone: Vec<SeqId>,
     /// The kept tokens, for the output thread, in order.
     pub tokens: Vec<TokenMsg>,
     /// Draft tokens the model checked, and those it drew too.
@@ -74,10 +76,10 @@ impl<B: Backend> Engine<B> {
                     going = false;
                     break;
                 }
-                Verdict::Disconnected => l.finished.push(id),
+                Verdict::Disconnected => l.gone.push(id),
             }
             l.generated += 1;
-            going = end.is_none() && l.finished.last() != Some(&id);
+            going = end.is_none() && l.finished.last() != Some(&id) && l.gone.last() != Some(&id);
             l.tokens.push(TokenMsg {
                 id,
                 sampled: s,

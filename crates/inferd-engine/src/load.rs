@@ -22,6 +22,8 @@ pub(crate) struct Waiting {
     pub id: u64,
     pub req: GenRequest,
     pub tx: tmpsc::UnboundedSender<Event>,
+    /// When it was submitted.
+    pub at: Instant,
     /// Owners already read back for it (a second read would find the same).
     pub tried: Vec<SeqId>,
 }
@@ -52,7 +54,7 @@ impl<B: Backend> Engine<B> {
                 return;
             }
         }
-        self.admit(w.id, w.req, w.tx);
+        self.admit(w.id, w.req, w.tx, w.at);
     }
 
     /// The owner `req` would continue (its session, else its context) when it holds no

@@ -121,6 +121,7 @@ impl Seq {
         max_context: usize,
         tx: UnboundedSender<Event>,
         sched: SeqState,
+        arrived: Instant,
     ) -> Self {
         let grammar_eos = if req.constraint.is_some() {
             tokenizer.stop_ids().to_vec()
@@ -156,7 +157,7 @@ impl Seq {
             stops: req.stop.iter().any(|s| !s.is_empty()),
             sampling: Some(req.sampling),
             tx,
-            arrived: Instant::now(),
+            arrived,
             last_token: None,
         }
     }

@@ -311,3 +311,44 @@ fn with_f32_activations_a_cached_reply_equals_a_recomputed_one() {
     assert_eq!(cached_reply, recomputed);
     cold.shutdown();
 }
+
+/// A reply the output side ends at a stop string is finished for the engine too, also
+/// when its client has left (having got `Done`) by the time the engine lands the
+/// sequence's next token: counted as finished, and its session parked with the tokens
+/// the client got, not every token drawn.
+#[test]
+fn replies_ended_by_a_stop_string_are_finished_whenever_their_client_leaves() {
+    let Some(e) = engine(config()) else { return };
+    // Another request decoding keeps the engine in its steps when the clients leave.
+    let mut busy = GenRequest::greedy(prompts(&e.tokenizer, 1).remove(0), 1000);
+    busy.ignore_eos = true;
+    let busy = e.submit(busy).unwrap();
+    let counting = e.tokenizer.encode("1, 2, 3, 4, 5, 6,", false).unwrap();
+    let before = e.stats().requests_finished;
+    let n = 6;
+    for i in 0..n {
+        let mut r = GenRequest::greedy(counting.clone(), 20);
+        r.stop = vec!["9".into()];
+        r.session = Some(format!("s{i}"));
+        let o = run_one(&e, r);
+        assert_eq!(o.finish, Some(FinishReason::Stop), "{o:?}");
+        // What the session keeps: the prompt and the reply up to its last token.
+        let want = counting.len() + o.completion_tokens - 1;
+        wait_for(
+            || {
+                block_on(e.cache_report())
+                    .unwrap()
+                    .sessions
+                    .iter()
+                    .any(|s| s.id == format!("s{i}") && s.tokens == want)
+            },
+            "the session parked with the reply the client got",
+        );
+    }
+    wait_for(
+        || e.stats().requests_finished == before + n,
+        "every stop-ended reply counted finished",
+    );
+    drop(busy);
+    e.shutdown();
+}

@@ -54,7 +54,15 @@ fn describe() {
     describe_gauge!(names::KV_BLOCKS_USED, "KV cache blocks in use");
     describe_gauge!(names::KV_BLOCKS_FREE, "KV cache blocks free");
     describe_counter!(names::PROMPT_TOKENS, "Prompt tokens received");
-    describe_counter!(names::GENERATED_TOKENS, "Tokens generated");
+    describe_counter!(
+        names::GENERATED_TOKENS,
+        "Tokens generated (also those drawn past a stop string in the step that found it, \
+         which no reply shows or counts)"
+    );
+    describe_counter!(
+        names::CACHED_TOKENS,
+        "Prompt tokens found in the prefix cache when the prompt was first read"
+    );
     describe_counter!(names::PREEMPTIONS, "Sequences preempted for KV memory");
     describe_counter!(names::REQUESTS_FINISHED, "Requests that finished");
     describe_counter!(names::DRAFT_TOKENS, "Draft tokens the model checked");
@@ -116,6 +124,7 @@ pub async fn render(State(state): State<AppState>) -> Response {
     // Counters the engine may not have touched yet still appear (at 0).
     metrics::counter!(names::PROMPT_TOKENS).increment(0);
     metrics::counter!(names::GENERATED_TOKENS).increment(0);
+    metrics::counter!(names::CACHED_TOKENS).increment(0);
     metrics::counter!(names::PREEMPTIONS).increment(0);
     metrics::counter!(names::REQUESTS_FINISHED).increment(0);
     metrics::counter!(names::SPILL_WRITE_ERRORS).increment(0);

@@ -361,6 +361,45 @@ fn gpu_kernel_flags_take_only_their_values() {
     }
 }
 
+/// `inferd bench`'s settings are checked before a run (no server is needed to refuse
+/// them): a temperature NaN would go out as `null`, the server's default; a negative
+/// number is a range error, not an unknown argument; a report folder that is not there
+/// fails before the run, not after it.
+#[test]
+fn bench_settings_are_refused_before_the_run() {
+    let state = fresh_state("bench");
+    let url = "http://127.0.0.1:9";
+    for (args, says) in [
+        (
+            vec!["fleet", "--temperature", "nan"],
+            "--temperature must be in [0, 2]",
+        ),
+        (
+            vec!["fleet", "--temperature", "-1"],
+            "--temperature must be in [0, 2]",
+        ),
+        (vec!["arrivals", "--rate", "-1"], "the rate must be"),
+        (
+            vec!["fleet", "--out", "/nonexistent-inferd-dir/r.json"],
+            "its folder does not exist",
+        ),
+        (vec!["stall", "--long-reply", "0"], "--long-reply"),
+        (vec!["fleet", "--context", "0"], "--context"),
+    ] {
+        let mut a = vec!["bench"];
+        a.extend(&args);
+        a.extend(["--url", url, "--quiet"]);
+        let o = inferd(&state, &a);
+        assert!(!o.status.success(), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains(says), "{args:?}: {}", text(&o));
+        assert!(
+            !text(&o).contains("unexpected argument"),
+            "{args:?}: {}",
+            text(&o)
+        );
+    }
+}
+
 /// A configured key is read trimmed, as clients' keys are (a CRLF `.env` file's `\r`
 /// locked every client out); one that no header can carry is refused at start.
 #[test]

@@ -4,7 +4,7 @@ use inferd_engine::{Event, GenRequest};
 use inferd_text::ChatInput;
 use serde_json::{json, Value};
 
-use crate::common::{post, server, streamed_token_ids, ALIAS, MODEL};
+use crate::common::{chunks, joined, post, server, streamed_token_ids, ALIAS, MODEL};
 
 const QUESTION: &str = "What is the capital of France?";
 
@@ -26,14 +26,6 @@ fn streamed_text(chunks: &[Value]) -> String {
     chunks
         .iter()
         .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
-        .collect()
-}
-
-fn chunks(events: &[String]) -> Vec<Value> {
-    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
-    events[..events.len() - 1]
-        .iter()
-        .map(|e| serde_json::from_str(e).unwrap())
         .collect()
 }
 
@@ -191,13 +183,7 @@ fn chat_logprobs_streamed_and_not() {
     sb["stream"] = json!(true);
     let r = post(s.addr, "/v1/chat/completions", &sb);
     let cs = chunks(&r.events());
-    let streamed: Vec<Value> = cs
-        .iter()
-        .filter_map(|c| c["choices"][0]["logprobs"]["content"].as_array())
-        .flatten()
-        .cloned()
-        .collect();
-    assert_eq!(&streamed, content);
+    assert_eq!(&joined(&cs, &["logprobs", "content"]), content);
 }
 
 #[test]

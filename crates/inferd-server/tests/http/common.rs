@@ -367,12 +367,30 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The reply's token ids of a stream's chunks (`return_token_ids`), in order.
-pub fn streamed_token_ids(chunks: &[Value]) -> Vec<u32> {
+/// The JSON chunks of an OpenAI stream, which must end with `[DONE]`.
+pub fn chunks(events: &[String]) -> Vec<Value> {
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect()
+}
+
+/// The arrays at `choices[0].<path>` of a stream's chunks, joined in order (a streamed
+/// reply's logprobs, ids, ...).
+pub fn joined(chunks: &[Value], path: &[&str]) -> Vec<Value> {
     chunks
         .iter()
-        .filter_map(|c| c["choices"][0]["token_ids"].as_array())
+        .filter_map(|c| path.iter().fold(&c["choices"][0], |v, k| &v[*k]).as_array())
         .flatten()
+        .cloned()
+        .collect()
+}
+
+/// The reply's token ids of a stream's chunks (`return_token_ids`), in order.
+pub fn streamed_token_ids(chunks: &[Value]) -> Vec<u32> {
+    joined(chunks, &["token_ids"])
+        .iter()
         .map(|t| t.as_u64().unwrap() as u32)
         .collect()
 }

@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use crate::common::{post, server, streamed_token_ids, MODEL};
+use crate::common::{joined, post, server, streamed_token_ids, MODEL};
 
 const PROMPT: &str = "The three primary colors are";
 
@@ -89,13 +89,10 @@ fn completion_streaming_with_usage_and_logprobs() {
     );
     assert_eq!(cs[k - 1]["choices"], json!([]));
     assert_eq!(cs[k - 1]["usage"], full["usage"]);
-    let tokens: Vec<Value> = cs
-        .iter()
-        .filter_map(|c| c["choices"][0]["logprobs"]["tokens"].as_array())
-        .flatten()
-        .cloned()
-        .collect();
-    assert_eq!(&tokens, lp["tokens"].as_array().unwrap());
+    assert_eq!(
+        &joined(&cs, &["logprobs", "tokens"]),
+        lp["tokens"].as_array().unwrap()
+    );
 }
 
 /// `return_token_ids`: the prompt's ids and the reply's, whole and streamed; sent back as

@@ -185,18 +185,8 @@ fn forced_calls_are_valid_and_stream_as_they_come_whole() {
         assert_eq!(finish, "tool_calls");
         // The tokens the tool parser held to the end (the call's closing tag) carry
         // their logprobs too: the stream has the whole reply's, one per token id.
-        let chunks: Vec<Value> = streamed
-            .events()
-            .iter()
-            .filter(|e| *e != "[DONE]")
-            .map(|e| serde_json::from_str(e).unwrap())
-            .collect();
-        let logprobs: Vec<Value> = chunks
-            .iter()
-            .filter_map(|c| c["choices"][0]["logprobs"]["content"].as_array())
-            .flatten()
-            .cloned()
-            .collect();
+        let chunks = chunks(&streamed.events());
+        let logprobs = joined(&chunks, &["logprobs", "content"]);
         assert_eq!(Value::from(logprobs), choice0["logprobs"]["content"]);
         let ids = streamed_token_ids(&chunks);
         assert_eq!(json!(ids), choice0["token_ids"]);

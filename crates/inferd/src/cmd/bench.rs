@@ -118,10 +118,10 @@ struct ArrivalsArgs {
     #[arg(long, short = 'n', default_value_t = 16, value_parser = super::sizes(0..=100_000))]
     agents: usize,
     /// Mean arrivals per second (exponential gaps, seeded by --seed).
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 2.0, allow_negative_numbers = true)]
     rate: f64,
     /// Each agent's prompt, in tokens.
-    #[arg(long, short = 'c', default_value_t = 512, value_parser = super::sizes(0..=1 << 22))]
+    #[arg(long, short = 'c', default_value_t = 512, value_parser = super::sizes(1..=1 << 22))]
     context: usize,
     /// Tokens per reply (max_tokens).
     #[arg(long, short = 'r', default_value_t = 64, value_parser = clap::value_parser!(u32).range(0..=1 << 20))]
@@ -136,7 +136,7 @@ struct MultiTurnArgs {
     #[arg(long, short = 't', default_value_t = 8, value_parser = super::sizes(0..=10_000))]
     turns: usize,
     /// The turn-0 prompt, in tokens.
-    #[arg(long, short = 'c', default_value_t = 2048, value_parser = super::sizes(0..=1 << 22))]
+    #[arg(long, short = 'c', default_value_t = 2048, value_parser = super::sizes(1..=1 << 22))]
     context: usize,
     /// Tokens per reply (max_tokens).
     #[arg(long, short = 'r', default_value_t = 64, value_parser = clap::value_parser!(u32).range(0..=1 << 20))]
@@ -178,7 +178,7 @@ struct ResumeArgs {
     #[arg(long, short = 'n', default_value_t = 4, value_parser = super::sizes(0..=100_000))]
     agents: usize,
     /// Each agent's (and filler request's) turn-0 prompt, in tokens.
-    #[arg(long, short = 'c', default_value_t = 2048, value_parser = super::sizes(0..=1 << 22))]
+    #[arg(long, short = 'c', default_value_t = 2048, value_parser = super::sizes(1..=1 << 22))]
     context: usize,
     /// Tokens per reply (max_tokens), the filler's included.
     #[arg(long, short = 'r', default_value_t = 64, value_parser = clap::value_parser!(u32).range(0..=1 << 20))]
@@ -214,7 +214,7 @@ struct Common {
     #[arg(long, env = "INFERD_API_KEY")]
     api_key: Option<String>,
     /// Per-request time limit in seconds (a request past it counts as a timeout error).
-    #[arg(long, default_value_t = 600.0)]
+    #[arg(long, default_value_t = 600.0, allow_negative_numbers = true)]
     timeout: f64,
     /// Use /v1/completions with token-id prompts (exact sizes, no calibration).
     #[arg(long)]
@@ -222,18 +222,18 @@ struct Common {
     /// Do not send "ignore_eos": true.
     #[arg(long)]
     no_ignore_eos: bool,
-    /// Sampling temperature sent with every request.
-    #[arg(long, default_value_t = 0.0)]
+    /// Sampling temperature sent with every request (0 to 2).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     temperature: f32,
     /// DRY repeat penalty sent with every request (`dry_multiplier`; 0: off, also for
     /// replies held to a schema, which inferd gives DRY by default).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     dry_multiplier: Option<f32>,
     /// Corpus seed (same seed, same prompts).
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Wait up to this many seconds for GET /health to answer 2xx before starting (0: don't).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     wait_health: f64,
     /// Label stored in the JSON report (e.g. the engine's name).
     #[arg(long)]
@@ -257,7 +257,7 @@ struct FleetArgs {
     #[arg(long, short = 'n', default_value_t = 4, value_parser = super::sizes(0..=100_000))]
     agents: usize,
     /// Each agent's turn-0 prompt, in the server's tokens.
-    #[arg(long, short = 'c', default_value_t = 512, value_parser = super::sizes(0..=1 << 22))]
+    #[arg(long, short = 'c', default_value_t = 512, value_parser = super::sizes(1..=1 << 22))]
     context: usize,
     /// Turns per agent (turn k+1 appends the reply and a short user message).
     #[arg(long, short = 't', default_value_t = 1, value_parser = super::sizes(0..=10_000))]
@@ -296,7 +296,7 @@ struct StallArgs {
     #[arg(long, short = 'n', default_value_t = 8, value_parser = super::sizes(0..=100_000))]
     agents: usize,
     /// Each decoding agent's prompt, in tokens.
-    #[arg(long, short = 'c', default_value_t = 128, value_parser = super::sizes(0..=1 << 22))]
+    #[arg(long, short = 'c', default_value_t = 128, value_parser = super::sizes(1..=1 << 22))]
     context: usize,
     /// Short requests sent after the long prompt (their TTFT: do they wait for its prefill?).
     #[arg(long, default_value_t = 0, value_parser = super::sizes(0..=100_000))]
@@ -311,10 +311,10 @@ struct StallArgs {
     #[arg(long, short = 'r', default_value_t = 256, value_parser = clap::value_parser!(u32).range(0..=1 << 20))]
     reply: u32,
     /// The long prompt, in tokens.
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = 2048, value_parser = super::sizes(1..=1 << 22))]
     long_prompt: usize,
     /// The long prompt's max_tokens.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
     long_reply: u32,
     /// Chunks every agent must have received before the long prompt is sent.
     #[arg(long, default_value_t = 16)]
@@ -396,6 +396,7 @@ pub fn run(a: Args) -> Result<()> {
                     token_prompts: x.common.token_prompts,
                     seed: x.common.seed,
                 };
+                cfg.validate()?;
                 let (client, pb) = connect(&x.common).await?;
                 let report = run_arrivals(&client, &cfg, &pb).await;
                 finish(&x.common, pb, report)
@@ -468,6 +469,23 @@ async fn connect(c: &Common) -> Result<(Client, ProgressBar)> {
     }
     if !(c.wait_health >= 0.0 && c.wait_health <= 1e6) {
         bail!("--wait-health must be a number of seconds in [0, 1000000]");
+    }
+    // (NaN fails these too: sent as JSON it would be null, the server's default.)
+    if !(0.0..=2.0).contains(&c.temperature) {
+        bail!("--temperature must be in [0, 2]");
+    }
+    if c.dry_multiplier
+        .is_some_and(|m| !(m >= 0.0 && m.is_finite()))
+    {
+        bail!("--dry-multiplier must be a finite number, 0 or more");
+    }
+    // The report is written at the end: a folder that is not there fails now, not after
+    // the run.
+    if let Some(out) = &c.out {
+        let dir = out.parent().filter(|d| !d.as_os_str().is_empty());
+        if dir.is_some_and(|d| !d.is_dir()) {
+            bail!("--out {}: its folder does not exist", out.display());
+        }
     }
     let mut cfg = ClientConfig::new(&c.url);
     cfg.model = c.model.clone();
