@@ -224,6 +224,7 @@ pub fn start_with_draft<B: Backend + 'static>(
     let queues_work = model.backend.queues_work();
     let output = Output::start(shared.clone())
         .map_err(|e| RuntimeError::Kv(format!("starting the output thread: {e}")))?;
+    let park = cfg.park_fraction.clamp(0.0, 1.0);
     let mut engine = Engine {
         output,
         ended_turns: HashMap::new(),
@@ -233,9 +234,9 @@ pub fn start_with_draft<B: Backend + 'static>(
             .with_state_slots(layout.state.slots),
         memory: Registry::default(),
         tick: 0,
-        park_budget_bytes: ((layout.total_bytes() + layout.state.total_bytes()) as f64
-            * cfg.park_fraction.clamp(0.0, 1.0)) as u64,
-        park_budget_snaps: (layout.state.slots as f64 * cfg.park_fraction.clamp(0.0, 1.0)) as usize,
+        park_budget_bytes: ((layout.total_bytes() + layout.state.total_bytes()) as f64 * park)
+            as u64,
+        park_budget_snaps: (layout.state.slots as f64 * park) as usize,
         record_tokens: cfg.record_tokens,
         bytes_per_block,
         slot_bytes,

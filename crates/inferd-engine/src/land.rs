@@ -55,7 +55,9 @@ impl<B: Backend> Engine<B> {
             let last = s.token;
             kept += 1;
             let mut end = None;
-            match seq.accept(s.token) {
+            let verdict = seq.accept(s.token);
+            going = matches!(verdict, Verdict::Continue);
+            match verdict {
                 Verdict::Continue => {}
                 Verdict::End(e) => {
                     end = Some(e);
@@ -73,13 +75,11 @@ impl<B: Backend> Engine<B> {
                     l.finished.push(id);
                     l.completed += 1;
                     metrics::counter!(names::REQUESTS_FINISHED).increment(1);
-                    going = false;
                     break;
                 }
                 Verdict::Disconnected => l.gone.push(id),
             }
             l.generated += 1;
-            going = end.is_none() && l.finished.last() != Some(&id) && l.gone.last() != Some(&id);
             l.tokens.push(TokenMsg {
                 id,
                 sampled: s,

@@ -189,18 +189,12 @@ impl OutStream {
     /// The reply's last events: the text left (or logprobs of tokens without text),
     /// then `Done`. Tokens past the reply's text (a stop string's) are dropped.
     fn finish(&mut self, text: String, reason: FinishReason, cached: usize) -> Vec<Event> {
-        let stopped = self.stop.matched().is_some();
-        let tokens = if stopped {
-            let tokens = self.shown_tokens(text.len());
-            self.pending.clear();
-            tokens
-        } else {
-            self.shown += text.len();
-            std::mem::take(&mut self.pending)
-                .into_iter()
-                .map(|(_, t)| t)
-                .collect()
-        };
+        let mut tokens = self.shown_tokens(text.len());
+        let rest = std::mem::take(&mut self.pending);
+        if self.stop.matched().is_none() {
+            // Ended otherwise, the reply holds every token's text (flushed).
+            tokens.extend(rest.into_iter().map(|(_, t)| t));
+        }
         let mut last = Vec::with_capacity(2);
         if !text.is_empty() || tokens.iter().any(|t| t.logprob.is_some()) {
             last.push(Event::Delta(Delta {

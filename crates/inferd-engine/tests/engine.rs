@@ -270,22 +270,15 @@ fn with_logprobs(e: &EngineHandle, mut req: GenRequest) -> (Vec<(u32, f32)>, usi
     panic!("no Done")
 }
 
-/// A reply's KV is computed by decode rows; a later prompt that holds the reply reads it
-/// from the cache, or recomputes it with prompt rows when it was evicted. With f32
-/// activations on every row (`--f32-activations`) the two are the same numbers: the
-/// next turn's logprobs are equal to the bit, cached or not. (By default the decode rows
-/// round activations to 8 bits, as llama.cpp does, and the two differ by that rounding:
-/// README, "Reproducibility".)
-#[test]
-fn with_f32_activations_a_cached_reply_equals_a_recomputed_one() {
+/// A next turn's greedy tokens and logprobs on engines with `f32_activations`: with the
+/// earlier reply's blocks cached, then recomputed on a fresh engine.
+fn next_turn_cached_and_recomputed(f32_activations: bool) -> Option<[Vec<(u32, f32)>; 2]> {
     let cpu = inferd_runtime::CpuConfig {
         threads: 2,
-        f32_activations: true,
+        f32_activations,
         ..Default::default()
     };
-    let Some(warm) = engine_on(cpu, config()) else {
-        return;
-    };
+    let warm = engine_on(cpu, config())?;
     let p = prompts(&warm.tokenizer, 1).remove(0);
     let first = run_one(
         &warm,
@@ -308,8 +301,27 @@ fn with_f32_activations_a_cached_reply_equals_a_recomputed_one() {
     let (recomputed, cached) = with_logprobs(&cold, GenRequest::greedy(next, 24));
     assert_eq!(cached, 0);
     assert_eq!(recomputed.len(), 24);
-    assert_eq!(cached_reply, recomputed);
     cold.shutdown();
+    Some([cached_reply, recomputed])
+}
+
+/// A reply's KV is computed by decode rows; a later prompt that holds the reply reads it
+/// from the cache, or recomputes it with prompt rows when it was evicted. With f32
+/// activations on every row (`--f32-activations`) the two are the same numbers: the
+/// next turn's logprobs are equal to the bit, cached or not. By default the decode rows
+/// round activations to 8 bits, as llama.cpp does, and the two differ by that rounding
+/// (README, "Reproducibility"); the test prints the first token's (`-- --nocapture`).
+#[test]
+fn with_f32_activations_a_cached_reply_equals_a_recomputed_one() {
+    let Some([cached, recomputed]) = next_turn_cached_and_recomputed(true) else {
+        return;
+    };
+    assert_eq!(cached, recomputed);
+    let [c8, r8] = next_turn_cached_and_recomputed(false).unwrap();
+    eprintln!(
+        "first token (id, logprob): f32 {:?} both ways; 8-bit decode rows {:?} cached, {:?} recomputed",
+        cached[0], c8[0], r8[0]
+    );
 }
 
 /// A reply the output side ends at a stop string is finished for the engine too, also

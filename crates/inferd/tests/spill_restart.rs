@@ -19,9 +19,11 @@ fn model() -> Option<PathBuf> {
     p.exists().then_some(p)
 }
 
-/// `inferd serve --spill-dir spill` (the shared helper, its output in `spill`'s log).
+/// `inferd serve --spill-dir spill` (the shared helper; its log and state files in
+/// [`logs`]).
 fn serve_spilling(model: &Path, spill: &Path) -> (KillOnDrop, u16) {
-    let log = spill.with_extension("log");
+    std::fs::create_dir_all(logs(spill)).unwrap();
+    let log = logs(spill).join("server.log");
     serve(
         model,
         &["--spill-dir".as_ref(), spill.as_os_str()],
@@ -35,6 +37,12 @@ fn call(port: u16, method: &str, path: &str, body: Option<&Value>) -> Option<(u1
     let b = body.map(|b| b.to_string());
     let (status, text) = http(port, method, path, b.as_deref())?;
     Some((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
+}
+
+/// The folder beside `spill` for the servers' logs and state files (a killed server
+/// leaves its state file behind).
+fn logs(spill: &Path) -> PathBuf {
+    spill.with_extension("logs")
 }
 
 /// Whether a file `name` is in one of `spill`'s identity folders.
@@ -157,5 +165,5 @@ fn sigkill_during_spill_writes_restarts_clean() {
     assert!(cache["spilled"]["blocks"].as_u64().unwrap() > 0, "{cache}");
     drop(server);
     let _ = std::fs::remove_dir_all(&spill);
-    let _ = std::fs::remove_file(spill.with_extension("log"));
+    let _ = std::fs::remove_dir_all(logs(&spill));
 }

@@ -122,31 +122,20 @@ impl CompletionLogprobBuilder {
     /// decoder's replacement character).
     fn take_text(&mut self, bytes: &[u8]) {
         self.partial.extend_from_slice(bytes);
-        let mut rest: &[u8] = &self.partial;
-        loop {
-            match std::str::from_utf8(rest) {
-                Ok(s) => {
-                    self.chars += s.chars().count();
-                    rest = &[];
-                    break;
-                }
-                Err(e) => {
-                    let ok = std::str::from_utf8(&rest[..e.valid_up_to()]).unwrap_or_default();
-                    self.chars += ok.chars().count();
-                    match e.error_len() {
-                        Some(n) => {
-                            self.chars += 1;
-                            rest = &rest[e.valid_up_to() + n..];
-                        }
-                        None => {
-                            rest = &rest[e.valid_up_to()..];
-                            break;
-                        }
-                    }
-                }
-            }
+        let count = |b: &[u8]| std::str::from_utf8(b).map_or(0, |s| s.chars().count());
+        let mut at = 0;
+        while let Err(e) = std::str::from_utf8(&self.partial[at..]) {
+            self.chars += count(&self.partial[at..at + e.valid_up_to()]);
+            at += e.valid_up_to();
+            let Some(n) = e.error_len() else {
+                self.partial.drain(..at); // an incomplete character: kept for the next
+                return;
+            };
+            self.chars += 1;
+            at += n;
         }
-        self.partial = rest.to_vec();
+        self.chars += count(&self.partial[at..]);
+        self.partial.clear();
     }
 }
 
