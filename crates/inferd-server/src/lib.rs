@@ -134,6 +134,7 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(error::fallback_405)
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn(request_id::stamp))
+        .layer(axum::middleware::from_fn(metrics::count))
         .with_state(state)
 }
 

@@ -4,13 +4,19 @@
 
 use std::sync::OnceLock;
 
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use inferd_engine::metric_names as names;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::state::AppState;
+
+/// HTTP responses by route (its pattern) and status.
+pub const HTTP_RESPONSES: &str = "inferd_http_responses_total";
+/// Streams that began with 200 and ended in an error event.
+pub const STREAM_ERRORS: &str = "inferd_stream_errors_total";
 
 /// Latency buckets in seconds (TTFT and inter-token latency).
 const LATENCY_BUCKETS: &[f64] = &[
@@ -108,11 +114,69 @@ fn describe() {
         Unit::Seconds,
         "Time a step waited after its forward pass for grammar masks (serial steps)"
     );
+    describe_counter!(
+        HTTP_RESPONSES,
+        "HTTP responses by route and status (a stream counts by its first status: see \
+         inferd_stream_errors_total)"
+    );
+    describe_counter!(
+        STREAM_ERRORS,
+        "Streamed replies that began with status 200 and ended in an error event"
+    );
     describe_histogram!(
         names::STEP_PHASE,
         Unit::Seconds,
         "Wall time of each phase of an engine step"
     );
+}
+
+/// Middleware over every route: counts the response by its route and status.
+pub async fn count(req: Request, next: Next) -> Response {
+    let route = route_of(req.uri().path());
+    let res = next.run(req).await;
+    let status = res.status().as_u16().to_string();
+    metrics::counter!(HTTP_RESPONSES, "route" => route, "status" => status).increment(1);
+    res
+}
+
+/// A path's route pattern, so a label never holds a client's ids or made-up paths.
+fn route_of(path: &str) -> &'static str {
+    const EXACT: &[&str] = &[
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/models",
+        "/v1/contexts",
+        "/v1/sessions",
+        "/v1/cache",
+        "/v1/responses",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
+        "/health",
+        "/metrics",
+    ];
+    if let Some(r) = EXACT.iter().find(|r| **r == path) {
+        return r;
+    }
+    let one_segment = |prefix: &str| {
+        path.strip_prefix(prefix)
+            .is_some_and(|id| !id.is_empty() && !id.contains('/'))
+    };
+    if path.strip_prefix("/v1/models/").is_some_and(|id| !id.is_empty()) {
+        "/v1/models/{id}"
+    } else if one_segment("/v1/contexts/") {
+        "/v1/contexts/{id}"
+    } else if one_segment("/v1/sessions/") {
+        "/v1/sessions/{id}"
+    } else if one_segment("/v1/responses/") {
+        "/v1/responses/{id}"
+    } else if (path.strip_suffix("/input_items")).is_some_and(|p| {
+        p.strip_prefix("/v1/responses/")
+            .is_some_and(|id| !id.is_empty() && !id.contains('/'))
+    }) {
+        "/v1/responses/{id}/input_items"
+    } else {
+        "other"
+    }
 }
 
 pub async fn render(State(state): State<AppState>) -> Response {
@@ -129,6 +193,7 @@ pub async fn render(State(state): State<AppState>) -> Response {
     metrics::counter!(names::REQUESTS_FINISHED).increment(0);
     metrics::counter!(names::SPILL_WRITE_ERRORS).increment(0);
     metrics::counter!(names::RESPONSE_WRITE_ERRORS).increment(0);
+    metrics::counter!(STREAM_ERRORS).increment(0);
     let body = install().map(|h| h.render()).unwrap_or_default();
     let mut res = body.into_response();
     res.headers_mut().insert(
@@ -136,4 +201,29 @@ pub async fn render(State(state): State<AppState>) -> Response {
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
     );
     res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::route_of;
+
+    /// Labels are the routes' patterns: ids and unknown paths never become labels.
+    #[test]
+    fn routes_are_labelled_by_their_pattern() {
+        for (path, route) in [
+            ("/v1/chat/completions", "/v1/chat/completions"),
+            ("/v1/models/org/model-name", "/v1/models/{id}"),
+            ("/v1/contexts/ctx-1", "/v1/contexts/{id}"),
+            ("/v1/contexts/ctx-1/x", "other"),
+            ("/v1/sessions/s", "/v1/sessions/{id}"),
+            ("/v1/responses/resp_1", "/v1/responses/{id}"),
+            ("/v1/responses/resp_1/input_items", "/v1/responses/{id}/input_items"),
+            ("/v1/responses//input_items", "other"),
+            ("/v1/contexts/", "other"),
+            ("/etc/passwd", "other"),
+            ("/metrics", "/metrics"),
+        ] {
+            assert_eq!(route_of(path), route, "{path}");
+        }
+    }
 }

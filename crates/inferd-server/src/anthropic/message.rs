@@ -57,7 +57,8 @@ impl Whole<'_> {
         }
         for c in &r.calls {
             content
-                .push(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input(c)}));
+                .push(json!({"type": "tool_use", "id": super::tool_use_id(&c.id), "name": c.name,
+                    "input": input(c)}));
         }
         let reason = stop_reason(self.reason, self.stop, !r.calls.is_empty());
         json!({

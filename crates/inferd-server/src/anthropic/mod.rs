@@ -23,6 +23,15 @@ use crate::pipeline::{self, Started};
 use crate::reply::{self, ReplyStream};
 use crate::state::AppState;
 
+/// A tool call's id as Anthropic spells tool-use ids (`toolu_...`): the generated
+/// `call_...` id with Anthropic's prefix, the same random part.
+pub fn tool_use_id(call_id: &str) -> String {
+    match call_id.strip_prefix("call_") {
+        Some(rest) => format!("toolu_{rest}"),
+        None => call_id.to_string(),
+    }
+}
+
 /// Whether a path belongs to this protocol (its errors take Anthropic's shape).
 pub fn is_path(path: &str) -> bool {
     path == "/v1/messages" || path.starts_with("/v1/messages/")

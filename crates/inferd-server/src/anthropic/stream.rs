@@ -120,7 +120,8 @@ impl MessageStream {
             }
             for c in p.tool_calls {
                 if let Some(name) = c.function.name {
-                    let block = json!({"type": "tool_use", "id": c.id.unwrap_or_default(),
+                    let id = super::tool_use_id(&c.id.unwrap_or_default());
+                    let block = json!({"type": "tool_use", "id": id,
                         "name": name, "input": {}});
                     self.start(Open::Call(c.index), block, &mut out);
                     self.calls += 1;

@@ -127,6 +127,9 @@ pub async fn response<F: ChunkFormat>(
                 None => st.rs.next().await,
             };
             st.finished = !matches!(ev, Some(Event::Delta(_)));
+            if matches!(ev, Some(Event::Error(_) | Event::Rejected(_)) | None) {
+                metrics::counter!(crate::metrics::STREAM_ERRORS).increment(1);
+            }
             match ev {
                 Some(Event::Delta(d)) => {
                     let chunks = st.fmt.delta(&d);

@@ -26,10 +26,30 @@ pub enum Item {
     },
 }
 
+/// Where an output item stands: announced (no content yet), whole, or cut off by
+/// `max_output_tokens` (the last item of an `incomplete` response).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ItemStatus {
+    InProgress,
+    Completed,
+    Incomplete,
+}
+
+impl ItemStatus {
+    fn as_str(self) -> &'static str {
+        match self {
+            ItemStatus::InProgress => "in_progress",
+            ItemStatus::Completed => "completed",
+            ItemStatus::Incomplete => "incomplete",
+        }
+    }
+}
+
 impl Item {
-    /// The item as JSON; `done` false: as announced, before its content.
-    pub fn json(&self, done: bool) -> Value {
-        let status = if done { "completed" } else { "in_progress" };
+    /// The item as JSON; in progress: as announced, before its content.
+    pub fn json(&self, state: ItemStatus) -> Value {
+        let done = state != ItemStatus::InProgress;
+        let status = state.as_str();
         match self {
             Item::Reasoning { id, text } => json!({"type": "reasoning", "id": id, "summary": [],
                 "content": if done { json!([{"type": "reasoning_text", "text": text}]) } else { json!([]) }}),
@@ -139,8 +159,12 @@ impl Echo {
             ),
             Some(e) => ("completed", Value::Null, usage(e.usage)),
         };
+        let cut = status == "incomplete";
         let output: Vec<Value> = if end.is_some() {
-            items.iter().map(|i| i.json(true)).collect()
+            let last = items.len().saturating_sub(1);
+            (items.iter().enumerate())
+                .map(|(k, i)| i.json(item_status(cut && k == last)))
+                .collect()
         } else {
             Vec::new()
         };
@@ -154,6 +178,16 @@ impl Echo {
         r["output"] = Value::Array(output);
         r["usage"] = usage;
         r
+    }
+}
+
+/// A finished item's status: the last item of a reply cut by its token limit is
+/// `incomplete`, every other one `completed`.
+pub fn item_status(cut: bool) -> ItemStatus {
+    if cut {
+        ItemStatus::Incomplete
+    } else {
+        ItemStatus::Completed
     }
 }
 

@@ -6,10 +6,10 @@
 //! `response.incomplete`). Every event carries a `sequence_number`.
 
 use axum::body::Bytes;
-use inferd_engine::Delta;
+use inferd_engine::{Delta, FinishReason};
 use serde_json::{json, Value};
 
-use super::output::{text_part, Echo, Ending, Item};
+use super::output::{item_status, text_part, Echo, Ending, Item, ItemStatus};
 use crate::error::ApiError;
 use crate::openai::oid;
 use crate::openai::sse::{event, ChunkFormat, End};
@@ -48,11 +48,11 @@ impl ResponseStream {
     }
 
     fn add(&mut self, item: Item, out: &mut Vec<Bytes>) {
-        self.close(out);
+        self.close(false, out);
         let index = self.items.len();
         let added = self.ev(
             "response.output_item.added",
-            json!({"output_index": index, "item": item.json(false)}),
+            json!({"output_index": index, "item": item.json(ItemStatus::InProgress)}),
         );
         out.push(added);
         if let Item::Message { id, .. } = &item {
@@ -65,7 +65,8 @@ impl ResponseStream {
         self.open = true;
     }
 
-    fn close(&mut self, out: &mut Vec<Bytes>) {
+    /// Ends the item being written; `cut`: the reply's token limit cut it off.
+    fn close(&mut self, cut: bool, out: &mut Vec<Bytes>) {
         if !self.open {
             return;
         }
@@ -107,7 +108,7 @@ impl ResponseStream {
         }
         let b = self.ev(
             "response.output_item.done",
-            json!({"output_index": index, "item": item.json(true)}),
+            json!({"output_index": index, "item": item.json(item_status(cut))}),
         );
         out.push(b);
     }
@@ -205,7 +206,7 @@ impl ChunkFormat for ResponseStream {
             };
             self.add(item, &mut out);
         }
-        self.close(&mut out);
+        self.close(end.reason == FinishReason::Length, &mut out);
         let r = self.echo.response(
             &self.items,
             Some(Ending {
@@ -258,7 +259,7 @@ mod tests {
         }
         let end = r.reply.finish();
         out.extend(r.parts(end));
-        r.close(&mut out);
+        r.close(false, &mut out);
         let ev: Vec<Value> = crate::openai::sse::parse_events(&out)
             .into_iter()
             .map(|(_, d)| d)

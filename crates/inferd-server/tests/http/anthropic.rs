@@ -182,6 +182,8 @@ fn a_forced_tool_use_and_a_tool_result_turn() {
         .unwrap_or_else(|| panic!("no tool_use block: {m}"))
         .clone();
     assert_eq!(call["name"], "get_weather");
+    // Anthropic's spelling of a tool-use id
+    assert!(call["id"].as_str().unwrap().starts_with("toolu_"), "{call}");
     let input = call["input"].as_object().unwrap();
     assert!(input["city"].is_string(), "{call}");
     assert!(
@@ -197,6 +199,8 @@ fn a_forced_tool_use_and_a_tool_result_turn() {
         .find(|(n, v)| n == "content_block_start" && v["content_block"]["type"] == "tool_use")
         .unwrap_or_else(|| panic!("no tool_use block start: {ev:?}"));
     assert_eq!(start.1["content_block"]["name"], "get_weather");
+    let id = start.1["content_block"]["id"].as_str().unwrap();
+    assert!(id.starts_with("toolu_") && id.len() == call["id"].as_str().unwrap().len());
     let json_text: String = ev
         .iter()
         .filter(|(_, v)| v["delta"]["type"] == "input_json_delta")

@@ -100,6 +100,35 @@ fn metrics_expose_engine_series() {
     }
 }
 
+/// A series' value in a Prometheus text body (0 when absent).
+fn series(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[test]
+fn responses_are_counted_by_route_and_status() {
+    let Some(s) = server() else { return };
+    let bad = r#"inferd_http_responses_total{route="/v1/chat/completions",status="400"}"#;
+    let missing = r#"inferd_http_responses_total{route="/v1/contexts/{id}",status="404"}"#;
+    let other = r#"inferd_http_responses_total{route="other",status="404"}"#;
+    let before = get(s.addr, "/metrics").text();
+    post(s.addr, "/v1/chat/completions", &json!({"messages": "not a list"})).error(400);
+    get(s.addr, "/v1/contexts/no-such-context").error(404);
+    get(s.addr, "/v1/no/such/route").error(404);
+    let after = get(s.addr, "/metrics").text();
+    // Other tests share the process's recorder: counts only grow, by at least ours.
+    for name in [bad, missing, other] {
+        assert!(
+            series(&after, name) >= series(&before, name) + 1.0,
+            "{name} did not count:\n{after}"
+        );
+    }
+    assert!(!after.contains("no-such-context") && !after.contains("/v1/no/such"));
+    assert!(after.contains("inferd_stream_errors_total"), "{after}");
+}
+
 #[test]
 fn api_key_is_required_on_v1_only() {
     let Some(addr) = keyed_server() else { return };

@@ -40,6 +40,8 @@ fn a_whole_response_is_stored_and_continued() {
     assert_eq!(r["status"], "incomplete", "{r}");
     assert_eq!(r["incomplete_details"]["reason"], "max_output_tokens");
     assert_eq!(r["output"][0]["type"], "message");
+    // the message the token limit cut off is itself incomplete
+    assert_eq!(r["output"][0]["status"], "incomplete", "{r}");
     assert_eq!(r["output"][0]["content"][0]["type"], "output_text");
     assert!(!text_of(&r).is_empty());
     assert_eq!(r["usage"]["output_tokens"], 8);
@@ -139,6 +141,9 @@ fn a_streamed_response_follows_the_event_sequence() {
         .collect();
     let last = &ev.last().unwrap().1["response"];
     assert_eq!(text_of(last), text);
+    let item_done = &ev[ev.len() - 2].1["item"];
+    assert_eq!(item_done["status"], "incomplete", "{item_done}");
+    assert_eq!(last["output"][0]["status"], "incomplete", "{last}");
     assert_eq!(last["output"][0]["id"], ev[2].1["item"]["id"]);
     // the whole response says the same, and the streamed one was stored
     b["stream"] = json!(false);
