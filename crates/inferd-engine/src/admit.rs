@@ -6,6 +6,12 @@
 //!   blocks are evicted). A prompt whose blocks, less those it would share with pinned
 //!   contexts, exceed what the pins leave can therefore never be admitted, and is
 //!   refused when it arrives, naming the contexts that hold the memory.
+//! - **Out of room.** A pin can also come after a request arrived, and a reply can
+//!   outgrow what the pins leave (the pool's size, not the pins, sets the context
+//!   limit): the sequence is then preempted and could never be admitted again. When a
+//!   step finds memory short, such waiting sequences end: one admitted before by length,
+//!   with what it drew (as at the context limit), one never admitted refused as at
+//!   submission.
 //! - **Queue timeout.** A request not admitted within `EngineConfig::queue_timeout` is
 //!   refused with [`SubmitError::QueueTimeout`] (the pool is busy, not too small).
 //!   Preempted sequences, admitted before, are not timed out.
@@ -17,6 +23,7 @@ use inferd_runtime::Backend;
 use crate::engine::Engine;
 use crate::output::OutMsg;
 use crate::request::SubmitError;
+use crate::stats::names;
 
 impl<B: Backend> Engine<B> {
     /// Why `prompt` can never be admitted while the pinned contexts stay, if so.
@@ -62,6 +69,52 @@ impl<B: Backend> Engine<B> {
             free_blocks: free,
             holders: named.join(", "),
         })
+    }
+
+    /// The waiting sequences that can never be admitted while the pinned contexts stay,
+    /// each with why (none without pinned contexts: nothing else is permanent).
+    fn out_of_room(&self) -> Vec<(u64, SubmitError)> {
+        if !self.memory.contexts.values().any(|e| e.pinned) {
+            return Vec::new();
+        }
+        (self.sched.waiting().iter())
+            .filter_map(|&id| {
+                let s = self.seqs.get(&id).filter(|s| s.build.is_none())?;
+                Some((id, self.never_fits(&s.tokens)?))
+            })
+            .collect()
+    }
+
+    /// Ends the waiting sequences that are out of room (see the module's notes): one
+    /// admitted before ends by length with the tokens it drew, one never admitted is
+    /// refused. The step in flight lands first, so that a reply's last drawn token is
+    /// in it (or ends it). `true` when any ended.
+    pub(crate) fn end_out_of_room(&mut self) -> bool {
+        if self.out_of_room().is_empty() {
+            return false;
+        }
+        self.land();
+        let stuck = self.out_of_room();
+        for (id, e) in &stuck {
+            let Some(s) = self.seqs.get(id) else {
+                continue;
+            };
+            if !s.admitted {
+                self.output.send(OutMsg::Reject(*id, e.clone()));
+                self.remove(*id);
+                continue;
+            }
+            if s.confirms_end() {
+                // Its output side says how many tokens the client got.
+                let session = s.parks_under().unwrap_or_default().to_string();
+                self.ended_turns.insert(*id, (session, s.prompt_len));
+            }
+            self.output.send(OutMsg::End(*id, s.cached));
+            metrics::counter!(names::REQUESTS_FINISHED).increment(1);
+            self.stats().requests_finished += 1;
+            self.end_now(*id);
+        }
+        !stuck.is_empty()
     }
 
     /// Refuses the requests that have waited past the queue timeout without ever being

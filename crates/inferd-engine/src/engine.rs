@@ -630,6 +630,10 @@ impl<B: Backend> Engine<B> {
         if out.kv_short {
             // A parked session gives way to work that is waiting.
             self.release_lru_session();
+            // Waiting work the pinned contexts leave no room for ends.
+            if self.end_out_of_room() {
+                out.chunks.retain(|c| self.seqs.contains_key(&c.seq));
+            }
         }
         if out.chunks.is_empty() {
             return self.land();
@@ -782,7 +786,7 @@ impl<B: Backend> Engine<B> {
 
     /// The step in flight, if any, comes back: its tokens are accepted, streamed out, and
     /// its ended sequences parked and removed. `false` when none was in flight.
-    fn land(&mut self) -> bool {
+    pub(crate) fn land(&mut self) -> bool {
         let Some(Flight { out, drawing }) = self.flight.take() else {
             return false;
         };
@@ -842,7 +846,7 @@ impl<B: Backend> Engine<B> {
 
     /// A sequence the engine ended: its session parked (with every token it has), then
     /// its record and KV gone.
-    fn end_now(&mut self, id: u64) {
+    pub(crate) fn end_now(&mut self, id: u64) {
         let all = self.seqs.get(&id).map_or(0, |s| s.tokens.len());
         self.park_session(id, all);
         self.remove(id);

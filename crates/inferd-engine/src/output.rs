@@ -49,6 +49,9 @@ pub(crate) enum OutMsg {
     Open(u64, Box<OutStream>),
     /// The tokens of one step.
     Tokens(Vec<TokenMsg>),
+    /// The engine ended the reply between tokens (no room left beside the pinned
+    /// contexts: see `admit.rs`), by length; the prompt tokens that came from the cache.
+    End(u64, usize),
     /// The request failed: its stream ends with this error.
     Error(u64, String),
     /// The request was refused before it ran (the queue timeout).
@@ -161,6 +164,18 @@ impl OutStream {
             FinishReason::Stop
         };
         Some((stopped, self.finish(tail, reason, t.cached)))
+    }
+
+    /// The engine ended the reply after the tokens it was sent: by length, unless the
+    /// text still held completes a stop string. As [`take`](Self::take)'s end.
+    fn end(&mut self, cached: usize) -> (bool, Vec<Event>) {
+        let (tail, stopped) = self.flush_tail();
+        let reason = if stopped {
+            FinishReason::Stop
+        } else {
+            FinishReason::Length
+        };
+        (stopped, self.finish(tail, reason, cached))
     }
 
     /// Text still held by the detokenizer and the stop matcher when generation ends, and
@@ -285,18 +300,13 @@ fn run(rx: mpsc::Receiver<OutMsg>, shared: Arc<Shared>) {
                         continue;
                     };
                     let s = streams.remove(&id).expect("present");
-                    if s.confirm || by_stop {
-                        // Into the inbox before the client sees `Done`: the client's
-                        // next request (a session's next turn) comes after it.
-                        tell(Msg::Ended {
-                            id,
-                            generated: s.generated,
-                            by_stop,
-                        });
-                    }
-                    for ev in last {
-                        let _ = s.tx.send(ev);
-                    }
+                    deliver(id, s, by_stop, last, &tell);
+                }
+            }
+            OutMsg::End(id, cached) => {
+                if let Some(mut s) = streams.remove(&id) {
+                    let (by_stop, last) = s.end(cached);
+                    deliver(id, s, by_stop, last, &tell);
                 }
             }
             OutMsg::Error(id, msg) => {
@@ -313,6 +323,23 @@ fn run(rx: mpsc::Receiver<OutMsg>, shared: Arc<Shared>) {
                 streams.remove(&id);
             }
         }
+    }
+}
+
+/// An ended reply's last events out to its client, after the engine is told how it
+/// ended where it waits to hear (`confirm`, or a stop string).
+fn deliver(id: u64, s: OutStream, by_stop: bool, last: Vec<Event>, tell: &impl Fn(Msg)) {
+    if s.confirm || by_stop {
+        // Into the inbox before the client sees `Done`: the client's next request (a
+        // session's next turn) comes after it.
+        tell(Msg::Ended {
+            id,
+            generated: s.generated,
+            by_stop,
+        });
+    }
+    for ev in last {
+        let _ = s.tx.send(ev);
     }
 }
 

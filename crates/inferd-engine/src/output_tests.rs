@@ -212,6 +212,22 @@ fn the_engines_ends_flush_held_text_and_a_stop_string_still_comes_first() {
 }
 
 #[test]
+fn an_end_between_tokens_flushes_held_text_by_length() {
+    // No room left (admit.rs): the engine ends the reply after its last token. The text
+    // held back as a possible stop string's start comes out, and a confirming stream
+    // tells the engine how many tokens the client got.
+    let h = harness(&["xyz"], 10, true);
+    h.send("abxy", None);
+    h.out.send(OutMsg::End(7, 3));
+    let (text, end, told) = h.collect();
+    assert_eq!(
+        (text, end),
+        ("abxy".into(), done(FinishReason::Length, 4, None))
+    );
+    assert_eq!(ended(&told), vec![(7, 4, false)]);
+}
+
+#[test]
 fn a_confirming_stream_tells_the_engine_however_it_ended() {
     let h = harness(&["zz"], 10, true);
     h.send("abc", Some(EngineEnd::Length));

@@ -1,7 +1,8 @@
 //! Admission beyond the scheduler's view, on the real SmolLM2-135M: a request that can
 //! never fit beside the pinned contexts is refused at once (it waited forever before),
-//! one that shares their blocks is not, and a request not admitted within the queue
-//! timeout is refused.
+//! one that shares their blocks is not, a reply that outgrows the room the pins leave
+//! ends by length (it waited forever, preempted, before), and a request not admitted
+//! within the queue timeout is refused.
 
 mod common;
 
@@ -9,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use inferd_core::sched::SchedulerConfig;
-use inferd_engine::{EngineConfig, EngineHandle, Event, GenRequest, KvBudget, SubmitError};
+use inferd_engine::{
+    EngineConfig, EngineHandle, Event, FinishReason, GenRequest, KvBudget, SubmitError,
+};
 
 /// `n` tokens of ordinary text.
 fn tokens(e: &EngineHandle, n: usize, seed: &str) -> Vec<u32> {
@@ -70,6 +73,38 @@ fn a_prompt_that_can_never_fit_beside_pinned_contexts_is_refused() {
     block_on(e.delete_context("brief")).unwrap();
     let o = run_one(&e, GenRequest::greedy(long, 4));
     assert_eq!(o.completion_tokens, 4);
+}
+
+#[test]
+fn a_reply_that_outgrows_the_room_beside_pinned_contexts_ends_by_length() {
+    let cfg = EngineConfig {
+        kv_budget: KvBudget::Bytes(64 * BLOCK_BYTES),
+        ..config()
+    };
+    let Some(e) = engine(cfg) else { return };
+    // Pin 30 of the 64 blocks: 34 blocks (544 tokens) are left, while the context limit
+    // is the pool's 1024 tokens.
+    block_on(e.create_context(pinned("brief", tokens(&e, 30 * 16, "brief")))).unwrap();
+    let mut req = GenRequest::greedy(tokens(&e, 100, "count"), 900);
+    req.ignore_eos = true;
+    // (It waited forever before, preempted: collected on a thread, so the test fails
+    // rather than hangs.)
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut stream = e.submit(req.clone()).unwrap();
+    std::thread::spawn(move || tx.send(collect(&mut stream)));
+    let o = rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the reply ends");
+    assert_eq!(o.finish, Some(FinishReason::Length), "{:?}", o.text);
+    // 34 blocks hold positions 0..544: the decode at 543 draws the 545th token, and the
+    // next one would need a 35th block.
+    assert_eq!(o.completion_tokens, 545 - 100);
+    assert_eq!(o.tokens.len(), o.completion_tokens);
+    // The engine serves on; unpinned, the same request runs to its own limit.
+    run_one(&e, GenRequest::greedy(tokens(&e, 20, "short"), 4));
+    block_on(e.delete_context("brief")).unwrap();
+    let o = run_one(&e, req);
+    assert_eq!(o.completion_tokens, 900);
 }
 
 #[test]

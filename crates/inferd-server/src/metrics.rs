@@ -161,7 +161,10 @@ fn route_of(path: &str) -> &'static str {
         path.strip_prefix(prefix)
             .is_some_and(|id| !id.is_empty() && !id.contains('/'))
     };
-    if path.strip_prefix("/v1/models/").is_some_and(|id| !id.is_empty()) {
+    if path
+        .strip_prefix("/v1/models/")
+        .is_some_and(|id| !id.is_empty())
+    {
         "/v1/models/{id}"
     } else if one_segment("/v1/contexts/") {
         "/v1/contexts/{id}"
@@ -217,7 +220,10 @@ mod tests {
             ("/v1/contexts/ctx-1/x", "other"),
             ("/v1/sessions/s", "/v1/sessions/{id}"),
             ("/v1/responses/resp_1", "/v1/responses/{id}"),
-            ("/v1/responses/resp_1/input_items", "/v1/responses/{id}/input_items"),
+            (
+                "/v1/responses/resp_1/input_items",
+                "/v1/responses/{id}/input_items",
+            ),
             ("/v1/responses//input_items", "other"),
             ("/v1/contexts/", "other"),
             ("/etc/passwd", "other"),

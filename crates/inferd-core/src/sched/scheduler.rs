@@ -245,6 +245,11 @@ impl Scheduler {
         self.waiting.len()
     }
 
+    /// The sequences waiting for admission (new, or preempted), in admission order.
+    pub fn waiting(&self) -> &[SeqId] {
+        &self.waiting
+    }
+
     pub fn num_running(&self) -> usize {
         self.running.len()
     }

@@ -56,9 +56,10 @@ impl Whole<'_> {
             content.push(json!({"type": "text", "text": r.text}));
         }
         for c in &r.calls {
-            content
-                .push(json!({"type": "tool_use", "id": super::tool_use_id(&c.id), "name": c.name,
-                    "input": input(c)}));
+            content.push(
+                json!({"type": "tool_use", "id": super::tool_use_id(&c.id), "name": c.name,
+                    "input": input(c)}),
+            );
         }
         let reason = stop_reason(self.reason, self.stop, !r.calls.is_empty());
         json!({

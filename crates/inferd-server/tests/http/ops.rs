@@ -114,7 +114,12 @@ fn responses_are_counted_by_route_and_status() {
     let missing = r#"inferd_http_responses_total{route="/v1/contexts/{id}",status="404"}"#;
     let other = r#"inferd_http_responses_total{route="other",status="404"}"#;
     let before = get(s.addr, "/metrics").text();
-    post(s.addr, "/v1/chat/completions", &json!({"messages": "not a list"})).error(400);
+    post(
+        s.addr,
+        "/v1/chat/completions",
+        &json!({"messages": "not a list"}),
+    )
+    .error(400);
     get(s.addr, "/v1/contexts/no-such-context").error(404);
     get(s.addr, "/v1/no/such/route").error(404);
     let after = get(s.addr, "/metrics").text();
