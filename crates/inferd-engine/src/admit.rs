@@ -25,33 +25,52 @@ use crate::output::OutMsg;
 use crate::request::SubmitError;
 use crate::stats::names;
 
+/// The blocks the pinned contexts hold (each once), and each context's own count.
+struct Pins<'a> {
+    blocks: HashSet<u32>,
+    holders: Vec<(usize, &'a str)>,
+}
+
 impl<B: Backend> Engine<B> {
+    /// The blocks the pinned contexts hold.
+    fn pins(&self) -> Pins<'_> {
+        let mut pins = Pins {
+            blocks: HashSet::new(),
+            holders: Vec::new(),
+        };
+        for (id, e) in self.memory.contexts.iter().filter(|(_, e)| e.pinned) {
+            let table = self.kvm.table(e.owner).unwrap_or_default();
+            pins.blocks.extend(table.iter().copied());
+            pins.holders.push((table.len(), id.as_str()));
+        }
+        pins
+    }
+
     /// Why `prompt` can never be admitted while the pinned contexts stay, if so.
     pub(crate) fn never_fits(&self, prompt: &[u32]) -> Option<SubmitError> {
+        self.never_fits_beside(&self.pins(), prompt)
+    }
+
+    /// [`never_fits`](Self::never_fits) beside `pins`.
+    fn never_fits_beside(&self, pins: &Pins<'_>, prompt: &[u32]) -> Option<SubmitError> {
         let total = self.kvm.pool().num_blocks();
         // As the scheduler counts: the prompt plus the first generated token.
         let need = self.kvm.blocks_for(prompt.len() + 1);
-        let mut pinned: HashSet<u32> = HashSet::new();
-        let mut holders: Vec<(usize, &str)> = Vec::new();
-        for (id, e) in self.memory.contexts.iter().filter(|(_, e)| e.pinned) {
-            let table = self.kvm.table(e.owner).unwrap_or_default();
-            pinned.extend(table.iter().copied());
-            holders.push((table.len(), id.as_str()));
-        }
-        let free = total - pinned.len();
+        let free = total - pins.blocks.len();
         if need <= free {
             return None; // the common case: no hashing
         }
         // Blocks it would share with pinned contexts cost nothing more.
         let shared = self
             .kvm
-            .cached_chain(prompt, prompt.len() - 1)
+            .cached_chain(prompt, prompt.len().saturating_sub(1))
             .into_iter()
-            .filter(|b| pinned.contains(b))
+            .filter(|b| pins.blocks.contains(b))
             .count();
         if need - shared <= free {
             return None;
         }
+        let mut holders = pins.holders.clone();
         holders.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
         let mut named: Vec<String> = holders
             .iter()
@@ -64,7 +83,7 @@ impl<B: Backend> Engine<B> {
         Some(SubmitError::KvPinned {
             tokens: prompt.len(),
             need_blocks: need - shared,
-            pinned_blocks: pinned.len(),
+            pinned_blocks: pins.blocks.len(),
             total_blocks: total,
             free_blocks: free,
             holders: named.join(", "),
@@ -72,15 +91,17 @@ impl<B: Backend> Engine<B> {
     }
 
     /// The waiting sequences that can never be admitted while the pinned contexts stay,
-    /// each with why (none without pinned contexts: nothing else is permanent).
+    /// each with why (none without pinned contexts: nothing else is permanent). The pins
+    /// are counted once for all of them.
     fn out_of_room(&self) -> Vec<(u64, SubmitError)> {
         if !self.memory.contexts.values().any(|e| e.pinned) {
             return Vec::new();
         }
+        let pins = self.pins();
         (self.sched.waiting().iter())
             .filter_map(|&id| {
                 let s = self.seqs.get(&id).filter(|s| s.build.is_none())?;
-                Some((id, self.never_fits(&s.tokens)?))
+                Some((id, self.never_fits_beside(&pins, &s.tokens)?))
             })
             .collect()
     }

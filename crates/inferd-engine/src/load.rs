@@ -5,6 +5,9 @@
 //! the owner its KV back, and admits every request that waited on it. Requests for an
 //! owner already being read join that read. A read that brings nothing back leaves the
 //! request to try its next prefix source (a session's context), then to recompute.
+//! Blocks of the owner still in memory when the read starts are held by it (a reference
+//! each) until the install, so another owner's install cannot evict them meanwhile (the
+//! reader skips them: their bytes are nowhere else).
 
 use std::time::Instant;
 
@@ -34,6 +37,8 @@ pub(crate) struct Load {
     /// the prefix cache (an unpinned context).
     hold: bool,
     tokens: Vec<u32>,
+    /// Per block of the owner, the one in memory held for the install (not read).
+    held: Vec<Option<BlockId>>,
     pub waiting: Vec<Waiting>,
 }
 
@@ -95,18 +100,18 @@ impl<B: Backend> Engine<B> {
         if self.loads.contains_key(&owner) {
             return true;
         }
-        let Some(job) = self.read_job(owner, &tokens, shared) else {
+        let Some((job, held)) = self.read_job(owner, &tokens, shared) else {
             return false;
         };
-        let Some(tier) = self.spill.as_ref() else {
-            return false;
-        };
-        tier.read(job);
+        if let Some(tier) = self.spill.as_ref() {
+            tier.read(job);
+        }
         self.loads.insert(
             owner,
             Load {
                 hold,
                 tokens,
+                held,
                 waiting: Vec::new(),
             },
         );
@@ -115,7 +120,7 @@ impl<B: Backend> Engine<B> {
 
     /// At startup (nothing is served yet): reads `owner`'s blocks on this thread.
     pub(crate) fn load_now(&mut self, owner: SeqId, tokens: &[u32], hold: bool) {
-        let Some(job) = self.read_job(owner, tokens, tokens.len()) else {
+        let Some((job, held)) = self.read_job(owner, tokens, tokens.len()) else {
             return;
         };
         let Some(tier) = self.spill.as_ref() else {
@@ -125,22 +130,30 @@ impl<B: Backend> Engine<B> {
         let st = tier.store.lock().unwrap_or_else(|e| e.into_inner());
         crate::spill::refresh_view(&tier.view, &st, tier.snapshots.as_deref(), None);
         drop(st);
-        self.install_read(done, tokens, hold);
+        self.install_read(done, tokens, hold, held);
     }
 
     /// What to read for `owner`: its blocks, which of them (and of its snapshots) are
-    /// in memory already.
-    fn read_job(&self, owner: SeqId, tokens: &[u32], shared: usize) -> Option<ReadJob> {
+    /// in memory already, and those blocks, held until the install.
+    fn read_job(
+        &mut self,
+        owner: SeqId,
+        tokens: &[u32],
+        shared: usize,
+    ) -> Option<(ReadJob, Vec<Option<BlockId>>)> {
         self.spill.as_ref()?;
         let metas: Vec<_> =
             block_metas(self.kvm.root_key(), tokens, self.kvm.block_size()).collect();
         let bs = self.kvm.block_size();
-        let resident = metas
+        let held: Vec<Option<BlockId>> = metas
             .iter()
             .map(|m| {
-                m.tokens.len() == bs && self.kvm.pool().lookup(m.key, m.parent, &m.tokens).is_some()
+                (m.tokens.len() == bs)
+                    .then(|| self.kvm.claim_cached(m.key, m.parent, &m.tokens))
+                    .flatten()
             })
             .collect();
+        let resident = held.iter().map(Option::is_some).collect();
         let snaps_resident = self.kvm.is_stateful().then(|| {
             metas
                 .iter()
@@ -148,7 +161,7 @@ impl<B: Backend> Engine<B> {
                 .map(|m| self.kvm.snapshot_at(m.key, m.parent).is_some())
                 .collect()
         });
-        Some(ReadJob {
+        let job = ReadJob {
             owner,
             snap_blocks: shared / bs,
             bs,
@@ -156,7 +169,8 @@ impl<B: Backend> Engine<B> {
             resident,
             snaps_resident,
             since: Instant::now(),
-        })
+        };
+        Some((job, held))
     }
 
     /// The reader's bytes arrived: the owner gets its KV, the requests waiting on it go
@@ -175,28 +189,35 @@ impl<B: Backend> Engine<B> {
             .values()
             .chain(self.memory.sessions.values())
             .any(|e| e.owner == owner);
-        self.install_read(done, &load.tokens, load.hold && registered);
+        self.install_read(done, &load.tokens, load.hold && registered, load.held);
         for mut w in load.waiting {
             w.tried.push(owner);
             self.submit_or_wait(w);
         }
     }
 
-    /// Imports what was read: blocks that were in memory are claimed again (the read
-    /// ends at one evicted since), the others fill fresh blocks (the read ends where
-    /// memory is short); a hybrid owner is cut back to its deepest snapshot. Then the
-    /// owner holds them (`hold`), or they stay in the prefix cache.
-    fn install_read(&mut self, done: ReadDone, tokens: &[u32], hold: bool) {
+    /// Imports what was read: blocks that were in memory are those `held` since the
+    /// read began, the others fill fresh blocks (the read ends where memory is short); a
+    /// hybrid owner is cut back to its deepest snapshot. Then the owner holds them
+    /// (`hold`), or they stay in the prefix cache. Held blocks not taken are given back.
+    fn install_read(
+        &mut self,
+        done: ReadDone,
+        tokens: &[u32],
+        hold: bool,
+        mut held: Vec<Option<BlockId>>,
+    ) {
         if self.kvm.owner_tokens(done.owner).is_some() {
+            self.release_held(held);
             return;
         }
         let bs = self.kvm.block_size();
         let mut blocks: Vec<BlockId> = Vec::new();
         // Read blocks: (their place in `blocks`, their bytes), imported below.
         let mut fresh: Vec<(usize, Vec<u8>)> = Vec::new();
-        for (m, data) in done.metas.iter().zip(done.blocks) {
+        for (i, (m, data)) in done.metas.iter().zip(done.blocks).enumerate() {
             let id = match data {
-                None => match self.kvm.claim_cached(m.key, m.parent, &m.tokens) {
+                None => match held.get_mut(i).and_then(Option::take) {
                     Some(id) => id,
                     None => break,
                 },
@@ -213,6 +234,7 @@ impl<B: Backend> Engine<B> {
                 break;
             }
         }
+        self.release_held(held);
         // Batched imports; where one fails, the blocks from there on are given back.
         let mut end = blocks.len();
         for group in fresh.chunks(spill::batch_blocks(self.bytes_per_block as usize)) {
@@ -269,6 +291,13 @@ impl<B: Backend> Engine<B> {
             for b in blocks {
                 self.kvm.release_block(b);
             }
+        }
+    }
+
+    /// Gives back the references of blocks held for an install and not taken.
+    fn release_held(&mut self, held: Vec<Option<BlockId>>) {
+        for b in held.into_iter().flatten() {
+            self.kvm.release_block(b);
         }
     }
 

@@ -108,6 +108,42 @@ fn a_reply_that_outgrows_the_room_beside_pinned_contexts_ends_by_length() {
 }
 
 #[test]
+fn a_waiting_request_a_later_pin_leaves_no_room_for_is_refused() {
+    let cfg = EngineConfig {
+        kv_budget: KvBudget::Bytes(64 * BLOCK_BYTES),
+        sched: SchedulerConfig {
+            max_running: 1,
+            ..Default::default()
+        },
+        speculate: None,
+        ..config()
+    };
+    let Some(e) = engine(cfg) else { return };
+    // One reply holds the only running slot while a 640-token prompt (41 of the 64
+    // blocks: it fits when it arrives) waits behind it, and a context pinning 30 blocks
+    // is made (its build goes first).
+    let mut busy = GenRequest::greedy(tokens(&e, 8, "hello"), 200);
+    busy.ignore_eos = true;
+    let mut busy = e.submit(busy).unwrap();
+    let mut long = e
+        .submit(GenRequest::greedy(tokens(&e, 640, "other"), 4))
+        .unwrap();
+    block_on(e.create_context(pinned("brief", tokens(&e, 30 * 16, "brief")))).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(long.next_blocking()));
+    match rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("an answer")
+    {
+        Some(Event::Rejected(SubmitError::KvPinned { need_blocks, .. })) => {
+            assert_eq!(need_blocks, 41)
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(collect(&mut busy).completion_tokens, 200);
+}
+
+#[test]
 fn a_request_not_admitted_within_the_queue_timeout_is_refused() {
     let cfg = EngineConfig {
         sched: SchedulerConfig {

@@ -414,6 +414,71 @@ fn a_session_released_under_pressure_comes_back_from_disk() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Two sessions released to disk come back at once: the one whose blocks are still in
+/// memory holds them from the start of its read, so the other's install (fresh blocks
+/// taken from the prefix cache's least recently used) cannot evict them before its own
+/// install (it recomputed all but its first block before).
+#[test]
+fn sessions_back_at_once_keep_the_blocks_they_find_in_memory() {
+    let dir = temp_dir("together");
+    let cfg = EngineConfig {
+        park_fraction: 0.0, // every session is released to disk right after its turn
+        kv_budget: inferd_engine::KvBudget::Bytes(40 * BLOCK_BYTES),
+        spill: Some(SpillConfig {
+            dir: dir.to_path_buf(),
+            budget_bytes: 1 << 30,
+            // Both reads are in flight before the first one's install.
+            read_delay: Duration::from_millis(200),
+            write_delay: Duration::ZERO,
+        }),
+        ..config()
+    };
+    let Some(e) = engine(cfg) else { return };
+    // Three sessions of 15 blocks each (turn and reply) in a pool of 40: the third's
+    // turn evicts most of the first's blocks, the second's stay in the prefix cache.
+    let turns: Vec<Vec<u32>> = ["rivers", "mountains", "forests"]
+        .iter()
+        .map(|w| {
+            let mut t = text(&e, &format!("Tell me about {w}. ").repeat(40));
+            t.truncate(230);
+            t
+        })
+        .collect();
+    let mut seconds = Vec::new();
+    for (k, t) in turns.iter().enumerate() {
+        let mut req = GenRequest::greedy(t.clone(), MAX_TOKENS);
+        req.session = Some(format!("s{k}"));
+        req.ignore_eos = true;
+        let r = run_one(&e, req);
+        let mut next = t.clone();
+        next.extend(&r.tokens);
+        next.extend(text(&e, " And then?"));
+        seconds.push(next);
+    }
+    let report = block_on(e.cache_report()).unwrap();
+    assert!(
+        report.sessions.iter().all(|s| s.resident_tokens == 0),
+        "released"
+    );
+    // The first two sessions' next turns, together.
+    let mut streams: Vec<_> = (0..2)
+        .map(|k| {
+            let mut req = GenRequest::greedy(seconds[k].clone(), 4);
+            req.session = Some(format!("s{k}"));
+            e.submit(req).unwrap()
+        })
+        .collect();
+    for (k, s) in streams.iter_mut().enumerate() {
+        let o = collect(s);
+        assert_eq!(
+            o.cached_tokens,
+            turns[k].len() + MAX_TOKENS - 1,
+            "session s{k}: all of it from disk or memory"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// SSD-tier reads are an admission state off the engine thread: while a session's KV is
 /// read back from a slow disk (800 ms a read here), a request that needs no disk runs
 /// to completion, and the session still gets every block back.
