@@ -12,7 +12,7 @@ use tokio::sync::mpsc as tmpsc;
 use crate::engine::Engine;
 use crate::handle::Reply;
 use crate::memory::{
-    unix_now, CacheReport, ContextInfo, ContextSpec, Entry, MemoryError, SessionInfo,
+    common_prefix, unix_now, CacheReport, ContextInfo, ContextSpec, Entry, MemoryError, SessionInfo,
 };
 use crate::request::GenRequest;
 use crate::seq::{Build, Seq};
@@ -25,8 +25,10 @@ pub(crate) const MAX_META_BYTES_PER_TOKEN: usize = 64;
 pub(crate) const MAX_META_BASE_BYTES: usize = 64 << 10;
 
 impl<B: Backend> Engine<B> {
-    /// The owner a new request continues: its session if parked, else its context, when
-    /// it holds KV in memory (one on disk was read back first: `load.rs`).
+    /// The owner a new request continues, among its session and its context those that
+    /// hold KV in memory (one on disk was read back first: `load.rs`): the one whose
+    /// tokens share more of the prompt, the session on a tie (a session whose history
+    /// began with another context gives way to the context the prompt starts with).
     pub(crate) fn prefix_source(&mut self, req: &GenRequest) -> Option<SeqId> {
         self.tick += 1;
         let tick = self.tick;
@@ -39,20 +41,23 @@ impl<B: Backend> Engine<B> {
                 e.tick = tick;
                 e.owner
             });
-        if let Some(owner) = session {
-            if self.kvm.owner_tokens(owner).is_some() {
-                return Some(owner);
-            }
-        }
-        let owner = req
+        let context = req
             .context
             .as_ref()
             .and_then(|c| self.memory.contexts.get_mut(c))
             .map(|e| {
                 e.tick = tick; // a context in use is not the least recently used
                 e.owner
-            })?;
-        self.kvm.owner_tokens(owner).is_some().then_some(owner)
+            });
+        let shared = |owner: Option<SeqId>| {
+            let owner = owner?;
+            let tokens = self.kvm.owner_tokens(owner)?;
+            Some((common_prefix(tokens, &req.prompt), owner))
+        };
+        match (shared(session), shared(context)) {
+            (Some(s), Some(c)) => Some(if c.0 > s.0 { c.1 } else { s.1 }),
+            (s, c) => s.or(c).map(|(_, owner)| owner),
+        }
     }
 
     /// Makes a context (prefilled by the steps to come; [`Self::finish_build`] answers).
@@ -83,7 +88,8 @@ impl<B: Backend> Engine<B> {
             return;
         }
         if spec.pin {
-            if let Err(why) = self.check_pin(n, self.pinned_with_builds()) {
+            let pinned = self.pinned_with_builds(spec.id.as_deref());
+            if let Err(why) = self.check_pin(n, pinned) {
                 let _ = reply.send(Err(MemoryError::TooLarge(why)));
                 return;
             }
@@ -321,8 +327,25 @@ impl<B: Backend> Engine<B> {
         })
     }
 
+    /// Drops a context, and cancels a context of this id still being made (its maker
+    /// is told it was deleted), so a context deleted while it is made never appears.
     pub(crate) fn delete_context(&mut self, id: &str) -> Result<(), MemoryError> {
-        self.forget(spill::CONTEXT, id)
+        let builds: Vec<SeqId> = (self.seqs.iter())
+            .filter(|(_, s)| s.build.as_ref().is_some_and(|b| b.id == id))
+            .map(|(&k, _)| k)
+            .collect();
+        for seq in &builds {
+            if let Some(b) = self.seqs.get_mut(seq).and_then(|s| s.build.take()) {
+                let _ = b.reply.send(Err(MemoryError::Deleted(format!(
+                    "the context '{id}' was deleted while it was being made"
+                ))));
+            }
+            self.remove(*seq);
+        }
+        match self.forget(spill::CONTEXT, id) {
+            Err(MemoryError::NotFound(_)) if !builds.is_empty() => Ok(()),
+            r => r,
+        }
     }
 
     /// Drops a session, and the session of its turns still running or waiting: they

@@ -77,9 +77,13 @@ impl<B: Backend> Engine<B> {
 
     /// Bytes and snapshots pinned, counting the pinned contexts still being prefilled at
     /// what they will hold (so contexts made together cannot pin past the bound that
-    /// each alone was checked against).
-    pub(crate) fn pinned_with_builds(&self) -> (u64, usize) {
-        let p = self.pinned();
+    /// each alone was checked against), less the context `replacing` names (a context
+    /// made again under its id replaces it when made).
+    pub(crate) fn pinned_with_builds(&self, replacing: Option<&str>) -> (u64, usize) {
+        let kept = (self.memory.contexts.iter())
+            .filter(|(id, _)| Some(id.as_str()) != replacing)
+            .map(|(_, e)| e.owner);
+        let p = self.held_by(kept);
         let (mut blocks, mut snaps) = (p.blocks.len(), p.snaps.len());
         for seq in self.seqs.values() {
             if seq.build.as_ref().is_some_and(|b| b.pin) {

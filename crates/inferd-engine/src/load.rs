@@ -16,6 +16,7 @@ use inferd_runtime::Backend;
 use tokio::sync::mpsc as tmpsc;
 
 use crate::engine::Engine;
+use crate::memory::{common_prefix, Entry};
 use crate::request::{Event, GenRequest};
 use crate::spill::{self, block_metas};
 use crate::spill_read::{self, ReadDone, ReadJob};
@@ -48,12 +49,8 @@ impl<B: Backend> Engine<B> {
         if let Some((owner, tokens, hold)) = self.source_on_disk(&w.req, &w.tried) {
             // A snapshot helps the request only inside what its prompt shares with the
             // owner's tokens (less its last token, which is computed for its logits).
-            let shared = tokens
-                .iter()
-                .zip(&w.req.prompt)
-                .take_while(|(a, b)| a == b)
-                .count()
-                .min(w.req.prompt.len().saturating_sub(1));
+            let shared =
+                common_prefix(&tokens, &w.req.prompt).min(w.req.prompt.len().saturating_sub(1));
             if self.start_load(owner, tokens, hold, shared) {
                 self.loads.get_mut(&owner).unwrap().waiting.push(w);
                 return;
@@ -62,34 +59,39 @@ impl<B: Backend> Engine<B> {
         self.admit(w.id, w.req, w.tx, w.at);
     }
 
-    /// The owner `req` would continue (its session, else its context) when it holds no
-    /// KV in memory but its first block is on disk: (owner, tokens, hold).
+    /// The owner `req` would continue when it holds no KV in memory but its first block
+    /// is on disk: (owner, tokens, hold). Its session and its context in the order
+    /// [`prefix_source`](Self::prefix_source) prefers them (the one sharing more of the
+    /// prompt, the session on a tie), one in memory ending the search; one that shares
+    /// less than a block of the prompt is never read.
     fn source_on_disk(&self, req: &GenRequest, tried: &[SeqId]) -> Option<(SeqId, Vec<u32>, bool)> {
         let tier = self.spill.as_ref()?;
-        let absent = |owner: SeqId, tokens: &[u32]| {
-            self.kvm.owner_tokens(owner).is_none()
-                && !tried.contains(&owner)
-                && block_metas(self.kvm.root_key(), tokens, self.kvm.block_size())
-                    .next()
-                    .is_some_and(|m| tier.on_disk(m.key) || self.loads.contains_key(&owner))
-        };
-        if let Some(e) = req
-            .session
-            .as_ref()
+        let bs = self.kvm.block_size();
+        let session = (req.session.as_ref())
             .and_then(|s| self.memory.sessions.get(s))
-        {
+            .map(|e| (e, true));
+        let context = (req.context.as_ref())
+            .and_then(|c| self.memory.contexts.get(c))
+            .map(|e| (e, e.pinned));
+        let share = |e: &Entry| common_prefix(&e.tokens, &req.prompt);
+        let order = match (session, context) {
+            (Some(s), Some(c)) if share(c.0) > share(s.0) => [Some(c), Some(s)],
+            (s, c) => [s, c],
+        };
+        for (e, hold) in order.into_iter().flatten() {
             if self.kvm.owner_tokens(e.owner).is_some() {
                 return None;
             }
-            if absent(e.owner, &e.tokens) {
-                return Some((e.owner, e.tokens.clone(), true));
+            let on_disk = !tried.contains(&e.owner)
+                && share(e) >= bs
+                && block_metas(self.kvm.root_key(), &e.tokens, bs)
+                    .next()
+                    .is_some_and(|m| tier.on_disk(m.key) || self.loads.contains_key(&e.owner));
+            if on_disk {
+                return Some((e.owner, e.tokens.clone(), hold));
             }
         }
-        let e = req
-            .context
-            .as_ref()
-            .and_then(|c| self.memory.contexts.get(c))?;
-        absent(e.owner, &e.tokens).then(|| (e.owner, e.tokens.clone(), e.pinned))
+        None
     }
 
     /// Starts reading `owner`'s blocks (or joins the read in flight). `false`: nothing

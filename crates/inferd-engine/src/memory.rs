@@ -132,11 +132,19 @@ pub enum MemoryError {
     Invalid(String),
     #[error("{0}")]
     Failed(String),
+    /// Deleted while it was being made.
+    #[error("{0}")]
+    Deleted(String),
     #[error("the engine has stopped")]
     Stopped,
     /// The device failed (a fatal backend error): nothing more runs in this process.
     #[error("the device failed ({0}); the server must be restarted")]
     DeviceLost(String),
+}
+
+/// How many leading tokens `a` and `b` share.
+pub(crate) fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 #[derive(Clone, Debug)]

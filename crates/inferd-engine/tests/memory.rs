@@ -398,3 +398,69 @@ fn sessions_sharing_a_pinned_brief_count_its_blocks_once() {
     assert!(report.blocks_parked <= 6 * 2, "{}", report.blocks_parked);
     assert_eq!(report.blocks_pinned, 38);
 }
+
+/// A context deleted while it is being made never appears: its maker is told it was
+/// deleted (it used to be a 404 for the delete, then the context, pinned).
+#[test]
+fn a_context_deleted_while_it_is_made_never_appears() {
+    let Some(e) = engine(config()) else { return };
+    let tokens: Vec<u32> = (0..300).map(|i| 100 + i).collect();
+    // (join! polls the create first: its message is in before the delete's.)
+    let (made, deleted) = block_on(async {
+        tokio::join!(
+            e.create_context(pinned("x", tokens.clone())),
+            e.delete_context("x")
+        )
+    });
+    assert!(matches!(made, Err(MemoryError::Deleted(_))), "{made:?}");
+    deleted.expect("a context being made can be deleted");
+    let r = block_on(e.cache_report()).unwrap();
+    assert!(r.contexts.is_empty(), "{:?}", r.contexts);
+    assert_eq!(r.blocks_pinned, 0);
+    // Made again, it is there.
+    block_on(e.create_context(pinned("x", tokens))).unwrap();
+    assert_eq!(block_on(e.cache_report()).unwrap().contexts.len(), 1);
+}
+
+/// A pinned context made again under its id replaces it: the bound on pinned memory
+/// counts the new one instead of the old, not both (it was refused past a quarter).
+#[test]
+fn a_pinned_context_made_again_under_its_id_is_counted_once() {
+    let cfg = EngineConfig {
+        kv_budget: KvBudget::Bytes(40 * BLOCK_BYTES),
+        ..config()
+    };
+    let Some(e) = engine(cfg) else { return };
+    // 185 tokens: 12 blocks, more than a quarter of 40 and less than half.
+    let brief: Vec<u32> = (0..185).map(|i| 100 + i).collect();
+    block_on(e.create_context(pinned("brief", brief.clone()))).unwrap();
+    block_on(e.create_context(pinned("brief", brief))).expect("the same context again");
+    let other: Vec<u32> = (0..185).map(|i| 2000 + i).collect();
+    block_on(e.create_context(pinned("brief", other.clone()))).expect("another under its id");
+    assert_eq!(block_on(e.cache_report()).unwrap().blocks_pinned, 12);
+    // Another id of that size would pin 24 blocks: still refused.
+    let r = block_on(e.create_context(pinned("more", other)));
+    assert!(matches!(r, Err(MemoryError::TooLarge(_))), "{r:?}");
+}
+
+/// A session whose history began with one context, back with another: the turn starts
+/// from the context its prompt begins with, whole (its part-filled last block too),
+/// not from the session's history, which shares none of it.
+#[test]
+fn a_session_turn_on_another_context_reuses_that_context_whole() {
+    let Some(e) = engine(config()) else { return };
+    let a: Vec<u32> = (0..91).map(|i| 200 + i).collect();
+    let b: Vec<u32> = (0..103).map(|i| 600 + i).collect();
+    block_on(e.create_context(pinned("a", a.clone()))).unwrap();
+    block_on(e.create_context(pinned("b", b.clone()))).unwrap();
+    let turn = |ctx: &str, prefix: &[u32], q: &str| {
+        let mut prompt = prefix.to_vec();
+        prompt.extend(e.tokenizer.encode(q, false).unwrap());
+        let mut req = GenRequest::greedy(prompt, 6);
+        req.session = Some("x".into());
+        req.context = Some(ctx.into());
+        run_one(&e, req)
+    };
+    assert_eq!(turn("a", &a, " first question").cached_tokens, a.len());
+    assert_eq!(turn("b", &b, " another one").cached_tokens, b.len());
+}

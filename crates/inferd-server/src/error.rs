@@ -52,6 +52,11 @@ impl ApiError {
         Self::bad_request(message).with_param(param)
     }
 
+    /// 409: the request lost a race with another on the same resource.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "invalid_request_error", message)
+    }
+
     /// 422: well-formed and well-typed, but this model cannot process it.
     pub fn unprocessable(message: impl Into<String>) -> Self {
         Self::new(

@@ -60,6 +60,7 @@ pub fn api_error(e: MemoryError) -> ApiError {
         MemoryError::TooLarge(m) => ApiError::too_large(m).with_code("context_too_large"),
         MemoryError::Invalid(m) => ApiError::bad_request(m),
         MemoryError::Failed(m) => ApiError::internal(m),
+        MemoryError::Deleted(m) => ApiError::conflict(m).with_code("context_deleted"),
         MemoryError::Stopped => ApiError::unavailable("the engine has stopped"),
         MemoryError::DeviceLost(_) => ApiError::unavailable(e.to_string()).with_code("device_lost"),
     }
