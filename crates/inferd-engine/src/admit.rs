@@ -94,10 +94,10 @@ impl<B: Backend> Engine<B> {
     /// each with why (none without pinned contexts: nothing else is permanent). The pins
     /// are counted once for all of them.
     fn out_of_room(&self) -> Vec<(u64, SubmitError)> {
-        if !self.memory.contexts.values().any(|e| e.pinned) {
+        let pins = self.pins();
+        if pins.holders.is_empty() {
             return Vec::new();
         }
-        let pins = self.pins();
         (self.sched.waiting().iter())
             .filter_map(|&id| {
                 let s = self.seqs.get(&id).filter(|s| s.build.is_none())?;
@@ -125,10 +125,8 @@ impl<B: Backend> Engine<B> {
                 self.remove(*id);
                 continue;
             }
-            if s.confirms_end() {
-                // Its output side says how many tokens the client got.
-                let session = s.parks_under().unwrap_or_default().to_string();
-                self.ended_turns.insert(*id, (session, s.prompt_len));
+            if let Some(turn) = s.ended_turn() {
+                self.ended_turns.insert(*id, turn);
             }
             self.output.send(OutMsg::End(*id, s.cached));
             metrics::counter!(names::REQUESTS_FINISHED).increment(1);

@@ -12,7 +12,8 @@ use tokio::sync::mpsc as tmpsc;
 use crate::engine::Engine;
 use crate::handle::Reply;
 use crate::memory::{
-    common_prefix, unix_now, CacheReport, ContextInfo, ContextSpec, Entry, MemoryError, SessionInfo,
+    by_share, common_prefix, unix_now, CacheReport, ContextInfo, ContextSpec, Entry, MemoryError,
+    SessionInfo,
 };
 use crate::request::GenRequest;
 use crate::seq::{Build, Seq};
@@ -54,10 +55,8 @@ impl<B: Backend> Engine<B> {
             let tokens = self.kvm.owner_tokens(owner)?;
             Some((common_prefix(tokens, &req.prompt), owner))
         };
-        match (shared(session), shared(context)) {
-            (Some(s), Some(c)) => Some(if c.0 > s.0 { c.1 } else { s.1 }),
-            (s, c) => s.or(c).map(|(_, owner)| owner),
-        }
+        let [first, then] = by_share(shared(session), shared(context));
+        first.or(then)
     }
 
     /// Makes a context (prefilled by the steps to come; [`Self::finish_build`] answers).

@@ -61,10 +61,8 @@ impl<B: Backend> Engine<B> {
                 Verdict::Continue => {}
                 Verdict::End(e) => {
                     end = Some(e);
-                    if seq.confirms_end() {
-                        // Its output side says how many tokens the client got.
-                        let session = seq.parks_under().unwrap_or_default().to_string();
-                        self.ended_turns.insert(id, (session, seq.prompt_len));
+                    if let Some(turn) = seq.ended_turn() {
+                        self.ended_turns.insert(id, turn);
                     }
                     l.finished.push(id);
                     l.completed += 1;

@@ -16,7 +16,7 @@ use inferd_runtime::Backend;
 use tokio::sync::mpsc as tmpsc;
 
 use crate::engine::Engine;
-use crate::memory::{common_prefix, Entry};
+use crate::memory::{by_share, common_prefix, Entry};
 use crate::request::{Event, GenRequest};
 use crate::spill::{self, block_metas};
 use crate::spill_read::{self, ReadDone, ReadJob};
@@ -67,18 +67,14 @@ impl<B: Backend> Engine<B> {
     fn source_on_disk(&self, req: &GenRequest, tried: &[SeqId]) -> Option<(SeqId, Vec<u32>, bool)> {
         let tier = self.spill.as_ref()?;
         let bs = self.kvm.block_size();
+        let share = |e: &Entry| common_prefix(&e.tokens, &req.prompt);
         let session = (req.session.as_ref())
             .and_then(|s| self.memory.sessions.get(s))
-            .map(|e| (e, true));
+            .map(|e| (share(e), (e, true)));
         let context = (req.context.as_ref())
             .and_then(|c| self.memory.contexts.get(c))
-            .map(|e| (e, e.pinned));
-        let share = |e: &Entry| common_prefix(&e.tokens, &req.prompt);
-        let order = match (session, context) {
-            (Some(s), Some(c)) if share(c.0) > share(s.0) => [Some(c), Some(s)],
-            (s, c) => [s, c],
-        };
-        for (e, hold) in order.into_iter().flatten() {
+            .map(|e| (share(e), (e, e.pinned)));
+        for (e, hold) in by_share(session, context).into_iter().flatten() {
             if self.kvm.owner_tokens(e.owner).is_some() {
                 return None;
             }

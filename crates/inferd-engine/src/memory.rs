@@ -147,6 +147,19 @@ pub(crate) fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
+/// A request's session and context, each with how many of the prompt's tokens it
+/// shares, in the order a request continues them: the context first where it shares
+/// more, else the session.
+pub(crate) fn by_share<T>(
+    session: Option<(usize, T)>,
+    context: Option<(usize, T)>,
+) -> [Option<T>; 2] {
+    match (session, context) {
+        (Some(s), Some(c)) if c.0 > s.0 => [Some(c.1), Some(s.1)],
+        (s, c) => [s.map(|(_, t)| t), c.map(|(_, t)| t)],
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct Entry {
     pub owner: SeqId,

@@ -129,8 +129,7 @@ impl OutStream {
         self.generated += 1;
         if t.end == Some(EngineEnd::Eos) {
             // End of sequence: its own text is not shown.
-            let (tail, stopped) = self.flush_tail();
-            return Some((stopped, self.finish(tail, FinishReason::Stop, t.cached)));
+            return Some(self.end(FinishReason::Stop, t.cached));
         }
         self.pending.push((
             self.decoded,
@@ -156,25 +155,18 @@ impl OutStream {
             }
             StopStep::Emit(_) => {}
         }
-        let end = t.end?;
-        let (tail, stopped) = self.flush_tail();
-        let reason = if end == EngineEnd::Length && !stopped {
-            FinishReason::Length
-        } else {
-            FinishReason::Stop
+        let reason = match t.end? {
+            EngineEnd::Length => FinishReason::Length,
+            _ => FinishReason::Stop,
         };
-        Some((stopped, self.finish(tail, reason, t.cached)))
+        Some(self.end(reason, t.cached))
     }
 
-    /// The engine ended the reply after the tokens it was sent: by length, unless the
-    /// text still held completes a stop string. As [`take`](Self::take)'s end.
-    fn end(&mut self, cached: usize) -> (bool, Vec<Event>) {
+    /// The reply ends after the tokens it was sent, for `reason` unless the text still
+    /// held completes a stop string: whether one did, and the reply's last events.
+    fn end(&mut self, reason: FinishReason, cached: usize) -> (bool, Vec<Event>) {
         let (tail, stopped) = self.flush_tail();
-        let reason = if stopped {
-            FinishReason::Stop
-        } else {
-            FinishReason::Length
-        };
+        let reason = if stopped { FinishReason::Stop } else { reason };
         (stopped, self.finish(tail, reason, cached))
     }
 
@@ -305,7 +297,7 @@ fn run(rx: mpsc::Receiver<OutMsg>, shared: Arc<Shared>) {
             }
             OutMsg::End(id, cached) => {
                 if let Some(mut s) = streams.remove(&id) {
-                    let (by_stop, last) = s.end(cached);
+                    let (by_stop, last) = s.end(FinishReason::Length, cached);
                     deliver(id, s, by_stop, last, &tell);
                 }
             }

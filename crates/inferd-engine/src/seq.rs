@@ -183,6 +183,17 @@ impl Seq {
         self.stops && self.parks_under().is_some()
     }
 
+    /// The entry `Engine::ended_turns` keeps for it when it ends, where its output side
+    /// says how many tokens the client got: (session, prompt length).
+    pub fn ended_turn(&self) -> Option<(String, usize)> {
+        self.confirms_end().then(|| {
+            (
+                self.parks_under().unwrap_or_default().to_string(),
+                self.prompt_len,
+            )
+        })
+    }
+
     /// Computes this step's mask (a constrained sequence only), and its draft's
     /// positions' masks. Runs on the mask thread while the forward pass runs.
     pub fn prepare_mask(&mut self) {

@@ -130,6 +130,7 @@ pub fn router(state: AppState) -> Router {
         .merge(v1)
         .route("/health", get(health::health))
         .route("/metrics", get(metrics::render))
+        .route_layer(axum::middleware::from_fn(metrics::tag_route))
         .fallback(error::fallback_404)
         .method_not_allowed_fallback(error::fallback_405)
         .layer(DefaultBodyLimit::max(limit))

@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -130,56 +130,26 @@ fn describe() {
     );
 }
 
-/// Middleware over every route: counts the response by its route and status.
-pub async fn count(req: Request, next: Next) -> Response {
-    let route = route_of(req.uri().path());
-    let res = next.run(req).await;
-    let status = res.status().as_u16().to_string();
-    metrics::counter!(HTTP_RESPONSES, "route" => route, "status" => status).increment(1);
+/// Route layer: carries the matched route's pattern out on the response, for [`count`].
+pub async fn tag_route(path: MatchedPath, req: Request, next: Next) -> Response {
+    let mut res = next.run(req).await;
+    res.extensions_mut().insert(path);
     res
 }
 
-/// A path's route pattern, so a label never holds a client's ids or made-up paths.
-fn route_of(path: &str) -> &'static str {
-    const EXACT: &[&str] = &[
-        "/v1/chat/completions",
-        "/v1/completions",
-        "/v1/models",
-        "/v1/contexts",
-        "/v1/sessions",
-        "/v1/cache",
-        "/v1/responses",
-        "/v1/messages",
-        "/v1/messages/count_tokens",
-        "/health",
-        "/metrics",
-    ];
-    if let Some(r) = EXACT.iter().find(|r| **r == path) {
-        return r;
-    }
-    let one_segment = |prefix: &str| {
-        path.strip_prefix(prefix)
-            .is_some_and(|id| !id.is_empty() && !id.contains('/'))
-    };
-    if path
-        .strip_prefix("/v1/models/")
-        .is_some_and(|id| !id.is_empty())
-    {
-        "/v1/models/{id}"
-    } else if one_segment("/v1/contexts/") {
-        "/v1/contexts/{id}"
-    } else if one_segment("/v1/sessions/") {
-        "/v1/sessions/{id}"
-    } else if one_segment("/v1/responses/") {
-        "/v1/responses/{id}"
-    } else if (path.strip_suffix("/input_items")).is_some_and(|p| {
-        p.strip_prefix("/v1/responses/")
-            .is_some_and(|id| !id.is_empty() && !id.contains('/'))
-    }) {
-        "/v1/responses/{id}/input_items"
-    } else {
-        "other"
-    }
+/// Middleware over every request: counts the response by its route (the router's own
+/// pattern, so a label never holds a client's ids; `other` where no route matched) and
+/// status.
+pub async fn count(req: Request, next: Next) -> Response {
+    let res = next.run(req).await;
+    let route = res
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("other", MatchedPath::as_str)
+        .to_string();
+    let status = res.status().as_u16().to_string();
+    metrics::counter!(HTTP_RESPONSES, "route" => route, "status" => status).increment(1);
+    res
 }
 
 pub async fn render(State(state): State<AppState>) -> Response {
@@ -204,32 +174,4 @@ pub async fn render(State(state): State<AppState>) -> Response {
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
     );
     res
-}
-
-#[cfg(test)]
-mod tests {
-    use super::route_of;
-
-    /// Labels are the routes' patterns: ids and unknown paths never become labels.
-    #[test]
-    fn routes_are_labelled_by_their_pattern() {
-        for (path, route) in [
-            ("/v1/chat/completions", "/v1/chat/completions"),
-            ("/v1/models/org/model-name", "/v1/models/{id}"),
-            ("/v1/contexts/ctx-1", "/v1/contexts/{id}"),
-            ("/v1/contexts/ctx-1/x", "other"),
-            ("/v1/sessions/s", "/v1/sessions/{id}"),
-            ("/v1/responses/resp_1", "/v1/responses/{id}"),
-            (
-                "/v1/responses/resp_1/input_items",
-                "/v1/responses/{id}/input_items",
-            ),
-            ("/v1/responses//input_items", "other"),
-            ("/v1/contexts/", "other"),
-            ("/etc/passwd", "other"),
-            ("/metrics", "/metrics"),
-        ] {
-            assert_eq!(route_of(path), route, "{path}");
-        }
-    }
 }

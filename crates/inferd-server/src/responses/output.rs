@@ -159,7 +159,9 @@ impl Echo {
             ),
             Some(e) => ("completed", Value::Null, usage(e.usage)),
         };
-        let cut = status == "incomplete";
+        let cut = end
+            .as_ref()
+            .is_some_and(|e| e.reason == FinishReason::Length);
         let output: Vec<Value> = if end.is_some() {
             let last = items.len().saturating_sub(1);
             (items.iter().enumerate())

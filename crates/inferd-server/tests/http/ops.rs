@@ -113,6 +113,7 @@ fn responses_are_counted_by_route_and_status() {
     let bad = r#"inferd_http_responses_total{route="/v1/chat/completions",status="400"}"#;
     let missing = r#"inferd_http_responses_total{route="/v1/contexts/{id}",status="404"}"#;
     let other = r#"inferd_http_responses_total{route="other",status="404"}"#;
+    let model = r#"inferd_http_responses_total{route="/v1/models/{*id}",status="404"}"#;
     let before = get(s.addr, "/metrics").text();
     post(
         s.addr,
@@ -122,15 +123,24 @@ fn responses_are_counted_by_route_and_status() {
     .error(400);
     get(s.addr, "/v1/contexts/no-such-context").error(404);
     get(s.addr, "/v1/no/such/route").error(404);
+    get(s.addr, "/v1/contexts/no-such-context/x").error(404);
+    get(s.addr, "/v1/models/org/no-such-model").error(404);
     let after = get(s.addr, "/metrics").text();
     // Other tests share the process's recorder: counts only grow, by at least ours.
-    for name in [bad, missing, other] {
+    for name in [bad, missing, model] {
         assert!(
             series(&after, name) >= series(&before, name) + 1.0,
             "{name} did not count:\n{after}"
         );
     }
-    assert!(!after.contains("no-such-context") && !after.contains("/v1/no/such"));
+    // (two unmatched paths)
+    assert!(
+        series(&after, other) >= series(&before, other) + 2.0,
+        "{after}"
+    );
+    for id in ["no-such-context", "/v1/no/such", "no-such-model"] {
+        assert!(!after.contains(id), "{id} in a label");
+    }
     assert!(after.contains("inferd_stream_errors_total"), "{after}");
 }
 
