@@ -12,6 +12,10 @@ pub enum RuntimeError {
     UnsupportedArch { path: String, arch: String },
     #[error("{path}: invalid model config: {reason}")]
     BadConfig { path: String, reason: String },
+    /// The path given as a model is none: missing, a device, a directory without
+    /// config.json, a file that is not GGUF.
+    #[error("{path}: not a model: {reason}")]
+    NotAModel { path: String, reason: String },
     #[error("invalid batch: {0}")]
     BadBatch(String),
     #[error("KV cache: {0}")]

@@ -322,6 +322,31 @@ fn validation_errors<B: Backend + Clone>(backend: B) {
         },
     );
     assert!(e.contains("output_norm.weight"), "{e}");
+    // A path that is no model: each is named as given, with what it is (a directory
+    // without config.json was "DIR/config.json: No such file", a device "/dev/config.json").
+    let empty = std::env::temp_dir().join(format!("inferd-no-model-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    let missing = empty.join("nothing-here");
+    let not_models = [
+        (
+            PathBuf::from("/dev/null"),
+            "neither a regular file nor a directory",
+        ),
+        (empty.clone(), "no config.json in it"),
+        (missing.clone(), "no such file or directory"),
+    ];
+    for (path, what) in not_models {
+        if !cfg!(unix) && path.starts_with("/dev") {
+            continue;
+        }
+        let e = Model::load(backend.clone(), &path)
+            .err()
+            .expect("load must fail")
+            .to_string();
+        let named = e.starts_with(&format!("{}: not a model: ", path.display()));
+        assert!(named && e.contains(what), "{}: {e}", path.display());
+    }
+    let _ = std::fs::remove_dir(&empty);
     let e = load_error(
         backend,
         Conversion {

@@ -84,13 +84,22 @@ impl<B: Backend> Model<B> {
             });
         }
         let safetensors = path.extension().is_some_and(|e| e == "safetensors");
+        let what = "a model is a .gguf file, or a directory (or a .safetensors file in one) \
+                    holding config.json and safetensors weights";
+        let not_a_model = |path: &Path, reason: &str| RuntimeError::NotAModel {
+            path: path.display().to_string(),
+            reason: format!("{reason}; {what}"),
+        };
         if path.is_file() && !safetensors {
-            return Err(RuntimeError::BadConfig {
-                path: path.display().to_string(),
-                reason: "not a GGUF file; a model is a .gguf file, or a directory (or a \
-                         .safetensors file in one) holding config.json and safetensors weights"
-                    .into(),
-            });
+            return Err(not_a_model(path, "not a GGUF file"));
+        }
+        if !path.is_file() && !path.is_dir() {
+            let reason = if path.exists() {
+                "neither a regular file nor a directory"
+            } else {
+                "no such file or directory"
+            };
+            return Err(not_a_model(path, reason));
         }
         let dir = if path.is_dir() {
             path.to_path_buf()
@@ -98,6 +107,9 @@ impl<B: Backend> Model<B> {
             path.parent().unwrap_or(Path::new(".")).to_path_buf()
         };
         let config_path = dir.join("config.json");
+        if !config_path.is_file() {
+            return Err(not_a_model(&dir, "no config.json in it"));
+        }
         let hf = HfConfig::from_file(&config_path)?;
         let st = Arc::new(SafetensorsModel::open(&dir)?);
         let mut whole = ModelConfig::from_hf(&hf, &config_path.display().to_string())?;
