@@ -457,8 +457,15 @@ impl<B: Backend> Engine<B> {
             }
             Msg::Loaded(done) => self.finish_load(*done),
             Msg::Cancel(id) => {
-                self.cancel_waiting(id);
+                // A client drops its stream before the reply's end only (after `Done` it
+                // sends nothing), so a request still here was cut off by its client.
+                let waited = self.cancel_waiting(id);
+                let live = waited || self.seqs.contains_key(&id);
                 self.remove(id);
+                if live {
+                    metrics::counter!(names::REQUESTS_CANCELLED).increment(1);
+                    self.stats().requests_cancelled += 1;
+                }
             }
             Msg::Ended {
                 id,

@@ -300,9 +300,14 @@ impl<B: Backend> Engine<B> {
     }
 
     /// A request was cancelled while it waited for the disk.
-    pub(crate) fn cancel_waiting(&mut self, id: u64) {
+    /// Drops `id` from the reads it waits on; whether it waited on one.
+    pub(crate) fn cancel_waiting(&mut self, id: u64) -> bool {
+        let mut found = false;
         for load in self.loads.values_mut() {
+            let before = load.waiting.len();
             load.waiting.retain(|w| w.id != id);
+            found |= load.waiting.len() < before;
         }
+        found
     }
 }

@@ -17,6 +17,8 @@ pub struct EngineStats {
     pub prompt_tokens_total: u64,
     pub generated_tokens_total: u64,
     pub requests_finished: u64,
+    /// Requests whose client left before their reply ended (running or waiting).
+    pub requests_cancelled: u64,
     pub steps: u64,
     pub uptime_s: f64,
     /// Speculative decoding: draft tokens the model checked, and those it drew too.
@@ -48,6 +50,9 @@ pub mod names {
     pub const GENERATED_TOKENS: &str = "inferd_generated_tokens_total";
     pub const PREEMPTIONS: &str = "inferd_preemptions_total";
     pub const REQUESTS_FINISHED: &str = "inferd_requests_finished_total";
+    /// Requests whose client left (closed its connection) before their reply ended;
+    /// their work stopped there. Neither finished nor failed.
+    pub const REQUESTS_CANCELLED: &str = "inferd_requests_cancelled_total";
     pub const TTFT: &str = "inferd_time_to_first_token_seconds";
     pub const ITL: &str = "inferd_inter_token_latency_seconds";
     pub const STEP_TOKENS: &str = "inferd_step_tokens";

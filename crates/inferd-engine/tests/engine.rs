@@ -326,8 +326,9 @@ fn with_f32_activations_a_cached_reply_equals_a_recomputed_one() {
 
 /// A reply the output side ends at a stop string is finished for the engine too, also
 /// when its client has left (having got `Done`) by the time the engine lands the
-/// sequence's next token: counted as finished, and its session parked with the tokens
-/// the client got, not every token drawn.
+/// sequence's next token: counted as finished (not cancelled), and its session parked
+/// with the tokens the client got, not every token drawn. A client leaving mid-reply is
+/// counted cancelled.
 #[test]
 fn replies_ended_by_a_stop_string_are_finished_whenever_their_client_leaves() {
     let Some(e) = engine(config()) else { return };
@@ -337,6 +338,7 @@ fn replies_ended_by_a_stop_string_are_finished_whenever_their_client_leaves() {
     let busy = e.submit(busy).unwrap();
     let counting = e.tokenizer.encode("1, 2, 3, 4, 5, 6,", false).unwrap();
     let before = e.stats().requests_finished;
+    let cancelled = e.stats().requests_cancelled;
     let n = 6;
     for i in 0..n {
         let mut r = GenRequest::greedy(counting.clone(), 20);
@@ -361,6 +363,14 @@ fn replies_ended_by_a_stop_string_are_finished_whenever_their_client_leaves() {
         || e.stats().requests_finished == before + n,
         "every stop-ended reply counted finished",
     );
+    // Clients that left after their reply's end cancelled nothing; the one that leaves
+    // mid-reply does.
+    assert_eq!(e.stats().requests_cancelled, cancelled);
     drop(busy);
+    wait_for(
+        || e.stats().requests_cancelled == cancelled + 1 && e.stats().running == 0,
+        "the request dropped mid-reply counted cancelled",
+    );
+    assert_eq!(e.stats().requests_finished, before + n);
     e.shutdown();
 }

@@ -41,6 +41,7 @@ pub async fn health(State(state): State<AppState>) -> Response {
         "prompt_tokens_total": s.prompt_tokens_total,
         "generated_tokens_total": s.generated_tokens_total,
         "requests_finished": s.requests_finished,
+        "requests_cancelled": s.requests_cancelled,
         "rss_bytes": rss_bytes(),
     });
     if let Some(why) = failure {

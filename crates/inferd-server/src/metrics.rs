@@ -71,6 +71,10 @@ fn describe() {
     );
     describe_counter!(names::PREEMPTIONS, "Sequences preempted for KV memory");
     describe_counter!(names::REQUESTS_FINISHED, "Requests that finished");
+    describe_counter!(
+        names::REQUESTS_CANCELLED,
+        "Requests whose client left before their reply ended"
+    );
     describe_counter!(names::DRAFT_TOKENS, "Draft tokens the model checked");
     describe_counter!(
         names::ACCEPTED_DRAFT_TOKENS,
@@ -164,6 +168,7 @@ pub async fn render(State(state): State<AppState>) -> Response {
     metrics::counter!(names::CACHED_TOKENS).increment(0);
     metrics::counter!(names::PREEMPTIONS).increment(0);
     metrics::counter!(names::REQUESTS_FINISHED).increment(0);
+    metrics::counter!(names::REQUESTS_CANCELLED).increment(0);
     metrics::counter!(names::SPILL_WRITE_ERRORS).increment(0);
     metrics::counter!(names::RESPONSE_WRITE_ERRORS).increment(0);
     metrics::counter!(STREAM_ERRORS).increment(0);

@@ -55,6 +55,7 @@ fn health_reports_engine_figures() {
     assert_eq!(v["model"], MODEL);
     assert!(v["uptime_s"].as_f64().unwrap() >= 0.0);
     assert!(v["queue"].is_u64() && v["running"].is_u64() && v["preemptions"].is_u64());
+    assert!(v["requests_finished"].is_u64() && v["requests_cancelled"].is_u64());
     let kv = &v["kv"];
     let total = kv["blocks_total"].as_u64().unwrap();
     assert!(total >= 2);
@@ -88,6 +89,8 @@ fn metrics_expose_engine_series() {
         "inferd_prompt_tokens_total",
         "inferd_generated_tokens_total",
         "inferd_preemptions_total",
+        "inferd_requests_finished_total",
+        "inferd_requests_cancelled_total",
         "inferd_time_to_first_token_seconds_bucket",
         "inferd_inter_token_latency_seconds_bucket",
         // the step's phases, as scripts/gpu/phases.py reads them
