@@ -19,6 +19,9 @@ pub struct Reply {
     pub reasoning: Option<String>,
     pub text: String,
     pub calls: Vec<Call>,
+    /// The reply ended inside its last call (`max_tokens`, a stop string): its
+    /// arguments are not a whole JSON object.
+    pub cut_short: bool,
 }
 
 const THINK_OPEN: &str = "<think>";
@@ -49,7 +52,8 @@ pub fn split_reasoning(text: &str) -> (Option<String>, &str) {
 /// Parses a whole reply: reasoning first, then the answer's text and calls.
 pub fn whole(mode: Option<&ToolMode>, text: &str) -> Reply {
     let (reasoning, answer) = split_reasoning(text);
-    let (msg, _) = tools::message(mode, answer.to_string());
+    let (msg, whole_calls) = tools::message(mode, answer.to_string());
+    let cut_short = msg.tool_calls.is_some() && !whole_calls;
     let calls = msg
         .tool_calls
         .unwrap_or_default()
@@ -64,6 +68,7 @@ pub fn whole(mode: Option<&ToolMode>, text: &str) -> Reply {
         reasoning,
         text: msg.content.unwrap_or_default(),
         calls,
+        cut_short,
     }
 }
 
@@ -96,6 +101,11 @@ impl ReplyStream {
             reasoning,
             parts: self.answer(&answer),
         }
+    }
+
+    /// Whether the reply ended inside an announced call (after `finish`).
+    pub fn cut_short(&self) -> bool {
+        self.tools.as_ref().is_some_and(|t| t.cut_short())
     }
 
     pub fn finish(&mut self) -> Streamed {

@@ -29,15 +29,20 @@
 //!
 //! # What cannot be taken back
 //!
-//! An announced call cannot be retracted. After the announcement, the only way the
-//! call can still fail is a JSON syntax error inside its arguments or the reply ending
-//! before the object closes (`max_tokens`, a stop string). Then the call's whole text
-//! (marker included) is emitted as [`StreamEvent::Content`] and parsing goes on after
-//! it, so no text is lost; the client has seen a call whose arguments are not valid
-//! JSON, where [`crate::parse()`] on the same text reports no call. A server should keep
-//! the call in its stream: finish with `tool_calls` when [`ToolStream::calls_started`]
-//! is non-zero, or `length` when the token limit cut the reply. Everywhere else the
-//! merged events equal the complete parse.
+//! An announced call cannot be retracted. After the announcement the call can still
+//! go wrong two ways:
+//!
+//! - a JSON syntax error inside its arguments: the call's whole text (marker included)
+//!   is emitted as [`StreamEvent::Content`] and parsing goes on after it, so no text is
+//!   lost; the client has seen a call whose arguments are not valid JSON;
+//! - the reply ending before the object closes (`max_tokens`, a stop string): the call
+//!   stays, cut short with the arguments so far ([`ToolStream::cut_short`]), as OpenAI's
+//!   API shows a call the token limit cut; its text is not repeated as content.
+//!
+//! In both, [`crate::parse()`] on the same text reports no call. A server builds a whole
+//! reply from the merged events of a stream over it, so that streamed and whole replies
+//! agree everywhere, and finishes with `tool_calls` only when no call was cut short.
+//! Everywhere else the merged events equal the complete parse.
 
 use crate::ids::CallIds;
 use crate::syntax::ToolSyntax;
@@ -99,6 +104,7 @@ impl ToolStream {
             out: Out {
                 events: Vec::new(),
                 calls: 0,
+                cut: false,
                 ids,
             },
         }
@@ -122,9 +128,11 @@ impl ToolStream {
     }
 
     /// Ends the reply: what was held back comes out, as content unless it completes
-    /// nothing (whitespace next to a call). Text pushed afterwards starts a new reply;
+    /// nothing (whitespace next to a call) or belongs to an announced call the end cut
+    /// short ([`ToolStream::cut_short`]). Text pushed afterwards starts a new reply;
     /// call indices go on.
     pub fn finish(&mut self) -> Vec<StreamEvent> {
+        self.out.cut = false;
         match &mut self.machine {
             Machine::Hermes(m) => m.finish(&mut self.out),
             Machine::Llama3(m) => m.finish(&mut self.out),
@@ -137,6 +145,12 @@ impl ToolStream {
     pub fn calls_started(&self) -> usize {
         self.out.calls
     }
+
+    /// Whether the reply last finished ended inside an announced call, whose arguments
+    /// are then not a whole JSON object.
+    pub fn cut_short(&self) -> bool {
+        self.out.cut
+    }
 }
 
 /// Where the machines put their events.
@@ -144,6 +158,8 @@ impl ToolStream {
 pub(crate) struct Out {
     events: Vec<StreamEvent>,
     calls: usize,
+    /// The reply last finished ended inside an announced call.
+    pub(crate) cut: bool,
     ids: CallIds,
 }
 

@@ -88,7 +88,8 @@ fn ids_match_the_complete_parse_with_the_same_seed() {
 
 /// A call that breaks after it was announced: the announcement stays, its whole text
 /// also comes out as content, and the complete parse (which sees the end first) reports
-/// the text as content only.
+/// the text as content only. A call the reply's end cuts short stays a call, with the
+/// arguments so far and no content.
 #[test]
 fn a_call_broken_after_its_announcement_cannot_be_retracted() {
     let text = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1,}}\n</tool_call>";
@@ -101,18 +102,23 @@ fn a_call_broken_after_its_announcement_cannot_be_retracted() {
     // Cut off by the token limit inside the arguments.
     let text = "Calling.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": \"long";
     let mut s = ToolStream::with_ids(ToolSyntax::Hermes, CallIds::seeded(1));
-    let mut ev = s.push(text);
+    let ev = s.push(text);
     assert_eq!(ev[0], content("Calling."));
     assert!(is_start(&ev[1], "f"));
     assert_eq!(ev[2], args(0, "{\"a\":\"long"));
-    ev = s.finish();
-    assert_eq!(
-        ev,
-        [content(
-            "\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": \"long"
-        )]
-    );
-    assert_eq!(s.calls_started(), 1);
+    assert!(!s.cut_short());
+    assert_eq!(s.finish(), []);
+    assert_eq!((s.calls_started(), s.cut_short()), (1, true));
+    // The next reply starts uncut.
+    assert_eq!(s.push("b"), [content("b")]);
+    s.finish();
+    assert!(!s.cut_short());
+    // Cut before its announcement (the name unfinished), it is content.
+    let text = "<tool_call>\n{\"name\": \"f";
+    let mut s = ToolStream::new(ToolSyntax::Hermes);
+    assert_eq!(s.push(text), []);
+    assert_eq!(s.finish(), [content(text)]);
+    assert!(!s.cut_short());
 
     // Llama 3: the same, and the rest of the reply is content.
     let text = r#"{"name": "f", "parameters": {"x": 1,}} tail"#;

@@ -61,7 +61,7 @@ impl Whole<'_> {
                     "input": input(c)}),
             );
         }
-        let reason = stop_reason(self.reason, self.stop, !r.calls.is_empty());
+        let reason = stop_reason(self.reason, self.stop, !r.calls.is_empty() && !r.cut_short);
         json!({
             "id": self.id,
             "type": "message",

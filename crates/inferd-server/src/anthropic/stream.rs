@@ -156,7 +156,8 @@ impl ChunkFormat for MessageStream {
         let parts = self.reply.finish();
         out.extend(self.parts(parts));
         self.close(&mut out);
-        let reason = stop_reason(end.reason, end.stop.as_deref(), self.calls > 0);
+        let called = self.calls > 0 && !self.reply.cut_short();
+        let reason = stop_reason(end.reason, end.stop.as_deref(), called);
         let stop = if reason == "stop_sequence" {
             end.stop
         } else {

@@ -475,7 +475,7 @@ impl ChunkFormat for ChatFormat {
         if let Some(mut t) = self.tools.take() {
             let parts = t.finish();
             out = self.tool_chunks(&mut t, parts);
-            has_calls = t.calls_started() > 0;
+            has_calls = t.calls_started() > 0 && !t.cut_short();
             held = std::mem::take(&mut t.pending_tokens);
         }
         // Their ids and logprobs go with the last chunk, as in the whole reply.

@@ -12,9 +12,7 @@
 
 use inferd_engine::{FinishReason, TokenOut};
 use inferd_grammar::CallFormat;
-use inferd_tools::{
-    check_messages, parse, StreamEvent, ToolChoice, ToolRequest, ToolStream, ToolSyntax,
-};
+use inferd_tools::{check_messages, StreamEvent, ToolChoice, ToolRequest, ToolStream, ToolSyntax};
 use serde_json::Value;
 
 use super::types::{ChatMessageOut, FunctionCallOut, FunctionDelta, ToolCallDelta, ToolCallOut};
@@ -107,7 +105,9 @@ pub fn setup(
     }))
 }
 
-/// The whole reply as an assistant message; `true` when it holds tool calls.
+/// The whole reply as an assistant message, read by the streaming parser, so that it is
+/// exactly what a stream of the same reply shows (a call the end cut short included, with
+/// its arguments so far); `true` when it holds calls and none was cut short.
 pub fn message(mode: Option<&ToolMode>, text: String) -> (ChatMessageOut, bool) {
     let Some(m) = mode else {
         return (
@@ -119,33 +119,49 @@ pub fn message(mode: Option<&ToolMode>, text: String) -> (ChatMessageOut, bool) 
             false,
         );
     };
-    let parsed = parse(m.syntax, &format!("{}{text}", m.open));
-    let keep = if m.single { 1 } else { usize::MAX };
-    let calls: Vec<ToolCallOut> = parsed
-        .tool_calls
-        .into_iter()
-        .take(keep)
-        .map(|c| ToolCallOut {
-            id: c.id,
-            kind: "function",
-            function: FunctionCallOut {
-                name: c.name,
-                arguments: c.arguments,
-            },
-        })
-        .collect();
-    let has_calls = !calls.is_empty();
+    let mut d = ToolDeltas::new(m);
+    let mut parts = d.push(&text);
+    parts.extend(d.finish());
+    let mut content = String::new();
+    // (stream index, call)
+    let mut calls: Vec<(usize, ToolCallOut)> = Vec::new();
+    for p in parts {
+        content.push_str(p.content.as_deref().unwrap_or_default());
+        for t in p.tool_calls {
+            match t.id {
+                Some(id) => calls.push((
+                    t.index,
+                    ToolCallOut {
+                        id,
+                        kind: "function",
+                        function: FunctionCallOut {
+                            name: t.function.name.unwrap_or_default(),
+                            arguments: t.function.arguments,
+                        },
+                    },
+                )),
+                None => {
+                    if let Some((_, c)) = calls.iter_mut().find(|(i, _)| *i == t.index) {
+                        c.function.arguments.push_str(&t.function.arguments);
+                    }
+                }
+            }
+        }
+    }
+    let calls: Vec<ToolCallOut> = calls.into_iter().map(|(_, c)| c).collect();
+    let whole_calls = !calls.is_empty() && !d.cut_short();
     (
         ChatMessageOut {
             role: "assistant",
-            content: parsed.content,
-            tool_calls: has_calls.then_some(calls),
+            content: (!content.is_empty()).then_some(content),
+            tool_calls: (!calls.is_empty()).then_some(calls),
         },
-        has_calls,
+        whole_calls,
     )
 }
 
-/// `finish_reason` of a reply: `tool_calls` when it made calls and ended by itself.
+/// `finish_reason` of a reply: `tool_calls` when it made calls (none cut short) and
+/// ended by itself.
 pub fn finish_reason(reason: FinishReason, has_calls: bool) -> &'static str {
     match reason {
         FinishReason::Stop if has_calls => "tool_calls",
@@ -212,6 +228,11 @@ impl ToolDeltas {
 
     pub fn calls_started(&self) -> usize {
         self.stream.calls_started()
+    }
+
+    /// Whether the reply ended inside an announced call (after `finish`).
+    pub fn cut_short(&self) -> bool {
+        self.stream.cut_short()
     }
 }
 

@@ -197,6 +197,81 @@ fn forced_calls_are_valid_and_stream_as_they_come_whole() {
     }
 }
 
+/// A call the reply's end cuts short (`max_tokens`, a stop string inside its arguments)
+/// reads the same streamed or whole: the call with the arguments written so far, no
+/// content (the stream used to repeat the call's text as content, and the whole reply
+/// showed that text alone), and the end's own reason, not `tool_calls`. Anthropic's
+/// Messages API the same: the `tool_use` block, `max_tokens` / `stop_sequence`.
+#[test]
+fn a_call_cut_short_reads_the_same_streamed_or_whole() {
+    let Some(s) = qwen_server() else { return };
+    let tools = json!([{"type": "function", "function": {"name": "add",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"},
+            "b": {"type": "integer"}}, "required": ["a", "b"]}}}]);
+    let ask = json!([{"role": "user", "content": "Add 17 and 25."}]);
+    let choice = json!({"type": "function", "function": {"name": "add"}});
+    let cuts = [
+        (json!({"max_tokens": 12}), "length", "max_tokens"),
+        (
+            json!({"max_tokens": 40, "stop": ["25"]}),
+            "stop",
+            "stop_sequence",
+        ),
+    ];
+    for (cut, finish, stop_reason) in cuts {
+        let mut body = json!({"messages": ask, "tools": tools, "tool_choice": choice,
+            "temperature": 0});
+        body.as_object_mut()
+            .unwrap()
+            .extend(cut.as_object().unwrap().clone());
+        let whole = post(s.addr, "/v1/chat/completions", &body);
+        assert_eq!(whole.status, 200, "{}", whole.text());
+        let v = whole.json();
+        let c0 = &v["choices"][0];
+        assert_eq!(c0["finish_reason"], finish, "{v}");
+        assert!(c0["message"]["content"].is_null(), "{v}");
+        let calls = c0["message"]["tool_calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 1, "{v}");
+        assert_eq!(calls[0]["function"]["name"], "add");
+        let args = calls[0]["function"]["arguments"].as_str().unwrap();
+        assert!(args.starts_with('{'), "{v}");
+        assert!(serde_json::from_str::<Value>(args).is_err(), "not cut: {v}");
+
+        let mut sbody = body.clone();
+        sbody["stream"] = json!(true);
+        let streamed = post(s.addr, "/v1/chat/completions", &sbody);
+        assert_eq!(streamed.status, 200);
+        let (got, got_finish) = reassemble(&streamed);
+        assert_eq!(got, [("add".to_string(), args.to_string())]);
+        assert_eq!(got_finish, finish);
+        let content: String = chunks(&streamed.events())
+            .iter()
+            .filter_map(|c| {
+                c["choices"][0]["delta"]["content"]
+                    .as_str()
+                    .map(String::from)
+            })
+            .collect();
+        assert_eq!(content, "", "the call's text repeated as content");
+
+        let mut abody = json!({"model": QWEN, "messages": ask, "tool_choice": {"type": "tool", "name": "add"},
+            "tools": [{"name": "add", "input_schema": tools[0]["function"]["parameters"]}]});
+        abody["max_tokens"] = body["max_tokens"].clone();
+        if let Some(stop) = body.get("stop") {
+            abody["stop_sequences"] = stop.clone();
+        }
+        let m = post(s.addr, "/v1/messages", &abody).json();
+        assert_eq!(m["stop_reason"], stop_reason, "{m}");
+        assert_eq!(m["content"].as_array().unwrap().len(), 1, "{m}");
+        assert_eq!(m["content"][0]["type"], "tool_use", "{m}");
+        abody["stream"] = json!(true);
+        let events = post(s.addr, "/v1/messages", &abody).text();
+        let says = format!("\"stop_reason\":\"{stop_reason}\"");
+        assert!(events.contains(&says), "{events}");
+        assert!(!events.contains("text_delta"), "{events}");
+    }
+}
+
 #[test]
 fn an_unusable_tool_schema_names_the_tool() {
     let Some(s) = qwen_server() else { return };

@@ -112,7 +112,7 @@ impl Hermes {
                 out.content(&ws);
                 out.content(&tag);
             }
-            Hermes::Call(p) => p.fail(out),
+            Hermes::Call(p) => p.cut(out),
             Hermes::Close { tag } => out.content(&tag),
         }
     }

@@ -102,7 +102,7 @@ impl Llama3 {
                 out.content(&lead);
                 out.content(&tag);
             }
-            Llama3::Call(p) => p.fail(out),
+            Llama3::Call(p) => p.cut(out),
             // Whitespace after a call and a trailing `;` are not content.
             Llama3::After | Llama3::Sep { .. } | Llama3::Plain => {}
         }

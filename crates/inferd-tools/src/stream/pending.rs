@@ -50,4 +50,15 @@ impl Pending {
     pub(crate) fn fail(self, out: &mut Out) {
         out.content(&self.raw);
     }
+
+    /// The reply ended inside this call (`max_tokens`, a stop string). Announced, it
+    /// stays a call, cut short with the arguments streamed so far (`out` notes the cut);
+    /// never announced, its text is content.
+    pub(crate) fn cut(self, out: &mut Out) {
+        if self.index.is_some() {
+            out.cut = true;
+        } else {
+            out.content(&self.raw);
+        }
+    }
 }
