@@ -24,6 +24,37 @@ pub struct Parsed {
     pub tool_calls: Vec<ToolCall>,
 }
 
+impl Parsed {
+    /// A reply's stream events merged into what the reply holds: content concatenated,
+    /// calls in the order they were announced, each with its arguments (what
+    /// [`parse`] gives for the same text, but for a call the stream announced and
+    /// then saw break or cut short: see [`crate::ToolStream`]).
+    pub fn from_events(events: impl IntoIterator<Item = crate::StreamEvent>) -> Parsed {
+        use crate::StreamEvent::*;
+        let mut content = String::new();
+        let mut calls: Vec<ToolCall> = Vec::new();
+        for e in events {
+            match e {
+                Content(t) => content.push_str(&t),
+                CallStart { id, name, .. } => calls.push(ToolCall {
+                    id,
+                    name,
+                    arguments: String::new(),
+                }),
+                // A stream's calls are indexed from 0 in announcement order.
+                CallArgs { index, fragment } => match calls.get_mut(index) {
+                    Some(c) => c.arguments.push_str(&fragment),
+                    None => debug_assert!(false, "arguments of call {index} before its start"),
+                },
+            }
+        }
+        Parsed {
+            content: (!content.is_empty()).then_some(content),
+            tool_calls: calls,
+        }
+    }
+}
+
 /// Parses a complete reply with fresh call ids. Text that does not form a valid call
 /// (invalid JSON included) stays content: no text is lost.
 pub fn parse(syntax: ToolSyntax, text: &str) -> Parsed {

@@ -12,7 +12,9 @@
 
 use inferd_engine::{FinishReason, TokenOut};
 use inferd_grammar::CallFormat;
-use inferd_tools::{check_messages, StreamEvent, ToolChoice, ToolRequest, ToolStream, ToolSyntax};
+use inferd_tools::{
+    check_messages, Parsed, StreamEvent, ToolChoice, ToolRequest, ToolStream, ToolSyntax,
+};
 use serde_json::Value;
 
 use super::types::{ChatMessageOut, FunctionCallOut, FunctionDelta, ToolCallDelta, ToolCallOut};
@@ -120,43 +122,27 @@ pub fn message(mode: Option<&ToolMode>, text: String) -> (ChatMessageOut, bool) 
         );
     };
     let mut d = ToolDeltas::new(m);
-    let mut parts = d.push(&text);
-    parts.extend(d.finish());
-    let mut content = String::new();
-    // (stream index, call)
-    let mut calls: Vec<(usize, ToolCallOut)> = Vec::new();
-    for p in parts {
-        content.push_str(p.content.as_deref().unwrap_or_default());
-        for t in p.tool_calls {
-            match t.id {
-                Some(id) => calls.push((
-                    t.index,
-                    ToolCallOut {
-                        id,
-                        kind: "function",
-                        function: FunctionCallOut {
-                            name: t.function.name.unwrap_or_default(),
-                            arguments: t.function.arguments,
-                        },
-                    },
-                )),
-                None => {
-                    if let Some((_, c)) = calls.iter_mut().find(|(i, _)| *i == t.index) {
-                        c.function.arguments.push_str(&t.function.arguments);
-                    }
-                }
-            }
-        }
-    }
-    let calls: Vec<ToolCallOut> = calls.into_iter().map(|(_, c)| c).collect();
-    let whole_calls = !calls.is_empty() && !d.cut_short();
+    let mut events = d.push_events(&text);
+    events.extend(d.finish_events());
+    let parsed = Parsed::from_events(events);
+    let calls: Vec<ToolCallOut> = (parsed.tool_calls.into_iter())
+        .map(|c| ToolCallOut {
+            id: c.id,
+            kind: "function",
+            function: FunctionCallOut {
+                name: c.name,
+                arguments: c.arguments,
+            },
+        })
+        .collect();
+    let made_calls = !calls.is_empty() && !d.cut_short();
     (
         ChatMessageOut {
             role: "assistant",
-            content: (!content.is_empty()).then_some(content),
+            content: parsed.content,
             tool_calls: (!calls.is_empty()).then_some(calls),
         },
-        whole_calls,
+        made_calls,
     )
 }
 
@@ -202,15 +188,24 @@ impl ToolDeltas {
     }
 
     pub fn push(&mut self, text: &str) -> Vec<DeltaParts> {
-        let mut ev = std::mem::take(&mut self.early);
-        ev.extend(self.stream.push(text));
-        group(self.keep(ev))
+        group(self.push_events(text))
     }
 
     pub fn finish(&mut self) -> Vec<DeltaParts> {
+        group(self.finish_events())
+    }
+
+    /// [`ToolDeltas::push`]'s events, before they are grouped into chunks.
+    fn push_events(&mut self, text: &str) -> Vec<StreamEvent> {
+        let mut ev = std::mem::take(&mut self.early);
+        ev.extend(self.stream.push(text));
+        self.keep(ev)
+    }
+
+    fn finish_events(&mut self) -> Vec<StreamEvent> {
         let mut ev = std::mem::take(&mut self.early);
         ev.extend(self.stream.finish());
-        group(self.keep(ev))
+        self.keep(ev)
     }
 
     /// Drops the events of calls after the first when only one may go out.

@@ -1,7 +1,7 @@
 //! Helpers shared by the parser tests.
 #![allow(dead_code)]
 
-use inferd_tools::{CallIds, Parsed, StreamEvent, ToolCall, ToolStream, ToolSyntax};
+use inferd_tools::{CallIds, Parsed, StreamEvent, ToolStream, ToolSyntax};
 
 /// The id seed both parsers get, so their ids can be compared too.
 pub const SEED: u64 = 7;
@@ -48,28 +48,21 @@ pub fn complete(syntax: ToolSyntax, text: &str) -> Parsed {
     inferd_tools::parse_with_ids(syntax, text, &mut CallIds::seeded(SEED))
 }
 
-/// Merged stream events folded into a `Parsed` (content concatenated, calls in order).
+/// Merged stream events folded into a `Parsed` (content concatenated, calls in order),
+/// checking that call indices count up from 0.
 pub fn fold(events: &[StreamEvent]) -> Parsed {
-    let mut content = String::new();
-    let mut calls: Vec<ToolCall> = Vec::new();
+    let mut started = 0;
     for e in events {
         match e {
-            StreamEvent::Content(t) => content.push_str(t),
-            StreamEvent::CallStart { index, id, name } => {
-                assert_eq!(*index, calls.len(), "indices count up from 0");
-                calls.push(ToolCall {
-                    id: id.clone(),
-                    name: name.clone(),
-                    arguments: String::new(),
-                });
+            StreamEvent::CallStart { index, .. } => {
+                assert_eq!(*index, started, "indices count up from 0");
+                started += 1;
             }
-            StreamEvent::CallArgs { index, fragment } => calls[*index].arguments.push_str(fragment),
+            StreamEvent::CallArgs { index, .. } => assert!(*index < started, "{e:?}"),
+            StreamEvent::Content(_) => {}
         }
     }
-    Parsed {
-        content: (!content.is_empty()).then_some(content),
-        tool_calls: calls,
-    }
+    Parsed::from_events(events.iter().cloned())
 }
 
 /// Byte offsets of every character boundary inside `text`.
